@@ -1,0 +1,38 @@
+"""gradcells: fused LSTM and GRU cells for NumPy and CuPy with hand-derived gradients,
+checked against finite differences by a public oracle.
+
+Importing gradcells imports NumPy only: the Numba backend compiles on first use, CuPy is
+imported only when a CuPy array arrives, and TensorFlow/PyTorch are never imported here.
+"""
+
+from ._types import (
+    GRUCellGrads,
+    GRUCellState,
+    GRUSequence,
+    GRUSequenceGrads,
+    LSTMCellGrads,
+    LSTMCellState,
+    LSTMSequence,
+    LSTMSequenceGrads,
+)
+from .cells import gru_cell, gru_cell_grad, lstm_cell, lstm_cell_grad
+from .oracle import GradientCheckError, VJPReport, check_vjp
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad",
+    "LSTMCellState", "LSTMCellGrads", "GRUCellState", "GRUCellGrads",
+    "LSTMSequence", "LSTMSequenceGrads", "GRUSequence", "GRUSequenceGrads",
+    "check_vjp", "VJPReport", "GradientCheckError",
+    "tf_compat", "layouts", "testing",
+]
+
+
+def __getattr__(name):
+    # Submodules that are public but not needed at import time.
+    if name in ("tf_compat", "layouts", "testing", "reference"):
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,180 @@
+"""Argument checking shared by every public function (SPEC 7).
+
+Each ``*_args`` function checks everything about one operation's arguments before any
+computation, raises ``TypeError`` or ``ValueError`` naming the offending argument with the
+expected and actual shape or dtype, and returns the backend module to call together with
+the normalised attributes. Nothing here computes or copies an array.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from . import _dispatch
+
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+CLIP_GRADS = ("exact", "straight_through")
+LSTM_STATE_FIELDS = ("i", "cs", "f", "o", "ci", "co", "h")
+GRU_STATE_FIELDS = ("r", "u", "c", "h")
+
+
+def _library_and_dtype(named):
+    """Check that every given array is a NumPy/CuPy float array of one library and dtype.
+
+    ``named`` is a sequence of (name, array-or-None). Returns (library, dtype).
+    """
+    first_name = library = dtype = None
+    for name, a in named:
+        if a is None:
+            continue
+        lib = _dispatch.library_of(a)
+        if lib is None or isinstance(a, np.matrix):
+            raise TypeError(f"{name} must be a NumPy or CuPy array, got {type(a).__name__}")
+        if a.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"{name} must have dtype float32 or float64, got {a.dtype}")
+        if library is None:
+            first_name, library, dtype = name, lib, a.dtype
+            continue
+        if lib != library:
+            raise TypeError(
+                f"{first_name} and {name} come from two array libraries ({library} and {lib}); "
+                "pass arrays of one library")
+        if a.dtype != dtype:
+            raise TypeError(
+                f"{name} must have the same dtype as {first_name} ({dtype}), got {a.dtype}")
+    return library, dtype
+
+
+def _matrix_dims(name, a, labels):
+    """Check that ``a`` has rank len(labels) and return its shape."""
+    if a.ndim != len(labels):
+        raise ValueError(
+            f"{name} must be a {len(labels)}-D array [{', '.join(labels)}], "
+            f"got shape {tuple(a.shape)}")
+    return a.shape
+
+
+def _check_shapes(specs, sizes):
+    """``specs``: (name, array-or-None, labels); ``sizes`` maps each label to its length."""
+    for name, a, labels in specs:
+        if a is None:
+            continue
+        expected = tuple(sizes[label] for label in labels)
+        if tuple(a.shape) != expected:
+            raise ValueError(
+                f"{name} must have shape [{', '.join(labels)}] = {expected}, "
+                f"got {tuple(a.shape)}")
+
+
+def _real(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value
+
+
+def forget_bias_value(forget_bias):
+    return _real("forget_bias", forget_bias)
+
+
+def cell_clip_value(cell_clip):
+    """None, 0 or negative means no clipping (returned as None); otherwise a positive float."""
+    if cell_clip is None:
+        return None
+    value = _real("cell_clip", cell_clip)
+    return value if value > 0 else None
+
+
+def clip_grad_value(clip_grad):
+    if clip_grad not in CLIP_GRADS:
+        raise ValueError(f"clip_grad must be one of {CLIP_GRADS}, got {clip_grad!r}")
+    return clip_grad
+
+
+def reset_after_value(reset_after):
+    if not isinstance(reset_after, (bool, np.bool_)):
+        raise TypeError(f"reset_after must be a bool, got {type(reset_after).__name__}")
+    return bool(reset_after)
+
+
+def peepholes_given(wci, wcf, wco):
+    """True when all three peephole vectors are given, False when none is; else ValueError."""
+    given = [name for name, v in (("wci", wci), ("wcf", wcf), ("wco", wco)) if v is not None]
+    if given and len(given) != 3:
+        missing = sorted({"wci", "wcf", "wco"} - set(given))
+        raise ValueError(
+            f"peepholes need all of wci, wcf and wco or none: got {', '.join(given)} "
+            f"without {', '.join(missing)}")
+    return bool(given)
+
+
+def backend_for(backend, library):
+    """The backend module serving arrays of ``library`` under the caller's ``backend``."""
+    if backend is None:
+        return _dispatch.backend_module(_dispatch.default_backend(library))
+    if backend not in _dispatch.BACKENDS:
+        raise ValueError(f"backend must be None or one of {_dispatch.BACKENDS}, got {backend!r}")
+    wanted = _dispatch.backend_library(backend)
+    if wanted is not None and wanted != library:
+        raise ValueError(
+            f"backend={backend!r} takes {wanted} arrays, got {library} arrays")
+    return _dispatch.backend_module(backend)
+
+
+def _state_specs(prefix, state, fields, labels):
+    if not isinstance(state, tuple) or len(state) != len(fields):
+        raise TypeError(
+            f"{prefix} must be a tuple of {len(fields)} arrays ({', '.join(fields)}), "
+            f"got {type(state).__name__}"
+            + (f" of length {len(state)}" if isinstance(state, tuple) else ""))
+    return [(f"{prefix}.{field}", a, labels) for field, a in zip(fields, state)]
+
+
+def _require_arrays(specs):
+    for name, a, _ in specs:
+        if a is None:
+            raise TypeError(f"{name} must be an array, got None")
+
+
+def lstm_cell_args(x, cs_prev, h_prev, w, b, wci, wcf, wco, *, grad=False, state=None,
+                   d_h=None, d_cs=None, backend=None):
+    """Check the arrays of ``lstm_cell`` (and of ``lstm_cell_grad`` when ``grad``);
+    return the backend module."""
+    required = [("x", x, ("B", "I")), ("cs_prev", cs_prev, ("B", "H")),
+                ("h_prev", h_prev, ("B", "H")), ("w", w, ("I+H", "4H")), ("b", b, ("4H",))]
+    if grad:
+        required += _state_specs("state", state, LSTM_STATE_FIELDS, ("B", "H"))
+    _require_arrays(required)
+    specs = required + [("wci", wci, ("H",)), ("wcf", wcf, ("H",)), ("wco", wco, ("H",)),
+                        ("d_h", d_h, ("B", "H")), ("d_cs", d_cs, ("B", "H"))]
+    library, _ = _library_and_dtype([(name, a) for name, a, _ in specs])
+    peepholes_given(wci, wcf, wco)
+    n_batch, n_in = _matrix_dims("x", x, ("B", "I"))
+    n_hidden = _matrix_dims("cs_prev", cs_prev, ("B", "H"))[1]
+    _check_shapes(specs, {"B": n_batch, "I": n_in, "H": n_hidden, "I+H": n_in + n_hidden,
+                          "4H": 4 * n_hidden})
+    return backend_for(backend, library)
+
+
+def gru_cell_args(x, h_prev, w_ru, w_c, b_ru, b_c, *, reset_after, grad=False, state=None,
+                  d_h=None, backend=None):
+    """Check the arrays of ``gru_cell`` (and of ``gru_cell_grad`` when ``grad``);
+    return the backend module."""
+    specs = [("x", x, ("B", "I")), ("h_prev", h_prev, ("B", "H")),
+             ("w_ru", w_ru, ("I+H", "2H")), ("w_c", w_c, ("I+H", "H")),
+             ("b_ru", b_ru, ("2H",)), ("b_c", b_c, ("2H" if reset_after else "H",))]
+    if grad:
+        specs += _state_specs("state", state, GRU_STATE_FIELDS, ("B", "H"))
+    _require_arrays(specs)
+    specs.append(("d_h", d_h, ("B", "H")))
+    library, _ = _library_and_dtype([(name, a) for name, a, _ in specs])
+    n_batch, n_in = _matrix_dims("x", x, ("B", "I"))
+    n_hidden = _matrix_dims("h_prev", h_prev, ("B", "H"))[1]
+    _check_shapes(specs, {"B": n_batch, "I": n_in, "H": n_hidden, "I+H": n_in + n_hidden,
+                          "2H": 2 * n_hidden})
+    return backend_for(backend, library)

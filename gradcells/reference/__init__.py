@@ -1,0 +1,13 @@
+"""The reference backend: every operation written once for any array namespace (NumPy or
+CuPy), as plainly as the math allows. It is the teaching text and the oracle the fast
+backends are tested against.
+
+A backend is a module with these function names and signatures; the public layer has
+validated and normalised every argument before calling it (``cell_clip`` is None or > 0,
+``forget_bias`` a Python float, optional arrays None or of the right shape and dtype).
+"""
+
+from .gru import gru_cell, gru_cell_grad
+from .lstm import lstm_cell, lstm_cell_grad, lstm_gate_grads
+
+__all__ = ["lstm_cell", "lstm_cell_grad", "lstm_gate_grads", "gru_cell", "gru_cell_grad"]

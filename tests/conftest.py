@@ -1,0 +1,24 @@
+"""Hypothesis profiles and shared fixtures.
+
+Profiles: ``dev`` (default; fewer examples, quick) and ``ci`` (derandomized, no deadline,
+more examples). Select with ``HYPOTHESIS_PROFILE=ci`` or ``--hypothesis-profile=ci``.
+"""
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "dev", max_examples=25, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])
+settings.register_profile(
+    "ci", max_examples=60, deadline=None, derandomize=True, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20261129)
