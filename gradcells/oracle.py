@@ -245,13 +245,17 @@ def _compare(name, analytic, numeric, rtol, atol) -> ArgumentCheck:
     n_checked = int(checked.sum())
     if n_checked == 0:
         return ArgumentCheck(name, 0, 0, None, 0.0, 0.0, 0.0, 0.0)
-    abs_err = np.where(checked, np.abs(analytic - np.nan_to_num(numeric)), 0.0)
-    abs_err = np.where(np.isfinite(analytic), abs_err, np.inf)
-    failing = checked & ~(abs_err <= atol + rtol * np.abs(np.nan_to_num(numeric)))
-    scale = np.maximum(np.abs(analytic), np.abs(np.nan_to_num(numeric)))
-    rel_err = np.where(scale > 0, abs_err / np.where(scale > 0, scale, 1.0), 0.0)
+    numeric_values = np.where(checked, numeric, 0.0)
+    abs_err = np.abs(analytic - numeric_values)
+    abs_err[~np.isfinite(abs_err)] = np.inf
+    abs_err[~checked] = 0.0
+    bound = atol + rtol * np.abs(numeric_values)
+    failing = checked & ~(abs_err <= bound)
+    scale = np.maximum(np.abs(analytic), np.abs(numeric_values))
+    rel_err = np.divide(abs_err, scale, out=np.zeros_like(abs_err), where=scale > 0)
     # The worst element is the one furthest past (or nearest to) its own bound.
-    badness = np.where(checked, abs_err / (atol + rtol * np.abs(np.nan_to_num(numeric))), -1.0)
+    badness = np.divide(abs_err, bound, out=np.where(abs_err > 0, np.inf, 0.0), where=bound > 0)
+    badness[~checked] = -1.0
     worst = np.unravel_index(int(np.argmax(badness)), numeric.shape)
     return ArgumentCheck(
         name=name, checked=n_checked, failures=int(failing.sum()),

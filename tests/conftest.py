@@ -22,3 +22,18 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261129)
+
+
+def numpy_backends():
+    """The backends that take NumPy arrays here: the reference and, once built, the CPU one."""
+    names = ["reference"]
+    try:
+        import gradcells.cpu  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        names.append("cpu")
+    return names
+
+
+NUMPY_BACKENDS = numpy_backends()

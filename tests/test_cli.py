@@ -1,0 +1,94 @@
+"""``python -m gradcells check``: a table, and an exit status that reflects failures."""
+
+import subprocess
+import sys
+
+import pytest
+
+import gradcells.reference
+from gradcells import cli
+
+
+def test_check_passes_and_prints_a_table(capsys):
+    status = cli.main(["check", "--examples", "2", "--backends", "reference",
+                       "--ops", "lstm_cell", "gru_cell"])
+    out = capsys.readouterr().out
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:4] == ["op", "backend", "arrays", "dtype"]
+    rows = [line.split() for line in lines[2:6]]
+    assert {(r[0], r[3]) for r in rows} == {(op, dt) for op in ("lstm_cell", "gru_cell")
+                                            for dt in ("float64", "float32")}
+    assert all(r[-1] == "pass" for r in rows)
+    assert "4 of 4 combinations pass" in out
+
+
+def test_check_fails_on_a_wrong_gradient(monkeypatch, capsys):
+    right = gradcells.reference.gru_cell_grad
+
+    def wrong(*args, **kwargs):
+        grads = right(*args, **kwargs)
+        return grads._replace(b_c=grads.b_c * 1.001)
+
+    monkeypatch.setattr(gradcells.reference, "gru_cell_grad", wrong)
+    status = cli.main(["check", "--examples", "2", "--backends", "reference",
+                       "--ops", "gru_cell", "--dtypes", "float64"])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "FAIL (2 of 2)" in out and "0 of 1 combinations pass" in out
+
+
+def test_check_reports_an_exception_as_a_failure(monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(gradcells.reference, "lstm_cell_grad", broken)
+    status = cli.main(["check", "--examples", "1", "--backends", "reference",
+                       "--ops", "lstm_cell", "--dtypes", "float64"])
+    assert status == 1
+    assert "ERROR RuntimeError: boom" in capsys.readouterr().out
+
+
+def test_unknown_op_and_bad_examples(capsys):
+    assert cli.main(["check", "--ops", "rnn_cell"]) == 2
+    with pytest.raises(SystemExit):
+        cli.main(["check", "--examples", "0"])
+
+
+def test_seed_makes_runs_repeatable(capsys):
+    argv = ["check", "--examples", "2", "--backends", "reference", "--ops", "lstm_cell",
+            "--dtypes", "float64", "--seed", "5"]
+    cli.main(argv)
+    first = capsys.readouterr().out.splitlines()[2]
+    cli.main(argv)
+    assert capsys.readouterr().out.splitlines()[2] == first
+
+
+def test_module_entry_point():
+    done = subprocess.run(
+        [sys.executable, "-m", "gradcells", "check", "--examples", "1", "--ops", "gru_cell",
+         "--dtypes", "float64"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "gru_cell" in done.stdout and "pass" in done.stdout
+    assert "[1/" in done.stderr  # progress indication
+
+
+def test_import_is_light():
+    """``import gradcells`` imports no CuPy, TensorFlow, PyTorch, JAX, and no Numba."""
+    code = ("import sys, gradcells; "
+            "print(sorted(m for m in ('cupy', 'tensorflow', 'torch', 'jax', 'numba') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_numpy_call_never_imports_cupy():
+    code = ("import sys, numpy as np, gradcells as gc; "
+            "gc.gru_cell(np.ones((1, 1)), np.ones((1, 1)), np.ones((2, 2)), np.ones((2, 1)), "
+            "np.ones(2), np.ones(1)); print('cupy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

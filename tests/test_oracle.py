@@ -1,0 +1,144 @@
+"""The oracle itself: it must pass right gradients, catch wrong ones, and work for any
+function of arrays, not only gradcells's own."""
+
+import numpy as np
+import pytest
+
+import gradcells as gc
+from gradcells.oracle import GradientCheckError
+
+
+def tanh_sum(x, w):
+    return np.tanh(x @ w), (x * x).sum(axis=0)
+
+
+def tanh_sum_vjp(ct, x, w):
+    ct_tanh, ct_square = ct
+    dz = ct_tanh * (1 - np.tanh(x @ w) ** 2)
+    return dz @ w.T + 2 * x * ct_square, x.T @ dz
+
+
+@pytest.fixture
+def xw(rng):
+    return rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
+
+
+def test_right_vjp_passes(xw):
+    report = gc.check_vjp(tanh_sum, tanh_sum_vjp, xw, names=["x", "w"])
+    assert report.passed
+    assert report.max_abs_error < 1e-9
+    assert [c.name for c in report.checks] == ["x", "w"]
+    assert report["x"].checked == 12 and report["w"].checked == 8
+
+
+def test_wrong_vjp_is_caught_at_the_right_element(xw):
+    def off_by_one_element(ct, x, w):
+        dx, dw = tanh_sum_vjp(ct, x, w)
+        dw = dw.copy()
+        dw[2, 1] += 1e-5
+        return dx, dw
+
+    report = gc.check_vjp(tanh_sum, off_by_one_element, xw, names=["x", "w"])
+    assert not report.passed
+    assert report["x"].passed
+    assert report["w"].failures == 1 and report["w"].index == (2, 1)
+    assert report["w"].abs_error == pytest.approx(1e-5, rel=1e-3)
+    with pytest.raises(GradientCheckError, match="FAIL"):
+        report.raise_if_failed()
+    assert isinstance(GradientCheckError(), AssertionError)
+
+
+def test_report_prints_a_table(xw):
+    text = str(gc.check_vjp(tanh_sum, tanh_sum_vjp, xw, names=["x", "w"]))
+    header = text.splitlines()[0].split()
+    assert header[:3] == ["argument", "checked", "worst"]
+    assert "pass" in text and "FAIL" not in text
+
+
+def test_differences_are_float64_for_float32_inputs(xw):
+    seen = []
+
+    def f(x, w):
+        seen.append(x.dtype)
+        return np.tanh(x @ w)
+
+    def vjp(ct, x, w):
+        assert ct.dtype == np.float32  # the cotangent comes in the output's own dtype
+        dz = ct * (1 - np.tanh(x @ w) ** 2)
+        return dz @ w.T, x.T @ dz
+
+    x32, w32 = (a.astype(np.float32) for a in xw)
+    report = gc.check_vjp(f, vjp, (x32, w32))
+    assert report.passed and report.rtol == gc.oracle.DEFAULT_TOLERANCES[np.dtype("float32")][0]
+    assert seen[0] == np.float32 and set(seen[1:]) == {np.dtype(np.float64)}
+
+
+@pytest.mark.parametrize("x0", [1e-8, 0.3, -7.0, 1e4, -3e7])
+def test_step_scales_with_the_value_and_is_exact(x0):
+    """d(x³ + x)/dx = 3x² + 1 to ~1e-9 relative at every magnitude: the step grows with
+    |x|, so the truncation error h² stays small against 3x²."""
+    x = np.array([x0])
+    report = gc.check_vjp(lambda a: a ** 3 + a, lambda ct, a: ((3 * a ** 2 + 1) * ct,), (x,))
+    assert report.passed, report
+    assert report.checks[0].rel_error < 1e-8
+
+
+def test_cotangent_is_seeded_and_can_be_given(xw):
+    first = gc.check_vjp(tanh_sum, tanh_sum_vjp, xw, seed=3)
+    again = gc.check_vjp(tanh_sum, tanh_sum_vjp, xw, seed=3)
+    assert first == again
+    ct = (np.ones((3, 2)), np.zeros(4))
+    given = gc.check_vjp(tanh_sum, tanh_sum_vjp, xw, cotangent=ct)
+    assert given.passed
+    with pytest.raises(ValueError, match="cotangent must match"):
+        gc.check_vjp(tanh_sum, tanh_sum_vjp, xw, cotangent=(np.ones((3, 3)), np.zeros(4)))
+
+
+def test_non_array_arguments_pass_through_and_wrt_selects(xw):
+    x, w = xw
+
+    def f(x, scale, w):
+        return scale * np.tanh(x @ w)
+
+    def vjp(ct, x, scale, w):
+        dz = scale * ct * (1 - np.tanh(x @ w) ** 2)
+        return dz @ w.T, None, None  # w's gradient deliberately absent: wrt excludes it
+
+    report = gc.check_vjp(f, vjp, (x, 2.5, w), wrt=[0], names=["x", "scale", "w"])
+    assert report.passed and [c.name for c in report.checks] == ["x"]
+    with pytest.raises(TypeError, match="scale, which is not a float array"):
+        gc.check_vjp(f, vjp, (x, 2.5, w), wrt=[1], names=["x", "scale", "w"])
+
+
+def test_missing_gradient_counts_as_zero_and_fails(xw):
+    report = gc.check_vjp(tanh_sum, lambda ct, x, w: (None, None), xw)
+    assert not report.passed
+
+
+def test_bad_gradient_shape_is_named(xw):
+    with pytest.raises(ValueError, match=r"gradient for w has shape \(2, 4\), expected"):
+        gc.check_vjp(tanh_sum, lambda ct, x, w: (x, np.zeros((2, 4))), xw, names=["x", "w"])
+    with pytest.raises(ValueError, match="vjp returned 1 gradients for 2 arguments"):
+        gc.check_vjp(tanh_sum, lambda ct, x, w: (x,), xw)
+
+
+def test_samples_limits_the_work(xw):
+    report = gc.check_vjp(tanh_sum, tanh_sum_vjp, xw, samples=5, names=["x", "w"])
+    assert report["x"].checked == 5 and report["w"].checked == 5 and report.passed
+
+
+def test_inputs_are_not_modified(xw):
+    before = [a.copy() for a in xw]
+    gc.check_vjp(tanh_sum, tanh_sum_vjp, xw)
+    for a, b in zip(xw, before):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_empty_arguments_pass_trivially():
+    report = gc.check_vjp(lambda a: a * 2, lambda ct, a: (2 * ct,), (np.zeros((0, 3)),))
+    assert report.passed and report.checks[0].checked == 0
+
+
+def test_tolerances_can_be_tightened_to_fail(xw):
+    report = gc.check_vjp(tanh_sum, tanh_sum_vjp, xw, rtol=0.0, atol=0.0)
+    assert not report.passed  # finite differences are never exact
