@@ -15,36 +15,43 @@ import numpy as np
 
 from . import _dispatch
 
-FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
+FLOAT_DTYPES = (_FLOAT32, _FLOAT64)
 CLIP_GRADS = ("exact", "straight_through")
 LSTM_STATE_FIELDS = ("i", "cs", "f", "o", "ci", "co", "h")
 GRU_STATE_FIELDS = ("r", "u", "c", "h")
 
 
-def _library_and_dtype(named):
+def _library_and_dtype(specs):
     """Check that every given array is a NumPy/CuPy float array of one library and dtype.
 
-    ``named`` is a sequence of (name, array-or-None). Returns (library, dtype).
+    ``specs`` is a sequence of (name, array-or-None, ...). Returns (library, dtype).
+    This runs on every call, so the common case (all NumPy, one dtype) is kept cheap.
     """
     first_name = library = dtype = None
-    for name, a in named:
+    for spec in specs:
+        a = spec[1]
         if a is None:
             continue
-        lib = _dispatch.library_of(a)
+        lib = "numpy" if type(a) is np.ndarray else _dispatch.library_of(a)
         if lib is None or isinstance(a, np.matrix):
-            raise TypeError(f"{name} must be a NumPy or CuPy array, got {type(a).__name__}")
-        if a.dtype not in FLOAT_DTYPES:
-            raise TypeError(f"{name} must have dtype float32 or float64, got {a.dtype}")
+            raise TypeError(f"{spec[0]} must be a NumPy or CuPy array, got {type(a).__name__}")
+        a_dtype = a.dtype
         if library is None:
-            first_name, library, dtype = name, lib, a.dtype
+            # Identity first: comparing dtypes by value costs far more than the rest.
+            if a_dtype is not _FLOAT32 and a_dtype is not _FLOAT64 and a_dtype not in FLOAT_DTYPES:
+                raise TypeError(f"{spec[0]} must have dtype float32 or float64, got {a_dtype}")
+            first_name, library, dtype = spec[0], lib, a_dtype
             continue
         if lib != library:
             raise TypeError(
-                f"{first_name} and {name} come from two array libraries ({library} and {lib}); "
-                "pass arrays of one library")
-        if a.dtype != dtype:
+                f"{first_name} and {spec[0]} come from two array libraries ({library} and "
+                f"{lib}); pass arrays of one library")
+        if a_dtype is not dtype and a_dtype != dtype:
+            if a_dtype not in FLOAT_DTYPES:
+                raise TypeError(f"{spec[0]} must have dtype float32 or float64, got {a_dtype}")
             raise TypeError(
-                f"{name} must have the same dtype as {first_name} ({dtype}), got {a.dtype}")
+                f"{spec[0]} must have the same dtype as {first_name} ({dtype}), got {a_dtype}")
     return library, dtype
 
 
@@ -59,11 +66,12 @@ def _matrix_dims(name, a, labels):
 
 def _check_shapes(specs, sizes):
     """``specs``: (name, array-or-None, labels); ``sizes`` maps each label to its length."""
+    size_of = sizes.__getitem__
     for name, a, labels in specs:
         if a is None:
             continue
-        expected = tuple(sizes[label] for label in labels)
-        if tuple(a.shape) != expected:
+        expected = tuple(map(size_of, labels))
+        if a.shape != expected:
             raise ValueError(
                 f"{name} must have shape [{', '.join(labels)}] = {expected}, "
                 f"got {tuple(a.shape)}")
@@ -152,7 +160,7 @@ def lstm_cell_args(x, cs_prev, h_prev, w, b, wci, wcf, wco, *, grad=False, state
     _require_arrays(required)
     specs = required + [("wci", wci, ("H",)), ("wcf", wcf, ("H",)), ("wco", wco, ("H",)),
                         ("d_h", d_h, ("B", "H")), ("d_cs", d_cs, ("B", "H"))]
-    library, _ = _library_and_dtype([(name, a) for name, a, _ in specs])
+    library, _ = _library_and_dtype(specs)
     peepholes_given(wci, wcf, wco)
     n_batch, n_in = _matrix_dims("x", x, ("B", "I"))
     n_hidden = _matrix_dims("cs_prev", cs_prev, ("B", "H"))[1]
@@ -172,9 +180,102 @@ def gru_cell_args(x, h_prev, w_ru, w_c, b_ru, b_c, *, reset_after, grad=False, s
         specs += _state_specs("state", state, GRU_STATE_FIELDS, ("B", "H"))
     _require_arrays(specs)
     specs.append(("d_h", d_h, ("B", "H")))
-    library, _ = _library_and_dtype([(name, a) for name, a, _ in specs])
+    library, _ = _library_and_dtype(specs)
     n_batch, n_in = _matrix_dims("x", x, ("B", "I"))
     n_hidden = _matrix_dims("h_prev", h_prev, ("B", "H"))[1]
     _check_shapes(specs, {"B": n_batch, "I": n_in, "H": n_hidden, "I+H": n_in + n_hidden,
                           "2H": 2 * n_hidden})
     return backend_for(backend, library)
+
+
+# --------------------------------------------------------------------------------------
+# Sequences (SPEC 4)
+
+LSTM_SEQUENCE_FIELDS = LSTM_STATE_FIELDS + ("cs_final", "h_final")
+GRU_SEQUENCE_FIELDS = GRU_STATE_FIELDS + ("h_final",)
+
+
+def _sequence_specs(prefix, seq, fields, n_final):
+    """Specs for a sequence result: ``[T, B, H]`` per-step fields, then ``n_final`` ``[B, H]``."""
+    if not isinstance(seq, tuple) or len(seq) != len(fields):
+        raise TypeError(
+            f"{prefix} must be a tuple of {len(fields)} arrays ({', '.join(fields)}), "
+            f"got {type(seq).__name__}"
+            + (f" of length {len(seq)}" if isinstance(seq, tuple) else ""))
+    n_steps = len(fields) - n_final
+    return [(f"{prefix}.{field}", a, ("T", "B", "H") if k < n_steps else ("B", "H"))
+            for k, (field, a) in enumerate(zip(fields, seq))]
+
+
+def seq_len_value(seq_len, library, n_steps, n_batch):
+    """Check ``seq_len``: None, or an integer array ``[B]`` of ``library`` with values in
+    ``[0, T]``. Returns None when it is None or every row runs all T steps, else ``seq_len``.
+
+    Reading the extremes of a CuPy array synchronises with the device once.
+    """
+    if seq_len is None:
+        return None
+    lib = _dispatch.library_of(seq_len)
+    if lib is None or isinstance(seq_len, np.matrix):
+        raise TypeError(
+            f"seq_len must be a {library} integer array [B], got {type(seq_len).__name__}")
+    if lib != library:
+        raise TypeError(
+            f"seq_len must come from the same array library as x ({library}), got {lib}")
+    if seq_len.dtype.kind not in "iu":
+        raise TypeError(f"seq_len must have an integer dtype, got {seq_len.dtype}")
+    if tuple(seq_len.shape) != (n_batch,):
+        raise ValueError(
+            f"seq_len must have shape [B] = ({n_batch},), got {tuple(seq_len.shape)}")
+    if n_batch == 0:
+        return None
+    shortest, longest = int(seq_len.min()), int(seq_len.max())
+    if shortest < 0 or longest > n_steps:
+        bad = shortest if shortest < 0 else longest
+        raise ValueError(
+            f"seq_len must hold lengths in [0, T] = [0, {n_steps}], got {bad}")
+    return None if shortest == n_steps else seq_len
+
+
+def lstm_sequence_args(x, cs0, h0, w, b, wci, wcf, wco, *, seq_len=None, grad=False,
+                       seq=None, d_h=None, d_cs=None, d_h_final=None, d_cs_final=None,
+                       backend=None):
+    """Check the arrays of ``lstm_sequence`` (and of ``lstm_sequence_grad`` when ``grad``);
+    return ``(backend module, seq_len)`` with ``seq_len`` normalised by ``seq_len_value``."""
+    required = [("x", x, ("T", "B", "I")), ("cs0", cs0, ("B", "H")), ("h0", h0, ("B", "H")),
+                ("w", w, ("I+H", "4H")), ("b", b, ("4H",))]
+    if grad:
+        required += _sequence_specs("seq", seq, LSTM_SEQUENCE_FIELDS, 2)
+    _require_arrays(required)
+    specs = required + [("wci", wci, ("H",)), ("wcf", wcf, ("H",)), ("wco", wco, ("H",)),
+                        ("d_h", d_h, ("T", "B", "H")), ("d_cs", d_cs, ("T", "B", "H")),
+                        ("d_h_final", d_h_final, ("B", "H")),
+                        ("d_cs_final", d_cs_final, ("B", "H"))]
+    library, _ = _library_and_dtype(specs)
+    peepholes_given(wci, wcf, wco)
+    n_steps, n_batch, n_in = _matrix_dims("x", x, ("T", "B", "I"))
+    n_hidden = _matrix_dims("cs0", cs0, ("B", "H"))[1]
+    _check_shapes(specs, {"T": n_steps, "B": n_batch, "I": n_in, "H": n_hidden,
+                          "I+H": n_in + n_hidden, "4H": 4 * n_hidden})
+    seq_len = seq_len_value(seq_len, library, n_steps, n_batch)
+    return backend_for(backend, library), seq_len
+
+
+def gru_sequence_args(x, h0, w_ru, w_c, b_ru, b_c, *, reset_after, seq_len=None, grad=False,
+                      seq=None, d_h=None, d_h_final=None, backend=None):
+    """Check the arrays of ``gru_sequence`` (and of ``gru_sequence_grad`` when ``grad``);
+    return ``(backend module, seq_len)`` with ``seq_len`` normalised by ``seq_len_value``."""
+    specs = [("x", x, ("T", "B", "I")), ("h0", h0, ("B", "H")),
+             ("w_ru", w_ru, ("I+H", "2H")), ("w_c", w_c, ("I+H", "H")),
+             ("b_ru", b_ru, ("2H",)), ("b_c", b_c, ("2H" if reset_after else "H",))]
+    if grad:
+        specs += _sequence_specs("seq", seq, GRU_SEQUENCE_FIELDS, 1)
+    _require_arrays(specs)
+    specs += [("d_h", d_h, ("T", "B", "H")), ("d_h_final", d_h_final, ("B", "H"))]
+    library, _ = _library_and_dtype(specs)
+    n_steps, n_batch, n_in = _matrix_dims("x", x, ("T", "B", "I"))
+    n_hidden = _matrix_dims("h0", h0, ("B", "H"))[1]
+    _check_shapes(specs, {"T": n_steps, "B": n_batch, "I": n_in, "H": n_hidden,
+                          "I+H": n_in + n_hidden, "2H": 2 * n_hidden})
+    seq_len = seq_len_value(seq_len, library, n_steps, n_batch)
+    return backend_for(backend, library), seq_len

@@ -132,7 +132,9 @@ def _run_audit(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gradcells", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="gradcells",
+        description="Gradient checks and framework audits for fused LSTM/GRU cells.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     check = commands.add_parser("check", help="run the gradient oracle over every op, "
