@@ -17,11 +17,13 @@ from ._types import (
 )
 from .cells import gru_cell, gru_cell_grad, lstm_cell, lstm_cell_grad
 from .oracle import GradientCheckError, VJPReport, check_vjp
+from .sequences import gru_sequence, gru_sequence_grad, lstm_sequence, lstm_sequence_grad
 
 __version__ = "0.1.0"
 
 __all__ = [
     "lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad",
+    "lstm_sequence", "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad",
     "LSTMCellState", "LSTMCellGrads", "GRUCellState", "GRUCellGrads",
     "LSTMSequence", "LSTMSequenceGrads", "GRUSequence", "GRUSequenceGrads",
     "check_vjp", "VJPReport", "GradientCheckError",

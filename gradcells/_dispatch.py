@@ -16,7 +16,7 @@ import numpy as np
 BACKENDS = ("reference", "cpu", "gpu")
 
 # Which backend serves an array library when the caller passes ``backend=None``.
-_DEFAULT_BACKEND = {"numpy": "reference", "cupy": "gpu"}
+_DEFAULT_BACKEND = {"numpy": "cpu", "cupy": "gpu"}
 # Which array library each accelerated backend accepts.
 _BACKEND_LIBRARY = {"cpu": "numpy", "gpu": "cupy"}
 

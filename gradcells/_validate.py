@@ -17,6 +17,7 @@ from . import _dispatch
 
 _FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
 FLOAT_DTYPES = (_FLOAT32, _FLOAT64)
+_FLOAT16 = np.dtype(np.float16)  # accepted for CuPy arrays only (the GPU backend's half path)
 CLIP_GRADS = ("exact", "straight_through")
 LSTM_STATE_FIELDS = ("i", "cs", "f", "o", "ci", "co", "h")
 GRU_STATE_FIELDS = ("r", "u", "c", "h")
@@ -39,8 +40,11 @@ def _library_and_dtype(specs):
         a_dtype = a.dtype
         if library is None:
             # Identity first: comparing dtypes by value costs far more than the rest.
-            if a_dtype is not _FLOAT32 and a_dtype is not _FLOAT64 and a_dtype not in FLOAT_DTYPES:
-                raise TypeError(f"{spec[0]} must have dtype float32 or float64, got {a_dtype}")
+            if (a_dtype is not _FLOAT32 and a_dtype is not _FLOAT64 and a_dtype not in FLOAT_DTYPES
+                    and not (lib == "cupy" and a_dtype == _FLOAT16)):
+                also = " (or float16 for CuPy arrays)" if lib == "cupy" else ""
+                raise TypeError(
+                    f"{spec[0]} must have dtype float32 or float64{also}, got {a_dtype}")
             first_name, library, dtype = spec[0], lib, a_dtype
             continue
         if lib != library:
@@ -48,7 +52,7 @@ def _library_and_dtype(specs):
                 f"{first_name} and {spec[0]} come from two array libraries ({library} and "
                 f"{lib}); pass arrays of one library")
         if a_dtype is not dtype and a_dtype != dtype:
-            if a_dtype not in FLOAT_DTYPES:
+            if a_dtype not in FLOAT_DTYPES and not (lib == "cupy" and a_dtype == _FLOAT16):
                 raise TypeError(f"{spec[0]} must have dtype float32 or float64, got {a_dtype}")
             raise TypeError(
                 f"{spec[0]} must have the same dtype as {first_name} ({dtype}), got {a_dtype}")

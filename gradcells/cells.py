@@ -7,9 +7,11 @@ accelerated backends compute the same functions.
 from __future__ import annotations
 
 from . import _validate as v
+from ._interop import accepts_any_array
 from ._types import GRUCellGrads, GRUCellState, LSTMCellGrads, LSTMCellState
 
 
+@accepts_any_array
 def lstm_cell(x, cs_prev, h_prev, w, b, *, wci=None, wcf=None, wco=None, forget_bias=1.0,
               cell_clip=None, backend=None) -> LSTMCellState:
     """One step of TensorFlow's LSTM block cell (gate layout i, ci, f, o).
@@ -29,6 +31,7 @@ def lstm_cell(x, cs_prev, h_prev, w, b, *, wci=None, wcf=None, wco=None, forget_
                           cell_clip=v.cell_clip_value(cell_clip))
 
 
+@accepts_any_array
 def lstm_cell_grad(x, cs_prev, h_prev, w, b, state, *, d_h=None, d_cs=None, wci=None,
                    wcf=None, wco=None, cell_clip=None, clip_grad="exact",
                    backend=None) -> LSTMCellGrads:
@@ -49,6 +52,7 @@ def lstm_cell_grad(x, cs_prev, h_prev, w, b, state, *, d_h=None, d_cs=None, wci=
                                clip_grad=v.clip_grad_value(clip_grad))
 
 
+@accepts_any_array
 def gru_cell(x, h_prev, w_ru, w_c, b_ru, b_c, *, reset_after=False,
              backend=None) -> GRUCellState:
     """One step of TensorFlow's GRU block cell.
@@ -68,6 +72,7 @@ def gru_cell(x, h_prev, w_ru, w_c, b_ru, b_c, *, reset_after=False,
     return impl.gru_cell(x, h_prev, w_ru, w_c, b_ru, b_c, reset_after=reset_after)
 
 
+@accepts_any_array
 def gru_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, state, d_h=None, *, reset_after=False,
                   backend=None) -> GRUCellGrads:
     """Gradient of ``gru_cell`` with respect to every input, given the forward's ``state``

@@ -23,7 +23,7 @@ from ._math import blocks, sigmoid
 def _recurrent_candidate(h_prev, w_c, b_c):
     """n = h_prev·W_ch + b_ch, the reset-after candidate's recurrent part."""
     n_hidden = h_prev.shape[1]
-    return h_prev @ w_c[-n_hidden:] + b_c[n_hidden:]
+    return h_prev @ w_c[w_c.shape[0] - n_hidden:] + b_c[n_hidden:]
 
 
 def gru_cell(x, h_prev, w_ru, w_c, b_ru, b_c, *, reset_after=False):

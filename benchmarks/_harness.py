@@ -1,0 +1,171 @@
+"""Shared utilities for the side-by-side benchmarks in ``benchmarks/`` (never imported by
+the library).
+
+The rules every benchmark here follows, and that these helpers implement:
+
+- **Side by side, interleaved.** Every contestant runs once per round, round after round
+  (``time_interleaved``), so a disturbance from other processes on a shared machine hits all
+  of them alike; the figures that matter are the **ratios** between contestants of one run.
+- **Median of repeats**, with the minimum beside it (``summarize``): when the two differ much,
+  the machine was busy and the figures are rough.
+- **Short calls are batched**: a round calls a contestant enough times to last at least
+  ``min_round_s`` (calibrated once), and the time per call is reported.
+- **Same thread budget for everyone** (``limit_threads``, ``pin_peer_threads``): the
+  comparison is between implementations, not between thread schedulers.
+- **Peers are optional**: ``missing(module)`` says why a peer (torch, tensorflow) cannot run,
+  and the benchmark prints that instead of failing.
+
+Typical use::
+
+    from _harness import limit_threads, pin_peer_threads, summarize, table, time_interleaved
+
+    pin_peer_threads(1)            # torch / TensorFlow, before they start their pools
+    limit_threads(1)               # BLAS/OpenMP pools already loaded, and Numba
+    times = time_interleaved({"mine": run_mine, "peer": run_peer}, repeats=15,
+                             min_round_s=0.005)
+    stats = summarize(times)       # name -> Stats(median, minimum, calls)
+    print(table(rows, header))
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import statistics
+import time
+import tracemalloc
+from dataclasses import dataclass
+
+
+def missing(module: str) -> str | None:
+    """None when ``module`` can be imported, else a short reason (for the printed table)."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else f"{module} not installed"
+
+
+def pin_peer_threads(n: int, *, torch: bool = True, tensorflow: bool = True) -> dict:
+    """Import PyTorch and TensorFlow (when wanted and installed) and limit each to ``n``
+    intra-op threads (TensorFlow: one inter-op thread). Call it before either has run an op:
+    TensorFlow fixes its pools at first use. Returns ``{name: module}`` for those imported."""
+    peers = {}
+    if torch and missing("torch") is None:
+        import torch as torch_module
+
+        torch_module.set_num_threads(n)
+        peers["torch"] = torch_module
+    if tensorflow and missing("tensorflow") is None:
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(n)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        peers["tensorflow"] = tf
+    return peers
+
+
+def limit_threads(n: int):
+    """Limit the BLAS/OpenMP pools of every library loaded so far (threadpoolctl), and
+    Numba's, to ``n`` threads. Returns the threadpoolctl limiter (keep a reference; it
+    restores the old limits when closed)."""
+    from threadpoolctl import threadpool_limits
+
+    limiter = threadpool_limits(n)
+    try:
+        import numba
+
+        numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+    except ImportError:
+        pass
+    return limiter
+
+
+def calls_per_round(run, min_round_s: float) -> int:
+    """How many calls of ``run`` last at least ``min_round_s`` (from one timed call)."""
+    if min_round_s <= 0:
+        return 1
+    start = time.perf_counter()
+    run()
+    single = time.perf_counter() - start
+    return max(1, math.ceil(min_round_s / max(single, 1e-9)))
+
+
+def time_interleaved(contestants: dict, repeats: int, *, min_round_s: float = 0.0,
+                     warmup: int = 1) -> dict:
+    """Seconds **per call** of each contestant in each round, rounds interleaved.
+
+    ``contestants`` maps a name to a callable taking no arguments. Each is called ``warmup``
+    times first (compilation, caches), then ``repeats`` rounds run every contestant in turn;
+    in a round a contestant is called ``calls_per_round(run, min_round_s)`` times (fixed at
+    warm-up) and the round's time is divided by that count. Returns ``{name: [seconds]}``.
+    """
+    calls = {}
+    for name, run in contestants.items():
+        for _ in range(warmup):
+            run()
+        calls[name] = calls_per_round(run, min_round_s)
+    times = {name: [] for name in contestants}
+    for _ in range(repeats):
+        for name, run in contestants.items():
+            count = calls[name]
+            start = time.perf_counter()
+            for _ in range(count):
+                run()
+            times[name].append((time.perf_counter() - start) / count)
+    return times
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Median and minimum seconds per call over the rounds, and how many rounds."""
+
+    median: float
+    minimum: float
+    rounds: int
+
+
+def summarize(times: dict) -> dict:
+    """``{name: Stats}`` from the output of ``time_interleaved``."""
+    return {name: Stats(statistics.median(ts), min(ts), len(ts)) for name, ts in times.items()}
+
+
+def ratio(numerator: float | None, denominator: float | None) -> str:
+    """``"0.83×"``, or ``"-"`` when either side is missing."""
+    if numerator is None or denominator is None or denominator <= 0:
+        return "-"
+    return f"{numerator / denominator:.2f}×"
+
+
+def duration(seconds: float) -> str:
+    """Seconds in the unit that reads best: ``"37.2 µs"``, ``"4.10 ms"``, ``"1.25 s"``."""
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} µs"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+def peak_mib(run) -> float:
+    """``tracemalloc`` high-water mark of one call of ``run``, in MiB (NumPy reports its
+    buffers to tracemalloc; PyTorch and TensorFlow do not)."""
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    try:
+        run()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak / 2**20
+
+
+def table(rows, header) -> str:
+    """A Markdown table (pipes, padded columns) of ``rows`` under ``header``."""
+    cells = [[str(c) for c in header]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[k]) for r in cells) for k in range(len(header))]
+
+    def line(row):
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |"
+
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(cells[0]), rule, *map(line, cells[1:])])

@@ -1,0 +1,352 @@
+"""GPU figures, side by side in one run: gradcells's CUDA backend against PyTorch CUDA.
+
+    python benchmarks/gpu.py                      # everything, float32
+    python benchmarks/gpu.py --repeats 21 --out results.txt
+
+Three tables, each contestant timed in interleaved rounds (every round runs every
+contestant once) and reported as the median over ``--repeats`` rounds, with its ratio to
+the peer:
+
+1. **cell step**, forward + gradient for every input: ``gc.lstm_cell`` +
+   ``gc.lstm_cell_grad`` (CuPy arrays, so the GPU backend) against ``torch.nn.LSTMCell``
+   forward + ``torch.autograd.grad`` for input, states and parameters (PyTorch's fused CUDA
+   cell); GRU likewise with ``reset_after=True`` against ``torch.nn.GRUCell``. The row
+   "gradcells backend" calls ``gradcells.gpu`` directly, without the public layer's
+   argument checks.
+2. **sequence**, forward over T steps + backpropagation through time from an upstream
+   gradient on every step's h: ``gc.lstm_sequence(_grad)`` against ``torch.nn.LSTM``
+   (cuDNN), ``gc.gru_sequence(_grad)`` (reset-after) against ``torch.nn.GRU`` (cuDNN).
+3. **bandwidth** of the fused elementwise kernels alone (launched back to back through the
+   backend's own runtime): bytes each launch must read and write divided by its median
+   time, against a device-to-device ``cudaMemcpyAsync`` moving the same number of bytes.
+
+Timing: CUDA events on the legacy default stream, which both CuPy and PyTorch use, around
+``--inner`` back-to-back calls, so a figure is GPU-timeline time per call including any
+idle gap the host's launch overhead leaves. float32 (``--dtype`` to change); TF32 is off
+for PyTorch's matmuls and cuDNN, as it is by default in CuPy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+
+import gradcells as gc
+import gradcells.gpu as gpu
+from gradcells.gpu import _kernels
+
+CELL_SIZES = [(64, 256, 256), (256, 512, 512), (1024, 1024, 1024)]  # (B, I, H)
+SEQUENCE_SIZES = [(100, 32, 256, 256), (100, 64, 512, 512), (50, 256, 1024, 1024)]  # T,B,I,H
+BANDWIDTH_SIZES = [(1024, 1024), (8192, 1024)]  # (B, H): B·H = 2^20 and 2^23
+
+
+def timed(contestants, repeats, inner):
+    """Median milliseconds per call of each contestant, rounds interleaved."""
+    for fn in contestants.values():  # warm-up: compile, allocate, autotune
+        fn()
+        fn()
+    cp.cuda.runtime.deviceSynchronize()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    samples = {name: [] for name in contestants}
+    for _ in range(repeats):
+        for name, fn in contestants.items():
+            start.record()
+            for _ in range(inner):
+                fn()
+            end.record()
+            end.synchronize()
+            samples[name].append(cp.cuda.get_elapsed_time(start, end) / inner)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def rows_with_ratio(label, medians, peer):
+    return [(label, name, f"{ms:.4f}", f"{ms / medians[peer]:.2f}" if peer in medians else "-")
+            for name, ms in medians.items()]
+
+
+def table(title, header, rows):
+    widths = [max(len(str(r[k])) for r in [header, *rows]) for k in range(len(header))]
+    lines = [title, "  ".join(h.ljust(w) for h, w in zip(header, widths)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def normal(rng, shape, dtype, scale=1.0):
+    return cp.asarray((scale * rng.standard_normal(shape)).astype(dtype))
+
+
+# -- 1. cell step -----------------------------------------------------------------------
+
+
+def cell_contestants(batch, n_in, hidden, dtype, torch):
+    rng = np.random.default_rng(0)
+    scale = 1.0 / np.sqrt(n_in + hidden)
+    x, cs, h = normal(rng, (batch, n_in), dtype), normal(rng, (batch, hidden), dtype), \
+        normal(rng, (batch, hidden), dtype, 0.5)
+    w, b = normal(rng, (n_in + hidden, 4 * hidden), dtype, scale), normal(rng, 4 * hidden, dtype)
+    d_h, d_cs = normal(rng, (batch, hidden), dtype), normal(rng, (batch, hidden), dtype)
+    w_ru = normal(rng, (n_in + hidden, 2 * hidden), dtype, scale)
+    w_c = normal(rng, (n_in + hidden, hidden), dtype, scale)
+    b_ru, b_c = normal(rng, 2 * hidden, dtype), normal(rng, 2 * hidden, dtype)
+
+    def lstm(module):
+        state = module.lstm_cell(x, cs, h, w, b)
+        return module.lstm_cell_grad(x, cs, h, w, b, state, d_h=d_h, d_cs=d_cs)
+
+    def gru(module):
+        state = module.gru_cell(x, h, w_ru, w_c, b_ru, b_c, reset_after=True)
+        return module.gru_cell_grad(x, h, w_ru, w_c, b_ru, b_c, state, d_h, reset_after=True)
+
+    lstm_rows = {"gradcells": lambda: lstm(gc), "gradcells backend": lambda: lstm(gpu)}
+    gru_rows = {"gradcells": lambda: gru(gc), "gradcells backend": lambda: gru(gpu)}
+    if torch is not None:
+        tdtype = getattr(torch, np.dtype(dtype).name)
+        tx, th, tc = (torch.as_tensor(a, device="cuda").requires_grad_() for a in (x, h, cs))
+        tdh, tdc = torch.as_tensor(d_h, device="cuda"), torch.as_tensor(d_cs, device="cuda")
+        lstm_cell = torch.nn.LSTMCell(n_in, hidden, device="cuda", dtype=tdtype)
+        gru_cell = torch.nn.GRUCell(n_in, hidden, device="cuda", dtype=tdtype)
+
+        def torch_lstm():
+            h1, c1 = lstm_cell(tx, (th, tc))
+            return torch.autograd.grad((h1, c1), [tx, th, tc, *lstm_cell.parameters()],
+                                       (tdh, tdc))
+
+        def torch_gru():
+            h1 = gru_cell(tx, th)
+            return torch.autograd.grad(h1, [tx, th, *gru_cell.parameters()], tdh)
+
+        lstm_rows["torch LSTMCell"] = torch_lstm
+        gru_rows["torch GRUCell"] = torch_gru
+    return lstm_rows, gru_rows
+
+
+# -- 2. sequences -----------------------------------------------------------------------
+
+
+def sequence_contestants(steps, batch, n_in, hidden, dtype, torch):
+    rng = np.random.default_rng(1)
+    scale = 1.0 / np.sqrt(n_in + hidden)
+    x = normal(rng, (steps, batch, n_in), dtype)
+    cs0, h0 = normal(rng, (batch, hidden), dtype), normal(rng, (batch, hidden), dtype, 0.5)
+    w, b = normal(rng, (n_in + hidden, 4 * hidden), dtype, scale), normal(rng, 4 * hidden, dtype)
+    w_ru = normal(rng, (n_in + hidden, 2 * hidden), dtype, scale)
+    w_c = normal(rng, (n_in + hidden, hidden), dtype, scale)
+    b_ru, b_c = normal(rng, 2 * hidden, dtype), normal(rng, 2 * hidden, dtype)
+    d_h = normal(rng, (steps, batch, hidden), dtype)
+
+    def lstm():
+        seq = gc.lstm_sequence(x, cs0, h0, w, b)
+        return gc.lstm_sequence_grad(x, cs0, h0, w, b, seq, d_h=d_h)
+
+    def gru():
+        seq = gc.gru_sequence(x, h0, w_ru, w_c, b_ru, b_c, reset_after=True)
+        return gc.gru_sequence_grad(x, h0, w_ru, w_c, b_ru, b_c, seq, d_h=d_h, reset_after=True)
+
+    lstm_rows, gru_rows = {"gradcells": lstm}, {"gradcells": gru}
+    if torch is not None:
+        tdtype = getattr(torch, np.dtype(dtype).name)
+        tx = torch.as_tensor(x, device="cuda").requires_grad_()
+        th0 = torch.as_tensor(h0, device="cuda")[None].contiguous().requires_grad_()
+        tc0 = torch.as_tensor(cs0, device="cuda")[None].contiguous().requires_grad_()
+        tdh = torch.as_tensor(d_h, device="cuda")
+        lstm_net = torch.nn.LSTM(n_in, hidden, device="cuda", dtype=tdtype)
+        gru_net = torch.nn.GRU(n_in, hidden, device="cuda", dtype=tdtype)
+
+        def torch_lstm():
+            y, _ = lstm_net(tx, (th0, tc0))
+            return torch.autograd.grad(y, [tx, th0, tc0, *lstm_net.parameters()], tdh)
+
+        def torch_gru():
+            y, _ = gru_net(tx, th0)
+            return torch.autograd.grad(y, [tx, th0, *gru_net.parameters()], tdh)
+
+        lstm_rows["torch nn.LSTM (cuDNN)"] = torch_lstm
+        gru_rows["torch nn.GRU (cuDNN)"] = torch_gru
+    return lstm_rows, gru_rows
+
+
+# -- 3. bandwidth -----------------------------------------------------------------------
+
+
+def kernel_launches(batch, hidden, dtype):
+    """name -> (launch function, bytes read + written per launch) for the fused kernels."""
+    rt = gpu._device()
+    rng = np.random.default_rng(2)
+    n = batch * hidden
+    item = np.dtype(dtype).itemsize
+
+    def arrays(*shape_count):
+        return [normal(rng, shape, dtype) for shape, count in shape_count for _ in range(count)]
+
+    gates = (batch, 4 * hidden)
+    state = (batch, hidden)
+    no_lengths = cp.empty(0, cp.int32)
+    gx, gh = arrays((gates, 2))
+    b = normal(rng, 4 * hidden, dtype)
+    cs_prev, i, cs, f, o, ci, co, h, d_h, d_cs, dcs = arrays((state, 11))
+    d_gates = cp.empty(gates, dtype)
+
+    def launch(name, values):
+        binding = _kernels.binding(_kernels.KERNELS[name], (dtype,))
+        args = binding.arguments(values)
+        grid, block = _kernels.elementwise_shape(n)
+        return lambda: rt.launch(binding, grid, block, args)
+
+    forward = launch("lstm_forward", dict(
+        gx=gx, gh=gh, b=b, cs_prev=cs_prev, wci=b, wcf=b, wco=b, seq_len=no_lengths,
+        forget_bias=1.0, cell_clip=0.0, use_peephole=0, use_clip=0, use_seq_len=0, step=0,
+        batch=batch, hidden=hidden, i=i, cs=cs, f=f, o=o, ci=ci, co=co, h=h, cs_state=cs,
+        h_state=h))
+    backward = launch("lstm_backward", dict(
+        cs_prev=cs_prev, i=i, cs=cs, f=f, o=o, ci=ci, co=co, wci=b, wcf=b, wco=b, d_h=d_h,
+        d_cs=d_cs, dh_next=d_h, dcs_next=dcs, d_h_final=d_h, d_cs_final=d_cs,
+        seq_len=no_lengths, cell_clip=0.0, use_peephole=0, mask_clip=0, has_d_h=1,
+        has_d_cs=1, has_d_h_final=0, has_d_cs_final=0, use_seq_len=0, step=0, n_steps=1,
+        batch=batch, hidden=hidden, d_gates=d_gates, dcs_prev=dcs, peephole_terms=b))
+    gx_ru, gh_ru = arrays(((batch, 2 * hidden), 2))
+    gx_c, gh_c = arrays((state, 2))
+    r, u, c = arrays((state, 3))
+    gru_forward = launch("gru_forward_reset_after", dict(
+        gx_ru=gx_ru, ld_gx_ru=2 * hidden, gx_c=gx_c, ld_gx_c=hidden, gh_ru=gh_ru,
+        ld_gh_ru=2 * hidden, gh_c=gh_c, ld_gh_c=hidden, b_ru=b[:2 * hidden].copy(),
+        b_c=b[2 * hidden:].copy(), h_prev=cs_prev, seq_len=no_lengths, use_seq_len=0,
+        step=0, batch=batch, hidden=hidden, r=r, u=u, c=c, h=h, h_state=h))
+    column = cp.empty(4 * hidden, dtype)
+    sum_kernel = _kernels.KERNELS["column_sum"]
+    parts, per_part = _kernels.column_sum_plan(batch, 4 * hidden)
+    column_launches = []
+    if parts == 1:
+        stages = [(d_gates, batch, per_part, 1, column)]
+    else:
+        partial = cp.empty((parts, 4 * hidden), _kernels.COMPUTE_DTYPE[np.dtype(dtype)])
+        stages = [(d_gates, batch, per_part, parts, partial), (partial, parts, parts, 1, column)]
+    for source, rows, rows_per_part, n_parts, out in stages:
+        binding = _kernels.binding(sum_kernel, (source.dtype, out.dtype))
+        args = binding.arguments({
+            "in": source, "rows": rows, "cols": 4 * hidden, "rows_per_part": rows_per_part,
+            "parts": n_parts, "out": out})
+        grid, block = _kernels.column_sum_shape(4 * hidden, n_parts)
+        column_launches.append((binding, grid, block, args))
+
+    def column_sum():
+        for binding, grid, block, args in column_launches:
+            rt.launch(binding, grid, block, args)
+
+    return {
+        "lstm_forward": (forward, (9 + 7) * n * item),  # gx, gh, cs_prev; 7 outputs
+        "lstm_backward": (backward, (9 + 5) * n * item),  # 7 saved + d_h, d_cs; dG, dcs_prev
+        "gru_forward_reset_after": (gru_forward, (7 + 4) * n * item),  # 2+1+2+1+h; r,u,c,h
+        "column_sum [B, 4H]": (column_sum, 4 * n * item),
+    }
+
+
+def bandwidth_rows(batch, hidden, dtype, repeats, inner):
+    launches = kernel_launches(batch, hidden, dtype)
+    rows = []
+    for name, (launch, nbytes) in launches.items():
+        half = nbytes // 2  # a copy of half the bytes reads and writes nbytes in all
+        src, dst = cp.empty(half, cp.uint8), cp.empty(half, cp.uint8)
+
+        def copy(dst=dst, src=src, half=half):
+            dst.data.copy_from_device_async(src.data, half)
+
+        medians = timed({"kernel": launch, "copy": copy}, repeats, inner)
+        kernel_bw = nbytes / medians["kernel"] / 1e6  # GB/s
+        copy_bw = nbytes / medians["copy"] / 1e6
+        rows.append((f"B={batch} H={hidden}", name, f"{nbytes / 2**20:.1f}",
+                     f"{medians['kernel'] * 1e3:.1f}", f"{kernel_bw:.0f}", f"{copy_bw:.0f}",
+                     f"{kernel_bw / copy_bw:.2f}"))
+    return rows
+
+
+# -- main -------------------------------------------------------------------------------
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=11)
+    parser.add_argument("--inner", type=int, default=5, help="calls per timed sample")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "float64"])
+    parser.add_argument("--out", help="also write the report to this file")
+    parser.add_argument("--skip", default="", help="comma list of: cell, sequence, bandwidth")
+    args = parser.parse_args(argv)
+    dtype = np.dtype(args.dtype)
+    skip = set(filter(None, args.skip.split(",")))
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            torch = None
+    except ImportError:
+        torch = None
+    if torch is not None:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    peer = (f"{torch.__version__} (cuDNN {torch.backends.cudnn.version()})" if torch
+            else "absent")
+    report = [
+        f"gradcells GPU benchmark, {datetime.datetime.now().isoformat(timespec='seconds')}",
+        f"device: {name}; CuPy {cp.__version__}; CUDA runtime "
+        f"{cp.cuda.runtime.runtimeGetVersion()}; PyTorch {peer}; "
+        f"Python {platform.python_version()}; dtype {dtype.name}; TF32 off; "
+        f"median of {args.repeats} rounds x {args.inner} calls",
+        "ratio: time / the PyTorch peer's time (below 1: gradcells faster)"
+        if torch else "PyTorch with CUDA absent: no peer rows",
+    ]
+
+    def emit(text):
+        print(text, flush=True)
+        report.append(text)
+
+    for line in report:
+        print(line)
+    header = ("size", "contestant", "ms/call", "ratio")
+    if "cell" not in skip:
+        rows = []
+        for batch, n_in, hidden in CELL_SIZES:
+            lstm_rows, gru_rows = cell_contestants(batch, n_in, hidden, dtype, torch)
+            size = f"B={batch} I={n_in} H={hidden}"
+            rows += rows_with_ratio(f"LSTM {size}", timed(lstm_rows, args.repeats, args.inner),
+                                    "torch LSTMCell")
+            rows += rows_with_ratio(f"GRU  {size}", timed(gru_rows, args.repeats, args.inner),
+                                    "torch GRUCell")
+        emit("\n" + table("1. cell step, forward + gradient of every input", header, rows))
+    if "sequence" not in skip:
+        rows = []
+        for steps, batch, n_in, hidden in SEQUENCE_SIZES:
+            lstm_rows, gru_rows = sequence_contestants(steps, batch, n_in, hidden, dtype, torch)
+            size = f"T={steps} B={batch} I={n_in} H={hidden}"
+            inner = max(1, args.inner // 2)
+            rows += rows_with_ratio(f"LSTM {size}", timed(lstm_rows, args.repeats, inner),
+                                    "torch nn.LSTM (cuDNN)")
+            rows += rows_with_ratio(f"GRU  {size}", timed(gru_rows, args.repeats, inner),
+                                    "torch nn.GRU (cuDNN)")
+        emit("\n" + table("2. sequence, forward + backpropagation through time", header, rows))
+    if "bandwidth" not in skip:
+        rows = []
+        for batch, hidden in BANDWIDTH_SIZES:
+            rows += bandwidth_rows(batch, hidden, dtype, args.repeats, 20)
+        emit("\n" + table(
+            "3. elementwise kernels: effective bandwidth vs a device-to-device copy "
+            "of the same bytes",
+            ("size", "kernel", "MiB moved", "us/launch", "GB/s", "copy GB/s", "of copy"), rows))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text("\n".join(report) + "\n")
+        print(f"\nwritten to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

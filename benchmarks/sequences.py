@@ -1,0 +1,375 @@
+"""Sequence forward + backpropagation through time, float32, side by side in one process.
+
+    python benchmarks/sequences.py                    # LSTM and GRU, the issue's three sizes
+    python benchmarks/sequences.py --sizes 50,32,128,128 --cells lstm --repeats 9
+
+Contestants, each doing one forward over all T steps and the full backward from an upstream
+gradient on every step's h (gradients for x, the initial states and all weights):
+
+- ``gradcells cpu``: ``gc.lstm_sequence`` + ``gc.lstm_sequence_grad`` (``backend="cpu"``);
+  GRU with ``reset_after=True`` (PyTorch's variant) and ``False`` (TensorFlow's);
+- ``gradcells reference``: the same on the reference backend;
+- ``torch nn.LSTM`` / ``torch nn.GRU``: forward and ``backward`` (x, h0, c0 require grad);
+- ``tf BlockLSTM``: ``tf.raw_ops.BlockLSTM`` under ``tf.GradientTape`` in a ``tf.function``;
+- ``BLAS bound``: only the matmuls of gradcells's plan (same shapes, same ``np.matmul``
+  calls with ``out=``), no elementwise work: the floor the fused kernels are measured against.
+
+Every library is limited to ``--threads`` threads (default 1: the figures then compare
+implementations, not thread scheduling on a shared machine). Rounds are interleaved (each
+round runs every contestant once) and the table shows medians over ``--repeats`` rounds and
+each median's ratio to the peers (the minimum is shown too: on a shared machine the spread
+between the two says how much the figures were disturbed). Peak memory is the
+``tracemalloc`` high-water mark of one forward + backward (NumPy reports its buffers to
+tracemalloc), in MiB and in units of one ``[T, B, H]`` float32 array ("TBH"); the inputs
+are allocated before the measurement starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import tracemalloc
+
+import numpy as np
+
+SIZES = [(50, 32, 128, 128), (100, 32, 256, 256), (100, 64, 512, 512)]
+DTYPE = np.float32
+
+
+# -- inputs -----------------------------------------------------------------------------------
+
+
+def lstm_inputs(steps, batch, n_in, hidden, seed=0):
+    rng = np.random.default_rng(seed)
+    scale = float(1.0 / np.sqrt(n_in + hidden))
+    return {
+        "x": rng.standard_normal((steps, batch, n_in), dtype=DTYPE),
+        "cs0": rng.standard_normal((batch, hidden), dtype=DTYPE),
+        "h0": 0.5 * rng.standard_normal((batch, hidden), dtype=DTYPE),
+        "w": scale * rng.standard_normal((n_in + hidden, 4 * hidden), dtype=DTYPE),
+        "b": 0.1 * rng.standard_normal(4 * hidden, dtype=DTYPE),
+        "d_h": rng.standard_normal((steps, batch, hidden), dtype=DTYPE),
+    }
+
+
+def gru_inputs(steps, batch, n_in, hidden, reset_after, seed=0):
+    rng = np.random.default_rng(seed)
+    scale = float(1.0 / np.sqrt(n_in + hidden))
+    return {
+        "x": rng.standard_normal((steps, batch, n_in), dtype=DTYPE),
+        "h0": 0.5 * rng.standard_normal((batch, hidden), dtype=DTYPE),
+        "w_ru": scale * rng.standard_normal((n_in + hidden, 2 * hidden), dtype=DTYPE),
+        "w_c": scale * rng.standard_normal((n_in + hidden, hidden), dtype=DTYPE),
+        "b_ru": 0.1 * rng.standard_normal(2 * hidden, dtype=DTYPE),
+        "b_c": 0.1 * rng.standard_normal((2 if reset_after else 1) * hidden, dtype=DTYPE),
+        "d_h": rng.standard_normal((steps, batch, hidden), dtype=DTYPE),
+    }
+
+
+# -- contestants: each returns a zero-argument callable doing forward + backward --------------
+
+
+def gradcells_lstm(backend, size):
+    import gradcells as gc
+
+    a = lstm_inputs(*size)
+    args = (a["x"], a["cs0"], a["h0"], a["w"], a["b"])
+
+    def run():
+        seq = gc.lstm_sequence(*args, backend=backend)
+        return gc.lstm_sequence_grad(*args, seq, d_h=a["d_h"], backend=backend)
+
+    return run
+
+
+def gradcells_gru(backend, size, reset_after):
+    import gradcells as gc
+
+    a = gru_inputs(*size, reset_after=reset_after)
+    args = (a["x"], a["h0"], a["w_ru"], a["w_c"], a["b_ru"], a["b_c"])
+
+    def run():
+        seq = gc.gru_sequence(*args, reset_after=reset_after, backend=backend)
+        return gc.gru_sequence_grad(*args, seq, d_h=a["d_h"], reset_after=reset_after,
+                                    backend=backend)
+
+    return run
+
+
+def torch_rnn(kind, size):
+    import torch
+
+    steps, batch, n_in, hidden = size
+    torch.manual_seed(0)
+    module = getattr(torch.nn, kind)(n_in, hidden)
+    a = lstm_inputs(*size)
+    x = torch.tensor(a["x"], requires_grad=True)
+    h0 = torch.tensor(a["h0"][None], requires_grad=True)
+    c0 = torch.tensor(a["cs0"][None], requires_grad=True)
+    d_h = torch.tensor(a["d_h"])
+
+    def run():
+        module.zero_grad(set_to_none=True)
+        x.grad = h0.grad = c0.grad = None
+        out, _ = module(x, (h0, c0) if kind == "LSTM" else h0)
+        out.backward(d_h)
+        return x.grad
+
+    return run
+
+
+def tf_block_lstm(size):
+    import tensorflow as tf
+
+    steps, batch, n_in, hidden = size
+    a = {k: tf.constant(v) for k, v in lstm_inputs(*size).items()}
+    zeros = tf.zeros(hidden, DTYPE)
+    seq_len_max = tf.constant(steps, tf.int64)
+
+    @tf.function
+    def forward_backward(x, cs0, h0, w, b, d_h):
+        with tf.GradientTape() as tape:
+            tape.watch([x, cs0, h0, w, b])
+            outputs = tf.raw_ops.BlockLSTM(
+                seq_len_max=seq_len_max, x=x, cs_prev=cs0, h_prev=h0, w=w, wci=zeros,
+                wcf=zeros, wco=zeros, b=b, forget_bias=1.0, cell_clip=0.0, use_peephole=False)
+            loss = tf.reduce_sum(outputs[6] * d_h)
+        return tape.gradient(loss, [x, cs0, h0, w, b])
+
+    def run():
+        return [g.numpy() for g in forward_backward(a["x"], a["cs0"], a["h0"], a["w"], a["b"],
+                                                    a["d_h"])]
+
+    return run
+
+
+def blas_bound_lstm(size):
+    """The matmuls of gradcells's LSTM plan and nothing else (see the module docstring)."""
+    steps, batch, n_in, hidden = size
+    a = lstm_inputs(*size)
+    w_x, w_h = a["w"][:n_in], a["w"][n_in:]
+    x_flat = a["x"].reshape(steps * batch, n_in)
+    h_steps = np.zeros((steps, batch, hidden), DTYPE)
+    gates = np.empty((steps * batch, 4 * hidden), DTYPE)
+    h_gates = np.empty((batch, 4 * hidden), DTYPE)
+    d_gates = np.random.default_rng(1).standard_normal((steps, batch, 4 * hidden), dtype=DTYPE)
+    d_flat = d_gates.reshape(steps * batch, 4 * hidden)
+    dh_prev = np.empty((batch, hidden), DTYPE)
+    dx = np.empty((steps * batch, n_in), DTYPE)
+    dw = np.empty((n_in + hidden, 4 * hidden), DTYPE)
+
+    def run():
+        np.matmul(x_flat, w_x, out=gates)
+        h = a["h0"]
+        for t in range(steps):
+            np.matmul(h, w_h, out=h_gates)
+            h = h_steps[t]
+        for t in reversed(range(steps)):
+            np.matmul(d_gates[t], w_h.T, out=dh_prev)
+        np.matmul(d_flat, w_x.T, out=dx)
+        np.matmul(x_flat.T, d_flat, out=dw[:n_in])
+        h_flat = h_steps.reshape(steps * batch, hidden)
+        np.matmul(h_flat[: (steps - 1) * batch].T, d_flat[batch:], out=dw[n_in:])
+        dw[n_in:] += a["h0"].T @ d_gates[0]
+        return dw
+
+    return run
+
+
+def blas_bound_gru(size, reset_after):
+    """The matmuls of gradcells's GRU plan (``gradcells/cpu/sequences.py``) and nothing else."""
+    steps, batch, n_in, hidden = size
+    a = gru_inputs(*size, reset_after=reset_after)
+    w_rux, w_ruh = a["w_ru"][:n_in], a["w_ru"][n_in:]
+    w_cx, w_ch = a["w_c"][:n_in], a["w_c"][n_in:]
+    x_flat = a["x"].reshape(steps * batch, n_in)
+    flat = steps * batch
+    h_steps = np.zeros((steps, batch, hidden), DTYPE)
+    h_flat = h_steps.reshape(flat, hidden)
+    x_ru = np.empty((flat, 2 * hidden), DTYPE)
+    x_c = np.empty((flat, hidden), DTYPE)
+    gates_ru = np.empty((batch, 2 * hidden), DTYPE)
+    gates_c = np.empty((batch, hidden), DTYPE)
+    recurrent = np.empty((flat, hidden), DTYPE)
+    rng = np.random.default_rng(1)
+    d_ru = rng.standard_normal((steps, batch, 2 * hidden), dtype=DTYPE)
+    d_c = rng.standard_normal((steps, batch, hidden), dtype=DTYPE)
+    d_n = rng.standard_normal((steps, batch, hidden), dtype=DTYPE)
+    d_ru_flat, d_c_flat = d_ru.reshape(flat, 2 * hidden), d_c.reshape(flat, hidden)
+    dh_prev = np.empty((batch, hidden), DTYPE)
+    direct = np.empty((batch, hidden), DTYPE)
+    dx = np.empty((flat, n_in), DTYPE)
+    first = (steps - 1) * batch
+
+    def run():
+        np.matmul(x_flat, w_rux, out=x_ru)
+        np.matmul(x_flat, w_cx, out=x_c)
+        h = a["h0"]
+        for t in range(steps):
+            np.matmul(h, w_ruh, out=gates_ru)
+            np.matmul(h, w_ch, out=gates_c)     # reset before: (r∘h_prev)·W_ch
+            h = h_steps[t]
+        if reset_after:                          # n's recurrent part for every step
+            np.matmul(a["h0"], w_ch, out=recurrent[:batch])
+            np.matmul(h_flat[:first], w_ch, out=recurrent[batch:])
+        for t in reversed(range(steps)):
+            np.matmul(d_n[t] if reset_after else d_c[t], w_ch.T, out=direct)
+            np.matmul(d_ru[t], w_ruh.T, out=dh_prev)
+        np.matmul(d_ru_flat, w_rux.T, out=dx)
+        np.add(dx, d_c_flat @ w_cx.T, out=dx)
+        dw = [x_flat.T @ d_ru_flat, x_flat.T @ d_c_flat,
+              h_flat[:first].T @ d_ru_flat[batch:] + a["h0"].T @ d_ru[0]]
+        if reset_after:
+            dw.append(h_flat[:first].T @ d_n.reshape(flat, hidden)[batch:] + a["h0"].T @ d_n[0])
+        else:
+            dw.append(h_flat.T @ d_c_flat)       # (r∘h_prev)ᵀ·dC
+        return dw
+
+    return run
+
+
+# -- measurement ------------------------------------------------------------------------------
+
+
+def limit_threads(n):
+    """Limit BLAS/OpenMP pools of every library already imported, and Numba's, to n."""
+    from threadpoolctl import threadpool_limits
+
+    limiter = threadpool_limits(n)
+    try:
+        import numba
+
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    except ImportError:
+        pass
+    return limiter
+
+
+def peak_mib(run):
+    """tracemalloc high-water mark of one call, in MiB (NumPy buffers only)."""
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    run()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak / 2**20
+
+
+def time_interleaved(contestants, repeats):
+    """Seconds of each contestant per round, rounds interleaved; one warm-up call each."""
+    for run in contestants.values():
+        run()
+    times = {name: [] for name in contestants}
+    for _ in range(repeats):
+        for name, run in contestants.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def table(rows, header):
+    widths = [max(len(str(r[k])) for r in [header, *rows]) for k in range(len(header))]
+    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+                      *map(line, rows)])
+
+
+def cpu_backend_built():
+    try:
+        from gradcells import cpu
+    except ImportError:
+        return False
+    return hasattr(cpu, "lstm_sequence")
+
+
+def contestants_for(cell, size, skip):
+    """name -> callable, plus the names of the torch peer and the BLAS bound."""
+    out = {}
+    have_cpu = cpu_backend_built()
+    if cell == "lstm":
+        if have_cpu:
+            out["gradcells cpu"] = gradcells_lstm("cpu", size)
+        if "reference" not in skip:
+            out["gradcells reference"] = gradcells_lstm("reference", size)
+        if "torch" not in skip:
+            out["torch nn.LSTM"] = torch_rnn("LSTM", size)
+        if "tf" not in skip:
+            out["tf BlockLSTM"] = tf_block_lstm(size)
+        out["BLAS bound"] = blas_bound_lstm(size)
+        return out
+    for reset_after, label in ((True, "reset-after"), (False, "reset-before")):
+        if have_cpu:
+            out[f"gradcells cpu {label}"] = gradcells_gru("cpu", size, reset_after)
+        if "reference" not in skip:
+            out[f"gradcells reference {label}"] = gradcells_gru("reference", size, reset_after)
+        out[f"BLAS bound {label}"] = blas_bound_gru(size, reset_after)
+    if "torch" not in skip:
+        out["torch nn.GRU"] = torch_rnn("GRU", size)
+    return out
+
+
+def peer_names(cell, name):
+    """(torch peer, BLAS bound) that ``name``'s ratios are taken against."""
+    if cell == "lstm":
+        return "torch nn.LSTM", "BLAS bound"
+    label = "reset-before" if name.endswith("reset-before") else "reset-after"
+    return "torch nn.GRU", f"BLAS bound {label}"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="*", default=None,
+                        help="T,B,I,H tuples (default: the issue's three sizes)")
+    parser.add_argument("--cells", default="lstm,gru")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--skip", default="", help="comma list of: reference, torch, tf")
+    args = parser.parse_args(argv)
+    sizes = [tuple(int(v) for v in s.split(",")) for s in args.sizes] if args.sizes else SIZES
+    skip = set(filter(None, args.skip.split(",")))
+
+    # Import the peers first so their thread pools exist before they are limited.
+    if "torch" not in skip:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    if "tf" not in skip:
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    limit_threads(args.threads)
+    print(f"float32, forward + BPTT with an upstream gradient on every h; {args.threads} "
+          f"thread(s); median of {args.repeats} interleaved rounds\n")
+
+    for cell in args.cells.split(","):
+        for size in sizes:
+            steps, batch, n_in, hidden = size
+            contestants = contestants_for(cell, size, skip)
+            times = time_interleaved(contestants, args.repeats)
+            medians = {name: statistics.median(ts) for name, ts in times.items()}
+            unit = steps * batch * hidden * 4 / 2**20
+            rows = []
+            for name, seconds in medians.items():
+                torch_name, bound_name = peer_names(cell, name)
+                vs_torch = (f"{seconds / medians[torch_name]:.2f}×"
+                            if torch_name in medians else "-")
+                vs_bound = f"{seconds / medians[bound_name]:.2f}×"
+                memory = "-"
+                if name.startswith("gradcells"):
+                    mib = peak_mib(contestants[name])
+                    memory = f"{mib:.1f} MiB ({mib / unit:.1f} TBH)"
+                rows.append((name, f"{seconds * 1e3:.1f}", f"{min(times[name]) * 1e3:.1f}",
+                             vs_torch, vs_bound, memory))
+            print(f"{cell.upper()} (T, B, I, H) = {size}")
+            print(table(rows, ("contestant", "median ms", "min ms", "vs torch", "vs BLAS bound",
+                               "peak memory")))
+            print()
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

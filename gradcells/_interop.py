@@ -1,0 +1,248 @@
+"""Any array in: PyTorch tensors and JAX arrays go to the backends through DLPack, and the
+results come back in the caller's library.
+
+``accepts_any_array`` wraps a public function. A call whose first argument is a NumPy array
+goes straight through after one type test; one whose arguments are all NumPy or CuPy arrays
+(or scalars, strings, None) after one set-membership test per argument. When a PyTorch
+tensor or a JAX array arrives:
+
+* every array argument (inside tuples too, such as a ``state``) is viewed without copying
+  through DLPack: CPU tensors and arrays as NumPy arrays (``numpy.from_dlpack``), CUDA ones
+  as CuPy arrays (``cupy.from_dlpack``), so they run on the CPU or GPU backend;
+* PyTorch tensors that require grad are **detached** first: gradcells does not take part in
+  autograd; its gradients come from the explicit ``..._grad`` functions;
+* every array in the result goes back the same way: ``torch.from_dlpack`` (no copy; on the
+  input's device) or ``jax.dlpack.from_dlpack`` (no copy when JAX accepts the buffer: it
+  wants compact strides, 64-byte alignment and a dtype it has enabled; otherwise one copy).
+
+Float arrays of two libraries in one call raise ``TypeError``: naming both arguments when
+the first argument is a tensor or JAX array, and through the public layer's validation
+(naming the foreign argument) when it is a NumPy array. Integer arrays (``seq_len``) may
+come from any of these libraries.
+
+PyTorch and JAX are never imported here: an array is recognised by ``type(a).__module__``,
+and the library's module is taken from ``sys.modules``, where it must already be since the
+caller made the array.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+
+import numpy as np
+
+# Argument types that never need converting: the fast path tests membership in this set.
+_NATIVE_TYPES = frozenset({np.ndarray, type(None), float, int, bool, str})
+# Top-level module of an array type -> the library name used here.
+_FOREIGN_ROOTS = {"torch": "torch", "jax": "jax", "jaxlib": "jax"}
+
+
+def _foreign_library(a) -> str | None:
+    """"torch" or "jax" when ``a`` is (or a tuple holding) such an array, else None."""
+    kind = type(a)
+    if kind in _NATIVE_TYPES:
+        return None
+    if isinstance(a, tuple):
+        for item in a:
+            library = _foreign_library(item)
+            if library is not None:
+                return library
+        return None
+    root = (kind.__module__ or "").partition(".")[0]
+    library = _FOREIGN_ROOTS.get(root)
+    if library == "torch" and isinstance(a, sys.modules["torch"].Tensor):
+        return "torch"
+    if library == "jax" and "jax" in sys.modules and isinstance(a, sys.modules["jax"].Array):
+        return "jax"
+    return None
+
+
+def _any_foreign(values) -> bool:
+    """Whether any value (or item of a tuple value) is a PyTorch or JAX array; written for
+    speed, as every public call runs it."""
+    for value in values:
+        if type(value) in _NATIVE_TYPES:
+            continue
+        if isinstance(value, tuple):
+            for item in value:
+                if type(item) not in _NATIVE_TYPES and _foreign_library(item) is not None:
+                    return True
+        elif _foreign_library(value) is not None:
+            return True
+    return False
+
+
+def _library_of(a) -> str | None:
+    """The array library of ``a`` ("numpy", "cupy", "torch", "jax"), None for a non-array."""
+    if isinstance(a, np.ndarray):
+        return "numpy"
+    root = (type(a).__module__ or "").partition(".")[0]
+    if root == "cupy":
+        return "cupy"
+    return _foreign_library(a)
+
+
+def _is_float(a) -> bool:
+    dtype = getattr(a, "dtype", None)
+    if dtype is None:
+        return False
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(dtype, torch.dtype):
+        return dtype.is_floating_point
+    try:
+        return np.dtype(dtype).kind == "f"
+    except TypeError:          # a dtype NumPy does not know, e.g. bfloat16
+        return True
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError as error:
+        raise TypeError("GPU tensors need CuPy: install gradcells[gpu]") from error
+    return cupy
+
+
+def _torch_to_backend(name, t):
+    """A NumPy (CPU) or CuPy (CUDA) view of torch tensor ``t``, detached."""
+    t = t.detach().resolve_conj().resolve_neg()
+    device = t.device.type
+    try:
+        if device == "cpu":
+            return np.from_dlpack(t)
+        if device == "cuda":
+            return _cupy().from_dlpack(t)
+    except (BufferError, RuntimeError, TypeError) as error:
+        raise TypeError(f"{name}: a {t.dtype} tensor cannot be viewed as an array "
+                        f"({error}); pass float32 or float64") from error
+    raise TypeError(f"{name} is a tensor on device {t.device}; gradcells runs on the CPU "
+                    "(NumPy) and on CUDA GPUs (CuPy)")
+
+
+def _jax_to_backend(name, a):
+    """A NumPy (CPU) or CuPy (GPU) view of the JAX array ``a``."""
+    if isinstance(a, sys.modules["jax"].core.Tracer):
+        raise TypeError(f"{name} is a traced JAX value: gradcells runs eagerly on concrete "
+                        "arrays, not inside jax.jit, jax.grad or jax.vmap")
+    platforms = {d.platform for d in a.devices()}
+    try:
+        if platforms == {"cpu"}:
+            return np.from_dlpack(a)
+        if platforms <= {"gpu", "cuda"}:
+            return _cupy().from_dlpack(a)
+    except (BufferError, RuntimeError, TypeError) as error:
+        raise TypeError(f"{name}: a JAX array of dtype {a.dtype} cannot be viewed as an "
+                        f"array ({error}); pass float32 or float64") from error
+    raise TypeError(f"{name} is a JAX array on {sorted(platforms)}; gradcells runs on the "
+                    "CPU (NumPy) and on CUDA GPUs (CuPy)")
+
+
+_TO_BACKEND = {"torch": _torch_to_backend, "jax": _jax_to_backend}
+
+
+def _from_backend(a, library):
+    """Backend result ``a`` (NumPy or CuPy array) as an array of ``library``."""
+    if library == "torch":
+        torch = sys.modules["torch"]
+        try:
+            return torch.from_dlpack(a)
+        except (BufferError, RuntimeError, TypeError):
+            return torch.as_tensor(np.array(a) if isinstance(a, np.ndarray) else a.get())
+    jax = sys.modules["jax"]
+    try:
+        return jax.dlpack.from_dlpack(a)
+    except (BufferError, RuntimeError, TypeError, ValueError):
+        # JAX takes only compact strides over DLPack; anything else is copied.
+        return jax.numpy.asarray(a)
+
+
+def _convert_results(value, library):
+    if isinstance(value, tuple):
+        items = [_convert_results(item, library) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    if _library_of(value) in ("numpy", "cupy"):
+        return _from_backend(value, library)
+    return value
+
+
+def _named_arrays(names, args, kwargs):
+    """(name, value) for every argument, tuple items named ``name[k]``/``name.field``."""
+    def expand(name, value):
+        if isinstance(value, tuple):
+            fields = getattr(value, "_fields", None)
+            for k, item in enumerate(value):
+                label = f"{name}.{fields[k]}" if fields else f"{name}[{k}]"
+                yield from expand(label, item)
+        else:
+            yield name, value
+
+    for k, value in enumerate(args):
+        yield from expand(names[k] if k < len(names) else f"args[{k}]", value)
+    for name, value in kwargs.items():
+        yield from expand(name, value)
+
+
+def _check_one_library(names, args, kwargs):
+    """TypeError when float arrays of two libraries come in one call."""
+    first = {}
+    for name, value in _named_arrays(names, args, kwargs):
+        library = _library_of(value)
+        if library is None or not _is_float(value):
+            continue
+        first.setdefault(library, name)
+        if len(first) > 1:
+            (lib_a, name_a), (lib_b, name_b) = list(first.items())[:2]
+            raise TypeError(
+                f"{name_a} is a {lib_a} array but {name_b} is a {lib_b} array; pass the "
+                "float arrays of one library")
+
+
+def _to_backend(value, name, library):
+    if isinstance(value, tuple):
+        fields = getattr(value, "_fields", None)
+        items = [_to_backend(item, f"{name}.{fields[k]}" if fields else f"{name}[{k}]",
+                             library) for k, item in enumerate(value)]
+        return type(value)(*items) if fields else type(value)(items)
+    other = _foreign_library(value)
+    return value if other is None else _TO_BACKEND[other](name, value)
+
+
+def accepts_any_array(func):
+    """Let ``func`` take PyTorch tensors and JAX arrays and return results in their library.
+
+    A call whose first argument is a NumPy array pays one type test; other NumPy and CuPy
+    calls one set-membership test per argument.
+    """
+    names = tuple(inspect.signature(func).parameters)
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        # The first argument (x) decides in a valid call; a NumPy x means a NumPy call, and a
+        # tensor among NumPy arrays is then the validation's TypeError, naming it.
+        first = args[0] if args else next(iter(kwargs.values()), None)
+        if type(first) is np.ndarray or not (
+                _any_foreign(args) or (kwargs and _any_foreign(kwargs.values()))):
+            return func(*args, **kwargs)
+        _check_one_library(names, args, kwargs)
+        library = next(lib for lib in map(_foreign_library, (*args, *kwargs.values())) if lib)
+        args = tuple(_to_backend(value, names[k] if k < len(names) else f"args[{k}]", library)
+                     for k, value in enumerate(args))
+        kwargs = {name: _to_backend(value, name, library) for name, value in kwargs.items()}
+        return _convert_results(func(*args, **kwargs), library)
+
+    return wrapper
+
+
+def to_numpy(a):
+    """A NumPy array of ``a``: NumPy arrays as they are; PyTorch tensors detached and moved to
+    the host; CuPy arrays copied to the host; anything else through ``numpy.asarray``."""
+    if isinstance(a, np.ndarray):
+        return a
+    library = _library_of(a)
+    if library == "torch":
+        return a.detach().cpu().resolve_conj().resolve_neg().numpy()
+    if library == "cupy":
+        return a.get()
+    return np.asarray(a)

@@ -1,0 +1,324 @@
+"""The one table of the GPU kernels: names, template parameters, argument lists, launch shapes.
+
+The backend launches a kernel through a ``Binding`` (``binding(kernel, dtypes)``): its name
+expression (the name NVRTC compiles and CuPy's ``get_function`` looks up, and the name of
+the host harness's launcher) and its argument tuple, built from keyword values. The CuPy
+runtime and the host-emulation harness (``tests/cuda_host``) receive the same bindings and
+tuples, and ``tests/test_cuda_compile.py`` checks every parameter list here against the
+``.cu`` signature, so the emulation calls the kernels exactly as the GPU does. Nothing here
+imports CuPy or touches a device.
+
+Types in a parameter list: ``T`` is the storage type of the arrays (``float``, ``double`` or
+``gc_half`` for float16), ``A`` the arithmetic type (``float`` for float16), ``TIn``/``TOut``
+the input and output types of ``column_sum``. Scalars are passed as NumPy scalars of the
+exact C type (``np.int32`` for ``int``, ``np.int64`` for ``long long``, ``np.float32`` or
+``np.float64`` for ``A``); arrays as C-contiguous arrays of the exact dtype, except that an
+array followed by ``long long ld_<name>`` may be a 2-D view with unit column stride and row
+stride ``ld_<name>`` elements.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+FLOAT16, FLOAT32, FLOAT64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+STORAGE_DTYPES = (FLOAT32, FLOAT64, FLOAT16)
+C_TYPE = {FLOAT16: "gc_half", FLOAT32: "float", FLOAT64: "double"}
+COMPUTE_DTYPE = {FLOAT16: FLOAT32, FLOAT32: FLOAT32, FLOAT64: FLOAT64}
+INT32, INT64 = np.dtype(np.int32), np.dtype(np.int64)
+
+# Options for NVRTC. No --use_fast_math: the activations must stay accurate and overflow-free.
+# (CuPy itself appends -ftz=true, so float32 subnormal results flush to zero on the GPU.)
+NVRTC_OPTIONS: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Param:
+    ctype: str  # as written in the .cu signature, e.g. "const T*", "long long"
+    name: str
+
+    @property
+    def is_pointer(self) -> bool:
+        return self.ctype.endswith("*")
+
+    @property
+    def base(self) -> str:
+        """The C type without const and pointer: "T", "A", "int", "long long", ..."""
+        return self.ctype.replace("const ", "").rstrip("*").strip()
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    source: str
+    template: tuple[str, ...]
+    params: tuple[Param, ...]
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+
+def _params(text: str) -> tuple[Param, ...]:
+    """Parse "const T* a, long long b, ..." into Params (the .cu spelling)."""
+    params = []
+    for declaration in text.split(","):
+        words = declaration.split()
+        name = words[-1]
+        ctype = " ".join(words[:-1])
+        params.append(Param(ctype, name))
+    return tuple(params)
+
+
+def _kernel(name, source, template, params):
+    return Kernel(name, source, template, _params(params))
+
+
+# The parameter lists below are the .cu signatures, in order (checked by a test).
+KERNELS: dict[str, Kernel] = {k.name: k for k in (
+    _kernel("lstm_forward", "lstm.cu", ("T",), """
+        const T* gx, const T* gh, const T* b, const T* cs_prev,
+        const T* wci, const T* wcf, const T* wco, const int* seq_len,
+        A forget_bias, A cell_clip, int use_peephole, int use_clip, int use_seq_len,
+        long long step, long long batch, long long hidden,
+        T* i, T* cs, T* f, T* o, T* ci, T* co, T* h,
+        T* cs_state, T* h_state"""),
+    _kernel("lstm_backward", "lstm.cu", ("T",), """
+        const T* cs_prev, const T* i, const T* cs, const T* f, const T* o, const T* ci,
+        const T* co, const T* wci, const T* wcf, const T* wco,
+        const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
+        const T* d_h_final, const T* d_cs_final, const int* seq_len,
+        A cell_clip, int use_peephole, int mask_clip,
+        int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
+        long long step, long long n_steps, long long batch, long long hidden,
+        T* d_gates, T* dcs_prev, T* peephole_terms"""),
+    _kernel("gru_gates", "gru.cu", ("T",), """
+        const T* gx_ru, long long ld_gx_ru, const T* gh_ru, long long ld_gh_ru, const T* b_ru,
+        const T* h_prev, const int* seq_len, int use_seq_len,
+        long long step, long long batch, long long hidden,
+        T* r, T* u, T* rh"""),
+    _kernel("gru_candidate", "gru.cu", ("T",), """
+        const T* gx_c, long long ld_gx_c, const T* gh_c, long long ld_gh_c, const T* b_c,
+        const T* u, const T* h_prev, const int* seq_len, int use_seq_len,
+        long long step, long long batch, long long hidden,
+        T* c, T* h, T* h_state"""),
+    _kernel("gru_forward_reset_after", "gru.cu", ("T",), """
+        const T* gx_ru, long long ld_gx_ru, const T* gx_c, long long ld_gx_c,
+        const T* gh_ru, long long ld_gh_ru, const T* gh_c, long long ld_gh_c,
+        const T* b_ru, const T* b_c, const T* h_prev, const int* seq_len, int use_seq_len,
+        long long step, long long batch, long long hidden,
+        T* r, T* u, T* c, T* h, T* h_state"""),
+    _kernel("gru_backward_candidate", "gru.cu", ("T",), """
+        const T* r, const T* u, const T* c, const T* h_prev, const T* n_pre, const T* b_c,
+        const T* d_h, const T* dh_next_a, const T* dh_next_b, const T* d_h_final,
+        const int* seq_len, int reset_after, int has_d_h, int has_d_h_final, int use_seq_len,
+        long long step, long long n_steps, long long batch, long long hidden,
+        T* d_gates, T* d_n, T* dh_direct, T* rh"""),
+    _kernel("gru_backward_reset", "gru.cu", ("T",), """
+        const T* d_hr, const T* r, const T* h_prev, long long batch, long long hidden,
+        T* d_gates, T* dh_direct"""),
+    _kernel("column_sum", "reduce.cu", ("TIn", "TOut"), """
+        const TIn* in, long long rows, long long cols, long long rows_per_part,
+        long long parts, TOut* out"""),
+)}
+
+
+def template_dtypes(kernel: Kernel, dtypes) -> dict[str, np.dtype]:
+    """The dtype each C type name of ``kernel`` stands for, given its template dtypes."""
+    dtypes = tuple(np.dtype(d) for d in dtypes)
+    if len(dtypes) != len(kernel.template):
+        raise ValueError(f"{kernel.name} takes {len(kernel.template)} template dtypes, "
+                         f"got {len(dtypes)}")
+    for d in dtypes:
+        if d not in C_TYPE:
+            raise TypeError(f"{kernel.name}: no kernel for dtype {d}")
+    bound = dict(zip(kernel.template, dtypes))
+    if kernel.template == ("T",):
+        bound["A"] = COMPUTE_DTYPE[dtypes[0]]
+    bound["int"] = INT32
+    bound["long long"] = INT64
+    return bound
+
+
+def name_expression(kernel: Kernel, dtypes) -> str:
+    """The C++ name of one instantiation, e.g. ``lstm_forward<float>`` (as NVRTC, CuPy's
+    ``get_function`` and the host harness spell it)."""
+    bound = template_dtypes(kernel, dtypes)
+    return f"{kernel.name}<{', '.join(C_TYPE[bound[t]] for t in kernel.template)}>"
+
+
+def column_sum_dtypes(dtype) -> tuple[tuple[np.dtype, np.dtype], ...]:
+    """The (TIn, TOut) instantiations a storage dtype needs: one-pass (T, T) and two-pass
+    (T, A) then (A, T)."""
+    dtype = np.dtype(dtype)
+    compute = COMPUTE_DTYPE[dtype]
+    pairs = [(dtype, dtype), (dtype, compute), (compute, dtype)]
+    return tuple(dict.fromkeys(pairs))
+
+
+def instantiations(source: str) -> tuple[tuple[Kernel, tuple[np.dtype, ...]], ...]:
+    """Every (kernel, template dtypes) that the source file ``source`` is compiled for."""
+    found = []
+    for kernel in KERNELS.values():
+        if kernel.source != source:
+            continue
+        if kernel.template == ("T",):
+            found += [(kernel, (d,)) for d in STORAGE_DTYPES]
+        else:
+            pairs = dict.fromkeys(p for d in STORAGE_DTYPES for p in column_sum_dtypes(d))
+            found += [(kernel, pair) for pair in pairs]
+    return tuple(found)
+
+
+def source_name_expressions(source: str) -> tuple[str, ...]:
+    """The name expressions to compile ``source`` for (every dtype)."""
+    return tuple(name_expression(k, d) for k, d in instantiations(source))
+
+
+class Binding:
+    """One instantiation of a kernel (``binding(kernel, dtypes)``): its name expression and
+    the checks and conversions that turn keyword values into its argument tuple."""
+
+    def __init__(self, kernel: Kernel, dtypes):
+        bound = template_dtypes(kernel, dtypes)
+        self.kernel = kernel
+        self.dtypes = tuple(bound[t] for t in kernel.template)
+        self.expression = name_expression(kernel, dtypes)
+        names = set(kernel.param_names)
+        self._plan = []  # (name, array dtype or None, scalar type, (lo, hi) or None, ld name)
+        for param in kernel.params:
+            expected = bound[param.base]
+            ld = f"ld_{param.name}" if f"ld_{param.name}" in names else None
+            if param.is_pointer:
+                self._plan.append((param.name, expected, None, None, ld))
+            elif expected.kind == "f":
+                self._plan.append((param.name, None, expected.type, None, None))
+            else:
+                info = np.iinfo(expected)
+                self._plan.append((param.name, None, expected.type,
+                                   (int(info.min), int(info.max)), None))
+
+    def arguments(self, values: dict) -> tuple:
+        """The argument tuple, in the .cu order: arrays checked for dtype and layout, scalars
+        converted to exact NumPy types. TypeError/ValueError name the kernel and parameter."""
+        name = self.kernel.name
+        if len(values) != len(self._plan):
+            missing = [p for p in self.kernel.param_names if p not in values]
+            extra = sorted(set(values) - set(self.kernel.param_names))
+            raise TypeError(f"{name}: missing arguments {missing}, unknown {extra}")
+        args = []
+        for param, array_dtype, scalar, limits, ld in self._plan:
+            try:
+                value = values[param]
+            except KeyError:
+                raise TypeError(f"{name}: missing arguments [{param!r}]") from None
+            if array_dtype is not None:
+                _check_array(name, param, value, array_dtype, None if ld is None else values[ld])
+                args.append(value)
+                continue
+            key = (scalar, type(value), value)
+            converted = _scalars.get(key)
+            if converted is None:
+                converted = _convert_scalar(name, param, value, scalar, limits)
+                if len(_scalars) > 4096:
+                    _scalars.clear()
+                _scalars[key] = converted
+            args.append(converted)
+        return tuple(args)
+
+
+# NumPy scalars already made, by (type, Python type, value): making one costs ~1 us, and a
+# step loop passes the same few flags and sizes to every launch.
+_scalars: dict = {}
+
+
+def _convert_scalar(kernel, param, value, scalar, limits):
+    if limits is None:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(
+                value, (int, float, np.floating, np.integer)):
+            raise TypeError(f"{kernel}: {param} must be a real number, "
+                            f"got {type(value).__name__}")
+        return scalar(value)
+    if not isinstance(value, (int, np.integer)):  # bool is an int: 0 or 1
+        raise TypeError(f"{kernel}: {param} must be an integer, got {type(value).__name__}")
+    if not limits[0] <= value <= limits[1]:
+        raise ValueError(f"{kernel}: {param}={value} does not fit {np.dtype(scalar).name}")
+    return scalar(value)
+
+
+_bindings: dict = {}
+
+
+def binding(kernel: Kernel, dtypes) -> Binding:
+    """The (cached) Binding of ``kernel`` for its template dtypes."""
+    key = (kernel.name, *dtypes)
+    found = _bindings.get(key)
+    if found is None:
+        found = _bindings[key] = Binding(kernel, dtypes)
+    return found
+
+
+def arguments(kernel: Kernel, dtypes, **values) -> tuple:
+    """``binding(kernel, dtypes).arguments(values)``."""
+    return binding(kernel, dtypes).arguments(values)
+
+
+def _check_array(kernel, param, a, dtype, ld):
+    try:
+        a_dtype = a.dtype
+        strides = a.strides
+    except AttributeError:
+        raise TypeError(f"{kernel}: {param} must be an array, got {type(a).__name__}") from None
+    if a_dtype is not dtype and a_dtype != dtype:
+        raise TypeError(f"{kernel}: {param} must have dtype {dtype}, got {a_dtype}")
+    if ld is None:
+        if not a.flags.c_contiguous:
+            raise ValueError(f"{kernel}: {param} must be C-contiguous")
+        return
+    if a.ndim != 2 or (a.shape[1] > 1 and strides[1] != a.itemsize) or (
+            a.shape[0] > 1 and strides[0] != int(ld) * a.itemsize):
+        raise ValueError(f"{kernel}: {param} must be rows of stride ld_{param}="
+                         f"{ld}, got shape {a.shape} strides {strides}")
+
+
+# --------------------------------------------------------------------------------------
+# Launch shapes
+
+
+@dataclass(frozen=True)
+class LaunchPolicy:
+    """How launches are shaped. The GPU uses the defaults; the emulation tests also use
+    tiny values so that every grid-stride loop and the two-pass column sum run."""
+
+    block: int = 256
+    max_grid: int = 65535
+    rows_per_part: int = 64  # column_sum: rows one thread sums before a second pass
+    min_threads: int = 1 << 15  # column_sum: split rows into parts until this many threads
+
+
+DEFAULT_POLICY = LaunchPolicy()
+
+
+def elementwise_shape(n: int, policy: LaunchPolicy = DEFAULT_POLICY):
+    """``(grid, block)`` for a grid-stride loop over ``n >= 1`` elements."""
+    grid = min(policy.max_grid, math.ceil(n / policy.block))
+    return (grid, 1, 1), (policy.block, 1, 1)
+
+
+def column_sum_plan(rows: int, cols: int, policy: LaunchPolicy = DEFAULT_POLICY):
+    """``(parts, rows_per_part)``: one part when the rows are few or the columns many
+    enough to fill the device, else parts of at least ``policy.rows_per_part`` rows."""
+    if rows <= policy.rows_per_part or cols >= policy.min_threads:
+        return 1, max(rows, 1)
+    parts = min(math.ceil(rows / policy.rows_per_part), math.ceil(policy.min_threads / cols))
+    rows_per_part = math.ceil(rows / parts)
+    return math.ceil(rows / rows_per_part), rows_per_part
+
+
+def column_sum_shape(cols: int, parts: int, policy: LaunchPolicy = DEFAULT_POLICY):
+    """``(grid, block)`` for ``column_sum``: x over columns, y over parts."""
+    grid_x = min(policy.max_grid, math.ceil(cols / policy.block))
+    return (grid_x, min(policy.max_grid, parts), 1), (policy.block, 1, 1)

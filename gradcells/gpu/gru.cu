@@ -1,0 +1,286 @@
+// GRU block cell, one time step per launch: the fused elementwise forward and backward.
+// Column blocks r, u (then c); one thread per element k = b·H + j of a [B, H] array, in a
+// grid-stride loop. [B, H] arrays are C-contiguous; the pre-activation inputs gx_*, gh_*
+// are rows of width 2H (r, u) or H (c) with their own row stride ld_* (so they may be
+// column blocks of one wider matmul result).
+//
+// T is the storage type (float, double or gc_half); A the arithmetic type (float for
+// gc_half). The parameter lists are mirrored, in order, by gradcells/gpu/_kernels.py.
+// Rows past their length (use_seq_len, step >= seq_len[b]) write zeros to the step's
+// outputs and leave the state alone; running rows also write their new h to h_state,
+// which may be the h_prev buffer itself (read, then written, by one thread).
+
+#include "common.cuh"
+
+// Reset before the candidate matmul, part 1 of 2:
+//   [r, u] = σ(gx_ru + gh_ru + b_ru);   rh = r∘h_prev   (the next matmul is rh·W_ch)
+template <class T, class A, class Index>
+__device__ __forceinline__ void gru_gates_body(
+    const T* gx_ru, Index ld_gx_ru, const T* gh_ru, Index ld_gh_ru, const T* b_ru,
+    const T* h_prev, const int* seq_len, int use_seq_len, long long step, Index n,
+    Index hidden, T* r_out, T* u_out, T* rh_out)
+{
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const Index row = k / hidden;
+        const Index col = k - row * hidden;
+        if (use_seq_len && step >= (long long)seq_len[row]) {
+            const T z = gc_store<T>::from((A)0);
+            r_out[k] = z; u_out[k] = z; rh_out[k] = z;
+            continue;
+        }
+        const Index x = row * ld_gx_ru + col;
+        const Index h = row * ld_gh_ru + col;
+        const A r = gc_rounded<T>(gc_sigmoid(
+            gc_load(gx_ru[x]) + gc_load(gh_ru[h]) + gc_load(b_ru[col])));
+        const A u = gc_sigmoid(gc_load(gx_ru[x + hidden]) + gc_load(gh_ru[h + hidden])
+                               + gc_load(b_ru[col + hidden]));
+        r_out[k] = gc_store<T>::from(r);
+        u_out[k] = gc_store<T>::from(u);
+        rh_out[k] = gc_store<T>::from(r * gc_load(h_prev[k]));
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+__global__ void gru_gates(
+    const T* gx_ru, long long ld_gx_ru, const T* gh_ru, long long ld_gh_ru, const T* b_ru,
+    const T* h_prev, const int* seq_len, int use_seq_len,
+    long long step, long long batch, long long hidden,
+    T* r, T* u, T* rh)
+{
+    const long long n = batch * hidden;
+    if (n <= GC_UINT32_SAFE_COUNT) {
+        gru_gates_body<T, A, unsigned int>(
+            gx_ru, (unsigned int)ld_gx_ru, gh_ru, (unsigned int)ld_gh_ru, b_ru, h_prev,
+            seq_len, use_seq_len, step, (unsigned int)n, (unsigned int)hidden, r, u, rh);
+    } else {
+        gru_gates_body<T, A, unsigned long long>(
+            gx_ru, (unsigned long long)ld_gx_ru, gh_ru, (unsigned long long)ld_gh_ru, b_ru,
+            h_prev, seq_len, use_seq_len, step, (unsigned long long)n,
+            (unsigned long long)hidden, r, u, rh);
+    }
+}
+
+// Reset before the candidate matmul, part 2 of 2 (u is part 1's output):
+//   c = tanh(gx_c + gh_c + b_c)   (gh_c = rh·W_ch);    h = u∘h_prev + (1-u)∘c
+template <class T, class A, class Index>
+__device__ __forceinline__ void gru_candidate_body(
+    const T* gx_c, Index ld_gx_c, const T* gh_c, Index ld_gh_c, const T* b_c,
+    const T* u_in, const T* h_prev, const int* seq_len, int use_seq_len, long long step,
+    Index n, Index hidden, T* c_out, T* h_out, T* h_state)
+{
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const Index row = k / hidden;
+        const Index col = k - row * hidden;
+        if (use_seq_len && step >= (long long)seq_len[row]) {
+            const T z = gc_store<T>::from((A)0);
+            c_out[k] = z; h_out[k] = z;
+            continue;
+        }
+        const A c = gc_rounded<T>(gc_tanh(
+            gc_load(gx_c[row * ld_gx_c + col]) + gc_load(gh_c[row * ld_gh_c + col])
+            + gc_load(b_c[col])));
+        const A u = gc_load(u_in[k]);
+        const A h = u * gc_load(h_prev[k]) + ((A)1 - u) * c;
+        c_out[k] = gc_store<T>::from(c);
+        h_out[k] = gc_store<T>::from(h);
+        if (use_seq_len) h_state[k] = gc_store<T>::from(h);
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+__global__ void gru_candidate(
+    const T* gx_c, long long ld_gx_c, const T* gh_c, long long ld_gh_c, const T* b_c,
+    const T* u, const T* h_prev, const int* seq_len, int use_seq_len,
+    long long step, long long batch, long long hidden,
+    T* c, T* h, T* h_state)
+{
+    const long long n = batch * hidden;
+    if (n <= GC_UINT32_SAFE_COUNT) {
+        gru_candidate_body<T, A, unsigned int>(
+            gx_c, (unsigned int)ld_gx_c, gh_c, (unsigned int)ld_gh_c, b_c, u, h_prev,
+            seq_len, use_seq_len, step, (unsigned int)n, (unsigned int)hidden, c, h, h_state);
+    } else {
+        gru_candidate_body<T, A, unsigned long long>(
+            gx_c, (unsigned long long)ld_gx_c, gh_c, (unsigned long long)ld_gh_c, b_c, u,
+            h_prev, seq_len, use_seq_len, step, (unsigned long long)n,
+            (unsigned long long)hidden, c, h, h_state);
+    }
+}
+
+// Reset after (cuDNN's variant), the whole step; b_c is [2H] = [b_cx, b_ch]:
+//   [r, u] = σ(gx_ru + gh_ru + b_ru)
+//   c = tanh(gx_c + b_cx + r∘(gh_c + b_ch))      (gx_c = x·W_cx, gh_c = h_prev·W_ch)
+//   h = u∘h_prev + (1-u)∘c
+template <class T, class A, class Index>
+__device__ __forceinline__ void gru_forward_reset_after_body(
+    const T* gx_ru, Index ld_gx_ru, const T* gx_c, Index ld_gx_c,
+    const T* gh_ru, Index ld_gh_ru, const T* gh_c, Index ld_gh_c,
+    const T* b_ru, const T* b_c, const T* h_prev, const int* seq_len, int use_seq_len,
+    long long step, Index n, Index hidden,
+    T* r_out, T* u_out, T* c_out, T* h_out, T* h_state)
+{
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const Index row = k / hidden;
+        const Index col = k - row * hidden;
+        if (use_seq_len && step >= (long long)seq_len[row]) {
+            const T z = gc_store<T>::from((A)0);
+            r_out[k] = z; u_out[k] = z; c_out[k] = z; h_out[k] = z;
+            continue;
+        }
+        const Index xr = row * ld_gx_ru + col;
+        const Index hr = row * ld_gh_ru + col;
+        const A r = gc_rounded<T>(gc_sigmoid(
+            gc_load(gx_ru[xr]) + gc_load(gh_ru[hr]) + gc_load(b_ru[col])));
+        const A u = gc_rounded<T>(gc_sigmoid(
+            gc_load(gx_ru[xr + hidden]) + gc_load(gh_ru[hr + hidden])
+            + gc_load(b_ru[col + hidden])));
+        const A recurrent = gc_load(gh_c[row * ld_gh_c + col]) + gc_load(b_c[col + hidden]);
+        const A c = gc_rounded<T>(gc_tanh(
+            gc_load(gx_c[row * ld_gx_c + col]) + gc_load(b_c[col]) + r * recurrent));
+        const A h = u * gc_load(h_prev[k]) + ((A)1 - u) * c;
+        r_out[k] = gc_store<T>::from(r);
+        u_out[k] = gc_store<T>::from(u);
+        c_out[k] = gc_store<T>::from(c);
+        h_out[k] = gc_store<T>::from(h);
+        if (use_seq_len) h_state[k] = gc_store<T>::from(h);
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+__global__ void gru_forward_reset_after(
+    const T* gx_ru, long long ld_gx_ru, const T* gx_c, long long ld_gx_c,
+    const T* gh_ru, long long ld_gh_ru, const T* gh_c, long long ld_gh_c,
+    const T* b_ru, const T* b_c, const T* h_prev, const int* seq_len, int use_seq_len,
+    long long step, long long batch, long long hidden,
+    T* r, T* u, T* c, T* h, T* h_state)
+{
+    const long long n = batch * hidden;
+    if (n <= GC_UINT32_SAFE_COUNT) {
+        gru_forward_reset_after_body<T, A, unsigned int>(
+            gx_ru, (unsigned int)ld_gx_ru, gx_c, (unsigned int)ld_gx_c, gh_ru,
+            (unsigned int)ld_gh_ru, gh_c, (unsigned int)ld_gh_c, b_ru, b_c, h_prev, seq_len,
+            use_seq_len, step, (unsigned int)n, (unsigned int)hidden, r, u, c, h, h_state);
+    } else {
+        gru_forward_reset_after_body<T, A, unsigned long long>(
+            gx_ru, (unsigned long long)ld_gx_ru, gx_c, (unsigned long long)ld_gx_c, gh_ru,
+            (unsigned long long)ld_gh_ru, gh_c, (unsigned long long)ld_gh_c, b_ru, b_c,
+            h_prev, seq_len, use_seq_len, step, (unsigned long long)n,
+            (unsigned long long)hidden, r, u, c, h, h_state);
+    }
+}
+
+// Backward, part 1 (both variants). The upstream gradient of the step's h is the step's
+// own d_h (has_d_h) plus, on a row's last step (step + 1 == length, length = seq_len[b]
+// or n_steps), the final-state gradient d_h_final (has_d_h_final), and otherwise the carry
+// dh_next_a + dh_next_b from step + 1 (never read on a last step):
+//   dc_bar = dh∘(1-u)∘(1-c²);   du_bar = dh∘(h_prev-c)∘u(1-u);   dh_direct = dh∘u
+//   reset after, n = n_pre + b_ch (n_pre = h_prev·W_ch):
+//       d_n = dc_bar∘r;   dr_bar = dc_bar∘n∘r(1-r)
+//   reset before: rh = r∘h_prev; dr_bar is left to gru_backward_reset.
+// d_gates is [B, 3H] = [dr_bar, du_bar, dc_bar]. A row past its length has zero gate
+// gradients (and d_n, rh) and passes its final-state gradient through: dh_direct =
+// d_h_final (or 0). dh_direct may be the dh_next_b buffer itself.
+template <class T, class A, class Index>
+__device__ __forceinline__ void gru_backward_candidate_body(
+    const T* r_in, const T* u_in, const T* c_in, const T* h_prev, const T* n_pre,
+    const T* b_c, const T* d_h, const T* dh_next_a, const T* dh_next_b,
+    const T* d_h_final, const int* seq_len, int reset_after, int has_d_h,
+    int has_d_h_final, int use_seq_len, long long step, long long n_steps, Index n,
+    Index hidden, T* d_gates, T* d_n, T* dh_direct, T* rh)
+{
+    const A zero = (A)0;
+    const A one = (A)1;
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const Index row = k / hidden;
+        const Index col = k - row * hidden;
+        const Index g = row * 3 * hidden + col;
+        const long long length = use_seq_len ? (long long)seq_len[row] : n_steps;
+        if (step >= length) {
+            const T z = gc_store<T>::from(zero);
+            d_gates[g] = z; d_gates[g + hidden] = z; d_gates[g + 2 * hidden] = z;
+            if (reset_after) d_n[k] = z; else rh[k] = z;
+            dh_direct[k] = has_d_h_final ? d_h_final[k] : z;
+            continue;
+        }
+        A dh = has_d_h ? gc_load(d_h[k]) : zero;
+        if (step + 1 >= length) {
+            if (has_d_h_final) dh = dh + gc_load(d_h_final[k]);
+        } else {
+            dh = dh + (gc_load(dh_next_a[k]) + gc_load(dh_next_b[k]));
+        }
+        const A r = gc_load(r_in[k]);
+        const A u = gc_load(u_in[k]);
+        const A c = gc_load(c_in[k]);
+        const A hp = gc_load(h_prev[k]);
+        const A dc_bar = dh * (one - u) * (one - c * c);
+        const A du_bar = dh * (hp - c) * u * (one - u);
+        if (reset_after) {
+            const A recurrent = gc_load(n_pre[k]) + gc_load(b_c[col + hidden]);
+            d_gates[g] = gc_store<T>::from(dc_bar * recurrent * r * (one - r));
+            d_n[k] = gc_store<T>::from(dc_bar * r);
+        } else {
+            rh[k] = gc_store<T>::from(r * hp);
+        }
+        d_gates[g + hidden] = gc_store<T>::from(du_bar);
+        d_gates[g + 2 * hidden] = gc_store<T>::from(dc_bar);
+        dh_direct[k] = gc_store<T>::from(dh * u);
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+__global__ void gru_backward_candidate(
+    const T* r, const T* u, const T* c, const T* h_prev, const T* n_pre, const T* b_c,
+    const T* d_h, const T* dh_next_a, const T* dh_next_b, const T* d_h_final,
+    const int* seq_len, int reset_after, int has_d_h, int has_d_h_final, int use_seq_len,
+    long long step, long long n_steps, long long batch, long long hidden,
+    T* d_gates, T* d_n, T* dh_direct, T* rh)
+{
+    const long long n = batch * hidden;
+    if (n <= GC_UINT32_SAFE_COUNT) {
+        gru_backward_candidate_body<T, A, unsigned int>(
+            r, u, c, h_prev, n_pre, b_c, d_h, dh_next_a, dh_next_b, d_h_final, seq_len,
+            reset_after, has_d_h, has_d_h_final, use_seq_len, step, n_steps,
+            (unsigned int)n, (unsigned int)hidden, d_gates, d_n, dh_direct, rh);
+    } else {
+        gru_backward_candidate_body<T, A, unsigned long long>(
+            r, u, c, h_prev, n_pre, b_c, d_h, dh_next_a, dh_next_b, d_h_final, seq_len,
+            reset_after, has_d_h, has_d_h_final, use_seq_len, step, n_steps,
+            (unsigned long long)n, (unsigned long long)hidden, d_gates, d_n, dh_direct, rh);
+    }
+}
+
+// Backward, part 2 (reset before only), from d_hr = dc_bar·W_chᵀ (dL/d(r∘h_prev)):
+//   dr_bar = d_hr∘h_prev∘r(1-r)  -> column block r of d_gates;   dh_direct += d_hr∘r
+// Rows past their length have d_hr = 0 (their dc_bar is 0), so nothing changes there.
+template <class T, class A, class Index>
+__device__ __forceinline__ void gru_backward_reset_body(
+    const T* d_hr, const T* r_in, const T* h_prev, Index n, Index hidden,
+    T* d_gates, T* dh_direct)
+{
+    const A one = (A)1;
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const Index row = k / hidden;
+        const Index col = k - row * hidden;
+        const A dhr = gc_load(d_hr[k]);
+        const A r = gc_load(r_in[k]);
+        d_gates[row * 3 * hidden + col] =
+            gc_store<T>::from(dhr * gc_load(h_prev[k]) * r * (one - r));
+        dh_direct[k] = gc_store<T>::from(gc_load(dh_direct[k]) + dhr * r);
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+__global__ void gru_backward_reset(
+    const T* d_hr, const T* r, const T* h_prev, long long batch, long long hidden,
+    T* d_gates, T* dh_direct)
+{
+    const long long n = batch * hidden;
+    if (n <= GC_UINT32_SAFE_COUNT) {
+        gru_backward_reset_body<T, A, unsigned int>(
+            d_hr, r, h_prev, (unsigned int)n, (unsigned int)hidden, d_gates, dh_direct);
+    } else {
+        gru_backward_reset_body<T, A, unsigned long long>(
+            d_hr, r, h_prev, (unsigned long long)n, (unsigned long long)hidden, d_gates,
+            dh_direct);
+    }
+}

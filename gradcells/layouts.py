@@ -1,0 +1,478 @@
+"""Weight converters between gradcells (TensorFlow's block layout) and other frameworks.
+
+gradcells's layouts (SPEC 2, 3):
+
+* LSTM: ``w [I+H, 4H]`` (rows: the x part, then the h part), ``b [4H]``; gate blocks in the
+  order **i, ci, f, o**.
+* GRU: ``w_ru [I+H, 2H]`` (columns r then u), ``w_c [I+H, H]``, ``b_ru [2H]``, and ``b_c [H]``
+  (reset before the candidate matmul, TensorFlow's ``GRUBlockCell``) or ``b_c [2H]`` =
+  ``[b_cx, b_ch]`` (reset after, ``reset_after=True``: cuDNN, PyTorch, Keras' default).
+  The update gate u is what PyTorch calls z and Keras and ONNX call z: ``h = u∘h_prev + (1-u)∘c``
+  in all four.
+
+Every function is named ``{lstm,gru}_{from,to}_<framework>``. ``lstm_from_X`` returns
+``(w, b)``; ``gru_from_X`` returns ``(w_ru, w_c, b_ru, b_c)``; ``..._to_X`` take those and
+return the framework's arrays in its own order, so that ``lstm_from_torch(*cell.parameters())``
+and ``layer.set_weights(lstm_to_keras(w, b))`` work as written.
+
+**The two-bias rule.** Where a framework has two biases for a gate (an input and a recurrent
+one) and gradcells one, ``from`` sums them and ``to`` puts the sum in the first (input) bias
+and zeros in the second. The reset-after GRU candidate is the exception that proves the rule:
+its recurrent bias sits inside ``r∘(...)``, so it cannot be summed and gradcells keeps both
+(``b_c [2H]``).
+
+The converted weights reproduce the framework's forward with gradcells's ``forget_bias=0``
+(none of these frameworks adds a constant to the forget gate at run time).
+
+Inputs may be NumPy arrays or anything ``numpy.asarray`` takes; PyTorch tensors (even with
+``requires_grad``) are detached and copied to the host first. Outputs are new, C-contiguous
+NumPy arrays of the inputs' (common) float dtype; inputs are never modified. Shapes are
+checked, and a mismatch raises ``ValueError`` naming the argument with the expected and
+actual shape.
+
+There is no ``gru_{from,to}_tf_v2``: TensorFlow has no second GRU block op (its
+``GRUBlockCell`` already uses gradcells's layout, reset before), so there is nothing to convert.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _interop
+
+# Gate orders, one letter per block: i input, c candidate (ci / g), f forget, o output.
+_LSTM_GRADCELLS = "icfo"
+_LSTM_TORCH = "ifco"      # i, f, g, o
+_LSTM_KERAS = "ifco"      # i, f, c, o
+_LSTM_ONNX = "iofc"       # i, o, f, c
+_LSTM_TF_V2 = "ifco"      # BlockLSTMV2: i, f, ci, o
+
+__all__ = [
+    "lstm_from_torch", "lstm_to_torch", "lstm_from_keras", "lstm_to_keras",
+    "lstm_from_onnx", "lstm_to_onnx", "lstm_from_tf_v2", "lstm_to_tf_v2",
+    "gru_from_torch", "gru_to_torch", "gru_from_keras", "gru_to_keras",
+    "gru_from_onnx", "gru_to_onnx",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking and reordering
+
+
+def _arrays(**named):
+    """NumPy float arrays of one dtype for the given (name -> array-or-None) arguments."""
+    out, first = {}, None
+    for name, a in named.items():
+        if a is None:
+            out[name] = None
+            continue
+        a = _interop.to_numpy(a)
+        if a.dtype.kind != "f":
+            raise TypeError(f"{name} must be a floating-point array, got dtype {a.dtype}")
+        if first is None:
+            first = (name, a.dtype)
+        elif a.dtype != first[1]:
+            raise TypeError(f"{name} must have the same dtype as {first[0]} ({first[1]}), "
+                            f"got {a.dtype}")
+        out[name] = a
+    return out
+
+
+def _dtype(arrays):
+    return next(a.dtype for a in arrays.values() if a is not None)
+
+
+def _shape(name, a, expected, labels):
+    """Require ``a.shape == expected``; ``labels`` spell the expected shape for the message."""
+    if a is not None and tuple(a.shape) != tuple(expected):
+        raise ValueError(f"{name} must have shape [{labels}] = {tuple(expected)}, "
+                         f"got {tuple(a.shape)}")
+
+
+def _ndim(name, a, ndim, labels):
+    if a.ndim != ndim:
+        raise ValueError(f"{name} must be a {ndim}-D array [{labels}], got shape {a.shape}")
+
+
+def _gates(name, size, n_gates, labels):
+    """The block width H of an axis of ``size`` holding ``n_gates`` gate blocks."""
+    if size % n_gates:
+        raise ValueError(f"{name} must have {labels} with a length divisible by {n_gates}, "
+                         f"got {size}")
+    return size // n_gates
+
+
+def _reorder(a, source, target, axis):
+    """``a`` with its gate blocks along ``axis`` moved from order ``source`` to ``target``
+    (strings of gate letters); always a new array."""
+    blocks = dict(zip(source, np.split(a, len(source), axis=axis)))
+    return np.concatenate([blocks[g] for g in target], axis=axis)
+
+
+def _zeros(shape, dtype):
+    return np.zeros(shape, dtype=dtype)
+
+
+def _sum_or_zeros(first, second, shape, dtype):
+    """The two-bias rule's ``from`` half: their sum (a missing bias counts as zeros)."""
+    total = np.zeros(shape, dtype=dtype)
+    for a in (first, second):
+        if a is not None:
+            total += a
+    return total
+
+
+def _single_direction(name, a, labels):
+    """``a[0]`` of an ONNX ``[num_directions, ...]`` array with one direction."""
+    if a.ndim >= 1 and a.shape[0] != 1:
+        raise ValueError(
+            f"{name} must have num_directions = 1 in [{labels}], got shape {a.shape}; "
+            f"convert a bidirectional layer one direction at a time ({name}[d:d+1])")
+    return a[0]
+
+
+def _check_lstm(w, b):
+    """(I, H) of gradcells's LSTM ``w [I+H, 4H]``, ``b [4H]``."""
+    _ndim("w", w, 2, "I+H, 4H")
+    n_hidden = _gates("w", w.shape[1], 4, "4H columns")
+    n_in = w.shape[0] - n_hidden
+    if n_in < 0:
+        raise ValueError(f"w must have shape [I+H, 4H] with at least H = {n_hidden} rows, "
+                         f"got {w.shape}")
+    _shape("b", b, (4 * n_hidden,), "4H")
+    return n_in, n_hidden
+
+
+def _check_gru(w_ru, w_c, b_ru, b_c):
+    """(I, H, reset_after) of gradcells's GRU weights."""
+    _ndim("w_c", w_c, 2, "I+H, H")
+    n_hidden = w_c.shape[1]
+    n_in = w_c.shape[0] - n_hidden
+    if n_in < 0:
+        raise ValueError(f"w_c must have shape [I+H, H] with at least H = {n_hidden} rows, "
+                         f"got {w_c.shape}")
+    _shape("w_ru", w_ru, (n_in + n_hidden, 2 * n_hidden), "I+H, 2H")
+    _shape("b_ru", b_ru, (2 * n_hidden,), "2H")
+    if b_c.shape not in ((n_hidden,), (2 * n_hidden,)):
+        raise ValueError(f"b_c must have shape [H] = ({n_hidden},) (reset before) or [2H] = "
+                         f"({2 * n_hidden},) (reset after), got {b_c.shape}")
+    return n_in, n_hidden, b_c.shape[0] == 2 * n_hidden
+
+
+def _gradcells_lstm(rows_x, rows_h, bias, order):
+    """gradcells ``(w, b)`` from x-rows ``[I, 4H]``, h-rows ``[H, 4H]`` and ``bias [4H]``,
+    all with gate blocks in ``order``."""
+    w = _reorder(np.concatenate([rows_x, rows_h], axis=0), order, _LSTM_GRADCELLS, axis=1)
+    return w, _reorder(bias, order, _LSTM_GRADCELLS, axis=0)
+
+
+def _framework_lstm(w, b, order):
+    """x-rows ``[I, 4H]``, h-rows ``[H, 4H]`` and bias ``[4H]`` in ``order`` from gradcells's."""
+    n_in, _ = _check_lstm(w, b)
+    w = _reorder(w, _LSTM_GRADCELLS, order, axis=1)
+    return w[:n_in], w[n_in:], _reorder(b, _LSTM_GRADCELLS, order, axis=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# LSTM
+
+
+def lstm_from_torch(weight_ih, weight_hh, bias_ih=None, bias_hh=None):
+    """gradcells ``(w, b)`` from PyTorch's ``nn.LSTM`` (one layer, one direction, no
+    ``proj_size``) or ``nn.LSTMCell``.
+
+    PyTorch: ``weight_ih [4H, I]``, ``weight_hh [4H, H]``, ``bias_ih, bias_hh [4H]`` (None:
+    ``bias=False``), gate blocks **i, f, g, o** (g is the candidate ci). Two biases:
+    ``b = bias_ih + bias_hh``. ``lstm_from_torch(*cell.parameters())`` works as written.
+    """
+    a = _arrays(weight_ih=weight_ih, weight_hh=weight_hh, bias_ih=bias_ih, bias_hh=bias_hh)
+    _ndim("weight_hh", a["weight_hh"], 2, "4H, H")
+    n_hidden = a["weight_hh"].shape[1]
+    _shape("weight_hh", a["weight_hh"], (4 * n_hidden, n_hidden), "4H, H")
+    _ndim("weight_ih", a["weight_ih"], 2, "4H, I")
+    _shape("weight_ih", a["weight_ih"], (4 * n_hidden, a["weight_ih"].shape[1]), "4H, I")
+    _shape("bias_ih", a["bias_ih"], (4 * n_hidden,), "4H")
+    _shape("bias_hh", a["bias_hh"], (4 * n_hidden,), "4H")
+    bias = _sum_or_zeros(a["bias_ih"], a["bias_hh"], (4 * n_hidden,), _dtype(a))
+    return _gradcells_lstm(a["weight_ih"].T, a["weight_hh"].T, bias, _LSTM_TORCH)
+
+
+def lstm_to_torch(w, b):
+    """PyTorch's ``(weight_ih [4H, I], weight_hh [4H, H], bias_ih [4H], bias_hh [4H])``, gate
+    blocks i, f, g, o, from gradcells ``(w, b)``. Two biases: ``bias_ih = b`` (reordered),
+    ``bias_hh = 0``.
+    """
+    a = _arrays(w=w, b=b)
+    rows_x, rows_h, bias = _framework_lstm(a["w"], a["b"], _LSTM_TORCH)
+    return (np.ascontiguousarray(rows_x.T), np.ascontiguousarray(rows_h.T), bias,
+            _zeros(bias.shape, bias.dtype))
+
+
+def lstm_from_keras(kernel, recurrent_kernel, bias=None):
+    """gradcells ``(w, b)`` from Keras' ``LSTM`` / ``LSTMCell`` weights
+    (``layer.get_weights()``).
+
+    Keras: ``kernel [I, 4H]``, ``recurrent_kernel [H, 4H]``, ``bias [4H]`` (None:
+    ``use_bias=False``), gate blocks **i, f, c, o**. One bias: copied (``unit_forget_bias``
+    only initialises it; nothing is added at run time).
+    """
+    a = _arrays(kernel=kernel, recurrent_kernel=recurrent_kernel, bias=bias)
+    _ndim("recurrent_kernel", a["recurrent_kernel"], 2, "H, 4H")
+    n_hidden = a["recurrent_kernel"].shape[0]
+    _shape("recurrent_kernel", a["recurrent_kernel"], (n_hidden, 4 * n_hidden), "H, 4H")
+    _ndim("kernel", a["kernel"], 2, "I, 4H")
+    _shape("kernel", a["kernel"], (a["kernel"].shape[0], 4 * n_hidden), "I, 4H")
+    _shape("bias", a["bias"], (4 * n_hidden,), "4H")
+    bias = _sum_or_zeros(a["bias"], None, (4 * n_hidden,), _dtype(a))
+    return _gradcells_lstm(a["kernel"], a["recurrent_kernel"], bias, _LSTM_KERAS)
+
+
+def lstm_to_keras(w, b):
+    """Keras' ``(kernel [I, 4H], recurrent_kernel [H, 4H], bias [4H])``, gate blocks
+    i, f, c, o, from gradcells ``(w, b)``: ``layer.set_weights(lstm_to_keras(w, b))``."""
+    a = _arrays(w=w, b=b)
+    rows_x, rows_h, bias = _framework_lstm(a["w"], a["b"], _LSTM_KERAS)
+    return np.ascontiguousarray(rows_x), np.ascontiguousarray(rows_h), bias
+
+
+def lstm_from_onnx(W, R, B=None, P=None):
+    """gradcells weights from an ONNX ``LSTM`` node (one direction).
+
+    ONNX: ``W [1, 4H, I]``, ``R [1, 4H, H]``, ``B [1, 8H]`` = ``[Wb, Rb]`` (optional, zeros),
+    ``P [1, 3H]`` peepholes in the order **i, o, f** (optional); gate blocks **i, o, f, c**.
+    The node must use the default activations (sigmoid, tanh, tanh), ``input_forget=0`` and
+    no ``clip`` (ONNX clips gate pre-activations, not the cell state). Two biases:
+    ``b = Wb + Rb``.
+
+    Returns ``(w, b)``, or ``(w, b, wci, wcf, wco)`` when ``P`` is given.
+    """
+    a = _arrays(W=W, R=R, B=B, P=P)
+    _ndim("R", a["R"], 3, "1, 4H, H")
+    n_hidden = a["R"].shape[2]
+    _shape("R", a["R"], (1, 4 * n_hidden, n_hidden), "1, 4H, H")
+    _ndim("W", a["W"], 3, "1, 4H, I")
+    w_x = _single_direction("W", a["W"], "num_directions, 4H, I")
+    _shape("W", a["W"], (1, 4 * n_hidden, w_x.shape[1]), "1, 4H, I")
+    _shape("B", a["B"], (1, 8 * n_hidden), "1, 8H")
+    _shape("P", a["P"], (1, 3 * n_hidden), "1, 3H")
+    bias = _zeros((4 * n_hidden,), _dtype(a))
+    if a["B"] is not None:
+        bias = _sum_or_zeros(a["B"][0, :4 * n_hidden], a["B"][0, 4 * n_hidden:],
+                             (4 * n_hidden,), _dtype(a))
+    w, b = _gradcells_lstm(w_x.T, a["R"][0].T, bias, _LSTM_ONNX)
+    if a["P"] is None:
+        return w, b
+    p_i, p_o, p_f = (a["P"][0, k * n_hidden:(k + 1) * n_hidden].copy() for k in range(3))
+    return w, b, p_i, p_f, p_o
+
+
+def lstm_to_onnx(w, b, wci=None, wcf=None, wco=None):
+    """An ONNX ``LSTM`` node's ``(W [1, 4H, I], R [1, 4H, H], B [1, 8H])``, gate blocks
+    i, o, f, c, from gradcells ``(w, b)``; with peepholes (all three) also ``P [1, 3H]``
+    (i, o, f). Two biases: ``Wb = b`` (reordered), ``Rb = 0``."""
+    a = _arrays(w=w, b=b, wci=wci, wcf=wcf, wco=wco)
+    rows_x, rows_h, bias = _framework_lstm(a["w"], a["b"], _LSTM_ONNX)
+    n_hidden = bias.shape[0] // 4
+    peepholes = [a[k] for k in ("wci", "wcf", "wco")]
+    given = [p is not None for p in peepholes]
+    if any(given) and not all(given):
+        raise ValueError("peepholes need all of wci, wcf and wco or none")
+    W = np.ascontiguousarray(rows_x.T)[None]
+    R = np.ascontiguousarray(rows_h.T)[None]
+    B = np.concatenate([bias, _zeros(bias.shape, bias.dtype)])[None]
+    if not any(given):
+        return W, R, B
+    for name in ("wci", "wcf", "wco"):
+        _shape(name, a[name], (n_hidden,), "H")
+    P = np.concatenate([a["wci"], a["wco"], a["wcf"]])[None]
+    return W, R, B, P
+
+
+def lstm_from_tf_v2(w, b):
+    """gradcells ``(w, b)`` from TensorFlow's ``BlockLSTMV2`` weights.
+
+    ``BlockLSTMV2``: ``w [I+H, 4H]``, ``b [4H]``, gate blocks **i, f, ci, o** (``BlockLSTM``,
+    ``LSTMBlockCell`` and gradcells use i, ci, f, o). ``BlockLSTMV2`` has no ``forget_bias``
+    (it is 0) and defaults to ``cell_clip=0`` (none). Peephole vectors ``wci, wcf, wco`` mean
+    the same in both and need no conversion.
+    """
+    a = _arrays(w=w, b=b)
+    _check_lstm(a["w"], a["b"])
+    return (_reorder(a["w"], _LSTM_TF_V2, _LSTM_GRADCELLS, axis=1),
+            _reorder(a["b"], _LSTM_TF_V2, _LSTM_GRADCELLS, axis=0))
+
+
+def lstm_to_tf_v2(w, b):
+    """``BlockLSTMV2``'s ``(w [I+H, 4H], b [4H])``, gate blocks i, f, ci, o, from gradcells
+    ``(w, b)``."""
+    a = _arrays(w=w, b=b)
+    _check_lstm(a["w"], a["b"])
+    return (_reorder(a["w"], _LSTM_GRADCELLS, _LSTM_TF_V2, axis=1),
+            _reorder(a["b"], _LSTM_GRADCELLS, _LSTM_TF_V2, axis=0))
+
+
+# ---------------------------------------------------------------------------------------------
+# GRU
+#
+# Each framework's gate blocks, named by gradcells's letters: r reset, u update, c candidate.
+
+_GRU_TORCH = "ruc"        # r, z, n
+_GRU_KERAS = "urc"        # z, r, h
+_GRU_ONNX = "urc"         # z, r, h
+
+
+def _gradcells_gru(rows_x, rows_h, bias_x, bias_h, order, reset_after):
+    """gradcells ``(w_ru, w_c, b_ru, b_c)`` from x-rows ``[I, 3H]``, h-rows ``[H, 3H]`` and
+    input/recurrent biases ``[3H]`` (None: zeros), all with gate blocks in ``order``."""
+    dtype = rows_x.dtype
+    w = _reorder(np.concatenate([rows_x, rows_h], axis=0), order, "ruc", axis=1)
+    n_hidden = w.shape[1] // 3
+    zeros = _zeros((3 * n_hidden,), dtype)
+    bias_x = zeros if bias_x is None else _reorder(bias_x, order, "ruc", axis=0)
+    bias_h = zeros if bias_h is None else _reorder(bias_h, order, "ruc", axis=0)
+    w_ru = np.ascontiguousarray(w[:, :2 * n_hidden])
+    w_c = np.ascontiguousarray(w[:, 2 * n_hidden:])
+    b_ru = bias_x[:2 * n_hidden] + bias_h[:2 * n_hidden]
+    if reset_after:
+        b_c = np.concatenate([bias_x[2 * n_hidden:], bias_h[2 * n_hidden:]])
+    else:
+        b_c = bias_x[2 * n_hidden:] + bias_h[2 * n_hidden:]
+    return w_ru, w_c, b_ru, b_c
+
+
+def _framework_gru(w_ru, w_c, b_ru, b_c, order):
+    """x-rows ``[I, 3H]``, h-rows ``[H, 3H]``, input bias ``[3H]`` and recurrent bias
+    ``[3H]`` in ``order`` from gradcells's GRU; returns them and ``reset_after``."""
+    n_in, n_hidden, reset_after = _check_gru(w_ru, w_c, b_ru, b_c)
+    w = _reorder(np.concatenate([w_ru, w_c], axis=1), "ruc", order, axis=1)
+    dtype = w.dtype
+    bias_x = np.concatenate([b_ru, b_c[:n_hidden]])
+    bias_h = np.concatenate([_zeros((2 * n_hidden,), dtype),
+                             b_c[n_hidden:] if reset_after else _zeros((n_hidden,), dtype)])
+    return (w[:n_in], w[n_in:], _reorder(bias_x, "ruc", order, axis=0),
+            _reorder(bias_h, "ruc", order, axis=0), reset_after)
+
+
+def gru_from_torch(weight_ih, weight_hh, bias_ih=None, bias_hh=None):
+    """gradcells reset-after GRU ``(w_ru, w_c, b_ru, b_c [2H])`` from PyTorch's ``nn.GRU``
+    (one layer, one direction) or ``nn.GRUCell``; use it with ``reset_after=True``.
+
+    PyTorch: ``weight_ih [3H, I]``, ``weight_hh [3H, H]``, ``bias_ih, bias_hh [3H]`` (None:
+    ``bias=False``), gate blocks **r, z, n** (z is gradcells's u, n the candidate c), reset
+    after: ``n = tanh(W_in x + b_in + r∘(W_hn h + b_hn))``. Two biases: ``b_ru`` sums the
+    r and z parts; ``b_c = [b_in, b_hn]`` keeps both.
+    """
+    a = _arrays(weight_ih=weight_ih, weight_hh=weight_hh, bias_ih=bias_ih, bias_hh=bias_hh)
+    _ndim("weight_hh", a["weight_hh"], 2, "3H, H")
+    n_hidden = a["weight_hh"].shape[1]
+    _shape("weight_hh", a["weight_hh"], (3 * n_hidden, n_hidden), "3H, H")
+    _ndim("weight_ih", a["weight_ih"], 2, "3H, I")
+    _shape("weight_ih", a["weight_ih"], (3 * n_hidden, a["weight_ih"].shape[1]), "3H, I")
+    _shape("bias_ih", a["bias_ih"], (3 * n_hidden,), "3H")
+    _shape("bias_hh", a["bias_hh"], (3 * n_hidden,), "3H")
+    return _gradcells_gru(a["weight_ih"].T, a["weight_hh"].T, a["bias_ih"], a["bias_hh"],
+                          _GRU_TORCH, reset_after=True)
+
+
+def gru_to_torch(w_ru, w_c, b_ru, b_c):
+    """PyTorch's ``(weight_ih [3H, I], weight_hh [3H, H], bias_ih [3H], bias_hh [3H])``, gate
+    blocks r, z, n, from a gradcells reset-after GRU (``b_c [2H]``). Two biases:
+    ``bias_ih = [b_ru, b_cx]``, ``bias_hh = [0, 0, b_ch]``.
+
+    A reset-before GRU (``b_c [H]``) has no PyTorch equivalent: ``ValueError``.
+    """
+    a = _arrays(w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c)
+    rows_x, rows_h, bias_x, bias_h, reset_after = _framework_gru(
+        a["w_ru"], a["w_c"], a["b_ru"], a["b_c"], _GRU_TORCH)
+    if not reset_after:
+        n_hidden = a["w_c"].shape[1]
+        raise ValueError(
+            f"b_c must have shape [2H] = ({2 * n_hidden},): PyTorch's GRU resets after the "
+            f"candidate matmul, and a reset-before GRU (b_c of shape [H] = ({n_hidden},)) "
+            "has no PyTorch equivalent")
+    return (np.ascontiguousarray(rows_x.T), np.ascontiguousarray(rows_h.T), bias_x, bias_h)
+
+
+def gru_from_keras(kernel, recurrent_kernel, bias=None, *, reset_after=None):
+    """gradcells ``(w_ru, w_c, b_ru, b_c)`` from Keras' ``GRU`` / ``GRUCell`` weights
+    (``layer.get_weights()``).
+
+    Keras: ``kernel [I, 3H]``, ``recurrent_kernel [H, 3H]``, gate blocks **z, r, h** (z is
+    gradcells's u, h the candidate c). ``reset_after=True`` (Keras' default): ``bias [2, 3H]``
+    (input bias row, recurrent bias row), and the result has ``b_c [2H]``: ``b_ru`` sums the
+    two rows' z and r parts, ``b_c = [bias[0]_h, bias[1]_h]``. ``reset_after=False``:
+    ``bias [3H]``, result ``b_c [H]``. ``reset_after=None`` reads the variant from ``bias``'s
+    rank; pass it explicitly when ``bias`` is None (``use_bias=False``).
+    """
+    a = _arrays(kernel=kernel, recurrent_kernel=recurrent_kernel, bias=bias)
+    _ndim("recurrent_kernel", a["recurrent_kernel"], 2, "H, 3H")
+    n_hidden = a["recurrent_kernel"].shape[0]
+    _shape("recurrent_kernel", a["recurrent_kernel"], (n_hidden, 3 * n_hidden), "H, 3H")
+    _ndim("kernel", a["kernel"], 2, "I, 3H")
+    _shape("kernel", a["kernel"], (a["kernel"].shape[0], 3 * n_hidden), "I, 3H")
+    if reset_after is None:
+        if a["bias"] is None:
+            raise ValueError("reset_after must be given when bias is None")
+        reset_after = a["bias"].ndim == 2
+    elif not isinstance(reset_after, (bool, np.bool_)):
+        raise TypeError(f"reset_after must be a bool or None, got {type(reset_after).__name__}")
+    if reset_after:
+        _shape("bias", a["bias"], (2, 3 * n_hidden), "2, 3H")
+        bias_x, bias_h = (None, None) if a["bias"] is None else a["bias"]
+    else:
+        _shape("bias", a["bias"], (3 * n_hidden,), "3H")
+        bias_x, bias_h = a["bias"], None
+    return _gradcells_gru(a["kernel"], a["recurrent_kernel"], bias_x, bias_h, _GRU_KERAS,
+                          reset_after=bool(reset_after))
+
+
+def gru_to_keras(w_ru, w_c, b_ru, b_c):
+    """Keras' ``(kernel [I, 3H], recurrent_kernel [H, 3H], bias)``, gate blocks z, r, h, from
+    gradcells's GRU. ``b_c [2H]`` (reset after): ``bias [2, 3H]`` with ``bias[0] = [b_u, b_r,
+    b_cx]`` and ``bias[1] = [0, 0, b_ch]``, for a layer built with ``reset_after=True``.
+    ``b_c [H]`` (reset before): ``bias [3H] = [b_u, b_r, b_c]``, for ``reset_after=False``.
+    """
+    a = _arrays(w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c)
+    rows_x, rows_h, bias_x, bias_h, reset_after = _framework_gru(
+        a["w_ru"], a["w_c"], a["b_ru"], a["b_c"], _GRU_KERAS)
+    bias = np.stack([bias_x, bias_h]) if reset_after else bias_x
+    return np.ascontiguousarray(rows_x), np.ascontiguousarray(rows_h), bias
+
+
+def gru_from_onnx(W, R, B=None, *, linear_before_reset=0):
+    """gradcells ``(w_ru, w_c, b_ru, b_c)`` from an ONNX ``GRU`` node (one direction).
+
+    ONNX: ``W [1, 3H, I]``, ``R [1, 3H, H]``, ``B [1, 6H]`` = ``[Wb, Rb]`` (optional, zeros),
+    gate blocks **z, r, h** (z is gradcells's u); default activations (sigmoid, tanh), no
+    ``clip``. ``linear_before_reset=0`` (ONNX's default) is reset before: ``b_c [H] = Wb_h +
+    Rb_h``. ``linear_before_reset=1`` is reset after: ``b_c [2H] = [Wb_h, Rb_h]``. Two biases:
+    ``b_ru`` sums ``Wb`` and ``Rb``'s z and r parts.
+    """
+    a = _arrays(W=W, R=R, B=B)
+    if linear_before_reset not in (0, 1) or isinstance(linear_before_reset, float):
+        raise ValueError(f"linear_before_reset must be 0 or 1, got {linear_before_reset!r}")
+    _ndim("R", a["R"], 3, "1, 3H, H")
+    n_hidden = a["R"].shape[2]
+    _shape("R", a["R"], (1, 3 * n_hidden, n_hidden), "1, 3H, H")
+    _ndim("W", a["W"], 3, "1, 3H, I")
+    w_x = _single_direction("W", a["W"], "num_directions, 3H, I")
+    _shape("W", a["W"], (1, 3 * n_hidden, w_x.shape[1]), "1, 3H, I")
+    _shape("B", a["B"], (1, 6 * n_hidden), "1, 6H")
+    bias_x = bias_h = None
+    if a["B"] is not None:
+        bias_x, bias_h = a["B"][0, :3 * n_hidden], a["B"][0, 3 * n_hidden:]
+    return _gradcells_gru(w_x.T, a["R"][0].T, bias_x, bias_h, _GRU_ONNX,
+                          reset_after=bool(linear_before_reset))
+
+
+def gru_to_onnx(w_ru, w_c, b_ru, b_c):
+    """An ONNX ``GRU`` node's ``(W [1, 3H, I], R [1, 3H, H], B [1, 6H])``, gate blocks
+    z, r, h, from gradcells's GRU. Two biases: ``Wb = [b_u, b_r, b_cx]``, ``Rb = [0, 0, b_ch]``
+    (``b_ch = 0`` reset before). Set the node's ``linear_before_reset=1`` when ``b_c`` has
+    length 2H (reset after) and leave it 0 when ``b_c`` has length H.
+    """
+    a = _arrays(w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c)
+    rows_x, rows_h, bias_x, bias_h, _ = _framework_gru(
+        a["w_ru"], a["w_c"], a["b_ru"], a["b_c"], _GRU_ONNX)
+    return (np.ascontiguousarray(rows_x.T)[None], np.ascontiguousarray(rows_h.T)[None],
+            np.concatenate([bias_x, bias_h])[None])

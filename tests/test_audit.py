@@ -1,0 +1,177 @@
+"""The audit: TensorFlow's known faults are recognised as such and everything else agrees;
+PyTorch agrees everywhere; an injected wrong gradient is an unexpected mismatch (exit 1).
+
+Each framework's tests skip when it is not installed.
+"""
+
+import io
+import re
+import sys
+
+import numpy as np
+import pytest
+
+from gradcells import audit
+
+ROW = re.compile(r"^(?P<name>.+?)\s{2,}(?P<cases>\d+)\s{2,}(?P<result>agrees|known fault \d+"
+                 r"(?: \(\d+/\d+\))?|UNEXPECTED MISMATCH \(\d+/\d+\))(?:\s{2,}(?P<detail>.*))?$")
+
+
+def _audit(framework, **options):
+    """(exit status, {check name: result}, full text) of one audit run."""
+    out = io.StringIO()
+    status = audit.run(framework, stream=out, progress=False, **options)
+    text = out.getvalue()
+    rows = {m["name"]: m["result"] for m in map(ROW.match, text.splitlines()) if m}
+    return status, rows, text
+
+
+# ---------------------------------------------------------------------------------------------
+# The comparison and the verdicts, without any framework
+
+
+def test_compare_reports_the_worst_element_and_where():
+    truth = np.array([1.0, 2.0, 3.0])
+    outcome = audit.compare([("a", truth, truth), ("b", truth + [0, 0.5, 0], truth)],
+                            (0.0, 0.1))
+    assert outcome.where == "b" and outcome.abs_error == 0.5 and outcome.ratio == 5.0
+    assert not outcome.agrees
+    assert audit.compare([("a", truth + 1e-3, truth)], (0.0, 0.1)).agrees
+
+
+def test_compare_treats_nan_and_wrong_shapes_as_mismatches():
+    assert not audit.compare([("a", np.array([np.nan]), np.array([0.0]))], (1, 1)).agrees
+    assert not audit.compare([("a", np.zeros(2), np.zeros(3))], (1, 1)).agrees
+    assert audit.compare([("a", np.zeros(2), np.zeros(2))], (0.0, 0.0)).agrees
+
+
+def test_a_mismatch_is_a_known_fault_only_when_the_fault_model_matches():
+    miss, hit = audit.Outcome(3.0, 0.1, "w"), audit.Outcome(0.5, 1e-6, "w")
+    assert audit.Verdict(hit).kind(None) == "agrees"
+    assert audit.Verdict(miss, hit).kind(3) == "fault"
+    assert audit.Verdict(miss, miss).kind(3) == "unexpected"
+    assert audit.Verdict(miss, hit).kind(None) == "unexpected"
+    assert audit.Verdict(miss).kind(3) == "unexpected"
+
+
+def test_a_check_that_raises_is_an_unexpected_mismatch_not_a_crash():
+    def broken(rng):
+        raise RuntimeError("kernel exploded")
+
+    row = audit._run_check(audit.Check("broken", broken), np.random.default_rng(0), 2)
+    assert row.unexpected and "kernel exploded" in row.detail
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="framework must be one of"):
+        audit.run("jax")
+    with pytest.raises(ValueError, match="examples must be a positive integer"):
+        audit.run("torch", examples=0)
+
+
+def test_missing_framework_is_exit_status_2(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)        # import torch raises ImportError
+    assert audit.run("torch", stream=io.StringIO(), progress=False) == 2
+    assert "torch is not installed" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# TensorFlow
+
+
+@pytest.fixture(scope="module")
+def tf():
+    pytest.importorskip("tensorflow")
+    return audit._import_tensorflow()
+
+
+@pytest.fixture(scope="module")
+def tensorflow_audit(tf):
+    return _audit("tensorflow", examples=2)
+
+
+@pytest.mark.conformance
+def test_tensorflow_audit_agrees_or_shows_known_faults(tensorflow_audit):
+    status, rows, text = tensorflow_audit
+    assert status == 0, text
+    assert len(rows) == 18, text
+    assert not any(r.startswith("UNEXPECTED") for r in rows.values()), text
+    for name in ("LSTMBlockCell forward", "LSTMBlockCellGrad vs oracle",
+                 "LSTMBlockCellGrad vs gradcells", "GRUBlockCell forward",
+                 "GRUBlockCellGrad (+ seed wrapper) vs oracle", "BlockLSTM forward",
+                 "BlockLSTM gradient (GradientTape) vs oracle", "BlockLSTMGradV2 op vs oracle"):
+        assert rows[name] == "agrees", text
+
+
+@pytest.mark.conformance
+def test_tensorflow_audit_recognises_the_faults(tensorflow_audit):
+    _, rows, text = tensorflow_audit
+    faults = {int(r.split()[2]) for r in rows.values() if r.startswith("known fault")}
+    assert {1, 3, 4, 6, 9, 10} <= faults, text
+    assert rows["BlockLSTMV2 gradient (GradientTape) vs oracle"].startswith("known fault 6")
+    assert "fault 6: BlockLSTMV2's registered gradient" in text
+
+
+@pytest.mark.conformance
+def test_tensorflow_injected_wrong_gradient_is_unexpected(tf, monkeypatch):
+    real = tf.raw_ops.GRUBlockCellGrad
+
+    def wrong(**kwargs):
+        d_x, d_h_prev, d_c_bar, d_r_bar_u_bar = real(**kwargs)
+        return d_x, d_h_prev * 1.01, d_c_bar, d_r_bar_u_bar
+
+    monkeypatch.setattr(tf.raw_ops, "GRUBlockCellGrad", wrong)
+    status, rows, text = _audit("tensorflow", examples=1, select="GRUBlockCell")
+    assert status == 1, text
+    assert rows["GRUBlockCellGrad (+ seed wrapper) vs oracle"].startswith("UNEXPECTED"), text
+    assert rows["GRUBlockCellGrad (+ seed wrapper) vs gradcells"].startswith("UNEXPECTED")
+    assert rows["GRUBlockCell forward"] == "agrees"
+
+
+@pytest.mark.conformance
+def test_tensorflow_mismatch_unlike_its_fault_is_unexpected(tf, monkeypatch):
+    """A wrong LSTM gradient on top of the clip fault is no longer 'known fault 3'."""
+    real = tf.raw_ops.LSTMBlockCellGrad
+
+    def wrong(**kwargs):
+        cs_prev_grad, *rest = real(**kwargs)
+        return (cs_prev_grad + 0.1, *rest)
+
+    monkeypatch.setattr(tf.raw_ops, "LSTMBlockCellGrad", wrong)
+    status, rows, text = _audit("tensorflow", examples=1, select="clipping active")
+    assert status == 1
+    assert rows["LSTMBlockCellGrad, clipping active, vs oracle"].startswith("UNEXPECTED"), text
+    assert "not fault 3 either" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch
+
+
+@pytest.fixture(scope="module")
+def torch():
+    return pytest.importorskip("torch")
+
+
+@pytest.mark.conformance
+def test_torch_audit_agrees_everywhere(torch):
+    status, rows, text = _audit("torch", examples=1)
+    assert status == 0, text
+    assert len(rows) == 12 and set(rows.values()) == {"agrees"}, text
+    assert "12 checks: 12 agree" in text
+
+
+@pytest.mark.conformance
+def test_torch_injected_wrong_gradient_is_unexpected(torch, monkeypatch):
+    real = torch.autograd.grad
+
+    def wrong(outputs, inputs, grad_outputs, **kwargs):
+        grads = real(outputs, inputs, grad_outputs, **kwargs)
+        return (grads[0] * 1.001,) + tuple(grads[1:])
+
+    monkeypatch.setattr(torch.autograd, "grad", wrong)
+    status, rows, text = _audit("torch", examples=1, select="nn.GRUCell")
+    assert status == 1, text
+    assert rows["nn.GRUCell autograd vs oracle"].startswith("UNEXPECTED"), text
+    assert rows["nn.GRUCell autograd vs gradcells"].startswith("UNEXPECTED"), text
+    assert rows["nn.GRUCell forward vs gradcells (layouts.gru_from_torch)"] == "agrees"

@@ -1,0 +1,394 @@
+"""The Numba CPU backend against the reference backend, and its own guarantees.
+
+Agreement: every output and every gradient of both cells, on the Hypothesis strategies of
+``gradcells.testing`` (sizes from 0, hidden sizes past the SIMD width so that both the
+vector loop and its scalar remainder run): float64 to 1e-12 relative; float32 no further
+from the exact (float64) result than twice the float32 reference's own error plus four
+float32 ulps of the array's scale. Finite differences, purity, memory layouts and extreme
+inputs are also covered for ``backend="cpu"`` by test_gradients.py and test_purity.py
+(parametrized over every NumPy backend); the checks here are the CPU backend's own: empty
+sizes, read-only inputs, threads, the kernels' contracts and that the hot loops are SIMD.
+"""
+
+import re
+import threading
+
+import numba
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import gradcells as gc
+from gradcells import _dispatch
+from gradcells import cpu as cpu_backend
+from gradcells.cpu import fused_gru, fused_lstm
+from gradcells.cpu._compile import KERNEL_OPTIONS
+from gradcells.testing import (
+    gru_cell_case,
+    gru_cell_inputs,
+    lstm_cell_case,
+    lstm_cell_inputs,
+    vjp_check,
+)
+
+LSTM_ARGS = ("x", "cs_prev", "h_prev", "w", "b")
+PEEPHOLES = ("wci", "wcf", "wco")
+GRU_ARGS = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
+SIZES = {"min_size": 0, "max_batch": 6, "max_input": 6, "max_hidden": 21}
+UPSTREAM = st.sampled_from(["both", "h", "cs", "none"])
+
+
+def _cast(case, dtype):
+    return {k: v.astype(dtype) if isinstance(v, np.ndarray) else v for k, v in case.items()}
+
+
+def _upstream(case, which, seed=0):
+    rng = np.random.default_rng(seed)
+    shape, dtype = case["h_prev"].shape, case["x"].dtype
+    draw = lambda on: rng.standard_normal(shape).astype(dtype) if on else None  # noqa: E731
+    return {"d_h": draw(which in ("both", "h")), "d_cs": draw(which in ("both", "cs"))}
+
+
+def run_lstm(case, upstream, backend, clip_grad="exact"):
+    args = [case[k] for k in LSTM_ARGS]
+    peeps = {k: case[k] for k in PEEPHOLES}
+    state = gc.lstm_cell(*args, **peeps, forget_bias=case["forget_bias"],
+                         cell_clip=case["cell_clip"], backend=backend)
+    grads = gc.lstm_cell_grad(*args, state, **upstream, **peeps, cell_clip=case["cell_clip"],
+                              clip_grad=clip_grad, backend=backend)
+    return state, grads
+
+
+def lstm_grads_at(case, state, upstream, backend, clip_grad="exact"):
+    """The gradient at a given forward state (so both backends mask the same clip)."""
+    return gc.lstm_cell_grad(*[case[k] for k in LSTM_ARGS], state, **upstream,
+                             **{k: case[k] for k in PEEPHOLES}, cell_clip=case["cell_clip"],
+                             clip_grad=clip_grad, backend=backend)
+
+
+def run_gru(case, d_h, backend):
+    args = [case[k] for k in GRU_ARGS]
+    state = gc.gru_cell(*args, reset_after=case["reset_after"], backend=backend)
+    grads = gc.gru_cell_grad(*args, state, d_h, reset_after=case["reset_after"],
+                             backend=backend)
+    return state, grads
+
+
+def assert_float64_agrees(actual, expected, name):
+    assert actual.dtype == expected.dtype == np.float64, name
+    assert actual.shape == expected.shape, name
+    scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
+    np.testing.assert_allclose(actual, expected, rtol=1e-12, atol=1e-12 * scale, err_msg=name)
+
+
+def assert_float32_agrees(actual, reference32, exact, name):
+    """``actual`` (CPU, float32) is as close to ``exact`` (float64 reference on the same
+    float32 inputs) as the float32 reference is, up to 4 ulps of the array's scale."""
+    assert actual.dtype == reference32.dtype == np.float32, name
+    assert actual.shape == reference32.shape == exact.shape, name
+    if actual.size == 0:
+        return
+    scale = float(np.abs(exact).max())
+    reference_error = float(np.abs(reference32.astype(np.float64) - exact).max())
+    error = float(np.abs(actual.astype(np.float64) - exact).max())
+    bound = 2 * reference_error + 4 * np.finfo(np.float32).eps * scale
+    assert error <= bound, f"{name}: error {error:.3g} > {bound:.3g}"
+
+
+def pairs(*results):
+    """(field name, arrays...) for every non-None field of matching NamedTuples."""
+    for fields in zip(*results):
+        for name, *arrays in zip(fields[0]._fields, *fields):
+            if arrays[0] is not None:
+                yield name, arrays
+
+
+# --- agreement with the reference ----------------------------------------------------------
+
+@given(case=lstm_cell_inputs(**SIZES), upstream=UPSTREAM,
+       clip_grad=st.sampled_from(["exact", "straight_through"]))
+def test_lstm_agrees_with_reference_float64(case, upstream, clip_grad):
+    up = _upstream(case, upstream)
+    want = run_lstm(case, up, "reference", clip_grad)
+    got = run_lstm(case, up, "cpu", clip_grad)
+    for name, (a, b) in pairs(got, want):
+        assert_float64_agrees(a, b, name)
+
+
+@given(case=lstm_cell_inputs(dtype=np.float32, **SIZES), upstream=UPSTREAM,
+       clip_grad=st.sampled_from(["exact", "straight_through"]))
+def test_lstm_agrees_with_reference_float32(case, upstream, clip_grad):
+    up = _upstream(case, upstream)
+    state32 = run_lstm(case, up, "reference")[0]
+    exact_state = run_lstm(_cast(case, np.float64), _cast(up, np.float64), "reference")[0]
+    got_state = run_lstm(case, up, "cpu")[0]
+    for name, (a, b, e) in pairs([got_state], [state32], [exact_state]):
+        assert_float32_agrees(a, b, e, name)
+    # Gradients at one forward state, so that the clip masks are the same.
+    want = lstm_grads_at(case, state32, up, "reference", clip_grad)
+    got = lstm_grads_at(case, state32, up, "cpu", clip_grad)
+    state64 = gc.LSTMCellState(*[a.astype(np.float64) for a in state32])
+    exact = lstm_grads_at(_cast(case, np.float64), state64, _cast(up, np.float64),
+                          "reference", clip_grad)
+    for name, (a, b, e) in pairs([got], [want], [exact]):
+        assert_float32_agrees(a, b, e, name)
+
+
+@given(case=gru_cell_inputs(**SIZES), with_d_h=st.booleans())
+def test_gru_agrees_with_reference_float64(case, with_d_h):
+    d_h = _upstream(case, "h")["d_h"] if with_d_h else None
+    for name, (a, b) in pairs(run_gru(case, d_h, "cpu"), run_gru(case, d_h, "reference")):
+        assert_float64_agrees(a, b, name)
+
+
+@given(case=gru_cell_inputs(dtype=np.float32, **SIZES))
+def test_gru_agrees_with_reference_float32(case):
+    d_h = _upstream(case, "h")["d_h"]
+    args = [case[k] for k in GRU_ARGS]
+    ra = case["reset_after"]
+    state32 = gc.gru_cell(*args, reset_after=ra, backend="reference")
+    args64 = [a.astype(np.float64) for a in args]
+    state64 = gc.GRUCellState(*[a.astype(np.float64) for a in state32])
+    results = {
+        "cpu": (gc.gru_cell(*args, reset_after=ra, backend="cpu"),
+                gc.gru_cell_grad(*args, state32, d_h, reset_after=ra, backend="cpu")),
+        "reference": (state32,
+                      gc.gru_cell_grad(*args, state32, d_h, reset_after=ra,
+                                       backend="reference")),
+        "exact": (gc.gru_cell(*args64, reset_after=ra, backend="reference"),
+                  gc.gru_cell_grad(*args64, state64, d_h.astype(np.float64), reset_after=ra,
+                                   backend="reference")),
+    }
+    for name, (a, b, e) in pairs(results["cpu"], results["reference"], results["exact"]):
+        assert_float32_agrees(a, b, e, name)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_finite_differences_on_sizes_past_the_simd_width(dtype):
+    """The oracle on the CPU backend itself, where the vector loops do the work."""
+    rng = np.random.default_rng(11)
+    for peephole, clip in [(False, False), (True, True)]:
+        case = _cast(lstm_cell_case(rng, batch=3, input_size=3, hidden=19, peephole=peephole,
+                                    clip=clip), dtype)
+        report = vjp_check("lstm_cell", case, backend="cpu")
+        assert report.passed, f"\n{report}"
+    for reset_after in (False, True):
+        case = _cast(gru_cell_case(rng, batch=3, input_size=3, hidden=19,
+                                   reset_after=reset_after), dtype)
+        report = vjp_check("gru_cell", case, backend="cpu")
+        assert report.passed, f"\n{report}"
+
+
+# --- dispatch, empties, purity ---------------------------------------------------------------
+
+def test_numpy_arrays_default_to_the_cpu_backend():
+    assert _dispatch.default_backend("numpy") == "cpu"
+    case = lstm_cell_case(np.random.default_rng(0), batch=2, input_size=3, hidden=17)
+    args = [case[k] for k in LSTM_ARGS]
+    by_default = gc.lstm_cell(*args)
+    on_cpu = cpu_backend.lstm_cell(*args)
+    for a, b in zip(by_default, on_cpu):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("sizes", [(0, 3, 4), (2, 0, 17), (0, 0, 4)])
+def test_empty_sizes(dtype, sizes):
+    """A batch of 0 rows and an input size of 0: same shapes, dtypes and values as the
+    reference (for I=0 the rows still have values, through h_prev)."""
+    batch, n_in, hidden = sizes
+    rng = np.random.default_rng(1)
+    cases = [("lstm", lstm_cell_case(rng, batch=batch, input_size=n_in, hidden=hidden,
+                                     peephole=True))]
+    cases += [("gru", gru_cell_case(rng, batch=batch, input_size=n_in, hidden=hidden,
+                                    reset_after=ra)) for ra in (False, True)]
+    for kind, case64 in cases:
+        up64 = _upstream(case64, "both")
+        case, up = _cast(case64, dtype), _cast(up64, dtype)
+        if kind == "lstm":
+            got, want = run_lstm(case, up, "cpu"), run_lstm(case, up, "reference")
+            exact = run_lstm(_cast(case, np.float64), _cast(up, np.float64), "reference")
+        else:
+            got, want = run_gru(case, up["d_h"], "cpu"), run_gru(case, up["d_h"], "reference")
+            exact = run_gru(_cast(case, np.float64), up["d_h"].astype(np.float64), "reference")
+        for name, (a, b, e) in pairs(got, want, exact):
+            assert a.shape == b.shape, name
+            if dtype == np.float64:
+                assert_float64_agrees(a, b, name)
+            else:
+                assert_float32_agrees(a, b, e, name)
+
+
+def _read_only(case):
+    out = {}
+    for k, v in case.items():
+        if isinstance(v, np.ndarray):
+            v = v.copy()
+            v.flags.writeable = False
+        out[k] = v
+    return out
+
+
+def test_read_only_inputs_are_accepted():
+    """Nothing is written to any input: NumPy would raise on a write to these."""
+    rng = np.random.default_rng(2)
+    lcase = _read_only(lstm_cell_case(rng, batch=3, input_size=4, hidden=18, peephole=True,
+                                      clip=True))
+    up = _read_only(_upstream(lcase, "both"))
+    state, _ = run_lstm(lcase, up, "cpu")
+    for a in state:
+        a.flags.writeable = False
+    lstm_grads_at(lcase, state, up, "cpu")
+    for reset_after in (False, True):
+        gcase = _read_only(gru_cell_case(rng, batch=3, input_size=4, hidden=18,
+                                         reset_after=reset_after))
+        args = [gcase[k] for k in GRU_ARGS]
+        gstate = gc.gru_cell(*args, reset_after=reset_after, backend="cpu")
+        for a in gstate:
+            a.flags.writeable = False
+        gc.gru_cell_grad(*args, gstate, up["d_h"], reset_after=reset_after, backend="cpu")
+
+
+def test_negative_strides_and_fortran_state():
+    """The saved state and upstream gradients may come in any layout too."""
+    rng = np.random.default_rng(3)
+    case = lstm_cell_case(rng, batch=5, input_size=4, hidden=18, peephole=True, clip=True)
+    up = _upstream(case, "both")
+    state, grads = run_lstm(case, up, "cpu")
+    flipped = {k: (np.asfortranarray(v) if isinstance(v, np.ndarray) else v)
+               for k, v in case.items()}
+    for k in ("cs_prev", "h_prev", "x"):
+        flipped[k] = case[k][::-1][::-1]                       # a view with the same values
+    odd_state = gc.LSTMCellState(*[np.asfortranarray(a) for a in state])
+    odd_up = {k: v[:, ::-1][:, ::-1] for k, v in up.items()}
+    again = lstm_grads_at(flipped, odd_state, odd_up, "cpu")
+    for name, (a, b) in pairs([again], [grads]):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-14, err_msg=name)
+
+
+# --- threads ---------------------------------------------------------------------------------
+
+def test_eight_threads_at_once_give_identical_results():
+    rng = np.random.default_rng(4)
+    lcase = _cast(lstm_cell_case(rng, batch=16, input_size=24, hidden=40, peephole=True,
+                                 clip=True), np.float32)
+    gcase = _cast(gru_cell_case(rng, batch=16, input_size=24, hidden=40), np.float32)
+    up = _upstream(lcase, "both")
+
+    def work():
+        return [*run_lstm(lcase, up, "cpu"), *run_gru(gcase, up["d_h"], "cpu")]
+
+    expected = work()
+    n_threads, repeats = 8, 10
+    start = threading.Barrier(n_threads)
+    results, errors = [None] * n_threads, []
+
+    def worker(k):
+        try:
+            start.wait()
+            results[k] = [work() for _ in range(repeats)]
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for per_thread in results:
+        for outcome in per_thread:
+            for want, got in zip(expected, outcome):
+                for a, b in zip(want, got):
+                    if a is not None:
+                        np.testing.assert_array_equal(b, a)
+
+
+# --- the kernels' contracts (what gradcells/cpu/sequences.py relies on) ----------------------
+
+def test_forward_kernel_takes_a_per_row_addend():
+    rng = np.random.default_rng(5)
+    case = lstm_cell_case(rng, batch=4, input_size=3, hidden=17, peephole=True, clip=True)
+    n_batch, n_hidden = case["cs_prev"].shape
+    gates = rng.standard_normal((n_batch, 4 * n_hidden))
+    per_row = np.broadcast_to(case["b"], gates.shape).copy()
+
+    def forward(addend):
+        out = [np.empty((n_batch, n_hidden)) for _ in range(7)]
+        fused_lstm.lstm_forward_kernel(gates, addend, case["cs_prev"], case["wci"],
+                                       case["wcf"], case["wco"], True, 1.0,
+                                       case["cell_clip"], *out)
+        return out
+
+    for a, b in zip(forward(case["b"]), forward(per_row)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_backward_kernel_accumulates_the_reductions():
+    rng = np.random.default_rng(6)
+    case = lstm_cell_case(rng, batch=4, input_size=3, hidden=17, peephole=True)
+    state = cpu_backend.lstm_cell(*[case[k] for k in LSTM_ARGS],
+                                  **{k: case[k] for k in PEEPHOLES})
+    n_batch, n_hidden = case["cs_prev"].shape
+    d_h = rng.standard_normal((n_batch, n_hidden))
+    sums = [rng.standard_normal(4 * n_hidden)] + [rng.standard_normal(n_hidden)
+                                                  for _ in range(3)]
+    start = [s.copy() for s in sums]
+    d_gates, dcs_prev = np.empty((n_batch, 4 * n_hidden)), np.empty((n_batch, n_hidden))
+    fused_lstm.lstm_backward_kernel(case["cs_prev"], *state[:6], d_h, True, d_h, False,
+                                    case["wci"], case["wcf"], case["wco"], True, np.inf,
+                                    d_gates, dcs_prev, *sums)
+    grads = gc.lstm_cell_grad(*[case[k] for k in LSTM_ARGS], state, d_h=d_h,
+                              **{k: case[k] for k in PEEPHOLES}, backend="reference")
+    for total, before, expected in zip(sums, start, (grads.b, grads.wci, grads.wcf,
+                                                     grads.wco)):
+        np.testing.assert_allclose(total - before, expected, rtol=1e-12, atol=1e-13)
+
+
+# --- the hot loops are SIMD ----------------------------------------------------------------
+
+def _host_has_avx():
+    import llvmlite.binding as llvm
+
+    return bool(llvm.get_host_cpu_features().get("avx", False))
+
+
+KERNELS = {
+    # kernel -> a packed instruction only its main loop has: the division in tanh (forward
+    # kernels), the subtraction in σ' = σ(1-σ) and tanh' = 1-tanh² (backward kernels)
+    fused_lstm.lstm_forward_kernel: "vdiv",
+    fused_lstm.lstm_backward_kernel: "vsub",
+    fused_gru.gru_gates_kernel: "vdiv",
+    fused_gru.gru_candidate_kernel: "vdiv",
+    fused_gru.gru_reset_after_kernel: "vdiv",
+    fused_gru.gru_candidate_grad_kernel: "vsub",
+    fused_gru.gru_reset_grad_kernel: "vsub",
+    fused_gru.gru_reset_after_grad_kernel: "vsub",
+}
+
+
+@pytest.mark.skipif(not _host_has_avx(), reason="the check looks for AVX (ymm/zmm) registers")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_hot_loops_use_vector_registers(dtype):
+    """Each kernel, compiled with the backend's own options for the signature the cells
+    use (without the disk cache, which keeps no assembly), has packed SIMD arithmetic."""
+    rng = np.random.default_rng(8)
+    lcase = _cast(lstm_cell_case(rng, batch=2, input_size=3, hidden=17, peephole=True,
+                                 clip=True), dtype)
+    run_lstm(lcase, _upstream(lcase, "both"), "cpu")
+    for reset_after in (False, True):
+        gcase = _cast(gru_cell_case(rng, batch=2, input_size=3, hidden=17,
+                                    reset_after=reset_after), dtype)
+        run_gru(gcase, _upstream(gcase, "h")["d_h"], "cpu")
+    suffix = "ps" if dtype == np.float32 else "pd"
+    options = {**KERNEL_OPTIONS, "cache": False}
+    for kernel, op in KERNELS.items():
+        signatures = [s for s in kernel.signatures if str(s[0].dtype) == np.dtype(dtype).name]
+        assert signatures, f"{kernel.__name__} was not compiled for {dtype.__name__}"
+        signature = signatures[0]                       # the one the cells compiled first
+        fresh = numba.njit(**options)(kernel.py_func)
+        fresh.compile(signature)
+        asm = fresh.inspect_asm(signature)
+        packed = re.findall(rf"\b{op}\w*{suffix}\s+[^\n]*%[yz]mm", asm)
+        assert packed, f"{kernel.__name__}{signature}: no packed {op}{suffix} on ymm/zmm"

@@ -1,0 +1,589 @@
+"""The GPU backend run on the CPU: ``gradcells.gpu`` itself, with its CuPy runtime swapped for
+``tests/cuda_host.HostRuntime``, which runs the very ``.cu`` source the GPU runs (compiled
+by the system C++ compiler through a shim header) with the grid, block and argument tuples
+the GPU would get. Every line of ``gradcells/gpu`` runs here: the public backend functions,
+the matmul plan and step loops of ``_ops``, the kernel table, the kernels in all three dtypes
+(float16 through the shim's conversions, checked against NumPy's), and ``_cupy_runtime``
+with a stand-in for CuPy that compiles what it is given for the host. What cannot run here
+is CuPy itself: NVRTC, cuBLAS and the device (``tests/test_gpu.py``).
+
+Checked on Hypothesis-drawn inputs (``gradcells.testing`` strategies), against the
+reference in float64 on the same (rounded) inputs, forward and backward, both cells and
+both sequences: clipping in both gradient modes, peepholes, reset-after, ragged lengths,
+empty sizes. Agreement: max |emulated - reference| <= 16 eps(dtype) (1 + max |reference|)
+per output (measured: at most 3 eps). float64 gradients are also checked against finite
+differences with the oracle, launches with tiny and reversed grids must agree, and
+unwritten outputs cannot pass by luck (the emulated ``empty`` fills NaN).
+"""
+
+import contextlib
+import ctypes
+import inspect
+import subprocess
+import sys
+import types
+
+import cuda_host
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import gradcells.gpu as gpu
+from gradcells import reference
+from gradcells._types import LSTMSequence
+from gradcells.gpu import _kernels, _sources
+from gradcells.oracle import check_vjp
+from gradcells.testing import (
+    gru_cell_case,
+    gru_cell_inputs,
+    gru_sequence_case,
+    gru_sequence_inputs,
+    lstm_cell_case,
+    lstm_cell_inputs,
+    lstm_sequence_case,
+    lstm_sequence_inputs,
+)
+
+pytestmark = pytest.mark.skipif(cuda_host.compiler() is None,
+                                reason="no C++ compiler for the host emulation")
+
+DTYPES = [np.float64, np.float32, np.float16]
+# Tiny blocks and grids: every grid-stride loop wraps and every column sum takes two passes.
+TINY = _kernels.LaunchPolicy(block=3, max_grid=2, rows_per_part=2, min_threads=1 << 30)
+OPS = ("lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_sequence",
+       "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad")
+LSTM_ARRAYS = ("x", "cs_prev", "h_prev", "w", "b")
+GRU_ARRAYS = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
+
+
+@contextlib.contextmanager
+def emulated_gpu(policy=_kernels.DEFAULT_POLICY, reverse=False):
+    """``gradcells.gpu`` with its kernels running on the host."""
+    saved = gpu._runtime
+    gpu._runtime = cuda_host.HostRuntime(policy, reverse)
+    try:
+        yield gpu
+    finally:
+        gpu._runtime = saved
+
+
+def cast(case, dtype):
+    return {k: v.astype(dtype) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v
+            for k, v in case.items()}
+
+
+def assert_close(actual, expected, dtype, what=""):
+    """Each field within 16 eps(dtype) of the float64 reference, relative to its size."""
+    tolerance = 16 * np.finfo(dtype).eps
+    for field, a, e in zip(getattr(expected, "_fields", range(len(expected))), actual,
+                           expected):
+        if e is None:
+            assert a is None, f"{what}{field}: expected None"
+            continue
+        assert a.dtype == np.dtype(dtype), f"{what}{field}: dtype {a.dtype}"
+        assert a.shape == e.shape, f"{what}{field}: shape {a.shape} != {e.shape}"
+        if e.size == 0:
+            continue
+        error = np.max(np.abs(a.astype(np.float64) - e))
+        assert error <= tolerance * (1 + np.max(np.abs(e))), (
+            f"{what}{field}: max error {error:.3g} ({error / np.finfo(dtype).eps:.1f} eps)")
+
+
+def upstream(rng, dtype, shapes, wanted):
+    return {name: rng.standard_normal(shape).astype(dtype) if on else None
+            for (name, shape), on in zip(shapes.items(), wanted)}
+
+
+def as64(arrays):
+    return type(arrays)(*(None if a is None else a.astype(np.float64) for a in arrays))
+
+
+# --------------------------------------------------------------------------------------
+# The backend module itself
+
+
+def test_backend_module_mirrors_the_reference():
+    for name in OPS:
+        assert inspect.signature(getattr(gpu, name)) == inspect.signature(
+            getattr(reference, name)), name
+
+
+def test_importing_the_backend_imports_no_cupy_and_compiles_nothing():
+    code = ("import sys, gradcells.gpu, gradcells.gpu._ops, gradcells.gpu._kernels; "
+            "assert 'cupy' not in sys.modules; assert gradcells.gpu._runtime is None")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class _StandInCupy(types.ModuleType):
+    """Just enough of CuPy for ``gradcells/gpu/_cupy_runtime.py``: NumPy for the arrays, and
+    a ``RawModule`` that compiles the code it is given for the host (``cuda_host.load``)
+    and launches by name expression as ``RawKernel.__call__(grid, block, args)``."""
+
+    def __init__(self):
+        super().__init__("cupy")
+        compiled = self.compiled = []
+
+        class RawModule:
+            def __init__(self, code=None, *, options=(), name_expressions=None):
+                self.code, self.options = code, options
+                self.name_expressions = tuple(name_expressions)
+                self.library = None
+                compiled.append(self)
+
+            def get_function(self, name):
+                assert name in self.name_expressions, name
+
+                def kernel(grid, block, args):
+                    assert all(isinstance(v, tuple) for v in (grid, block, args))
+                    if self.library is None:
+                        self.library = cuda_host.load(self.code, self.name_expressions)
+                    cuda_host.call(self.library, name, grid, block, args)
+                return kernel
+
+        self.RawModule = RawModule
+        self.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: 0))
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+
+def test_the_cupy_runtime_compiles_and_launches_what_the_emulation_runs(monkeypatch):
+    """``_cupy_runtime`` itself, with CuPy replaced by a stand-in: one module per .cu file,
+    given the composed source, no fast-math option and every name expression, and each
+    launch by the name expression the table gives."""
+    stand_in = _StandInCupy()
+    monkeypatch.setitem(sys.modules, "cupy", stand_in)
+    monkeypatch.setattr(gpu, "_runtime", None)
+    sys.modules.pop("gradcells.gpu._cupy_runtime", None)
+    rng = np.random.default_rng(58)
+    lstm = cast(lstm_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=4,
+                                   peephole=True, clip=True, ragged=True), np.float32)
+    gru = cast(gru_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=4, ragged=True),
+               np.float32)
+    try:
+        seq = gpu.lstm_sequence(**lstm)
+        grads = gpu.lstm_sequence_grad(
+            *(lstm[k] for k in ("x", "cs0", "h0", "w", "b")), seq, d_h=np.ones_like(seq.h),
+            **{k: lstm[k] for k in ("wci", "wcf", "wco", "cell_clip", "seq_len")})
+        gseq = gpu.gru_sequence(**gru)
+        assert type(gpu._runtime).__module__ == "gradcells.gpu._cupy_runtime"
+    finally:
+        sys.modules.pop("gradcells.gpu._cupy_runtime", None)
+        if hasattr(gpu, "_cupy_runtime"):
+            del gpu._cupy_runtime
+    lstm64 = cast(lstm, np.float64)
+    assert_close(seq, reference.lstm_sequence(**lstm64), np.float32)
+    assert_close(grads, reference.lstm_sequence_grad(
+        *(lstm64[k] for k in ("x", "cs0", "h0", "w", "b")), as64(seq), d_h=np.ones(seq.h.shape),
+        **{k: lstm64[k] for k in ("wci", "wcf", "wco", "cell_clip", "seq_len")}), np.float32)
+    assert_close(gseq, reference.gru_sequence(**cast(gru, np.float64)), np.float32)
+    assert sorted(m.code for m in stand_in.compiled) == sorted(
+        _sources.compose(name) for name in _sources.KERNEL_FILES)
+    for module in stand_in.compiled:
+        source = next(n for n in _sources.KERNEL_FILES if _sources.compose(n) == module.code)
+        assert module.name_expressions == _kernels.source_name_expressions(source)
+        assert module.options == _kernels.NVRTC_OPTIONS
+        assert not any("fast_math" in option for option in module.options)
+
+
+def test_host_half_conversions_round_like_the_device():
+    """The shim's float16 <-> float32 conversions (the host's stand-in for PTX cvt.f32.f16
+    and cvt.rn.f16.f32) against NumPy's: every half value, every tie, neighbours, extremes."""
+    lib = cuda_host.load("", ())
+
+    def run(function, values, out_dtype):
+        out = np.empty(values.shape, out_dtype)
+        function(ctypes.c_void_p(values.ctypes.data), ctypes.c_void_p(out.ctypes.data),
+                 ctypes.c_longlong(values.size))
+        return out
+
+    def assert_same(actual, expected):
+        nan = np.isnan(expected)
+        np.testing.assert_array_equal(np.isnan(actual), nan)
+        np.testing.assert_array_equal(actual[~nan].view(f"u{actual.itemsize}"),
+                                      expected[~nan].view(f"u{expected.itemsize}"))
+
+    halves = np.arange(1 << 16, dtype=np.uint16)
+    as_float = halves.view(np.float16).astype(np.float32)
+    assert_same(run(lib.gc_host_halves_to_floats, halves, np.float32), as_float)
+
+    magnitudes = np.unique(np.abs(as_float[np.isfinite(as_float)])).astype(np.float64)
+    ties = ((magnitudes[:-1] + magnitudes[1:]) / 2).astype(np.float32)  # exact in float32
+    rng = np.random.default_rng(59)
+    randoms = (rng.standard_normal(20000) * 10.0 ** rng.uniform(-9, 6, 20000)).astype(np.float32)
+    special = np.array([65504, 65519.996, 65520, 65536, 1e10, np.inf, np.nan, 0, 2**-24,
+                        2**-25, 3 * 2**-26, 2**-14, 2**-14 - 2**-25, 1e-30], np.float32)
+    values = np.concatenate([as_float, ties, np.nextafter(ties, np.float32(0)),
+                             np.nextafter(ties, np.float32(np.inf)), randoms, special])
+    values = np.concatenate([values, -values])
+    with np.errstate(over="ignore"):
+        expected = values.astype(np.float16)
+    assert_same(run(lib.gc_host_floats_to_halves, values, np.uint16).view(np.float16), expected)
+
+
+# --------------------------------------------------------------------------------------
+# Cells
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(case=lstm_cell_inputs(min_size=0), clip_grad=st.sampled_from(["exact", "straight_through"]),
+       wanted=st.tuples(st.booleans(), st.booleans()), seed=st.integers(0, 2**16))
+def test_lstm_cell_matches_reference(dtype, case, clip_grad, wanted, seed):
+    case = cast(case, dtype)
+    case64 = cast(case, np.float64)
+    peepholes = {k: case[k] for k in ("wci", "wcf", "wco")}
+    attrs = {k: case[k] for k in ("forget_bias", "cell_clip")}
+    with emulated_gpu() as backend:
+        state = backend.lstm_cell(*(case[k] for k in LSTM_ARRAYS), **peepholes, **attrs)
+        assert_close(state, reference.lstm_cell(**{k: v for k, v in case64.items()}),
+                     dtype, "forward ")
+        shape = state.h.shape
+        up = upstream(np.random.default_rng(seed), dtype, {"d_h": shape, "d_cs": shape}, wanted)
+        grads = backend.lstm_cell_grad(*(case[k] for k in LSTM_ARRAYS), state, **up,
+                                       **peepholes, cell_clip=case["cell_clip"],
+                                       clip_grad=clip_grad)
+    # The reference gradient at the emulated forward state: the backward's own rounding only.
+    expected = reference.lstm_cell_grad(
+        *(case64[k] for k in LSTM_ARRAYS), as64(state),
+        **{k: None if v is None else v.astype(np.float64) for k, v in up.items()},
+        **{k: case64[k] for k in ("wci", "wcf", "wco")}, cell_clip=case["cell_clip"],
+        clip_grad=clip_grad)
+    assert_close(grads, expected, dtype, "gradient ")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(case=gru_cell_inputs(min_size=0), with_d_h=st.booleans(), seed=st.integers(0, 2**16))
+def test_gru_cell_matches_reference(dtype, case, with_d_h, seed):
+    case = cast(case, dtype)
+    case64 = cast(case, np.float64)
+    reset_after = case["reset_after"]
+    with emulated_gpu() as backend:
+        state = backend.gru_cell(*(case[k] for k in GRU_ARRAYS), reset_after=reset_after)
+        assert_close(state, reference.gru_cell(**case64), dtype, "forward ")
+        d_h = upstream(np.random.default_rng(seed), dtype, {"d_h": state.h.shape},
+                       [with_d_h])["d_h"]
+        grads = backend.gru_cell_grad(*(case[k] for k in GRU_ARRAYS), state, d_h,
+                                      reset_after=reset_after)
+    expected = reference.gru_cell_grad(*(case64[k] for k in GRU_ARRAYS), as64(state),
+                                       None if d_h is None else d_h.astype(np.float64),
+                                       reset_after=reset_after)
+    assert_close(grads, expected, dtype, "gradient ")
+
+
+# --------------------------------------------------------------------------------------
+# Sequences
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(case=lstm_sequence_inputs(min_size=0),
+       clip_grad=st.sampled_from(["exact", "straight_through"]),
+       wanted=st.tuples(*[st.booleans()] * 4), seed=st.integers(0, 2**16))
+def test_lstm_sequence_matches_reference(dtype, case, clip_grad, wanted, seed):
+    case = cast(case, dtype)
+    case64 = cast(case, np.float64)
+    arrays = [case[k] for k in ("x", "cs0", "h0", "w", "b")]
+    options = {k: case[k] for k in ("wci", "wcf", "wco", "cell_clip", "seq_len")}
+    with emulated_gpu() as backend:
+        seq = backend.lstm_sequence(*arrays, **options, forget_bias=case["forget_bias"])
+        assert_close(seq, reference.lstm_sequence(**case64), dtype, "forward ")
+        steps, state = seq.h.shape, seq.h_final.shape
+        up = upstream(np.random.default_rng(seed), dtype,
+                      {"d_h": steps, "d_cs": steps, "d_h_final": state, "d_cs_final": state},
+                      wanted)
+        grads = backend.lstm_sequence_grad(*arrays, seq, **up, **options, clip_grad=clip_grad)
+    expected = reference.lstm_sequence_grad(
+        *(case64[k] for k in ("x", "cs0", "h0", "w", "b")), as64(seq),
+        **{k: None if v is None else v.astype(np.float64) for k, v in up.items()},
+        **{k: case64[k] for k in ("wci", "wcf", "wco", "cell_clip", "seq_len")},
+        clip_grad=clip_grad)
+    assert_close(grads, expected, dtype, "gradient ")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(case=gru_sequence_inputs(min_size=0), wanted=st.tuples(st.booleans(), st.booleans()),
+       seed=st.integers(0, 2**16))
+def test_gru_sequence_matches_reference(dtype, case, wanted, seed):
+    case = cast(case, dtype)
+    case64 = cast(case, np.float64)
+    options = {k: case[k] for k in ("reset_after", "seq_len")}
+    with emulated_gpu() as backend:
+        seq = backend.gru_sequence(*(case[k] for k in ("x", "h0", "w_ru", "w_c", "b_ru", "b_c")),
+                                   **options)
+        assert_close(seq, reference.gru_sequence(**case64), dtype, "forward ")
+        up = upstream(np.random.default_rng(seed), dtype,
+                      {"d_h": seq.h.shape, "d_h_final": seq.h_final.shape}, wanted)
+        grads = backend.gru_sequence_grad(
+            *(case[k] for k in ("x", "h0", "w_ru", "w_c", "b_ru", "b_c")), seq, **up, **options)
+    expected = reference.gru_sequence_grad(
+        *(case64[k] for k in ("x", "h0", "w_ru", "w_c", "b_ru", "b_c")), as64(seq),
+        **{k: None if v is None else v.astype(np.float64) for k, v in up.items()}, **options)
+    assert_close(grads, expected, dtype, "gradient ")
+
+
+# --------------------------------------------------------------------------------------
+# Finite differences (float64): the emulated gradients against the oracle directly
+
+
+def _lstm_cell_pair(backend, case):
+    peephole = case["wci"] is not None
+    names = LSTM_ARRAYS + (("wci", "wcf", "wco") if peephole else ())
+    attrs = {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"]}
+
+    def forward(*arrays):
+        return backend.lstm_cell(*arrays[:5], **dict(zip(("wci", "wcf", "wco"), arrays[5:])),
+                                 **attrs)
+
+    def f(*arrays):
+        state = forward(*arrays)
+        return state.cs, state.h
+
+    def vjp(ct, *arrays):
+        grads = backend.lstm_cell_grad(*arrays[:5], forward(*arrays), d_cs=ct[0], d_h=ct[1],
+                                       **dict(zip(("wci", "wcf", "wco"), arrays[5:])),
+                                       cell_clip=case["cell_clip"])
+        return tuple(grads)[: len(arrays)]
+
+    return f, vjp, tuple(case[n] for n in names), names
+
+
+def _lstm_sequence_pair(backend, case):
+    peephole = case["wci"] is not None
+    names = ("x", "cs0", "h0", "w", "b") + (("wci", "wcf", "wco") if peephole else ())
+    attrs = {k: case[k] for k in ("forget_bias", "cell_clip", "seq_len")}
+
+    def forward(*arrays):
+        return backend.lstm_sequence(*arrays[:5], **dict(zip(("wci", "wcf", "wco"), arrays[5:])),
+                                     **attrs)
+
+    def f(*arrays):
+        seq = forward(*arrays)
+        return seq.h, seq.cs, seq.h_final, seq.cs_final
+
+    def vjp(ct, *arrays):
+        grads = backend.lstm_sequence_grad(
+            *arrays[:5], forward(*arrays), d_h=ct[0], d_cs=ct[1], d_h_final=ct[2],
+            d_cs_final=ct[3], **dict(zip(("wci", "wcf", "wco"), arrays[5:])),
+            cell_clip=case["cell_clip"], seq_len=case["seq_len"])
+        return tuple(grads)[: len(arrays)]
+
+    return f, vjp, tuple(case[n] for n in names), names
+
+
+def _gru_pair(backend, case, sequence):
+    names = ("x", "h0" if sequence else "h_prev", "w_ru", "w_c", "b_ru", "b_c")
+    if sequence:
+        attrs = {"reset_after": case["reset_after"], "seq_len": case["seq_len"]}
+
+        def f(*arrays):
+            seq = backend.gru_sequence(*arrays, **attrs)
+            return seq.h, seq.h_final
+
+        def vjp(ct, *arrays):
+            seq = backend.gru_sequence(*arrays, **attrs)
+            return tuple(backend.gru_sequence_grad(*arrays, seq, d_h=ct[0], d_h_final=ct[1],
+                                                   **attrs))
+    else:
+        def f(*arrays):
+            return backend.gru_cell(*arrays, reset_after=case["reset_after"]).h
+
+        def vjp(ct, *arrays):
+            state = backend.gru_cell(*arrays, reset_after=case["reset_after"])
+            return tuple(backend.gru_cell_grad(*arrays, state, ct,
+                                               reset_after=case["reset_after"]))
+
+    return f, vjp, tuple(case[n] for n in names), names
+
+
+@pytest.mark.parametrize("peephole", [False, True])
+@pytest.mark.parametrize("clip", [False, True])
+def test_lstm_gradients_match_finite_differences(peephole, clip):
+    rng = np.random.default_rng(51)
+    cell = lstm_cell_case(rng, peephole=peephole, clip=clip, forget_bias=0.5)
+    sequence = lstm_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=3,
+                                  peephole=peephole, clip=clip, ragged=True)
+    assert (cell["cell_clip"] is not None) == clip
+    with emulated_gpu(TINY) as backend:
+        for pair in (_lstm_cell_pair(backend, cell), _lstm_sequence_pair(backend, sequence)):
+            f, vjp, args, names = pair
+            report = check_vjp(f, vjp, args, names=names, seed=1)
+            assert report.passed, f"\n{report}"
+            assert report.max_abs_error < 1e-8
+
+
+@pytest.mark.parametrize("reset_after", [False, True])
+def test_gru_gradients_match_finite_differences(reset_after):
+    rng = np.random.default_rng(52)
+    cell = gru_cell_case(rng, reset_after=reset_after)
+    sequence = gru_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=3,
+                                 reset_after=reset_after, ragged=True)
+    with emulated_gpu(TINY) as backend:
+        for pair in (_gru_pair(backend, cell, False), _gru_pair(backend, sequence, True)):
+            f, vjp, args, names = pair
+            report = check_vjp(f, vjp, args, names=names, seed=2)
+            assert report.passed, f"\n{report}"
+            assert report.max_abs_error < 1e-8
+
+
+# --------------------------------------------------------------------------------------
+# Launch shapes, thread order, exactness
+
+
+def _run_everything(backend, dtype):
+    """Every operation on one fixed ragged case; returns all outputs, flattened."""
+    rng = np.random.default_rng(53)
+    lstm = cast(lstm_sequence_case(rng, steps=3, batch=4, input_size=3, hidden=5,
+                                   peephole=True, clip=True, ragged=True), dtype)
+    gru = cast(gru_sequence_case(rng, steps=3, batch=4, input_size=3, hidden=5, ragged=True),
+               dtype)
+    gru_after = cast(gru_sequence_case(rng, steps=1, batch=7, input_size=2, hidden=3,
+                                       reset_after=True), dtype)
+    outputs = []
+    seq = backend.lstm_sequence(**lstm)
+    d_h = rng.standard_normal(seq.h.shape).astype(dtype)
+    outputs += [*seq, *backend.lstm_sequence_grad(
+        *(lstm[k] for k in ("x", "cs0", "h0", "w", "b")), seq, d_h=d_h, d_cs=d_h,
+        **{k: lstm[k] for k in ("wci", "wcf", "wco", "cell_clip", "seq_len")})]
+    for case in (gru, gru_after):
+        names = ("x", "h0", "w_ru", "w_c", "b_ru", "b_c")
+        seq = backend.gru_sequence(**case)
+        outputs += [*seq, *backend.gru_sequence_grad(
+            *(case[k] for k in names), seq, d_h=np.ones_like(seq.h),
+            reset_after=case["reset_after"], seq_len=case["seq_len"])]
+    return outputs
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_results_do_not_depend_on_launch_shape_or_thread_order(dtype):
+    """Tiny grids (wrapping grid-stride loops, two-pass column sums) and reversed thread
+    order give the default launch's elementwise results bit for bit; only the column sums
+    (bias and peephole gradients) may differ, by their summation order."""
+    with emulated_gpu() as backend:
+        default = _run_everything(backend, dtype)
+    with emulated_gpu(TINY) as backend:
+        tiny = _run_everything(backend, dtype)
+        assert backend._runtime.launches["column_sum"] > 0
+    with emulated_gpu(TINY, reverse=True) as backend:
+        reverse = _run_everything(backend, dtype)
+    for a, b, c in zip(default, tiny, reverse):
+        if a is None:
+            continue
+        assert not np.isnan(a).any()
+        np.testing.assert_array_equal(b, c)  # same launch shape, opposite thread order
+        if a.ndim == 1:  # bias and peephole gradients: column sums
+            np.testing.assert_allclose(b.astype(np.float64), a, rtol=16 * np.finfo(dtype).eps,
+                                       atol=16 * np.finfo(dtype).eps)
+        else:
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gradient_passes_exactly_on_the_clip_boundary(dtype):
+    """The backward kernel recomputes i∘ci + f∘cs_prev exactly as the forward did: with the
+    clip level set to an unclipped |cs| the gradient passes there, and nowhere beyond."""
+    case = cast(lstm_cell_case(np.random.default_rng(54), batch=3, hidden=4), dtype)
+    arrays = [case[k] for k in LSTM_ARRAYS]
+    with emulated_gpu() as backend:
+        free = backend.lstm_cell(*arrays)
+        magnitudes = np.abs(free.cs)
+        level = float(np.sort(magnitudes.ravel())[magnitudes.size // 2])  # a median |cs|
+        clipped = backend.lstm_cell(*arrays, cell_clip=level)
+        d_cs = np.ones_like(free.cs)
+        on = backend.lstm_cell_grad(*arrays, clipped, d_cs=d_cs, cell_clip=level)
+        off = backend.lstm_cell_grad(*arrays, free, d_cs=d_cs)
+        low = float(np.sort(magnitudes.ravel())[magnitudes.size // 4])
+        lower = backend.lstm_cell_grad(*arrays, backend.lstm_cell(*arrays, cell_clip=low),
+                                       d_cs=d_cs, cell_clip=low)
+    passes = magnitudes <= level
+    assert passes.sum() >= 1 and (~passes).sum() >= 1
+    np.testing.assert_array_equal(on.cs_prev, np.where(passes, off.cs_prev, 0))
+    assert np.all(on.cs_prev[magnitudes == level] != 0)
+    np.testing.assert_array_equal(lower.cs_prev, np.where(magnitudes <= low, off.cs_prev, 0))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_extreme_preactivations_stay_finite(dtype):
+    rng = np.random.default_rng(55)
+    lstm = cast(lstm_cell_case(rng, peephole=True, scale=1.0), dtype)
+    lstm["w"] = (lstm["w"] * 4e3).astype(dtype)  # pre-activations of order 1e4
+    gru = cast(gru_cell_case(rng, reset_after=True), dtype)
+    gru["w_ru"], gru["w_c"] = (gru["w_ru"] * 4e3).astype(dtype), (gru["w_c"] * 4e3).astype(dtype)
+    with emulated_gpu() as backend:
+        state = backend.lstm_cell(**lstm)
+        grads = backend.lstm_cell_grad(*(lstm[k] for k in LSTM_ARRAYS), state,
+                                       d_h=np.ones_like(state.h), d_cs=np.ones_like(state.h),
+                                       **{k: lstm[k] for k in ("wci", "wcf", "wco")})
+        gstate = backend.gru_cell(**gru)
+        ggrads = backend.gru_cell_grad(*(gru[k] for k in GRU_ARRAYS), gstate,
+                                       np.ones_like(gstate.h), reset_after=True)
+    for a in (*state, *grads, *gstate, *ggrads):
+        assert a is None or np.isfinite(a).all()
+    assert np.all((state.i >= 0) & (state.i <= 1)) and np.all(np.abs(gstate.c) <= 1)
+
+
+def test_inputs_are_never_modified_and_layout_does_not_matter():
+    rng = np.random.default_rng(56)
+    lstm = lstm_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=4, peephole=True,
+                              clip=True, ragged=True)
+    gru = gru_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=4, reset_after=True,
+                            ragged=True)
+    snapshot = {k: v.copy() for k, v in {**lstm, **gru}.items() if isinstance(v, np.ndarray)}
+    fortran = {k: np.asfortranarray(v) if isinstance(v, np.ndarray) and v.ndim == 2 else v
+               for k, v in lstm.items()}
+    strided = {k: np.repeat(v, 2, axis=-1)[..., ::2] if isinstance(v, np.ndarray)
+               and v.dtype.kind == "f" else v for k, v in gru.items()}
+    with emulated_gpu() as backend:
+        seq = backend.lstm_sequence(**lstm)
+        seq_f = backend.lstm_sequence(**fortran)
+        full = backend.lstm_sequence(**{**lstm, "seq_len": None})
+        full_f = backend.lstm_sequence(**{**fortran, "seq_len": None})
+        cell = backend.lstm_cell(*(lstm[k][0] if k == "x" else lstm[k] for k in
+                                   ("x", "cs0", "h0", "w", "b")))
+        cell_f = backend.lstm_cell(*(fortran[k][0] if k == "x" else fortran[k] for k in
+                                     ("x", "cs0", "h0", "w", "b")))
+        names = ("x", "cs0", "h0", "w", "b")
+        grads = backend.lstm_sequence_grad(*(lstm[k] for k in names), seq,
+                                           d_h=np.ones_like(seq.h), d_cs_final=seq.cs_final,
+                                           **{k: lstm[k] for k in ("wci", "wcf", "wco",
+                                                                    "cell_clip", "seq_len")})
+        gseq = backend.gru_sequence(**gru)
+        gseq_s = backend.gru_sequence(**strided)
+        backend.gru_sequence_grad(*(gru[k] for k in ("x", "h0", "w_ru", "w_c", "b_ru", "b_c")),
+                                  gseq, d_h_final=np.ones_like(gseq.h_final),
+                                  reset_after=True, seq_len=gru["seq_len"])
+        seq_snapshot = [a.copy() for a in seq]
+        backend.lstm_sequence_grad(*(lstm[k] for k in names), seq, d_h=np.ones_like(seq.h),
+                                   **{k: lstm[k] for k in ("wci", "wcf", "wco", "cell_clip",
+                                                           "seq_len")})
+    for k, v in snapshot.items():
+        np.testing.assert_array_equal({**lstm, **gru}[k], v, err_msg=k)
+    for a, b in zip(seq, seq_snapshot):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip((*seq, *gseq, *full, *cell), (*seq_f, *gseq_s, *full_f, *cell_f)):
+        # BLAS may order the sums differently for another layout
+        np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-14)
+    assert isinstance(seq, LSTMSequence) and all(g is not None for g in grads)
+
+
+def test_empty_sizes_give_correctly_shaped_results():
+    rng = np.random.default_rng(57)
+    with emulated_gpu() as backend:
+        for steps, batch, n_in in ((0, 2, 3), (2, 0, 3), (2, 2, 0)):
+            lstm = lstm_sequence_case(rng, steps=steps, batch=batch, input_size=n_in, hidden=3,
+                                      peephole=True)
+            seq = backend.lstm_sequence(**lstm)
+            assert seq.h.shape == (steps, batch, 3) and seq.h_final.shape == (batch, 3)
+            grads = backend.lstm_sequence_grad(
+                *(lstm[k] for k in ("x", "cs0", "h0", "w", "b")), seq,
+                d_h_final=np.ones((batch, 3)), **{k: lstm[k] for k in ("wci", "wcf", "wco")})
+            assert grads.x.shape == (steps, batch, n_in) and grads.w.shape == (n_in + 3, 12)
+            if steps == 0:
+                np.testing.assert_array_equal(grads.h0, np.ones((batch, 3)))
+                np.testing.assert_array_equal(seq.cs_final, lstm["cs0"])
+            if steps == 0 or batch == 0:
+                assert not np.any(grads.w) and not np.any(grads.b) and not np.any(grads.wci)
+            gru = gru_sequence_case(rng, steps=steps, batch=batch, input_size=n_in, hidden=3)
+            gseq = backend.gru_sequence(**gru)
+            ggrads = backend.gru_sequence_grad(
+                *(gru[k] for k in ("x", "h0", "w_ru", "w_c", "b_ru", "b_c")), gseq)
+            assert ggrads.w_c.shape == (n_in + 3, 3) and ggrads.b_c.shape == (3,)

@@ -1,0 +1,420 @@
+"""The known faults of TensorFlow's fused recurrent ops (SPEC 6), one test each: TensorFlow
+(or the seed's code, re-enacted with ``tf.raw_ops``) shown wrong, against the oracle where the
+fault is a gradient, and gradcells shown right. Tests that need TensorFlow skip without it.
+
+Fault 7 (on GPU, ``LSTMBlockCellGrad`` adds the peephole term to ``cs_prev_grad`` twice) needs
+TensorFlow's CUDA kernels and has no test here: the conformance extra installs
+``tensorflow-cpu``.
+
+The oracle compares a claimed vector-Jacobian product with central differences of the
+forward in float64. TensorFlow's ops take no float64 (fault 10), so their gradients are
+judged against the float64 forward at float32 tolerance (the oracle's default for float32
+gradients); the forwards agree to float32 round-off (``test_conformance_tf.py``).
+"""
+
+import numpy as np
+import pytest
+
+import gradcells as gc
+from gradcells import tf_compat as tc
+from gradcells.testing import gru_cell_case, lstm_cell_case, lstm_sequence_case, vjp_check
+
+LSTM_ARGS = ("x", "cs_prev", "h_prev", "w", "b")
+PEEPHOLES = ("wci", "wcf", "wco")
+GRU_ARGS = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
+STEP_FIELDS = ("i", "cs", "f", "o", "ci", "co", "h")
+F32 = {"rtol": 2e-6, "atol": 2e-6}  # float32 round-off, as in test_conformance_tf.py
+
+
+@pytest.fixture(scope="module")
+def tf():
+    return pytest.importorskip("tensorflow")
+
+
+def swap_ci_f(a):
+    """Blocks i, f, ci, o <-> i, ci, f, o on the last axis."""
+    i, first, second, o = np.split(a, 4, axis=-1)
+    return np.concatenate([i, second, first, o], axis=-1)
+
+
+def f32(a):
+    return np.asarray(a, dtype=np.float32)
+
+
+def lstm_forward(case, peephole=False, cell_clip=None):
+    """``f`` for the oracle: the LSTM cell's ``(cs, h)`` from its arrays, in gradcells order
+    ``x, cs_prev, h_prev, w, b[, wci, wcf, wco]``, with the case's attributes."""
+    def f(*arrays):
+        peeps = dict(zip(PEEPHOLES, arrays[5:])) if peephole else {}
+        state = gc.lstm_cell(*arrays[:5], **peeps, forget_bias=case["forget_bias"],
+                             cell_clip=cell_clip)
+        return state.cs, state.h
+    return f
+
+
+TF_LSTM_INPUTS = ("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b")
+
+
+def tf_lstm_inputs(tf, arrays, peephole):
+    """The op's input list ``x, cs_prev, h_prev, w, wci, wcf, wco, b`` (float32 tensors)."""
+    x, cs_prev, h_prev, w, b, *peeps = (tf.constant(f32(a)) for a in arrays)
+    if not peephole:
+        peeps = [tf.zeros(cs_prev.shape[1])] * 3
+    return [x, cs_prev, h_prev, w, *peeps, b]
+
+
+def tf_lstm_cell(tf, arrays, peephole=False, **attrs):
+    """TF's LSTMBlockCell on gradcells-ordered arrays (keyword arguments only, as raw ops are)."""
+    inputs = tf_lstm_inputs(tf, arrays, peephole)
+    return tf.raw_ops.LSTMBlockCell(**dict(zip(TF_LSTM_INPUTS, inputs)), **attrs,
+                                    use_peephole=peephole)
+
+
+def seed_lstm_block_cell_grad(tf, op_inputs, op_outputs, grad, use_peephole, *,
+                              seed_naming=True):
+    """The seed's ``_LSTMBlockCellGrad`` line for line, with ``tf.raw_ops`` for
+    ``gen_lstm_ops`` and TF2's shape access. ``seed_naming=False`` names ``op.inputs`` in the
+    op's real order (x, cs_prev, h_prev, w, wci, wcf, wco, b) instead of the seed's."""
+    if seed_naming:
+        (x, cs_prev, h_prev, w, wci, wco, wcf, b) = op_inputs  # the seed's line
+    else:
+        (x, cs_prev, h_prev, w, wci, wcf, wco, b) = op_inputs
+    (i, cs, f, o, ci, co, _) = op_outputs
+    (_, cs_grad, _, _, _, _, h_grad) = grad
+    batch_size, input_size = x.shape
+    cell_size = cs_prev.shape[1]
+    (cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad) = tf.raw_ops.LSTMBlockCellGrad(
+        x=x, cs_prev=cs_prev, h_prev=h_prev, w=w, wci=wci, wcf=wcf, wco=wco, b=b, i=i, cs=cs,
+        f=f, o=o, ci=ci, co=co, cs_grad=cs_grad, h_grad=h_grad, use_peephole=use_peephole)
+    xh_grad = tf.matmul(dicfo, w, transpose_b=True)
+    x_grad = tf.slice(xh_grad, (0, 0), (batch_size, input_size))
+    h_prev_grad = tf.slice(xh_grad, (0, input_size), (batch_size, cell_size))
+    xh = tf.concat([x, h_prev], 1)
+    w_grad = tf.matmul(xh, dicfo, transpose_a=True)
+    b_grad = tf.raw_ops.BiasAddGrad(out_backprop=dicfo)
+    return (x_grad, cs_prev_grad, h_prev_grad, w_grad, wci_grad, wcf_grad, wco_grad, b_grad)
+
+
+def tf_lstm_vjp(tf, case, peephole, cell_clip, seed_naming=True):
+    """A claimed vjp for ``lstm_forward``: TF's forward op, then the seed's gradient."""
+    def vjp(ct, *arrays):
+        ct_cs, ct_h = (tf.constant(f32(c)) for c in ct)
+        inputs = tf_lstm_inputs(tf, arrays, peephole)
+        outputs = tf.raw_ops.LSTMBlockCell(**dict(zip(TF_LSTM_INPUTS, inputs)),
+                                           forget_bias=case["forget_bias"],
+                                           cell_clip=cell_clip or 0.0, use_peephole=peephole)
+        zeros = tf.zeros_like(ct_h)
+        grads = seed_lstm_block_cell_grad(tf, inputs, outputs,
+                                          (zeros, ct_cs, zeros, zeros, zeros, zeros, ct_h),
+                                          peephole, seed_naming=seed_naming)
+        x, cs_prev, h_prev, w, wci, wcf, wco, b = (g.numpy() for g in grads)
+        return (x, cs_prev, h_prev, w, b) + ((wci, wcf, wco) if peephole else ())
+    return vjp
+
+
+def failing(report):
+    return {c.name for c in report.checks if not c.passed}
+
+
+# -- 1. gate order --------------------------------------------------------------------------------
+
+
+def test_fault_1_gate_order_is_i_ci_f_o(tf, rng):
+    """TF's docs give the blocks of w and b as i, f, ci, o; its kernel uses i, ci, f, o."""
+    assert "[i, f, ci, o] = xh * w + b" in tf.raw_ops.LSTMBlockCell.__doc__
+    case = lstm_cell_case(rng, batch=3, hidden=4, dtype=np.float32, scale=2.0)
+    arrays = [case[k] for k in LSTM_ARGS]
+    theirs = tf_lstm_cell(tf, arrays, cell_clip=0.0)
+    kernel_order = gc.lstm_cell(*arrays)
+    as_documented = gc.lstm_cell(case["x"], case["cs_prev"], case["h_prev"],
+                                 swap_ci_f(case["w"]), swap_ci_f(case["b"]))
+    for k, t in zip(STEP_FIELDS, theirs):
+        np.testing.assert_allclose(getattr(kernel_order, k), t.numpy(), **F32, err_msg=k)
+    assert not np.allclose(as_documented.h, theirs.h.numpy(), atol=1e-3)
+
+
+# -- 2. the default cell_clip=3.0 -----------------------------------------------------------------
+
+
+def test_fault_2_default_cell_clip_silently_clips(tf, rng):
+    """Called with its defaults, TF's op clips the cell state to [-3, 3]: on large states
+    it differs from the unclipped LSTM, and equals a clip at 3. ``tf_compat`` mirrors the
+    default; the public API clips only when asked."""
+    case = lstm_cell_case(rng, batch=4, hidden=6, dtype=np.float32)
+    case["cs_prev"] = f32(6.0 * case["cs_prev"])
+    arrays = [case[k] for k in LSTM_ARGS]
+    theirs = [t.numpy() for t in tf_lstm_cell(tf, arrays)]  # TF's defaults
+    unclipped = gc.lstm_cell(*arrays)
+    assert np.abs(unclipped.cs).max() > 3.5
+    assert np.abs(theirs[1]).max() == np.float32(3.0)
+    assert not np.allclose(theirs[6], unclipped.h, atol=1e-3)
+    clipped = gc.lstm_cell(*arrays, cell_clip=3.0)
+    mirror = tc.lstm_block_cell(*arrays[:4], *[np.zeros(6, np.float32)] * 3, arrays[4])
+    for k, t in zip(STEP_FIELDS, theirs):
+        np.testing.assert_allclose(getattr(clipped, k), t, **F32, err_msg=k)
+        np.testing.assert_allclose(getattr(mirror, k), t, **F32, err_msg=k)
+
+
+# -- 3. the straight-through clip gradient --------------------------------------------------------
+
+
+def test_fault_3_clip_gradient_is_straight_through(tf, rng):
+    """Where the clip is active TF's gradient (op + the seed's Python) disagrees with finite
+    differences; gradcells's exact gradient agrees. With the clip off TF's agrees too, so
+    the clip is the fault."""
+    case = lstm_cell_case(rng, batch=4, hidden=5, clip=True)
+    clip = case["cell_clip"]
+    assert clip is not None
+    arrays = [case[k] for k in LSTM_ARGS]
+    theirs = gc.check_vjp(lstm_forward(case, cell_clip=clip),
+                          tf_lstm_vjp(tf, case, False, clip), arrays, names=LSTM_ARGS)
+    assert not theirs.passed
+    assert "cs_prev" in failing(theirs)
+    ours = gc.check_vjp(
+        lstm_forward(case, cell_clip=clip),
+        lambda ct, *a: gc.lstm_cell_grad(*a, gc.lstm_cell(*a, forget_bias=case["forget_bias"],
+                                                          cell_clip=clip),
+                                         d_cs=ct[0], d_h=ct[1], cell_clip=clip)[:5],
+        arrays, names=LSTM_ARGS)
+    ours.raise_if_failed()
+    gc.check_vjp(lstm_forward(case), tf_lstm_vjp(tf, case, False, None), arrays,
+                 names=LSTM_ARGS).raise_if_failed()
+
+
+# -- 4. the seed's wcf/wco swap -------------------------------------------------------------------
+
+
+def test_fault_4_seed_swaps_wcf_and_wco(tf, rng):
+    """The seed names ``op.inputs`` (x, cs_prev, h_prev, w, wci, wco, wcf, b) and passes them
+    on as (wci, wcf, wco): the op sees wcf and wco swapped and every gradient through the
+    cell state is wrong; only wco's (Σ do∘cs, which reads neither vector) survives. Named in
+    the op's real order, the same code passes."""
+    case = lstm_cell_case(rng, batch=4, hidden=5, peephole=True)
+    names = LSTM_ARGS + PEEPHOLES
+    arrays = [case[k] for k in names]
+    forward = lstm_forward(case, peephole=True)
+    seed = gc.check_vjp(forward, tf_lstm_vjp(tf, case, True, None), arrays, names=names)
+    assert not seed.passed
+    assert failing(seed) == set(names) - {"wco"}
+    gc.check_vjp(forward, tf_lstm_vjp(tf, case, True, None, seed_naming=False), arrays,
+                 names=names).raise_if_failed()
+    vjp_check("lstm_cell", case).raise_if_failed()
+
+
+# -- 5. the seed's GRU docstring ------------------------------------------------------------------
+
+
+def docstring_gru_grad(errors):
+    """The seed's ``_GRUBlockCellGrad`` docstring written as code, with the chosen subset of
+    its three errors: "+u" (``+ u`` for ``+ d_h∘u``), "h-c" (``(h - c)`` for
+    ``(h_prev - c)``) and "swap" (the d_w_ru and d_w_c formulas exchanged). The docstring
+    gives no formula for d_r_bar; the kernel's is used."""
+    def vjp(d_h, x, h_prev, w_ru, w_c, b_ru, b_c):
+        r, u, c, h = gc.gru_cell(x, h_prev, w_ru, w_c, b_ru, b_c)
+        n_in = x.shape[1]
+        d_c_bar = d_h * (1 - u) * (1 - c * c)
+        d_u_bar = d_h * ((h if "h-c" in errors else h_prev) - c) * u * (1 - u)
+        d_xh_r = d_c_bar @ w_c.T
+        d_x_component_2, d_h_prevr = d_xh_r[:, :n_in], d_xh_r[:, n_in:]
+        d_r_bar = d_h_prevr * h_prev * r * (1 - r)
+        d_r_bar_u_bar = np.concatenate([d_r_bar, d_u_bar], 1)
+        d_xh_1 = d_r_bar_u_bar @ w_ru.T
+        d_x = d_xh_1[:, :n_in] + d_x_component_2
+        d_h_prev = d_xh_1[:, n_in:] + d_h_prevr * r + (u if "+u" in errors else d_h * u)
+        x_h_prev = np.concatenate([x, h_prev], 1)
+        x_h_prevr = np.concatenate([x, h_prev * r], 1)
+        if "swap" in errors:
+            d_w_ru, d_w_c = x_h_prevr.T @ d_c_bar, x_h_prev.T @ d_r_bar_u_bar
+        else:
+            d_w_ru, d_w_c = x_h_prev.T @ d_r_bar_u_bar, x_h_prevr.T @ d_c_bar
+        return d_x, d_h_prev, d_w_ru, d_w_c, d_r_bar_u_bar.sum(0), d_c_bar.sum(0)
+    return vjp
+
+
+def gru_h(*arrays):
+    return gc.gru_cell(*arrays).h
+
+
+@pytest.mark.parametrize("errors, wrong", [
+    (("+u",), {"h_prev"}),
+    (("h-c",), {"x", "h_prev", "w_ru", "b_ru"}),
+])
+def test_fault_5_gru_docstring_formulas_fail_the_oracle(rng, errors, wrong):
+    case = gru_cell_case(rng, batch=4, hidden=5)
+    arrays = [case[k] for k in GRU_ARGS]
+    report = gc.check_vjp(gru_h, docstring_gru_grad(errors), arrays, names=GRU_ARGS)
+    assert failing(report) == wrong
+    gc.check_vjp(gru_h, docstring_gru_grad(()), arrays, names=GRU_ARGS).raise_if_failed()
+
+
+@pytest.mark.parametrize("errors", [("swap",), ("+u", "h-c", "swap")])
+def test_fault_5_gru_docstring_weight_gradients_are_swapped(rng, errors):
+    """d_w_ru = x_h_prevrᵀ·d_c_bar has the shape of w_c, not w_ru: the oracle refuses it.
+    ("+u", "h-c", "swap") is the docstring exactly as written."""
+    case = gru_cell_case(rng, batch=4, hidden=5)
+    arrays = [case[k] for k in GRU_ARGS]
+    with pytest.raises(ValueError, match=r"the gradient for w_ru has shape \(9, 5\), "
+                                         r"expected \(9, 10\)"):
+        gc.check_vjp(gru_h, docstring_gru_grad(errors), arrays, names=GRU_ARGS)
+
+
+def test_fault_5_gru_seed_code_is_right(tf, rng):
+    """The seed's ``_GRUBlockCellGrad`` code (TF's op, then its Python weight gradients)
+    passes the oracle, and so does gradcells."""
+    case = gru_cell_case(rng, batch=4, hidden=5)
+    arrays = [case[k] for k in GRU_ARGS]
+
+    def seed_vjp(d_h, *a):
+        x, h_prev, w_ru, w_c, b_ru, b_c = (tf.constant(f32(v)) for v in a)
+        r, u, c, _ = tf.raw_ops.GRUBlockCell(x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru,
+                                             b_c=b_c)
+        d_x, d_h_prev, d_c_bar, d_r_bar_u_bar = tf.raw_ops.GRUBlockCellGrad(
+            x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c, r=r, u=u, c=c,
+            d_h=tf.constant(f32(d_h)))
+        x_h_prev = tf.concat([x, h_prev], 1)
+        d_w_ru = tf.matmul(x_h_prev, d_r_bar_u_bar, transpose_a=True)
+        d_b_ru = tf.raw_ops.BiasAddGrad(out_backprop=d_r_bar_u_bar)
+        x_h_prevr = tf.concat([x, h_prev * r], 1)
+        d_w_c = tf.matmul(x_h_prevr, d_c_bar, transpose_a=True)
+        d_b_c = tf.raw_ops.BiasAddGrad(out_backprop=d_c_bar)
+        return [g.numpy() for g in (d_x, d_h_prev, d_w_ru, d_w_c, d_b_ru, d_b_c)]
+
+    gc.check_vjp(gru_h, seed_vjp, arrays, names=GRU_ARGS).raise_if_failed()
+    vjp_check("gru_cell", case).raise_if_failed()
+
+
+# -- 6. BlockLSTMV2's registered gradient ---------------------------------------------------------
+
+
+def test_fault_6_block_lstm_v2_registered_gradient_is_wrong(tf, rng):
+    """``tf.GradientTape`` through BlockLSTMV2 runs the V1 gradient op, whose gate order
+    differs: it fails the oracle. TF's own BlockLSTMGradV2 op and ``tf_compat``'s mirror of
+    it pass (no clipping: V2's default)."""
+    case = lstm_sequence_case(rng, steps=3, batch=2, input_size=3, hidden=4)
+    steps, hidden = 3, 4
+    arrays = [case["x"], case["cs0"], case["h0"], swap_ci_f(case["w"]), swap_ci_f(case["b"])]
+    names = ("x", "cs_prev", "h_prev", "w", "b")
+    zeros = np.zeros(hidden)
+
+    def forward(x, cs_prev, h_prev, w, b):
+        out = tc.block_lstm_v2(steps, x, cs_prev, h_prev, w, zeros, zeros, zeros, b)
+        return out.cs, out.h
+
+    def tape_vjp(ct, *a):
+        inputs = [tf.constant(f32(v)) for v in a]
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            x, cs_prev, h_prev, w, b = inputs
+            p = tf.zeros(hidden)
+            out = tf.raw_ops.BlockLSTMV2(seq_len_max=np.int64(steps), x=x, cs_prev=cs_prev,
+                                         h_prev=h_prev, w=w, wci=p, wcf=p, wco=p, b=b)
+            loss = tf.reduce_sum(f32(ct[0]) * out.cs) + tf.reduce_sum(f32(ct[1]) * out.h)
+        return [g.numpy() for g in tape.gradient(loss, inputs)]
+
+    def tf_op_vjp(ct, *a):
+        x, cs_prev, h_prev, w, b = (f32(v) for v in a)
+        p = np.zeros(hidden, np.float32)
+        out = tf.raw_ops.BlockLSTMV2(seq_len_max=np.int64(steps), x=x, cs_prev=cs_prev,
+                                     h_prev=h_prev, w=w, wci=p, wcf=p, wco=p, b=b)
+        g = tf.raw_ops.BlockLSTMGradV2(
+            seq_len_max=np.int64(steps), x=x, cs_prev=cs_prev, h_prev=h_prev, w=w, wci=p,
+            wcf=p, wco=p, b=b, **{k: t for k, t in zip(STEP_FIELDS, out)},
+            cs_grad=f32(ct[0]), h_grad=f32(ct[1]), use_peephole=False)
+        return [t.numpy() for t in (g.x_grad, g.cs_prev_grad, g.h_prev_grad, g.w_grad,
+                                    g.b_grad)]
+
+    def mirror_vjp(ct, x, cs_prev, h_prev, w, b):
+        out = tc.block_lstm_v2(steps, x, cs_prev, h_prev, w, zeros, zeros, zeros, b)
+        g = tc.block_lstm_grad_v2(steps, x, cs_prev, h_prev, w, zeros, zeros, zeros, b, *out,
+                                  ct[0], ct[1], False)
+        return g.x_grad, g.cs_prev_grad, g.h_prev_grad, g.w_grad, g.b_grad
+
+    tape = gc.check_vjp(forward, tape_vjp, arrays, names=names)
+    assert not tape.passed
+    assert {"x", "h_prev", "w", "b"} <= failing(tape)
+    gc.check_vjp(forward, tf_op_vjp, arrays, names=names).raise_if_failed()
+    gc.check_vjp(forward, mirror_vjp, arrays, names=names).raise_if_failed()
+
+
+# -- 8. uninitialised outputs past seq_len_max ----------------------------------------------------
+
+
+@pytest.mark.parametrize("op", [tc.block_lstm, tc.block_lstm_v2])
+def test_fault_8_outputs_past_seq_len_max_are_zero(rng, op):
+    """TF's BlockLSTM zeroes cs and h past ``seq_len_max`` but leaves i, f, o, ci, co
+    uninitialised (whatever the allocator held; not asserted on here). gradcells returns
+    zeros for all seven, and the steps before are those of the full run."""
+    case = lstm_sequence_case(rng, steps=5, batch=3, input_size=2, hidden=4, peephole=True)
+    args = [case[k] for k in ("x", "cs0", "h0", "w", "wci", "wcf", "wco", "b")]
+    full = op(5, *args, use_peephole=True)
+    short = op(2, *args, use_peephole=True)
+    for k in STEP_FIELDS:
+        np.testing.assert_array_equal(getattr(short, k)[2:], 0.0, err_msg=k)
+        np.testing.assert_allclose(getattr(short, k)[:2], getattr(full, k)[:2], rtol=1e-15,
+                                   err_msg=k)
+
+
+# -- 9. no registered gradient for the cells ------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["LSTMBlockCell", "GRUBlockCell"])
+def test_fault_9_no_gradient_registered_for_the_cells(tf, rng, op):
+    """TF2 registers no gradient for LSTMBlockCell or GRUBlockCell; gradcells has one for
+    each, and it passes the oracle."""
+    if op == "LSTMBlockCell":
+        case = lstm_cell_case(rng, dtype=np.float32)
+        inputs = tf_lstm_inputs(tf, [case[k] for k in LSTM_ARGS], False)
+        names = ("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b")
+        check = ("lstm_cell", lstm_cell_case(rng))
+    else:
+        case = gru_cell_case(rng, dtype=np.float32)
+        inputs = [tf.constant(case[k]) for k in GRU_ARGS]
+        names = GRU_ARGS
+        check = ("gru_cell", gru_cell_case(rng))
+    with tf.GradientTape() as tape:
+        tape.watch(inputs[0])
+        h = getattr(tf.raw_ops, op)(**dict(zip(names, inputs))).h
+        loss = tf.reduce_sum(h)
+    with pytest.raises(LookupError, match=f"no entry for: {op}"):
+        tape.gradient(loss, inputs[0])
+    vjp_check(*check).raise_if_failed()
+
+
+# -- 10. float32 only -----------------------------------------------------------------------------
+
+
+def float64_inputs(op):
+    rng = np.random.default_rng(10)
+    if op.startswith("GRU"):
+        case = gru_cell_case(rng)
+        return {k: case[k] for k in GRU_ARGS}
+    hidden = 5
+    peeps = dict.fromkeys(PEEPHOLES, np.zeros(hidden))
+    if op == "LSTMBlockCell":
+        case = lstm_cell_case(rng, hidden=hidden)
+        return {**{k: case[k] for k in LSTM_ARGS}, **peeps}
+    case = lstm_sequence_case(rng, hidden=hidden)
+    return {"seq_len_max": np.int64(case["x"].shape[0]), "x": case["x"],
+            "cs_prev": case["cs0"], "h_prev": case["h0"], "w": case["w"], "b": case["b"],
+            **peeps}
+
+
+@pytest.mark.parametrize("op, mirror", [
+    ("LSTMBlockCell", tc.lstm_block_cell), ("GRUBlockCell", tc.gru_block_cell),
+    ("BlockLSTM", tc.block_lstm), ("BlockLSTMV2", tc.block_lstm_v2),
+])
+def test_fault_10_tensorflow_rejects_float64(tf, op, mirror):
+    """TF's ops take float16/float32 (GRU: float32 only), so their gradients cannot be checked
+    by float64 finite differences; the mirrors take float64 and return float64, and the
+    oracle checks gradcells's float64 gradients at float64 tolerance (faults 4, 5 and 9
+    above; ``test_tf_compat.py`` for the mirrors)."""
+    inputs = float64_inputs(op)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="double is not in the list"):
+        getattr(tf.raw_ops, op)(**inputs)
+    assert all(a.dtype == np.float64 for a in mirror(**inputs))
+
+
+def test_fault_10_gru_rejects_float16(tf):
+    inputs = {k: v.astype(np.float16) for k, v in float64_inputs("GRUBlockCell").items()}
+    with pytest.raises(tf.errors.InvalidArgumentError, match="half is not in the list"):
+        tf.raw_ops.GRUBlockCell(**inputs)

@@ -1,0 +1,377 @@
+"""The GPU backend on a CUDA device (marker ``gpu``; the module is skipped without CuPy or a
+device). ``benchmarks/gpu_check.sh`` runs it on a GPU machine.
+
+- Dispatch: CuPy arrays go to ``gradcells.gpu`` (``backend=None``), results are CuPy arrays.
+- Agreement, every op, forward and backward, float64 and float32 (Hypothesis cases moved to
+  CuPy): the GPU backend against the reference backend run on CuPy in float64 on the same
+  (rounded) inputs, max |gpu - reference| <= 16 eps(dtype) (1 + max |reference|) per
+  output, the tolerance the host emulation of the same kernels meets with 5x to spare.
+- float16 (CuPy only; float32 arithmetic inside): the same comparison, 16 eps(float16) =
+  1.6e-2 relative to the output's largest magnitude.
+- Finite differences: ``gradcells.testing.vjp_check(op, case, backend="gpu")`` on every op,
+  float64, at the oracle's default tolerances.
+- Bad input (NumPy mixed with CuPy, NumPy float16), purity (inputs never modified, results
+  never alias them), layouts, empty sizes, extreme pre-activations, the clip boundary.
+- The device and the host emulation of the same kernels agree (when a C++ compiler exists).
+"""
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def _device_count():
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # no CuPy, no driver, no device: all mean "skip"
+        return 0
+
+
+if _device_count() < 1:
+    pytest.skip("needs CuPy and a CUDA device", allow_module_level=True)
+
+import cupy as cp  # noqa: E402
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import gradcells as gc  # noqa: E402
+import gradcells.gpu  # noqa: E402
+from gradcells.testing import (  # noqa: E402
+    OPS,
+    gru_cell_case,
+    gru_cell_inputs,
+    gru_sequence_case,
+    gru_sequence_inputs,
+    lstm_cell_case,
+    lstm_cell_inputs,
+    lstm_sequence_case,
+    lstm_sequence_inputs,
+    on_library,
+    vjp_check,
+)
+
+LSTM_CELL = ("x", "cs_prev", "h_prev", "w", "b")
+GRU_CELL = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
+LSTM_SEQ = ("x", "cs0", "h0", "w", "b")
+GRU_SEQ = ("x", "h0", "w_ru", "w_c", "b_ru", "b_c")
+PEEPHOLES = ("wci", "wcf", "wco")
+
+
+def on_gpu(case, dtype):
+    """``case`` with its float arrays cast to ``dtype`` and every array moved to CuPy."""
+    case = {k: v.astype(dtype) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v
+            for k, v in case.items()}
+    return on_library(case, "cupy")
+
+
+def float64(case):
+    return {k: v.astype(cp.float64) if isinstance(v, cp.ndarray) and v.dtype.kind == "f"
+            else v for k, v in case.items()}
+
+
+def as64(arrays):
+    return type(arrays)(*(None if a is None else a.astype(cp.float64) for a in arrays))
+
+
+def assert_close(actual, expected, dtype, what=""):
+    tolerance = 16 * np.finfo(dtype).eps
+    for field, a, e in zip(expected._fields, actual, expected):
+        if e is None:
+            assert a is None, f"{what}{field}"
+            continue
+        assert isinstance(a, cp.ndarray), f"{what}{field}: {type(a).__name__}"
+        assert a.dtype == np.dtype(dtype) and a.shape == e.shape, f"{what}{field}"
+        if e.size == 0:
+            continue
+        error = float(cp.max(cp.abs(a.astype(cp.float64) - e)))
+        scale = 1 + float(cp.max(cp.abs(e)))
+        assert error <= tolerance * scale, (
+            f"{what}{field}: max error {error:.3g} ({error / np.finfo(dtype).eps:.1f} eps)")
+
+
+def upstream(seed, dtype, shapes, wanted):
+    rng = np.random.default_rng(seed)
+    return {name: cp.asarray(rng.standard_normal(shape).astype(dtype)) if on else None
+            for (name, shape), on in zip(shapes.items(), wanted)}
+
+
+def up64(up):
+    return {k: None if v is None else v.astype(cp.float64) for k, v in up.items()}
+
+
+GPU_DTYPES = [np.float64, np.float32, np.float16]
+
+
+# --------------------------------------------------------------------------------------
+# Dispatch
+
+
+def test_cupy_arrays_dispatch_to_the_gpu_backend():
+    case = on_gpu(lstm_cell_case(np.random.default_rng(1), peephole=True), np.float32)
+    automatic = gc.lstm_cell(**case)
+    explicit = gc.lstm_cell(**case, backend="gpu")
+    assert all(isinstance(a, cp.ndarray) for a in automatic)
+    for a, b in zip(automatic, explicit):
+        cp.testing.assert_array_equal(a, b)
+    assert gc._dispatch.backend_module("gpu") is gradcells.gpu
+    assert isinstance(gradcells.gpu._runtime, gradcells.gpu._cupy_runtime.CupyRuntime)
+    reference = gc.lstm_cell(**case, backend="reference")
+    assert all(isinstance(a, cp.ndarray) for a in reference)
+
+
+# --------------------------------------------------------------------------------------
+# Agreement with the reference backend on CuPy
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@given(case=lstm_cell_inputs(min_size=0), clip_grad=st.sampled_from(["exact", "straight_through"]),
+       wanted=st.tuples(st.booleans(), st.booleans()), seed=st.integers(0, 2**16))
+def test_lstm_cell_agrees_with_reference(dtype, case, clip_grad, wanted, seed):
+    case = on_gpu(case, dtype)
+    case64 = float64(case)
+    state = gc.lstm_cell(**case)
+    assert_close(state, gc.lstm_cell(**case64, backend="reference"), dtype, "forward ")
+    up = upstream(seed, dtype, {"d_h": state.h.shape, "d_cs": state.h.shape}, wanted)
+    grads = gc.lstm_cell_grad(*(case[k] for k in LSTM_CELL), state, **up,
+                              **{k: case[k] for k in PEEPHOLES}, cell_clip=case["cell_clip"],
+                              clip_grad=clip_grad)
+    expected = gc.lstm_cell_grad(*(case64[k] for k in LSTM_CELL), as64(state), **up64(up),
+                                 **{k: case64[k] for k in PEEPHOLES},
+                                 cell_clip=case["cell_clip"], clip_grad=clip_grad,
+                                 backend="reference")
+    assert_close(grads, expected, dtype, "gradient ")
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@given(case=gru_cell_inputs(min_size=0), with_d_h=st.booleans(), seed=st.integers(0, 2**16))
+def test_gru_cell_agrees_with_reference(dtype, case, with_d_h, seed):
+    case = on_gpu(case, dtype)
+    case64 = float64(case)
+    reset_after = case["reset_after"]
+    state = gc.gru_cell(**case)
+    assert_close(state, gc.gru_cell(**case64, backend="reference"), dtype, "forward ")
+    d_h = upstream(seed, dtype, {"d_h": state.h.shape}, [with_d_h])["d_h"]
+    grads = gc.gru_cell_grad(*(case[k] for k in GRU_CELL), state, d_h, reset_after=reset_after)
+    expected = gc.gru_cell_grad(*(case64[k] for k in GRU_CELL), as64(state),
+                                None if d_h is None else d_h.astype(cp.float64),
+                                reset_after=reset_after, backend="reference")
+    assert_close(grads, expected, dtype, "gradient ")
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@given(case=lstm_sequence_inputs(min_size=0),
+       clip_grad=st.sampled_from(["exact", "straight_through"]),
+       wanted=st.tuples(*[st.booleans()] * 4), seed=st.integers(0, 2**16))
+def test_lstm_sequence_agrees_with_reference(dtype, case, clip_grad, wanted, seed):
+    case = on_gpu(case, dtype)
+    case64 = float64(case)
+    options = {k: case[k] for k in (*PEEPHOLES, "cell_clip", "seq_len")}
+    seq = gc.lstm_sequence(**case)
+    assert_close(seq, gc.lstm_sequence(**case64, backend="reference"), dtype, "forward ")
+    steps, state = seq.h.shape, seq.h_final.shape
+    up = upstream(seed, dtype, {"d_h": steps, "d_cs": steps, "d_h_final": state,
+                                "d_cs_final": state}, wanted)
+    grads = gc.lstm_sequence_grad(*(case[k] for k in LSTM_SEQ), seq, **up, **options,
+                                  clip_grad=clip_grad)
+    expected = gc.lstm_sequence_grad(
+        *(case64[k] for k in LSTM_SEQ), as64(seq), **up64(up),
+        **{k: case64[k] for k in (*PEEPHOLES, "cell_clip", "seq_len")}, clip_grad=clip_grad,
+        backend="reference")
+    assert_close(grads, expected, dtype, "gradient ")
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@given(case=gru_sequence_inputs(min_size=0), wanted=st.tuples(st.booleans(), st.booleans()),
+       seed=st.integers(0, 2**16))
+def test_gru_sequence_agrees_with_reference(dtype, case, wanted, seed):
+    case = on_gpu(case, dtype)
+    case64 = float64(case)
+    options = {k: case[k] for k in ("reset_after", "seq_len")}
+    seq = gc.gru_sequence(**case)
+    assert_close(seq, gc.gru_sequence(**case64, backend="reference"), dtype, "forward ")
+    up = upstream(seed, dtype, {"d_h": seq.h.shape, "d_h_final": seq.h_final.shape}, wanted)
+    grads = gc.gru_sequence_grad(*(case[k] for k in GRU_SEQ), seq, **up, **options)
+    expected = gc.gru_sequence_grad(*(case64[k] for k in GRU_SEQ), as64(seq), **up64(up),
+                                    **options, backend="reference")
+    assert_close(grads, expected, dtype, "gradient ")
+
+
+# --------------------------------------------------------------------------------------
+# Finite differences
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+@given(seed=st.integers(0, 2**32 - 1))
+def test_gradients_match_finite_differences(op, seed):
+    draw_case = OPS[op][0]
+    case = on_library(draw_case(np.random.default_rng(seed)), "cupy")
+    report = vjp_check(op, case, backend="gpu")
+    assert report.passed, f"\n{report}"
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_float32_gradients_match_finite_differences(op):
+    case = on_gpu(OPS[op][0](np.random.default_rng(7)), np.float32)
+    report = vjp_check(op, case, backend="gpu")
+    assert report.passed, f"\n{report}"
+
+
+# --------------------------------------------------------------------------------------
+# Bad input, purity, layouts, sizes, extremes
+
+
+def test_numpy_mixed_with_cupy_names_both_arguments():
+    case = on_gpu(lstm_cell_case(np.random.default_rng(2)), np.float32)
+    with pytest.raises(TypeError, match="x and cs_prev come from two array libraries"):
+        gc.lstm_cell(**{**case, "cs_prev": case["cs_prev"].get()})
+    with pytest.raises(TypeError, match="x and h_prev come from two array libraries"):
+        gc.gru_cell(**{**on_gpu(gru_cell_case(np.random.default_rng(3)), np.float32),
+                       "h_prev": np.zeros((3, 5), np.float32)})
+    seq = on_gpu(lstm_sequence_case(np.random.default_rng(4)), np.float32)
+    with pytest.raises(TypeError, match="x and w come from two array libraries"):
+        gc.lstm_sequence(**{**seq, "w": seq["w"].get()})
+    with pytest.raises(ValueError, match="backend='cpu' takes numpy arrays"):
+        gc.lstm_cell(**case, backend="cpu")
+
+
+def test_float16_is_accepted_on_cupy_only():
+    case = lstm_cell_case(np.random.default_rng(5))
+    half = {k: v.astype(np.float16) if isinstance(v, np.ndarray) else v for k, v in case.items()}
+    with pytest.raises(TypeError, match="x must have dtype float32 or float64, got float16"):
+        gc.lstm_cell(**half)
+    state = gc.lstm_cell(**on_library(half, "cupy"))
+    assert state.h.dtype == cp.float16
+
+
+def _snapshot(case):
+    return {k: v.copy() for k, v in case.items() if isinstance(v, cp.ndarray)}
+
+
+def _assert_untouched(case, snapshot, results):
+    for k, v in snapshot.items():
+        cp.testing.assert_array_equal(case[k], v, err_msg=k)
+        for result in results:
+            if result is not None:
+                assert not cp.shares_memory(result, case[k]), k
+
+
+def test_inputs_are_never_modified_and_results_never_alias_them():
+    rng = np.random.default_rng(6)
+    lstm = on_gpu(lstm_sequence_case(rng, peephole=True, clip=True, ragged=True), np.float32)
+    gru = on_gpu(gru_sequence_case(rng, reset_after=True, ragged=True), np.float32)
+    cell = on_gpu(lstm_cell_case(rng, peephole=True, clip=True), np.float32)
+    snapshots = [_snapshot(c) for c in (lstm, gru, cell)]
+    seq = gc.lstm_sequence(**lstm)
+    seq_copy = [a.copy() for a in seq]
+    d_h = cp.ones_like(seq.h)
+    grads = gc.lstm_sequence_grad(*(lstm[k] for k in LSTM_SEQ), seq, d_h=d_h, d_cs=d_h,
+                                  d_h_final=seq.h_final, d_cs_final=seq.cs_final,
+                                  **{k: lstm[k] for k in (*PEEPHOLES, "cell_clip", "seq_len")})
+    gseq = gc.gru_sequence(**gru)
+    ggrads = gc.gru_sequence_grad(*(gru[k] for k in GRU_SEQ), gseq, d_h=cp.ones_like(gseq.h),
+                                  d_h_final=gseq.h_final, reset_after=True,
+                                  seq_len=gru["seq_len"])
+    state = gc.lstm_cell(**cell)
+    cgrads = gc.lstm_cell_grad(*(cell[k] for k in LSTM_CELL), state, d_h=state.h,
+                               **{k: cell[k] for k in PEEPHOLES}, cell_clip=cell["cell_clip"])
+    for c, snap, results in ((lstm, snapshots[0], (*seq, *grads)),
+                             (gru, snapshots[1], (*gseq, *ggrads)),
+                             (cell, snapshots[2], (*state, *cgrads))):
+        _assert_untouched(c, snap, results)
+    for a, b in zip(seq, seq_copy):  # the saved forward is an input of the gradient
+        cp.testing.assert_array_equal(a, b)
+
+
+def test_layout_does_not_change_results():
+    rng = np.random.default_rng(8)
+    case = on_gpu(lstm_sequence_case(rng, peephole=True, ragged=True), np.float64)
+    fortran = {k: cp.asfortranarray(v) if isinstance(v, cp.ndarray) and v.ndim >= 2 else v
+               for k, v in case.items()}
+    strided = {k: cp.repeat(v, 2, axis=-1)[..., ::2] if isinstance(v, cp.ndarray)
+               and v.dtype.kind == "f" else v for k, v in case.items()}
+    base = gc.lstm_sequence(**case)
+    for variant in (fortran, strided):
+        for a, b in zip(base, gc.lstm_sequence(**variant)):
+            cp.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-14)
+
+
+@pytest.mark.parametrize("sizes", [(0, 2, 3), (2, 0, 3), (2, 2, 0)])
+def test_empty_sizes(sizes):
+    steps, batch, n_in = sizes
+    rng = np.random.default_rng(9)
+    lstm = on_gpu(lstm_sequence_case(rng, steps=steps, batch=batch, input_size=n_in,
+                                     hidden=3, peephole=True), np.float32)
+    seq = gc.lstm_sequence(**lstm)
+    assert seq.h.shape == (steps, batch, 3) and seq.cs_final.shape == (batch, 3)
+    d_h_final = cp.ones((batch, 3), cp.float32)
+    grads = gc.lstm_sequence_grad(*(lstm[k] for k in LSTM_SEQ), seq, d_h_final=d_h_final,
+                                  **{k: lstm[k] for k in PEEPHOLES})
+    assert grads.x.shape == (steps, batch, n_in) and grads.w.shape == (n_in + 3, 12)
+    if steps == 0:
+        cp.testing.assert_array_equal(grads.h0, d_h_final)
+    gru = on_gpu(gru_sequence_case(rng, steps=steps, batch=batch, input_size=n_in, hidden=3),
+                 np.float32)
+    gseq = gc.gru_sequence(**gru)
+    ggrads = gc.gru_sequence_grad(*(gru[k] for k in GRU_SEQ), gseq)
+    assert ggrads.w_ru.shape == (n_in + 3, 6)
+    if steps:
+        cell = on_gpu(lstm_cell_case(rng, batch=batch, input_size=n_in, hidden=3), np.float32)
+        state = gc.lstm_cell(**cell)
+        assert state.h.shape == (batch, 3)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_extreme_preactivations_stay_finite(dtype):
+    rng = np.random.default_rng(10)
+    lstm = on_gpu(lstm_cell_case(rng, peephole=True), dtype)
+    lstm["w"] = lstm["w"] * 4e3  # pre-activations of order 1e4
+    state = gc.lstm_cell(**lstm)
+    grads = gc.lstm_cell_grad(*(lstm[k] for k in LSTM_CELL), state, d_h=cp.ones_like(state.h),
+                              d_cs=cp.ones_like(state.h), **{k: lstm[k] for k in PEEPHOLES})
+    gru = on_gpu(gru_cell_case(rng, reset_after=True), dtype)
+    gru["w_ru"], gru["w_c"] = gru["w_ru"] * 4e3, gru["w_c"] * 4e3
+    gstate = gc.gru_cell(**gru)
+    ggrads = gc.gru_cell_grad(*(gru[k] for k in GRU_CELL), gstate, cp.ones_like(gstate.h),
+                              reset_after=True)
+    for a in (*state, *grads, *gstate, *ggrads):
+        assert a is None or bool(cp.isfinite(a).all())
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gradient_passes_exactly_on_the_clip_boundary(dtype):
+    case = on_gpu(lstm_cell_case(np.random.default_rng(11), batch=3, hidden=4), dtype)
+    arrays = [case[k] for k in LSTM_CELL]
+    free = gc.lstm_cell(*arrays)
+    magnitudes = cp.abs(free.cs)
+    level = float(cp.sort(magnitudes.ravel())[magnitudes.size // 2])
+    clipped = gc.lstm_cell(*arrays, cell_clip=level)
+    d_cs = cp.ones_like(free.cs)
+    on = gc.lstm_cell_grad(*arrays, clipped, d_cs=d_cs, cell_clip=level)
+    off = gc.lstm_cell_grad(*arrays, free, d_cs=d_cs)
+    passes = magnitudes <= level
+    cp.testing.assert_array_equal(on.cs_prev, cp.where(passes, off.cs_prev, 0))
+    assert bool(cp.all(on.cs_prev[magnitudes == level] != 0))
+
+
+def test_device_and_host_emulation_agree():
+    """The same kernels, compiled by NVRTC for the device and by the host compiler."""
+    cuda_host = pytest.importorskip("cuda_host")
+    if cuda_host.compiler() is None:
+        pytest.skip("no C++ compiler for the host emulation")
+    rng = np.random.default_rng(12)
+    lstm = lstm_sequence_case(rng, peephole=True, clip=True, ragged=True)
+    gru = gru_sequence_case(rng, ragged=True)
+    device = [*gradcells.gpu.lstm_sequence(**on_library(lstm, "cupy")),
+              *gradcells.gpu.gru_sequence(**on_library(gru, "cupy"))]
+    saved = gradcells.gpu._runtime
+    gradcells.gpu._runtime = cuda_host.HostRuntime()
+    try:
+        host = [*gradcells.gpu.lstm_sequence(**lstm), *gradcells.gpu.gru_sequence(**gru)]
+    finally:
+        gradcells.gpu._runtime = saved
+    for a, b in zip(device, host):
+        np.testing.assert_allclose(a.get(), b, rtol=16 * np.finfo(np.float64).eps,
+                                   atol=16 * np.finfo(np.float64).eps)
