@@ -63,7 +63,7 @@ class _Progress:
 
 
 def _run_check(args) -> int:
-    from . import testing
+    from . import _dispatch, testing
 
     ops = args.ops or list(testing.OPS)
     unknown = sorted(set(ops) - set(testing.OPS))
@@ -74,7 +74,8 @@ def _run_check(args) -> int:
     rows = [(op, backend, library, dtype)
             for op in ops
             for backend, library, dtypes in available_backends()
-            if not args.backends or backend in args.backends
+            if (not args.backends or backend in args.backends)
+            and hasattr(_dispatch.backend_module(backend), op)
             for dtype in dtypes
             if not args.dtypes or dtype in args.dtypes]
     total = len(rows) * args.examples
@@ -128,7 +129,8 @@ def _run_check(args) -> int:
 def _run_audit(args) -> int:
     from . import audit
 
-    return audit.run(args.framework, examples=args.examples, seed=args.seed)
+    return audit.run(args.framework, examples=args.examples, seed=args.seed,
+                     select=args.select)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -153,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("framework", choices=["tensorflow", "torch"])
     audit.add_argument("--examples", type=int, default=3, metavar="N")
     audit.add_argument("--seed", type=int, default=0)
+    audit.add_argument("--select", metavar="TEXT",
+                       help="only the checks whose name contains TEXT (case-insensitive)")
     audit.set_defaults(run=_run_audit)
     return parser
 
