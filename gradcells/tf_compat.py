@@ -36,7 +36,8 @@ from . import _dispatch
 from . import _validate as _v
 from ._types import GRUCellState, LSTMCellState, LSTMSequence
 from .cells import gru_cell, gru_cell_grad, lstm_cell
-from .reference import lstm_gate_grads
+from .reference.gru import gru_gate_grads
+from .reference.lstm import lstm_gate_grads
 from .sequences import lstm_sequence, lstm_sequence_grad
 
 Array = Any
@@ -322,14 +323,9 @@ def gru_block_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h) -> GRUBlo
     # TF's op takes no h, and the gradient never reads it: c fills the state's h slot.
     with _tf_argument_names({}):
         grads = gru_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, GRUCellState(r, u, c, c), d_h)
-    xp = _dispatch.namespace_of(x)
-    d_h = xp.zeros_like(h_prev) if d_h is None else d_h
-    d_c_bar = d_h * (1 - u) * (1 - c * c)
-    d_u_bar = d_h * (h_prev - c) * u * (1 - u)
-    d_hr = d_c_bar @ w_c[x.shape[1]:].T
-    d_r_bar = d_hr * h_prev * r * (1 - r)
-    return GRUBlockCellGradOutput(grads.x, grads.h_prev, d_c_bar,
-                                  xp.concatenate([d_r_bar, d_u_bar], axis=1))
+    d_c_bar, d_r_bar_u_bar, _, _ = gru_gate_grads(x, h_prev, w_c, b_c,
+                                                  GRUCellState(r, u, c, c), d_h)
+    return GRUBlockCellGradOutput(grads.x, grads.h_prev, d_c_bar, d_r_bar_u_bar)
 
 
 # --------------------------------------------------------------------------------------

@@ -7,9 +7,10 @@ validated and normalised every argument before calling it (``cell_clip`` is None
 ``forget_bias`` a Python float, optional arrays None or of the right shape and dtype).
 """
 
-from .gru import gru_cell, gru_cell_grad
-from .lstm import lstm_cell, lstm_cell_grad, lstm_gate_grads
+from .gru import gru_cell, gru_cell_grad, gru_gate_grads
+from .lstm import lstm_activations, lstm_cell, lstm_cell_grad, lstm_gate_grads
 from .sequences import gru_sequence, gru_sequence_grad, lstm_sequence, lstm_sequence_grad
 
 __all__ = ["lstm_cell", "lstm_cell_grad", "lstm_gate_grads", "gru_cell", "gru_cell_grad",
+           "gru_gate_grads", "lstm_activations",
            "lstm_sequence", "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad"]

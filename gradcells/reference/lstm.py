@@ -26,7 +26,20 @@ def lstm_cell(x, cs_prev, h_prev, w, b, *, wci=None, wcf=None, wco=None,
               forget_bias=1.0, cell_clip=None):
     """One LSTM step; returns ``LSTMCellState(i, cs, f, o, ci, co, h)``."""
     xp = namespace_of(x)
-    gi, gc, gf, go = blocks(xp.concatenate([x, h_prev], axis=1) @ w + b, 4)
+    gates = xp.concatenate([x, h_prev], axis=1) @ w + b
+    return lstm_activations(gates, cs_prev, wci=wci, wcf=wcf, wco=wco,
+                            forget_bias=forget_bias, cell_clip=cell_clip)
+
+
+def lstm_activations(gates, cs_prev, *, wci=None, wcf=None, wco=None, forget_bias=1.0,
+                     cell_clip=None):
+    """The LSTM cell's elementwise step from its pre-activations ``G [B, 4H]`` (icfo):
+
+        i = σ(Gi + cs_prev∘wci);  ci = tanh(Gc);  f = σ(Gf + forget_bias + cs_prev∘wcf)
+        cs = clip(i∘ci + f∘cs_prev);  co = tanh(cs);  o = σ(Go + cs∘wco);  h = o∘co
+    """
+    xp = namespace_of(gates)
+    gi, gc, gf, go = blocks(gates, 4)
     peephole = wci is not None
     i = sigmoid(xp, gi + cs_prev * wci if peephole else gi)
     ci = xp.tanh(gc)
@@ -36,8 +49,7 @@ def lstm_cell(x, cs_prev, h_prev, w, b, *, wci=None, wcf=None, wco=None,
         cs = xp.clip(cs, -cell_clip, cell_clip)
     co = xp.tanh(cs)
     o = sigmoid(xp, go + cs * wco if peephole else go)
-    h = o * co
-    return LSTMCellState(i, cs, f, o, ci, co, h)
+    return LSTMCellState(i, cs, f, o, ci, co, o * co)
 
 
 def clip_pass_mask(state, cs_prev, cell_clip):

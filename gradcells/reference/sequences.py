@@ -26,7 +26,7 @@ from .._types import (
     LSTMSequenceGrads,
 )
 from ._math import blocks, sigmoid
-from .lstm import lstm_gate_grads
+from .lstm import lstm_activations, lstm_gate_grads
 
 
 def _valid_rows(seq_len, t):
@@ -63,27 +63,6 @@ def _flat(a):
 
 # --------------------------------------------------------------------------------------
 # LSTM
-
-
-def lstm_activations(gates, cs_prev, *, wci=None, wcf=None, wco=None, forget_bias=1.0,
-                     cell_clip=None):
-    """The LSTM cell's elementwise step from its pre-activations ``G [B, 4H]`` (icfo):
-
-        i = σ(Gi + cs_prev∘wci);  ci = tanh(Gc);  f = σ(Gf + forget_bias + cs_prev∘wcf)
-        cs = clip(i∘ci + f∘cs_prev);  co = tanh(cs);  o = σ(Go + cs∘wco);  h = o∘co
-    """
-    xp = namespace_of(gates)
-    gi, gc, gf, go = blocks(gates, 4)
-    peephole = wci is not None
-    i = sigmoid(xp, gi + cs_prev * wci if peephole else gi)
-    ci = xp.tanh(gc)
-    f = sigmoid(xp, gf + forget_bias + cs_prev * wcf if peephole else gf + forget_bias)
-    cs = i * ci + f * cs_prev
-    if cell_clip is not None:
-        cs = xp.clip(cs, -cell_clip, cell_clip)
-    co = xp.tanh(cs)
-    o = sigmoid(xp, go + cs * wco if peephole else go)
-    return LSTMCellState(i, cs, f, o, ci, co, o * co)
 
 
 def lstm_sequence(x, cs0, h0, w, b, *, wci=None, wcf=None, wco=None, forget_bias=1.0,

@@ -59,20 +59,20 @@ print({name: value.shape for name, value in st._asdict().items()})
 # $$\bar c = \bar h\circ(1-u)\circ(1-c^2), \qquad \bar u = \bar h\circ(h_{prev} - c)\circ u(1-u)$$
 
 # %%
-show(ref.gru_cell_grad, "dc_bar = d_h *", "du_bar = d_h *")
+show(ref.gru_gate_grads, "dc_bar = d_h *", "du_bar = d_h *")
 
 # %% [markdown]
 # **The candidate's matmul.** Its input is $[x,\ r\circ h_{prev}]$, so the transposed matmul
 # gives a part of $\partial L/\partial x$ and the gradient $\overline{hr}$ with respect to
 # $r\circ h_{prev}$; the weight gradient uses the same input:
 #
-# $$[\bar x_2,\ \overline{hr}] = \bar c\, W_c^\top, \qquad
+# $$[\bar x_c,\ \overline{hr}] = \bar c\, W_c^\top, \qquad
 #   \frac{\partial L}{\partial W_c} = [x,\ r\circ h_{prev}]^\top \bar c, \qquad
 #   \frac{\partial L}{\partial b_c} = \sum_{batch}\bar c$$
 
 # %%
-show(ref.gru_cell_grad, "dxhr = dc_bar @ w_c.T", "dw_c = xp.concatenate([x, r * h_prev]",
-     "db_c = dc_bar.sum")
+show(ref.gru_gate_grads, "dxhr = dc_bar @ w_c.T")
+show(ref.gru_cell_grad, "dw_c = xp.concatenate([x, r * h_prev]", "db_c = dc_bar.sum")
 
 # %% [markdown]
 # **The reset gate** enters only through $r\circ h_{prev}$:
@@ -83,18 +83,19 @@ show(ref.gru_cell_grad, "dxhr = dc_bar @ w_c.T", "dw_c = xp.concatenate([x, r * 
 #   \frac{\partial L}{\partial b_{ru}} = \sum_{batch} [\bar r,\ \bar u]$$
 
 # %%
-show(ref.gru_cell_grad, "dr_bar = d_hr *", "d_ru = xp.concatenate", "dxh_1 = d_ru @ w_ru.T",
-     "w_ru=xp.concatenate")
+show(ref.gru_gate_grads, "dr_bar = d_hr *", "return dc_bar, xp.concatenate([dr_bar, du_bar]")
+show(ref.gru_cell_grad, "dxh_1 = d_ru @ w_ru.T", "w_ru=xp.concatenate")
 
 # %% [markdown]
 # **Summing the paths.** $x$ feeds both matmuls. $h_{prev}$ is used three times: in the
 # gates' matmul, in $r\circ h_{prev}$, and directly in $u\circ h_{prev}$:
 #
-# $$\frac{\partial L}{\partial x} = \bar x_1 + \bar x_2, \qquad
+# $$\frac{\partial L}{\partial x} = \bar x_1 + \bar x_c, \qquad
 #   \frac{\partial L}{\partial h_{prev}} = \bar h_1 + \overline{hr}\circ r + \bar h\circ u$$
 
 # %%
-show(ref.gru_cell_grad, "dh_2 = d_hr * r", "x=dxh_1", "h_prev=dxh_1")
+show(ref.gru_gate_grads, "dh_c = d_hr * r")
+show(ref.gru_cell_grad, "x=dxh_1", "h_prev=dxh_1")
 
 # %% [markdown]
 # The oracle compares all six gradients with float64 central differences of
