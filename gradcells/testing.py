@@ -26,36 +26,63 @@ def _normal(rng, shape, scale, dtype):
     return (scale * rng.standard_normal(shape)).astype(dtype)
 
 
-def clip_away_from(values, margin=CLIP_MARGIN):
-    """A clip level that clips some of ``|values|`` and keeps every one at least ``margin``
-    away from it; None when no such level exists."""
+def clip_levels(values, margin=CLIP_MARGIN):
+    """Every clip level that clips some of ``|values|`` and keeps each at least ``margin``
+    away: midpoints of the gaps wider than ``2·margin`` between the sorted ``|values|``,
+    nearest the median first, then half the smallest value (which clips them all)."""
     levels = np.sort(np.abs(np.asarray(values, dtype=np.float64)).ravel())
-    if levels.size == 0 or levels[-1] <= 2 * margin:
-        return None
+    if levels.size == 0:
+        return []
     midpoints = 0.5 * (levels[1:] + levels[:-1])
     wide = midpoints[(levels[1:] - levels[:-1]) > 2 * margin]
-    if wide.size:
-        return float(wide[np.argmin(np.abs(wide - np.median(levels)))])
-    return float(0.5 * levels[0]) if levels[0] > 2 * margin else None
+    ordered = wide[np.argsort(np.abs(wide - np.median(levels)), kind="stable")]
+    return [float(v) for v in ordered] + ([float(0.5 * levels[0])]
+                                          if levels[0] > 2 * margin else [])
+
+
+def clip_away_from(values, margin=CLIP_MARGIN):
+    """The first of ``clip_levels(values, margin)``; None when there is none."""
+    levels = clip_levels(values, margin)
+    return levels[0] if levels else None
+
+
+def _lstm_parameters(rng, input_size, hidden, dtype, peephole, scale):
+    """``w, b`` (and the peepholes, else None) drawn for an LSTM case, in a fixed order."""
+    fan_in = max(1, input_size + hidden)
+    params = {
+        "w": _normal(rng, (input_size + hidden, 4 * hidden), scale / np.sqrt(fan_in), dtype),
+        "b": _normal(rng, (4 * hidden,), 0.1 * scale, dtype),
+        "wci": None, "wcf": None, "wco": None,
+    }
+    if peephole:
+        for name in ("wci", "wcf", "wco"):
+            params[name] = _normal(rng, (hidden,), 0.5 * scale, dtype)
+    return params
+
+
+def _gru_parameters(rng, input_size, hidden, dtype, reset_after, scale):
+    """``w_ru, w_c, b_ru, b_c`` drawn for a GRU case (``b_c`` of 2H with ``reset_after``)."""
+    fan_in = max(1, input_size + hidden)
+    return {
+        "w_ru": _normal(rng, (input_size + hidden, 2 * hidden), scale / np.sqrt(fan_in), dtype),
+        "w_c": _normal(rng, (input_size + hidden, hidden), scale / np.sqrt(fan_in), dtype),
+        "b_ru": _normal(rng, (2 * hidden,), 0.1 * scale, dtype),
+        "b_c": _normal(rng, ((2 if reset_after else 1) * hidden,), 0.1 * scale, dtype),
+        "reset_after": bool(reset_after),
+    }
 
 
 def lstm_cell_case(rng, *, batch=3, input_size=4, hidden=5, dtype=np.float64, peephole=False,
                    clip=False, forget_bias=1.0, scale=1.0):
     """Keyword arguments for ``lstm_cell``: weights scaled by ``scale/sqrt(I+H)``, states and
     inputs standard normal; ``clip=True`` picks a ``cell_clip`` that clips part of ``cs``."""
-    fan_in = max(1, input_size + hidden)
     case = {
         "x": _normal(rng, (batch, input_size), 1.0, dtype),
         "cs_prev": _normal(rng, (batch, hidden), 1.0, dtype),
         "h_prev": _normal(rng, (batch, hidden), 0.5, dtype),
-        "w": _normal(rng, (input_size + hidden, 4 * hidden), scale / np.sqrt(fan_in), dtype),
-        "b": _normal(rng, (4 * hidden,), 0.1 * scale, dtype),
-        "wci": None, "wcf": None, "wco": None,
+        **_lstm_parameters(rng, input_size, hidden, dtype, peephole, scale),
         "forget_bias": float(forget_bias), "cell_clip": None,
     }
-    if peephole:
-        for name in ("wci", "wcf", "wco"):
-            case[name] = _normal(rng, (hidden,), 0.5 * scale, dtype)
     if clip:
         as64 = {k: (v.astype(np.float64) if isinstance(v, np.ndarray) else v)
                 for k, v in case.items()}
@@ -67,15 +94,10 @@ def lstm_cell_case(rng, *, batch=3, input_size=4, hidden=5, dtype=np.float64, pe
 def gru_cell_case(rng, *, batch=3, input_size=4, hidden=5, dtype=np.float64, reset_after=False,
                   scale=1.0):
     """Keyword arguments for ``gru_cell``."""
-    fan_in = max(1, input_size + hidden)
     return {
         "x": _normal(rng, (batch, input_size), 1.0, dtype),
         "h_prev": _normal(rng, (batch, hidden), 0.5, dtype),
-        "w_ru": _normal(rng, (input_size + hidden, 2 * hidden), scale / np.sqrt(fan_in), dtype),
-        "w_c": _normal(rng, (input_size + hidden, hidden), scale / np.sqrt(fan_in), dtype),
-        "b_ru": _normal(rng, (2 * hidden,), 0.1 * scale, dtype),
-        "b_c": _normal(rng, ((2 if reset_after else 1) * hidden,), 0.1 * scale, dtype),
-        "reset_after": bool(reset_after),
+        **_gru_parameters(rng, input_size, hidden, dtype, reset_after, scale),
     }
 
 
@@ -220,19 +242,6 @@ def ragged_lengths(rng, steps, batch):
     return lengths.astype(np.int64)
 
 
-def _clip_levels(values, margin):
-    """Every clip level ``clip_away_from`` could choose for ``values`` (midpoints of gaps wider
-    than ``2·margin`` between sorted ``|values|``, nearest the median first; then half the
-    smallest, which clips them all)."""
-    levels = np.sort(np.abs(np.asarray(values, dtype=np.float64)).ravel())
-    if levels.size == 0:
-        return []
-    midpoints = 0.5 * (levels[1:] + levels[:-1])
-    wide = midpoints[(levels[1:] - levels[:-1]) > 2 * margin]
-    ordered = [float(v) for v in wide[np.argsort(np.abs(wide - np.median(levels)))]]
-    return ordered + ([float(0.5 * levels[0])] if levels[0] > 2 * margin else [])
-
-
 def _sequence_clip(case, margin=CLIP_MARGIN, attempts=6):
     """A ``cell_clip`` for an LSTM sequence case that clips some cell state and stays at least
     ``margin`` away from every unclipped ``|i∘ci + f∘cs_prev|`` of every valid step; None
@@ -256,7 +265,7 @@ def _sequence_clip(case, margin=CLIP_MARGIN, attempts=6):
         cs_prev = np.concatenate([as64["cs0"][None], seq.cs[:-1]])
         return np.abs(seq.i * seq.ci + seq.f * cs_prev)[valid]
 
-    for level in _clip_levels(raw_states(None), margin)[:attempts]:
+    for level in clip_levels(raw_states(None), margin)[:attempts]:
         for _ in range(3):
             raw = raw_states(level)
             if raw.max() > level and np.min(np.abs(raw - level)) >= margin:
@@ -273,20 +282,14 @@ def lstm_sequence_case(rng, *, steps=4, batch=3, input_size=4, hidden=5, dtype=n
     adds ``seq_len`` from ``ragged_lengths``. ``clip=True`` picks a ``cell_clip`` that clips
     part of the cell states and stays ``CLIP_MARGIN`` away from every unclipped one (None
     when no such level exists)."""
-    fan_in = max(1, input_size + hidden)
     case = {
         "x": _normal(rng, (steps, batch, input_size), 1.0, dtype),
         "cs0": _normal(rng, (batch, hidden), 1.0, dtype),
         "h0": _normal(rng, (batch, hidden), 0.5, dtype),
-        "w": _normal(rng, (input_size + hidden, 4 * hidden), scale / np.sqrt(fan_in), dtype),
-        "b": _normal(rng, (4 * hidden,), 0.1 * scale, dtype),
-        "wci": None, "wcf": None, "wco": None,
+        **_lstm_parameters(rng, input_size, hidden, dtype, peephole, scale),
         "forget_bias": float(forget_bias), "cell_clip": None,
         "seq_len": ragged_lengths(rng, steps, batch) if ragged else None,
     }
-    if peephole:
-        for name in ("wci", "wcf", "wco"):
-            case[name] = _normal(rng, (hidden,), 0.5 * scale, dtype)
     if clip:
         case["cell_clip"] = _sequence_clip(case)
     return case
@@ -295,15 +298,10 @@ def lstm_sequence_case(rng, *, steps=4, batch=3, input_size=4, hidden=5, dtype=n
 def gru_sequence_case(rng, *, steps=4, batch=3, input_size=4, hidden=5, dtype=np.float64,
                       reset_after=False, scale=1.0, ragged=False):
     """Keyword arguments for ``gru_sequence``, drawn like ``gru_cell_case``."""
-    fan_in = max(1, input_size + hidden)
     return {
         "x": _normal(rng, (steps, batch, input_size), 1.0, dtype),
         "h0": _normal(rng, (batch, hidden), 0.5, dtype),
-        "w_ru": _normal(rng, (input_size + hidden, 2 * hidden), scale / np.sqrt(fan_in), dtype),
-        "w_c": _normal(rng, (input_size + hidden, hidden), scale / np.sqrt(fan_in), dtype),
-        "b_ru": _normal(rng, (2 * hidden,), 0.1 * scale, dtype),
-        "b_c": _normal(rng, ((2 if reset_after else 1) * hidden,), 0.1 * scale, dtype),
-        "reset_after": bool(reset_after),
+        **_gru_parameters(rng, input_size, hidden, dtype, reset_after, scale),
         "seq_len": ragged_lengths(rng, steps, batch) if ragged else None,
     }
 

@@ -3,7 +3,7 @@
 The math is ``gradcells.reference.lstm`` (SPEC 2; gate blocks i, ci, f, o). Forward:
 
     G = [x, h_prev]·w                      one BLAS call
-    lstm_forward_kernel(G, b, 0, ...)      one pass over [B, H]: bias, forget_bias,
+    lstm_forward_kernel(G, b, ...)         one pass over [B, H]: bias, forget_bias,
                                            peepholes, clip, five activations, seven outputs
 
 Gradient:
@@ -30,17 +30,15 @@ _INF = math.inf
 
 
 @kernel
-def lstm_forward_kernel(gates, addend, bias, cs_prev, wci, wcf, wco, peephole, forget_bias,
+def lstm_forward_kernel(gates, addend, cs_prev, wci, wcf, wco, peephole, forget_bias,
                         cell_clip, i, cs, f, o, ci, co, h):
     """The LSTM forward elementwise step, in one pass; writes ``i, cs, f, o, ci, co, h``.
 
     Arguments (all arrays C-contiguous, one float dtype; B rows, H = ``cs_prev.shape[1]``):
 
     - ``gates [B, 4H]``: the pre-activations without bias, e.g. ``[x, h_prev]·w`` (icfo);
-    - ``addend [4H]`` (broadcast over rows) or ``[B, 4H]`` (per row, e.g. a step's slice of
-      the precomputed ``x·W_x`` in a sequence), and ``bias [4H]``: G = gates + addend + bias
-      (the bias is a separate operand so that a sequence needs no pass over ``[T, B, 4H]``
-      to add it; a cell passes its bias as ``addend`` and zeros as ``bias``);
+    - ``addend [4H]`` (the bias, broadcast over rows) or ``[B, 4H]`` (per row, e.g. a
+      precomputed ``x_t·W_x + b`` in a sequence); G = gates + addend;
     - ``cs_prev [B, H]``;
     - ``wci, wcf, wco [H]``: peephole vectors, read only when ``peephole`` is True (otherwise
       pass any arrays of length >= H, e.g. the bias);
@@ -57,8 +55,6 @@ def lstm_forward_kernel(gates, addend, bias, cs_prev, wci, wcf, wco, peephole, f
     fb = typed(forget_bias, cs_prev)
     clip = typed(cell_clip, cs_prev)
     w_i, w_f, w_o = wci[:n_hidden], wcf[:n_hidden], wco[:n_hidden]
-    b_i, b_c = bias[:n_hidden], bias[n_hidden:2 * n_hidden]
-    b_f, b_o = bias[2 * n_hidden:3 * n_hidden], bias[3 * n_hidden:]
     for row in range(n_batch):
         g, a = gates[row], row_of(addend, row)
         g_i, g_c = g[:n_hidden], g[n_hidden:2 * n_hidden]
@@ -69,18 +65,18 @@ def lstm_forward_kernel(gates, addend, bias, cs_prev, wci, wcf, wco, peephole, f
         i_r, cs_r, f_r, o_r = i[row], cs[row], f[row], o[row]
         ci_r, co_r, h_r = ci[row], co[row], h[row]
         for j in range(n_hidden):
-            pre_i = g_i[j] + a_i[j] + b_i[j]
-            pre_f = g_f[j] + a_f[j] + b_f[j] + fb
+            pre_i = g_i[j] + a_i[j]
+            pre_f = g_f[j] + a_f[j] + fb
             if peephole:
                 pre_i = pre_i + c_prev[j] * w_i[j]
                 pre_f = pre_f + c_prev[j] * w_f[j]
             gate_i = sigmoid(pre_i)
-            gate_ci = tanh(g_c[j] + a_c[j] + b_c[j])
+            gate_ci = tanh(g_c[j] + a_c[j])
             gate_f = sigmoid(pre_f)
             state = gate_i * gate_ci + gate_f * c_prev[j]
             state = clip if state > clip else state          # NaN passes through unchanged
             state = -clip if state < -clip else state
-            pre_o = g_o[j] + a_o[j] + b_o[j]
+            pre_o = g_o[j] + a_o[j]
             if peephole:
                 pre_o = pre_o + state * w_o[j]
             gate_o = sigmoid(pre_o)
@@ -182,9 +178,8 @@ def lstm_cell(x, cs_prev, h_prev, w, b, *, wci=None, wcf=None, wco=None, forget_
         wci = wcf = wco = b
     dtype = gates.dtype
     outputs = [np.empty((n_batch, n_hidden), dtype) for _ in range(7)]
-    lstm_forward_kernel(gates, b, np.zeros_like(b), kernel_array(cs_prev), wci, wcf, wco,
-                        peephole, forget_bias, _INF if cell_clip is None else cell_clip,
-                        *outputs)
+    lstm_forward_kernel(gates, b, kernel_array(cs_prev), wci, wcf, wco, peephole, forget_bias,
+                        _INF if cell_clip is None else cell_clip, *outputs)
     return LSTMCellState(*outputs)
 
 

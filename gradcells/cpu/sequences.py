@@ -2,10 +2,9 @@
 with BLAS for the matmuls and the fused cell kernels of ``fused_lstm`` / ``fused_gru`` for
 each step's elementwise work.
 
-- forward: the input projection ``x_flat·W_x`` of all steps first (one matmul per weight
-  block), then per step ``h_prev·W_h`` and the cell kernel, which takes the step's slice of
-  the projection as its per-row addend (the LSTM kernel adds the bias itself, so no pass
-  over ``[T, B, 4H]`` adds it) and writes the step's outputs in place;
+- forward: the input projection ``x_flat·W_x + b`` of all steps first (one matmul per
+  weight block), then per step ``h_prev·W_h`` and the cell kernel, which takes the step's
+  slice of the projection as its per-row addend and writes the step's outputs in place;
 - backward: per step the cell's backward kernel writes the step's gate gradients into
   ``[T, B, ·]`` arrays (and accumulates the bias and peephole sums), then ``dG_t·W_hᵀ``
   gives the gradient of the previous state, with ``W_hᵀ`` copied C-contiguous once per
@@ -151,7 +150,7 @@ def lstm_sequence(x, cs0, h0, w, b, *, wci=None, wcf=None, wco=None, forget_bias
     """The LSTM cell over ``x [T, B, I]``; see ``gradcells.reference.sequences``.
 
     Per step: ``h_prev·W_h`` (BLAS) and ``lstm_forward_kernel`` with the step's slice of
-    ``x·W_x`` as its per-row addend and ``b`` as its bias.
+    ``x·W_x + b`` as its per-row addend.
     """
     x, cs0, h0, w, b = map(_contiguous, (x, cs0, h0, w, b))
     n_steps, n_batch, n_in = x.shape
@@ -160,7 +159,7 @@ def lstm_sequence(x, cs0, h0, w, b, *, wci=None, wcf=None, wco=None, forget_bias
     peephole = wci is not None
     wci, wcf, wco = map(_contiguous, (wci, wcf, wco)) if peephole else (b, b, b)
     clip = math.inf if cell_clip is None else cell_clip
-    x_gates = _projection(x, w[:n_in], None)
+    x_gates = _projection(x, w[:n_in], b)
     w_h = w[n_in:]
     steps = [np.empty((n_steps, n_batch, n_hidden), x.dtype) for _ in range(7)]
     i, cs, f, o, ci, co, h = steps
@@ -168,7 +167,7 @@ def lstm_sequence(x, cs0, h0, w, b, *, wci=None, wcf=None, wco=None, forget_bias
     for t in range(n_steps):
         cs_prev, h_prev = (cs0, h0) if t == 0 else (cs[t - 1], h[t - 1])
         np.matmul(h_prev, w_h, out=h_gates)
-        lstm_forward_kernel(h_gates, x_gates[t], b, cs_prev, wci, wcf, wco, peephole,
+        lstm_forward_kernel(h_gates, x_gates[t], cs_prev, wci, wcf, wco, peephole,
                             forget_bias, clip, i[t], cs[t], f[t], o[t], ci[t], co[t], h[t])
     del x_gates
     finals = _final_state(cs, cs0, lengths), _final_state(h, h0, lengths)
