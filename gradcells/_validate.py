@@ -8,6 +8,7 @@ the normalised attributes. Nothing here computes or copies an array.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -21,6 +22,14 @@ _FLOAT16 = np.dtype(np.float16)  # accepted for CuPy arrays only (the GPU backen
 CLIP_GRADS = ("exact", "straight_through")
 LSTM_STATE_FIELDS = ("i", "cs", "f", "o", "ci", "co", "h")
 GRU_STATE_FIELDS = ("r", "u", "c", "h")
+LSTM_SEQUENCE_FIELDS = LSTM_STATE_FIELDS + ("cs_final", "h_final")
+GRU_SEQUENCE_FIELDS = GRU_STATE_FIELDS + ("h_final",)
+# The shape labels of each field of those results.
+_STEP, _STATE = ("T", "B", "H"), ("B", "H")
+LSTM_STATE_LABELS = (_STATE,) * len(LSTM_STATE_FIELDS)
+GRU_STATE_LABELS = (_STATE,) * len(GRU_STATE_FIELDS)
+LSTM_SEQUENCE_LABELS = (_STEP,) * len(LSTM_STATE_FIELDS) + (_STATE,) * 2
+GRU_SEQUENCE_LABELS = (_STEP,) * len(GRU_STATE_FIELDS) + (_STATE,)
 
 
 def _library_and_dtype(specs):
@@ -70,11 +79,13 @@ def _matrix_dims(name, a, labels):
 
 def _check_shapes(specs, sizes):
     """``specs``: (name, array-or-None, labels); ``sizes`` maps each label to its length."""
-    size_of = sizes.__getitem__
+    expected_for = {}  # most arrays share a few label tuples, e.g. ("B", "H")
     for name, a, labels in specs:
         if a is None:
             continue
-        expected = tuple(map(size_of, labels))
+        expected = expected_for.get(labels)
+        if expected is None:
+            expected = expected_for[labels] = tuple([sizes[label] for label in labels])
         if a.shape != expected:
             raise ValueError(
                 f"{name} must have shape [{', '.join(labels)}] = {expected}, "
@@ -138,13 +149,21 @@ def backend_for(backend, library):
     return _dispatch.backend_module(backend)
 
 
-def _state_specs(prefix, state, fields, labels):
-    if not isinstance(state, tuple) or len(state) != len(fields):
+def _result_specs(prefix, result, fields, labels):
+    """Specs for a result tuple (a cell's ``state``, a sequence's ``seq``): one per field,
+    ``labels[k]`` giving field k's shape."""
+    if not isinstance(result, tuple) or len(result) != len(fields):
         raise TypeError(
             f"{prefix} must be a tuple of {len(fields)} arrays ({', '.join(fields)}), "
-            f"got {type(state).__name__}"
-            + (f" of length {len(state)}" if isinstance(state, tuple) else ""))
-    return [(f"{prefix}.{field}", a, labels) for field, a in zip(fields, state)]
+            f"got {type(result).__name__}"
+            + (f" of length {len(result)}" if isinstance(result, tuple) else ""))
+    return list(zip(_qualified_names(prefix, fields), result, labels))
+
+
+@functools.cache
+def _qualified_names(prefix, fields):
+    """``("state.i", "state.cs", ...)``: built once, not on every call."""
+    return tuple(f"{prefix}.{field}" for field in fields)
 
 
 def _require_arrays(specs):
@@ -160,7 +179,7 @@ def lstm_cell_args(x, cs_prev, h_prev, w, b, wci, wcf, wco, *, grad=False, state
     required = [("x", x, ("B", "I")), ("cs_prev", cs_prev, ("B", "H")),
                 ("h_prev", h_prev, ("B", "H")), ("w", w, ("I+H", "4H")), ("b", b, ("4H",))]
     if grad:
-        required += _state_specs("state", state, LSTM_STATE_FIELDS, ("B", "H"))
+        required += _result_specs("state", state, LSTM_STATE_FIELDS, LSTM_STATE_LABELS)
     _require_arrays(required)
     specs = required + [("wci", wci, ("H",)), ("wcf", wcf, ("H",)), ("wco", wco, ("H",)),
                         ("d_h", d_h, ("B", "H")), ("d_cs", d_cs, ("B", "H"))]
@@ -181,7 +200,7 @@ def gru_cell_args(x, h_prev, w_ru, w_c, b_ru, b_c, *, reset_after, grad=False, s
              ("w_ru", w_ru, ("I+H", "2H")), ("w_c", w_c, ("I+H", "H")),
              ("b_ru", b_ru, ("2H",)), ("b_c", b_c, ("2H" if reset_after else "H",))]
     if grad:
-        specs += _state_specs("state", state, GRU_STATE_FIELDS, ("B", "H"))
+        specs += _result_specs("state", state, GRU_STATE_FIELDS, GRU_STATE_LABELS)
     _require_arrays(specs)
     specs.append(("d_h", d_h, ("B", "H")))
     library, _ = _library_and_dtype(specs)
@@ -194,22 +213,6 @@ def gru_cell_args(x, h_prev, w_ru, w_c, b_ru, b_c, *, reset_after, grad=False, s
 
 # --------------------------------------------------------------------------------------
 # Sequences (SPEC 4)
-
-LSTM_SEQUENCE_FIELDS = LSTM_STATE_FIELDS + ("cs_final", "h_final")
-GRU_SEQUENCE_FIELDS = GRU_STATE_FIELDS + ("h_final",)
-
-
-def _sequence_specs(prefix, seq, fields, n_final):
-    """Specs for a sequence result: ``[T, B, H]`` per-step fields, then ``n_final`` ``[B, H]``."""
-    if not isinstance(seq, tuple) or len(seq) != len(fields):
-        raise TypeError(
-            f"{prefix} must be a tuple of {len(fields)} arrays ({', '.join(fields)}), "
-            f"got {type(seq).__name__}"
-            + (f" of length {len(seq)}" if isinstance(seq, tuple) else ""))
-    n_steps = len(fields) - n_final
-    return [(f"{prefix}.{field}", a, ("T", "B", "H") if k < n_steps else ("B", "H"))
-            for k, (field, a) in enumerate(zip(fields, seq))]
-
 
 def seq_len_value(seq_len, library, n_steps, n_batch):
     """Check ``seq_len``: None, or an integer array ``[B]`` of ``library`` with values in
@@ -249,7 +252,7 @@ def lstm_sequence_args(x, cs0, h0, w, b, wci, wcf, wco, *, seq_len=None, grad=Fa
     required = [("x", x, ("T", "B", "I")), ("cs0", cs0, ("B", "H")), ("h0", h0, ("B", "H")),
                 ("w", w, ("I+H", "4H")), ("b", b, ("4H",))]
     if grad:
-        required += _sequence_specs("seq", seq, LSTM_SEQUENCE_FIELDS, 2)
+        required += _result_specs("seq", seq, LSTM_SEQUENCE_FIELDS, LSTM_SEQUENCE_LABELS)
     _require_arrays(required)
     specs = required + [("wci", wci, ("H",)), ("wcf", wcf, ("H",)), ("wco", wco, ("H",)),
                         ("d_h", d_h, ("T", "B", "H")), ("d_cs", d_cs, ("T", "B", "H")),
@@ -273,7 +276,7 @@ def gru_sequence_args(x, h0, w_ru, w_c, b_ru, b_c, *, reset_after, seq_len=None,
              ("w_ru", w_ru, ("I+H", "2H")), ("w_c", w_c, ("I+H", "H")),
              ("b_ru", b_ru, ("2H",)), ("b_c", b_c, ("2H" if reset_after else "H",))]
     if grad:
-        specs += _sequence_specs("seq", seq, GRU_SEQUENCE_FIELDS, 1)
+        specs += _result_specs("seq", seq, GRU_SEQUENCE_FIELDS, GRU_SEQUENCE_LABELS)
     _require_arrays(specs)
     specs += [("d_h", d_h, ("T", "B", "H")), ("d_h_final", d_h_final, ("B", "H"))]
     library, _ = _library_and_dtype(specs)
