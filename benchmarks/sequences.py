@@ -12,7 +12,9 @@ gradient on every step's h (gradients for x, the initial states and all weights)
 - ``torch nn.LSTM`` / ``torch nn.GRU``: forward and ``backward`` (x, h0, c0 require grad);
 - ``tf BlockLSTM``: ``tf.raw_ops.BlockLSTM`` under ``tf.GradientTape`` in a ``tf.function``;
 - ``BLAS bound``: only the matmuls of gradcells's plan (same shapes, same ``np.matmul``
-  calls with ``out=``), no elementwise work: the floor the fused kernels are measured against.
+  calls with ``out=``, the same C-contiguous copies of the recurrent weights' transposes
+  made once per call for the backward's per-step products), no elementwise work: the floor
+  the fused kernels are measured against.
 
 Every library is limited to ``--threads`` threads (default 1: the figures then compare
 implementations, not thread scheduling on a shared machine). Rounds are interleaved (each
@@ -27,12 +29,21 @@ are allocated before the measurement starts.
 from __future__ import annotations
 
 import argparse
-import statistics
+import os
 import sys
-import time
-import tracemalloc
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _harness import (  # noqa: E402
+    limit_threads,
+    peak_mib,
+    pin_peer_threads,
+    ratio,
+    summarize,
+    table,
+    time_interleaved,
+)
 
 SIZES = [(50, 32, 128, 128), (100, 32, 256, 256), (100, 64, 512, 512)]
 DTYPE = np.float32
@@ -166,8 +177,9 @@ def blas_bound_lstm(size):
         for t in range(steps):
             np.matmul(h, w_h, out=h_gates)
             h = h_steps[t]
+        w_h_t = np.ascontiguousarray(w_h.T)
         for t in reversed(range(steps)):
-            np.matmul(d_gates[t], w_h.T, out=dh_prev)
+            np.matmul(d_gates[t], w_h_t, out=dh_prev)
         np.matmul(d_flat, w_x.T, out=dx)
         np.matmul(x_flat.T, d_flat, out=dw[:n_in])
         h_flat = h_steps.reshape(steps * batch, hidden)
@@ -214,9 +226,10 @@ def blas_bound_gru(size, reset_after):
         if reset_after:                          # n's recurrent part for every step
             np.matmul(a["h0"], w_ch, out=recurrent[:batch])
             np.matmul(h_flat[:first], w_ch, out=recurrent[batch:])
+        w_ch_t, w_ruh_t = np.ascontiguousarray(w_ch.T), np.ascontiguousarray(w_ruh.T)
         for t in reversed(range(steps)):
-            np.matmul(d_n[t] if reset_after else d_c[t], w_ch.T, out=direct)
-            np.matmul(d_ru[t], w_ruh.T, out=dh_prev)
+            np.matmul(d_n[t] if reset_after else d_c[t], w_ch_t, out=direct)
+            np.matmul(d_ru[t], w_ruh_t, out=dh_prev)
         np.matmul(d_ru_flat, w_rux.T, out=dx)
         np.add(dx, d_c_flat @ w_cx.T, out=dx)
         dw = [x_flat.T @ d_ru_flat, x_flat.T @ d_c_flat,
@@ -231,50 +244,6 @@ def blas_bound_gru(size, reset_after):
 
 
 # -- measurement ------------------------------------------------------------------------------
-
-
-def limit_threads(n):
-    """Limit BLAS/OpenMP pools of every library already imported, and Numba's, to n."""
-    from threadpoolctl import threadpool_limits
-
-    limiter = threadpool_limits(n)
-    try:
-        import numba
-
-        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-    except ImportError:
-        pass
-    return limiter
-
-
-def peak_mib(run):
-    """tracemalloc high-water mark of one call, in MiB (NumPy buffers only)."""
-    tracemalloc.start()
-    tracemalloc.reset_peak()
-    run()
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    return peak / 2**20
-
-
-def time_interleaved(contestants, repeats):
-    """Seconds of each contestant per round, rounds interleaved; one warm-up call each."""
-    for run in contestants.values():
-        run()
-    times = {name: [] for name in contestants}
-    for _ in range(repeats):
-        for name, run in contestants.items():
-            start = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - start)
-    return times
-
-
-def table(rows, header):
-    widths = [max(len(str(r[k])) for r in [header, *rows]) for k in range(len(header))]
-    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
-    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|",
-                      *map(line, rows)])
 
 
 def cpu_backend_built():
@@ -331,17 +300,9 @@ def main(argv=None):
     sizes = [tuple(int(v) for v in s.split(",")) for s in args.sizes] if args.sizes else SIZES
     skip = set(filter(None, args.skip.split(",")))
 
-    # Import the peers first so their thread pools exist before they are limited.
-    if "torch" not in skip:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    if "tf" not in skip:
-        import tensorflow as tf
-
-        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
-    limit_threads(args.threads)
+    # Start the peers' thread pools limited, then limit every BLAS/OpenMP pool and Numba.
+    pin_peer_threads(args.threads, torch="torch" not in skip, tensorflow="tf" not in skip)
+    limiter = limit_threads(args.threads)  # noqa: F841 - keeps the limits in force
     print(f"float32, forward + BPTT with an upstream gradient on every h; {args.threads} "
           f"thread(s); median of {args.repeats} interleaved rounds\n")
 
@@ -349,21 +310,19 @@ def main(argv=None):
         for size in sizes:
             steps, batch, n_in, hidden = size
             contestants = contestants_for(cell, size, skip)
-            times = time_interleaved(contestants, args.repeats)
-            medians = {name: statistics.median(ts) for name, ts in times.items()}
+            stats = summarize(time_interleaved(contestants, args.repeats))
             unit = steps * batch * hidden * 4 / 2**20
             rows = []
-            for name, seconds in medians.items():
+            for name, stat in stats.items():
                 torch_name, bound_name = peer_names(cell, name)
-                vs_torch = (f"{seconds / medians[torch_name]:.2f}×"
-                            if torch_name in medians else "-")
-                vs_bound = f"{seconds / medians[bound_name]:.2f}×"
+                torch_time = stats[torch_name].median if torch_name in stats else None
                 memory = "-"
                 if name.startswith("gradcells"):
                     mib = peak_mib(contestants[name])
                     memory = f"{mib:.1f} MiB ({mib / unit:.1f} TBH)"
-                rows.append((name, f"{seconds * 1e3:.1f}", f"{min(times[name]) * 1e3:.1f}",
-                             vs_torch, vs_bound, memory))
+                rows.append((name, f"{stat.median * 1e3:.1f}", f"{stat.minimum * 1e3:.1f}",
+                             ratio(stat.median, torch_time),
+                             ratio(stat.median, stats[bound_name].median), memory))
             print(f"{cell.upper()} (T, B, I, H) = {size}")
             print(table(rows, ("contestant", "median ms", "min ms", "vs torch", "vs BLAS bound",
                                "peak memory")))
