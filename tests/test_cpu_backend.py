@@ -3,8 +3,8 @@
 Agreement: every output and every gradient of both cells, on the Hypothesis strategies of
 ``gradcells.testing`` (sizes from 0, hidden sizes past the SIMD width so that both the
 vector loop and its scalar remainder run): float64 to 1e-12 relative; float32 no further
-from the exact (float64) result than twice the float32 reference's own error plus four
-float32 ulps of the array's scale. Finite differences, purity, memory layouts and extreme
+from the exact (float64) result than three times the float32 reference's own error plus
+four float32 ulps of the array's scale. Finite differences, purity, memory layouts and extreme
 inputs are also covered for ``backend="cpu"`` by test_gradients.py and test_purity.py
 (parametrized over every NumPy backend); the checks here are the CPU backend's own: empty
 sizes, read-only inputs, threads, the kernels' contracts and that the hot loops are SIMD.
@@ -84,7 +84,11 @@ def assert_float64_agrees(actual, expected, name):
 
 def assert_float32_agrees(actual, reference32, exact, name):
     """``actual`` (CPU, float32) is as close to ``exact`` (float64 reference on the same
-    float32 inputs) as the float32 reference is, up to 4 ulps of the array's scale."""
+    float32 inputs) as the float32 reference is, up to 4 ulps of the array's scale.
+
+    "As close" allows 3× the reference's error: the CPU's float32 tanh is within 1.33 ulp
+    (``tests/test_cpu_activations.py``, every float32 input) where NumPy's is within about
+    0.5 ulp, so every activation-borne error may be up to 2.7× larger."""
     assert actual.dtype == reference32.dtype == np.float32, name
     assert actual.shape == reference32.shape == exact.shape, name
     if actual.size == 0:
@@ -92,7 +96,7 @@ def assert_float32_agrees(actual, reference32, exact, name):
     scale = float(np.abs(exact).max())
     reference_error = float(np.abs(reference32.astype(np.float64) - exact).max())
     error = float(np.abs(actual.astype(np.float64) - exact).max())
-    bound = 2 * reference_error + 4 * np.finfo(np.float32).eps * scale
+    bound = 3 * reference_error + 4 * np.finfo(np.float32).eps * scale
     assert error <= bound, f"{name}: error {error:.3g} > {bound:.3g}"
 
 
