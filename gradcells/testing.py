@@ -135,48 +135,54 @@ def gru_cell_inputs(*, dtype=np.float64, reset_after=None, min_size=1, max_batch
         scale=st.sampled_from([0.5, 1.0, 2.0]))
 
 
-def lstm_cell_vjp_pair(case, *, backend=None, clip_grad="exact", d_h=True, d_cs=True):
-    """``(f, vjp, args, names)`` for the oracle: ``f`` maps the case's arrays to
-    ``(cs, h)`` (or the one of them that has an upstream gradient)."""
-    attrs = {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"]}
-    peephole = case["wci"] is not None
-    names = LSTM_ARG_NAMES if peephole else LSTM_ARG_NAMES[:5]
+def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backend):
+    """``(f, vjp, args, names)`` for the oracle: ``f`` maps the arrays named ``names`` to
+    the ``outputs`` fields of ``forward``'s result; ``vjp`` feeds the cotangents to
+    ``gradient`` as ``d_<output>``. LSTM peepholes (the names after the fifth) are passed by
+    keyword, and dropped when the case has none."""
+    if "wci" in names and case["wci"] is None:
+        names = names[:5]
     args = tuple(case[n] for n in names)
-    outputs = [k for k, on in (("cs", d_cs), ("h", d_h)) if on]
+    outputs = tuple(outputs)
+    n_positional = 5 if "wci" in names else len(names)
 
-    def forward(*arrays):
-        peeps = dict(zip(("wci", "wcf", "wco"), arrays[5:]))
-        return cells.lstm_cell(*arrays[:5], **peeps, **attrs, backend=backend)
+    def split(arrays):
+        return arrays[:n_positional], dict(zip(names[n_positional:], arrays[n_positional:]))
+
+    def run(*arrays):
+        positional, peepholes = split(arrays)
+        return forward(*positional, **peepholes, **attrs, backend=backend)
 
     def f(*arrays):
-        state = forward(*arrays)
-        return tuple(getattr(state, k) for k in outputs)
+        result = run(*arrays)
+        return tuple(getattr(result, k) for k in outputs)
 
     def vjp(ct, *arrays):
+        positional, peepholes = split(arrays)
         upstream = {f"d_{k}": c for k, c in zip(outputs, ct)}
-        peeps = dict(zip(("wci", "wcf", "wco"), arrays[5:]))
-        grads = cells.lstm_cell_grad(*arrays[:5], forward(*arrays), **upstream, **peeps,
-                                     cell_clip=attrs["cell_clip"], clip_grad=clip_grad,
-                                     backend=backend)
+        grads = gradient(*positional, run(*arrays), **upstream, **peepholes, **grad_attrs,
+                         backend=backend)
         return tuple(grads)[: len(arrays)]
 
     return f, vjp, args, names
 
 
+def lstm_cell_vjp_pair(case, *, backend=None, clip_grad="exact", d_h=True, d_cs=True):
+    """The oracle's ``(f, vjp, args, names)`` for ``lstm_cell``: ``f`` maps the case's arrays
+    to ``(cs, h)`` (or the one of them that has an upstream gradient)."""
+    outputs = [k for k, on in (("cs", d_cs), ("h", d_h)) if on]
+    return _vjp_pair(
+        cells.lstm_cell, cells.lstm_cell_grad, case, LSTM_ARG_NAMES, outputs,
+        {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"]},
+        {"cell_clip": case["cell_clip"], "clip_grad": clip_grad}, backend)
+
+
 def gru_cell_vjp_pair(case, *, backend=None):
-    """``(f, vjp, args, names)`` for the oracle: ``f`` maps the case's arrays to ``h``."""
-    reset_after = case["reset_after"]
-    args = tuple(case[n] for n in GRU_ARG_NAMES)
-
-    def f(*arrays):
-        return cells.gru_cell(*arrays, reset_after=reset_after, backend=backend).h
-
-    def vjp(ct, *arrays):
-        state = cells.gru_cell(*arrays, reset_after=reset_after, backend=backend)
-        return tuple(cells.gru_cell_grad(*arrays, state, ct, reset_after=reset_after,
-                                         backend=backend))
-
-    return f, vjp, args, GRU_ARG_NAMES
+    """The oracle's ``(f, vjp, args, names)`` for ``gru_cell``: ``f`` maps the case's arrays
+    to ``(h,)``."""
+    attrs = {"reset_after": case["reset_after"]}
+    return _vjp_pair(cells.gru_cell, cells.gru_cell_grad, case, GRU_ARG_NAMES, ("h",), attrs,
+                     attrs, backend)
 
 
 def random_lstm_cell_case(rng, dtype=np.float64):
@@ -341,53 +347,23 @@ def gru_sequence_inputs(*, dtype=np.float64, reset_after=None, ragged=None, min_
 
 def lstm_sequence_vjp_pair(case, *, backend=None, clip_grad="exact",
                            outputs=LSTM_SEQUENCE_OUTPUTS):
-    """``(f, vjp, args, names)`` for the oracle: ``f`` maps the case's arrays to the chosen
-    ``outputs`` of ``lstm_sequence`` (any of "h", "cs", "h_final", "cs_final"); the others
+    """The oracle's ``(f, vjp, args, names)`` for ``lstm_sequence``: ``f`` maps the case's
+    arrays to the chosen ``outputs`` (any of "h", "cs", "h_final", "cs_final"); the others
     get no upstream gradient (None)."""
-    attrs = {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"],
-             "seq_len": case["seq_len"]}
-    peephole = case["wci"] is not None
-    names = LSTM_SEQUENCE_ARG_NAMES if peephole else LSTM_SEQUENCE_ARG_NAMES[:5]
-    args = tuple(case[n] for n in names)
-    outputs = tuple(outputs)
-
-    def forward(*arrays):
-        peeps = dict(zip(("wci", "wcf", "wco"), arrays[5:]))
-        return _sequences.lstm_sequence(*arrays[:5], **peeps, **attrs, backend=backend)
-
-    def f(*arrays):
-        seq = forward(*arrays)
-        return tuple(getattr(seq, k) for k in outputs)
-
-    def vjp(ct, *arrays):
-        upstream = {f"d_{k}": c for k, c in zip(outputs, ct)}
-        peeps = dict(zip(("wci", "wcf", "wco"), arrays[5:]))
-        grads = _sequences.lstm_sequence_grad(
-            *arrays[:5], forward(*arrays), **upstream, **peeps, cell_clip=attrs["cell_clip"],
-            clip_grad=clip_grad, seq_len=attrs["seq_len"], backend=backend)
-        return tuple(grads)[: len(arrays)]
-
-    return f, vjp, args, names
+    return _vjp_pair(
+        _sequences.lstm_sequence, _sequences.lstm_sequence_grad, case, LSTM_SEQUENCE_ARG_NAMES,
+        outputs, {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"],
+                  "seq_len": case["seq_len"]},
+        {"cell_clip": case["cell_clip"], "clip_grad": clip_grad, "seq_len": case["seq_len"]},
+        backend)
 
 
 def gru_sequence_vjp_pair(case, *, backend=None, outputs=GRU_SEQUENCE_OUTPUTS):
-    """``(f, vjp, args, names)`` for the oracle: ``f`` maps the case's arrays to the chosen
-    ``outputs`` of ``gru_sequence`` ("h", "h_final")."""
+    """The oracle's ``(f, vjp, args, names)`` for ``gru_sequence``: ``f`` maps the case's
+    arrays to the chosen ``outputs`` ("h", "h_final")."""
     attrs = {"reset_after": case["reset_after"], "seq_len": case["seq_len"]}
-    args = tuple(case[n] for n in GRU_SEQUENCE_ARG_NAMES)
-    outputs = tuple(outputs)
-
-    def f(*arrays):
-        seq = _sequences.gru_sequence(*arrays, **attrs, backend=backend)
-        return tuple(getattr(seq, k) for k in outputs)
-
-    def vjp(ct, *arrays):
-        seq = _sequences.gru_sequence(*arrays, **attrs, backend=backend)
-        upstream = {f"d_{k}": c for k, c in zip(outputs, ct)}
-        return tuple(_sequences.gru_sequence_grad(*arrays, seq, **upstream, **attrs,
-                                                  backend=backend))
-
-    return f, vjp, args, GRU_SEQUENCE_ARG_NAMES
+    return _vjp_pair(_sequences.gru_sequence, _sequences.gru_sequence_grad, case,
+                     GRU_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend)
 
 
 def random_lstm_sequence_case(rng, dtype=np.float64):
