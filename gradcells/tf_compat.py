@@ -50,16 +50,10 @@ __all__ = [
 ]
 
 
-class LSTMBlockCellOutput(NamedTuple):
-    """``tf.raw_ops.LSTMBlockCell``'s outputs, each ``[B, H]``."""
+class LSTMBlockCellOutput(LSTMCellState):
+    """``tf.raw_ops.LSTMBlockCell``'s outputs ``(i, cs, f, o, ci, co, h)``, each ``[B, H]``."""
 
-    i: Array
-    cs: Array
-    f: Array
-    o: Array
-    ci: Array
-    co: Array
-    h: Array
+    __slots__ = ()
 
 
 class LSTMBlockCellGradOutput(NamedTuple):
@@ -73,13 +67,10 @@ class LSTMBlockCellGradOutput(NamedTuple):
     wco_grad: Array
 
 
-class GRUBlockCellOutput(NamedTuple):
-    """``tf.raw_ops.GRUBlockCell``'s outputs, each ``[B, H]``."""
+class GRUBlockCellOutput(GRUCellState):
+    """``tf.raw_ops.GRUBlockCell``'s outputs ``(r, u, c, h)``, each ``[B, H]``."""
 
-    r: Array
-    u: Array
-    c: Array
-    h: Array
+    __slots__ = ()
 
 
 class GRUBlockCellGradOutput(NamedTuple):
@@ -92,16 +83,11 @@ class GRUBlockCellGradOutput(NamedTuple):
     d_r_bar_u_bar: Array
 
 
-class BlockLSTMOutput(NamedTuple):
-    """``tf.raw_ops.BlockLSTM`` / ``BlockLSTMV2``'s outputs, each ``[T, B, H]``."""
+class BlockLSTMOutput(LSTMCellState):
+    """``tf.raw_ops.BlockLSTM`` / ``BlockLSTMV2``'s outputs ``(i, cs, f, o, ci, co, h)``, each
+    ``[T, B, H]``."""
 
-    i: Array
-    cs: Array
-    f: Array
-    o: Array
-    ci: Array
-    co: Array
-    h: Array
+    __slots__ = ()
 
 
 class BlockLSTMGradOutput(NamedTuple):
