@@ -11,6 +11,8 @@ sizes, read-only inputs, threads, the kernels' contracts and that the hot loops 
 """
 
 import re
+import subprocess
+import sys
 import threading
 
 import numba
@@ -396,3 +398,24 @@ def test_hot_loops_use_vector_registers(dtype):
         asm = fresh.inspect_asm(signature)
         packed = re.findall(rf"\b{op}\w*{suffix}\s+[^\n]*%[yz]mm", asm)
         assert packed, f"{kernel.__name__}{signature}: no packed {op}{suffix} on ymm/zmm"
+
+
+def test_first_call_leaves_numbas_blas_probe_for_later():
+    """The first call does not import ``scipy.linalg`` (``_compile._DeferredBlasCheck``),
+    and Numba's own BLAS check still gives its answer when Numba code asks for it."""
+    code = "\n".join([
+        "import importlib.util, sys",
+        "import numpy as np, gradcells as gc",
+        "shapes = ((1, 2), (1, 2), (1, 2), (4, 8), (8,))",
+        "gc.lstm_cell(*(np.ones(s, np.float32) for s in shapes))",
+        "print('scipy.linalg' in sys.modules)",
+        "import numba",
+        "from numba.np import arraymath",
+        "correlate = numba.njit(lambda a, v: np.correlate(a, v))",
+        "print(correlate(np.arange(4.0), np.ones(2)).tolist())",
+        "print(bool(arraymath._HAVE_BLAS) == (importlib.util.find_spec('scipy') is not None))",
+    ])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "[1.0,", "3.0,", "5.0]", "True"]

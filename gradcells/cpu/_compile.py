@@ -24,7 +24,66 @@ from __future__ import annotations
 import numba
 import numpy as np
 from numba import types
+from numba.core.compiler_lock import global_compiler_lock
 from numba.extending import overload
+
+
+class _DeferredBlasCheck:
+    """Numba's "is SciPy's BLAS importable" flag, answered when it is first asked.
+
+    ``numba.np.arraymath`` sets ``_HAVE_BLAS`` at import by importing
+    ``scipy.linalg.cython_blas``; the flag is read only when ``np.correlate`` or
+    ``np.convolve`` is compiled. Importing ``scipy.linalg`` costs 0.25–0.5 s here, half of
+    a first gradcells call, for a flag gradcells never reads. This object gives the same
+    answer, from the same check, when (if ever) it is read.
+    """
+
+    def __init__(self, ensure_blas):
+        self._ensure_blas = ensure_blas
+        self._answer = None
+
+    def __bool__(self):
+        if self._answer is None:
+            try:
+                self._ensure_blas()
+                self._answer = True
+            except ImportError:
+                self._answer = False
+        return self._answer
+
+
+def _import_arraymath_with_deferred_blas_check():
+    """Import ``numba.np.arraymath`` (which every first compile or cache load imports)
+    with its SciPy probe deferred (``_DeferredBlasCheck``). A no-op when it is already
+    imported or SciPy's BLAS already is (then the probe is free), or when this Numba
+    version lays the module out differently. Holds Numba's compiler lock, so no thread
+    compiles while ``ensure_blas`` is swapped."""
+    import sys
+
+    if "numba.np.arraymath" in sys.modules or "scipy.linalg.cython_blas" in sys.modules:
+        return
+    from numba.np import linalg
+
+    ensure_blas = getattr(linalg, "ensure_blas", None)
+    if ensure_blas is None:
+        return
+
+    def report_missing():
+        raise ImportError("deferred by gradcells")
+
+    with global_compiler_lock:
+        linalg.ensure_blas = report_missing
+        try:
+            from numba.np import arraymath
+        finally:
+            linalg.ensure_blas = ensure_blas
+        if getattr(arraymath, "ensure_blas", None) is report_missing:
+            arraymath.ensure_blas = ensure_blas
+        if getattr(arraymath, "_HAVE_BLAS", None) is False:
+            arraymath._HAVE_BLAS = _DeferredBlasCheck(ensure_blas)
+
+
+_import_arraymath_with_deferred_blas_check()
 
 KERNEL_OPTIONS = {"cache": True, "error_model": "numpy", "nogil": True}
 kernel = numba.njit(**KERNEL_OPTIONS)

@@ -1,0 +1,112 @@
+"""Start-up: what the first gradcells call costs in a new process, with a warm Numba cache.
+
+    python benchmarks/startup.py                  # 9 rounds
+    python benchmarks/startup.py --repeats 15
+
+Each round starts one fresh Python process per contestant (rounds interleaved, so a busy
+machine disturbs every contestant alike) and each process reports three times:
+
+- ``import``: ``import numpy`` and the contestant's own imports;
+- ``first call``: one float32 LSTM cell step (forward) with NumPy arrays, on the
+  contestant's fastest CPU path, from the end of the imports;
+- ``second call``: the same call again.
+
+Contestants:
+
+- ``gradcells``: ``gc.lstm_cell`` (the Numba backend: the first call imports Numba and loads
+  the cached kernel);
+- ``numba floor``: a trivial ``@numba.njit(cache=True)`` function, imported and called the
+  same way: what any cached Numba function costs on its first call (Numba's import, its
+  target's initialisation and one cache load), the floor under gradcells's first call;
+- ``reference``: ``gc.lstm_cell(..., backend="reference")`` (pure NumPy, no Numba);
+- ``torch``: ``torch.nn.LSTMCell`` forward (``import torch`` counted as its import).
+
+One unmeasured round first fills the Numba caches. The table shows medians over
+``--repeats`` rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _harness import duration, missing, table  # noqa: E402
+
+# Each program prints {"import": s, "first": s, "second": s}. They time from their own
+# start, so interpreter start-up (the same for all) is left out.
+_TIMER = """
+import json, time
+t0 = time.perf_counter()
+import numpy as np
+{imports}
+t1 = time.perf_counter()
+x = np.ones((4, 32), np.float32); h = np.ones((4, 32), np.float32)
+w = np.ones((64, 128), np.float32); b = np.ones(128, np.float32)
+{call}
+t2 = time.perf_counter()
+{call}
+t3 = time.perf_counter()
+print(json.dumps({{"import": t1 - t0, "first": t2 - t1, "second": t3 - t2}}))
+"""
+
+_NUMBA_FLOOR = '''
+import numba
+
+@numba.njit(cache=True)
+def scale(a):
+    for j in range(a.shape[0]):
+        a[j] *= 2.0
+'''
+
+CONTESTANTS = {
+    "gradcells": ("import gradcells as gc", "gc.lstm_cell(x, h, h, w, b)"),
+    "numba floor": ("from startup_floor import scale", "scale(b)"),
+    "reference": ("import gradcells as gc", "gc.lstm_cell(x, h, h, w, b, backend='reference')"),
+    "torch": ("import torch\ncell = torch.nn.LSTMCell(32, 32)\ntorch.set_grad_enabled(False)",
+              "cell(torch.from_numpy(x), (torch.from_numpy(h), torch.from_numpy(h)))"),
+}
+
+
+def run_once(name: str, workdir: str) -> dict:
+    imports, call = CONTESTANTS[name]
+    program = _TIMER.format(imports=imports, call=call)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [workdir] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True,
+                          text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=9)
+    args = parser.parse_args(argv)
+    names = [n for n in CONTESTANTS if n != "torch" or missing("torch") is None]
+    with tempfile.TemporaryDirectory() as workdir:
+        with open(os.path.join(workdir, "startup_floor.py"), "w") as f:
+            f.write(_NUMBA_FLOOR)
+        for name in names:                  # fill the caches
+            run_once(name, workdir)
+        times = {name: [] for name in names}
+        for _ in range(args.repeats):
+            for name in names:
+                times[name].append(run_once(name, workdir))
+    print(f"New process per call, warm Numba cache; median of {args.repeats} interleaved "
+          f"rounds. {sys.version.split()[0]} on {os.cpu_count()} cores.\n")
+    rows = []
+    for name in names:
+        med = {k: statistics.median(t[k] for t in times[name]) for k in times[name][0]}
+        rows.append([name, duration(med["import"]), duration(med["first"]),
+                     duration(med["import"] + med["first"]), duration(med["second"])])
+    print(table(rows, ["contestant", "import", "first call", "import + first call",
+                       "second call"]))
+
+
+if __name__ == "__main__":
+    main()
