@@ -3,9 +3,10 @@ the library).
 
 The rules every benchmark here follows, and that these helpers implement:
 
-- **Side by side, interleaved.** Every contestant runs once per round, round after round
-  (``time_interleaved``), so a disturbance from other processes on a shared machine hits all
-  of them alike; the figures that matter are the **ratios** between contestants of one run.
+- **Side by side, interleaved.** Every contestant runs once per round, round after round,
+  the order rotated each round (``time_interleaved``), so a disturbance from other
+  processes, or from a peer's thread pool still spinning, hits all of them alike; the
+  figures that matter are the **ratios** between contestants of one run.
 - **Median of repeats**, with the minimum beside it (``summarize``): when the two differ much,
   the machine was busy and the figures are rough.
 - **Short calls are batched**: a round calls a contestant enough times to last at least
@@ -96,8 +97,12 @@ def time_interleaved(contestants: dict, repeats: int, *, min_round_s: float = 0.
     """Seconds **per call** of each contestant in each round, rounds interleaved.
 
     ``contestants`` maps a name to a callable taking no arguments. Each is called ``warmup``
-    times first (compilation, caches), then ``repeats`` rounds run every contestant in turn;
-    in a round a contestant is called ``calls_per_round(run, min_round_s)`` times (fixed at
+    times first (compilation, caches), then ``repeats`` rounds run every contestant in turn,
+    the order rotated by one each round: a peer whose threads keep spinning after it returns
+    (PyTorch's and TensorFlow's pools do, for a while) slows whoever runs next, and rotation
+    spreads that over every contestant instead of charging it to one (measured: 2.3× against
+    1.3× the BLAS bound for the contestant that always followed PyTorch at 2 threads). In a
+    round a contestant is called ``calls_per_round(run, min_round_s)`` times (fixed at
     warm-up) and the round's time is divided by that count. Returns ``{name: [seconds]}``.
     """
     calls = {}
@@ -106,8 +111,10 @@ def time_interleaved(contestants: dict, repeats: int, *, min_round_s: float = 0.
             run()
         calls[name] = calls_per_round(run, min_round_s)
     times = {name: [] for name in contestants}
-    for _ in range(repeats):
-        for name, run in contestants.items():
+    order = list(contestants.items())
+    for round_index in range(repeats):
+        shift = round_index % len(order)
+        for name, run in order[shift:] + order[:shift]:
             count = calls[name]
             start = time.perf_counter()
             for _ in range(count):

@@ -1,7 +1,7 @@
 """Start-up: what the first gradcells call costs in a new process, with a warm Numba cache.
 
     python benchmarks/startup.py                  # 9 rounds
-    python benchmarks/startup.py --repeats 15
+    python benchmarks/startup.py --repeats 15 --skip torch
 
 Each round starts one fresh Python process per contestant (rounds interleaved, so a busy
 machine disturbs every contestant alike) and each process reports three times:
@@ -86,8 +86,13 @@ def run_once(name: str, workdir: str) -> dict:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--skip", default="", help="comma list of: numba floor, reference, torch")
     args = parser.parse_args(argv)
-    names = [n for n in CONTESTANTS if n != "torch" or missing("torch") is None]
+    skip = set(filter(None, args.skip.split(",")))
+    if "torch" not in skip and missing("torch"):
+        print(f"skipping torch: {missing('torch')}")
+        skip.add("torch")
+    names = [n for n in CONTESTANTS if n not in skip]
     with tempfile.TemporaryDirectory() as workdir:
         with open(os.path.join(workdir, "startup_floor.py"), "w") as f:
             f.write(_NUMBA_FLOOR)

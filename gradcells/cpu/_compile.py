@@ -17,6 +17,10 @@ caller's is not, so that Numba compiles one specialization per dtype, not one pe
 and loop over one contiguous row at a time through row views: that is what LLVM
 vectorizes, where 2-D indexing ``a[row, n + j]`` compiles to scalar code several times
 slower.
+
+Importing this module also imports ``numba.np.arraymath`` with its SciPy probe deferred
+(``_DeferredBlasCheck``): Numba's first cache load would otherwise import ``scipy.linalg``,
+half of a first call's time here (``python benchmarks/startup.py``).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ class _DeferredBlasCheck:
 
 
 def _import_arraymath_with_deferred_blas_check():
-    """Import ``numba.np.arraymath`` (which every first compile or cache load imports)
+    """Import ``numba.np.arraymath`` (which Numba's first compile or cache load imports)
     with its SciPy probe deferred (``_DeferredBlasCheck``). A no-op when it is already
     imported or SciPy's BLAS already is (then the probe is free), or when this Numba
     version lays the module out differently. Holds Numba's compiler lock, so no thread

@@ -1,0 +1,56 @@
+"""The benchmark scripts run and print their tables (tiny sizes, one round: what is checked
+is that they work, never how fast anything is), and the harness interleaves fairly."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+
+import _harness  # noqa: E402
+
+
+def test_rounds_rotate_the_order_of_the_contestants():
+    calls = []
+    contestants = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    times = _harness.time_interleaved(contestants, repeats=3, warmup=0)
+    assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert {name: len(ts) for name, ts in times.items()} == {"a": 3, "b": 3, "c": 3}
+
+
+def _table_rows(text):
+    return [line for line in text.splitlines() if line.startswith("| ")]
+
+
+def test_cells_benchmark_prints_a_row_per_size(capsys):
+    import cells
+
+    cells.main(["--sizes", "2,3,5", "1,2,4", "--repeats", "1", "--min-round", "0",
+                "--skip", "torch,tf"])
+    out = capsys.readouterr().out
+    for title in ("LSTM", "GRU (reset before", "GRU reset_after=True"):
+        assert title in out
+    rows = _table_rows(out)
+    assert sum(row.startswith("| (2, 3, 5)") for row in rows) == 3
+    assert sum(row.startswith("| (1, 2, 4)") for row in rows) == 3
+
+
+def test_sequences_benchmark_prints_every_contestant(capsys):
+    import sequences
+
+    sequences.main(["--sizes", "3,2,3,5", "--repeats", "1", "--skip", "torch,tf"])
+    out = capsys.readouterr().out
+    names = [row.split("|")[1].strip() for row in _table_rows(out)]
+    assert {"gradcells cpu", "gradcells reference", "BLAS bound",
+            "gradcells cpu reset-after", "BLAS bound reset-before"} <= set(names)
+    assert "TBH" in out                   # peak memory is reported
+
+
+@pytest.mark.slow
+def test_startup_benchmark_times_new_processes(capsys):
+    import startup
+
+    startup.main(["--repeats", "1", "--skip", "torch"])
+    names = [row.split("|")[1].strip() for row in _table_rows(capsys.readouterr().out)]
+    assert names[1:] == ["gradcells", "numba floor", "reference"]   # after the header
