@@ -79,7 +79,9 @@ def run_once(name: str, workdir: str) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [workdir] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True,
-                          text=True, check=True)
+                          text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{name}: the timing process failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
