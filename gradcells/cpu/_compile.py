@@ -20,10 +20,12 @@ slower.
 
 Importing this module also imports ``numba.np.arraymath`` with its SciPy probe deferred
 (``_DeferredBlasCheck``): Numba's first cache load would otherwise import ``scipy.linalg``,
-half of a first call's time here (``python benchmarks/startup.py``).
+0.25–0.5 s here, where a first call now takes about 0.75 s (``python benchmarks/startup.py``).
 """
 
 from __future__ import annotations
+
+import sys
 
 import numba
 import numpy as np
@@ -37,8 +39,8 @@ class _DeferredBlasCheck:
 
     ``numba.np.arraymath`` sets ``_HAVE_BLAS`` at import by importing
     ``scipy.linalg.cython_blas``; the flag is read only when ``np.correlate`` or
-    ``np.convolve`` is compiled. Importing ``scipy.linalg`` costs 0.25–0.5 s here, half of
-    a first gradcells call, for a flag gradcells never reads. This object gives the same
+    ``np.convolve`` is compiled. Importing ``scipy.linalg`` costs 0.25–0.5 s here, for a flag
+    gradcells never reads. This object gives the same
     answer, from the same check, when (if ever) it is read.
     """
 
@@ -62,8 +64,6 @@ def _import_arraymath_with_deferred_blas_check():
     imported or SciPy's BLAS already is (then the probe is free), or when this Numba
     version lays the module out differently. Holds Numba's compiler lock, so no thread
     compiles while ``ensure_blas`` is swapped."""
-    import sys
-
     if "numba.np.arraymath" in sys.modules or "scipy.linalg.cython_blas" in sys.modules:
         return
     from numba.np import linalg
