@@ -253,8 +253,8 @@ def gru_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, state, d_h=None, *, reset_aft
         gru_reset_after_grad_kernel(d_h, has_d_h, r, u, c, h_prev, np.dot(h_prev, w_c[n_in:]),
                                     b_c[n_hidden:], dc_bar, d_n, d_ru, dh_direct, d_bias_ru,
                                     d_bias_c)
-        # x and h_prev rows apart: the sums are then contiguous (11% faster than adding
-        # into column slices of one [B, I+H] product, measured at (64, 256, 256))
+        # x and h_prev rows apart: the sums are then contiguous (the whole gradient 3–7%
+        # faster than adding into column slices of one [B, I+H] product, at (64, 256, 256))
         dx = np.dot(d_ru, w_ru[:n_in].T)
         dx += np.dot(dc_bar, w_c[:n_in].T)
         dh_prev = np.dot(d_ru, w_ru[n_in:].T)
