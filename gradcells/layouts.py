@@ -131,6 +131,48 @@ def _single_direction(name, a, labels):
     return a[0]
 
 
+def _check_torch(a, n_gates):
+    """Check PyTorch's ``weight_ih [kH, I]``, ``weight_hh [kH, H]``, ``bias_ih, bias_hh [kH]``
+    (k = ``n_gates``); return H."""
+    gates = f"{n_gates}H"
+    _ndim("weight_hh", a["weight_hh"], 2, f"{gates}, H")
+    n_hidden = a["weight_hh"].shape[1]
+    _shape("weight_hh", a["weight_hh"], (n_gates * n_hidden, n_hidden), f"{gates}, H")
+    _ndim("weight_ih", a["weight_ih"], 2, f"{gates}, I")
+    _shape("weight_ih", a["weight_ih"], (n_gates * n_hidden, a["weight_ih"].shape[1]),
+           f"{gates}, I")
+    for name in ("bias_ih", "bias_hh"):
+        _shape(name, a[name], (n_gates * n_hidden,), gates)
+    return n_hidden
+
+
+def _check_keras_kernels(a, n_gates):
+    """Check Keras' ``kernel [I, kH]`` and ``recurrent_kernel [H, kH]`` (k = ``n_gates``);
+    return H."""
+    gates = f"{n_gates}H"
+    _ndim("recurrent_kernel", a["recurrent_kernel"], 2, f"H, {gates}")
+    n_hidden = a["recurrent_kernel"].shape[0]
+    _shape("recurrent_kernel", a["recurrent_kernel"], (n_hidden, n_gates * n_hidden),
+           f"H, {gates}")
+    _ndim("kernel", a["kernel"], 2, f"I, {gates}")
+    _shape("kernel", a["kernel"], (a["kernel"].shape[0], n_gates * n_hidden), f"I, {gates}")
+    return n_hidden
+
+
+def _check_onnx(a, n_gates):
+    """Check ONNX's ``W [1, kH, I]``, ``R [1, kH, H]`` and ``B [1, 2kH]`` (k = ``n_gates``);
+    return ``(H, W[0])``."""
+    gates = f"{n_gates}H"
+    _ndim("R", a["R"], 3, f"1, {gates}, H")
+    n_hidden = a["R"].shape[2]
+    _shape("R", a["R"], (1, n_gates * n_hidden, n_hidden), f"1, {gates}, H")
+    _ndim("W", a["W"], 3, f"1, {gates}, I")
+    w_x = _single_direction("W", a["W"], f"num_directions, {gates}, I")
+    _shape("W", a["W"], (1, n_gates * n_hidden, w_x.shape[1]), f"1, {gates}, I")
+    _shape("B", a["B"], (1, 2 * n_gates * n_hidden), f"1, {2 * n_gates}H")
+    return n_hidden, w_x
+
+
 def _check_lstm(w, b):
     """(I, H) of gradcells's LSTM ``w [I+H, 4H]``, ``b [4H]``."""
     _ndim("w", w, 2, "I+H, 4H")
@@ -186,13 +228,7 @@ def lstm_from_torch(weight_ih, weight_hh, bias_ih=None, bias_hh=None):
     ``b = bias_ih + bias_hh``. ``lstm_from_torch(*cell.parameters())`` works as written.
     """
     a = _arrays(weight_ih=weight_ih, weight_hh=weight_hh, bias_ih=bias_ih, bias_hh=bias_hh)
-    _ndim("weight_hh", a["weight_hh"], 2, "4H, H")
-    n_hidden = a["weight_hh"].shape[1]
-    _shape("weight_hh", a["weight_hh"], (4 * n_hidden, n_hidden), "4H, H")
-    _ndim("weight_ih", a["weight_ih"], 2, "4H, I")
-    _shape("weight_ih", a["weight_ih"], (4 * n_hidden, a["weight_ih"].shape[1]), "4H, I")
-    _shape("bias_ih", a["bias_ih"], (4 * n_hidden,), "4H")
-    _shape("bias_hh", a["bias_hh"], (4 * n_hidden,), "4H")
+    n_hidden = _check_torch(a, 4)
     bias = _sum_or_zeros(a["bias_ih"], a["bias_hh"], (4 * n_hidden,), _dtype(a))
     return _gradcells_lstm(a["weight_ih"].T, a["weight_hh"].T, bias, _LSTM_TORCH)
 
@@ -217,11 +253,7 @@ def lstm_from_keras(kernel, recurrent_kernel, bias=None):
     only initialises it; nothing is added at run time).
     """
     a = _arrays(kernel=kernel, recurrent_kernel=recurrent_kernel, bias=bias)
-    _ndim("recurrent_kernel", a["recurrent_kernel"], 2, "H, 4H")
-    n_hidden = a["recurrent_kernel"].shape[0]
-    _shape("recurrent_kernel", a["recurrent_kernel"], (n_hidden, 4 * n_hidden), "H, 4H")
-    _ndim("kernel", a["kernel"], 2, "I, 4H")
-    _shape("kernel", a["kernel"], (a["kernel"].shape[0], 4 * n_hidden), "I, 4H")
+    n_hidden = _check_keras_kernels(a, 4)
     _shape("bias", a["bias"], (4 * n_hidden,), "4H")
     bias = _sum_or_zeros(a["bias"], None, (4 * n_hidden,), _dtype(a))
     return _gradcells_lstm(a["kernel"], a["recurrent_kernel"], bias, _LSTM_KERAS)
@@ -247,13 +279,7 @@ def lstm_from_onnx(W, R, B=None, P=None):
     Returns ``(w, b)``, or ``(w, b, wci, wcf, wco)`` when ``P`` is given.
     """
     a = _arrays(W=W, R=R, B=B, P=P)
-    _ndim("R", a["R"], 3, "1, 4H, H")
-    n_hidden = a["R"].shape[2]
-    _shape("R", a["R"], (1, 4 * n_hidden, n_hidden), "1, 4H, H")
-    _ndim("W", a["W"], 3, "1, 4H, I")
-    w_x = _single_direction("W", a["W"], "num_directions, 4H, I")
-    _shape("W", a["W"], (1, 4 * n_hidden, w_x.shape[1]), "1, 4H, I")
-    _shape("B", a["B"], (1, 8 * n_hidden), "1, 8H")
+    n_hidden, w_x = _check_onnx(a, 4)
     _shape("P", a["P"], (1, 3 * n_hidden), "1, 3H")
     bias = _zeros((4 * n_hidden,), _dtype(a))
     if a["B"] is not None:
@@ -363,13 +389,7 @@ def gru_from_torch(weight_ih, weight_hh, bias_ih=None, bias_hh=None):
     r and z parts; ``b_c = [b_in, b_hn]`` keeps both.
     """
     a = _arrays(weight_ih=weight_ih, weight_hh=weight_hh, bias_ih=bias_ih, bias_hh=bias_hh)
-    _ndim("weight_hh", a["weight_hh"], 2, "3H, H")
-    n_hidden = a["weight_hh"].shape[1]
-    _shape("weight_hh", a["weight_hh"], (3 * n_hidden, n_hidden), "3H, H")
-    _ndim("weight_ih", a["weight_ih"], 2, "3H, I")
-    _shape("weight_ih", a["weight_ih"], (3 * n_hidden, a["weight_ih"].shape[1]), "3H, I")
-    _shape("bias_ih", a["bias_ih"], (3 * n_hidden,), "3H")
-    _shape("bias_hh", a["bias_hh"], (3 * n_hidden,), "3H")
+    _check_torch(a, 3)
     return _gradcells_gru(a["weight_ih"].T, a["weight_hh"].T, a["bias_ih"], a["bias_hh"],
                           _GRU_TORCH, reset_after=True)
 
@@ -405,11 +425,7 @@ def gru_from_keras(kernel, recurrent_kernel, bias=None, *, reset_after=None):
     rank; pass it explicitly when ``bias`` is None (``use_bias=False``).
     """
     a = _arrays(kernel=kernel, recurrent_kernel=recurrent_kernel, bias=bias)
-    _ndim("recurrent_kernel", a["recurrent_kernel"], 2, "H, 3H")
-    n_hidden = a["recurrent_kernel"].shape[0]
-    _shape("recurrent_kernel", a["recurrent_kernel"], (n_hidden, 3 * n_hidden), "H, 3H")
-    _ndim("kernel", a["kernel"], 2, "I, 3H")
-    _shape("kernel", a["kernel"], (a["kernel"].shape[0], 3 * n_hidden), "I, 3H")
+    n_hidden = _check_keras_kernels(a, 3)
     if reset_after is None:
         if a["bias"] is None:
             raise ValueError("reset_after must be given when bias is None")
@@ -451,13 +467,7 @@ def gru_from_onnx(W, R, B=None, *, linear_before_reset=0):
     a = _arrays(W=W, R=R, B=B)
     if linear_before_reset not in (0, 1) or isinstance(linear_before_reset, float):
         raise ValueError(f"linear_before_reset must be 0 or 1, got {linear_before_reset!r}")
-    _ndim("R", a["R"], 3, "1, 3H, H")
-    n_hidden = a["R"].shape[2]
-    _shape("R", a["R"], (1, 3 * n_hidden, n_hidden), "1, 3H, H")
-    _ndim("W", a["W"], 3, "1, 3H, I")
-    w_x = _single_direction("W", a["W"], "num_directions, 3H, I")
-    _shape("W", a["W"], (1, 3 * n_hidden, w_x.shape[1]), "1, 3H, I")
-    _shape("B", a["B"], (1, 6 * n_hidden), "1, 6H")
+    n_hidden, w_x = _check_onnx(a, 3)
     bias_x = bias_h = None
     if a["B"] is not None:
         bias_x, bias_h = a["B"][0, :3 * n_hidden], a["B"][0, 3 * n_hidden:]
