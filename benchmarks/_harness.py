@@ -5,8 +5,11 @@ The rules every benchmark here follows, and that these helpers implement:
 
 - **Side by side, interleaved.** Every contestant runs once per round, round after round,
   the order rotated each round (``time_interleaved``), so a disturbance from other
-  processes, or from a peer's thread pool still spinning, hits all of them alike; the
-  figures that matter are the **ratios** between contestants of one run.
+  processes hits all of them alike; the figures that matter are the **ratios** between
+  contestants of one run.
+- **Steady state.** In each round a contestant is called once untimed before its timed
+  calls, so that the switch from the previous contestant (a peer's thread pool still
+  spinning, caches and pages another contestant last used) is not charged to it.
 - **Median of repeats**, with the minimum beside it (``summarize``): when the two differ much,
   the machine was busy and the figures are rough.
 - **Short calls are batched**: a round calls a contestant enough times to last at least
@@ -93,17 +96,20 @@ def calls_per_round(run, min_round_s: float) -> int:
 
 
 def time_interleaved(contestants: dict, repeats: int, *, min_round_s: float = 0.0,
-                     warmup: int = 1) -> dict:
+                     warmup: int = 1, settle: int = 1) -> dict:
     """Seconds **per call** of each contestant in each round, rounds interleaved.
 
     ``contestants`` maps a name to a callable taking no arguments. Each is called ``warmup``
     times first (compilation, caches), then ``repeats`` rounds run every contestant in turn,
-    the order rotated by one each round: a peer whose threads keep spinning after it returns
-    (PyTorch's and TensorFlow's pools do, for a while) slows whoever runs next, and rotation
+    the order rotated by one each round. A peer whose threads keep spinning after it returns
+    (PyTorch's and TensorFlow's pools do, for a while) slows whoever runs next: rotation
     spreads that over every contestant instead of charging it to one (measured: 2.3× against
-    1.3× the BLAS bound for the contestant that always followed PyTorch at 2 threads). In a
-    round a contestant is called ``calls_per_round(run, min_round_s)`` times (fixed at
-    warm-up) and the round's time is divided by that count. Returns ``{name: [seconds]}``.
+    1.3× the BLAS bound for the contestant that always followed PyTorch at 2 threads), and
+    ``settle`` untimed calls before each contestant's timed ones keep it out of the figures
+    (measured at 2 threads, GRU (50, 32, 128, 128): median 23.8 ms against a minimum of
+    11.8 ms without them, 16.9 against 15.7 with one). In a round a contestant is then called
+    ``calls_per_round(run, min_round_s)`` times (fixed at warm-up), timed, and the round's
+    time divided by that count. Returns ``{name: [seconds]}``.
     """
     calls = {}
     for name, run in contestants.items():
@@ -115,6 +121,8 @@ def time_interleaved(contestants: dict, repeats: int, *, min_round_s: float = 0.
     for round_index in range(repeats):
         shift = round_index % len(order)
         for name, run in order[shift:] + order[:shift]:
+            for _ in range(settle):
+                run()
             count = calls[name]
             start = time.perf_counter()
             for _ in range(count):

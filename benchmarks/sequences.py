@@ -23,7 +23,8 @@ each median's ratio to the peers (the minimum is shown too: on a shared machine 
 between the two says how much the figures were disturbed). Peak memory is the
 ``tracemalloc`` high-water mark of one forward + backward (NumPy reports its buffers to
 tracemalloc), in MiB and in units of one ``[T, B, H]`` float32 array ("TBH"); the inputs
-are allocated before the measurement starts.
+are allocated before the measurement starts, and the CPU backend's per-thread scratch buffer
+(kept between calls, ``gradcells.cpu.release_scratch``) is released first, so that it counts.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import os
 import sys
 
 import numpy as np
+
+from gradcells.cpu import release_scratch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _harness import (  # noqa: E402
@@ -246,21 +249,11 @@ def blas_bound_gru(size, reset_after):
 # -- measurement ------------------------------------------------------------------------------
 
 
-def cpu_backend_built():
-    try:
-        from gradcells import cpu
-    except ImportError:
-        return False
-    return hasattr(cpu, "lstm_sequence")
-
-
 def contestants_for(cell, size, skip):
     """name -> callable, plus the names of the torch peer and the BLAS bound."""
     out = {}
-    have_cpu = cpu_backend_built()
     if cell == "lstm":
-        if have_cpu:
-            out["gradcells cpu"] = gradcells_lstm("cpu", size)
+        out["gradcells cpu"] = gradcells_lstm("cpu", size)
         if "reference" not in skip:
             out["gradcells reference"] = gradcells_lstm("reference", size)
         if "torch" not in skip:
@@ -270,8 +263,7 @@ def contestants_for(cell, size, skip):
         out["BLAS bound"] = blas_bound_lstm(size)
         return out
     for reset_after, label in ((True, "reset-after"), (False, "reset-before")):
-        if have_cpu:
-            out[f"gradcells cpu {label}"] = gradcells_gru("cpu", size, reset_after)
+        out[f"gradcells cpu {label}"] = gradcells_gru("cpu", size, reset_after)
         if "reference" not in skip:
             out[f"gradcells reference {label}"] = gradcells_gru("reference", size, reset_after)
         out[f"BLAS bound {label}"] = blas_bound_gru(size, reset_after)
@@ -318,6 +310,7 @@ def main(argv=None):
                 torch_time = stats[torch_name].median if torch_name in stats else None
                 memory = "-"
                 if name.startswith("gradcells"):
+                    release_scratch()
                     mib = peak_mib(contestants[name])
                     memory = f"{mib:.1f} MiB ({mib / unit:.1f} TBH)"
                 rows.append((name, f"{stat.median * 1e3:.1f}", f"{stat.minimum * 1e3:.1f}",

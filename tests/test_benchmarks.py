@@ -3,6 +3,7 @@ is that they work, never how fast anything is), and the harness interleaves fair
 
 import os
 import sys
+import time
 
 import pytest
 
@@ -14,9 +15,24 @@ import _harness  # noqa: E402
 def test_rounds_rotate_the_order_of_the_contestants():
     calls = []
     contestants = {name: (lambda name=name: calls.append(name)) for name in "abc"}
-    times = _harness.time_interleaved(contestants, repeats=3, warmup=0)
+    times = _harness.time_interleaved(contestants, repeats=3, warmup=0, settle=0)
     assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
     assert {name: len(ts) for name, ts in times.items()} == {"a": 3, "b": 3, "c": 3}
+
+
+def test_the_settling_call_of_each_round_is_not_timed():
+    calls = []
+
+    def slow_after_a_switch():
+        switched = not calls or calls[-1] != "slow"
+        calls.append("slow")
+        if switched:
+            time.sleep(0.05)
+
+    contestants = {"slow": slow_after_a_switch, "other": lambda: calls.append("other")}
+    times = _harness.time_interleaved(contestants, repeats=2, warmup=0)
+    assert calls == ["slow", "slow", "other", "other", "other", "other", "slow", "slow"]
+    assert max(times["slow"]) < 0.025
 
 
 def _table_rows(text):
@@ -54,3 +70,12 @@ def test_startup_benchmark_times_new_processes(capsys):
     startup.main(["--repeats", "1", "--skip", "torch"])
     names = [row.split("|")[1].strip() for row in _table_rows(capsys.readouterr().out)]
     assert names[1:] == ["gradcells", "numba floor", "reference"]   # after the header
+
+
+def test_scratch_benchmark_compares_kept_and_fresh_scratch(capsys):
+    import scratch
+
+    scratch.main(["--sizes", "2,2,3,4", "--cells", "gru-reset-after", "--repeats", "1",
+                  "--calls", "1"])
+    rows = _table_rows(capsys.readouterr().out)
+    assert len(rows) == 2 and rows[1].startswith("| gru-reset-after | (2, 2, 3, 4)")

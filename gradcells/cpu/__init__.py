@@ -16,13 +16,20 @@ OpenBLAS's wait on each other for the cores. The elementwise pass is a few perce
 step, so there is little to win and much to lose: the kernels stay serial, and the matmuls
 use however many threads the BLAS is given (``threadpoolctl`` or ``OPENBLAS_NUM_THREADS``).
 
+The sequence operations take their scratch (O(T·B·4H): the input projection, every step's
+gate gradients) from a buffer each thread keeps between calls (``_workspace``): fresh arrays
+of that size cost a page fault per 4 KiB page in every call. ``release_scratch()`` frees the
+calling thread's buffer.
+
 Importing this module compiles nothing; each kernel compiles on its first call (once per
 dtype) and is cached on disk (``cache=True``), so later processes load it.
 """
 
 from .fused_gru import gru_cell, gru_cell_grad
 from .fused_lstm import lstm_cell, lstm_cell_grad
+from ._workspace import release_scratch
 from .sequences import gru_sequence, gru_sequence_grad, lstm_sequence, lstm_sequence_grad
 
 __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad",
-           "lstm_sequence", "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad"]
+           "lstm_sequence", "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad",
+           "release_scratch"]

@@ -12,6 +12,9 @@ each step's elementwise work.
   loop ``dx``, ``dW_x`` and ``dW_h`` are large matmuls over all ``T·B`` rows, written
   straight into their outputs.
 
+Scratch (the projections, every step's gate gradients, the per-step buffers) comes from the
+calling thread's reusable buffer (``_workspace``); results are always fresh arrays.
+
 Per-example lengths: a row that runs step t ran every step before it, so every step starts
 from the previous step's outputs and no state buffers are needed. Rows past their length
 are computed as if they ran on and zeroed after the loop; their final state is gathered
@@ -36,6 +39,7 @@ from .fused_gru import (
     gru_reset_grad_kernel,
 )
 from .fused_lstm import lstm_backward_kernel, lstm_forward_kernel
+from ._workspace import scratch
 
 # --------------------------------------------------------------------------------------
 # helpers
@@ -49,15 +53,11 @@ def _lengths(seq_len):
     return None if seq_len is None else np.asarray(seq_len, dtype=np.int64)
 
 
-def _projection(x, w_x, b):
-    """``x_flat·W_x (+ b)`` for all steps at once, as a C-contiguous ``[T, B, width]``."""
-    n_steps, n_batch, n_in = x.shape
-    width = w_x.shape[1]
-    out = np.empty((n_steps, n_batch, width), dtype=x.dtype)
-    np.matmul(x.reshape(n_steps * n_batch, n_in), w_x, out=out.reshape(-1, width))
+def _projection(x, w_x, b, out):
+    """``x_flat·W_x (+ b)`` for all steps at once, into ``out [T, B, width]``."""
+    np.matmul(_flat(x), w_x, out=_flat(out))
     if b is not None:
         out += b
-    return out
 
 
 def _step_outputs(count, shape, dtype):
@@ -88,19 +88,12 @@ def _previous_rows_grad(h0, steps, d_steps, out=None):
     return out
 
 
-def _transposed(w):
-    """``wᵀ`` as a C-contiguous copy: the operand of the per-step backward matmuls."""
-    return np.ascontiguousarray(w.T)
-
-
-def _recurrent_projection(h0, steps, w):
-    """``h_prev·W`` for every step at once (two matmuls, no stacking), ``[T, B, ·]``."""
+def _recurrent_projection(h0, steps, w, out):
+    """``h_prev·W`` for every step at once (two matmuls, no stacking), into ``out [T, B, ·]``."""
     n_steps, n_batch, n_hidden = steps.shape
-    out = np.empty((n_steps, n_batch, w.shape[1]), steps.dtype)
     if n_steps and n_batch:
         np.matmul(h0, w, out=out[0])
         np.matmul(_flat(steps[:-1]), w, out=_flat(out[1:]))
-    return out
 
 
 def _final_state(steps, first, lengths):
@@ -168,17 +161,17 @@ def lstm_sequence(x, cs0, h0, w, b, *, wci=None, wcf=None, wco=None, forget_bias
     peephole = wci is not None
     wci, wcf, wco = map(_contiguous, (wci, wcf, wco)) if peephole else (b, b, b)
     clip = math.inf if cell_clip is None else cell_clip
-    x_gates = _projection(x, w[:n_in], b)
+    x_gates, h_gates = scratch(x.dtype, (n_steps, n_batch, 4 * n_hidden),
+                               (n_batch, 4 * n_hidden))
+    _projection(x, w[:n_in], b, x_gates)
     w_h = w[n_in:]
     steps = _step_outputs(7, (n_steps, n_batch, n_hidden), x.dtype)
     i, cs, f, o, ci, co, h = steps
-    h_gates = np.empty((n_batch, 4 * n_hidden), x.dtype)
     for t in range(n_steps):
         cs_prev, h_prev = (cs0, h0) if t == 0 else (cs[t - 1], h[t - 1])
         np.matmul(h_prev, w_h, out=h_gates)
         lstm_forward_kernel(h_gates, x_gates[t], cs_prev, wci, wcf, wco, peephole,
                             forget_bias, clip, i[t], cs[t], f[t], o[t], ci[t], co[t], h[t])
-    del x_gates
     finals = _final_state(cs, cs0, lengths), _final_state(h, h0, lengths)
     _zero_stopped(steps, lengths)
     return LSTMSequence(*steps, *finals)
@@ -204,8 +197,10 @@ def lstm_sequence_grad(x, cs0, h0, w, b, seq, *, d_h=None, d_cs=None, d_h_final=
     d_cs = None if d_cs is None else _contiguous(d_cs)
     grad_h = _initial_carry(d_h_final, (n_batch, n_hidden), dtype)
     grad_cs = _initial_carry(d_cs_final, (n_batch, n_hidden), dtype)
-    upstream_h, upstream_cs = np.empty_like(grad_h), np.empty_like(grad_cs)
-    dh_prev, dcs_prev = np.empty_like(grad_h), np.empty_like(grad_cs)
+    dcs_prev = np.empty_like(grad_cs)         # swapped with grad_cs, which is returned
+    state = (n_batch, n_hidden)
+    upstream_h, upstream_cs, dh_prev, d_gates, w_h_t = scratch(
+        dtype, state, state, state, (n_steps, n_batch, 4 * n_hidden), (4 * n_hidden, n_hidden))
     d_bias = np.zeros(4 * n_hidden, dtype)
     peephole = wci is not None
     if peephole:
@@ -215,8 +210,8 @@ def lstm_sequence_grad(x, cs0, h0, w, b, seq, *, d_h=None, d_cs=None, d_h_final=
         wci = wcf = wco = d_bias
         d_peepholes = (d_bias, d_bias, d_bias)     # never touched without peepholes
     mask_clip = cell_clip if cell_clip is not None and clip_grad == "exact" else math.inf
-    w_x, w_h_t = w[:n_in], _transposed(w[n_in:])
-    d_gates = np.empty((n_steps, n_batch, 4 * n_hidden), dtype)
+    w_x = w[:n_in]
+    np.copyto(w_h_t, w[n_in:].T)     # C-contiguous: OpenBLAS packs it faster
 
     for t in reversed(range(n_steps)):
         stopped = _stopped_rows(lengths, t)
@@ -266,13 +261,13 @@ def gru_sequence(x, h0, w_ru, w_c, b_ru, b_c, *, reset_after=False, seq_len=None
     dtype = x.dtype
     lengths = _lengths(seq_len)
     w_rux, w_ruh, w_cx, w_ch = _gru_weights(w_ru, w_c, n_in)
-    x_ru = _projection(x, w_rux, b_ru)
-    x_c = _projection(x, w_cx, None if reset_after else b_c)
+    x_ru, x_c, gates_ru, gates_c, reset_h = scratch(
+        dtype, (n_steps, n_batch, 2 * n_hidden), (n_steps, n_batch, n_hidden),
+        (n_batch, 2 * n_hidden), (n_batch, n_hidden), (n_batch, n_hidden))
+    _projection(x, w_rux, b_ru, x_ru)
+    _projection(x, w_cx, None if reset_after else b_c, x_c)
     steps = _step_outputs(4, (n_steps, n_batch, n_hidden), dtype)
     r, u, c, h = steps
-    gates_ru = np.empty((n_batch, 2 * n_hidden), dtype)
-    gates_c = np.empty((n_batch, n_hidden), dtype)
-    reset_h = np.empty((n_batch, n_hidden), dtype)
     no_x = np.empty((n_batch, 0), dtype)
     for t in range(n_steps):
         h_prev = h0 if t == 0 else h[t - 1]
@@ -285,7 +280,6 @@ def gru_sequence(x, h0, w_ru, w_c, b_ru, b_c, *, reset_after=False, seq_len=None
             gru_gates_kernel(gates_ru, x_ru[t], no_x, h_prev, r[t], u[t], reset_h)
             np.matmul(reset_h, w_ch, out=gates_c)
             gru_candidate_kernel(gates_c, x_c[t], h_prev, u[t], c[t], h[t])
-    del x_ru, x_c
     final = _final_state(h, h0, lengths)
     _zero_stopped(steps, lengths)
     return GRUSequence(*steps, final)
@@ -316,19 +310,22 @@ def gru_sequence_grad(x, h0, w_ru, w_c, b_ru, b_c, seq, *, d_h=None, d_h_final=N
     r, u, c, h = map(_contiguous, seq[:4])
     d_h = None if d_h is None else _contiguous(d_h)
     w_rux, w_ruh, w_cx, w_ch = _gru_weights(w_ru, w_c, n_in)
-    w_ruh_t, w_ch_t = _transposed(w_ruh), _transposed(w_ch)
     grad_h = _initial_carry(d_h_final, (n_batch, n_hidden), dtype)
-    upstream, dh_prev, direct = (np.empty_like(grad_h) for _ in range(3))
-    d_ru = np.empty((n_steps, n_batch, 2 * n_hidden), dtype)
-    d_c = np.empty((n_steps, n_batch, n_hidden), dtype)
-    # reset after: dN; reset before: the rows r∘h_prev of dw_c's h part.
-    d_n_or_reset_h = np.empty((n_steps, n_batch, n_hidden), dtype)
+    state, steps = (n_batch, n_hidden), (n_steps, n_batch, n_hidden)
+    # d_n_or_reset_h: reset after, dN; reset before, the rows r∘h_prev of dw_c's h part.
+    # recurrent: reset after, n's h_prev·W_ch for every step.
+    (upstream, dh_prev, direct, candidate_h, d_ru, d_c, d_n_or_reset_h, recurrent, dx_c,
+     w_ruh_t, w_ch_t) = scratch(dtype, state, state, state, state,
+                                (n_steps, n_batch, 2 * n_hidden), steps, steps,
+                                steps if reset_after else (0,), (n_steps * n_batch, n_in),
+                                (2 * n_hidden, n_hidden), (n_hidden, n_hidden))
+    np.copyto(w_ruh_t, w_ruh.T)      # C-contiguous: OpenBLAS packs them faster
+    np.copyto(w_ch_t, w_ch.T)
     db_ru = np.zeros(2 * n_hidden, dtype)
     db_c = np.zeros(b_c.shape[0], dtype)
     if reset_after:
-        recurrent = _recurrent_projection(h0, h, w_ch)
+        _recurrent_projection(h0, h, w_ch, recurrent)
         b_ch = b_c[n_hidden:]
-        candidate_h = np.empty_like(grad_h)
     no_x = np.empty((n_batch, 0), dtype)
 
     for t in reversed(range(n_steps)):
@@ -354,7 +351,7 @@ def gru_sequence_grad(x, h0, w_ru, w_c, b_ru, b_c, seq, *, d_h=None, d_h_final=N
 
     x_flat, d_ru_flat, d_c_flat = _flat(x), _flat(d_ru), _flat(d_c)
     dx = d_ru_flat @ w_rux.T
-    dx += d_c_flat @ w_cx.T
+    dx += np.matmul(d_c_flat, w_cx.T, out=dx_c)
     dw_ru = np.empty((n_in + n_hidden, 2 * n_hidden), dtype)
     np.matmul(x_flat.T, d_ru_flat, out=dw_ru[:n_in])
     _previous_rows_grad(h0, h, d_ru, out=dw_ru[n_in:])
