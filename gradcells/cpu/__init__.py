@@ -18,8 +18,8 @@ use however many threads the BLAS is given (``threadpoolctl`` or ``OPENBLAS_NUM_
 
 The sequence operations take their scratch (O(T·B·4H): the input projection, every step's
 gate gradients) from a buffer each thread keeps between calls (``_workspace``): fresh arrays
-of that size cost a page fault per 4 KiB page in every call. ``release_scratch()`` frees the
-calling thread's buffer.
+of that size can cost a page fault per 4 KiB page in every call, as they did in a process
+running only a sequence op. ``release_scratch()`` frees the calling thread's buffer.
 
 Importing this module compiles nothing; each kernel compiles on its first call (once per
 dtype) and is cached on disk (``cache=True``), so later processes load it.
