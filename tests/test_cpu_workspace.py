@@ -99,3 +99,41 @@ def test_results_never_live_in_the_scratch_buffer(cell):
     for a, b in zip(first, kept):
         np.testing.assert_array_equal(a, b)
     assert not any(np.shares_memory(a, b) for k, a in enumerate(first) for b in first[k + 1:])
+
+
+def test_eight_threads_running_sequences_at_once_give_the_serial_results():
+    """Each thread carves its scratch from its own buffer: sequences of different sizes run
+    concurrently (buffers growing as they go) give exactly what they give one at a time."""
+    cases = []
+    for k in range(8):
+        rng = np.random.default_rng(20 + k)
+        steps, batch = 3 + k, 2 + k % 3
+        d_h = rng.standard_normal((steps, batch, 9)).astype(np.float32)
+        sizes = {"steps": steps, "batch": batch, "input_size": 5, "hidden": 9,
+                 "dtype": np.float32, "ragged": k % 2 == 1}
+        if k % 3 == 0:
+            cases.append((_lstm, lstm_sequence_case(rng, **sizes), d_h))
+        else:
+            cases.append((_gru, gru_sequence_case(rng, **sizes, reset_after=k % 3 == 2), d_h))
+    expected = [run(case, d_h) for run, case, d_h in cases]
+    start = threading.Barrier(len(cases))
+    results, errors = [None] * len(cases), []
+
+    def worker(k):
+        try:
+            run, case, d_h = cases[k]
+            start.wait()
+            results[k] = [run(case, d_h) for _ in range(5)]
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for want, got_runs in zip(expected, results):
+        for got in got_runs:
+            for a, b in zip(want, got):
+                np.testing.assert_array_equal(b, a)
