@@ -92,6 +92,37 @@ def _check_shapes(specs, sizes):
                 f"got {tuple(a.shape)}")
 
 
+_GATES_LABEL = {2: "2H", 4: "4H"}
+
+
+def _sizes(x_shape, n_hidden, n_gates):
+    """The length of every shape label, from x's shape (``[B, I]`` or ``[T, B, I]``), H and the
+    number of gate blocks in the weights' columns (LSTM 4, GRU 2)."""
+    n_in = x_shape[-1]
+    sizes = {"B": x_shape[-2], "I": n_in, "H": n_hidden, "I+H": n_in + n_hidden,
+             _GATES_LABEL[n_gates]: n_gates * n_hidden}
+    if len(x_shape) == 3:
+        sizes["T"] = x_shape[0]
+    return sizes
+
+
+def _check_arrays(specs, n_required, n_gates):
+    """Every check on one call's arrays; returns their library ("numpy" or "cupy").
+
+    ``specs``: (name, array-or-None, shape labels), x (``[B, I]`` or ``[T, B, I]``) first and
+    an array ``[B, H]`` second; the first ``n_required`` must be given. In order: required
+    arrays given, one library and float dtype, the ranks of x and of the ``[B, H]`` array
+    (which fix the sizes), every shape.
+    """
+    (x_name, x, x_labels), (h_name, h, h_labels) = specs[0], specs[1]
+    _require_arrays(specs[:n_required])
+    library, _ = _library_and_dtype(specs)
+    x_shape = _matrix_dims(x_name, x, x_labels)
+    n_hidden = _matrix_dims(h_name, h, h_labels)[1]
+    _check_shapes(specs, _sizes(x_shape, n_hidden, n_gates))
+    return library
+
+
 def _real(name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
@@ -180,15 +211,10 @@ def lstm_cell_args(x, cs_prev, h_prev, w, b, wci, wcf, wco, *, grad=False, state
                 ("h_prev", h_prev, ("B", "H")), ("w", w, ("I+H", "4H")), ("b", b, ("4H",))]
     if grad:
         required += _result_specs("state", state, LSTM_STATE_FIELDS, LSTM_STATE_LABELS)
-    _require_arrays(required)
     specs = required + [("wci", wci, ("H",)), ("wcf", wcf, ("H",)), ("wco", wco, ("H",)),
                         ("d_h", d_h, ("B", "H")), ("d_cs", d_cs, ("B", "H"))]
-    library, _ = _library_and_dtype(specs)
+    library = _check_arrays(specs, len(required), 4)
     peepholes_given(wci, wcf, wco)
-    n_batch, n_in = _matrix_dims("x", x, ("B", "I"))
-    n_hidden = _matrix_dims("cs_prev", cs_prev, ("B", "H"))[1]
-    _check_shapes(specs, {"B": n_batch, "I": n_in, "H": n_hidden, "I+H": n_in + n_hidden,
-                          "4H": 4 * n_hidden})
     return backend_for(backend, library)
 
 
@@ -201,14 +227,9 @@ def gru_cell_args(x, h_prev, w_ru, w_c, b_ru, b_c, *, reset_after, grad=False, s
              ("b_ru", b_ru, ("2H",)), ("b_c", b_c, ("2H" if reset_after else "H",))]
     if grad:
         specs += _result_specs("state", state, GRU_STATE_FIELDS, GRU_STATE_LABELS)
-    _require_arrays(specs)
+    n_required = len(specs)
     specs.append(("d_h", d_h, ("B", "H")))
-    library, _ = _library_and_dtype(specs)
-    n_batch, n_in = _matrix_dims("x", x, ("B", "I"))
-    n_hidden = _matrix_dims("h_prev", h_prev, ("B", "H"))[1]
-    _check_shapes(specs, {"B": n_batch, "I": n_in, "H": n_hidden, "I+H": n_in + n_hidden,
-                          "2H": 2 * n_hidden})
-    return backend_for(backend, library)
+    return backend_for(backend, _check_arrays(specs, n_required, 2))
 
 
 # --------------------------------------------------------------------------------------
@@ -253,18 +274,13 @@ def lstm_sequence_args(x, cs0, h0, w, b, wci, wcf, wco, *, seq_len=None, grad=Fa
                 ("w", w, ("I+H", "4H")), ("b", b, ("4H",))]
     if grad:
         required += _result_specs("seq", seq, LSTM_SEQUENCE_FIELDS, LSTM_SEQUENCE_LABELS)
-    _require_arrays(required)
     specs = required + [("wci", wci, ("H",)), ("wcf", wcf, ("H",)), ("wco", wco, ("H",)),
                         ("d_h", d_h, ("T", "B", "H")), ("d_cs", d_cs, ("T", "B", "H")),
                         ("d_h_final", d_h_final, ("B", "H")),
                         ("d_cs_final", d_cs_final, ("B", "H"))]
-    library, _ = _library_and_dtype(specs)
+    library = _check_arrays(specs, len(required), 4)
     peepholes_given(wci, wcf, wco)
-    n_steps, n_batch, n_in = _matrix_dims("x", x, ("T", "B", "I"))
-    n_hidden = _matrix_dims("cs0", cs0, ("B", "H"))[1]
-    _check_shapes(specs, {"T": n_steps, "B": n_batch, "I": n_in, "H": n_hidden,
-                          "I+H": n_in + n_hidden, "4H": 4 * n_hidden})
-    seq_len = seq_len_value(seq_len, library, n_steps, n_batch)
+    seq_len = seq_len_value(seq_len, library, *x.shape[:2])
     return backend_for(backend, library), seq_len
 
 
@@ -277,12 +293,8 @@ def gru_sequence_args(x, h0, w_ru, w_c, b_ru, b_c, *, reset_after, seq_len=None,
              ("b_ru", b_ru, ("2H",)), ("b_c", b_c, ("2H" if reset_after else "H",))]
     if grad:
         specs += _result_specs("seq", seq, GRU_SEQUENCE_FIELDS, GRU_SEQUENCE_LABELS)
-    _require_arrays(specs)
+    n_required = len(specs)
     specs += [("d_h", d_h, ("T", "B", "H")), ("d_h_final", d_h_final, ("B", "H"))]
-    library, _ = _library_and_dtype(specs)
-    n_steps, n_batch, n_in = _matrix_dims("x", x, ("T", "B", "I"))
-    n_hidden = _matrix_dims("h0", h0, ("B", "H"))[1]
-    _check_shapes(specs, {"T": n_steps, "B": n_batch, "I": n_in, "H": n_hidden,
-                          "I+H": n_in + n_hidden, "2H": 2 * n_hidden})
-    seq_len = seq_len_value(seq_len, library, n_steps, n_batch)
+    library = _check_arrays(specs, n_required, 2)
+    seq_len = seq_len_value(seq_len, library, *x.shape[:2])
     return backend_for(backend, library), seq_len
