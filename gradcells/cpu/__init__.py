@@ -25,9 +25,9 @@ Importing this module compiles nothing; each kernel compiles on its first call (
 dtype) and is cached on disk (``cache=True``), so later processes load it.
 """
 
+from ._workspace import release_scratch
 from .fused_gru import gru_cell, gru_cell_grad
 from .fused_lstm import lstm_cell, lstm_cell_grad
-from ._workspace import release_scratch
 from .sequences import gru_sequence, gru_sequence_grad, lstm_sequence, lstm_sequence_grad
 
 __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad",

@@ -30,6 +30,7 @@ import math
 import numpy as np
 
 from .._types import GRUSequence, GRUSequenceGrads, LSTMSequence, LSTMSequenceGrads
+from ._workspace import scratch
 from .fused_gru import (
     gru_candidate_grad_kernel,
     gru_candidate_kernel,
@@ -39,7 +40,6 @@ from .fused_gru import (
     gru_reset_grad_kernel,
 )
 from .fused_lstm import lstm_backward_kernel, lstm_forward_kernel
-from ._workspace import scratch
 
 # --------------------------------------------------------------------------------------
 # helpers
