@@ -1,5 +1,7 @@
-"""The CPU backend's kept scratch buffer against fresh scratch arrays in every call, each in a
-new process that runs nothing else (float32, forward + BPTT, one thread).
+"""The CPU backend's kept scratch buffer against fresh scratch arrays in every call.
+
+Each configuration runs in new processes that run nothing else (float32, forward + BPTT,
+one thread).
 
     python benchmarks/scratch.py
     python benchmarks/scratch.py --sizes 50,32,128,128 --cells gru-reset-after --repeats 5

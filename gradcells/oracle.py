@@ -37,7 +37,13 @@ class GradientCheckError(AssertionError):
 
 @dataclass(frozen=True)
 class ArgumentCheck:
-    """The finite-difference check of one argument: its worst element and the verdict."""
+    """The finite-difference check of one argument: its worst element and the verdict.
+
+    ``index``, ``analytic``, ``numeric`` and ``abs_error`` describe the worst element (the one
+    furthest past, or nearest to, its own bound ``atol + rtol·|numeric|``); ``rel_error`` is
+    the largest relative error ``|analytic - numeric| / max(|analytic|, |numeric|)`` over all
+    checked elements, which may be another element's.
+    """
 
     name: str
     checked: int
@@ -86,7 +92,7 @@ class VJPReport:
 
     def __str__(self) -> str:
         header = ("argument", "checked", "worst index", "analytic", "numeric", "abs err",
-                  "rel err", "result")
+                  "max rel err", "result")
         rows = [header]
         for c in self.checks:
             rows.append((
@@ -149,6 +155,9 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
         Check at most this many elements per argument, chosen at random (seeded); default all.
 
     Returns a ``VJPReport``; call ``.raise_if_failed()`` to turn a failure into an exception.
+    An element whose numeric or analytic derivative is not finite (``f`` gives NaN or inf
+    near ``args``, or the claimed gradient does) fails: the oracle never vouches for what it
+    could not compare.
     """
     args = tuple(args)
     names = tuple(names) if names is not None else tuple(f"arg{k}" for k in range(len(args)))
@@ -197,7 +206,7 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
 
     checks = tuple(
         _compare(names[k], analytic[k].astype(np.float64),
-                 _numeric_gradient(loss, args64[k], rng, samples), rtol, atol)
+                 *_numeric_gradient(loss, args64[k], rng, samples), rtol, atol)
         for k in wrt)
     return VJPReport(checks, rtol, atol)
 
@@ -220,8 +229,10 @@ def _tolerances(dtypes, rtol, atol):
 
 def _numeric_gradient(loss, a, rng, samples):
     """Central differences of ``loss`` with respect to each (or ``samples``) element of the
-    float64 array ``a``, which is perturbed in place and restored."""
-    numeric = np.full(a.shape, np.nan)
+    float64 array ``a``, which is perturbed in place and restored. Returns the differences
+    and the mask of the elements differenced (the others hold 0)."""
+    numeric = np.zeros(a.shape)
+    differenced = np.zeros(a.shape, dtype=bool)
     flat_indices = np.arange(a.size)
     if samples is not None and samples < a.size:
         flat_indices = np.sort(rng.choice(a.size, size=samples, replace=False))
@@ -237,28 +248,36 @@ def _numeric_gradient(loss, a, rng, samples):
         loss_minus = loss()
         a[index] = x0
         numeric[index] = (loss_plus - loss_minus) / (x_plus - x_minus)
-    return numeric
+        differenced[index] = True
+    return numeric, differenced
 
 
-def _compare(name, analytic, numeric, rtol, atol) -> ArgumentCheck:
-    checked = ~np.isnan(numeric)
-    n_checked = int(checked.sum())
+def _compare(name, analytic, numeric, differenced, rtol, atol) -> ArgumentCheck:
+    """The verdict on one argument's ``differenced`` elements. One whose analytic or numeric
+    value is not finite fails (a NaN loss, say, leaves nothing to vouch for)."""
+    n_checked = int(differenced.sum())
     if n_checked == 0:
         return ArgumentCheck(name, 0, 0, None, 0.0, 0.0, 0.0, 0.0)
-    numeric_values = np.where(checked, numeric, 0.0)
-    abs_err = np.abs(analytic - numeric_values)
-    abs_err[~np.isfinite(abs_err)] = np.inf
-    abs_err[~checked] = 0.0
-    bound = atol + rtol * np.abs(numeric_values)
-    failing = checked & ~(abs_err <= bound)
-    scale = np.maximum(np.abs(analytic), np.abs(numeric_values))
-    rel_err = np.divide(abs_err, scale, out=np.zeros_like(abs_err), where=scale > 0)
-    # The worst element is the one furthest past (or nearest to) its own bound.
-    badness = np.divide(abs_err, bound, out=np.where(abs_err > 0, np.inf, 0.0), where=bound > 0)
-    badness[~checked] = -1.0
-    worst = np.unravel_index(int(np.argmax(badness)), numeric.shape)
+    shape = numeric.shape
+    analytic, numeric, differenced = (np.ravel(v) for v in (analytic, numeric, differenced))
+    with np.errstate(all="ignore"):
+        abs_err = np.abs(analytic - numeric)
+        finite = np.isfinite(abs_err)
+        abs_err[~finite] = np.inf
+        abs_err[~differenced] = 0.0
+        bound = atol + rtol * np.abs(numeric)
+        failing = differenced & ~(abs_err <= bound)
+        scale = np.maximum(np.abs(analytic), np.abs(numeric))
+        rel_err = np.divide(abs_err, scale, out=np.zeros_like(abs_err), where=scale > 0)
+        rel_err[~finite] = np.inf
+        # The worst element is the one furthest past (or nearest to) its own bound.
+        badness = np.divide(abs_err, bound, out=np.where(abs_err > 0, np.inf, 0.0),
+                            where=bound > 0)
+    badness[~finite] = np.inf
+    badness[~differenced] = -1.0
+    worst = int(np.argmax(badness))
     return ArgumentCheck(
         name=name, checked=n_checked, failures=int(failing.sum()),
-        index=tuple(int(i) for i in worst), analytic=float(analytic[worst]),
-        numeric=float(numeric[worst]), abs_error=float(abs_err[worst]),
-        rel_error=float(rel_err[checked].max()))
+        index=tuple(int(i) for i in np.unravel_index(worst, shape)),
+        analytic=float(analytic[worst]), numeric=float(numeric[worst]),
+        abs_error=float(abs_err[worst]), rel_error=float(rel_err[differenced].max()))

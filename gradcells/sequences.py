@@ -19,7 +19,8 @@ def lstm_sequence(x, cs0, h0, w, b, *, wci=None, wcf=None, wco=None, forget_bias
 
     ``w [I+H, 4H]`` and ``b [4H]`` in gate order i, ci, f, o; peepholes ``wci, wcf, wco [H]``
     (all or none). ``seq_len [B]``: optional integer lengths in [0, T]; for ``t >= seq_len[b]``
-    row b's outputs are zero and its state is frozen (PyTorch packed-sequence semantics).
+    row b's outputs are zero and its state is frozen (PyTorch packed-sequence semantics), and
+    ``x[t, b]`` is never read (padding may hold anything, NaN included).
 
         for t in 0..T-1:   (i, cs, f, o, ci, co, h)[t] = lstm_cell(x[t], cs, h, w, b, ...)
 
@@ -43,6 +44,7 @@ def lstm_sequence_grad(x, cs0, h0, w, b, seq, *, d_h=None, d_cs=None, d_h_final=
     per-step ``h`` and ``cs``, ``d_h_final, d_cs_final [B, H]`` for the final states.
     ``cell_clip`` and ``seq_len`` must be those of the forward; ``clip_grad`` as for
     ``lstm_cell_grad`` ("exact": zero through an active clip; "straight_through": TF's).
+    Entries of ``x``, ``d_h`` and ``d_cs`` past a row's length are never read.
 
     Returns ``LSTMSequenceGrads(x, cs0, h0, w, b, wci, wcf, wco)`` (peepholes None when
     absent).
@@ -83,7 +85,8 @@ def gru_sequence_grad(x, h0, w_ru, w_c, b_ru, b_c, seq, *, d_h=None, d_h_final=N
 
     Upstream gradients (each optional, None meaning zeros): ``d_h [T, B, H]`` for the
     per-step ``h``, ``d_h_final [B, H]`` for the final state. ``reset_after`` and ``seq_len``
-    must be those of the forward.
+    must be those of the forward. Entries of ``x`` and ``d_h`` past a row's length are never
+    read.
 
     Returns ``GRUSequenceGrads(x, h0, w_ru, w_c, b_ru, b_c)``.
     """

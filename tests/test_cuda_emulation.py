@@ -565,6 +565,42 @@ def test_inputs_are_never_modified_and_layout_does_not_matter():
     assert isinstance(seq, LSTMSequence) and all(g is not None for g in grads)
 
 
+@pytest.mark.parametrize("cell", ["lstm", "gru", "gru-reset-after"])
+def test_padding_past_the_lengths_is_never_read(cell):
+    """NaN and inf in x past each row's length give exactly the results of zero padding,
+    forward and backward (upstream gradients there are zero, as the public layer's tests
+    check for every backend with NaN upstream too)."""
+    rng = np.random.default_rng(5)
+    if cell == "lstm":
+        case = lstm_sequence_case(rng, steps=4, batch=4, peephole=True, ragged=True)
+        names, options = ("x", "cs0", "h0", "w", "b"), {"wci": case["wci"], "wcf": case["wcf"],
+                                                        "wco": case["wco"]}
+        forward, backward = "lstm_sequence", "lstm_sequence_grad"
+    else:
+        case = gru_sequence_case(rng, steps=4, batch=4, reset_after=cell.endswith("after"),
+                                 ragged=True)
+        names, options = ("x", "h0", "w_ru", "w_c", "b_ru", "b_c"), {
+            "reset_after": case["reset_after"]}
+        forward, backward = "gru_sequence", "gru_sequence_grad"
+    lengths = np.array([4, 0, 1, 3])
+    past = np.arange(4)[:, None] >= lengths             # [T, B]
+    zero, poisoned = case["x"].copy(), case["x"].copy()
+    zero[past] = 0.0
+    poisoned[past] = np.resize([np.nan, np.inf, -np.inf], (int(past.sum()), 1))
+    d_h = rng.standard_normal((4, 4, case["h0"].shape[1]))
+    d_h[past] = 0.0
+    results = []
+    with emulated_gpu() as backend:
+        for x in (zero, poisoned):
+            arrays = [x, *(case[k] for k in names[1:])]
+            seq = getattr(backend, forward)(*arrays, **options, seq_len=lengths)
+            grads = getattr(backend, backward)(*arrays, seq, d_h=d_h, **options, seq_len=lengths)
+            results.append((*seq, *grads))
+    for want, got in zip(*results):
+        if want is not None:
+            np.testing.assert_array_equal(got, want)
+
+
 def test_empty_sizes_give_correctly_shaped_results():
     rng = np.random.default_rng(57)
     with emulated_gpu() as backend:

@@ -1,6 +1,7 @@
 """Weight converters: round trips are the identity, and converted weights run in the real
-framework (PyTorch, Keras 3, TensorFlow's BlockLSTMV2; ONNX by its documented equations)
-give gradcells's forward with ``forget_bias=0``; the reset-after GRU matches PyTorch's
+framework (PyTorch, Keras 3, TensorFlow's BlockLSTMV2, ONNX Runtime; ONNX also by a
+transcription of its documented equations, which runs without the extra) give gradcells's
+forward with ``forget_bias=0``; the reset-after GRU matches PyTorch's
 forward and every autograd gradient.
 
 Framework tests skip when the framework is not installed (``pip install gradcells[conformance]``).
@@ -466,3 +467,80 @@ def test_gru_onnx_forward(rng, reset_after, batch, input_size, hidden):
     weights = layouts.gru_from_onnx(W, R, B, linear_before_reset=int(reset_after))
     hs, _ = _gru_steps(x, h0, *weights, reset_after=reset_after)
     np.testing.assert_allclose(hs, y, **F64_TOL)
+
+
+# ---------------------------------------------------------------------------------------------
+# ONNX Runtime itself: the converted weights in a one-node ONNX graph give gradcells's forward
+
+
+@pytest.fixture(scope="module")
+def onnx_run():
+    """``run(op, inputs, **attributes)``: one ONNX ``LSTM``/``GRU`` node (one direction, all
+    outputs) executed by ONNX Runtime's CPU provider on float32 ``inputs`` (a dict in the
+    operator's input order; an empty name is an omitted optional input)."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    def run(op, inputs, **attributes):
+        steps, batch, _ = inputs["X"].shape
+        state = (1, batch, attributes["hidden_size"])
+        outputs = {"Y": (steps, *state), "Y_h": state}
+        if op == "LSTM":
+            outputs["Y_c"] = state
+        node = helper.make_node(op, list(inputs), list(outputs), **attributes)
+        graph = helper.make_graph(
+            [node], f"one_{op}",
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape)
+             for n, a in inputs.items() if n],
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)
+             for n, shape in outputs.items()])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+        onnx.checker.check_model(model)
+        session = ort.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        feed = {n: np.asarray(a, np.float32) for n, a in inputs.items() if n}
+        return dict(zip(outputs, session.run(None, feed)))
+
+    return run
+
+
+@pytest.mark.conformance
+@pytest.mark.parametrize("batch, input_size, hidden", SIZES)
+def test_lstm_to_onnx_runs_in_onnxruntime(onnx_run, rng, batch, input_size, hidden):
+    T = 3
+    case = lstm_cell_case(rng, batch=batch, input_size=input_size, hidden=hidden,
+                          peephole=True)
+    x = rng.standard_normal((T, batch, input_size)).astype(np.float32)
+    W, R, B, P = layouts.lstm_to_onnx(case["w"], case["b"], case["wci"], case["wcf"],
+                                      case["wco"])
+    out = onnx_run("LSTM", {"X": x, "W": W, "R": R, "B": B, "": None,
+                            "initial_h": case["h_prev"][None], "initial_c": case["cs_prev"][None],
+                            "P": P}, hidden_size=hidden)
+    as64 = {k: np.asarray(case[k], np.float32).astype(np.float64) for k in case}
+    hs, cs, h = _lstm_steps(x.astype(np.float64), as64["cs_prev"], as64["h_prev"], as64["w"],
+                            as64["b"], wci=as64["wci"], wcf=as64["wcf"], wco=as64["wco"])
+    np.testing.assert_allclose(out["Y"][:, 0], hs, **F32_TOL)       # Y [T, 1, B, H]
+    np.testing.assert_allclose(out["Y_h"][0], h, **F32_TOL)
+    np.testing.assert_allclose(out["Y_c"][0], cs, **F32_TOL)
+
+
+@pytest.mark.conformance
+@pytest.mark.parametrize("reset_after", [False, True])
+@pytest.mark.parametrize("batch, input_size, hidden", SIZES)
+def test_gru_from_onnx_runs_in_onnxruntime(onnx_run, rng, reset_after, batch, input_size,
+                                           hidden):
+    T = 3
+    W, R, B = (rng.standard_normal(s).astype(np.float32)
+               for s in ((1, 3 * hidden, input_size), (1, 3 * hidden, hidden), (1, 6 * hidden)))
+    x = rng.standard_normal((T, batch, input_size)).astype(np.float32)
+    h0 = rng.standard_normal((batch, hidden)).astype(np.float32)
+    out = onnx_run("GRU", {"X": x, "W": W, "R": R, "B": B, "": None,
+                           "initial_h": h0[None]},
+                   hidden_size=hidden, linear_before_reset=int(reset_after))
+    weights = layouts.gru_from_onnx(*(a.astype(np.float64) for a in (W, R, B)),
+                                    linear_before_reset=int(reset_after))
+    hs, h = _gru_steps(x.astype(np.float64), h0.astype(np.float64), *weights,
+                       reset_after=reset_after)
+    np.testing.assert_allclose(out["Y"][:, 0], hs, **F32_TOL)
+    np.testing.assert_allclose(out["Y_h"][0], h, **F32_TOL)

@@ -142,3 +142,28 @@ def test_empty_arguments_pass_trivially():
 def test_tolerances_can_be_tightened_to_fail(xw):
     report = gc.check_vjp(tanh_sum, tanh_sum_vjp, xw, rtol=0.0, atol=0.0)
     assert not report.passed  # finite differences are never exact
+
+
+@pytest.mark.parametrize("f", [lambda x: x * np.nan, np.sqrt, lambda x: np.where(x > 0, np.inf, x)],
+                         ids=["nan everywhere", "nan at one element", "inf at one element"])
+def test_a_non_finite_numeric_derivative_fails_instead_of_passing_unchecked(f):
+    x = np.array([-1.0, 4.0, 2.0])
+    with np.errstate(invalid="ignore"):
+        report = gc.check_vjp(f, lambda ct, x: (ct * 0.5,), (x,))
+    assert report["arg0"].checked == 3
+    assert not report.passed and report["arg0"].abs_error == np.inf
+    with pytest.raises(gc.GradientCheckError):
+        report.raise_if_failed()
+
+
+def test_a_non_finite_claimed_gradient_fails():
+    x = np.array([1.0, 2.0])
+    report = gc.check_vjp(lambda x: 2 * x, lambda ct, x: (np.array([2 * ct[0], np.nan]),), (x,))
+    assert report["arg0"].failures == 1 and report["arg0"].index == (1,)
+
+
+def test_zero_dimensional_arguments_are_checked():
+    a = np.array(1.5)
+    assert gc.check_vjp(lambda a: a * a, lambda ct, a: (2 * a * ct,), (a,)).passed
+    report = gc.check_vjp(lambda a: a * a, lambda ct, a: (3 * a * ct,), (a,))
+    assert report["arg0"].checked == 1 and report["arg0"].index == () and not report.passed

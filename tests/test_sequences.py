@@ -245,6 +245,43 @@ def test_full_lengths_equal_no_lengths(backend):
                 np.testing.assert_array_equal(u, v)
 
 
+def _padded(a, lengths, values):
+    """A copy of per-step ``a [T, B, ·]`` with the steps past each row's length set to
+    ``values`` cycled (NaN, inf, ...)."""
+    out = a.copy()
+    for row, length in enumerate(lengths):
+        pad = out[length:, row]
+        pad[...] = np.resize(np.array(values, dtype=a.dtype), pad.shape)
+    return out
+
+
+@pytest.mark.parametrize("backend", NUMPY_BACKENDS)
+@pytest.mark.parametrize("cell", ["lstm", "gru", "gru-reset-after"])
+def test_padding_past_the_lengths_is_never_read(backend, cell):
+    """NaN and inf past each row's length, in x and in the upstream gradients, give exactly
+    the results of zero padding (PyTorch's packed sequences never read it either)."""
+    rng = np.random.default_rng(14)
+    if cell == "lstm":
+        case = lstm_sequence_case(rng, steps=4, batch=4, peephole=True, ragged=True)
+        run, present = run_lstm, ("h", "cs", "h_final", "cs_final")
+    else:
+        case = gru_sequence_case(rng, steps=4, batch=4, reset_after=cell.endswith("after"),
+                                 ragged=True)
+        run, present = run_gru, ("h", "h_final")
+    case["seq_len"] = np.array([4, 0, 1, 3])
+    lengths = case["seq_len"]
+    d = upstream(case, 2, lstm=cell == "lstm", present=present)
+    zero = {**case, "x": _padded(case["x"], lengths, [0.0])}
+    poisoned = {**case, "x": _padded(case["x"], lengths, [np.nan, np.inf, -np.inf])}
+    d_poisoned = {k: v if v is None or v.ndim == 2 else _padded(v, lengths, [np.nan, np.inf])
+                  for k, v in d.items()}
+    expected, actual = run(zero, backend, d), run(poisoned, backend, d_poisoned)
+    for want, got in zip(expected, actual):
+        for field, u, v in zip(want._fields, want, got):
+            if u is not None:
+                np.testing.assert_array_equal(v, u, err_msg=field)
+
+
 # -- empty sizes ------------------------------------------------------------------------------
 
 

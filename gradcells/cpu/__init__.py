@@ -1,18 +1,20 @@
 """The CPU backend: Numba-jitted fused kernels plus BLAS matmuls, for NumPy arrays.
 
-Same function names and signatures as ``gradcells.reference``; the public layer has
+The eight public operations, with the names and signatures of ``gradcells.reference``'s;
+the public layer has
 validated and normalised every argument. Results agree with the reference to round-off:
 float64 within ~1e-15 relative per operation, float32 within a few float32 ulp (the
 activations are vectorizable approximations, see ``_activations``).
 
 Each cell step is its matmuls (NumPy's BLAS, on the caller's thread pool) around one fused
-elementwise pass per direction (``fused_lstm``, ``fused_gru``; their kernels are documented
-for reuse per time step). The kernels run serially on the calling thread, release the GIL,
-and are SIMD-vectorized. Measured on this 2-core machine while shared (float32, LSTM
-forward kernel; BLAS at 1 and 2 threads): a ``prange`` version was never faster and was up
-to 70x slower (11 ms against 160 µs at B=64, H=256; 47 ms against 0.11 ms for matmul +
-kernel at (16, 128, 128) with two BLAS threads), because its worker threads and
-OpenBLAS's wait on each other for the cores. The elementwise pass is a few percent of a
+elementwise pass per direction (two for the reset-before GRU, whose reset gate feeds the
+candidate's matmul; ``fused_lstm``, ``fused_gru``, whose kernels are documented for reuse per
+time step). The kernels run serially on the calling thread, release the GIL, and are
+SIMD-vectorized. Measured on this 2-core machine while shared (float32, LSTM forward
+kernel; BLAS at 1 and 2 threads): a ``prange`` version was never faster and was 70x slower
+for the kernel alone (11 ms against 160 µs at B=64, H=256) and 430x slower for matmul +
+kernel at (16, 128, 128) with two BLAS threads (47 ms against 0.11 ms), because its worker
+threads and OpenBLAS's wait on each other for the cores. The elementwise pass is a few percent of a
 step, so there is little to win and much to lose: the kernels stay serial, and the matmuls
 use however many threads the BLAS is given (``threadpoolctl`` or ``OPENBLAS_NUM_THREADS``).
 

@@ -83,7 +83,7 @@ def lstm_forward_kernel(gates, addend, cs_prev, wci, wcf, wco, peephole, forget_
             ci_r[j] = gate_ci
         # The output gate in a loop of its own, reading the new state back from cache: with
         # all five activations in one loop AVX2's 16 registers spill (float32, H = 128 and
-        # 256, interleaved A/B: 12-16% more time a row than this).
+        # 256, interleaved A/B: 11-16% more time a row than this).
         for j in range(n_hidden):
             state = cs_r[j]
             pre_o = g_o[j] + a_o[j]

@@ -96,6 +96,18 @@ def _recurrent_projection(h0, steps, w, out):
         np.matmul(_flat(steps[:-1]), w, out=_flat(out[1:]))
 
 
+def _running_inputs(x, lengths):
+    """``x`` with every step past its row's length zeroed (``x`` itself when every row runs
+    all T steps), so that padding is never read: NaN or inf there would reach the input
+    projection and ``dW_x = x_flatᵀ·dG`` (0·NaN is NaN), though those steps' outputs are
+    discarded and their gate gradients are zero."""
+    n_steps = x.shape[0]
+    if lengths is None or lengths.min(initial=n_steps) >= n_steps:
+        return x
+    running = np.arange(n_steps)[:, None] < lengths
+    return np.where(running[:, :, None], x, x.dtype.type(0))
+
+
 def _final_state(steps, first, lengths):
     """Each row's state after its last valid step: ``steps[L-1, b]``, or ``first[b]`` when
     ``L = 0`` (``lengths`` None: every row ran all T steps)."""
@@ -158,6 +170,7 @@ def lstm_sequence(x, cs0, h0, w, b, *, wci=None, wcf=None, wco=None, forget_bias
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
     lengths = _lengths(seq_len)
+    x = _running_inputs(x, lengths)
     peephole = wci is not None
     wci, wcf, wco = map(_contiguous, (wci, wcf, wco)) if peephole else (b, b, b)
     clip = math.inf if cell_clip is None else cell_clip
@@ -192,6 +205,7 @@ def lstm_sequence_grad(x, cs0, h0, w, b, seq, *, d_h=None, d_cs=None, d_h_final=
     n_hidden = h0.shape[1]
     dtype = x.dtype
     lengths = _lengths(seq_len)
+    x = _running_inputs(x, lengths)
     i, cs, f, o, ci, co, h = map(_contiguous, seq[:7])
     d_h = None if d_h is None else _contiguous(d_h)
     d_cs = None if d_cs is None else _contiguous(d_cs)
@@ -260,6 +274,7 @@ def gru_sequence(x, h0, w_ru, w_c, b_ru, b_c, *, reset_after=False, seq_len=None
     n_hidden = h0.shape[1]
     dtype = x.dtype
     lengths = _lengths(seq_len)
+    x = _running_inputs(x, lengths)
     w_rux, w_ruh, w_cx, w_ch = _gru_weights(w_ru, w_c, n_in)
     x_ru, x_c, gates_ru, gates_c, reset_h = scratch(
         dtype, (n_steps, n_batch, 2 * n_hidden), (n_steps, n_batch, n_hidden),
@@ -307,6 +322,7 @@ def gru_sequence_grad(x, h0, w_ru, w_c, b_ru, b_c, seq, *, d_h=None, d_h_final=N
     n_hidden = h0.shape[1]
     dtype = x.dtype
     lengths = _lengths(seq_len)
+    x = _running_inputs(x, lengths)
     r, u, c, h = map(_contiguous, seq[:4])
     d_h = None if d_h is None else _contiguous(d_h)
     w_rux, w_ruh, w_cx, w_ch = _gru_weights(w_ru, w_c, n_in)

@@ -6,7 +6,8 @@ peephole gradients), compiled by NVRTC through CuPy on first use, for float32, f
 float16 (float16 storage, float32 arithmetic). Matmuls are CuPy's (cuBLAS). The algorithms
 are in ``_ops`` and follow the reference's matmul plan; a cell is a sequence of one step.
 
-Same function names and keyword signatures as ``gradcells.reference``; arguments arrive
+The eight public operations, with the names and keyword signatures of
+``gradcells.reference``'s; arguments arrive
 validated by the public layer. CuPy is imported on the first call, never at import time.
 """
 

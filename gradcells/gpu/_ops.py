@@ -85,6 +85,17 @@ def _lengths(xp, seq_len):
     return None if seq_len is None else xp.ascontiguousarray(xp.asarray(seq_len), dtype=xp.int32)
 
 
+def _running_inputs(xp, x, lengths):
+    """``x`` with every step past its row's length zeroed (``x`` itself without lengths), so
+    that padding is never read: NaN or inf there would reach the input projection and
+    ``dW_x = x_flatᵀ·dG`` (0·NaN is NaN), though those steps' outputs are discarded and their
+    gate gradients are zero."""
+    if lengths is None:
+        return x
+    running = xp.arange(x.shape[0])[:, None] < lengths[None, :]
+    return xp.where(running[:, :, None], x, xp.zeros((), dtype=x.dtype))
+
+
 def _no_lengths(xp):
     return xp.empty(0, dtype=xp.int32)
 
@@ -110,6 +121,8 @@ def _lstm_forward(rt, x, cs0, h0, w, b, wci, wcf, wco, forget_bias, cell_clip, s
     """Every step's outputs (an LSTMCellState of ``[T, B, H]`` arrays) and the final
     ``(cs, h)`` (views of the last step when ``seq_len`` is None)."""
     xp = rt.xp
+    lengths = _lengths(xp, seq_len)
+    x = _running_inputs(xp, x, lengths)
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
     dtype = x.dtype
@@ -120,7 +133,6 @@ def _lstm_forward(rt, x, cs0, h0, w, b, wci, wcf, wco, forget_bias, cell_clip, s
     peepholes = [_contiguous(xp, p) for p in (wci, wcf, wco)] if peephole else [b, b, b]
     steps = LSTMCellState(*(xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
                             for _ in LSTMCellState._fields))
-    lengths = _lengths(xp, seq_len)
     if lengths is None:
         cs, h = xp.ascontiguousarray(cs0), h0
     else:  # the state buffers the kernel updates in the rows still running
@@ -144,6 +156,8 @@ def _lstm_backward(rt, x, cs0, h0, w, steps, *, d_h, d_cs, d_h_final, d_cs_final
                    wco, cell_clip, clip_grad, seq_len):
     """Backpropagation through time; returns the fields of LSTMSequenceGrads."""
     xp = rt.xp
+    lengths = _lengths(xp, seq_len)
+    x = _running_inputs(xp, x, lengths)
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
     dtype = x.dtype
@@ -154,7 +168,6 @@ def _lstm_backward(rt, x, cs0, h0, w, steps, *, d_h, d_cs, d_h_final, d_cs_final
                                                                       d_cs_final))
     peephole = wci is not None
     peepholes = [_contiguous(xp, p) for p in (wci, wcf, wco)] if peephole else [cs0] * 3
-    lengths = _lengths(xp, seq_len)
     d_gates = xp.empty((n_steps, n_batch, 4 * n_hidden), dtype=dtype)
     terms = xp.empty((n_steps, n_batch, 3 * n_hidden), dtype=dtype) if peephole else None
     dcs = xp.empty((n_batch, n_hidden), dtype=dtype)  # carry: dL/dcs before step t
@@ -262,6 +275,8 @@ def _row_stride(a):
 def _gru_forward(rt, x, h0, w_ru, w_c, b_ru, b_c, reset_after, seq_len):
     """Every step's outputs (a GRUCellState of ``[T, B, H]`` arrays) and the final h."""
     xp = rt.xp
+    lengths = _lengths(xp, seq_len)
+    x = _running_inputs(xp, x, lengths)
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
     dtype = x.dtype
@@ -271,7 +286,6 @@ def _gru_forward(rt, x, h0, w_ru, w_c, b_ru, b_c, reset_after, seq_len):
     b_ru, b_c = xp.ascontiguousarray(b_ru), xp.ascontiguousarray(b_c)
     steps = GRUCellState(*(xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
                            for _ in GRUCellState._fields))
-    lengths = _lengths(xp, seq_len)
     h = h0.copy(order="C") if lengths is not None else xp.ascontiguousarray(h0)
     w_h = xp.concatenate([w_ruh, w_ch], axis=1) if reset_after and n_steps > 1 else None
     common = {"seq_len": _no_lengths(xp) if lengths is None else lengths,
@@ -313,6 +327,8 @@ def _gru_backward(rt, x, h0, w_ru, w_c, b_c, steps, *, d_h, d_h_final, reset_aft
                   seq_len):
     """Backpropagation through time; returns the fields of GRUSequenceGrads."""
     xp = rt.xp
+    lengths = _lengths(xp, seq_len)
+    x = _running_inputs(xp, x, lengths)
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
     dtype = x.dtype
@@ -321,7 +337,6 @@ def _gru_backward(rt, x, h0, w_ru, w_c, b_c, steps, *, d_h, d_h_final, reset_aft
     r, u, c, h = (xp.ascontiguousarray(a) for a in steps)
     b_c = xp.ascontiguousarray(b_c)
     d_h, d_h_final = _contiguous(xp, d_h), _contiguous(xp, d_h_final)
-    lengths = _lengths(xp, seq_len)
     h_prev = _previous(xp, h0, h)
     h_prev_flat = _flat(h_prev)
     d_gates = xp.empty((n_steps, n_batch, 3 * n_hidden), dtype=dtype)  # [dR, dU, dC]

@@ -2,9 +2,12 @@
 CuPy), as plainly as the math allows. It is the teaching text and the oracle the fast
 backends are tested against.
 
-A backend is a module with these function names and signatures; the public layer has
-validated and normalised every argument before calling it (``cell_clip`` is None or > 0,
-``forget_bias`` a Python float, optional arrays None or of the right shape and dtype).
+A backend is a module with the eight public operations' names and signatures (``lstm_cell``
+... ``gru_sequence_grad``); the public layer has validated and normalised every argument
+before calling it (``cell_clip`` is None or > 0, ``forget_bias`` a Python float, optional
+arrays None or of the right shape and dtype). ``lstm_activations`` and the gate-gradient
+helpers exported here are the reference's own building blocks, which ``tf_compat`` and the
+notebooks also use.
 """
 
 from .gru import gru_cell, gru_cell_grad, gru_gate_grads

@@ -61,6 +61,21 @@ def _flat(a):
     return a.reshape(a.shape[0] * a.shape[1], a.shape[2])
 
 
+def _running_inputs(x, seq_len):
+    """``x`` with every step past its row's length zeroed (``x`` itself without lengths).
+
+    Those steps' outputs are discarded and their gate gradients are zero, so their inputs
+    never matter, except that padding which is NaN or inf would still reach the input
+    projection (with a warning) and ``dW_x = x_flatᵀ·dG`` (0·NaN is NaN). Every sequence
+    function starts from this, so the padding is never read.
+    """
+    if seq_len is None:
+        return x
+    xp = namespace_of(x)
+    running = xp.arange(x.shape[0])[:, None] < seq_len[None, :]
+    return xp.where(running[:, :, None], x, xp.zeros((), dtype=x.dtype))
+
+
 # --------------------------------------------------------------------------------------
 # LSTM
 
@@ -72,6 +87,7 @@ def lstm_sequence(x, cs0, h0, w, b, *, wci=None, wcf=None, wco=None, forget_bias
     Returns ``LSTMSequence(i, cs, f, o, ci, co, h, cs_final, h_final)``: every step's
     outputs ``[T, B, H]`` (zero past a row's length) and the final states ``[B, H]``.
     """
+    x = _running_inputs(x, seq_len)
     xp = namespace_of(x)
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
@@ -102,6 +118,7 @@ def lstm_sequence_grad(x, cs0, h0, w, b, seq, *, d_h=None, d_cs=None, d_h_final=
         dh_next = dG_t·W_hᵀ;   dcs_next = dcs_prev from the same call
         dx = dG·W_xᵀ;  dw = [x_flatᵀ·dG ; h_prev_flatᵀ·dG];  db = Σ_{t,b} dG
     """
+    x = _running_inputs(x, seq_len)
     xp = namespace_of(x)
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
@@ -160,6 +177,7 @@ def gru_sequence(x, h0, w_ru, w_c, b_ru, b_c, *, reset_after=False, seq_len=None
     Returns ``GRUSequence(r, u, c, h, h_final)``: steps ``[T, B, H]`` (zero past a row's
     length) and the final state ``[B, H]``.
     """
+    x = _running_inputs(x, seq_len)
     xp = namespace_of(x)
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
@@ -199,6 +217,7 @@ def gru_sequence_grad(x, h0, w_ru, w_c, b_ru, b_c, seq, *, d_h=None, d_h_final=N
         dx = [dR, dU, dC]·[W_rux, W_cx]ᵀ;   dw_ru = [x_flatᵀ·[dR, dU] ; h_prev_flatᵀ·[dR, dU]]
         dw_c = [x_flatᵀ·dC ; (r∘h_prev)_flatᵀ·dC]   (reset_after: [x_flatᵀ·dC ; h_prev_flatᵀ·dN])
     """
+    x = _running_inputs(x, seq_len)
     xp = namespace_of(x)
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]

@@ -115,9 +115,9 @@ for name, (central, forward) in errors.items():
 # %% [markdown]
 # ## Why the oracle works in float64
 #
-# In float32 the best a difference quotient does here is a relative error of about $10^{-5}$,
-# and only at a step found by scanning; at a step chosen in advance, several times worse, and
-# on other functions worse still. A gradient bug whose effect is smaller than that is
+# In float32 the best a difference quotient does here is a relative error of a few $10^{-6}$,
+# and only at a step found by scanning; at the step chosen in advance, $\sqrt[3]{\varepsilon}$,
+# it is about twenty times worse, and on other functions worse still. A gradient bug whose effect is smaller than that is
 # invisible, and a test tolerance must sit above it. In float64 the quotient is good to about
 # $10^{-10}$, so the oracle can demand agreement to a relative $10^{-7}$ (a thousandfold margin
 # over its own noise) and catch any error larger than that.
@@ -138,9 +138,24 @@ print(gc.testing.vjp_check("lstm_cell", case32))
 # ## Two details of the step
 #
 # **Scale.** The step is relative to the argument: $h = \sqrt[3]{\varepsilon}\cdot\max(1, |a_j|)$.
-# An absolute step of $6\cdot10^{-6}$ on an entry of size $10^4$ would be below its own
-# rounding.
-#
+# The balance above was struck for an argument of size about 1. For a function that varies on
+# the scale of its argument, an entry of size $10^4$ moves the whole V four decades to the
+# right: an absolute step of $6\cdot10^{-6}$ would sit far down its round-off side, with an
+# error thousands of times the scaled step's. For $e^{a/10^4}$ at $a = 10^4$:
+
+# %%
+def quotient_error(f, derivative, a, h):
+    a_plus, a_minus = a + h, a - h
+    return abs((f(a_plus) - f(a_minus)) / (a_plus - a_minus) - derivative) / abs(derivative)
+
+
+a = 1e4
+cbrt_eps = np.cbrt(np.finfo(np.float64).eps)
+for label, h in [("absolute step", cbrt_eps), ("scaled step  ", cbrt_eps * a)]:
+    error = quotient_error(lambda v: np.exp(v / 1e4), np.e / 1e4, a, h)
+    print(f"{label} h = {h:.1e}: relative error {error:.1e}")
+
+# %% [markdown]
 # **The step actually taken.** $a_j + h$ is rounded, so the distance between the two evaluation
 # points is not exactly $2h$. The oracle divides by the representable difference
 # $(a_j + h) - (a_j - h)$, which floating point computes exactly. The discrepancy it removes is
