@@ -1,6 +1,7 @@
 """TensorFlow's fused recurrent raw ops, mirrored by name, argument names, defaults and
 output tuples: swap ``tf.raw_ops.LSTMBlockCell(...)`` for ``lstm_block_cell(...)`` and get
-the same numbers, from NumPy or CuPy arrays, in float32 or float64.
+the same numbers, from NumPy or CuPy arrays (or PyTorch tensors and JAX arrays, which come
+back in their own library, as from the public API), in float32 or float64.
 
 Each mirror is a thin adapter over the public API (``lstm_cell``, ``gru_cell``,
 ``lstm_sequence`` and their gradients), which validates every argument; error messages name
@@ -37,6 +38,7 @@ import numpy as np
 
 from . import _dispatch
 from . import _validate as _v
+from ._interop import accepts_any_array
 from ._types import GRUCellState, LSTMCellState, LSTMSequence
 from .cells import gru_cell, gru_cell_grad, lstm_cell
 from .reference.gru import gru_gate_grads
@@ -238,6 +240,7 @@ def _swap_gate_blocks(a):
 # Cells
 
 
+@accepts_any_array
 def lstm_block_cell(x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=1.0, cell_clip=3.0,
                     use_peephole=False) -> LSTMBlockCellOutput:
     """``tf.raw_ops.LSTMBlockCell``: one LSTM step, gate layout i, ci, f, o.
@@ -256,6 +259,7 @@ def lstm_block_cell(x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=1.0, ce
     return LSTMBlockCellOutput(*state)
 
 
+@accepts_any_array
 def lstm_block_cell_grad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co,
                          cs_grad, h_grad, use_peephole) -> LSTMBlockCellGradOutput:
     """``tf.raw_ops.LSTMBlockCellGrad``: the elementwise backward step of one LSTM cell.
@@ -286,6 +290,7 @@ def lstm_block_cell_grad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, c
     return LSTMBlockCellGradOutput(cs_prev_grad, dicfo, *peephole_grads)
 
 
+@accepts_any_array
 def gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c) -> GRUBlockCellOutput:
     """``tf.raw_ops.GRUBlockCell``: one GRU step, reset before the candidate matmul.
 
@@ -297,6 +302,7 @@ def gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c) -> GRUBlockCellOutput:
     return GRUBlockCellOutput(*gru_cell(x, h_prev, w_ru, w_c, b_ru, b_c))
 
 
+@accepts_any_array
 def gru_block_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h) -> GRUBlockCellGradOutput:
     """``tf.raw_ops.GRUBlockCellGrad``: the kernel part of one GRU step's gradient.
 
@@ -352,6 +358,7 @@ def _block_lstm_grad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs
     return BlockLSTMGradOutput(grads.x, grads.cs0, grads.h0, grads.w, *peephole_grads, grads.b)
 
 
+@accepts_any_array
 def block_lstm(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=1.0,
                cell_clip=3.0, use_peephole=False) -> BlockLSTMOutput:
     """``tf.raw_ops.BlockLSTM``: ``lstm_block_cell`` over ``x [T, B, I]`` for the first
@@ -368,6 +375,7 @@ def block_lstm(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias
                        _default(cell_clip, 3.0), use_peephole)
 
 
+@accepts_any_array
 def block_lstm_grad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co,
                     h, cs_grad, h_grad, use_peephole) -> BlockLSTMGradOutput:
     """``tf.raw_ops.BlockLSTMGrad``: backpropagation through ``block_lstm``'s first
@@ -384,6 +392,7 @@ def block_lstm_grad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs,
                             ci, co, h, cs_grad, h_grad, use_peephole)
 
 
+@accepts_any_array
 def block_lstm_v2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, cell_clip=0.0,
                   use_peephole=False) -> BlockLSTMOutput:
     """``tf.raw_ops.BlockLSTMV2``: ``block_lstm`` with the columns of ``w`` and ``b`` in the
@@ -397,6 +406,7 @@ def block_lstm_v2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, cell_cli
                        use_peephole)
 
 
+@accepts_any_array
 def block_lstm_grad_v2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci,
                        co, h, cs_grad, h_grad, use_peephole) -> BlockLSTMGradOutput:
     """``tf.raw_ops.BlockLSTMGradV2``: ``block_lstm_grad`` for ``block_lstm_v2``'s gate order

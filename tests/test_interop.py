@@ -243,3 +243,72 @@ def test_jax_tracers_are_a_type_error(jax, rng):
 
     with pytest.raises(TypeError, match="x is a traced JAX value"):
         jax.jit(h_of)(jax.numpy.asarray(args[0]))
+
+
+# ---------------------------------------------------------------------------------------------
+# The TensorFlow mirrors take tensors and JAX arrays like the public API
+
+
+def _tf_compat_calls(rng):
+    """(name, args) of every ``tf_compat`` mirror on one float32 NumPy case; the sequence
+    ops with ``seq_len_max`` = 2 of T = 4 and TF-style garbage past it in the saved outputs."""
+    from gradcells import tf_compat as tc
+
+    T, B, I, H = 4, 3, 2, 5
+    f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    x, cs, h, w, b = f32(T, B, I), f32(B, H), f32(B, H), 0.3 * f32(I + H, 4 * H), f32(4 * H)
+    peepholes = [f32(H), f32(H), f32(H)]
+    lstm = (cs, h, w, *peepholes, b)
+    cell = tc.lstm_block_cell(x[0], *lstm, cell_clip=1.0, use_peephole=True)
+    gru = (x[0], h, 0.3 * f32(I + H, 2 * H), 0.3 * f32(I + H, H), f32(2 * H), f32(H))
+    r, u, c, _ = tc.gru_block_cell(*gru)
+    block = tc.block_lstm(2, x, *lstm, use_peephole=True)
+    garbage = [a.copy() for a in block]
+    for a in garbage:
+        a[2:] = 1e3
+    d = f32(T, B, H)
+    return [
+        ("lstm_block_cell", (x[0], *lstm, 1.0, 1.0, True)),
+        ("lstm_block_cell_grad", (x[0], *lstm, *cell[:6], f32(B, H), f32(B, H), True)),
+        ("gru_block_cell", gru),
+        ("gru_block_cell_grad", (*gru, r, u, c, f32(B, H))),
+        ("block_lstm", (2, x, *lstm, 1.0, 3.0, True)),
+        ("block_lstm_v2", (2, x, *lstm, 0.5, False)),
+        ("block_lstm_grad", (2, x, *lstm, *garbage, d, d, True)),
+        ("block_lstm_grad_v2", (2, x, *lstm, *garbage, d, d, False)),
+    ]
+
+
+@pytest.mark.conformance
+@pytest.mark.parametrize("index", range(8))
+def test_tf_compat_mirrors_take_torch_tensors(torch, rng, index):
+    from gradcells import tf_compat as tc
+
+    name, args = _tf_compat_calls(rng)[index]
+    expected = getattr(tc, name)(*args)
+    result = getattr(tc, name)(*_convert(args, torch.from_numpy))
+    _assert_same_values(result, expected, lambda a: isinstance(a, torch.Tensor),
+                        lambda a: a.numpy())
+
+
+@pytest.mark.conformance
+@pytest.mark.parametrize("index", range(8))
+def test_tf_compat_mirrors_take_jax_arrays(jax, rng, index):
+    from gradcells import tf_compat as tc
+
+    name, args = _tf_compat_calls(rng)[index]
+    expected = getattr(tc, name)(*args)
+    result = getattr(tc, name)(*_convert(args, jax.numpy.asarray))
+    _assert_same_values(result, expected, lambda a: isinstance(a, jax.Array), np.asarray)
+
+
+@pytest.mark.conformance
+def test_tf_compat_seq_len_max_is_checked_for_tensors(torch, rng):
+    from gradcells import tf_compat as tc
+
+    name, args = _tf_compat_calls(rng)[4]
+    tensors = _convert(args, torch.from_numpy)
+    with pytest.raises(ValueError, match=r"seq_len_max must be in \[0, T\] = \[0, 4\], got 7"):
+        tc.block_lstm(7, *tensors[1:])
+    short = tc.block_lstm(torch.tensor(2), *tensors[1:])     # a 0-d integer tensor
+    assert not short.h[2:].any() and short.h[:2].any()
