@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import sys
 
 import numpy as np
 
@@ -32,6 +33,14 @@ LSTM_SEQUENCE_LABELS = (_STEP,) * len(LSTM_STATE_FIELDS) + (_STATE,) * 2
 GRU_SEQUENCE_LABELS = (_STEP,) * len(GRU_STATE_FIELDS) + (_STATE,)
 
 
+def _refused_subclass(a) -> bool:
+    """``np.matrix`` (``*`` is a matmul) and ``np.ma.MaskedArray`` (the backends would
+    ignore the mask) change what an array means; they are refused, not silently taken as
+    plain arrays. A masked array can only exist once ``numpy.ma`` is imported."""
+    masked = sys.modules.get("numpy.ma")
+    return isinstance(a, np.matrix) or (masked is not None and isinstance(a, masked.MaskedArray))
+
+
 def _library_and_dtype(specs):
     """Check that every given array is a NumPy/CuPy float array of one library and dtype.
 
@@ -44,7 +53,7 @@ def _library_and_dtype(specs):
         if a is None:
             continue
         lib = "numpy" if type(a) is np.ndarray else _dispatch.library_of(a)
-        if lib is None or isinstance(a, np.matrix):
+        if lib is None or (type(a) is not np.ndarray and _refused_subclass(a)):
             raise TypeError(f"{spec[0]} must be a NumPy or CuPy array, got {type(a).__name__}")
         a_dtype = a.dtype
         if library is None:
@@ -132,16 +141,31 @@ def _real(name, value):
     return value
 
 
-def forget_bias_value(forget_bias):
-    return _real("forget_bias", forget_bias)
+_HALF_MAX = float(np.finfo(np.float16).max)
 
 
-def cell_clip_value(cell_clip):
-    """None, 0 or negative means no clipping (returned as None); otherwise a positive float."""
+def _beyond(value, dtype):
+    """Whether the float ``value`` is beyond the largest finite number of ``dtype``."""
+    return abs(value) > _HALF_MAX and abs(value) > float(np.finfo(dtype).max)
+
+
+def forget_bias_value(forget_bias, dtype):
+    """``forget_bias`` as a float, finite in the arrays' ``dtype`` (1e300 would be inf in
+    float32)."""
+    value = _real("forget_bias", forget_bias)
+    if _beyond(value, dtype):
+        raise ValueError(f"forget_bias must be finite in the arrays' dtype {np.dtype(dtype)} "
+                         f"(|forget_bias| <= {np.finfo(dtype).max:.4g}), got {value:g}")
+    return value
+
+
+def cell_clip_value(cell_clip, dtype):
+    """None, 0 or negative means no clipping (returned as None); otherwise a positive float.
+    A clip beyond the largest finite number of the arrays' ``dtype`` can never act: None."""
     if cell_clip is None:
         return None
     value = _real("cell_clip", cell_clip)
-    return value if value > 0 else None
+    return value if 0 < value and not _beyond(value, dtype) else None
 
 
 def clip_grad_value(clip_grad):
@@ -244,7 +268,7 @@ def seq_len_value(seq_len, library, n_steps, n_batch):
     if seq_len is None:
         return None
     lib = _dispatch.library_of(seq_len)
-    if lib is None or isinstance(seq_len, np.matrix):
+    if lib is None or _refused_subclass(seq_len):
         raise TypeError(
             f"seq_len must be a {library} integer array [B], got {type(seq_len).__name__}")
     if lib != library:

@@ -27,8 +27,8 @@ def lstm_cell(x, cs_prev, h_prev, w, b, *, wci=None, wcf=None, wco=None, forget_
     """
     impl = v.lstm_cell_args(x, cs_prev, h_prev, w, b, wci, wcf, wco, backend=backend)
     return impl.lstm_cell(x, cs_prev, h_prev, w, b, wci=wci, wcf=wcf, wco=wco,
-                          forget_bias=v.forget_bias_value(forget_bias),
-                          cell_clip=v.cell_clip_value(cell_clip))
+                          forget_bias=v.forget_bias_value(forget_bias, x.dtype),
+                          cell_clip=v.cell_clip_value(cell_clip, x.dtype))
 
 
 @accepts_any_array
@@ -48,7 +48,7 @@ def lstm_cell_grad(x, cs_prev, h_prev, w, b, state, *, d_h=None, d_cs=None, wci=
                             d_h=d_h, d_cs=d_cs, backend=backend)
     return impl.lstm_cell_grad(x, cs_prev, h_prev, w, b, LSTMCellState(*state), d_h=d_h,
                                d_cs=d_cs, wci=wci, wcf=wcf, wco=wco,
-                               cell_clip=v.cell_clip_value(cell_clip),
+                               cell_clip=v.cell_clip_value(cell_clip, x.dtype),
                                clip_grad=v.clip_grad_value(clip_grad))
 
 

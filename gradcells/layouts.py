@@ -104,9 +104,10 @@ def _gates(name, size, n_gates, labels):
 
 def _reorder(a, source, target, axis):
     """``a`` with its gate blocks along ``axis`` moved from order ``source`` to ``target``
-    (strings of gate letters); always a new array."""
+    (strings of gate letters); always a new C-contiguous array (``np.concatenate`` keeps
+    the layout of transposed inputs such as PyTorch's ``weight_ih.T``)."""
     blocks = dict(zip(source, np.split(a, len(source), axis=axis)))
-    return np.concatenate([blocks[g] for g in target], axis=axis)
+    return np.ascontiguousarray(np.concatenate([blocks[g] for g in target], axis=axis))
 
 
 def _zeros(shape, dtype):

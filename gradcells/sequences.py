@@ -30,8 +30,9 @@ def lstm_sequence(x, cs0, h0, w, b, *, wci=None, wcf=None, wco=None, forget_bias
     impl, seq_len = v.lstm_sequence_args(x, cs0, h0, w, b, wci, wcf, wco, seq_len=seq_len,
                                          backend=backend)
     return impl.lstm_sequence(x, cs0, h0, w, b, wci=wci, wcf=wcf, wco=wco,
-                              forget_bias=v.forget_bias_value(forget_bias),
-                              cell_clip=v.cell_clip_value(cell_clip), seq_len=seq_len)
+                              forget_bias=v.forget_bias_value(forget_bias, x.dtype),
+                              cell_clip=v.cell_clip_value(cell_clip, x.dtype),
+                              seq_len=seq_len)
 
 
 @accepts_any_array
@@ -55,8 +56,8 @@ def lstm_sequence_grad(x, cs0, h0, w, b, seq, *, d_h=None, d_cs=None, d_h_final=
     return impl.lstm_sequence_grad(
         x, cs0, h0, w, b, LSTMSequence(*seq), d_h=d_h, d_cs=d_cs, d_h_final=d_h_final,
         d_cs_final=d_cs_final, wci=wci, wcf=wcf, wco=wco,
-        cell_clip=v.cell_clip_value(cell_clip), clip_grad=v.clip_grad_value(clip_grad),
-        seq_len=seq_len)
+        cell_clip=v.cell_clip_value(cell_clip, x.dtype),
+        clip_grad=v.clip_grad_value(clip_grad), seq_len=seq_len)
 
 
 @accepts_any_array

@@ -8,7 +8,8 @@ Each mirror is a thin adapter over the public API (``lstm_cell``, ``gru_cell``,
 the TensorFlow argument. The two cell-gradient mirrors also return the gate gradients
 (``dicfo``; ``d_c_bar``, ``d_r_bar_u_bar``), which the public API keeps inside: those come
 from the reference's ``lstm_gate_grads`` / ``gru_gate_grads``, written for any array
-namespace, so they run on NumPy or CuPy arrays alike but never on the fast backends. Mirrored faithfully, faults included (SPEC 6):
+namespace, so they run on NumPy or CuPy arrays alike but never on the fast backends.
+Mirrored faithfully, faults included (SPEC 6):
 
 - gate layout: ``w`` columns and ``b`` are i, ci, f, o (the kernel's order; TF's op docs
   say i, f, ci, o). ``block_lstm_v2`` and ``block_lstm_grad_v2`` use i, f, ci, o.

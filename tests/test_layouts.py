@@ -130,6 +130,29 @@ def test_results_are_new_arrays_and_inputs_untouched(rng):
         np.testing.assert_array_equal(a, c)
 
 
+@pytest.mark.parametrize("framework", LSTM_FRAMEWORKS + ["gru_" + f for f in GRU_FRAMEWORKS])
+def test_every_converter_returns_new_c_contiguous_arrays(rng, framework):
+    """Both directions, from arrays as the frameworks hold them (PyTorch's transposes make
+    Fortran-ordered intermediates)."""
+    if framework.startswith("gru_"):
+        framework = framework[4:]
+        reset_after = GRU_FRAMEWORKS[framework][-1]
+        weights = _gru_weights(rng, 3, 2, reset_after)
+        native = getattr(layouts, f"gru_to_{framework}")(*weights)
+        back = getattr(layouts, f"gru_from_{framework}")
+        extra = {"reset_after": reset_after} if framework == "keras" else {}
+        if framework == "onnx":
+            extra = {"linear_before_reset": int(reset_after)}
+        outputs = [*native, *back(*native, **extra)]
+    else:
+        weights = _lstm_weights(rng, 3, 2)
+        native = getattr(layouts, f"lstm_to_{framework}")(*weights)
+        outputs = [*native, *getattr(layouts, f"lstm_from_{framework}")(*native)]
+    for k, a in enumerate(outputs):
+        assert a.flags.c_contiguous, k
+        assert not any(np.shares_memory(a, b) for b in (*weights, *native) if b is not a), k
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda: layouts.lstm_to_torch(np.zeros((5, 7)), np.zeros(7)), "w"),
     (lambda: layouts.lstm_to_torch(np.zeros((5, 8)), np.zeros(4)), "b"),

@@ -81,12 +81,14 @@ def test_unsupported_dtypes(dtype):
         gc.lstm_cell(*args.values())
 
 
-@pytest.mark.parametrize("bad", [[[1.0, 2.0]], 3.0, "x", "matrix"])
+@pytest.mark.parametrize("bad", [[[1.0, 2.0]], 3.0, "x", "matrix", "masked"])
 def test_non_arrays(bad):
     args, _ = lstm_inputs()
     if bad == "matrix":
         with pytest.warns(PendingDeprecationWarning):
             bad = np.matrix(np.zeros((3, 4)))
+    elif bad == "masked":
+        bad = np.ma.masked_array(args["x"], mask=np.zeros(args["x"].shape, bool))
     args["x"] = bad
     with pytest.raises(TypeError, match="x must be a NumPy or CuPy array, got"):
         gc.lstm_cell(*args.values())
@@ -248,3 +250,20 @@ def test_errors_leave_inputs_untouched():
         gc.lstm_cell(*args.values(), **peeps, forget_bias=float("nan"))
     for k, v in {**args, **peeps}.items():
         np.testing.assert_array_equal(v, before[k])
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_attributes_beyond_the_dtype_range(backend):
+    """float32 arrays: a forget bias that float32 cannot hold is rejected (it would be inf);
+    a clip beyond float32's range can never act, so it means no clipping, without warnings."""
+    args, _ = lstm_inputs()
+    args = {k: v.astype(np.float32) for k, v in args.items()}
+    with pytest.raises(ValueError, match=r"forget_bias must be finite in the arrays' dtype "
+                                         r"float32 \(\|forget_bias\| <= 3\.403e\+38\), got 1e\+300"):
+        gc.lstm_cell(*args.values(), forget_bias=1e300, backend=backend)
+    unclipped = gc.lstm_cell(*args.values(), backend=backend)
+    huge = gc.lstm_cell(*args.values(), cell_clip=1e300, backend=backend)
+    for a, b in zip(huge, unclipped):
+        np.testing.assert_array_equal(a, b)
+    assert gc.lstm_cell(*(a.astype(np.float64) for a in args.values()), forget_bias=1e300,
+                        backend=backend).f.dtype == np.float64      # float64 holds it

@@ -182,8 +182,8 @@ show(ref.lstm_cell_grad, "dxh = d_gates @ w.T", "x=dxh[:, :n_in]", "w=xh.T @ d_g
 #   \qquad \delta = \sqrt[3]{\varepsilon}\,\max(1, |\theta_j|).$$
 #
 # (Notebook 5 explains that step size, and why the oracle divides by the distance
-# $(\theta_j + \delta) - (\theta_j - \delta)$ as rounded rather than by $2\delta$.) `f` maps the inputs to the outputs; `vjp` maps a
-# cotangent and the inputs to one gradient per input.
+# $(\theta_j + \delta) - (\theta_j - \delta)$ as rounded rather than by $2\delta$.) `f` maps
+# the inputs to the outputs; `vjp` maps a cotangent and the inputs to one gradient per input.
 
 # %%
 names = ("x", "cs_prev", "h_prev", "w", "b", "wci", "wcf", "wco")

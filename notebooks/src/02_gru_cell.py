@@ -209,11 +209,11 @@ for fault in ("(h - c)", "+ u"):
 # The sizes are what the algebra predicts.
 #
 # * **`(h - c)`**: since $h - c = u\circ h_{prev} + (1-u)\circ c - c = u\circ(h_{prev} - c)$, the
-#   docstring's $\bar u$ is the true one times $u$: each element too small in magnitude by
-#   the fraction $(1-u)$ of its value, a relative error of about a half for gates near $0.5$; sums over the batch (the
-#   weight and bias gradients) can be off by more, even in sign. It reaches every gradient that
-#   depends on $\bar u$: $x$, $h_{prev}$, the $u$ columns of $W_{ru}$ (45 of its 90 entries fail)
-#   and the $u$ half of $b_{ru}$ (5 of 10). $W_c$, $b_c$ and the $r$ columns pass.
+#   docstring's $\bar u$ is the true one times $u$: each element too small in magnitude by the
+#   fraction $(1-u)$ of its value, a relative error of about a half for gates near $0.5$; sums over
+#   the batch (the weight and bias gradients) can be off by more, even in sign. It reaches every
+#   gradient that depends on $\bar u$: $x$, $h_{prev}$, the $u$ columns of $W_{ru}$ (45 of its 90
+#   entries fail) and the $u$ half of $b_{ru}$ (5 of 10). $W_c$, $b_c$ and the $r$ columns pass.
 # * **`+ u`**: the error in $\partial L/\partial h_{prev}$ is
 #   $u - \bar h\circ u = u\circ(1-\bar h)$, of order one, and nothing else is affected.
 

@@ -115,12 +115,12 @@ for name, (central, forward) in errors.items():
 # %% [markdown]
 # ## Why the oracle works in float64
 #
-# In float32 the best a difference quotient does here is a relative error of a few $10^{-6}$,
-# and only at a step found by scanning; at the step chosen in advance, $\sqrt[3]{\varepsilon}$,
-# it is about twenty times worse, and on other functions worse still. A gradient bug whose effect is smaller than that is
-# invisible, and a test tolerance must sit above it. In float64 the quotient is good to about
-# $10^{-10}$, so the oracle can demand agreement to a relative $10^{-7}$ (a thousandfold margin
-# over its own noise) and catch any error larger than that.
+# In float32 the best a difference quotient does here is a relative error of a few $10^{-6}$, and
+# only at a step found by scanning; at the step chosen in advance, $\sqrt[3]{\varepsilon}$, it is
+# about twenty times worse, and on other functions worse still. A gradient bug whose effect is
+# smaller than that is invisible, and a test tolerance must sit above it. In float64 the quotient is
+# good to about $10^{-10}$, so the oracle can demand agreement to a relative $10^{-7}$ (a
+# thousandfold margin over its own noise) and catch any error larger than that.
 #
 # So `check_vjp` evaluates `f` on float64 copies of the arguments whatever their dtype, and
 # compares with the claimed gradient at a tolerance set by the *gradient's* dtype: a float32
