@@ -14,9 +14,10 @@ SIMD-vectorized. Measured on this 2-core machine while shared (float32, LSTM for
 kernel; BLAS at 1 and 2 threads): a ``prange`` version was never faster and was 70x slower
 for the kernel alone (11 ms against 160 µs at B=64, H=256) and 430x slower for matmul +
 kernel at (16, 128, 128) with two BLAS threads (47 ms against 0.11 ms), because its worker
-threads and OpenBLAS's wait on each other for the cores. The elementwise pass is a few percent of a
-step, so there is little to win and much to lose: the kernels stay serial, and the matmuls
-use however many threads the BLAS is given (``threadpoolctl`` or ``OPENBLAS_NUM_THREADS``).
+threads and OpenBLAS's wait on each other for the cores. The elementwise pass is a few
+percent of a step, so there is little to win and much to lose: the kernels stay serial, and
+the matmuls use however many threads the BLAS is given (``threadpoolctl`` or
+``OPENBLAS_NUM_THREADS``).
 
 The sequence operations take their scratch (O(T·B·4H): the input projection, every step's
 gate gradients) from a buffer each thread keeps between calls (``_workspace``): fresh arrays
