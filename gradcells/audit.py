@@ -106,7 +106,7 @@ def oracle_outcome(report) -> Outcome:
     for c in report.checks:
         if not c.checked:
             continue
-        ratio = c.abs_error / (report.atol + report.rtol * abs(c.numeric))
+        ratio = c.abs_error / c.bound if c.bound > 0 else (0.0 if c.abs_error == 0 else np.inf)
         if ratio > worst.ratio or worst is AGREES:
             worst = Outcome(float(ratio), float(c.abs_error), c.name)
     return worst

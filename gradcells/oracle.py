@@ -1,8 +1,9 @@
 """The gradient oracle: a claimed vector-Jacobian product against central differences.
 
-``check_vjp`` works for any function of NumPy or CuPy arrays, not only gradcells's own: give
-it ``f``, the ``vjp`` you claim for it, and the arguments, and it reports, per argument, the
-element where the two disagree most. It depends on no backend.
+``check_vjp`` works for any function of NumPy, CuPy, PyTorch or JAX arrays, not only
+gradcells's own: give it ``f``, the ``vjp`` you claim for it, and the arguments, and it
+reports, per argument, the element where the two disagree most. It depends on no backend and
+imports no array library the caller has not.
 
 For a cotangent ``ct`` (one array per output of ``f``; seeded random normal when not given)
 the loss is ``L(args) = Σ_k <ct_k, f_k(args)>``, so ``dL/d args = vjp(ct, *args)``. Each
@@ -13,14 +14,26 @@ element of each checked argument is stepped both ways in float64, whatever the i
 Dividing by the representable difference ``(a_j + h) - (a_j - h)`` instead of ``2h`` makes
 the step exact. ``cbrt(eps)`` balances the O(h²) truncation error of the central difference
 against the O(eps/h) round-off of evaluating L, so both are about eps^(2/3) ≈ 4e-11 relative.
-An element passes when ``|analytic - numeric| <= atol + rtol·|numeric|``.
+
+An element passes when ``|analytic - numeric| <= atol + rtol·|numeric| + floor``. ``floor``
+is the round-off floor of the difference itself: L is a sum of terms whose magnitudes add up
+to ``S = Σ_k <|ct_k|, |f_k(args)|>``, so it is known to about ``eps·S``, and the quotient to
+about ``eps·S/h``. Below that no finite difference can tell two gradients apart; without it, a
+correct gradient of one output would fail wherever another output is large (a long
+sequence, a loss of size 1e5). The floor is added with the default ``atol`` only: an ``atol``
+given is the whole absolute tolerance.
 """
 
 from __future__ import annotations
 
+import math
+import sys
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
+
+from . import _interop
 
 # Default tolerances by the dtype of the claimed gradient: float64 gradients must match the
 # finite differences to their own accuracy; float32 ones to float32 round-off.
@@ -39,10 +52,11 @@ class GradientCheckError(AssertionError):
 class ArgumentCheck:
     """The finite-difference check of one argument: its worst element and the verdict.
 
-    ``index``, ``analytic``, ``numeric`` and ``abs_error`` describe the worst element (the one
-    furthest past, or nearest to, its own bound ``atol + rtol·|numeric|``); ``rel_error`` is
-    the largest relative error ``|analytic - numeric| / max(|analytic|, |numeric|)`` over all
-    checked elements, which may be another element's.
+    ``index``, ``analytic``, ``numeric``, ``abs_error`` and ``bound`` (the tolerance there)
+    describe the worst element, the one furthest past, or nearest to, its own bound;
+    ``max_abs_error`` and ``rel_error`` are the largest absolute and relative errors
+    ``|analytic - numeric| / max(|analytic|, |numeric|)`` over all checked elements, which
+    may be other elements'.
     """
 
     name: str
@@ -53,6 +67,8 @@ class ArgumentCheck:
     numeric: float
     abs_error: float
     rel_error: float
+    bound: float = 0.0
+    max_abs_error: float = 0.0
 
     @property
     def passed(self) -> bool:
@@ -66,6 +82,7 @@ class VJPReport:
     checks: tuple
     rtol: float
     atol: float
+    loss_scale: float | None = None    # S of the round-off floor; None when no floor is used
 
     @property
     def passed(self) -> bool:
@@ -73,7 +90,7 @@ class VJPReport:
 
     @property
     def max_abs_error(self) -> float:
-        return max((c.abs_error for c in self.checks), default=0.0)
+        return max((c.max_abs_error for c in self.checks), default=0.0)
 
     @property
     def max_rel_error(self) -> float:
@@ -102,28 +119,83 @@ class VJPReport:
         widths = [max(len(r[k]) for r in rows) for k in range(len(header))]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
-        lines.append(f"(pass: |analytic - numeric| <= {self.atol:g} + {self.rtol:g}·|numeric|)")
+        floor = ("" if self.loss_scale is None else
+                 f" + eps·{self.loss_scale:.3g}/step, the round-off floor")
+        lines.append(f"(pass: |analytic - numeric| <= {self.atol:g} + {self.rtol:g}·|numeric|"
+                     f"{floor})")
         return "\n".join(lines)
 
     __repr__ = __str__
 
 
 def _to_numpy(a):
-    """A NumPy view or copy of a NumPy/CuPy (or array-like) value."""
-    return np.asarray(a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else a)
+    """A NumPy array of ``a`` (NumPy, CuPy, PyTorch, JAX or array-like), copied to the host
+    where it lives elsewhere."""
+    return _interop.to_numpy(a)
 
 
 def _as_outputs(out):
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
+def _library(a) -> str | None:
+    return _interop._library_of(a)
+
+
 def _is_float_array(a) -> bool:
-    dtype = getattr(a, "dtype", None)
-    return hasattr(a, "shape") and dtype is not None and np.dtype(dtype).kind == "f"
+    """A floating-point array of NumPy, CuPy, PyTorch or JAX (a NumPy scalar is not one)."""
+    return _library(a) is not None and _interop._is_float(a)
 
 
-def _float64(a):
-    return a.astype(np.float64, copy=True) if _is_float_array(a) else a
+def _float64_copy(a):
+    """A float64 copy of the float array ``a`` in its own library, for differencing."""
+    library = _library(a)
+    if library == "torch":
+        return a.detach().to(dtype=sys.modules["torch"].float64, copy=True)
+    if library == "jax":
+        jnp = sys.modules["jax"].numpy
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            copy = jnp.asarray(a, dtype=jnp.float64)
+        if copy.dtype != np.float64:
+            raise TypeError("JAX arrays can only be checked in float64: enable it with "
+                            "jax.config.update('jax_enable_x64', True)")
+        return copy
+    return a.astype(np.float64, copy=True)
+
+
+def _like(output, values):
+    """``values`` (NumPy float64) converted to ``output``'s array library, device and dtype."""
+    if _library(output) == "torch":
+        return sys.modules["torch"].as_tensor(values, dtype=output.dtype, device=output.device)
+    dtype = getattr(output, "dtype", np.float64)
+    if isinstance(output, np.ndarray) or not hasattr(output, "__array_namespace__"):
+        return np.asarray(values, dtype=dtype)
+    return output.__array_namespace__().asarray(values, dtype=dtype)
+
+
+def _check_selection(args, names, wrt, samples):
+    """The indices to check (``wrt``, default every float array); TypeError/ValueError
+    naming ``names``, ``wrt`` or ``samples`` when they are malformed."""
+    if isinstance(names, str) or len(names) != len(args):
+        raise ValueError(f"names must give one name per argument ({len(args)}), got {names!r}")
+    if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int)):
+        raise TypeError(f"samples must be a positive integer or None, got {samples!r}")
+    if samples is not None and samples < 1:
+        raise ValueError(f"samples must be a positive integer or None, got {samples}")
+    if wrt is None:
+        return [k for k, a in enumerate(args) if _is_float_array(a)]
+    wrt = list(wrt)
+    for k in wrt:
+        if isinstance(k, bool) or not isinstance(k, int) or not -len(args) <= k < len(args):
+            raise ValueError(f"wrt must hold argument indices in [0, {len(args)}), got {k!r}")
+    wrt = [k % len(args) for k in wrt]
+    if len(set(wrt)) != len(wrt):
+        raise ValueError(f"wrt names an argument twice: {wrt}")
+    for k in wrt:
+        if not _is_float_array(args[k]):
+            raise TypeError(f"wrt names argument {names[k]}, which is not a float array")
+    return wrt
 
 
 def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, atol=None,
@@ -135,13 +207,16 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
     ----------
     f : callable
         ``f(*args)`` returns an array or a tuple of arrays. It is evaluated on float64 copies
-        of the float arguments for the differences, so it must accept float64.
+        of the float arguments for the differences, so it must accept float64 (JAX: enable
+        ``jax_enable_x64``).
     vjp : callable
         ``vjp(cotangent, *args)`` returns one gradient per argument (a sequence aligned with
         ``args``; None counts as zero). ``cotangent`` has the structure of ``f``'s output:
-        an array, or a tuple of arrays. It is called once, on ``args`` as given.
+        an array, or a tuple of arrays, each in its output's library, device and dtype. It is
+        called once, on ``args`` as given.
     args : sequence
-        The arguments; non-array entries are passed through unchanged.
+        The arguments: NumPy, CuPy, PyTorch or JAX arrays; any other entry (a Python or NumPy
+        scalar, a string) is passed through unchanged and not checked.
     wrt : sequence of int, optional
         Indices of the arguments to check; default every floating-point array.
     cotangent : array or tuple of arrays, optional
@@ -149,8 +224,9 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
     names : sequence of str, optional
         Names for the report; default ``arg0, arg1, ...``.
     rtol, atol : float, optional
-        Pass criterion ``|analytic - numeric| <= atol + rtol·|numeric|``; defaults by the
-        gradient's dtype (``DEFAULT_TOLERANCES``).
+        Pass criterion ``|analytic - numeric| <= atol + rtol·|numeric|``, plus the round-off
+        floor ``eps·S/h`` of the difference (module docstring) when ``atol`` is the default;
+        defaults by the gradient's dtype (``DEFAULT_TOLERANCES``).
     samples : int, optional
         Check at most this many elements per argument, chosen at random (seeded); default all.
 
@@ -161,13 +237,7 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
     """
     args = tuple(args)
     names = tuple(names) if names is not None else tuple(f"arg{k}" for k in range(len(args)))
-    if len(names) != len(args):
-        raise ValueError(f"names has {len(names)} entries but args has {len(args)}")
-    if wrt is None:
-        wrt = [k for k, a in enumerate(args) if _is_float_array(a)]
-    for k in wrt:
-        if not _is_float_array(args[k]):
-            raise TypeError(f"wrt names argument {names[k]}, which is not a float array")
+    wrt = _check_selection(args, names, wrt, samples)
     rng = np.random.default_rng(seed)
 
     value = f(*args)
@@ -188,13 +258,6 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
     if len(grads) != len(args):
         raise ValueError(f"vjp returned {len(grads)} gradients for {len(args)} arguments")
 
-    args64 = [_float64(a) for a in args]
-
-    def loss():
-        outs = _as_outputs(f(*args64))
-        return sum(float(np.dot(c.ravel(), _to_numpy(o).astype(np.float64).ravel()))
-                   for c, o in zip(cts, outs))
-
     analytic = {}
     for k in wrt:
         shape = tuple(args[k].shape)
@@ -202,70 +265,93 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
         if g.shape != shape:
             raise ValueError(f"the gradient for {names[k]} has shape {g.shape}, expected {shape}")
         analytic[k] = g
-    rtol, atol = _tolerances([g.dtype for g in analytic.values()], rtol, atol)
+    rtol, floor_used, atol = _tolerances([g.dtype for g in analytic.values()], rtol, atol)
 
+    args64 = [_float64_copy(a) if k in analytic else a for k, a in enumerate(args)]
+
+    def terms():
+        return [_to_numpy(o).astype(np.float64).ravel() for o in _as_outputs(f(*args64))]
+
+    def loss():
+        return sum(float(np.dot(c.ravel(), o)) for c, o in zip(cts, terms()))
+
+    loss_scale = sum(float(np.dot(np.abs(c).ravel(), np.abs(o))) for c, o in zip(cts, terms()))
+    floor_scale = np.finfo(np.float64).eps * loss_scale if floor_used else 0.0
     checks = tuple(
         _compare(names[k], analytic[k].astype(np.float64),
-                 *_numeric_gradient(loss, args64[k], rng, samples), rtol, atol)
+                 *_numeric_gradient(loss, args64, k, rng, samples), floor_scale, rtol, atol)
         for k in wrt)
-    return VJPReport(checks, rtol, atol)
-
-
-def _like(output, values):
-    """``values`` (NumPy float64) converted to ``output``'s array library and dtype."""
-    dtype = getattr(output, "dtype", np.float64)
-    if isinstance(output, np.ndarray) or not hasattr(output, "__array_namespace__"):
-        return np.asarray(values, dtype=dtype)
-    return output.__array_namespace__().asarray(values, dtype=dtype)
+    return VJPReport(checks, rtol, atol, loss_scale if floor_used else None)
 
 
 def _tolerances(dtypes, rtol, atol):
-    """The caller's tolerances, or the defaults of the least precise gradient dtype."""
+    """``(rtol, floor, atol)``: the caller's tolerances or the defaults of the least precise
+    gradient dtype, and whether the round-off floor is added (with the default atol only)."""
     defaults = [DEFAULT_TOLERANCES.get(np.dtype(d), DEFAULT_TOLERANCES[np.dtype(np.float16)])
                 for d in dtypes] or [DEFAULT_TOLERANCES[np.dtype(np.float64)]]
     default_rtol, default_atol = max(defaults)
-    return (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
+    return ((default_rtol if rtol is None else rtol), atol is None,
+            (default_atol if atol is None else atol))
 
 
-def _numeric_gradient(loss, a, rng, samples):
+def _numeric_gradient(loss, args64, k, rng, samples):
     """Central differences of ``loss`` with respect to each (or ``samples``) element of the
-    float64 array ``a``, which is perturbed in place and restored. Returns the differences
-    and the mask of the elements differenced (the others hold 0)."""
-    numeric = np.zeros(a.shape)
-    differenced = np.zeros(a.shape, dtype=bool)
-    flat_indices = np.arange(a.size)
-    if samples is not None and samples < a.size:
-        flat_indices = np.sort(rng.choice(a.size, size=samples, replace=False))
+    float64 argument ``args64[k]``, which is perturbed in place and restored (a JAX array,
+    immutable, is replaced by perturbed copies and then put back). Returns the differences,
+    the half-steps taken and the mask of the elements differenced (the others hold 0)."""
+    base = args64[k]
+    shape = tuple(base.shape)
+    size = math.prod(shape)
+    mutable = _library(base) != "jax"
+    numeric, half_step = np.zeros(shape), np.zeros(shape)
+    differenced = np.zeros(shape, dtype=bool)
+    flat_indices = np.arange(size)
+    if samples is not None and samples < size:
+        flat_indices = np.sort(rng.choice(size, size=samples, replace=False))
     eps = np.finfo(np.float64).eps
+
+    def put(index, value):
+        if mutable:
+            base[index] = value
+        else:
+            args64[k] = base.at[index].set(value)
+
     for flat in flat_indices:
-        index = np.unravel_index(flat, a.shape)
-        x0 = float(a[index])
+        index = tuple(int(i) for i in np.unravel_index(flat, shape))
+        x0 = float(base[index])
         step = np.cbrt(eps) * max(1.0, abs(x0))
         x_plus, x_minus = x0 + step, x0 - step
-        a[index] = x_plus
+        put(index, x_plus)
         loss_plus = loss()
-        a[index] = x_minus
+        put(index, x_minus)
         loss_minus = loss()
-        a[index] = x0
+        put(index, x0)
         numeric[index] = (loss_plus - loss_minus) / (x_plus - x_minus)
+        half_step[index] = (x_plus - x_minus) / 2
         differenced[index] = True
-    return numeric, differenced
+    args64[k] = base
+    return numeric, half_step, differenced
 
 
-def _compare(name, analytic, numeric, differenced, rtol, atol) -> ArgumentCheck:
-    """The verdict on one argument's ``differenced`` elements. One whose analytic or numeric
-    value is not finite fails (a NaN loss, say, leaves nothing to vouch for)."""
+def _compare(name, analytic, numeric, half_step, differenced, floor_scale, rtol,
+             atol) -> ArgumentCheck:
+    """The verdict on one argument's ``differenced`` elements, each within
+    ``atol + rtol·|numeric| + floor_scale/half_step``. One whose analytic or numeric value
+    is not finite fails (a NaN loss, say, leaves nothing to vouch for)."""
     n_checked = int(differenced.sum())
     if n_checked == 0:
         return ArgumentCheck(name, 0, 0, None, 0.0, 0.0, 0.0, 0.0)
     shape = numeric.shape
-    analytic, numeric, differenced = (np.ravel(v) for v in (analytic, numeric, differenced))
+    analytic, numeric, half_step, differenced = (
+        np.ravel(v) for v in (analytic, numeric, half_step, differenced))
     with np.errstate(all="ignore"):
         abs_err = np.abs(analytic - numeric)
         finite = np.isfinite(abs_err)
         abs_err[~finite] = np.inf
         abs_err[~differenced] = 0.0
-        bound = atol + rtol * np.abs(numeric)
+        floor = np.divide(floor_scale, half_step, out=np.zeros_like(half_step),
+                          where=differenced)
+        bound = atol + rtol * np.abs(numeric) + floor
         failing = differenced & ~(abs_err <= bound)
         scale = np.maximum(np.abs(analytic), np.abs(numeric))
         rel_err = np.divide(abs_err, scale, out=np.zeros_like(abs_err), where=scale > 0)
@@ -280,4 +366,5 @@ def _compare(name, analytic, numeric, differenced, rtol, atol) -> ArgumentCheck:
         name=name, checked=n_checked, failures=int(failing.sum()),
         index=tuple(int(i) for i in np.unravel_index(worst, shape)),
         analytic=float(analytic[worst]), numeric=float(numeric[worst]),
-        abs_error=float(abs_err[worst]), rel_error=float(rel_err[differenced].max()))
+        abs_error=float(abs_err[worst]), rel_error=float(rel_err[differenced].max()),
+        bound=float(bound[worst]), max_abs_error=float(abs_err[differenced].max()))

@@ -167,3 +167,133 @@ def test_zero_dimensional_arguments_are_checked():
     assert gc.check_vjp(lambda a: a * a, lambda ct, a: (2 * a * ct,), (a,)).passed
     report = gc.check_vjp(lambda a: a * a, lambda ct, a: (3 * a * ct,), (a,))
     assert report["arg0"].checked == 1 and report["arg0"].index == () and not report.passed
+
+
+# -- the round-off floor -----------------------------------------------------------------------
+
+
+def large_and_small(a, b):
+    return 1e5 * a, b
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_right_gradient_passes_beside_a_large_output(seed):
+    """L = <ct_a, 1e5·a> + <ct_b, b> is known to about eps·1e5·|a|, so b's exact gradient
+    differs from the quotient by up to ~1e-6: within the round-off floor, not atol alone."""
+    a, b = np.array([0.3, -1.2, 0.8]), np.array([0.5, 0.1, -0.7])
+    exact = lambda ct, a, b: (1e5 * ct[0], ct[1])  # noqa: E731
+    report = gc.check_vjp(large_and_small, exact, (a, b), seed=seed)
+    assert report.passed, report
+    assert report.loss_scale == pytest.approx(
+        np.abs(report_cotangent(seed, (a, b))[0] * 1e5 * a).sum()
+        + np.abs(report_cotangent(seed, (a, b))[1] * b).sum())
+
+
+def report_cotangent(seed, outputs_of):
+    """The oracle's default cotangent for ``large_and_small``'s outputs."""
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal(np.shape(o)) for o in outputs_of)
+
+
+def test_an_explicit_atol_is_the_whole_absolute_tolerance():
+    a, b = np.array([0.3, -1.2, 0.8]), np.array([0.5, 0.1, -0.7])
+    exact = lambda ct, a, b: (1e5 * ct[0], ct[1])  # noqa: E731
+    reports = [gc.check_vjp(large_and_small, exact, (a, b), seed=s, atol=1e-9) for s in range(20)]
+    assert not all(r.passed for r in reports)          # the quotient's round-off shows
+    assert all(r.loss_scale is None for r in reports)
+    assert "round-off floor" not in str(reports[0])
+
+
+def test_an_error_above_the_floor_is_still_caught_beside_a_large_output():
+    a, b = np.array([0.3, -1.2, 0.8]), np.array([0.5, 0.1, -0.7])
+    off = lambda ct, a, b: (1e5 * ct[0], ct[1] * 1.0001)  # noqa: E731
+    report = gc.check_vjp(large_and_small, off, (a, b), names=["a", "b"])
+    assert report["a"].passed and not report["b"].passed
+
+
+# -- report fields, arguments ----------------------------------------------------------------
+
+
+def test_max_abs_error_is_the_largest_error_anywhere():
+    """The worst element is judged against its own bound; the largest absolute error can be
+    another element's, and ``max_abs_error`` reports that one."""
+    a = np.array([3.0, 0.0])
+    f = lambda a: np.array([1e6 * a[0] ** 2 / 2, 0.5 * a[1] ** 2])  # noqa: E731
+    claimed = lambda ct, a: (np.array([ct[0] * 1e6 * a[0] + 1e-2, 5e-10]),)  # noqa: E731
+    report = gc.check_vjp(f, claimed, (a,), cotangent=np.ones(2), atol=1e-9)
+    assert report.checks[0].index == (1,)                # nearest to its bound
+    assert report.max_abs_error == pytest.approx(1e-2, rel=1e-2)
+    assert report.checks[0].max_abs_error == report.max_abs_error
+
+
+def test_numpy_scalars_pass_through_unchecked():
+    x = np.array([0.5, -2.0])
+    report = gc.check_vjp(lambda x, s: x * s, lambda ct, x, s: (ct * s, None), (x, np.float64(2.0)))
+    assert report.passed and [c.name for c in report.checks] == ["arg0"]
+
+
+@pytest.mark.parametrize("samples, error, message", [
+    (0, ValueError, "samples must be a positive integer or None, got 0"),
+    (-1, ValueError, "samples must be a positive integer or None, got -1"),
+    (2.0, TypeError, "samples must be a positive integer or None, got 2.0"),
+])
+def test_bad_samples_are_rejected_before_f_runs(samples, error, message):
+    def f(x):
+        raise AssertionError("f ran")
+
+    with pytest.raises(error, match=message):
+        gc.check_vjp(f, None, (np.ones(2),), samples=samples)
+
+
+@pytest.mark.parametrize("wrt, error, message", [
+    ([5], ValueError, r"wrt must hold argument indices in \[0, 2\), got 5"),
+    ([0, 0], ValueError, r"wrt names an argument twice: \[0, 0\]"),
+    ([1], TypeError, "wrt names argument arg1, which is not a float array"),
+])
+def test_bad_wrt_is_rejected(wrt, error, message):
+    with pytest.raises(error, match=message):
+        gc.check_vjp(lambda x, n: x, lambda ct, x, n: (ct, None), (np.ones(2), 3), wrt=wrt)
+
+
+# -- other array libraries -----------------------------------------------------------------
+
+
+@pytest.mark.conformance
+def test_torch_functions_are_checked_in_float64(rng):
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(rng.standard_normal((3, 4)).astype(np.float32))
+    w = torch.from_numpy(rng.standard_normal((4, 2)).astype(np.float32))
+
+    def f(x, w):
+        assert x.dtype == w.dtype
+        return torch.tanh(x @ w)
+
+    def autograd_vjp(ct, x, w):
+        x, w = x.clone().requires_grad_(), w.clone().requires_grad_()
+        return torch.autograd.grad(f(x, w), (x, w), ct)
+
+    report = gc.check_vjp(f, autograd_vjp, (x, w), names=["x", "w"])
+    assert report.passed and report.rtol == gc.oracle.DEFAULT_TOLERANCES[np.dtype("float32")][0]
+    wrong = gc.check_vjp(f, lambda ct, x, w: (autograd_vjp(ct, x, w)[0], x.T @ ct), (x, w),
+                         names=["x", "w"])
+    assert wrong["x"].passed and not wrong["w"].passed
+    assert x.dtype == torch.float32                       # inputs untouched
+
+
+@pytest.mark.conformance
+def test_jax_functions_are_checked_in_float64(rng):
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_platforms", "cpu")
+    x = rng.standard_normal((3, 4))
+    f = lambda x: jax.numpy.sin(x) * x  # noqa: E731
+    with pytest.raises(TypeError, match="jax_enable_x64"):
+        gc.check_vjp(f, lambda ct, x: jax.vjp(f, x)[1](ct), (jax.numpy.asarray(x),))
+    jax.config.update("jax_enable_x64", True)
+    try:
+        x64 = jax.numpy.asarray(x)
+        report = gc.check_vjp(f, lambda ct, x: jax.vjp(f, x)[1](ct), (x64,))
+        assert report.passed and report.checks[0].checked == 12
+        wrong = gc.check_vjp(f, lambda ct, x: (ct * jax.numpy.cos(x) * x,), (x64,))
+        assert not wrong.passed
+    finally:
+        jax.config.update("jax_enable_x64", False)
