@@ -170,6 +170,26 @@ print(f"largest relative difference between 2h and the step taken: "
       f"{np.max(np.abs(taken - 2 * h) / (2 * h)):.1e}")
 
 # %% [markdown]
+# ## The round-off floor
+#
+# The round-off in the analysis above is that of $L$ itself, and $L$ sums every output. When
+# one output is large, $L$ carries its rounding error into the quotient for *every* argument:
+# $L$ is known to about $\varepsilon S$, with $S = \sum_k \langle|\bar y_k|, |y_k|\rangle$ the
+# sum of the magnitudes of its terms, so each quotient only to about $\varepsilon S/h$. A
+# small derivative beside a large output is then out of reach of any finite difference, and
+# a fixed absolute tolerance would fail its exact gradient. Here $f(a, b) = (10^5 a, b)$ with
+# its exact VJP, checked first with the plain tolerance (`atol` passed explicitly), then with
+# the default, which adds the floor $\varepsilon S/h$:
+
+# %%
+a, b = np.array([0.3, -1.2, 0.8]), np.array([0.5, 0.1, -0.7])
+exact = lambda ct, a, b: (1e5 * ct[0], ct[1])  # noqa: E731
+for label, atol in [("atol 1e-9 alone  ", 1e-9), ("default, floor on", None)]:
+    failing = sum(not gc.check_vjp(lambda a, b: (1e5 * a, b), exact, (a, b), atol=atol,
+                                   seed=seed).passed for seed in range(20))
+    print(f"{label}: the exact gradient fails for {failing} of 20 cotangents")
+
+# %% [markdown]
 # ## Directional checks
 #
 # Checking every entry of the gradient costs two evaluations of $L$ per entry. One random
