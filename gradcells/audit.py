@@ -234,7 +234,8 @@ def run(framework, *, examples=10, seed=0, stream=None, progress=True, select=No
     (case-insensitive).
 
     Returns the exit status: 0 when every row agrees or shows a known fault, 1 when any row
-    is an unexpected mismatch, 2 when the framework is not installed.
+    is an unexpected mismatch, 2 when the framework is not installed or ``select`` matches
+    no check.
     """
     stream = sys.stdout if stream is None else stream
     if framework not in FRAMEWORKS:
@@ -242,6 +243,8 @@ def run(framework, *, examples=10, seed=0, stream=None, progress=True, select=No
                          f"got {framework!r}")
     if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
         raise ValueError(f"examples must be a positive integer, got {examples!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     framework = FRAMEWORKS[framework]
     try:
         title, checks, footer = (_tensorflow_checks() if framework == "tensorflow"
@@ -254,7 +257,9 @@ def run(framework, *, examples=10, seed=0, stream=None, progress=True, select=No
     if select is not None:
         checks = [c for c in checks if select.lower() in c.name.lower()]
         if not checks:
-            raise ValueError(f"select={select!r} matches no {framework} check")
+            print(f"gradcells audit: --select {select!r} matches no {framework} check",
+                  file=sys.stderr)
+            return 2
     print(f"{title}; {examples} generated cases per check, seed {seed}", file=stream)
     print(file=stream)
     rng = np.random.default_rng(seed)
@@ -271,14 +276,19 @@ def run(framework, *, examples=10, seed=0, stream=None, progress=True, select=No
     faults = sorted({int(r.result.split()[2]) for r in rows if r.result.startswith("known")})
     agreeing = sum(r.result == "agrees" for r in rows)
     print(file=stream)
-    print(f"{len(rows)} checks: {agreeing} agree, {len(rows) - agreeing - unexpected} show "
-          f"known faults, {unexpected} unexpected mismatches "
+    print(f"{_count(len(rows), 'check')}: {agreeing} agree, "
+          f"{len(rows) - agreeing - unexpected} show known faults, "
+          f"{_count(unexpected, 'unexpected mismatch', 'unexpected mismatches')} "
           f"({time.perf_counter() - start:.1f} s)", file=stream)
     for n in faults:
         print(f"  fault {n}: {FAULTS[n]}", file=stream)
     for line in footer:
         print(f"  {line}", file=stream)
     return 1 if unexpected else 0
+
+
+def _count(n, singular, plural=None):
+    return f"{n} {singular if n == 1 else plural or singular + 's'}"
 
 
 # ---------------------------------------------------------------------------------------------

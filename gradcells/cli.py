@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
+BACKENDS = ("reference", "cpu", "gpu")
 
 
 def available_backends():
@@ -62,22 +63,34 @@ class _Progress:
             print(f"\r{' ' * 72}\r", end="", file=sys.stderr, flush=True)
 
 
+def _usage_error(message) -> int:
+    print(f"gradcells check: {message}", file=sys.stderr)
+    return 2
+
+
 def _run_check(args) -> int:
     from . import _dispatch, testing
 
     ops = args.ops or list(testing.OPS)
     unknown = sorted(set(ops) - set(testing.OPS))
     if unknown:
-        print(f"unknown op(s): {', '.join(unknown)}; known: {', '.join(testing.OPS)}",
-              file=sys.stderr)
-        return 2
+        return _usage_error(f"unknown op(s): {', '.join(unknown)}; known: "
+                            f"{', '.join(testing.OPS)}")
+    available = available_backends()
+    missing = sorted(set(args.backends or ()) - {backend for backend, _, _ in available})
+    if missing:
+        return _usage_error(f"backend(s) not available here: {', '.join(missing)} "
+                            "(cpu needs Numba; gpu needs CuPy and a CUDA device)")
     rows = [(op, backend, library, dtype)
             for op in ops
-            for backend, library, dtypes in available_backends()
+            for backend, library, dtypes in available
             if (not args.backends or backend in args.backends)
             and hasattr(_dispatch.backend_module(backend), op)
             for dtype in dtypes
             if not args.dtypes or dtype in args.dtypes]
+    if not rows:
+        return _usage_error("nothing to check: no available backend runs the dtypes "
+                            f"{', '.join(args.dtypes)}")
     total = len(rows) * args.examples
     progress = _Progress(total)
     results, start = [], time.perf_counter()
@@ -133,6 +146,25 @@ def _run_audit(args) -> int:
                      select=args.select)
 
 
+def _integer(text, least, what):
+    """``text`` as an int of at least ``least``; argparse reports the error as a usage one."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
+    return value
+
+
+def _positive_int(text):
+    return _integer(text, 1, "a positive integer")
+
+
+def _seed(text):
+    return _integer(text, 0, "a non-negative integer")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gradcells",
@@ -141,11 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser("check", help="run the gradient oracle over every op, "
                                               "backend and dtype")
-    check.add_argument("--examples", type=int, default=10, metavar="N",
+    check.add_argument("--examples", type=_positive_int, default=10, metavar="N",
                        help="random cases per op/backend/dtype (default 10)")
-    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--seed", type=_seed, default=0)
     check.add_argument("--ops", nargs="+", metavar="OP", help="only these ops")
-    check.add_argument("--backends", nargs="+", metavar="NAME", help="only these backends")
+    check.add_argument("--backends", nargs="+", choices=BACKENDS, metavar="NAME",
+                       help=f"only these backends ({', '.join(BACKENDS)})")
     check.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), help="only these dtypes")
     check.add_argument("-v", "--verbose", action="store_true", help="print failing reports")
     check.set_defaults(run=_run_check)
@@ -153,8 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit = commands.add_parser("audit", help="check a framework's fused recurrent ops "
                                               "against the oracle")
     audit.add_argument("framework", choices=["tensorflow", "torch"])
-    audit.add_argument("--examples", type=int, default=3, metavar="N")
-    audit.add_argument("--seed", type=int, default=0)
+    audit.add_argument("--examples", type=_positive_int, default=3, metavar="N")
+    audit.add_argument("--seed", type=_seed, default=0)
     audit.add_argument("--select", metavar="TEXT",
                        help="only the checks whose name contains TEXT (case-insensitive)")
     audit.set_defaults(run=_run_audit)
@@ -163,8 +196,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "examples", 1) < 1:
-        build_parser().error("--examples must be at least 1")
     return args.run(args)
 
 

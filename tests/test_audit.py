@@ -67,6 +67,14 @@ def test_bad_arguments():
         audit.run("jax")
     with pytest.raises(ValueError, match="examples must be a positive integer"):
         audit.run("torch", examples=0)
+    with pytest.raises(ValueError, match="seed must be a non-negative integer, got -1"):
+        audit.run("torch", seed=-1)
+
+
+def test_a_selection_that_matches_nothing_is_exit_status_2(capsys):
+    pytest.importorskip("torch")
+    assert audit.run("torch", select="zzz", stream=io.StringIO(), progress=False) == 2
+    assert "--select 'zzz' matches no torch check" in capsys.readouterr().err
 
 
 def test_missing_framework_is_exit_status_2(monkeypatch, capsys):

@@ -51,8 +51,33 @@ def test_check_reports_an_exception_as_a_failure(monkeypatch, capsys):
 
 def test_unknown_op_and_bad_examples(capsys):
     assert cli.main(["check", "--ops", "rnn_cell"]) == 2
-    with pytest.raises(SystemExit):
-        cli.main(["check", "--examples", "0"])
+    assert "unknown op(s): rnn_cell" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["check", "--examples", "0"], "argument --examples: must be a positive integer, got 0"),
+    (["check", "--examples", "x"], "argument --examples: must be a positive integer, got 'x'"),
+    (["check", "--seed", "-1"], "argument --seed: must be a non-negative integer, got -1"),
+    (["check", "--backends", "nope"], "argument --backends: invalid choice: 'nope'"),
+    (["audit", "torch", "--seed", "-1"], "argument --seed: must be a non-negative integer"),
+    (["audit", "torch", "--examples", "0"], "argument --examples: must be a positive integer"),
+])
+def test_bad_arguments_are_usage_errors_of_their_subcommand(capsys, argv, message):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and f"usage: gradcells {argv[0]}" in err
+
+
+def test_an_unavailable_backend_or_an_empty_selection_is_an_error_not_a_pass(monkeypatch,
+                                                                              capsys):
+    monkeypatch.setattr(cli, "_cuda_device_present", lambda: False)
+    assert cli.main(["check", "--backends", "gpu"]) == 2
+    assert "backend(s) not available here: gpu" in capsys.readouterr().err
+    assert cli.main(["check", "--backends", "reference", "cpu", "gpu"]) == 2
+    assert cli.main(["check", "--dtypes", "float16"]) == 2      # no CPU backend runs it
+    assert "nothing to check" in capsys.readouterr().err
 
 
 def test_seed_makes_runs_repeatable(capsys):
