@@ -86,8 +86,9 @@ def _matrix_dims(name, a, labels):
     return a.shape
 
 
-def _check_shapes(specs, sizes):
-    """``specs``: (name, array-or-None, labels); ``sizes`` maps each label to its length."""
+def _check_shapes(specs, sizes, origin):
+    """``specs``: (name, array-or-None, labels); ``sizes`` maps each label to its length;
+    ``origin()``: which arguments the sizes were read from, for the message."""
     expected_for = {}  # most arrays share a few label tuples, e.g. ("B", "H")
     for name, a, labels in specs:
         if a is None:
@@ -98,7 +99,7 @@ def _check_shapes(specs, sizes):
         if a.shape != expected:
             raise ValueError(
                 f"{name} must have shape [{', '.join(labels)}] = {expected}, "
-                f"got {tuple(a.shape)}")
+                f"got {tuple(a.shape)} ({origin()})")
 
 
 _GATES_LABEL = {2: "2H", 4: "4H"}
@@ -127,8 +128,12 @@ def _check_arrays(specs, n_required, n_gates):
     _require_arrays(specs[:n_required])
     library, _ = _library_and_dtype(specs)
     x_shape = _matrix_dims(x_name, x, x_labels)
-    n_hidden = _matrix_dims(h_name, h, h_labels)[1]
-    _check_shapes(specs, _sizes(x_shape, n_hidden, n_gates))
+    h_shape = _matrix_dims(h_name, h, h_labels)
+    def origin():
+        return (f"{', '.join(x_labels)} from {x_name} {tuple(x_shape)}, "
+                f"H from {h_name} {tuple(h_shape)}")
+
+    _check_shapes(specs, _sizes(x_shape, h_shape[1], n_gates), origin)
     return library
 
 

@@ -19,8 +19,9 @@ Mirrored faithfully, faults included (SPEC 6):
 - TF's LSTM gradient ops take no ``cell_clip``: their gradient passes straight through the
   clip, which is wrong wherever the clip was active. The ``..._grad`` mirrors reproduce
   that; ``gradcells.lstm_cell_grad`` / ``lstm_sequence_grad`` give the true gradient.
-- With ``use_peephole=False`` the peephole vectors are not read (None is accepted) and their
-  gradients are zeros shaped like them (``[H]`` when None), as TF returns.
+- With ``use_peephole=False`` the peephole vectors are not read, but each must still be a
+  1-D array of x's library and dtype, as TF checks (None is accepted too); their gradients
+  are zeros shaped like them (``[H]`` when None), as TF returns.
 
 Where TensorFlow reads out of bounds or aborts the process (``seq_len_max`` negative or
 above T), the mirrors raise ``ValueError``; where it leaves outputs uninitialised (``i, f,
@@ -152,9 +153,16 @@ def _use_peephole_value(use_peephole):
     return bool(use_peephole)
 
 
-def _peepholes(use_peephole, wci, wcf, wco):
-    """The peephole keyword arguments for the public API: all three when used, else none."""
+def _peepholes(use_peephole, wci, wcf, wco, like):
+    """The peephole keyword arguments for the public API: all three when used, else none.
+
+    Unused vectors are never read, but, as TF does, each one given must still be an array
+    of rank 1 (any length), here also of ``like``'s library and dtype when ``like`` (x) is
+    an array; None is accepted too."""
     if not use_peephole:
+        for name, vector in zip(_PEEPHOLES, (wci, wcf, wco)):
+            if vector is not None:
+                _check_unused_peephole(name, vector, like)
         return {}
     given = dict(zip(_PEEPHOLES, (wci, wcf, wco)))
     for name, vector in given.items():
@@ -163,11 +171,27 @@ def _peepholes(use_peephole, wci, wcf, wco):
     return given
 
 
+def _check_unused_peephole(name, vector, like):
+    library = _dispatch.library_of(vector)
+    if library is None:
+        raise TypeError(f"{name} must be an array [H] or None, got {type(vector).__name__}")
+    like_library = _dispatch.library_of(like)
+    if like_library is not None and library != like_library:
+        raise TypeError(f"{name} must come from the same array library as x ({like_library}), "
+                        f"got {library}")
+    if like_library is not None and vector.dtype != like.dtype:
+        raise TypeError(f"{name} must have the same dtype as x ({like.dtype}), got {vector.dtype}")
+    if vector.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array [H] (TF checks its rank even when "
+                         f"use_peephole=False), got shape {tuple(vector.shape)}")
+
+
 def _unused_peephole_grads(wci, wcf, wco, like, n_hidden):
-    """TF's gradients of unused peephole vectors: zeros shaped like them ([H] for None)."""
+    """TF's gradients of unused peephole vectors (each None or checked by ``_peepholes``):
+    zeros shaped like them, ``[H]`` for None."""
     xp = _dispatch.namespace_of(like)
-    return tuple(xp.zeros(tuple(p.shape) if _is_array(p) and p.ndim == 1 else (n_hidden,),
-                          dtype=like.dtype) for p in (wci, wcf, wco))
+    return tuple(xp.zeros((n_hidden,) if p is None else tuple(p.shape), dtype=like.dtype)
+                 for p in (wci, wcf, wco))
 
 
 def _is_array(a):
@@ -254,7 +278,7 @@ def lstm_block_cell(x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=1.0, ce
     Returns ``LSTMBlockCellOutput(i, cs, f, o, ci, co, h)``, each ``[B, H]``.
     """
     use_peephole = _use_peephole_value(use_peephole)
-    state = lstm_cell(x, cs_prev, h_prev, w, b, **_peepholes(use_peephole, wci, wcf, wco),
+    state = lstm_cell(x, cs_prev, h_prev, w, b, **_peepholes(use_peephole, wci, wcf, wco, x),
                       forget_bias=_default(forget_bias, 1.0),
                       cell_clip=_default(cell_clip, 3.0))
     return LSTMBlockCellOutput(*state)
@@ -277,7 +301,7 @@ def lstm_block_cell_grad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, c
     Returns ``LSTMBlockCellGradOutput(cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad)``.
     """
     use_peephole = _use_peephole_value(use_peephole)
-    peepholes = _peepholes(use_peephole, wci, wcf, wco)
+    peepholes = _peepholes(use_peephole, wci, wcf, wco, x)
     # TF's op takes no h, and the gradient never reads it: co fills the state's h slot.
     state = LSTMCellState(i, cs, f, o, ci, co, co)
     with _tf_argument_names(_LSTM_GRAD_NAMES):
@@ -333,7 +357,8 @@ def _block_lstm(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bia
     steps = _seq_len_max_value(seq_len_max, x)
     use_peephole = _use_peephole_value(use_peephole)
     with _tf_argument_names(_SEQUENCE_NAMES):
-        seq = lstm_sequence(x, cs_prev, h_prev, w, b, **_peepholes(use_peephole, wci, wcf, wco),
+        seq = lstm_sequence(x, cs_prev, h_prev, w, b,
+                            **_peepholes(use_peephole, wci, wcf, wco, x),
                             forget_bias=forget_bias, cell_clip=cell_clip,
                             seq_len=_rows_running(steps, x))
     return BlockLSTMOutput(*seq[:7])
@@ -343,7 +368,7 @@ def _block_lstm_grad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs
                      h, cs_grad, h_grad, use_peephole):
     steps = _seq_len_max_value(seq_len_max, x)
     use_peephole = _use_peephole_value(use_peephole)
-    peepholes = _peepholes(use_peephole, wci, wcf, wco)
+    peepholes = _peepholes(use_peephole, wci, wcf, wco, x)
     n_steps = x.shape[0] if _is_array(x) and x.ndim == 3 else 0
     # Steps past seq_len_max hold whatever TF left there: never read them.
     i, cs, f, o, ci, co, h, cs_grad, h_grad = (

@@ -30,13 +30,13 @@ def swap_ci_f(a):
 def cell_args(case, use_peephole):
     """The TF argument list ``x, cs_prev, h_prev, w, wci, wcf, wco, b`` of an LSTM case."""
     hidden = case["cs_prev"].shape[1]
-    peeps = [case[k] if use_peephole else np.zeros(hidden) for k in PEEPHOLES]
+    peeps = [case[k] if use_peephole else np.zeros(hidden, case["x"].dtype) for k in PEEPHOLES]
     return [case["x"], case["cs_prev"], case["h_prev"], case["w"], *peeps, case["b"]]
 
 
 def sequence_args(case, use_peephole):
     hidden = case["cs0"].shape[1]
-    peeps = [case[k] if use_peephole else np.zeros(hidden) for k in PEEPHOLES]
+    peeps = [case[k] if use_peephole else np.zeros(hidden, case["x"].dtype) for k in PEEPHOLES]
     return [case["x"], case["cs0"], case["h0"], case["w"], *peeps, case["b"]]
 
 
@@ -444,6 +444,32 @@ def test_used_peepholes_are_validated(rng):
             tc.lstm_block_cell(x, cs, h, w, *peeps, b, use_peephole=True)
     with pytest.raises(TypeError, match="wci must be an array"):
         tc.block_lstm(1, x[None], cs, h, w, None, None, None, b, use_peephole=True)
+
+
+@pytest.mark.parametrize("bad, error, message", [
+    ("junk", TypeError, "wcf must be an array \\[H\\] or None, got str"),
+    (np.zeros((3, 3)), ValueError, r"wcf must be a 1-D array \[H\] \(TF checks its rank even "
+                                   r"when use_peephole=False\), got shape \(3, 3\)"),
+    (np.zeros(5, np.int8), TypeError, r"wcf must have the same dtype as x \(float64\), got int8"),
+])
+@pytest.mark.parametrize("op", ["lstm_block_cell", "lstm_block_cell_grad", "block_lstm",
+                                "block_lstm_grad"])
+def test_unused_peepholes_must_still_be_vectors(rng, bad, error, message, op):
+    """TF checks the rank of the peephole inputs even when they are unused (its
+    LSTMBlockCellGrad aborts the process on a matrix); the mirrors raise."""
+    case = lstm_cell_case(rng, hidden=5)
+    x, cs, h, w, wci, _, wco, b = cell_args(case, False)
+    call = {
+        "lstm_block_cell": lambda: tc.lstm_block_cell(x, cs, h, w, wci, bad, wco, b),
+        "lstm_block_cell_grad": lambda: tc.lstm_block_cell_grad(
+            x, cs, h, w, wci, bad, wco, b, *([cs] * 6), cs, h, False),
+        "block_lstm": lambda: tc.block_lstm(1, x[None], cs, h, w, wci, bad, wco, b),
+        "block_lstm_grad": lambda: tc.block_lstm_grad(
+            1, x[None], cs, h, w, wci, bad, wco, b, *([cs[None]] * 7), cs[None], h[None],
+            False),
+    }[op]
+    with pytest.raises(error, match=message):
+        call()
 
 
 @pytest.mark.parametrize("attr, value, error", [

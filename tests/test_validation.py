@@ -258,8 +258,9 @@ def test_attributes_beyond_the_dtype_range(backend):
     a clip beyond float32's range can never act, so it means no clipping, without warnings."""
     args, _ = lstm_inputs()
     args = {k: v.astype(np.float32) for k, v in args.items()}
-    with pytest.raises(ValueError, match=r"forget_bias must be finite in the arrays' dtype "
-                                         r"float32 \(\|forget_bias\| <= 3\.403e\+38\), got 1e\+300"):
+    message = (r"forget_bias must be finite in the arrays' dtype float32 "
+               r"\(\|forget_bias\| <= 3\.403e\+38\), got 1e\+300")
+    with pytest.raises(ValueError, match=message):
         gc.lstm_cell(*args.values(), forget_bias=1e300, backend=backend)
     unclipped = gc.lstm_cell(*args.values(), backend=backend)
     huge = gc.lstm_cell(*args.values(), cell_clip=1e300, backend=backend)
@@ -267,3 +268,14 @@ def test_attributes_beyond_the_dtype_range(backend):
         np.testing.assert_array_equal(a, b)
     assert gc.lstm_cell(*(a.astype(np.float64) for a in args.values()), forget_bias=1e300,
                         backend=backend).f.dtype == np.float64      # float64 holds it
+
+
+def test_a_shape_error_says_where_the_sizes_came_from():
+    """H is read from cs_prev: when cs_prev is the wrong one, the message must still name it."""
+    args, _ = lstm_inputs()
+    B, H = args["cs_prev"].shape
+    args["cs_prev"] = np.zeros((B, H + 1))
+    with pytest.raises(ValueError, match=rf"h_prev must have shape \[B, H\] = \({B}, {H + 1}\), "
+                                         rf"got \({B}, {H}\) \(B, I from x \({B}, \d+\), "
+                                         rf"H from cs_prev \({B}, {H + 1}\)\)"):
+        gc.lstm_cell(*args.values())
