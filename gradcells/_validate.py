@@ -47,7 +47,7 @@ def _library_and_dtype(specs):
     ``specs`` is a sequence of (name, array-or-None, ...). Returns (library, dtype).
     This runs on every call, so the common case (all NumPy, one dtype) is kept cheap.
     """
-    first_name = library = dtype = None
+    first_name = library = dtype = device = None
     for spec in specs:
         a = spec[1]
         if a is None:
@@ -64,11 +64,16 @@ def _library_and_dtype(specs):
                 raise TypeError(
                     f"{spec[0]} must have dtype float32 or float64{also}, got {a_dtype}")
             first_name, library, dtype = spec[0], lib, a_dtype
+            device = a.device.id if lib == "cupy" else None
             continue
         if lib != library:
             raise TypeError(
                 f"{first_name} and {spec[0]} come from two array libraries ({library} and "
                 f"{lib}); pass arrays of one library")
+        if device is not None and a.device.id != device:
+            raise ValueError(
+                f"{spec[0]} is on CUDA device {a.device.id} but {first_name} is on device "
+                f"{device}; pass arrays on one device")
         if a_dtype is not dtype and a_dtype != dtype:
             if a_dtype not in FLOAT_DTYPES and not (lib == "cupy" and a_dtype == _FLOAT16):
                 raise TypeError(f"{spec[0]} must have dtype float32 or float64, got {a_dtype}")

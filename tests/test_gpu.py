@@ -375,3 +375,25 @@ def test_device_and_host_emulation_agree():
     for a, b in zip(device, host):
         np.testing.assert_allclose(a.get(), b, rtol=16 * np.finfo(np.float64).eps,
                                    atol=16 * np.finfo(np.float64).eps)
+
+
+@pytest.mark.skipif(_device_count() < 2, reason="needs two CUDA devices")
+def test_arrays_on_another_device_run_there():
+    """Each op runs on its arguments' device whatever device is current; arguments on two
+    devices are rejected, naming them."""
+    case = lstm_sequence_case(np.random.default_rng(13), peephole=True, ragged=True)
+    with cp.cuda.Device(0):
+        expected = gc.lstm_sequence(**on_gpu(case, np.float64))
+    with cp.cuda.Device(1):
+        on_one = on_gpu(case, np.float64)
+    with cp.cuda.Device(0):
+        seq = gc.lstm_sequence(**on_one)
+        grads = gc.lstm_sequence_grad(*(on_one[k] for k in LSTM_SEQ), seq,
+                                      d_h=cp.ones_like(seq.h), seq_len=on_one["seq_len"],
+                                      **{k: on_one[k] for k in PEEPHOLES})
+        assert all(a.device.id == 1 for a in (*seq, *grads) if a is not None)
+        for a, b in zip(seq, expected):
+            np.testing.assert_array_equal(a.get(), b.get())
+        mixed = {**on_one, "h0": cp.asarray(case["h0"])}          # h0 on device 0
+        with pytest.raises(ValueError, match="h0 is on CUDA device 0 but x is on device 1"):
+            gc.lstm_sequence(**mixed)

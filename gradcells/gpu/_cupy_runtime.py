@@ -34,6 +34,12 @@ class CupyRuntime:
     xp = cupy
     policy = _kernels.DEFAULT_POLICY
 
+    @staticmethod
+    def device_of(a):
+        """A context in which ``a``'s device is the current one: kernels launch, and CuPy
+        allocates and runs cuBLAS, where the arguments live (all on one device: validated)."""
+        return a.device
+
     def launch(self, binding, grid, block, args):
         key = (cupy.cuda.runtime.getDevice(), binding.expression)
         function = _functions.get(key)

@@ -14,6 +14,7 @@ Compiler: ``$CXX``, else ``g++``, else ``c++``.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -168,6 +169,11 @@ class HostRuntime:
         self.policy = policy
         self.reverse = reverse
         self.launches: dict[str, int] = {}
+
+    @staticmethod
+    def device_of(a):
+        """The host is one device."""
+        return contextlib.nullcontext()
 
     def launch(self, binding, grid, block, args):
         call(library(binding.kernel.source), binding.expression, grid, block, args,
