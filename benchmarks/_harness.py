@@ -75,14 +75,15 @@ def limit_threads(n: int):
     restores the old limits when closed)."""
     from threadpoolctl import threadpool_limits
 
-    limiter = threadpool_limits(n)
+    # Numba first: setting its threads starts its threading layer, which may load another
+    # OpenMP runtime, and that must come under the limits set next.
     try:
         import numba
 
         numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
     except ImportError:
         pass
-    return limiter
+    return threadpool_limits(n)
 
 
 def calls_per_round(run, min_round_s: float) -> int:

@@ -18,7 +18,8 @@ Each contestant computes one step's outputs and the gradient with respect to eve
   Python gradient wrapper adds, all in one ``tf.function``;
 - ``BLAS``: the lower bound, the matmuls of the math alone (``np.dot`` into preallocated
   outputs, contiguous operands): LSTM [x,h]·w, dG·wᵀ, [x,h]ᵀ·dG; GRU the six (reset before)
-  or nine (reset after) products of its forward and gradient, no elementwise work.
+  or ten (reset after, with the gradient's recompute of h·W_ch) products of its forward and
+  gradient, no elementwise work.
   (``np.dot``, not ``np.matmul``: for a batch of one, ``np.matmul`` computes the outer
   product [x,h]ᵀ·dG in a non-BLAS loop about ten times slower.)
 
@@ -142,7 +143,9 @@ def blas_lstm(size):
 
 def blas_gru(size, reset_after):
     """Reset before: [x,h]·w_ru, [x,r∘h]·w_c, dc·w_cᵀ, [x,r∘h]ᵀ·dc, d_ru·w_ruᵀ, [x,h]ᵀ·d_ru.
-    Reset after: [x,h]·w_ru, x·W_cx, h·W_ch, dc·W_cxᵀ, dn·W_chᵀ, d_ru·w_ruᵀ, xᵀ·dc, hᵀ·dn,
+    Reset after: [x,h]·w_ru, x·W_cx, h·W_ch, then for the gradient h·W_ch once more (the
+    saved (r, u, c, h) do not hold it, so gradcells recomputes it, as the sequence bound in
+    ``sequences.py`` counts it too), dc·W_cxᵀ, dn·W_chᵀ, d_ru·w_ruᵀ, xᵀ·dc, hᵀ·dn,
     [x,h]ᵀ·d_ru."""
     batch, n_in, hidden = size
     a = gru_inputs(*size, reset_after)
@@ -177,6 +180,7 @@ def blas_gru(size, reset_after):
         np.dot(xh, w_ru, out=ru)
         np.dot(x, w_cx, out=cand)
         np.dot(h, w_ch, out=rec)
+        np.dot(h, w_ch, out=rec)            # the gradient's recompute
         np.dot(d_c, w_cx.T, out=dx_2)
         np.dot(d_n, w_ch.T, out=dh_2)
         np.dot(d_ru, w_ru.T, out=dxh_1)

@@ -69,7 +69,7 @@ def test_startup_benchmark_times_new_processes(capsys):
 
     startup.main(["--repeats", "1", "--skip", "torch"])
     names = [row.split("|")[1].strip() for row in _table_rows(capsys.readouterr().out)]
-    assert names[1:] == ["gradcells", "numba floor", "reference"]   # after the header
+    assert names[1:] == ["gradcells", "plain numba", "reference"]   # after the header
 
 
 def test_scratch_benchmark_compares_kept_and_fresh_scratch(capsys):
