@@ -110,10 +110,14 @@ show(ref.lstm_gate_grads, "dcs = d_h", "dcs = dcs + do")
 
 # %% [markdown]
 # **Step 3: the clip.** With $\mathrm{cs} = \operatorname{clip}(\mathrm{cs}_{raw})$, the derivative
-# is 1 where $|\mathrm{cs}_{raw}| \le C$ and 0 where the clip was active, so the gradient is
-# masked. The saved $\mathrm{cs}$ is already clipped, so the mask is recomputed from the saved
-# gates with the forward's own expression. (Notebook 3 is about this line and why TensorFlow
-# gets it wrong.)
+# is 1 where $|\mathrm{cs}_{raw}| \le C$ and 0 where the clip was active, so the gradient of
+# the unclipped state is the masked one,
+#
+# $$d_{cs,raw} = d_{cs}\circ\mathbb{1}\left[|\mathrm{cs}_{raw}| \le C\right]$$
+#
+# (without clipping, $d_{cs,raw} = d_{cs}$; the code overwrites `dcs` with it). The saved
+# $\mathrm{cs}$ is already clipped, so the mask is recomputed from the saved gates with the
+# forward's own expression. (Notebook 3 is about this line and why TensorFlow gets it wrong.)
 
 # %%
 show(ref.lstm_gate_grads, "clip_pass_mask(state")
@@ -123,9 +127,9 @@ show(ref.clip_pass_mask, "cs_raw =", "return abs")
 # **Step 4: input gate, candidate, forget gate.** All three enter only through
 # $\mathrm{cs}_{raw} = i\circ\mathrm{ci} + f\circ\mathrm{cs}_{prev}$:
 #
-# $$d_i = d_{cs}\circ\mathrm{ci}\circ i(1-i), \qquad
-#   d_{ci} = d_{cs}\circ i\circ(1-\mathrm{ci}^2), \qquad
-#   d_f = d_{cs}\circ \mathrm{cs}_{prev}\circ f(1-f)$$
+# $$d_i = d_{cs,raw}\circ\mathrm{ci}\circ i(1-i), \qquad
+#   d_{ci} = d_{cs,raw}\circ i\circ(1-\mathrm{ci}^2), \qquad
+#   d_f = d_{cs,raw}\circ \mathrm{cs}_{prev}\circ f(1-f)$$
 
 # %%
 show(ref.lstm_gate_grads, "di = dcs *", "dci = dcs *", "df = dcs *")
@@ -135,7 +139,7 @@ show(ref.lstm_gate_grads, "di = dcs *", "dci = dcs *", "df = dcs *")
 # and in the peephole terms of the $i$ and $f$ pre-activations:
 #
 # $$\frac{\partial L}{\partial \mathrm{cs}_{prev}}
-#   = d_{cs}\circ f + d_i\circ w_{ci} + d_f\circ w_{cf}$$
+#   = d_{cs,raw}\circ f + d_i\circ w_{ci} + d_f\circ w_{cf}$$
 #
 # The first term is the one that carries gradients across many steps: it is multiplied by
 # $f$ at every step (notebook 4).

@@ -116,8 +116,9 @@ print(gc.check_vjp(f, vjp, args, names=names))
 # %% [markdown]
 # ## The seed's docstring
 #
-# TensorFlow documents this gradient in the docstring of `_GRUBlockCellGrad`
-# (`tensorflow/python/ops/rnn_grad.py`; `\circ` is $\circ$, `*` a matmul):
+# TensorFlow documents this gradient in the docstring of `_GRUBlockCellGrad`, the gradient
+# its 1.x releases registered for `GRUBlockCell` (`tensorflow/contrib/rnn/python/ops/gru_ops.py`;
+# TensorFlow 2 registers none, fault 9; `\circ` is $\circ$, `*` a matmul):
 #
 # ```
 # d_c_bar = d_h \circ (1-u) \circ (1-c \circ c)

@@ -105,7 +105,8 @@ for ax in (left, right):
                     label="clip active")
     ax.set_xlabel("t")
 left.plot(ts, values, "k", label=r"$\varphi(t)$")
-t0 = ts[np.argmax(active)] + 0.5 if active[-1] else ts[np.argmax(active)] - 0.5
+inside = np.flatnonzero(active)          # t0: half a unit inside the clipped stretch
+t0 = ts[inside[0]] + 0.5 if active[-1] else ts[inside[-1]] - 0.5
 span = np.linspace(t0 - 0.3, t0 + 0.3, 2)
 for slopes, style, label in ((exact, "C0--", "exact tangent"),
                              (straight, "C3:", "straight-through tangent")):
@@ -141,8 +142,8 @@ print(f"max |measured - straight-through| = {np.abs(measured - straight)[away].m
 #
 # `gc.testing.lstm_cell_case(..., clip=True)` chooses a clip level that clips part of the cell
 # state and stays at least $10^{-2}$ from every $|\mathrm{cs}_{raw}|$, so no finite-difference
-# step crosses the kink. The exact gradient passes; the straight-through one fails on every
-# input upstream of the clip, by errors of order one:
+# step crosses the kink. The exact gradient passes; the straight-through one fails, by
+# errors of order one, wherever the gradient reaches an input through a clipped unit:
 
 # %%
 case = gc.testing.lstm_cell_case(np.random.default_rng(0), batch=4, clip=True, peephole=True)
@@ -153,7 +154,10 @@ for clip_grad in ("exact", "straight_through"):
 
 # %% [markdown]
 # $W$'s $o$ columns, and $w_{co}$, pass even with the straight-through gradient: they are
-# computed before the clip is reached in the backward pass. Everything behind it is wrong.
+# computed before the clip is reached in the backward pass. Everything behind it is wrong
+# where it depends on a clipped unit: the elementwise $\mathrm{cs}_{prev}$ only in the
+# clipped units' entries, the matmul-mixed $x$, $h_{prev}$ and the other columns of $W$
+# almost everywhere.
 #
 # ## A wrong default on top
 #

@@ -20,7 +20,7 @@ plt.rcParams.update({"figure.dpi": 80, "figure.figsize": (9, 3.4)})
 #
 # The forward pass is
 # $(\mathrm{cs}_t, h_t) = \mathrm{cell}(x_t, \mathrm{cs}_{t-1}, h_{t-1};\ W, b)$ for
-# $t = 0, \dots, T-1$. The loss may read every $h_t$ (upstream $\bar h_t$) and the final
+# $t = 0, \dots, T-1$. The loss may read every $h_t$ and $\mathrm{cs}_t$ and the final
 # states.
 # Walking back, the state after step $t$ receives gradient from two places, the loss directly
 # and step $t+1$, and the chain rule adds them:
@@ -29,7 +29,11 @@ plt.rcParams.update({"figure.dpi": 80, "figure.figsize": (9, 3.4)})
 #   + \frac{\partial L}{\partial h_t}\Big|_{\text{via step } t+1},
 #   \qquad
 #   \overline{\mathrm{cs}}_t
-#   \leftarrow \frac{\partial L}{\partial \mathrm{cs}_t}\Big|_{\text{via step } t+1}.$$
+#   \leftarrow \frac{\partial L}{\partial \mathrm{cs}_t}\Big|_{\text{direct}}
+#   + \frac{\partial L}{\partial \mathrm{cs}_t}\Big|_{\text{via step } t+1}.$$
+#
+# (The loss below reads only the $h_t$ and the final $h$, so its direct $\mathrm{cs}$ terms
+# are zero; the library's `d_cs` and `d_cs_final` are those terms.)
 #
 # One call of `lstm_cell_grad` with these upstream gradients returns the step's contribution
 # to $\partial L/\partial x_t$, the gradients to carry to step $t-1$ (its `cs_prev`, `h_prev`),
@@ -38,7 +42,8 @@ plt.rcParams.update({"figure.dpi": 80, "figure.figsize": (9, 3.4)})
 
 # %%
 def bptt_with_cells(x, cs0, h0, w, b, d_h, d_h_final):
-    """The LSTM over x [T, B, I], and the gradients of L = Σ_t <d_h[t], h_t> + <d_h_final, h_T>."""
+    """The LSTM over x [T, B, I], and the gradients of
+    L = Σ_t <d_h[t], h_t> + <d_h_final, h_{T-1}> (h_{T-1}: the final state)."""
     saved, cs, h = [], cs0, h0
     for t in range(len(x)):
         state = gc.lstm_cell(x[t], cs, h, w, b)
@@ -151,10 +156,11 @@ plt.show()
 # ## Per-example lengths
 #
 # A batch often holds sequences of different lengths padded to $T$. With `seq_len` (integers in
-# $[0, T]$), row $b$ stops after step `seq_len[b]`: its later outputs are zero and its state is
-# frozen, so `h_final` is the state after its own last step (PyTorch's packed-sequence
-# semantics). In the backward pass a frozen step passes the carried gradient through unchanged.
-# So each row's gradient equals that of its own unpadded sequence, run alone:
+# $[0, T]$), row $b$ runs steps $0, \dots, $ `seq_len[b]` $- 1$ and stops: its later outputs are
+# zero and its state is frozen, so `h_final` is the state after its own last step (PyTorch's
+# packed-sequence semantics); its padding in `x` is never read. In the backward pass a frozen step
+# passes the carried gradient through unchanged. So each row's gradient equals that of its own
+# unpadded sequence, run alone:
 
 # %%
 T, B, I, H = 30, 6, 4, 8

@@ -179,7 +179,9 @@ if needs(tf, "TensorFlow"):
 # %% [markdown]
 # Every input behind the clip fails by errors of order one: TensorFlow passes the gradient
 # straight through the clip (notebook 3). gradcells's `clip_grad="straight_through"`, and
-# the mirror `gc.tf_compat.lstm_block_cell_grad`, reproduce TensorFlow's numbers on purpose:
+# the mirror `gc.tf_compat.lstm_block_cell_grad` (which returns the op's own outputs:
+# `cs_prev_grad`, the gate gradient and the peephole gradients), reproduce TensorFlow's
+# numbers on purpose:
 
 # %%
 if needs(tf, "TensorFlow"):
@@ -191,6 +193,11 @@ if needs(tf, "TensorFlow"):
                                  clip_grad="straight_through")
     print("max |TF - gradcells straight_through| over all eight gradients:",
           max(max_diff(a, b) for a, b in zip(tf_grads, straight)))
+    mirror = gc.tf_compat.lstm_block_cell_grad(*args_c[:4], *args_c[5:8], args_c[4], *st[:6],
+                                               d_cs, d_h, True)
+    print("max |TF - tf_compat mirror| over cs_prev and the peepholes:",
+          max(max_diff(tf_grads[k], g) for k, g in
+              zip((1, 5, 6, 7), (mirror.cs_prev_grad, *mirror[2:]))))
 
 # %% [markdown]
 # **The seed's peephole swap (fault 4).** TensorFlow 2 registers no gradient for
@@ -238,8 +245,8 @@ if needs(tf, "TensorFlow"):
 # %% [markdown]
 # ## TensorFlow: sequences
 #
-# `BlockLSTM` runs the cell over time with the same layout (i, ci, f, o); `BlockLSTMV2`, the
-# op behind Keras's fused LSTM, takes the blocks as i, f, ci, o and has no forget bias. Both have
+# `BlockLSTM` runs the cell over time with the same layout (i, ci, f, o); `BlockLSTMV2` takes the
+# blocks as i, f, ci, o (Keras's order) and has no forget bias. Both have
 # registered gradients; we check them through `tf.GradientTape`, with gradcells's sequence as the
 # float64 forward (`gc.layouts.lstm_from_tf_v2` converts V2's weights).
 
@@ -273,6 +280,12 @@ def sequence_h(forget_bias, layout=None):
 
 # %%
 if needs(tf, "TensorFlow"):
+    v1_forward = tf.raw_ops.BlockLSTM(
+        seq_len_max=np.int64(T), x=seq_args[0], cs_prev=seq_args[1], h_prev=seq_args[2],
+        w=seq_args[3], wci=zeros_h, wcf=zeros_h, wco=zeros_h, b=seq_args[4], cell_clip=0.0,
+        use_peephole=False)
+    print("BlockLSTM forward, max |TF - gradcells|:",
+          max_diff(v1_forward.h, sequence_h(1.0)(*seq_args)))
     report = gc.check_vjp(sequence_h(1.0), tape_vjp(tf.raw_ops.BlockLSTM, cell_clip=0.0),
                           seq_args, names=seq_names)
     print(f"BlockLSTM through GradientTape: passed={report.passed}")
@@ -450,8 +463,9 @@ for framework, check, verdict in results:
 # claim to, once the layouts are right. PyTorch's gradients pass the oracle. TensorFlow's fail
 # wherever a fault touches them: the clip (faults 2 and 3), the V2 gradient (6), the padding
 # (8), and, in the seed's wrapper, the peepholes (4); the documentation misstates the gate
-# order (1) and the GRU gradient (5). None of this needed TensorFlow's own source: a float64
-# forward and a finite-difference oracle found it from outside.
+# order (1) and the GRU gradient (5). Apart from the seed's wrapper (fault 4), which had to
+# be read to be emulated, none of this needed TensorFlow's source: a float64 forward and a
+# finite-difference oracle found it from outside.
 #
 # The same checks, over many generated cases and with each mismatch compared against the
 # model of its fault, are `python -m gradcells audit tensorflow` and
