@@ -229,7 +229,12 @@ def accepts_any_array(func):
                 _any_foreign(args) or (kwargs and _any_foreign(kwargs.values()))):
             return func(*args, **kwargs)
         _check_one_library(names, args, kwargs)
-        library = next(lib for lib in map(_foreign_library, (*args, *kwargs.values())) if lib)
+        # The float arrays decide the library; a foreign integer array (seq_len) among NumPy
+        # or CuPy floats is left to the validation, which names it.
+        library = next((lib for _, value in _named_arrays(names, args, kwargs)
+                        if (lib := _foreign_library(value)) and _is_float(value)), None)
+        if library is None:
+            return func(*args, **kwargs)
         args = tuple(_to_backend(value, names[k] if k < len(names) else f"args[{k}]", library)
                      for k, value in enumerate(args))
         kwargs = {name: _to_backend(value, name, library) for name, value in kwargs.items()}

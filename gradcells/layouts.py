@@ -59,11 +59,14 @@ __all__ = [
 # Checking and reordering
 
 
-def _arrays(**named):
-    """NumPy float arrays of one dtype for the given (name -> array-or-None) arguments."""
+def _arrays(optional=(), **named):
+    """NumPy float arrays of one dtype for the given (name -> array) arguments; those named
+    in ``optional`` may be None."""
     out, first = {}, None
     for name, a in named.items():
         if a is None:
+            if name not in optional:
+                raise TypeError(f"{name} must be an array, got None")
             out[name] = None
             continue
         a = _interop.to_numpy(a)
@@ -228,7 +231,8 @@ def lstm_from_torch(weight_ih, weight_hh, bias_ih=None, bias_hh=None):
     ``bias=False``), gate blocks **i, f, g, o** (g is the candidate ci). Two biases:
     ``b = bias_ih + bias_hh``. ``lstm_from_torch(*cell.parameters())`` works as written.
     """
-    a = _arrays(weight_ih=weight_ih, weight_hh=weight_hh, bias_ih=bias_ih, bias_hh=bias_hh)
+    a = _arrays(weight_ih=weight_ih, weight_hh=weight_hh, bias_ih=bias_ih, bias_hh=bias_hh,
+                optional=("bias_ih", "bias_hh"))
     n_hidden = _check_torch(a, 4)
     bias = _sum_or_zeros(a["bias_ih"], a["bias_hh"], (4 * n_hidden,), _dtype(a))
     return _gradcells_lstm(a["weight_ih"].T, a["weight_hh"].T, bias, _LSTM_TORCH)
@@ -253,7 +257,7 @@ def lstm_from_keras(kernel, recurrent_kernel, bias=None):
     ``use_bias=False``), gate blocks **i, f, c, o**. One bias: copied (``unit_forget_bias``
     only initialises it; nothing is added at run time).
     """
-    a = _arrays(kernel=kernel, recurrent_kernel=recurrent_kernel, bias=bias)
+    a = _arrays(kernel=kernel, recurrent_kernel=recurrent_kernel, bias=bias, optional=("bias",))
     n_hidden = _check_keras_kernels(a, 4)
     _shape("bias", a["bias"], (4 * n_hidden,), "4H")
     bias = _sum_or_zeros(a["bias"], None, (4 * n_hidden,), _dtype(a))
@@ -279,7 +283,7 @@ def lstm_from_onnx(W, R, B=None, P=None):
 
     Returns ``(w, b)``, or ``(w, b, wci, wcf, wco)`` when ``P`` is given.
     """
-    a = _arrays(W=W, R=R, B=B, P=P)
+    a = _arrays(W=W, R=R, B=B, P=P, optional=("B", "P"))
     n_hidden, w_x = _check_onnx(a, 4)
     _shape("P", a["P"], (1, 3 * n_hidden), "1, 3H")
     bias = _zeros((4 * n_hidden,), _dtype(a))
@@ -297,7 +301,7 @@ def lstm_to_onnx(w, b, wci=None, wcf=None, wco=None):
     """An ONNX ``LSTM`` node's ``(W [1, 4H, I], R [1, 4H, H], B [1, 8H])``, gate blocks
     i, o, f, c, from gradcells ``(w, b)``; with peepholes (all three) also ``P [1, 3H]``
     (i, o, f). Two biases: ``Wb = b`` (reordered), ``Rb = 0``."""
-    a = _arrays(w=w, b=b, wci=wci, wcf=wcf, wco=wco)
+    a = _arrays(w=w, b=b, wci=wci, wcf=wcf, wco=wco, optional=("wci", "wcf", "wco"))
     rows_x, rows_h, bias = _framework_lstm(a["w"], a["b"], _LSTM_ONNX)
     n_hidden = bias.shape[0] // 4
     peepholes = [a[k] for k in ("wci", "wcf", "wco")]
@@ -389,7 +393,8 @@ def gru_from_torch(weight_ih, weight_hh, bias_ih=None, bias_hh=None):
     after: ``n = tanh(W_in x + b_in + r∘(W_hn h + b_hn))``. Two biases: ``b_ru`` sums the
     r and z parts; ``b_c = [b_in, b_hn]`` keeps both.
     """
-    a = _arrays(weight_ih=weight_ih, weight_hh=weight_hh, bias_ih=bias_ih, bias_hh=bias_hh)
+    a = _arrays(weight_ih=weight_ih, weight_hh=weight_hh, bias_ih=bias_ih, bias_hh=bias_hh,
+                optional=("bias_ih", "bias_hh"))
     _check_torch(a, 3)
     return _gradcells_gru(a["weight_ih"].T, a["weight_hh"].T, a["bias_ih"], a["bias_hh"],
                           _GRU_TORCH, reset_after=True)
@@ -425,7 +430,7 @@ def gru_from_keras(kernel, recurrent_kernel, bias=None, *, reset_after=None):
     ``bias [3H]``, result ``b_c [H]``. ``reset_after=None`` reads the variant from ``bias``'s
     rank; pass it explicitly when ``bias`` is None (``use_bias=False``).
     """
-    a = _arrays(kernel=kernel, recurrent_kernel=recurrent_kernel, bias=bias)
+    a = _arrays(kernel=kernel, recurrent_kernel=recurrent_kernel, bias=bias, optional=("bias",))
     n_hidden = _check_keras_kernels(a, 3)
     if reset_after is None:
         if a["bias"] is None:
@@ -465,7 +470,7 @@ def gru_from_onnx(W, R, B=None, *, linear_before_reset=0):
     Rb_h``. ``linear_before_reset=1`` is reset after: ``b_c [2H] = [Wb_h, Rb_h]``. Two biases:
     ``b_ru`` sums ``Wb`` and ``Rb``'s z and r parts.
     """
-    a = _arrays(W=W, R=R, B=B)
+    a = _arrays(W=W, R=R, B=B, optional=("B",))
     if linear_before_reset not in (0, 1) or isinstance(linear_before_reset, float):
         raise ValueError(f"linear_before_reset must be 0 or 1, got {linear_before_reset!r}")
     n_hidden, w_x = _check_onnx(a, 3)

@@ -312,3 +312,22 @@ def test_tf_compat_seq_len_max_is_checked_for_tensors(torch, rng):
         tc.block_lstm(7, *tensors[1:])
     short = tc.block_lstm(torch.tensor(2), *tensors[1:])     # a 0-d integer tensor
     assert not short.h[2:].any() and short.h[:2].any()
+
+
+@pytest.mark.conformance
+def test_the_float_arrays_decide_the_library_not_an_integer_one(torch, jax, rng):
+    """A torch ``seq_len`` passed first (by keyword) among NumPy floats is the validation's
+    TypeError, as in any other position; among JAX floats the results are JAX arrays."""
+    T, B, I, H = 3, 2, 2, 4
+    x, cs0, h0 = rng.standard_normal((T, B, I)), np.zeros((B, H)), np.zeros((B, H))
+    w, b = 0.3 * rng.standard_normal((I + H, 4 * H)), np.zeros(4 * H)
+    lengths = torch.tensor([3, 1])
+    with pytest.raises(TypeError, match="seq_len must be a numpy integer array"):
+        gc.lstm_sequence(seq_len=lengths, x=x, cs0=cs0, h0=h0, w=w, b=b)
+    x32, cs32, h32, w32, b32 = (jax.numpy.asarray(a.astype(np.float32))
+                                for a in (x, cs0, h0, w, b))
+    seq = gc.lstm_sequence(seq_len=lengths, x=x32, cs0=cs32, h0=h32, w=w32, b=b32)
+    assert isinstance(seq.h, jax.Array)
+    expected = gc.lstm_sequence(*(np.asarray(a) for a in (x32, cs32, h32, w32, b32)),
+                                seq_len=np.array([3, 1]))
+    np.testing.assert_array_equal(np.asarray(seq.h), expected.h)

@@ -179,6 +179,21 @@ def test_bad_shapes_raise_value_error_naming_the_argument(call, message):
         call()
 
 
+@pytest.mark.parametrize("call, name", [
+    (lambda: layouts.lstm_to_torch(np.zeros((5, 8)), None), "b"),
+    (lambda: layouts.lstm_to_keras(None, np.zeros(8)), "w"),
+    (lambda: layouts.lstm_from_torch(None, np.zeros((8, 2))), "weight_ih"),
+    (lambda: layouts.lstm_from_onnx(np.zeros((1, 8, 3)), None), "R"),
+    (lambda: layouts.gru_to_onnx(np.zeros((5, 4)), np.zeros((5, 2)), None, np.zeros(2)),
+     "b_ru"),
+    (lambda: layouts.gru_from_keras(np.zeros((3, 6)), None, reset_after=False),
+     "recurrent_kernel"),
+])
+def test_a_missing_required_array_is_a_type_error_naming_it(call, name):
+    with pytest.raises(TypeError, match=f"^{name} must be an array, got None$"):
+        call()
+
+
 def test_missing_biases_are_zeros(rng):
     """PyTorch ``bias=False``, Keras ``use_bias=False``, ONNX without ``B``."""
     H, I = 2, 3
