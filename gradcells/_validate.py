@@ -33,7 +33,7 @@ LSTM_SEQUENCE_LABELS = (_STEP,) * len(LSTM_STATE_FIELDS) + (_STATE,) * 2
 GRU_SEQUENCE_LABELS = (_STEP,) * len(GRU_STATE_FIELDS) + (_STATE,)
 
 
-def _refused_subclass(a) -> bool:
+def refused_subclass(a) -> bool:
     """``np.matrix`` (``*`` is a matmul) and ``np.ma.MaskedArray`` (the backends would
     ignore the mask) change what an array means; they are refused, not silently taken as
     plain arrays. A masked array can only exist once ``numpy.ma`` is imported."""
@@ -53,7 +53,7 @@ def _library_and_dtype(specs):
         if a is None:
             continue
         lib = "numpy" if type(a) is np.ndarray else _dispatch.library_of(a)
-        if lib is None or (type(a) is not np.ndarray and _refused_subclass(a)):
+        if lib is None or (type(a) is not np.ndarray and refused_subclass(a)):
             raise TypeError(f"{spec[0]} must be a NumPy or CuPy array, got {type(a).__name__}")
         a_dtype = a.dtype
         if library is None:
@@ -278,7 +278,7 @@ def seq_len_value(seq_len, library, n_steps, n_batch):
     if seq_len is None:
         return None
     lib = _dispatch.library_of(seq_len)
-    if lib is None or _refused_subclass(seq_len):
+    if lib is None or refused_subclass(seq_len):
         raise TypeError(
             f"seq_len must be a {library} integer array [B], got {type(seq_len).__name__}")
     if lib != library:

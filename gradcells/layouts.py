@@ -39,6 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _interop
+from ._validate import refused_subclass
 
 # Gate orders, one letter per block: i input, c candidate (ci / g), f forget, o output.
 _LSTM_GRADCELLS = "icfo"
@@ -69,6 +70,8 @@ def _arrays(optional=(), **named):
                 raise TypeError(f"{name} must be an array, got None")
             out[name] = None
             continue
+        if refused_subclass(a):
+            raise TypeError(f"{name} must be an array, got {type(a).__name__}")
         a = _interop.to_numpy(a)
         if a.dtype.kind != "f":
             raise TypeError(f"{name} must be a floating-point array, got dtype {a.dtype}")

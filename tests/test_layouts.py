@@ -582,3 +582,8 @@ def test_gru_from_onnx_runs_in_onnxruntime(onnx_run, rng, reset_after, batch, in
                        reset_after=reset_after)
     np.testing.assert_allclose(out["Y"][:, 0], hs, **F32_TOL)
     np.testing.assert_allclose(out["Y_h"][0], h, **F32_TOL)
+
+
+def test_masked_arrays_are_refused_not_unmasked():
+    with pytest.raises(TypeError, match="^w must be an array, got MaskedArray$"):
+        layouts.lstm_to_torch(np.ma.masked_array(np.zeros((5, 8))), np.zeros(8))
