@@ -143,7 +143,11 @@ def _check_arrays(specs, n_required, n_gates):
 
 
 def _real(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    """A finite real attribute as a float: a Python or NumPy number, or a 0-d integer or
+    float array (what a PyTorch or JAX scalar becomes on its way in)."""
+    scalar_array = (getattr(value, "shape", None) == ()
+                    and getattr(getattr(value, "dtype", None), "kind", None) in ("f", "i", "u"))
+    if isinstance(value, bool) or not (isinstance(value, numbers.Real) or scalar_array):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     value = float(value)
     if not math.isfinite(value):

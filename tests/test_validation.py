@@ -279,3 +279,16 @@ def test_a_shape_error_says_where_the_sizes_came_from():
                                          rf"got \({B}, {H}\) \(B, I from x \({B}, \d+\), "
                                          rf"H from cs_prev \({B}, {H + 1}\)\)"):
         gc.lstm_cell(*args.values())
+
+
+def test_zero_dimensional_attributes_are_numbers():
+    """0-d integer or float arrays (a PyTorch or JAX scalar arrives as one) count as numbers;
+    a 1-element vector or a 0-d bool does not."""
+    args, _ = lstm_inputs()
+    plain = gc.lstm_cell(*args.values(), forget_bias=0.5, cell_clip=0.75)
+    as_arrays = gc.lstm_cell(*args.values(), forget_bias=np.array(0.5), cell_clip=np.array(0.75))
+    for a, b in zip(as_arrays, plain):
+        np.testing.assert_array_equal(a, b)
+    for bad in (np.array([0.5]), np.array(True)):
+        with pytest.raises(TypeError, match="forget_bias must be a real number, got ndarray"):
+            gc.lstm_cell(*args.values(), forget_bias=bad)
