@@ -176,9 +176,7 @@ def _like(output, values):
 
 def _check_selection(args, names, wrt, samples):
     """The indices to check (``wrt``, default every float array); TypeError/ValueError
-    naming ``names``, ``wrt`` or ``samples`` when they are malformed."""
-    if isinstance(names, str) or len(names) != len(args):
-        raise ValueError(f"names must give one name per argument ({len(args)}), got {names!r}")
+    naming ``wrt`` or ``samples`` when they are malformed."""
     if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int)):
         raise TypeError(f"samples must be a positive integer or None, got {samples!r}")
     if samples is not None and samples < 1:
@@ -236,7 +234,11 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
     could not compare.
     """
     args = tuple(args)
-    names = tuple(names) if names is not None else tuple(f"arg{k}" for k in range(len(args)))
+    if names is None:
+        names = tuple(f"arg{k}" for k in range(len(args)))
+    elif isinstance(names, str) or len(names) != len(args):
+        raise ValueError(f"names must give one name per argument ({len(args)}), got {names!r}")
+    names = tuple(names)
     wrt = _check_selection(args, names, wrt, samples)
     rng = np.random.default_rng(seed)
 

@@ -297,3 +297,9 @@ def test_jax_functions_are_checked_in_float64(rng):
         assert not wrong.passed
     finally:
         jax.config.update("jax_enable_x64", False)
+
+
+@pytest.mark.parametrize("names", ["xy", ["x"], ("x", "y", "z")])
+def test_names_must_name_each_argument(xw, names):
+    with pytest.raises(ValueError, match="names must give one name per argument"):
+        gc.check_vjp(tanh_sum, tanh_sum_vjp, xw, names=names)
