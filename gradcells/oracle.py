@@ -69,6 +69,8 @@ class ArgumentCheck:
     rel_error: float
     bound: float = 0.0
     max_abs_error: float = 0.0
+    rtol: float = 0.0
+    atol: float = 0.0
 
     @property
     def passed(self) -> bool:
@@ -77,7 +79,8 @@ class ArgumentCheck:
 
 @dataclass(frozen=True)
 class VJPReport:
-    """Per-argument results of ``check_vjp``; ``str(report)`` is a table."""
+    """Per-argument results of ``check_vjp``; ``str(report)`` is a table. ``rtol`` and
+    ``atol`` are the loosest of the arguments' own (each check holds its own)."""
 
     checks: tuple
     rtol: float
@@ -121,8 +124,17 @@ class VJPReport:
         lines.insert(1, "  ".join("-" * w for w in widths))
         floor = ("" if self.loss_scale is None else
                  f" + eps·{self.loss_scale:.3g}/step, the round-off floor")
-        lines.append(f"(pass: |analytic - numeric| <= {self.atol:g} + {self.rtol:g}·|numeric|"
-                     f"{floor})")
+        groups = {}
+        for c in self.checks:
+            groups.setdefault((c.atol, c.rtol), []).append(c.name)
+        if len(groups) <= 1:
+            lines.append(f"(pass: |analytic - numeric| <= {self.atol:g} + "
+                         f"{self.rtol:g}·|numeric|{floor})")
+        else:
+            rules = "; ".join(f"{', '.join(group)}: {a:g} + {r:g}·|numeric|"
+                              for (a, r), group in groups.items())
+            lines.append(f"(pass: |analytic - numeric| <= atol + rtol·|numeric|{floor}; "
+                         f"{rules})")
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -224,7 +236,8 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
     rtol, atol : float, optional
         Pass criterion ``|analytic - numeric| <= atol + rtol·|numeric|``, plus the round-off
         floor ``eps·S/h`` of the difference (module docstring) when ``atol`` is the default;
-        defaults by the gradient's dtype (``DEFAULT_TOLERANCES``).
+        defaults by each argument's gradient dtype (``DEFAULT_TOLERANCES``), so a float64
+        gradient is held to float64 tolerances even beside a float32 one.
     samples : int, optional
         Check at most this many elements per argument, chosen at random (seeded); default all.
 
@@ -267,7 +280,8 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
         if g.shape != shape:
             raise ValueError(f"the gradient for {names[k]} has shape {g.shape}, expected {shape}")
         analytic[k] = g
-    rtol, floor_used, atol = _tolerances([g.dtype for g in analytic.values()], rtol, atol)
+    floor_used = atol is None
+    tolerances = {k: _tolerances(g.dtype, rtol, atol) for k, g in analytic.items()}
 
     args64 = [_float64_copy(a) if k in analytic else a for k, a in enumerate(args)]
 
@@ -281,19 +295,19 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
     floor_scale = np.finfo(np.float64).eps * loss_scale if floor_used else 0.0
     checks = tuple(
         _compare(names[k], analytic[k].astype(np.float64),
-                 *_numeric_gradient(loss, args64, k, rng, samples), floor_scale, rtol, atol)
+                 *_numeric_gradient(loss, args64, k, rng, samples), floor_scale,
+                 *tolerances[k])
         for k in wrt)
-    return VJPReport(checks, rtol, atol, loss_scale if floor_used else None)
+    loosest = max(tolerances.values(), default=_tolerances(np.float64, rtol, atol))
+    return VJPReport(checks, *loosest, loss_scale if floor_used else None)
 
 
-def _tolerances(dtypes, rtol, atol):
-    """``(rtol, floor, atol)``: the caller's tolerances or the defaults of the least precise
-    gradient dtype, and whether the round-off floor is added (with the default atol only)."""
-    defaults = [DEFAULT_TOLERANCES.get(np.dtype(d), DEFAULT_TOLERANCES[np.dtype(np.float16)])
-                for d in dtypes] or [DEFAULT_TOLERANCES[np.dtype(np.float64)]]
-    default_rtol, default_atol = max(defaults)
-    return ((default_rtol if rtol is None else rtol), atol is None,
-            (default_atol if atol is None else atol))
+def _tolerances(dtype, rtol, atol):
+    """``(rtol, atol)`` for a gradient of ``dtype``: the caller's, or the dtype's defaults
+    (a dtype without defaults gets float16's, the loosest)."""
+    default_rtol, default_atol = DEFAULT_TOLERANCES.get(
+        np.dtype(dtype), DEFAULT_TOLERANCES[np.dtype(np.float16)])
+    return (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
 
 
 def _numeric_gradient(loss, args64, k, rng, samples):
@@ -342,7 +356,7 @@ def _compare(name, analytic, numeric, half_step, differenced, floor_scale, rtol,
     is not finite fails (a NaN loss, say, leaves nothing to vouch for)."""
     n_checked = int(differenced.sum())
     if n_checked == 0:
-        return ArgumentCheck(name, 0, 0, None, 0.0, 0.0, 0.0, 0.0)
+        return ArgumentCheck(name, 0, 0, None, 0.0, 0.0, 0.0, 0.0, rtol=rtol, atol=atol)
     shape = numeric.shape
     analytic, numeric, half_step, differenced = (
         np.ravel(v) for v in (analytic, numeric, half_step, differenced))
@@ -369,4 +383,5 @@ def _compare(name, analytic, numeric, half_step, differenced, floor_scale, rtol,
         index=tuple(int(i) for i in np.unravel_index(worst, shape)),
         analytic=float(analytic[worst]), numeric=float(numeric[worst]),
         abs_error=float(abs_err[worst]), rel_error=float(rel_err[differenced].max()),
-        bound=float(bound[worst]), max_abs_error=float(abs_err[differenced].max()))
+        bound=float(bound[worst]), max_abs_error=float(abs_err[differenced].max()),
+        rtol=rtol, atol=atol)

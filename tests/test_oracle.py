@@ -303,3 +303,19 @@ def test_jax_functions_are_checked_in_float64(rng):
 def test_names_must_name_each_argument(xw, names):
     with pytest.raises(ValueError, match="names must give one name per argument"):
         gc.check_vjp(tanh_sum, tanh_sum_vjp, xw, names=names)
+
+
+def test_each_argument_is_held_to_its_own_gradients_dtype(xw):
+    """A float32 gradient beside a float64 one no longer loosens the float64 one to float32
+    tolerances: a 1e-4 relative error there fails."""
+    x, w = xw
+
+    def mixed(ct, x, w):
+        dx, dw = tanh_sum_vjp(ct, x, w)
+        return dx.astype(np.float32), dw * (1 + 1e-4)
+
+    report = gc.check_vjp(tanh_sum, mixed, (x, w), names=["x", "w"])
+    assert report["x"].passed and report["x"].rtol == 1e-3
+    assert not report["w"].passed and report["w"].rtol == 1e-7
+    assert report.rtol == 1e-3                         # the loosest, as before
+    assert "x: 1e-05 + 0.001·|numeric|; w: 1e-09 + 1e-07·|numeric|" in str(report)
