@@ -7,21 +7,25 @@ imports no array library the caller has not.
 
 For a cotangent ``ct`` (one array per output of ``f``; seeded random normal when not given)
 the loss is ``L(args) = Σ_k <ct_k, f_k(args)>``, so ``dL/d args = vjp(ct, *args)``. Each
-element of each checked argument is stepped both ways in float64, whatever the input dtype:
+element of each checked argument is stepped both ways in float64, whatever the input dtype,
+and the outputs are differenced one by one before the cotangent weighs them:
 
-    numeric = (L(a + h·e_j) - L(a - h·e_j)) / ((a_j + h) - (a_j - h)),   h = cbrt(eps)·max(1, |a_j|)
+    numeric = <ct, f(a + h·e_j) - f(a - h·e_j)> / ((a_j + h) - (a_j - h)),
+    h = cbrt(eps)·max(1, |a_j|)
+
+(so an output the step does not move contributes exactly nothing, where differencing L as
+one sum would add its rounding).
 
 Dividing by the representable difference ``(a_j + h) - (a_j - h)`` instead of ``2h`` makes
 the step exact. ``cbrt(eps)`` balances the O(h²) truncation error of the central difference
 against the O(eps/h) round-off of evaluating L, so both are about eps^(2/3) ≈ 4e-11 relative.
 
 An element passes when ``|analytic - numeric| <= atol + rtol·|numeric| + floor``. ``floor``
-is the round-off floor of the difference itself: L is a sum of terms whose magnitudes add up
-to ``S = Σ_k <|ct_k|, |f_k(args)|>``, so it is known to about ``eps·S``, and the quotient to
-about ``eps·S/h``. Below that no finite difference can tell two gradients apart; without it, a
-correct gradient of one output would fail wherever another output is large (a long
-sequence, a loss of size 1e5). The floor is added with the default ``atol`` only: an ``atol``
-given is the whole absolute tolerance.
+is the round-off floor of the difference itself: an output ``f_i`` the step moves is known
+only to about ``eps·|f_i|``, so the quotient only to about ``eps·Σ |ct_i|·|f_i| / h`` over
+those outputs. Below that no finite difference can tell two gradients apart; without it, the
+exact gradient of ``1e5 + sin(a)`` fails. The floor is added with the default ``atol`` only:
+an ``atol`` given is the whole absolute tolerance.
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ class VJPReport:
     checks: tuple
     rtol: float
     atol: float
-    loss_scale: float | None = None    # S of the round-off floor; None when no floor is used
+    floor: bool = False    # whether each bound includes the round-off floor
 
     @property
     def passed(self) -> bool:
@@ -122,8 +126,7 @@ class VJPReport:
         widths = [max(len(r[k]) for r in rows) for k in range(len(header))]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
-        floor = ("" if self.loss_scale is None else
-                 f" + eps·{self.loss_scale:.3g}/step, the round-off floor")
+        floor = " + floor" if self.floor else ""
         groups = {}
         for c in self.checks:
             groups.setdefault((c.atol, c.rtol), []).append(c.name)
@@ -135,6 +138,9 @@ class VJPReport:
                               for (a, r), group in groups.items())
             lines.append(f"(pass: |analytic - numeric| <= atol + rtol·|numeric|{floor}; "
                          f"{rules})")
+        if self.floor:
+            lines.append("(floor: the rounding of the outputs the step moves, "
+                         "eps·Σ|ct_i·f_i|/step over them)")
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -285,21 +291,21 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
 
     args64 = [_float64_copy(a) if k in analytic else a for k, a in enumerate(args)]
 
-    def terms():
-        return [_to_numpy(o).astype(np.float64).ravel() for o in _as_outputs(f(*args64))]
+    cotangent_vector = np.concatenate([c.ravel() for c in cts]) if cts else np.zeros(0)
 
-    def loss():
-        return sum(float(np.dot(c.ravel(), o)) for c, o in zip(cts, terms()))
+    def outputs_at():
+        """Every output of ``f`` at ``args64``, as one float64 vector."""
+        outs = [_to_numpy(o).astype(np.float64).ravel() for o in _as_outputs(f(*args64))]
+        return np.concatenate(outs) if outs else np.zeros(0)
 
-    loss_scale = sum(float(np.dot(np.abs(c).ravel(), np.abs(o))) for c, o in zip(cts, terms()))
-    floor_scale = np.finfo(np.float64).eps * loss_scale if floor_used else 0.0
     checks = tuple(
         _compare(names[k], analytic[k].astype(np.float64),
-                 *_numeric_gradient(loss, args64, k, rng, samples), floor_scale,
+                 *_numeric_gradient(outputs_at, cotangent_vector, args64, k, rng, samples,
+                                    floor_used),
                  *tolerances[k])
         for k in wrt)
     loosest = max(tolerances.values(), default=_tolerances(np.float64, rtol, atol))
-    return VJPReport(checks, *loosest, loss_scale if floor_used else None)
+    return VJPReport(checks, *loosest, floor_used)
 
 
 def _tolerances(dtype, rtol, atol):
@@ -310,21 +316,28 @@ def _tolerances(dtype, rtol, atol):
     return (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
 
 
-def _numeric_gradient(loss, args64, k, rng, samples):
-    """Central differences of ``loss`` with respect to each (or ``samples``) element of the
-    float64 argument ``args64[k]``, which is perturbed in place and restored (a JAX array,
-    immutable, is replaced by perturbed copies and then put back). Returns the differences,
-    the half-steps taken and the mask of the elements differenced (the others hold 0)."""
+def _numeric_gradient(outputs_at, cotangent, args64, k, rng, samples, with_floor):
+    """Central differences of ``L = <cotangent, f>`` with respect to each (or ``samples``)
+    element of the float64 argument ``args64[k]``, which is perturbed in place and restored
+    (a JAX array, immutable, is replaced by perturbed copies and then put back).
+
+    The outputs are differenced one by one before they are weighted by the cotangent,
+    ``<ct, f(a + h) - f(a - h)>``, so an output the element does not move contributes exactly
+    zero, not its rounding. The floor, when asked for, is the rounding of those it does move:
+    ``eps·Σ |ct_i|·max(|f_i(a + h)|, |f_i(a - h)|) / h`` over them. Returns the differences,
+    the floors and the mask of the elements differenced (the others hold 0).
+    """
     base = args64[k]
     shape = tuple(base.shape)
     size = math.prod(shape)
     mutable = _library(base) != "jax"
-    numeric, half_step = np.zeros(shape), np.zeros(shape)
+    numeric, floor = np.zeros(shape), np.zeros(shape)
     differenced = np.zeros(shape, dtype=bool)
     flat_indices = np.arange(size)
     if samples is not None and samples < size:
         flat_indices = np.sort(rng.choice(size, size=samples, replace=False))
     eps = np.finfo(np.float64).eps
+    weights = np.abs(cotangent)
 
     def put(index, value):
         if mutable:
@@ -338,35 +351,38 @@ def _numeric_gradient(loss, args64, k, rng, samples):
         step = np.cbrt(eps) * max(1.0, abs(x0))
         x_plus, x_minus = x0 + step, x0 - step
         put(index, x_plus)
-        loss_plus = loss()
+        plus = outputs_at()
         put(index, x_minus)
-        loss_minus = loss()
+        minus = outputs_at()
         put(index, x0)
-        numeric[index] = (loss_plus - loss_minus) / (x_plus - x_minus)
-        half_step[index] = (x_plus - x_minus) / 2
+        taken = x_plus - x_minus
+        with np.errstate(invalid="ignore", over="ignore"):
+            moved = plus - minus
+            numeric[index] = float(np.dot(cotangent, moved)) / taken
+            if with_floor:
+                changed = moved != 0
+                magnitude = np.maximum(np.abs(plus[changed]), np.abs(minus[changed]))
+                floor[index] = eps * float(np.dot(weights[changed], magnitude)) / (taken / 2)
         differenced[index] = True
     args64[k] = base
-    return numeric, half_step, differenced
+    return numeric, floor, differenced
 
 
-def _compare(name, analytic, numeric, half_step, differenced, floor_scale, rtol,
-             atol) -> ArgumentCheck:
+def _compare(name, analytic, numeric, floor, differenced, rtol, atol) -> ArgumentCheck:
     """The verdict on one argument's ``differenced`` elements, each within
-    ``atol + rtol·|numeric| + floor_scale/half_step``. One whose analytic or numeric value
-    is not finite fails (a NaN loss, say, leaves nothing to vouch for)."""
+    ``atol + rtol·|numeric| + floor``. One whose analytic or numeric value is not finite
+    fails (a NaN output, say, leaves nothing to vouch for)."""
     n_checked = int(differenced.sum())
     if n_checked == 0:
         return ArgumentCheck(name, 0, 0, None, 0.0, 0.0, 0.0, 0.0, rtol=rtol, atol=atol)
     shape = numeric.shape
-    analytic, numeric, half_step, differenced = (
-        np.ravel(v) for v in (analytic, numeric, half_step, differenced))
+    analytic, numeric, floor, differenced = (
+        np.ravel(v) for v in (analytic, numeric, floor, differenced))
     with np.errstate(all="ignore"):
         abs_err = np.abs(analytic - numeric)
         finite = np.isfinite(abs_err)
         abs_err[~finite] = np.inf
         abs_err[~differenced] = 0.0
-        floor = np.divide(floor_scale, half_step, out=np.zeros_like(half_step),
-                          where=differenced)
         bound = atol + rtol * np.abs(numeric) + floor
         failing = differenced & ~(abs_err <= bound)
         scale = np.maximum(np.abs(analytic), np.abs(numeric))
