@@ -95,9 +95,11 @@ def _is_float(a) -> bool:
     if torch is not None and isinstance(dtype, torch.dtype):
         return dtype.is_floating_point
     try:
-        return np.dtype(dtype).kind == "f"
-    except TypeError:          # a dtype NumPy does not know, e.g. bfloat16
+        dtype = np.dtype(dtype)
+    except TypeError:          # a dtype NumPy does not know
         return True
+    # bfloat16 and the float8 types (ml_dtypes, JAX's) are floats NumPy files as kind "V"
+    return dtype.kind == "f" or dtype.name.startswith(("bfloat16", "float8"))
 
 
 def _cupy():
@@ -231,10 +233,15 @@ def accepts_any_array(func):
         _check_one_library(names, args, kwargs)
         # The float arrays decide the library; a foreign integer array (seq_len) among NumPy
         # or CuPy floats is left to the validation, which names it.
-        library = next((lib for _, value in _named_arrays(names, args, kwargs)
+        named = list(_named_arrays(names, args, kwargs))
+        library = next((lib for _, value in named
                         if (lib := _foreign_library(value)) and _is_float(value)), None)
         if library is None:
-            return func(*args, **kwargs)
+            if any(_library_of(value) in ("numpy", "cupy") and _is_float(value)
+                   for _, value in named):
+                return func(*args, **kwargs)
+            # No float array at all: convert anyway, so that the validation names the dtype.
+            library = next(lib for _, value in named if (lib := _foreign_library(value)))
         args = tuple(_to_backend(value, names[k] if k < len(names) else f"args[{k}]", library)
                      for k, value in enumerate(args))
         kwargs = {name: _to_backend(value, name, library) for name, value in kwargs.items()}

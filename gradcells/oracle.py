@@ -31,6 +31,7 @@ an ``atol`` given is the whole absolute tolerance.
 from __future__ import annotations
 
 import math
+import numbers
 import sys
 import warnings
 from dataclasses import dataclass
@@ -148,8 +149,20 @@ class VJPReport:
 
 def _to_numpy(a):
     """A NumPy array of ``a`` (NumPy, CuPy, PyTorch, JAX or array-like), copied to the host
-    where it lives elsewhere."""
+    where it lives elsewhere (PyTorch's bfloat16, which NumPy lacks, as float32)."""
+    if _library(a) == "torch" and a.dtype == sys.modules["torch"].bfloat16:
+        a = a.float()
     return _interop.to_numpy(a)
+
+
+def _tolerance_dtype(a):
+    """The NumPy dtype whose default tolerances a gradient ``a`` gets; None (the loosest)
+    for one NumPy lacks, such as PyTorch's bfloat16."""
+    if _library(a) == "torch":
+        torch = sys.modules["torch"]
+        return {torch.float64: np.float64, torch.float32: np.float32,
+                torch.float16: np.float16}.get(a.dtype)
+    return getattr(a, "dtype", None)
 
 
 def _as_outputs(out):
@@ -192,20 +205,36 @@ def _like(output, values):
     return output.__array_namespace__().asarray(values, dtype=dtype)
 
 
+def _shaped_like(value, items):
+    """``items`` in the container type of ``f``'s output ``value`` (a tuple, a NamedTuple or
+    a list), for the claimed vjp's cotangent."""
+    if isinstance(value, list):
+        return list(items)
+    if hasattr(value, "_fields"):
+        return type(value)(*items)
+    return tuple(items)
+
+
+def _index(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
 def _check_selection(args, names, wrt, samples):
     """The indices to check (``wrt``, default every float array); TypeError/ValueError
     naming ``wrt`` or ``samples`` when they are malformed."""
-    if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int)):
+    if samples is not None and not _index(samples):
         raise TypeError(f"samples must be a positive integer or None, got {samples!r}")
     if samples is not None and samples < 1:
         raise ValueError(f"samples must be a positive integer or None, got {samples}")
     if wrt is None:
         return [k for k, a in enumerate(args) if _is_float_array(a)]
+    if _index(wrt) or isinstance(wrt, str) or not hasattr(wrt, "__iter__"):
+        raise TypeError(f"wrt must be a sequence of argument indices, got {wrt!r}")
     wrt = list(wrt)
     for k in wrt:
-        if isinstance(k, bool) or not isinstance(k, int) or not -len(args) <= k < len(args):
+        if not _index(k) or not -len(args) <= k < len(args):
             raise ValueError(f"wrt must hold argument indices in [0, {len(args)}), got {k!r}")
-    wrt = [k % len(args) for k in wrt]
+    wrt = [int(k) % len(args) for k in wrt]
     if len(set(wrt)) != len(wrt):
         raise ValueError(f"wrt names an argument twice: {wrt}")
     for k in wrt:
@@ -274,20 +303,21 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
     # The cotangent in each output's own library and dtype, for the claimed vjp.
     cts_native = tuple(_like(o, c) for o, c in zip(outputs, cts))
     cts = tuple(_to_numpy(c).astype(np.float64) for c in cts_native)
-    grads = vjp(cts_native[0] if single_output else cts_native, *args)
+    grads = vjp(cts_native[0] if single_output else _shaped_like(value, cts_native), *args)
     grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
     if len(grads) != len(args):
         raise ValueError(f"vjp returned {len(grads)} gradients for {len(args)} arguments")
 
-    analytic = {}
+    analytic, tolerances = {}, {}
     for k in wrt:
         shape = tuple(args[k].shape)
         g = np.zeros(shape) if grads[k] is None else _to_numpy(grads[k])
         if g.shape != shape:
             raise ValueError(f"the gradient for {names[k]} has shape {g.shape}, expected {shape}")
         analytic[k] = g
+        tolerances[k] = _tolerances(
+            g.dtype if grads[k] is None else _tolerance_dtype(grads[k]), rtol, atol)
     floor_used = atol is None
-    tolerances = {k: _tolerances(g.dtype, rtol, atol) for k, g in analytic.items()}
 
     args64 = [_float64_copy(a) if k in analytic else a for k, a in enumerate(args)]
 
@@ -310,9 +340,9 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
 
 def _tolerances(dtype, rtol, atol):
     """``(rtol, atol)`` for a gradient of ``dtype``: the caller's, or the dtype's defaults
-    (a dtype without defaults gets float16's, the loosest)."""
+    (None or a dtype without defaults gets float16's, the loosest)."""
     default_rtol, default_atol = DEFAULT_TOLERANCES.get(
-        np.dtype(dtype), DEFAULT_TOLERANCES[np.dtype(np.float16)])
+        None if dtype is None else np.dtype(dtype), DEFAULT_TOLERANCES[np.dtype(np.float16)])
     return (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
 
 

@@ -330,3 +330,33 @@ def test_each_argument_is_held_to_its_own_gradients_dtype(xw):
     assert not report["w"].passed and report["w"].rtol == 1e-7
     assert report.rtol == 1e-3                         # the loosest, as before
     assert "x: 1e-05 + 0.001·|numeric|; w: 1e-09 + 1e-07·|numeric|" in str(report)
+
+
+def test_numpy_integers_select_and_a_bare_index_is_refused():
+    x = np.linspace(-1.0, 1.0, 4)
+    vjp = lambda ct, x: (ct * np.cos(x),)  # noqa: E731
+    assert gc.check_vjp(np.sin, vjp, (x,), wrt=np.arange(1), samples=np.int64(2)).passed
+    with pytest.raises(TypeError, match="wrt must be a sequence of argument indices, got 0"):
+        gc.check_vjp(np.sin, vjp, (x,), wrt=0)
+
+
+def test_the_cotangent_has_the_structure_of_the_output():
+    import collections
+
+    Pair = collections.namedtuple("Pair", "a b")
+    x = np.linspace(-1.0, 1.0, 4)
+    report = gc.check_vjp(lambda x: Pair(np.sin(x), 2 * x),
+                          lambda ct, x: (ct.a * np.cos(x) + 2 * ct.b,), (x,))
+    assert report.passed
+    assert gc.check_vjp(lambda x: [np.sin(x), 2 * x],
+                        lambda ct, x: (ct[0] * np.cos(x) + 2 * ct[1],), (x,)).passed
+
+
+@pytest.mark.conformance
+def test_bfloat16_gradients_are_checked_at_the_loosest_tolerance(rng):
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(rng.standard_normal(6)).to(torch.bfloat16)
+    right = lambda ct, x: (ct * torch.cos(x),)  # noqa: E731
+    report = gc.check_vjp(torch.sin, right, (x,))
+    assert report.checks[0].checked == 6 and report.passed and report.rtol == 3e-2
+    assert not gc.check_vjp(torch.sin, lambda ct, x: (2 * ct * torch.cos(x),), (x,)).passed
