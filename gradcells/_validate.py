@@ -134,6 +134,7 @@ def _check_arrays(specs, n_required, n_gates):
     library, _ = _library_and_dtype(specs)
     x_shape = _matrix_dims(x_name, x, x_labels)
     h_shape = _matrix_dims(h_name, h, h_labels)
+
     def origin():
         return (f"{', '.join(x_labels)} from {x_name} {tuple(x_shape)}, "
                 f"H from {h_name} {tuple(h_shape)}")

@@ -270,7 +270,7 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
         Names for the report; default ``arg0, arg1, ...``.
     rtol, atol : float, optional
         Pass criterion ``|analytic - numeric| <= atol + rtol·|numeric|``, plus the round-off
-        floor ``eps·S/h`` of the difference (module docstring) when ``atol`` is the default;
+        floor of the outputs the step moves (module docstring) when ``atol`` is the default;
         defaults by each argument's gradient dtype (``DEFAULT_TOLERANCES``), so a float64
         gradient is held to float64 tolerances even beside a float32 one.
     samples : int, optional

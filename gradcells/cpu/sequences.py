@@ -97,14 +97,14 @@ def _recurrent_projection(h0, steps, w, out):
 
 
 def _running_inputs(x, lengths):
-    """``x`` with every step past its row's length zeroed (``x`` itself when every row runs
-    all T steps), so that padding is never read: NaN or inf there would reach the input
-    projection and ``dW_x = x_flatᵀ·dG`` (0·NaN is NaN), though those steps' outputs are
-    discarded and their gate gradients are zero."""
-    n_steps = x.shape[0]
-    if lengths is None or lengths.min(initial=n_steps) >= n_steps:
+    """``x`` with every step past its row's length zeroed (``x`` itself without lengths,
+    which the public layer passes when every row runs all T steps), so that padding is never
+    read: NaN or inf there would reach the input projection and ``dW_x = x_flatᵀ·dG``
+    (0·NaN is NaN), though those steps' outputs are discarded and their gate gradients are
+    zero."""
+    if lengths is None:
         return x
-    running = np.arange(n_steps)[:, None] < lengths
+    running = np.arange(x.shape[0])[:, None] < lengths
     return np.where(running[:, :, None], x, x.dtype.type(0))
 
 
