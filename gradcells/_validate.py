@@ -274,9 +274,10 @@ def gru_cell_args(x, h_prev, w_ru, w_c, b_ru, b_c, *, reset_after, grad=False, s
 # --------------------------------------------------------------------------------------
 # Sequences (SPEC 4)
 
-def seq_len_value(seq_len, library, n_steps, n_batch):
-    """Check ``seq_len``: None, or an integer array ``[B]`` of ``library`` with values in
-    ``[0, T]``. Returns None when it is None or every row runs all T steps, else ``seq_len``.
+def seq_len_value(seq_len, library, x):
+    """Check ``seq_len``: None, or an integer array ``[B]`` of ``library`` (on ``x``'s device)
+    with values in ``[0, T]``. Returns None when it is None or every row runs all T steps,
+    else ``seq_len``.
 
     Reading the extremes of a CuPy array synchronises with the device once.
     """
@@ -289,6 +290,10 @@ def seq_len_value(seq_len, library, n_steps, n_batch):
     if lib != library:
         raise TypeError(
             f"seq_len must come from the same array library as x ({library}), got {lib}")
+    if lib == "cupy" and seq_len.device.id != x.device.id:
+        raise ValueError(f"seq_len is on CUDA device {seq_len.device.id} but x is on device "
+                         f"{x.device.id}; pass arrays on one device")
+    n_steps, n_batch = x.shape[:2]
     if seq_len.dtype.kind not in "iu":
         raise TypeError(f"seq_len must have an integer dtype, got {seq_len.dtype}")
     if tuple(seq_len.shape) != (n_batch,):
@@ -319,7 +324,7 @@ def lstm_sequence_args(x, cs0, h0, w, b, wci, wcf, wco, *, seq_len=None, grad=Fa
                         ("d_cs_final", d_cs_final, ("B", "H"))]
     library = _check_arrays(specs, len(required), 4)
     peepholes_given(wci, wcf, wco)
-    seq_len = seq_len_value(seq_len, library, *x.shape[:2])
+    seq_len = seq_len_value(seq_len, library, x)
     return backend_for(backend, library), seq_len
 
 
@@ -335,5 +340,5 @@ def gru_sequence_args(x, h0, w_ru, w_c, b_ru, b_c, *, reset_after, seq_len=None,
     n_required = len(specs)
     specs += [("d_h", d_h, ("T", "B", "H")), ("d_h_final", d_h_final, ("B", "H"))]
     library = _check_arrays(specs, n_required, 2)
-    seq_len = seq_len_value(seq_len, library, *x.shape[:2])
+    seq_len = seq_len_value(seq_len, library, x)
     return backend_for(backend, library), seq_len

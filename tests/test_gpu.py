@@ -397,3 +397,6 @@ def test_arrays_on_another_device_run_there():
         mixed = {**on_one, "h0": cp.asarray(case["h0"])}          # h0 on device 0
         with pytest.raises(ValueError, match="h0 is on CUDA device 0 but x is on device 1"):
             gc.lstm_sequence(**mixed)
+        lengths_here = {**on_one, "seq_len": cp.asarray(case["seq_len"])}    # on device 0
+        with pytest.raises(ValueError, match="seq_len is on CUDA device 0 but x is on device 1"):
+            gc.lstm_sequence(**lengths_here)
