@@ -30,6 +30,7 @@ caller made the array.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import sys
@@ -214,6 +215,12 @@ def _to_backend(value, name, library):
     return value if other is None else _TO_BACKEND[other](name, value)
 
 
+# The library of the arrays the caller passed, while a converted call runs (None otherwise),
+# for the messages that would else name the library they were converted to.
+CALLER_LIBRARY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "gradcells_caller_library", default=None)
+
+
 def accepts_any_array(func):
     """Let ``func`` take PyTorch tensors and JAX arrays and return results in their library.
 
@@ -245,7 +252,12 @@ def accepts_any_array(func):
         args = tuple(_to_backend(value, names[k] if k < len(names) else f"args[{k}]", library)
                      for k, value in enumerate(args))
         kwargs = {name: _to_backend(value, name, library) for name, value in kwargs.items()}
-        return _convert_results(func(*args, **kwargs), library)
+        token = CALLER_LIBRARY.set(library)
+        try:
+            results = func(*args, **kwargs)
+        finally:
+            CALLER_LIBRARY.reset(token)
+        return _convert_results(results, library)
 
     return wrapper
 

@@ -8,6 +8,7 @@ the normalised attributes. Nothing here computes or copies an array.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import numbers
@@ -15,7 +16,7 @@ import sys
 
 import numpy as np
 
-from . import _dispatch
+from . import _dispatch, _interop
 
 _FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
 FLOAT_DTYPES = (_FLOAT32, _FLOAT64)
@@ -145,15 +146,19 @@ def _check_arrays(specs, n_required, n_gates):
 
 def _real(name, value):
     """A finite real attribute as a float: a Python or NumPy number, or a 0-d integer or
-    float array (what a PyTorch or JAX scalar becomes on its way in)."""
+    float array (what a PyTorch or JAX scalar becomes on its way in). An integer beyond
+    float64 (finite, but beyond every dtype) comes back as ±inf for the caller to judge."""
     scalar_array = (getattr(value, "shape", None) == ()
                     and getattr(getattr(value, "dtype", None), "kind", None) in ("f", "i", "u"))
     if isinstance(value, bool) or not (isinstance(value, numbers.Real) or scalar_array):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value}")
-    return value
+    try:
+        number = float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be finite, got {number}")
+    return number
 
 
 _HALF_MAX = float(np.finfo(np.float16).max)
@@ -164,13 +169,21 @@ def _beyond(value, dtype):
     return abs(value) > _HALF_MAX and abs(value) > float(np.finfo(dtype).max)
 
 
+def _shown(number):
+    """``number`` for a message: ``1e+300``, or an integer beyond float64 by its size."""
+    try:
+        return f"{float(number):.4g}"
+    except OverflowError:
+        return f"an integer of {int(number).bit_length()} bits"
+
+
 def forget_bias_value(forget_bias, dtype):
     """``forget_bias`` as a float, finite in the arrays' ``dtype`` (1e300 would be inf in
     float32)."""
     value = _real("forget_bias", forget_bias)
     if _beyond(value, dtype):
         raise ValueError(f"forget_bias must be finite in the arrays' dtype {np.dtype(dtype)} "
-                         f"(|forget_bias| <= {np.finfo(dtype).max:.4g}), got {value:g}")
+                         f"(|forget_bias| <= {np.finfo(dtype).max:.4g}), got {_shown(forget_bias)}")
     return value
 
 
@@ -214,8 +227,10 @@ def backend_for(backend, library):
         raise ValueError(f"backend must be None or one of {_dispatch.BACKENDS}, got {backend!r}")
     wanted = _dispatch.backend_library(backend)
     if wanted is not None and wanted != library:
+        caller = _interop.CALLER_LIBRARY.get()
+        converted = f" (converted from the {caller} arrays passed)" if caller else ""
         raise ValueError(
-            f"backend={backend!r} takes {wanted} arrays, got {library} arrays")
+            f"backend={backend!r} takes {wanted} arrays, got {library} arrays{converted}")
     return _dispatch.backend_module(backend)
 
 
@@ -301,7 +316,10 @@ def seq_len_value(seq_len, library, x):
             f"seq_len must have shape [B] = ({n_batch},), got {tuple(seq_len.shape)}")
     if n_batch == 0:
         return None
-    shortest, longest = int(seq_len.min()), int(seq_len.max())
+    with contextlib.nullcontext() if lib == "numpy" else seq_len.device:
+        # On x's device (checked above) whatever device is current: a CuPy reduction on
+        # another device needs peer access, and warns or fails without it.
+        shortest, longest = int(seq_len.min()), int(seq_len.max())
     if shortest < 0 or longest > n_steps:
         bad = shortest if shortest < 0 else longest
         raise ValueError(

@@ -196,10 +196,16 @@ def _float64_copy(a):
 
 
 def _like(output, values):
-    """``values`` (NumPy float64) converted to ``output``'s array library, device and dtype."""
-    if _library(output) == "torch":
+    """``values`` (NumPy float64) converted to ``output``'s array library, device and dtype.
+    CuPy gets its own branch: before CuPy 14 its arrays have no ``__array_namespace__``, and
+    the array API's ``asarray`` would allocate on the current device, not ``output``'s."""
+    library = _library(output)
+    if library == "torch":
         return sys.modules["torch"].as_tensor(values, dtype=output.dtype, device=output.device)
     dtype = getattr(output, "dtype", np.float64)
+    if library == "cupy":
+        with output.device:
+            return sys.modules["cupy"].asarray(values, dtype=dtype)
     if isinstance(output, np.ndarray) or not hasattr(output, "__array_namespace__"):
         return np.asarray(values, dtype=dtype)
     return output.__array_namespace__().asarray(values, dtype=dtype)

@@ -184,6 +184,10 @@ def test_torch_validation_errors_name_the_argument(torch, rng):
         gc.lstm_cell(*tensors)
     with pytest.raises(TypeError, match="x: a torch.bfloat16 tensor"):
         gc.lstm_cell(torch.zeros(2, 3, dtype=torch.bfloat16), *tensors[1:])
+    # The backend mismatch is of the converted arrays, and says what they were passed as.
+    with pytest.raises(ValueError, match=r"backend='gpu' takes cupy arrays, got numpy arrays "
+                                         r"\(converted from the torch arrays passed\)"):
+        gc.lstm_cell(*(torch.from_numpy(a) for a in args), backend="gpu")
 
 
 @pytest.mark.conformance

@@ -1,6 +1,9 @@
 """The oracle itself: it must pass right gradients, catch wrong ones, and work for any
 function of arrays, not only gradcells's own."""
 
+import sys
+import types
+
 import numpy as np
 import pytest
 
@@ -360,3 +363,64 @@ def test_bfloat16_gradients_are_checked_at_the_loosest_tolerance(rng):
     report = gc.check_vjp(torch.sin, right, (x,))
     assert report.checks[0].checked == 6 and report.passed and report.rtol == 3e-2
     assert not gc.check_vjp(torch.sin, lambda ct, x: (2 * ct * torch.cos(x),), (x,)).passed
+
+
+class _StandInDevice:
+    """A CUDA device as a context manager: entering it makes it the current device."""
+
+    current = 0
+
+    def __init__(self, index):
+        self.id = index
+
+    def __enter__(self):
+        self._before, _StandInDevice.current = _StandInDevice.current, self.id
+        return self
+
+    def __exit__(self, *exc):
+        _StandInDevice.current = self._before
+
+
+class _StandInCupyArray:
+    """A CuPy 13 array as the oracle sees it: no ``__array_namespace__``, a device of its
+    own, copied to the host by ``get``."""
+
+    def __init__(self, values, device):
+        self.values, self.device = np.asarray(values), _StandInDevice(device)
+        self.shape, self.dtype, self.ndim = self.values.shape, self.values.dtype, self.values.ndim
+
+    def astype(self, dtype, copy=True):
+        return _StandInCupyArray(self.values.astype(dtype, copy=copy), self.device.id)
+
+    def get(self):
+        return self.values.copy()
+
+    def __getitem__(self, index):
+        return self.values[index]
+
+    def __setitem__(self, index, value):
+        self.values[index] = value
+
+
+_StandInCupyArray.__module__ = "cupy._core.core"
+
+
+def test_a_cupy_output_gets_its_cotangent_on_its_own_device(monkeypatch):
+    """The claimed vjp of a CuPy function receives CuPy cotangents on the output's device,
+    not NumPy arrays (CuPy 13 arrays lack ``__array_namespace__``) and not arrays on the
+    current device."""
+    fake = types.ModuleType("cupy")
+    fake.ndarray = _StandInCupyArray
+    fake.asarray = lambda values, dtype: _StandInCupyArray(
+        np.asarray(values, dtype), _StandInDevice.current)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    a = _StandInCupyArray(np.random.default_rng(3).standard_normal(4), device=1)
+
+    def f(a):
+        return _StandInCupyArray(np.sin(a.values), a.device.id)
+
+    def vjp(ct, a):
+        assert isinstance(ct, _StandInCupyArray) and ct.device.id == a.device.id == 1
+        return (_StandInCupyArray(ct.values * np.cos(a.values), a.device.id),)
+
+    assert gc.check_vjp(f, vjp, (a,)).passed

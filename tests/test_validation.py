@@ -119,6 +119,54 @@ def test_arrays_from_two_libraries(monkeypatch):
         gc.lstm_cell(*args.values())
 
 
+class _FakeDevice:
+    """A CUDA device as a context manager: entering it makes it the current device."""
+
+    current = 0
+
+    def __init__(self, index):
+        self.id = index
+
+    def __enter__(self):
+        _FakeDevice.current = self.id
+
+    def __exit__(self, *exc):
+        _FakeDevice.current = 0
+
+
+class _FakeCupyLengths:
+    """Stands in for a CuPy ``seq_len`` that records the current device when it is reduced
+    (CuPy reduces on the current device, which needs peer access to another)."""
+
+    def __init__(self, values, device):
+        self.values, self.shape, self.dtype = values, values.shape, values.dtype
+        self.device = _FakeDevice(device)
+        self.reduced_on = []
+
+    def min(self):
+        self.reduced_on.append(_FakeDevice.current)
+        return self.values.min()
+
+    def max(self):
+        self.reduced_on.append(_FakeDevice.current)
+        return self.values.max()
+
+
+def test_cupy_lengths_are_read_on_their_own_device(monkeypatch):
+    from gradcells import _validate
+
+    fake = types.ModuleType("cupy")
+    fake.ndarray = _FakeCupyLengths
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    x = types.SimpleNamespace(shape=(3, 2, 1), device=_FakeDevice(1))
+    lengths = _FakeCupyLengths(np.array([1, 2], np.int32), device=1)
+    assert _validate.seq_len_value(lengths, "cupy", x) is lengths
+    assert lengths.reduced_on == [1, 1]
+    elsewhere = _FakeCupyLengths(np.array([1, 2], np.int32), device=0)
+    with pytest.raises(ValueError, match="seq_len is on CUDA device 0 but x is on device 1"):
+        _validate.seq_len_value(elsewhere, "cupy", x)
+
+
 @pytest.mark.parametrize(("attr", "value", "error", "pattern"), [
     ("forget_bias", float("nan"), ValueError, "forget_bias must be finite, got nan"),
     ("forget_bias", float("inf"), ValueError, "forget_bias must be finite"),
@@ -268,6 +316,20 @@ def test_attributes_beyond_the_dtype_range(backend):
         np.testing.assert_array_equal(a, b)
     assert gc.lstm_cell(*(a.astype(np.float64) for a in args.values()), forget_bias=1e300,
                         backend=backend).f.dtype == np.float64      # float64 holds it
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_integers_beyond_float64_are_judged_not_overflowed(backend):
+    """A Python integer no float can hold is a ValueError for forget_bias and no clipping for
+    cell_clip, as any number beyond the dtype's range is; never an OverflowError."""
+    args, _ = lstm_inputs()
+    with pytest.raises(ValueError, match=r"forget_bias must be finite in the arrays' dtype "
+                                         r"float64 .*got an integer of 1329 bits"):
+        gc.lstm_cell(*args.values(), forget_bias=-10**400, backend=backend)
+    unclipped = gc.lstm_cell(*args.values(), backend=backend)
+    for clip in (10**400, -10**400):
+        for a, b in zip(gc.lstm_cell(*args.values(), cell_clip=clip, backend=backend), unclipped):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_a_shape_error_says_where_the_sizes_came_from():

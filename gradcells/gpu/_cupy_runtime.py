@@ -1,8 +1,11 @@
 """The device side of the GPU backend: CuPy, and the kernels compiled by NVRTC.
 
 Kept as thin as possible, because nothing here can run without a GPU: one ``RawModule`` per
-``.cu`` file (all dtypes' instantiations, by name expression), compiled on first use and
-cached by CuPy on disk; one ``launch`` that looks a kernel up by the same name expression
+``.cu`` file (all dtypes' instantiations, by name expression), compiled on first use in each
+process and device. CuPy keeps no module compiled with name expressions in its disk cache (it
+recompiles to learn the mangled names), so every new process compiles again: all three files
+took about 5 s with NVRTC on a CPU of the development machine. One ``launch`` looks a kernel
+up by the same name expression
 the emulation harness uses and calls it with the argument tuple ``_kernels.arguments``
 built. Everything else (argument lists, launch shapes, the step loops) is shared with the
 emulation tests.

@@ -2,10 +2,10 @@
 
 The kernels live in ``.cu`` files beside this module and share ``common.cuh``. ``compose``
 returns a file's text with its local ``#include "..."`` lines replaced by the included text,
-so that every consumer compiles one self-contained string: NVRTC through CuPy (whose
-on-disk kernel cache is keyed by that string, so an edited header can never leave a stale
-kernel behind), ``nvcc --ptx`` in the compile test, and the host C++ compiler in the
-emulation tests.
+so that every consumer compiles one self-contained string: NVRTC through CuPy, ``nvcc --ptx``
+in the compile test, and the host C++ compiler in the emulation tests (whose build cache is
+keyed by that string's ``fingerprint``, so an edited header can never leave a stale build
+behind).
 """
 
 from __future__ import annotations
