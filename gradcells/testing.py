@@ -218,14 +218,15 @@ def on_library(case, library):
     return {k: cupy.asarray(v) if isinstance(v, np.ndarray) else v for k, v in case.items()}
 
 
-def vjp_check(op, case, *, seed=0, **options):
-    """Run the oracle on public operation ``op`` (a key of ``OPS``) for ``case``.
+def vjp_check(op, case, *, seed=0, rtol=None, atol=None, **options):
+    """Run the oracle on public operation ``op`` (a key of ``OPS``) for ``case``, with
+    ``check_vjp``'s tolerances (None: its defaults for the gradients' dtype).
 
     ``options`` go to the op's pair builder (``backend``, ``clip_grad``, ...).
     Returns the ``VJPReport``.
     """
     f, vjp, args, names = OPS[op][1](case, **options)
-    return check_vjp(f, vjp, args, names=names, seed=seed)
+    return check_vjp(f, vjp, args, names=names, seed=seed, rtol=rtol, atol=atol)
 
 
 # --------------------------------------------------------------------------------------

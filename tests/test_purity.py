@@ -9,7 +9,13 @@ from conftest import NUMPY_BACKENDS
 from hypothesis import given
 
 import gradcells as gc
-from gradcells.testing import gru_cell_inputs, lstm_cell_case, lstm_cell_inputs
+from gradcells.testing import (
+    gru_cell_inputs,
+    gru_sequence_case,
+    lstm_cell_case,
+    lstm_cell_inputs,
+    lstm_sequence_case,
+)
 
 LSTM_ARGS = ("x", "cs_prev", "h_prev", "w", "b")
 GRU_ARGS = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
@@ -122,18 +128,55 @@ def test_extreme_preactivations_are_finite_and_silent(backend, dtype, magnitude)
     case["b"] = (magnitude * np.sign(rng.standard_normal(case["b"].shape))).astype(dtype)
     case["x"] = (magnitude * case["x"]).astype(dtype)
     case = with_upstream(case, 5)
-    gcase = {k: v.astype(dtype) if isinstance(v, np.ndarray) else v for k, v in
-             with_upstream({"x": case["x"], "h_prev": case["h_prev"],
-                            "w_ru": rng.standard_normal((9, 12)),
-                            "w_c": rng.standard_normal((9, 6)),
-                            "b_ru": magnitude * np.sign(rng.standard_normal(12)),
-                            "b_c": magnitude * np.sign(rng.standard_normal(6)),
-                            "reset_after": False}, 6, lstm=False).items()}
+    gcases = [{k: v.astype(dtype) if isinstance(v, np.ndarray) else v for k, v in
+               with_upstream({"x": case["x"], "h_prev": case["h_prev"],
+                              "w_ru": rng.standard_normal((9, 12)),
+                              "w_c": rng.standard_normal((9, 6)),
+                              "b_ru": magnitude * np.sign(rng.standard_normal(12)),
+                              "b_c": magnitude * np.sign(rng.standard_normal(width)),
+                              "reset_after": width == 12}, 6, lstm=False).items()}
+              for width in (6, 12)]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with np.errstate(all="raise"):
-            results = [*run_lstm(case, backend), *run_gru(gcase, backend)]
+            results = [*run_lstm(case, backend), *(r for g in gcases for r in run_gru(g, backend))]
     for result in results:
         for a in result:
             if a is not None:
                 assert np.all(np.isfinite(a))
+
+
+@pytest.mark.parametrize("backend", NUMPY_BACKENDS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_extreme_preactivations_in_sequences_are_finite_and_silent(backend, dtype):
+    """The same over time, ragged rows, both GRU variants: forward and BPTT at |z| ~ 1e4."""
+    rng = np.random.default_rng(8)
+    lengths = np.array([5, 0, 3])
+    lstm = {k: v.astype(dtype) if isinstance(v, np.ndarray) and k != "seq_len" else v
+            for k, v in lstm_sequence_case(rng, steps=5, batch=3, input_size=2, hidden=4,
+                                           peephole=True, clip=True).items()}
+    lstm["x"], lstm["b"] = 1e4 * lstm["x"], 1e4 * np.sign(lstm["b"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(all="raise"):
+            args = [lstm[k] for k in ("x", "cs0", "h0", "w", "b")]
+            peeps = {k: lstm[k] for k in ("wci", "wcf", "wco")}
+            seq = gc.lstm_sequence(*args, **peeps, cell_clip=lstm["cell_clip"], seq_len=lengths,
+                                   backend=backend)
+            results = [seq, gc.lstm_sequence_grad(*args, seq, d_h=np.ones_like(seq.h), **peeps,
+                                                  cell_clip=lstm["cell_clip"], seq_len=lengths,
+                                                  backend=backend)]
+            for reset_after in (False, True):
+                gru = gru_sequence_case(rng, steps=5, batch=3, input_size=2, hidden=4,
+                                        reset_after=reset_after)
+                gargs = [gru[k].astype(dtype) for k in ("x", "h0", "w_ru", "w_c", "b_ru", "b_c")]
+                gargs[0], gargs[4], gargs[5] = (1e4 * gargs[0], 1e4 * np.sign(gargs[4]),
+                                                1e4 * np.sign(gargs[5]))
+                gseq = gc.gru_sequence(*gargs, reset_after=reset_after, seq_len=lengths,
+                                       backend=backend)
+                results += [gseq, gc.gru_sequence_grad(*gargs, gseq, d_h=np.ones_like(gseq.h),
+                                                       reset_after=reset_after, seq_len=lengths,
+                                                       backend=backend)]
+    for result in results:
+        for a in result:
+            assert a is None or (a.dtype == dtype and np.all(np.isfinite(a)))

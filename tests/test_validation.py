@@ -74,11 +74,25 @@ def test_mixed_dtypes(name):
 
 @pytest.mark.parametrize("dtype", [np.int64, np.int32, np.complex128, np.bool_, object,
                                    np.float16])
-def test_unsupported_dtypes(dtype):
+@pytest.mark.parametrize("name", ["x", "w"])
+def test_unsupported_dtypes(dtype, name):
+    """The first array (x, which sets the dtype the others must share) and a later one."""
     args, _ = lstm_inputs()
-    args["w"] = args["w"].astype(dtype)
-    with pytest.raises(TypeError, match=r"w must have dtype float32 or float64, got"):
+    args[name] = args[name].astype(dtype)
+    with pytest.raises(TypeError, match=rf"{name} must have dtype float32 or float64, got"):
         gc.lstm_cell(*args.values())
+
+
+@pytest.mark.parametrize("op", ["gru_cell", "lstm_sequence", "gru_sequence"])
+def test_an_integer_x_is_named_by_every_op(op):
+    x = np.zeros((2, 3, 4), np.int64) if op.endswith("sequence") else np.zeros((3, 4), np.int64)
+    h = np.zeros((3, 5))
+    args = {"gru_cell": (x, h, np.zeros((9, 10)), np.zeros((9, 5)), np.zeros(10), np.zeros(5)),
+            "lstm_sequence": (x, h, h, np.zeros((9, 20)), np.zeros(20)),
+            "gru_sequence": (x, h, np.zeros((9, 10)), np.zeros((9, 5)), np.zeros(10),
+                             np.zeros(5))}[op]
+    with pytest.raises(TypeError, match=r"^x must have dtype float32 or float64, got int64"):
+        getattr(gc, op)(*args)
 
 
 @pytest.mark.parametrize("bad", [[[1.0, 2.0]], 3.0, "x", "matrix", "masked"])
@@ -294,7 +308,7 @@ def test_empty_inputs_are_valid(batch, input_size):
 def test_errors_leave_inputs_untouched():
     args, peeps = lstm_inputs(peephole=True)
     before = {k: v.copy() for k, v in {**args, **peeps}.items()}
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="forget_bias must be finite, got nan"):
         gc.lstm_cell(*args.values(), **peeps, forget_bias=float("nan"))
     for k, v in {**args, **peeps}.items():
         np.testing.assert_array_equal(v, before[k])
