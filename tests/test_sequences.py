@@ -151,7 +151,7 @@ def loop_gru(case, backend, d):
     return forward, {"x": dx, "h0": dh, **totals}
 
 
-def assert_matches(result, expected, rtol=1e-11, atol=1e-13):
+def assert_matches(result, expected, rtol=1e-13, atol=1e-14):
     for name, value in expected.items():
         got = getattr(result, name)
         assert got.shape == value.shape, name
