@@ -1,13 +1,14 @@
 """The GPU kernel sources, checked without a GPU.
 
-- Every ``.cu`` file compiles with ``nvcc --ptx`` for sm_80 and sm_90, with every warning an
-  error, for every instantiation the backend asks NVRTC for (skipped only where ``nvcc`` is
-  absent); the PTX holds exactly one entry point per instantiation.
+- Every ``.cu`` file, as NVRTC gets it (``_sources.module_code``: the kernels and their
+  generated entry points), compiles with ``nvcc --ptx`` for sm_80 and sm_90, with every
+  warning an error (skipped only where ``nvcc`` is absent); the PTX holds exactly the entry
+  points the backend looks up, by their plain ``extern "C"`` names.
 - The kernel table that the CuPy loader and the emulation harness share
   (``gradcells.gpu._kernels``) matches the ``.cu`` signatures parameter by parameter, and
-  every ``__global__`` kernel of the sources is in it.
-- Source composition, name expressions and argument building behave (they are the glue
-  between the table and a device).
+  every ``GC_KERNEL`` of the sources is in it.
+- Source composition, entry points and argument building behave (they are the glue between
+  the table and a device).
 """
 
 import re
@@ -22,12 +23,12 @@ from gradcells.gpu import _kernels, _sources
 NVCC = shutil.which("nvcc")
 ARCHES = ("sm_80", "sm_90")
 _KERNEL_SIGNATURE = re.compile(
-    r"template\s*<(?P<template>[^>]*(?:<[^>]*>[^>]*)*)>\s*__global__\s+void\s+"
+    r"template\s*<(?P<template>[^>]*(?:<[^>]*>[^>]*)*)>\s*GC_KERNEL\s+void\s+"
     r"(?P<name>\w+)\s*\((?P<params>[^)]*)\)", re.S)
 
 
 def _signatures(text):
-    """name -> (template parameter names, [(ctype, name), ...]) of every __global__ kernel."""
+    """name -> (template parameter names, [(ctype, name), ...]) of every ``GC_KERNEL``."""
     found = {}
     for match in _KERNEL_SIGNATURE.finditer(text):
         template = tuple(part.split("=")[0].split()[-1]
@@ -47,7 +48,11 @@ def test_every_kernel_file_composes_into_one_self_contained_source():
         assert '#include "common.cuh"' in raw
         assert "#include" not in composed, f"{name}: an include was left for the compiler"
         assert composed.count("#define GRADCELLS_COMMON_CUH") == 1
-        assert "__global__" in composed
+        assert "GC_KERNEL void" in composed and not re.search(r"__global__\s+void", composed)
+        code = _sources.module_code(name)
+        assert code.startswith(composed)
+        entries = re.findall(r"__global__ void (\w+)\(", code)
+        assert tuple(entries) == _kernels.source_entries(name)
 
 
 def test_composition_is_what_the_cache_key_sees():
@@ -79,20 +84,32 @@ def test_every_ld_parameter_follows_its_array():
                 assert names[index - 1] == param.name[3:] and param.ctype == "long long"
 
 
-def test_name_expressions_cover_every_dtype():
-    assert _kernels.source_name_expressions("lstm.cu") == (
-        "lstm_forward<float>", "lstm_forward<double>", "lstm_forward<gc_half>",
-        "lstm_backward<float>", "lstm_backward<double>", "lstm_backward<gc_half>")
-    assert len(_kernels.source_name_expressions("gru.cu")) == 5 * 3
-    assert set(_kernels.source_name_expressions("reduce.cu")) == {
-        "column_sum<float, float>", "column_sum<double, double>",
-        "column_sum<gc_half, gc_half>", "column_sum<gc_half, float>",
-        "column_sum<float, gc_half>"}
+def test_entry_points_cover_every_dtype():
+    assert _kernels.source_entries("lstm.cu") == (
+        "lstm_forward__float", "lstm_forward__double", "lstm_forward__gc_half",
+        "lstm_backward__float", "lstm_backward__double", "lstm_backward__gc_half")
+    assert len(_kernels.source_entries("gru.cu")) == 5 * 3
+    assert set(_kernels.source_entries("reduce.cu")) == {
+        "column_sum__float__float", "column_sum__double__double",
+        "column_sum__gc_half__gc_half", "column_sum__gc_half__float",
+        "column_sum__float__gc_half"}
     kernel = _kernels.KERNELS["column_sum"]
     for dtype in _kernels.STORAGE_DTYPES:
         for pair in _kernels.column_sum_dtypes(dtype):
-            assert _kernels.name_expression(kernel, pair) in _kernels.source_name_expressions(
-                "reduce.cu")
+            assert _kernels.entry_name(kernel, pair) in _kernels.source_entries("reduce.cu")
+
+
+def test_an_entry_point_runs_its_template_with_concrete_types():
+    """float16 storage: pointers to gc_half, the arithmetic scalars in float."""
+    point = _kernels.entry_point(_kernels.KERNELS["lstm_forward"], (np.float16,))
+    assert point.startswith("__global__ void lstm_forward__gc_half(const gc_half* gx, ")
+    assert "float forget_bias, float cell_clip, int use_peephole" in point
+    assert point.endswith("{ lstm_forward<gc_half>(gx, gh, b, cs_prev, wci, wcf, wco, seq_len, "
+                          "forget_bias, cell_clip, use_peephole, use_clip, use_seq_len, step, "
+                          "batch, hidden, i, cs, f, o, ci, co, h, cs_state, h_state); }")
+    point = _kernels.entry_point(_kernels.KERNELS["column_sum"], (np.float16, np.float32))
+    assert point.startswith("__global__ void column_sum__gc_half__float(const gc_half* in, ")
+    assert "float* out)" in point and "column_sum<gc_half, float>(in, " in point
 
 
 def _forward_values(n_batch=2, n_hidden=3, dtype=np.float32):
@@ -164,22 +181,12 @@ def test_launch_shapes_cover_every_element():
         assert 1 <= gx <= policy.max_grid and 1 <= gy <= min(parts, policy.max_grid)
 
 
-def _ptx_unit(name):
-    """The composed source plus a function that takes the address of every instantiation
-    NVRTC is asked for, so that nvcc emits each of them."""
-    expressions = _kernels.source_name_expressions(name)
-    refs = "\n".join(f"    (void)&{e};" for e in expressions)
-    return (f"{_sources.compose(name)}\n"
-            f"void gradcells_instantiate_every_kernel() {{\n{refs}\n}}\n"), expressions
-
-
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
 @pytest.mark.parametrize("arch", ARCHES)
 @pytest.mark.parametrize("name", _sources.KERNEL_FILES)
 def test_nvcc_compiles_every_kernel_to_ptx(tmp_path, name, arch):
-    unit, expressions = _ptx_unit(name)
     source = tmp_path / name
-    source.write_text(unit)
+    source.write_text(_sources.module_code(name))
     ptx = tmp_path / f"{source.stem}.{arch}.ptx"
     result = subprocess.run(
         [NVCC, "--ptx", f"-arch={arch}", "-Werror", "all-warnings", "-o", str(ptx),
@@ -188,10 +195,6 @@ def test_nvcc_compiles_every_kernel_to_ptx(tmp_path, name, arch):
     text = ptx.read_text()
     assert f".target {arch}" in text
     entries = re.findall(r"\.visible \.entry (\w+)\(", text)
-    assert len(entries) == len(expressions)
-    for kernel_name in {e.split("<")[0] for e in expressions}:
-        mangled = f"_Z{len(kernel_name)}{kernel_name}I"
-        count = sum(e.startswith(mangled) for e in entries)
-        assert count == sum(e.startswith(kernel_name + "<") for e in expressions)
+    assert sorted(entries) == sorted(_kernels.source_entries(name))
     # No fast-math approximations of division or square root slipped in.
     assert "div.approx" not in text and "div.full" not in text and "sqrt.approx" not in text

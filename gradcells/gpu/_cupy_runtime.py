@@ -1,14 +1,13 @@
 """The device side of the GPU backend: CuPy, and the kernels compiled by NVRTC.
 
 Kept as thin as possible, because nothing here can run without a GPU: one ``RawModule`` per
-``.cu`` file (all dtypes' instantiations, by name expression), compiled on first use in each
-process and device. CuPy keeps no module compiled with name expressions in its disk cache (it
-recompiles to learn the mangled names), so every new process compiles again: all three files
-took about 5 s with NVRTC on a CPU of the development machine. One ``launch`` looks a kernel
-up by the same name expression
-the emulation harness uses and calls it with the argument tuple ``_kernels.arguments``
-built. Everything else (argument lists, launch shapes, the step loops) is shared with the
-emulation tests.
+``.cu`` file (``_sources.module_code``: the kernels and an ``extern "C"`` entry point for
+each dtype's instantiation), compiled on first use and kept by CuPy in its disk cache, keyed
+by the code and options, so that later processes load it instead of compiling again (CuPy
+caches no module compiled with name expressions, which is why there are entry points); one
+``launch`` that looks a kernel up by its entry point, the name the emulation harness uses
+too, and calls it with the argument tuple ``_kernels.arguments`` built. Everything else
+(argument lists, launch shapes, the step loops) is shared with the emulation tests.
 """
 
 from __future__ import annotations
@@ -24,9 +23,8 @@ _functions: dict[tuple[int, str], object] = {}
 def _module(source: str) -> cupy.RawModule:
     module = _modules.get(source)
     if module is None:
-        module = cupy.RawModule(code=_sources.compose(source),
-                                options=_kernels.NVRTC_OPTIONS,
-                                name_expressions=_kernels.source_name_expressions(source))
+        module = cupy.RawModule(code=_sources.module_code(source),
+                                options=_kernels.NVRTC_OPTIONS)
         _modules[source] = module
     return module
 
@@ -44,9 +42,9 @@ class CupyRuntime:
         return a.device
 
     def launch(self, binding, grid, block, args):
-        key = (cupy.cuda.runtime.getDevice(), binding.expression)
+        key = (cupy.cuda.runtime.getDevice(), binding.entry)
         function = _functions.get(key)
         if function is None:
-            function = _module(binding.kernel.source).get_function(binding.expression)
+            function = _module(binding.kernel.source).get_function(binding.entry)
             _functions[key] = function
         function(grid, block, args)

@@ -1,8 +1,9 @@
 """The one table of the GPU kernels: names, template parameters, argument lists, launch shapes.
 
-The backend launches a kernel through a ``Binding`` (``binding(kernel, dtypes)``): its name
-expression (the name NVRTC compiles and CuPy's ``get_function`` looks up, and the name of
-the host harness's launcher) and its argument tuple, built from keyword values. The CuPy
+The backend launches a kernel through a ``Binding`` (``binding(kernel, dtypes)``): the name of
+its entry point (generated here, ``entry_points``: an ``extern "C" __global__`` function per
+instantiation, which CuPy's ``get_function`` and the host harness look up) and its argument
+tuple, built from keyword values. The CuPy
 runtime and the host-emulation harness (``tests/cuda_host``) receive the same bindings and
 tuples, and ``tests/test_cuda_compile.py`` checks every parameter list here against the
 ``.cu`` signature, so the emulation calls the kernels exactly as the GPU does. Nothing here
@@ -20,6 +21,7 @@ stride ``ld_<name>`` elements.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -143,11 +145,28 @@ def template_dtypes(kernel: Kernel, dtypes) -> dict[str, np.dtype]:
     return bound
 
 
-def name_expression(kernel: Kernel, dtypes) -> str:
-    """The C++ name of one instantiation, e.g. ``lstm_forward<float>`` (as NVRTC, CuPy's
-    ``get_function`` and the host harness spell it)."""
+def entry_name(kernel: Kernel, dtypes) -> str:
+    """The name of one instantiation's entry point, e.g. ``lstm_forward__float`` or
+    ``column_sum__gc_half__float`` (CuPy's ``get_function`` and the host harness look it up)."""
     bound = template_dtypes(kernel, dtypes)
-    return f"{kernel.name}<{', '.join(C_TYPE[bound[t]] for t in kernel.template)}>"
+    return "__".join((kernel.name, *(C_TYPE[bound[t]] for t in kernel.template)))
+
+
+_TYPE_NAME = re.compile(r"\b(TIn|TOut|T|A)\b")
+
+
+def entry_point(kernel: Kernel, dtypes) -> str:
+    """The C text of one instantiation's entry point: an ``extern "C" __global__`` function
+    with the kernel's parameters in concrete types that runs the ``GC_KERNEL`` template, e.g.
+    ``__global__ void column_sum__float__double(const float* in, ..., double* out)
+    { column_sum<float, double>(in, ..., out); }`` (inside an ``extern "C"`` block)."""
+    bound = template_dtypes(kernel, dtypes)
+    types = {name: C_TYPE[bound[name]] for name in (*kernel.template, "A") if name in bound}
+    params = ", ".join(f"{_TYPE_NAME.sub(lambda m: types[m.group(1)], p.ctype)} {p.name}"
+                       for p in kernel.params)
+    template = ", ".join(types[t] for t in kernel.template)
+    return (f"__global__ void {entry_name(kernel, dtypes)}({params})\n"
+            f"{{ {kernel.name}<{template}>({', '.join(kernel.param_names)}); }}")
 
 
 def column_sum_dtypes(dtype) -> tuple[tuple[np.dtype, np.dtype], ...]:
@@ -173,20 +192,27 @@ def instantiations(source: str) -> tuple[tuple[Kernel, tuple[np.dtype, ...]], ..
     return tuple(found)
 
 
-def source_name_expressions(source: str) -> tuple[str, ...]:
-    """The name expressions to compile ``source`` for (every dtype)."""
-    return tuple(name_expression(k, d) for k, d in instantiations(source))
+def source_entries(source: str) -> tuple[str, ...]:
+    """The names of the entry points ``source`` is compiled with (every dtype)."""
+    return tuple(entry_name(k, d) for k, d in instantiations(source))
+
+
+def entry_points(source: str) -> str:
+    """The generated entry points of ``source``'s kernels, for every dtype, as C text to be
+    compiled after the source (``_sources.module_code``)."""
+    points = "\n".join(entry_point(k, d) for k, d in instantiations(source))
+    return f'extern "C" {{\n{points}\n}}\n'
 
 
 class Binding:
-    """One instantiation of a kernel (``binding(kernel, dtypes)``): its name expression and
+    """One instantiation of a kernel (``binding(kernel, dtypes)``): its entry point and
     the checks and conversions that turn keyword values into its argument tuple."""
 
     def __init__(self, kernel: Kernel, dtypes):
         bound = template_dtypes(kernel, dtypes)
         self.kernel = kernel
         self.dtypes = tuple(bound[t] for t in kernel.template)
-        self.expression = name_expression(kernel, dtypes)
+        self.entry = entry_name(kernel, dtypes)
         names = set(kernel.param_names)
         self._plan = []  # (name, array dtype or None, scalar type, (lo, hi) or None, ld name)
         for param in kernel.params:

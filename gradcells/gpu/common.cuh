@@ -15,6 +15,13 @@
 #ifndef GRADCELLS_COMMON_CUH
 #define GRADCELLS_COMMON_CUH
 
+// A kernel, written once as a template over its storage type(s): a device function that
+// every thread runs. Its launchable entry points are generated per instantiation by
+// gradcells.gpu._kernels (extern "C" __global__ functions named lstm_forward__float and so
+// on), so that NVRTC needs no name expressions and CuPy keeps the compiled module in its
+// disk cache.
+#define GC_KERNEL __device__ __forceinline__
+
 // An IEEE binary16 value as stored in a float16 array; arithmetic happens in float.
 struct gc_half {
     unsigned short bits;

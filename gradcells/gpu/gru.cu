@@ -5,7 +5,8 @@
 // column blocks of one wider matmul result).
 //
 // T is the storage type (float, double or gc_half); A the arithmetic type (float for
-// gc_half). The parameter lists are mirrored, in order, by gradcells/gpu/_kernels.py.
+// gc_half). The parameter lists are mirrored, in order, by gradcells/gpu/_kernels.py,
+// which generates each kernel's extern "C" entry point per dtype (see GC_KERNEL).
 // Rows past their length (use_seq_len, step >= seq_len[b]) write zeros to the step's
 // outputs and leave the state alone; running rows also write their new h to h_state,
 // which may be the h_prev buffer itself (read, then written, by one thread).
@@ -41,7 +42,7 @@ __device__ __forceinline__ void gru_gates_body(
 }
 
 template <class T, class A = typename gc_compute<T>::type>
-__global__ void gru_gates(
+GC_KERNEL void gru_gates(
     const T* gx_ru, long long ld_gx_ru, const T* gh_ru, long long ld_gh_ru, const T* b_ru,
     const T* h_prev, const int* seq_len, int use_seq_len,
     long long step, long long batch, long long hidden,
@@ -88,7 +89,7 @@ __device__ __forceinline__ void gru_candidate_body(
 }
 
 template <class T, class A = typename gc_compute<T>::type>
-__global__ void gru_candidate(
+GC_KERNEL void gru_candidate(
     const T* gx_c, long long ld_gx_c, const T* gh_c, long long ld_gh_c, const T* b_c,
     const T* u, const T* h_prev, const int* seq_len, int use_seq_len,
     long long step, long long batch, long long hidden,
@@ -147,7 +148,7 @@ __device__ __forceinline__ void gru_forward_reset_after_body(
 }
 
 template <class T, class A = typename gc_compute<T>::type>
-__global__ void gru_forward_reset_after(
+GC_KERNEL void gru_forward_reset_after(
     const T* gx_ru, long long ld_gx_ru, const T* gx_c, long long ld_gx_c,
     const T* gh_ru, long long ld_gh_ru, const T* gh_c, long long ld_gh_c,
     const T* b_ru, const T* b_c, const T* h_prev, const int* seq_len, int use_seq_len,
@@ -228,7 +229,7 @@ __device__ __forceinline__ void gru_backward_candidate_body(
 }
 
 template <class T, class A = typename gc_compute<T>::type>
-__global__ void gru_backward_candidate(
+GC_KERNEL void gru_backward_candidate(
     const T* r, const T* u, const T* c, const T* h_prev, const T* n_pre, const T* b_c,
     const T* d_h, const T* dh_next_a, const T* dh_next_b, const T* d_h_final,
     const int* seq_len, int reset_after, int has_d_h, int has_d_h_final, int use_seq_len,
@@ -270,7 +271,7 @@ __device__ __forceinline__ void gru_backward_reset_body(
 }
 
 template <class T, class A = typename gc_compute<T>::type>
-__global__ void gru_backward_reset(
+GC_KERNEL void gru_backward_reset(
     const T* d_hr, const T* r, const T* h_prev, long long batch, long long hidden,
     T* d_gates, T* dh_direct)
 {

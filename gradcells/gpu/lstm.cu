@@ -3,7 +3,8 @@
 // per element k = b·H + j of a [B, H] array, in a grid-stride loop.
 //
 // T is the storage type (float, double or gc_half); A the arithmetic type (float for
-// gc_half). The parameter lists are mirrored, in order, by gradcells/gpu/_kernels.py.
+// gc_half). The parameter lists are mirrored, in order, by gradcells/gpu/_kernels.py,
+// which generates each kernel's extern "C" entry point per dtype (see GC_KERNEL).
 
 #include "common.cuh"
 
@@ -75,7 +76,7 @@ __device__ __forceinline__ void lstm_forward_body(
 }
 
 template <class T, class A = typename gc_compute<T>::type>
-__global__ void lstm_forward(
+GC_KERNEL void lstm_forward(
     const T* gx, const T* gh, const T* b, const T* cs_prev,
     const T* wci, const T* wcf, const T* wco, const int* seq_len,
     A forget_bias, A cell_clip, int use_peephole, int use_clip, int use_seq_len,
@@ -180,7 +181,7 @@ __device__ __forceinline__ void lstm_backward_body(
 }
 
 template <class T, class A = typename gc_compute<T>::type>
-__global__ void lstm_backward(
+GC_KERNEL void lstm_backward(
     const T* cs_prev, const T* i, const T* cs, const T* f, const T* o, const T* ci,
     const T* co, const T* wci, const T* wcf, const T* wco,
     const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,

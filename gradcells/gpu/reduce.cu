@@ -19,7 +19,7 @@
 #include "common.cuh"
 
 template <class TIn, class TOut>
-__global__ void column_sum(
+GC_KERNEL void column_sum(
     const TIn* in, long long rows, long long cols, long long rows_per_part,
     long long parts, TOut* out)
 {

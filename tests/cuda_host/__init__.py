@@ -1,10 +1,10 @@
 """Host emulation of the GPU backend's kernels: the same ``.cu`` source, compiled for the CPU.
 
-``load(code, expressions)`` compiles a kernel module, the way ``cupy.RawModule(code=...,
-name_expressions=...)`` would for the device, with the system C++ compiler after
-``gradcells_host_shim.h`` into a shared library holding one ``extern "C"`` launcher per name
-expression, and caches it under a build directory keyed by the hash of everything that went
-into it; ``library(source)`` does so for one ``.cu`` file as ``gradcells.gpu`` composes it.
+``load(code, entries)`` compiles a kernel module, the way ``cupy.RawModule(code=...)`` would
+for the device, with the system C++ compiler after ``gradcells_host_shim.h`` into a shared
+library holding one ``extern "C"`` launcher per entry point, and caches it under a build
+directory keyed by the hash of everything that went into it; ``library(source)`` does so
+for one ``.cu`` file as ``gradcells.gpu`` compiles it (``_sources.module_code``).
 ``HostRuntime`` is a drop-in for the CuPy runtime of ``gradcells.gpu._ops``: NumPy arrays,
 and ``launch`` calls the host launcher with the grid, block and argument tuple the GPU gets.
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -42,19 +41,19 @@ def compiler() -> str | None:
     return None
 
 
-def symbol(expression: str) -> str:
-    """The C symbol of the host launcher for a name expression:
-    ``column_sum<gc_half, float>`` -> ``gc_launch__column_sum__gc_half__float``."""
-    return "gc_launch__" + "__".join(re.findall(r"[A-Za-z_0-9]+", expression))
+def symbol(entry: str) -> str:
+    """The C symbol of the host launcher for an entry point:
+    ``column_sum__gc_half__float`` -> ``gc_launch__column_sum__gc_half__float``."""
+    return f"gc_launch__{entry}"
 
 
-def translation_unit(code: str, expressions) -> str:
-    """The C++ text compiled for one kernel module: the shim, the kernel source ``code``
-    (as composed for NVRTC), and one launcher per name expression."""
+def translation_unit(code: str, entries) -> str:
+    """The C++ text compiled for one kernel module: the shim, the module's ``code`` (as
+    NVRTC gets it, entry points included), and one launcher per entry point."""
     launchers = "\n".join(
         f"void {symbol(e)}(const unsigned int* grid, const unsigned int* block, int reverse, "
         f"void** args) {{ gc_host::launch(&{e}, grid, block, reverse, args); }}"
-        for e in expressions)
+        for e in entries)
     return (f'#include "{SHIM}"\n'
             f"// ==== the kernel source, as NVRTC gets it\n{code}\n"
             f'// ==== host launchers\nextern "C" {{\n{launchers}\n}}\n')
@@ -65,13 +64,13 @@ def _build_dir() -> Path:
                 or Path(tempfile.gettempdir()) / "gradcells-cuda-host")
 
 
-def build(code: str, expressions) -> Path:
+def build(code: str, entries) -> Path:
     """Compile a kernel module for the host (or reuse the cached build); return the path of
     the shared library."""
     cxx = compiler()
     if cxx is None:
         raise RuntimeError("no C++ compiler found (set CXX)")
-    unit = translation_unit(code, expressions)
+    unit = translation_unit(code, entries)
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     key = _sources.fingerprint(unit, SHIM.read_text(), cxx, version, " ".join(CXX_FLAGS))
     directory = _build_dir() / key
@@ -92,24 +91,24 @@ def build(code: str, expressions) -> Path:
     return target
 
 
-def load(code: str, expressions) -> ctypes.CDLL:
+def load(code: str, entries) -> ctypes.CDLL:
     """The host library of a kernel module (built once per process and code)."""
-    key = _sources.fingerprint(code, *expressions)
+    key = _sources.fingerprint(code, *entries)
     lib = _libraries.get(key)
     if lib is None:
-        lib = ctypes.CDLL(str(build(code, expressions)))
+        lib = ctypes.CDLL(str(build(code, entries)))
         _libraries[key] = lib
     return lib
 
 
 def library(source: str) -> ctypes.CDLL:
     """The host library of one ``.cu`` file, with every instantiation the GPU backend uses."""
-    return load(_sources.compose(source), _kernels.source_name_expressions(source))
+    return load(_sources.module_code(source), _kernels.source_entries(source))
 
 
-def call(lib, expression, grid, block, args, reverse=False):
-    """Launch ``expression`` from ``lib`` as ``RawKernel.__call__(grid, block, args)`` would."""
-    launcher = getattr(lib, symbol(expression))
+def call(lib, entry, grid, block, args, reverse=False):
+    """Launch ``entry`` from ``lib`` as ``RawKernel.__call__(grid, block, args)`` would."""
+    launcher = getattr(lib, symbol(entry))
     launcher.restype = None
     values = [_c_value(a) for a in args]
     pointers = (ctypes.c_void_p * len(values))(
@@ -176,7 +175,7 @@ class HostRuntime:
         return contextlib.nullcontext()
 
     def launch(self, binding, grid, block, args):
-        call(library(binding.kernel.source), binding.expression, grid, block, args,
+        call(library(binding.kernel.source), binding.entry, grid, block, args,
              self.reverse)
         name = binding.kernel.name
         self.launches[name] = self.launches.get(name, 0) + 1
