@@ -41,6 +41,7 @@ import numpy as np
 import gradcells as gc
 import gradcells.gpu as gpu
 from gradcells.gpu import _kernels
+from gradcells.gpu._cupy_runtime import CupyRuntime
 
 CELL_SIZES = [(64, 256, 256), (256, 512, 512), (1024, 1024, 1024)]  # (B, I, H)
 SEQUENCE_SIZES = [(100, 32, 256, 256), (100, 64, 512, 512), (50, 256, 1024, 1024)]  # T,B,I,H
@@ -178,7 +179,7 @@ def sequence_contestants(steps, batch, n_in, hidden, dtype, torch):
 
 def kernel_launches(batch, hidden, dtype):
     """name -> (launch function, bytes read + written per launch) for the fused kernels."""
-    rt = gpu._device()
+    rt = CupyRuntime()
     rng = np.random.default_rng(2)
     n = batch * hidden
     item = np.dtype(dtype).itemsize

@@ -18,12 +18,14 @@ unwritten outputs cannot pass by luck (the emulated ``empty`` fills NaN).
 
 import contextlib
 import ctypes
+import importlib.util
 import inspect
 import math
 import re
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import cuda_host
 import numpy as np
@@ -128,7 +130,7 @@ class _StandInCupy(types.ModuleType):
 
         class RawModule:
             def __init__(self, code=None, *, options=(), name_expressions=None):
-                # With name expressions CuPy would bypass its disk cache.
+                # With name expressions CuPy before 14.2 would bypass its disk cache.
                 assert name_expressions is None
                 self.code, self.options = code, options
                 self.entries = tuple(re.findall(r"__global__ void (\w+)\(", code))
@@ -194,6 +196,29 @@ def test_the_cupy_runtime_compiles_and_launches_what_the_emulation_runs(monkeypa
         assert module.entries == _kernels.source_entries(source)
         assert module.options == _kernels.NVRTC_OPTIONS
         assert not any("fast_math" in option for option in module.options)
+
+
+def test_the_gpu_benchmarks_bandwidth_launches_run(monkeypatch):
+    """``benchmarks/gpu.py``'s bandwidth section builds its launches through the backend's
+    own runtime and table: on the stand-in CuPy, every one of them runs."""
+    monkeypatch.setitem(sys.modules, "cupy", _StandInCupy())
+    sys.modules.pop("gradcells.gpu._cupy_runtime", None)
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu.py"
+    spec = importlib.util.spec_from_file_location("gradcells_gpu_benchmark", path)
+    benchmark = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(benchmark)
+        for dtype in (np.float32, np.float16):
+            launches = benchmark.kernel_launches(4, 8, dtype)
+            assert set(launches) == {"lstm_forward", "lstm_backward",
+                                     "gru_forward_reset_after", "column_sum [B, 4H]"}
+            for launch, n_bytes in launches.values():
+                launch()
+                assert n_bytes > 0
+    finally:
+        sys.modules.pop("gradcells.gpu._cupy_runtime", None)
+        if hasattr(gpu, "_cupy_runtime"):
+            del gpu._cupy_runtime
 
 
 def test_host_half_conversions_round_like_the_device():

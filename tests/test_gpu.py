@@ -400,3 +400,37 @@ def test_arrays_on_another_device_run_there():
         lengths_here = {**on_one, "seq_len": cp.asarray(case["seq_len"])}    # on device 0
         with pytest.raises(ValueError, match="seq_len is on CUDA device 0 but x is on device 1"):
             gc.lstm_sequence(**lengths_here)
+
+
+_CACHE_RUN = """
+import numpy as np
+import gradcells as gc
+from gradcells.testing import gru_sequence_case, lstm_sequence_case, on_library
+
+lstm = on_library(lstm_sequence_case(np.random.default_rng(1), peephole=True), "cupy")
+seq = gc.lstm_sequence(**lstm)                                  # lstm.cu
+gc.lstm_sequence_grad(*(lstm[k] for k in ("x", "cs0", "h0", "w", "b")), seq,
+                      d_h=seq.h, **{k: lstm[k] for k in ("wci", "wcf", "wco")})  # reduce.cu
+gc.gru_sequence(**on_library(gru_sequence_case(np.random.default_rng(2)), "cupy"))  # gru.cu
+"""
+
+
+def test_a_new_process_loads_the_kernels_from_cupys_disk_cache(tmp_path):
+    """The first process compiles each .cu module and CuPy stores it in ``CUPY_CACHE_DIR``;
+    a second process loads every file from there and rewrites none (a cache miss would).
+    The generated entry points exist for this: CuPy before 14.2 does not read its disk cache
+    for modules compiled with name expressions."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "CUPY_CACHE_DIR": str(tmp_path)}
+
+    def cache():
+        subprocess.run([sys.executable, "-c", _CACHE_RUN], env=env, check=True)
+        return {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+
+    first = cache()
+    for entry in (b"lstm_forward__float", b"column_sum__float__float", b"gru_gates__float"):
+        assert any(entry in path.read_bytes() for path in first), entry
+    assert cache() == first

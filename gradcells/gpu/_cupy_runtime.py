@@ -4,7 +4,8 @@ Kept as thin as possible, because nothing here can run without a GPU: one ``RawM
 ``.cu`` file (``_sources.module_code``: the kernels and an ``extern "C"`` entry point for
 each dtype's instantiation), compiled on first use and kept by CuPy in its disk cache, keyed
 by the code and options, so that later processes load it instead of compiling again (CuPy
-caches no module compiled with name expressions, which is why there are entry points); one
+before 14.2 does not read its disk cache for a module compiled with name expressions, which
+is why there are entry points); one
 ``launch`` that looks a kernel up by its entry point, the name the emulation harness uses
 too, and calls it with the argument tuple ``_kernels.arguments`` built. Everything else
 (argument lists, launch shapes, the step loops) is shared with the emulation tests.

@@ -18,8 +18,8 @@
 // A kernel, written once as a template over its storage type(s): a device function that
 // every thread runs. Its launchable entry points are generated per instantiation by
 // gradcells.gpu._kernels (extern "C" __global__ functions named lstm_forward__float and so
-// on), so that NVRTC needs no name expressions and CuPy keeps the compiled module in its
-// disk cache.
+// on), so that NVRTC needs no name expressions: CuPy before 14.2 does not read its disk
+// cache for a module compiled with them.
 #define GC_KERNEL __device__ __forceinline__
 
 // An IEEE binary16 value as stored in a float16 array; arithmetic happens in float.
@@ -76,7 +76,7 @@ __device__ __forceinline__ typename gc_compute<T>::type gc_rounded(typename gc_c
     return gc_load(gc_store<T>::from(a));
 }
 
-// Activations. σ(z) = 0.5·tanh(0.5·z) + 0.5 never overflows, for any finite z.
+// Activations. sigmoid(z) = 0.5*tanh(0.5*z) + 0.5 never overflows, for any finite z.
 __device__ __forceinline__ float gc_tanh(float z) { return tanhf(z); }
 __device__ __forceinline__ double gc_tanh(double z) { return tanh(z); }
 __device__ __forceinline__ float gc_sigmoid(float z) { return 0.5f * tanhf(0.5f * z) + 0.5f; }
@@ -84,7 +84,7 @@ __device__ __forceinline__ double gc_sigmoid(double z) { return 0.5 * tanh(0.5 *
 __device__ __forceinline__ float gc_abs(float a) { return fabsf(a); }
 __device__ __forceinline__ double gc_abs(double a) { return fabs(a); }
 
-// a·b + c with a single rounding: the same value on every compiler and every contraction
+// a*b + c with a single rounding: the same value on every compiler and every contraction
 // setting, so a backward kernel recomputing it gets the forward's value bit for bit.
 __device__ __forceinline__ float gc_fma(float a, float b, float c) { return fmaf(a, b, c); }
 __device__ __forceinline__ double gc_fma(double a, double b, double c) { return fma(a, b, c); }
@@ -105,9 +105,9 @@ __device__ __forceinline__ Index gc_stride_x() {
     return (Index)blockDim.x * (Index)gridDim.x;
 }
 
-// Elementwise kernels over n = B·H elements run their body with 32-bit unsigned index
+// Elementwise kernels over n = B*H elements run their body with 32-bit unsigned index
 // arithmetic (64-bit division is several times slower on the GPU) when every offset they
-// form, at most 4·n, fits: n <= GC_UINT32_SAFE_COUNT.
+// form, at most 4*n, fits: n <= GC_UINT32_SAFE_COUNT.
 #define GC_UINT32_SAFE_COUNT 1073741823LL
 
 #endif  // GRADCELLS_COMMON_CUH

@@ -1,5 +1,5 @@
 // GRU block cell, one time step per launch: the fused elementwise forward and backward.
-// Column blocks r, u (then c); one thread per element k = b·H + j of a [B, H] array, in a
+// Column blocks r, u (then c); one thread per element k = b*H + j of a [B, H] array, in a
 // grid-stride loop. [B, H] arrays are C-contiguous; the pre-activation inputs gx_*, gh_*
 // are rows of width 2H (r, u) or H (c) with their own row stride ld_* (so they may be
 // column blocks of one wider matmul result).
@@ -7,6 +7,7 @@
 // T is the storage type (float, double or gc_half); A the arithmetic type (float for
 // gc_half). The parameter lists are mirrored, in order, by gradcells/gpu/_kernels.py,
 // which generates each kernel's extern "C" entry point per dtype (see GC_KERNEL).
+// In the comments, @ is a matmul and * an elementwise (or scalar) product.
 // Rows past their length (use_seq_len, step >= seq_len[b]) write zeros to the step's
 // outputs and leave the state alone; running rows also write their new h to h_state,
 // which may be the h_prev buffer itself (read, then written, by one thread).
@@ -14,7 +15,7 @@
 #include "common.cuh"
 
 // Reset before the candidate matmul, part 1 of 2:
-//   [r, u] = σ(gx_ru + gh_ru + b_ru);   rh = r∘h_prev   (the next matmul is rh·W_ch)
+//   [r, u] = sigmoid(gx_ru + gh_ru + b_ru);   rh = r*h_prev   (the next matmul is rh@W_ch)
 template <class T, class A, class Index>
 __device__ __forceinline__ void gru_gates_body(
     const T* gx_ru, Index ld_gx_ru, const T* gh_ru, Index ld_gh_ru, const T* b_ru,
@@ -62,7 +63,7 @@ GC_KERNEL void gru_gates(
 }
 
 // Reset before the candidate matmul, part 2 of 2 (u is part 1's output):
-//   c = tanh(gx_c + gh_c + b_c)   (gh_c = rh·W_ch);    h = u∘h_prev + (1-u)∘c
+//   c = tanh(gx_c + gh_c + b_c)   (gh_c = rh@W_ch);    h = u*h_prev + (1-u)*c
 template <class T, class A, class Index>
 __device__ __forceinline__ void gru_candidate_body(
     const T* gx_c, Index ld_gx_c, const T* gh_c, Index ld_gh_c, const T* b_c,
@@ -109,9 +110,9 @@ GC_KERNEL void gru_candidate(
 }
 
 // Reset after (cuDNN's variant), the whole step; b_c is [2H] = [b_cx, b_ch]:
-//   [r, u] = σ(gx_ru + gh_ru + b_ru)
-//   c = tanh(gx_c + b_cx + r∘(gh_c + b_ch))      (gx_c = x·W_cx, gh_c = h_prev·W_ch)
-//   h = u∘h_prev + (1-u)∘c
+//   [r, u] = sigmoid(gx_ru + gh_ru + b_ru)
+//   c = tanh(gx_c + b_cx + r*(gh_c + b_ch))      (gx_c = x@W_cx, gh_c = h_prev@W_ch)
+//   h = u*h_prev + (1-u)*c
 template <class T, class A, class Index>
 __device__ __forceinline__ void gru_forward_reset_after_body(
     const T* gx_ru, Index ld_gx_ru, const T* gx_c, Index ld_gx_c,
@@ -174,10 +175,10 @@ GC_KERNEL void gru_forward_reset_after(
 // own d_h (has_d_h) plus, on a row's last step (step + 1 == length, length = seq_len[b]
 // or n_steps), the final-state gradient d_h_final (has_d_h_final), and otherwise the carry
 // dh_next_a + dh_next_b from step + 1 (never read on a last step):
-//   dc_bar = dh∘(1-u)∘(1-c²);   du_bar = dh∘(h_prev-c)∘u(1-u);   dh_direct = dh∘u
-//   reset after, n = n_pre + b_ch (n_pre = h_prev·W_ch):
-//       d_n = dc_bar∘r;   dr_bar = dc_bar∘n∘r(1-r)
-//   reset before: rh = r∘h_prev; dr_bar is left to gru_backward_reset.
+//   dc_bar = dh*(1-u)*(1-c^2);   du_bar = dh*(h_prev-c)*u(1-u);   dh_direct = dh*u
+//   reset after, n = n_pre + b_ch (n_pre = h_prev@W_ch):
+//       d_n = dc_bar*r;   dr_bar = dc_bar*n*r(1-r)
+//   reset before: rh = r*h_prev; dr_bar is left to gru_backward_reset.
 // d_gates is [B, 3H] = [dr_bar, du_bar, dc_bar]. A row past its length has zero gate
 // gradients (and d_n, rh) and passes its final-state gradient through: dh_direct =
 // d_h_final (or 0). dh_direct may be the dh_next_b buffer itself.
@@ -250,8 +251,8 @@ GC_KERNEL void gru_backward_candidate(
     }
 }
 
-// Backward, part 2 (reset before only), from d_hr = dc_bar·W_chᵀ (dL/d(r∘h_prev)):
-//   dr_bar = d_hr∘h_prev∘r(1-r)  -> column block r of d_gates;   dh_direct += d_hr∘r
+// Backward, part 2 (reset before only), from d_hr = dc_bar@W_ch^T (dL/d(r*h_prev)):
+//   dr_bar = d_hr*h_prev*r(1-r)  -> column block r of d_gates;   dh_direct += d_hr*r
 // Rows past their length have d_hr = 0 (their dc_bar is 0), so nothing changes there.
 template <class T, class A, class Index>
 __device__ __forceinline__ void gru_backward_reset_body(

@@ -1,6 +1,6 @@
 // LSTM block cell, one time step per launch: the fused elementwise forward and backward.
 // Gate order i, ci, f, o (TensorFlow's "icfo"); all [B, H] arrays C-contiguous; one thread
-// per element k = b·H + j of a [B, H] array, in a grid-stride loop.
+// per element k = b*H + j of a [B, H] array, in a grid-stride loop.
 //
 // T is the storage type (float, double or gc_half); A the arithmetic type (float for
 // gc_half). The parameter lists are mirrored, in order, by gradcells/gpu/_kernels.py,
@@ -8,14 +8,16 @@
 
 #include "common.cuh"
 
+// In the comments, @ is a matmul and * an elementwise (or scalar) product.
+//
 // Forward:
-//   pre = gx + gh + b                 gx = x·W_x, gh = h_prev·W_h: [B, 4H];  b: [4H]
-//   i  = σ(pre_i + cs_prev∘wci)       ci = tanh(pre_c)
-//   f  = σ(pre_f + forget_bias + cs_prev∘wcf)
-//   cs = clip(i∘ci + f∘cs_prev)       co = tanh(cs)
-//   o  = σ(pre_o + cs∘wco)            h  = o∘co
+//   pre = gx + gh + b                       gx = x@W_x, gh = h_prev@W_h: [B, 4H];  b: [4H]
+//   i  = sigmoid(pre_i + cs_prev*wci)       ci = tanh(pre_c)
+//   f  = sigmoid(pre_f + forget_bias + cs_prev*wcf)
+//   cs = clip(i*ci + f*cs_prev)             co = tanh(cs)
+//   o  = sigmoid(pre_o + cs*wco)            h  = o*co
 // i, ci and f are rounded to T before cs is formed (a no-op for float and double), so the
-// backward kernel, which reloads them, recomputes this very i∘ci + f∘cs_prev: its clip
+// backward kernel, which reloads them, recomputes this very i*ci + f*cs_prev: its clip
 // mask is exact in every dtype.
 // With lengths (use_seq_len), a row with step >= seq_len[b] writes zeros to every output
 // and leaves its state alone; a running row also writes its new cs and h to cs_state and
@@ -102,13 +104,13 @@ GC_KERNEL void lstm_forward(
 // cs are the step's own (d_h, d_cs; has_d_h, has_d_cs) plus, on a row's last step
 // (step + 1 == length, length = seq_len[b] or n_steps), the final-state gradients
 // (d_h_final, d_cs_final; has_*_final), and otherwise the carry from step + 1
-// (dh_next = dG_{t+1}·W_hᵀ, dcs_next = its dcs_prev; never read on a last step).
-//   do  = dh∘co∘o(1-o)
-//   dcs = dh∘o∘(1-co²) + dcs_up + do∘wco
-//   dcs = 0 where |i∘ci + f∘cs_prev| > cell_clip           (mask_clip: the exact gradient)
-//   di  = dcs∘ci∘i(1-i);  dci = dcs∘i∘(1-ci²);  df = dcs∘cs_prev∘f(1-f)
-//   d_gates = [di, dci, df, do] ([B, 4H]);   dcs_prev = dcs∘f + di∘wci + df∘wcf
-//   peephole_terms = [di∘cs_prev, df∘cs_prev, do∘cs] ([B, 3H]; column sums: dwci, dwcf, dwco)
+// (dh_next = dG_{t+1}@W_h^T, dcs_next = its dcs_prev; never read on a last step).
+//   do  = dh*co*o(1-o)
+//   dcs = dh*o*(1-co^2) + dcs_up + do*wco
+//   dcs = 0 where |i*ci + f*cs_prev| > cell_clip           (mask_clip: the exact gradient)
+//   di  = dcs*ci*i(1-i);  dci = dcs*i*(1-ci^2);  df = dcs*cs_prev*f(1-f)
+//   d_gates = [di, dci, df, do] ([B, 4H]);   dcs_prev = dcs*f + di*wci + df*wcf
+//   peephole_terms = [di*cs_prev, df*cs_prev, do*cs] ([B, 3H]; column sums: dwci, dwcf, dwco)
 // A row past its length has zero gate gradients and passes its final-state gradient
 // through: dcs_prev = d_cs_final (or 0). dcs_prev may be the dcs_next buffer itself.
 template <class T, class A, class Index>

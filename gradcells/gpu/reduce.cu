@@ -1,16 +1,16 @@
 // Column sums of a C-contiguous [rows, cols] array: the bias and peephole gradients
-// (Σ over the batch, and over time for sequences). No shared memory and no atomics, so
+// (sums over the batch, and over time for sequences). No shared memory and no atomics, so
 // the result is deterministic: one thread owns one column of one part of the rows.
 //
-//   out[p, j] = Σ in[r, j] over r in [p·rows_per_part, min(rows, (p+1)·rows_per_part))
+//   out[p, j] = sum of in[r, j] over r in [p*rows_per_part, min(rows, (p+1)*rows_per_part))
 //
 // accumulated in the arithmetic type of TIn (float for gc_half and float, double for
-// double) by compensated (Kahan) summation: a plain running sum over the T·B rows of a
-// sequence drifts by about sqrt(rows) units in the last place of the column's Σ|x| (hundreds
-// of eps at 100k rows in float32); the compensated one stays within a few eps, however the
-// rows are split. Only additions: contracting multiply-adds (NVRTC's default) cannot touch
-// it, and no fast-math reassociation is enabled. Once the sum is not finite the
-// compensation is dropped, so infinities propagate as in a plain sum.
+// double) by compensated (Kahan) summation: a plain running sum over the T*B rows of a
+// sequence drifts by about sqrt(rows) units in the last place of the column's sum of |x|
+// (hundreds of eps at 100k rows in float32); the compensated one stays within a few eps,
+// however the rows are split. Only additions: contracting multiply-adds (NVRTC's default)
+// cannot touch it, and no fast-math reassociation is enabled. Once the sum is not finite
+// the compensation is dropped, so infinities propagate as in a plain sum.
 //
 // Threads x walk the columns, blocks y walk the parts (both grid-stride). With parts = 1
 // this is the whole column sum; with parts > 1 a second launch with rows = parts sums the
