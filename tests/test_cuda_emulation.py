@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 import gradcells.gpu as gpu
 from gradcells import reference
 from gradcells._types import LSTMSequence
-from gradcells.gpu import _kernels, _sources
+from gradcells.gpu import _kernels, _ops, _sources
 from gradcells.oracle import check_vjp
 from gradcells.testing import (
     gru_cell_case,
@@ -677,3 +677,156 @@ def test_column_sums_stay_accurate_over_many_rows(dtype, policy):
     exact = np.array([math.fsum(column) for column in a.T.astype(np.float64)])
     scale = np.abs(a.astype(np.float64)).sum(axis=0)
     assert np.all(np.abs(sums - exact) <= 4 * np.finfo(dtype).eps * scale)
+
+
+# --------------------------------------------------------------------------------------
+# What the small cases above cannot reach (found by mutating the kernels): the 64-bit index
+# path, float16 outputs computed from the stored (rounded) values, the clip mask at every
+# boundary, non-finite column sums, float16 two-pass partial sums, fresh final states.
+
+F16 = np.float16
+
+
+class _WideIndexRuntime(cuda_host.HostRuntime):
+    """The kernels with the 32-bit index path switched off: every launch takes the 64-bit
+    one, which the GPU takes above ``GC_UINT32_SAFE_COUNT`` elements (2^30)."""
+
+    def launch(self, binding, grid, block, args):
+        source = binding.kernel.source
+        code, found = re.subn(r"#define GC_UINT32_SAFE_COUNT \S+",
+                              "#define GC_UINT32_SAFE_COUNT -1LL", _sources.module_code(source))
+        assert found == 1
+        library = cuda_host.load(code, _kernels.source_entries(source))
+        cuda_host.call(library, binding.entry, grid, block, args, self.reverse)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_64_bit_index_path_gives_the_same_results(dtype):
+    with emulated_gpu() as backend:
+        narrow = _run_everything(backend, dtype)
+    saved = gpu._runtime
+    gpu._runtime = _WideIndexRuntime()
+    try:
+        wide = _run_everything(gpu, dtype)
+    finally:
+        gpu._runtime = saved
+    for a, b in zip(narrow, wide):
+        if a is not None:
+            np.testing.assert_array_equal(a, b)
+
+
+def test_the_32_bit_index_path_keeps_every_offset_in_range():
+    """The largest offset a kernel forms is g + 3H = 4n - 1 for n = B·H elements."""
+    text = _sources.read("common.cuh")
+    limit = int(re.search(r"#define GC_UINT32_SAFE_COUNT (\d+)LL", text).group(1))
+    assert 4 * limit - 1 <= 2**32 - 1
+
+
+def assert_rounds_to(actual, exact):
+    """float16 ``actual`` is float64 ``exact`` rounded to half, except where ``exact`` lies
+    within 8 float32 ulps of a midpoint between halves (float32 tanh's error may decide)."""
+    want = exact.astype(F16)
+    nearest = want.astype(np.float64)
+    up = np.nextafter(want, F16(np.inf)).astype(np.float64)
+    down = np.nextafter(want, F16(-np.inf)).astype(np.float64)
+    to_midpoint = np.minimum(np.abs(exact - (nearest + up) / 2),
+                             np.abs(exact - (nearest + down) / 2))
+    undecided = to_midpoint <= 8 * 2.0**-24 * np.abs(exact)
+    wrong = (actual != want) & ~undecided
+    assert not wrong.any(), f"{wrong.sum()} of {wrong.size} differ"
+
+
+def _previous(first, steps):
+    return np.concatenate([first[None], steps[:-1]])
+
+
+def test_float16_lstm_outputs_come_from_the_stored_values():
+    """cs from the stored i, ci, f (one fma in float32, then half), h from the stored o and
+    co: what the backward kernel reloads is what the forward used."""
+    case = cast(lstm_sequence_case(np.random.default_rng(60), steps=3, batch=16, input_size=8,
+                                   hidden=32, peephole=True), F16)
+    with emulated_gpu() as backend:
+        seq = backend.lstm_sequence(**case)
+    i, ci, f, cs, o, co = (a.astype(np.float64) for a in (seq.i, seq.ci, seq.f, seq.cs, seq.o,
+                                                          seq.co))
+    cs_prev = _previous(case["cs0"], seq.cs).astype(np.float64)
+    # i·ci and f·cs_prev of halves are exact in float64: one rounding to float32 is the fma's.
+    np.testing.assert_array_equal(seq.cs, (i * ci + f * cs_prev).astype(np.float32).astype(F16))
+    np.testing.assert_array_equal(seq.h, (o.astype(np.float32) * co.astype(np.float32)).astype(F16))
+    assert_rounds_to(seq.co, np.tanh(cs))
+
+
+@pytest.mark.parametrize("reset_after", [False, True])
+def test_float16_gru_state_comes_from_the_stored_values(reset_after):
+    """h = u·h_prev + (1 - u)·c from the stored u and c, in float32 (the host compiles
+    without contraction)."""
+    case = cast(gru_sequence_case(np.random.default_rng(61), steps=3, batch=16, input_size=8,
+                                  hidden=32, reset_after=reset_after), F16)
+    with emulated_gpu() as backend:
+        seq = backend.gru_sequence(**case)
+    u, c = seq.u.astype(np.float32), seq.c.astype(np.float32)
+    h_prev = _previous(case["h0"], seq.h).astype(np.float32)
+    np.testing.assert_array_equal(seq.h, (u * h_prev + (np.float32(1) - u) * c).astype(F16))
+
+
+def test_float16_gru_candidate_comes_from_the_stored_reset_gate():
+    """Reset before: the candidate's matmul takes r∘h_prev rounded to half from the stored r."""
+    case = cast(gru_cell_case(np.random.default_rng(62), batch=16, input_size=8, hidden=32), F16)
+    with emulated_gpu() as backend:
+        state = backend.gru_cell(**case)
+    n_in = case["x"].shape[1]
+    reset_h = (state.r.astype(np.float32) * case["h_prev"].astype(np.float32)).astype(F16)
+    gx_c = case["x"] @ case["w_c"][:n_in]
+    gh_c = reset_h @ case["w_c"][n_in:]
+    pre = (gx_c.astype(np.float32) + gh_c.astype(np.float32) + case["b_c"].astype(np.float32))
+    assert_rounds_to(state.c, np.tanh(pre.astype(np.float64)))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_clip_mask_is_exact_at_many_boundaries(dtype):
+    """With cell_clip set to a quarter of the |cs| values in turn, the gradient passes exactly
+    where |i·ci + f·cs_prev| <= cell_clip: the backward's fma recomputes the forward's."""
+    case = cast(lstm_cell_case(np.random.default_rng(63), batch=16, hidden=16), dtype)
+    arrays = [case[k] for k in LSTM_ARRAYS]
+    with emulated_gpu() as backend:
+        free = backend.lstm_cell(*arrays)
+        d_cs = np.ones_like(free.cs)
+        unclipped = backend.lstm_cell_grad(*arrays, free, d_cs=d_cs)
+        for level in np.unique(np.abs(free.cs))[::4]:
+            clipped = backend.lstm_cell(*arrays, cell_clip=float(level))
+            grads = backend.lstm_cell_grad(*arrays, clipped, d_cs=d_cs, cell_clip=float(level))
+            np.testing.assert_array_equal(
+                grads.cs_prev, np.where(np.abs(free.cs) <= level, unclipped.cs_prev, 0))
+
+
+@pytest.mark.parametrize("policy", [_kernels.DEFAULT_POLICY, TINY,
+                                    _kernels.LaunchPolicy(rows_per_part=1 << 20)])
+def test_column_sums_propagate_infinities(policy):
+    a = np.ones((300, 4), np.float32)
+    a[7, 0] = np.inf
+    a[9, 1] = -np.inf
+    a[5, 2], a[250, 2] = np.inf, -np.inf
+    sums = _ops._column_sum(cuda_host.HostRuntime(policy), a)
+    np.testing.assert_array_equal(sums, np.array([np.inf, -np.inf, np.nan, 300], np.float32))
+
+
+def test_float16_two_pass_column_sums_keep_their_partial_sums_in_float32():
+    """Parts of two rows of about ±2000 each: partial sums stored in float16 would lose the
+    small total."""
+    rng = np.random.default_rng(64)
+    rows = 4096
+    sign = np.where((np.arange(rows) // 2) % 2 == 0, 1.0, -1.0)
+    a = np.stack([sign * (1000 + rng.standard_normal(rows)), rng.standard_normal(rows)],
+                 axis=1).astype(F16)
+    sums = _ops._column_sum(cuda_host.HostRuntime(TINY), a).astype(np.float64)
+    exact = np.array([math.fsum(column) for column in a.T.astype(np.float64)])
+    assert np.all(np.abs(sums - exact) <= np.finfo(F16).eps * np.abs(exact)), (sums, exact)
+
+
+def test_final_states_are_not_views_of_the_steps():
+    case = lstm_sequence_case(np.random.default_rng(65), steps=2, batch=2, input_size=2,
+                              hidden=3)
+    with emulated_gpu() as backend:
+        seq = backend.lstm_sequence(**case)
+    assert not np.shares_memory(seq.h_final, seq.h)
+    assert not np.shares_memory(seq.cs_final, seq.cs)
