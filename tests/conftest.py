@@ -37,3 +37,20 @@ def numpy_backends():
 
 
 NUMPY_BACKENDS = numpy_backends()
+
+
+class StandInDevice:
+    """A CUDA device as CuPy's context manager: entering it makes it the current device
+    (``StandInDevice.current``), leaving it restores the one before."""
+
+    current = 0
+
+    def __init__(self, index):
+        self.id = index
+
+    def __enter__(self):
+        self._before, StandInDevice.current = StandInDevice.current, self.id
+        return self
+
+    def __exit__(self, *exc):
+        StandInDevice.current = self._before

@@ -6,6 +6,7 @@ import types
 
 import numpy as np
 import pytest
+from conftest import StandInDevice
 
 import gradcells as gc
 from gradcells.oracle import GradientCheckError
@@ -365,28 +366,12 @@ def test_bfloat16_gradients_are_checked_at_the_loosest_tolerance(rng):
     assert not gc.check_vjp(torch.sin, lambda ct, x: (2 * ct * torch.cos(x),), (x,)).passed
 
 
-class _StandInDevice:
-    """A CUDA device as a context manager: entering it makes it the current device."""
-
-    current = 0
-
-    def __init__(self, index):
-        self.id = index
-
-    def __enter__(self):
-        self._before, _StandInDevice.current = _StandInDevice.current, self.id
-        return self
-
-    def __exit__(self, *exc):
-        _StandInDevice.current = self._before
-
-
 class _StandInCupyArray:
     """A CuPy 13 array as the oracle sees it: no ``__array_namespace__``, a device of its
     own, copied to the host by ``get``."""
 
     def __init__(self, values, device):
-        self.values, self.device = np.asarray(values), _StandInDevice(device)
+        self.values, self.device = np.asarray(values), StandInDevice(device)
         self.shape, self.dtype, self.ndim = self.values.shape, self.values.dtype, self.values.ndim
 
     def astype(self, dtype, copy=True):
@@ -412,7 +397,7 @@ def test_a_cupy_output_gets_its_cotangent_on_its_own_device(monkeypatch):
     fake = types.ModuleType("cupy")
     fake.ndarray = _StandInCupyArray
     fake.asarray = lambda values, dtype: _StandInCupyArray(
-        np.asarray(values, dtype), _StandInDevice.current)
+        np.asarray(values, dtype), StandInDevice.current)
     monkeypatch.setitem(sys.modules, "cupy", fake)
     a = _StandInCupyArray(np.random.default_rng(3).standard_normal(4), device=1)
 

@@ -6,6 +6,7 @@ import types
 
 import numpy as np
 import pytest
+from conftest import StandInDevice
 
 import gradcells as gc
 from gradcells.testing import gru_cell_case, lstm_cell_case
@@ -133,36 +134,21 @@ def test_arrays_from_two_libraries(monkeypatch):
         gc.lstm_cell(*args.values())
 
 
-class _FakeDevice:
-    """A CUDA device as a context manager: entering it makes it the current device."""
-
-    current = 0
-
-    def __init__(self, index):
-        self.id = index
-
-    def __enter__(self):
-        _FakeDevice.current = self.id
-
-    def __exit__(self, *exc):
-        _FakeDevice.current = 0
-
-
 class _FakeCupyLengths:
     """Stands in for a CuPy ``seq_len`` that records the current device when it is reduced
     (CuPy reduces on the current device, which needs peer access to another)."""
 
     def __init__(self, values, device):
         self.values, self.shape, self.dtype = values, values.shape, values.dtype
-        self.device = _FakeDevice(device)
+        self.device = StandInDevice(device)
         self.reduced_on = []
 
     def min(self):
-        self.reduced_on.append(_FakeDevice.current)
+        self.reduced_on.append(StandInDevice.current)
         return self.values.min()
 
     def max(self):
-        self.reduced_on.append(_FakeDevice.current)
+        self.reduced_on.append(StandInDevice.current)
         return self.values.max()
 
 
@@ -172,7 +158,7 @@ def test_cupy_lengths_are_read_on_their_own_device(monkeypatch):
     fake = types.ModuleType("cupy")
     fake.ndarray = _FakeCupyLengths
     monkeypatch.setitem(sys.modules, "cupy", fake)
-    x = types.SimpleNamespace(shape=(3, 2, 1), device=_FakeDevice(1))
+    x = types.SimpleNamespace(shape=(3, 2, 1), device=StandInDevice(1))
     lengths = _FakeCupyLengths(np.array([1, 2], np.int32), device=1)
     assert _validate.seq_len_value(lengths, "cupy", x) is lengths
     assert lengths.reduced_on == [1, 1]
