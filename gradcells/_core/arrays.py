@@ -1,0 +1,71 @@
+"""Array-library detection, once for the whole package.
+
+An array is recognised by ``type(a).__module__`` and ``sys.modules`` only, in the manner of
+einops' ``_backends.py`` and array-api-compat: a library the caller has not imported is never
+imported here, so a NumPy-only call never imports CuPy, PyTorch or JAX.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+
+import numpy as np
+
+LIBRARIES = ("numpy", "cupy", "torch", "jax")
+"""Every array library gradcells recognises; the backends compute on the first two."""
+NATIVE = ("numpy", "cupy")
+# Top-level module of an array type -> the library it belongs to.
+_ROOTS = {"numpy": "numpy", "cupy": "cupy", "torch": "torch", "jax": "jax", "jaxlib": "jax"}
+# The array type of each library, found in its (already imported) module.
+_ARRAY_TYPE = {"cupy": ("cupy", "ndarray"), "torch": ("torch", "Tensor"), "jax": ("jax", "Array")}
+
+
+def library_of(a) -> str | None:
+    """The library ``a`` belongs to ("numpy", "cupy", "torch", "jax"), or None for anything
+    that is not an array of one of them (a number, None, a list)."""
+    if isinstance(a, np.ndarray):
+        return "numpy"
+    library = _ROOTS.get((type(a).__module__ or "").partition(".")[0])
+    if library is None or library == "numpy":
+        return None
+    module_name, type_name = _ARRAY_TYPE[library]
+    module = sys.modules.get(module_name)
+    if module is not None and isinstance(a, getattr(module, type_name)):
+        return library
+    return None
+
+
+def namespace_of(a) -> ModuleType:
+    """The array namespace (``numpy`` or ``cupy``) that owns ``a``, an array the backends
+    compute on."""
+    if isinstance(a, np.ndarray):
+        return np
+    if library_of(a) == "cupy":
+        return sys.modules["cupy"]
+    raise TypeError(f"expected a NumPy or CuPy array, got {type(a).__name__}")
+
+
+def is_float(a) -> bool:
+    """Whether ``a`` (an array of any recognised library) has a floating-point dtype,
+    bfloat16 and the float8 types included."""
+    dtype = getattr(a, "dtype", None)
+    if dtype is None:
+        return False
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(dtype, torch.dtype):
+        return dtype.is_floating_point
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:          # a dtype NumPy does not know
+        return True
+    # bfloat16 and the float8 types (ml_dtypes, JAX's) are floats NumPy files as kind "V"
+    return dtype.kind == "f" or dtype.name.startswith(("bfloat16", "float8"))
+
+
+def refused_subclass(a) -> bool:
+    """``np.matrix`` (``*`` is a matmul) and ``np.ma.MaskedArray`` (the backends would
+    ignore the mask) change what an array means; they are refused, not silently taken as
+    plain arrays. A masked array can only exist once ``numpy.ma`` is imported."""
+    masked = sys.modules.get("numpy.ma")
+    return isinstance(a, np.matrix) or (masked is not None and isinstance(a, masked.MaskedArray))

@@ -1,0 +1,33 @@
+"""Sequence plumbing every backend shares, for any array namespace ``xp``.
+
+Per-example lengths ``seq_len [B]`` follow PyTorch's packed sequences: for ``t >= seq_len[b]``
+row b's per-step outputs are zero and its state is frozen. The public layer passes
+``seq_len=None`` when every row runs all T steps.
+"""
+
+from __future__ import annotations
+
+
+def flat(a):
+    """``[T, B, n] -> [T·B, n]`` (a view when ``a`` is contiguous)."""
+    return a.reshape(a.shape[0] * a.shape[1], a.shape[2])
+
+
+def running_mask(xp, n_steps, seq_len):
+    """``[T, B]`` booleans: whether row b still runs at step t."""
+    return xp.arange(n_steps)[:, None] < seq_len[None, :]
+
+
+def running_inputs(xp, x, seq_len):
+    """``x [T, B, I]`` with every step past its row's length zeroed (``x`` itself when
+    ``seq_len`` is None).
+
+    Those steps' outputs are discarded and their gate gradients are zero, so their inputs
+    never matter, except that padding which is NaN or inf would still reach the input
+    projection (with a warning) and ``dW_x = x_flatᵀ·dG`` (0·NaN is NaN). Every sequence
+    operation starts from this, so the padding is never read.
+    """
+    if seq_len is None:
+        return x
+    running = running_mask(xp, x.shape[0], seq_len)
+    return xp.where(running[:, :, None], x, xp.zeros((), dtype=x.dtype))

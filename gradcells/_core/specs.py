@@ -1,0 +1,102 @@
+"""Every operation's arguments, spelled once: names, shape labels, result and gradient types.
+
+The validation (``gradcells._validate``), the public signatures' checks, the test helpers and
+the architecture test read these tables; nothing else writes an argument name as a literal
+list. Shape labels: ``T`` steps, ``B`` batch, ``I`` input size, ``H`` cell size, ``I+H``,
+``2H``, ``4H``, and ``C`` for the GRU candidate bias (``H``, or ``2H`` reset-after).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .types import (
+    GRUCellGrads,
+    GRUCellState,
+    GRUSequence,
+    GRUSequenceGrads,
+    GRUSettings,
+    GRUWeights,
+    LSTMCellGrads,
+    LSTMCellState,
+    LSTMSequence,
+    LSTMSequenceGrads,
+    LSTMSettings,
+    LSTMWeights,
+)
+
+Labels = tuple[str, ...]
+
+PEEPHOLES: tuple[str, ...] = LSTMWeights._fields[2:5]
+"""The peephole vectors ``("wci", "wcf", "wco")``: all three or none."""
+
+CLIP_GRADS = ("exact", "straight_through")
+"""How a gradient passes an active clip: zero (the true gradient) or unchanged (TF's)."""
+
+_STEP, _STATE = ("T", "B", "H"), ("B", "H")
+
+# The shape labels of every weight, by name.
+WEIGHT_LABELS: dict[str, Labels] = {
+    "w": ("I+H", "4H"), "b": ("4H",), "wci": ("H",), "wcf": ("H",), "wco": ("H",),
+    "w_ru": ("I+H", "2H"), "w_c": ("I+H", "H"), "b_ru": ("2H",), "b_c": ("C",),
+}
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One forward operation and its gradient.
+
+    ``states``: the state arguments after ``x`` (``[B, H]`` each); ``upstream``: the
+    gradient's upstream arguments; everything else is derived from the types.
+    """
+
+    name: str
+    sequence: bool
+    states: tuple[str, ...]
+    weights: type
+    settings: type
+    result: type
+    grads: type
+    upstream: tuple[str, ...]
+
+    @property
+    def grad_name(self) -> str:
+        return f"{self.name}_grad"
+
+    @property
+    def result_arg(self) -> str:
+        """The gradient's argument holding the forward's result."""
+        return "seq" if self.sequence else "state"
+
+    @property
+    def x_labels(self) -> Labels:
+        return ("T", "B", "I") if self.sequence else ("B", "I")
+
+    def result_labels(self) -> tuple[Labels, ...]:
+        """The shape labels of each field of the result."""
+        return tuple(_STATE if not self.sequence or field.endswith("_final") else _STEP
+                     for field in self.result._fields)
+
+    def upstream_labels(self, name: str) -> Labels:
+        return _STATE if not self.sequence or name.endswith("_final") else _STEP
+
+    @property
+    def arrays(self) -> tuple[str, ...]:
+        """The forward's array arguments in signature order (weights as their fields)."""
+        return ("x", *self.states, *self.weights._fields)
+
+
+OPS: dict[str, OpSpec] = {spec.name: spec for spec in (
+    OpSpec("lstm_cell", False, ("cs_prev", "h_prev"), LSTMWeights, LSTMSettings,
+           LSTMCellState, LSTMCellGrads, ("d_h", "d_cs")),
+    OpSpec("gru_cell", False, ("h_prev",), GRUWeights, GRUSettings,
+           GRUCellState, GRUCellGrads, ("d_h",)),
+    OpSpec("lstm_sequence", True, ("cs0", "h0"), LSTMWeights, LSTMSettings,
+           LSTMSequence, LSTMSequenceGrads, ("d_h", "d_cs", "d_h_final", "d_cs_final")),
+    OpSpec("gru_sequence", True, ("h0",), GRUWeights, GRUSettings,
+           GRUSequence, GRUSequenceGrads, ("d_h", "d_h_final")),
+)}
+"""Every forward operation by name; each has a gradient ``<name>_grad``."""
+
+CELLS = ("lstm", "gru")
+"""The cells; every backend has one module per cell (``gradcells.<backend>.<cell>``)."""

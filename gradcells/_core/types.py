@@ -1,0 +1,239 @@
+"""The types every layer shares: results, weight sets, settings records, the backend protocol.
+
+Results are NamedTuples: they unpack into their arrays as they always have. A result made by
+a public forward operation also records the settings it was computed with, as
+``result.settings`` (an ``LSTMSettings`` or ``GRUSettings``), so that its gradient needs only
+the arrays, the result and the upstream gradients (docs/spec.md, "A result carries its
+settings"). A tuple built by hand, or rebuilt with ``_make``/``_replace``, records nothing
+(``settings`` is None) and the gradient takes its settings from its keywords.
+
+Gradient tuples are named after the inputs they belong to and hold ``None`` for inputs that
+were not given (peepholes off).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol, TypeVar
+
+Array = Any
+"""Any array the library accepts: NumPy or CuPy (and, at the public face, PyTorch or JAX)."""
+
+
+# --------------------------------------------------------------------------------------
+# Settings records
+
+
+@dataclass(frozen=True, eq=False)
+class LSTMSettings:
+    """What an LSTM forward was computed with, normalised by the validation.
+
+    ``forget_bias``: a float; ``cell_clip``: None (no clipping) or a positive float;
+    ``peepholes``: whether ``wci, wcf, wco`` were given; ``seq_len``: None (every row ran all
+    T steps; always None for a cell) or the integer lengths ``[B]``.
+    """
+
+    forget_bias: float = 1.0
+    cell_clip: float | None = None
+    peepholes: bool = False
+    seq_len: Array | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class GRUSettings:
+    """What a GRU forward was computed with: ``reset_after`` and ``seq_len`` (as for
+    ``LSTMSettings``)."""
+
+    reset_after: bool = False
+    seq_len: Array | None = None
+
+
+Settings = TypeVar("Settings", LSTMSettings, GRUSettings)
+
+
+class _Recorded:
+    """The ``settings`` attribute of a result (a property, so the record cannot be replaced
+    by assignment; ``record_settings`` writes it once)."""
+
+    __slots__ = ()
+
+    @property
+    def settings(self):
+        """The settings the forward recorded, or None for a tuple built by hand."""
+        return self.__dict__.get("_settings")
+
+
+def record_settings(result, settings):
+    """``result`` (a result NamedTuple) with ``settings`` recorded; returns ``result``."""
+    result.__dict__["_settings"] = settings
+    return result
+
+
+# --------------------------------------------------------------------------------------
+# Weight sets
+
+
+class LSTMWeights(NamedTuple):
+    """One LSTM cell's parameters: ``w [I+H, 4H]`` and ``b [4H]`` (gate blocks i, ci, f, o),
+    and the peephole vectors ``wci, wcf, wco [H]`` (all three or none)."""
+
+    w: Array
+    b: Array
+    wci: Array | None = None
+    wcf: Array | None = None
+    wco: Array | None = None
+
+
+class GRUWeights(NamedTuple):
+    """One GRU cell's parameters: ``w_ru [I+H, 2H]`` (r then u), ``w_c [I+H, H]``,
+    ``b_ru [2H]`` and ``b_c`` (``[H]``, or ``[2H]`` reset-after)."""
+
+    w_ru: Array
+    w_c: Array
+    b_ru: Array
+    b_c: Array
+
+
+# --------------------------------------------------------------------------------------
+# Results
+
+
+class _LSTMCellState(NamedTuple):
+    i: Array
+    cs: Array
+    f: Array
+    o: Array
+    ci: Array
+    co: Array
+    h: Array
+
+
+class LSTMCellState(_Recorded, _LSTMCellState):
+    """Outputs of one LSTM block cell step, all post-activation ``[B, H]``."""
+
+
+class LSTMCellGrads(NamedTuple):
+    """Gradient of the loss with respect to every input of ``lstm_cell``."""
+
+    x: Array
+    cs_prev: Array
+    h_prev: Array
+    w: Array
+    b: Array
+    wci: Array | None = None
+    wcf: Array | None = None
+    wco: Array | None = None
+
+
+class _GRUCellState(NamedTuple):
+    r: Array
+    u: Array
+    c: Array
+    h: Array
+
+
+class GRUCellState(_Recorded, _GRUCellState):
+    """Outputs of one GRU block cell step, all ``[B, H]``."""
+
+
+class GRUCellGrads(NamedTuple):
+    """Gradient of the loss with respect to every input of ``gru_cell``."""
+
+    x: Array
+    h_prev: Array
+    w_ru: Array
+    w_c: Array
+    b_ru: Array
+    b_c: Array
+
+
+class _LSTMSequence(NamedTuple):
+    i: Array
+    cs: Array
+    f: Array
+    o: Array
+    ci: Array
+    co: Array
+    h: Array
+    cs_final: Array
+    h_final: Array
+
+
+class LSTMSequence(_Recorded, _LSTMSequence):
+    """Every step's LSTM outputs ``[T, B, H]`` and the final states ``[B, H]``."""
+
+
+class LSTMSequenceGrads(NamedTuple):
+    """Gradient of the loss with respect to every input of ``lstm_sequence``."""
+
+    x: Array
+    cs0: Array
+    h0: Array
+    w: Array
+    b: Array
+    wci: Array | None = None
+    wcf: Array | None = None
+    wco: Array | None = None
+
+
+class _GRUSequence(NamedTuple):
+    r: Array
+    u: Array
+    c: Array
+    h: Array
+    h_final: Array
+
+
+class GRUSequence(_Recorded, _GRUSequence):
+    """Every step's GRU outputs ``[T, B, H]`` and the final state ``[B, H]``."""
+
+
+class GRUSequenceGrads(NamedTuple):
+    """Gradient of the loss with respect to every input of ``gru_sequence``."""
+
+    x: Array
+    h0: Array
+    w_ru: Array
+    w_c: Array
+    b_ru: Array
+    b_c: Array
+
+
+# --------------------------------------------------------------------------------------
+# The backend protocol: every backend has one module per cell with these functions, names
+# and signatures (tests/test_architecture.py holds every backend to them). Arguments arrive
+# validated and normalised by the public layer; results are plain result tuples (the public
+# layer records the settings on them).
+
+
+class LSTMBackend(Protocol):
+    def lstm_cell(self, x, cs_prev, h_prev, weights: LSTMWeights,
+                  settings: LSTMSettings) -> LSTMCellState: ...
+
+    def lstm_cell_grad(self, x, cs_prev, h_prev, weights: LSTMWeights, state: LSTMCellState,
+                       settings: LSTMSettings, *, d_h=None, d_cs=None,
+                       clip_grad="exact") -> LSTMCellGrads: ...
+
+    def lstm_sequence(self, x, cs0, h0, weights: LSTMWeights,
+                      settings: LSTMSettings) -> LSTMSequence: ...
+
+    def lstm_sequence_grad(self, x, cs0, h0, weights: LSTMWeights, seq: LSTMSequence,
+                           settings: LSTMSettings, *, d_h=None, d_cs=None, d_h_final=None,
+                           d_cs_final=None, clip_grad="exact") -> LSTMSequenceGrads: ...
+
+
+class GRUBackend(Protocol):
+    def gru_cell(self, x, h_prev, weights: GRUWeights, settings: GRUSettings) -> GRUCellState: ...
+
+    def gru_cell_grad(self, x, h_prev, weights: GRUWeights, state: GRUCellState,
+                      settings: GRUSettings, *, d_h=None) -> GRUCellGrads: ...
+
+    def gru_sequence(self, x, h0, weights: GRUWeights, settings: GRUSettings) -> GRUSequence: ...
+
+    def gru_sequence_grad(self, x, h0, weights: GRUWeights, seq: GRUSequence,
+                          settings: GRUSettings, *, d_h=None,
+                          d_h_final=None) -> GRUSequenceGrads: ...
+
+
+# Which protocol each backend cell module follows.
+CELL_PROTOCOLS = {"lstm": LSTMBackend, "gru": GRUBackend}
