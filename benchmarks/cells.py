@@ -112,7 +112,7 @@ def gradcells_gru(backend, size, reset_after):
 
     def run():
         state = gc.gru_cell(*args, reset_after=reset_after, backend=backend)
-        return gc.gru_cell_grad(*args, state, a["d_h"], reset_after=reset_after,
+        return gc.gru_cell_grad(*args, state, d_h=a["d_h"], reset_after=reset_after,
                                 backend=backend)
 
     return run

@@ -2,30 +2,37 @@
 checked against finite differences by a public oracle.
 
 Importing gradcells imports NumPy only: the Numba backend compiles on first use, CuPy is
-imported only when a CuPy array arrives, and TensorFlow/PyTorch are never imported here.
+imported only when a CuPy array arrives, and TensorFlow/PyTorch/JAX are never imported here.
 """
 
-from ._types import (
+from ._core.types import (
     GRUCellGrads,
     GRUCellState,
     GRUSequence,
     GRUSequenceGrads,
+    GRUSettings,
+    GRUWeights,
     LSTMCellGrads,
     LSTMCellState,
     LSTMSequence,
     LSTMSequenceGrads,
+    LSTMSettings,
+    LSTMWeights,
 )
 from .cells import gru_cell, gru_cell_grad, lstm_cell, lstm_cell_grad
 from .oracle import GradientCheckError, VJPReport, check_vjp
 from .sequences import gru_sequence, gru_sequence_grad, lstm_sequence, lstm_sequence_grad
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
+
+_SUBMODULES = ("tf_compat", "layouts", "testing", "reference", "audit")
 
 __all__ = [
     "lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad",
     "lstm_sequence", "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad",
     "LSTMCellState", "LSTMCellGrads", "GRUCellState", "GRUCellGrads",
     "LSTMSequence", "LSTMSequenceGrads", "GRUSequence", "GRUSequenceGrads",
+    "LSTMWeights", "GRUWeights", "LSTMSettings", "GRUSettings",
     "check_vjp", "VJPReport", "GradientCheckError",
     "tf_compat", "layouts", "testing",
 ]
@@ -33,7 +40,7 @@ __all__ = [
 
 def __getattr__(name):
     # Submodules that are public but not needed at import time.
-    if name in ("tf_compat", "layouts", "testing", "reference"):
+    if name in _SUBMODULES:
         import importlib
 
         return importlib.import_module(f"{__name__}.{name}")

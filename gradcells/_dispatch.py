@@ -1,17 +1,17 @@
-"""Array type -> array namespace and backend module.
+"""Choosing the backend for a call: the only place that knows the backends' names.
 
-Detection looks at ``type(a).__module__`` and ``sys.modules`` only, in the manner of einops'
-``_backends.py``: a library the caller has not imported is never imported here, so a
-NumPy-only call never imports CuPy.
+By array type (NumPy arrays run on ``cpu``, CuPy arrays on ``gpu``) or by the caller's
+``backend=``; a backend package is imported on its first use, so a NumPy-only program never
+imports CuPy. Each backend package has one module per cell (``gradcells._core.specs.CELLS``)
+and re-exports their operations.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
 from types import ModuleType
 
-import numpy as np
+from . import _interop
 
 BACKENDS = ("reference", "cpu", "gpu")
 
@@ -23,28 +23,8 @@ _BACKEND_LIBRARY = {"cpu": "numpy", "gpu": "cupy"}
 _loaded: dict[str, ModuleType] = {}
 
 
-def library_of(a) -> str | None:
-    """Name of the array library ``a`` belongs to ("numpy", "cupy"), or None."""
-    if isinstance(a, np.ndarray):
-        return "numpy"
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(a, cupy.ndarray):
-        return "cupy"
-    return None
-
-
-def namespace_of(a) -> ModuleType:
-    """The array namespace (``numpy`` or ``cupy``) that owns array ``a``."""
-    if isinstance(a, np.ndarray):
-        return np
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(a, cupy.ndarray):
-        return cupy
-    raise TypeError(f"expected a NumPy or CuPy array, got {type(a).__name__}")
-
-
 def backend_module(name: str) -> ModuleType:
-    """Import (once) and return ``gradcells.<name>``; ``name`` is already validated."""
+    """Import (once) and return ``gradcells.<name>``; ``name`` is one of ``BACKENDS``."""
     module = _loaded.get(name)
     if module is None:
         module = importlib.import_module(f"gradcells.{name}")
@@ -53,9 +33,26 @@ def backend_module(name: str) -> ModuleType:
 
 
 def default_backend(library: str) -> str:
+    """The backend that serves arrays of ``library`` ("numpy" or "cupy") by default."""
     return _DEFAULT_BACKEND[library]
 
 
 def backend_library(name: str) -> str | None:
     """The one array library an accelerated backend accepts (None: any)."""
     return _BACKEND_LIBRARY.get(name)
+
+
+def backend_for(backend: str | None, library: str) -> ModuleType:
+    """The backend module serving arrays of ``library`` under the caller's ``backend``;
+    ``ValueError`` for an unknown backend or one that cannot take those arrays."""
+    if backend is None:
+        return backend_module(default_backend(library))
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"backend must be None or one of {BACKENDS}, got {backend!r}")
+    wanted = backend_library(backend)
+    if wanted is not None and wanted != library:
+        caller = _interop.CALLER_LIBRARY.get()
+        converted = f" (converted from the {caller} arrays passed)" if caller else ""
+        raise ValueError(
+            f"backend={backend!r} takes {wanted} arrays, got {library} arrays{converted}")
+    return backend_module(backend)

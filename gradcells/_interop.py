@@ -37,16 +37,19 @@ import sys
 
 import numpy as np
 
+from ._core import arrays
+from ._core.types import record_settings
+
 # Argument types that never need converting: the fast path tests membership in this set.
 _NATIVE_TYPES = frozenset({np.ndarray, type(None), float, int, bool, str})
-# Top-level module of an array type -> the library name used here.
-_FOREIGN_ROOTS = {"torch": "torch", "jax": "jax", "jaxlib": "jax"}
+_FOREIGN = ("torch", "jax")
+_is_float = arrays.is_float
+_library_of = arrays.library_of
 
 
 def _foreign_library(a) -> str | None:
     """"torch" or "jax" when ``a`` is (or a tuple holding) such an array, else None."""
-    kind = type(a)
-    if kind in _NATIVE_TYPES:
+    if type(a) in _NATIVE_TYPES:
         return None
     if isinstance(a, tuple):
         for item in a:
@@ -54,13 +57,8 @@ def _foreign_library(a) -> str | None:
             if library is not None:
                 return library
         return None
-    root = (kind.__module__ or "").partition(".")[0]
-    library = _FOREIGN_ROOTS.get(root)
-    if library == "torch" and isinstance(a, sys.modules["torch"].Tensor):
-        return "torch"
-    if library == "jax" and "jax" in sys.modules and isinstance(a, sys.modules["jax"].Array):
-        return "jax"
-    return None
+    library = arrays.library_of(a)
+    return library if library in _FOREIGN else None
 
 
 def _any_foreign(values) -> bool:
@@ -78,29 +76,13 @@ def _any_foreign(values) -> bool:
     return False
 
 
-def _library_of(a) -> str | None:
-    """The array library of ``a`` ("numpy", "cupy", "torch", "jax"), None for a non-array."""
-    if isinstance(a, np.ndarray):
-        return "numpy"
-    root = (type(a).__module__ or "").partition(".")[0]
-    if root == "cupy":
-        return "cupy"
-    return _foreign_library(a)
-
-
-def _is_float(a) -> bool:
-    dtype = getattr(a, "dtype", None)
-    if dtype is None:
-        return False
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(dtype, torch.dtype):
-        return dtype.is_floating_point
-    try:
-        dtype = np.dtype(dtype)
-    except TypeError:          # a dtype NumPy does not know
-        return True
-    # bfloat16 and the float8 types (ml_dtypes, JAX's) are floats NumPy files as kind "V"
-    return dtype.kind == "f" or dtype.name.startswith(("bfloat16", "float8"))
+def _rebuilt(value, items):
+    """A tuple of ``value``'s type holding ``items``, with ``value``'s recorded settings."""
+    if not hasattr(value, "_fields"):
+        return type(value)(items)
+    rebuilt = type(value)(*items)
+    settings = getattr(value, "settings", None)
+    return rebuilt if settings is None else record_settings(rebuilt, settings)
 
 
 def _cupy():
@@ -166,9 +148,8 @@ def _from_backend(a, library):
 
 def _convert_results(value, library):
     if isinstance(value, tuple):
-        items = [_convert_results(item, library) for item in value]
-        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
-    if _library_of(value) in ("numpy", "cupy"):
+        return _rebuilt(value, [_convert_results(item, library) for item in value])
+    if _library_of(value) in arrays.NATIVE:
         return _from_backend(value, library)
     return value
 
@@ -208,9 +189,9 @@ def _check_one_library(names, args, kwargs):
 def _to_backend(value, name, library):
     if isinstance(value, tuple):
         fields = getattr(value, "_fields", None)
-        items = [_to_backend(item, f"{name}.{fields[k]}" if fields else f"{name}[{k}]",
-                             library) for k, item in enumerate(value)]
-        return type(value)(*items) if fields else type(value)(items)
+        return _rebuilt(value, [
+            _to_backend(item, f"{name}.{fields[k]}" if fields else f"{name}[{k}]", library)
+            for k, item in enumerate(value)])
     other = _foreign_library(value)
     return value if other is None else _TO_BACKEND[other](name, value)
 
@@ -244,7 +225,7 @@ def accepts_any_array(func):
         library = next((lib for _, value in named
                         if (lib := _foreign_library(value)) and _is_float(value)), None)
         if library is None:
-            if any(_library_of(value) in ("numpy", "cupy") and _is_float(value)
+            if any(_library_of(value) in arrays.NATIVE and _is_float(value)
                    for _, value in named):
                 return func(*args, **kwargs)
             # No float array at all: convert anyway, so that the validation names the dtype.

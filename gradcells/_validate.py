@@ -1,9 +1,16 @@
-"""Argument checking shared by every public function (SPEC 7).
+"""Argument checking for every public operation (docs/spec.md §7 and §10): checks only.
 
-Each ``*_args`` function checks everything about one operation's arguments before any
-computation, raises ``TypeError`` or ``ValueError`` naming the offending argument with the
-expected and actual shape or dtype, and returns the backend module to call together with
-the normalised attributes. Nothing here computes or copies an array.
+``forward_args`` and ``grad_args`` check everything about one call's arguments before any
+computation, raise ``TypeError`` or ``ValueError`` naming the offending argument with the
+expected and actual shape or dtype, and return the arrays' library and the call's settings
+record (``gradcells._core.types``). What an operation takes is read from
+``gradcells._core.specs``. Nothing here computes or copies an array, and nothing here
+chooses a backend (``_dispatch`` does).
+
+A gradient call resolves each setting from the forward's record (``result.settings``) and
+from its own keywords: a keyword left at None takes the recorded value; one that contradicts
+the record raises ``ValueError`` naming it; a result that records nothing (a tuple built by
+hand) leaves the keywords to decide, with their documented defaults.
 """
 
 from __future__ import annotations
@@ -12,34 +19,17 @@ import contextlib
 import functools
 import math
 import numbers
-import sys
 
 import numpy as np
 
-from . import _dispatch, _interop
+from ._core import arrays
+from ._core.specs import CLIP_GRADS, OPS, PEEPHOLES, WEIGHT_LABELS, OpSpec
+from ._core.types import GRUSettings, LSTMSettings
 
 _FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
 FLOAT_DTYPES = (_FLOAT32, _FLOAT64)
 _FLOAT16 = np.dtype(np.float16)  # accepted for CuPy arrays only (the GPU backend's half path)
-CLIP_GRADS = ("exact", "straight_through")
-LSTM_STATE_FIELDS = ("i", "cs", "f", "o", "ci", "co", "h")
-GRU_STATE_FIELDS = ("r", "u", "c", "h")
-LSTM_SEQUENCE_FIELDS = LSTM_STATE_FIELDS + ("cs_final", "h_final")
-GRU_SEQUENCE_FIELDS = GRU_STATE_FIELDS + ("h_final",)
-# The shape labels of each field of those results.
-_STEP, _STATE = ("T", "B", "H"), ("B", "H")
-LSTM_STATE_LABELS = (_STATE,) * len(LSTM_STATE_FIELDS)
-GRU_STATE_LABELS = (_STATE,) * len(GRU_STATE_FIELDS)
-LSTM_SEQUENCE_LABELS = (_STEP,) * len(LSTM_STATE_FIELDS) + (_STATE,) * 2
-GRU_SEQUENCE_LABELS = (_STEP,) * len(GRU_STATE_FIELDS) + (_STATE,)
-
-
-def refused_subclass(a) -> bool:
-    """``np.matrix`` (``*`` is a matmul) and ``np.ma.MaskedArray`` (the backends would
-    ignore the mask) change what an array means; they are refused, not silently taken as
-    plain arrays. A masked array can only exist once ``numpy.ma`` is imported."""
-    masked = sys.modules.get("numpy.ma")
-    return isinstance(a, np.matrix) or (masked is not None and isinstance(a, masked.MaskedArray))
+refused_subclass = arrays.refused_subclass
 
 
 def _library_and_dtype(specs):
@@ -53,9 +43,10 @@ def _library_and_dtype(specs):
         a = spec[1]
         if a is None:
             continue
-        lib = "numpy" if type(a) is np.ndarray else _dispatch.library_of(a)
-        if lib is None or (type(a) is not np.ndarray and refused_subclass(a)):
-            raise TypeError(f"{spec[0]} must be a NumPy or CuPy array, got {type(a).__name__}")
+        lib = "numpy" if type(a) is np.ndarray else arrays.library_of(a)
+        if lib not in arrays.NATIVE or (type(a) is not np.ndarray and refused_subclass(a)):
+            raise TypeError(f"{spec[0]} must be a NumPy or CuPy array, got "
+                            f"{type(a).__name__} (PyTorch and JAX arrays are taken too)")
         a_dtype = a.dtype
         if library is None:
             # Identity first: comparing dtypes by value costs far more than the rest.
@@ -108,21 +99,17 @@ def _check_shapes(specs, sizes, origin):
                 f"got {tuple(a.shape)} ({origin()})")
 
 
-_GATES_LABEL = {2: "2H", 4: "4H"}
-
-
-def _sizes(x_shape, n_hidden, n_gates):
-    """The length of every shape label, from x's shape (``[B, I]`` or ``[T, B, I]``), H and the
-    number of gate blocks in the weights' columns (LSTM 4, GRU 2)."""
+def _sizes(x_shape, n_hidden):
+    """The length of every shape label, from x's shape (``[B, I]`` or ``[T, B, I]``) and H."""
     n_in = x_shape[-1]
     sizes = {"B": x_shape[-2], "I": n_in, "H": n_hidden, "I+H": n_in + n_hidden,
-             _GATES_LABEL[n_gates]: n_gates * n_hidden}
+             "2H": 2 * n_hidden, "4H": 4 * n_hidden}
     if len(x_shape) == 3:
         sizes["T"] = x_shape[0]
     return sizes
 
 
-def _check_arrays(specs, n_required, n_gates):
+def _check_arrays(specs, n_required):
     """Every check on one call's arrays; returns their library ("numpy" or "cupy").
 
     ``specs``: (name, array-or-None, shape labels), x (``[B, I]`` or ``[T, B, I]``) first and
@@ -140,7 +127,7 @@ def _check_arrays(specs, n_required, n_gates):
         return (f"{', '.join(x_labels)} from {x_name} {tuple(x_shape)}, "
                 f"H from {h_name} {tuple(h_shape)}")
 
-    _check_shapes(specs, _sizes(x_shape, h_shape[1], n_gates), origin)
+    _check_shapes(specs, _sizes(x_shape, h_shape[1]), origin)
     return library
 
 
@@ -197,12 +184,14 @@ def cell_clip_value(cell_clip, dtype):
 
 
 def clip_grad_value(clip_grad):
-    if clip_grad not in CLIP_GRADS:
+    """``clip_grad``, one of ``CLIP_GRADS``."""
+    if not isinstance(clip_grad, str) or clip_grad not in CLIP_GRADS:
         raise ValueError(f"clip_grad must be one of {CLIP_GRADS}, got {clip_grad!r}")
     return clip_grad
 
 
 def reset_after_value(reset_after):
+    """``reset_after`` as a bool (a bool or NumPy bool only)."""
     if not isinstance(reset_after, (bool, np.bool_)):
         raise TypeError(f"reset_after must be a bool, got {type(reset_after).__name__}")
     return bool(reset_after)
@@ -210,28 +199,14 @@ def reset_after_value(reset_after):
 
 def peepholes_given(wci, wcf, wco):
     """True when all three peephole vectors are given, False when none is; else ValueError."""
-    given = [name for name, v in (("wci", wci), ("wcf", wcf), ("wco", wco)) if v is not None]
-    if given and len(given) != 3:
-        missing = sorted({"wci", "wcf", "wco"} - set(given))
+    given = [name for name, v in zip(PEEPHOLES, (wci, wcf, wco)) if v is not None]
+    if given and len(given) != len(PEEPHOLES):
+        missing = [name for name in PEEPHOLES if name not in given]
         raise ValueError(
-            f"peepholes need all of wci, wcf and wco or none: got {', '.join(given)} "
+            f"peepholes need all of {', '.join(PEEPHOLES[:-1])} and {PEEPHOLES[-1]} or none: "
+            f"got {', '.join(given)} "
             f"without {', '.join(missing)}")
     return bool(given)
-
-
-def backend_for(backend, library):
-    """The backend module serving arrays of ``library`` under the caller's ``backend``."""
-    if backend is None:
-        return _dispatch.backend_module(_dispatch.default_backend(library))
-    if backend not in _dispatch.BACKENDS:
-        raise ValueError(f"backend must be None or one of {_dispatch.BACKENDS}, got {backend!r}")
-    wanted = _dispatch.backend_library(backend)
-    if wanted is not None and wanted != library:
-        caller = _interop.CALLER_LIBRARY.get()
-        converted = f" (converted from the {caller} arrays passed)" if caller else ""
-        raise ValueError(
-            f"backend={backend!r} takes {wanted} arrays, got {library} arrays{converted}")
-    return _dispatch.backend_module(backend)
 
 
 def _result_specs(prefix, result, fields, labels):
@@ -257,51 +232,22 @@ def _require_arrays(specs):
             raise TypeError(f"{name} must be an array, got None")
 
 
-def lstm_cell_args(x, cs_prev, h_prev, w, b, wci, wcf, wco, *, grad=False, state=None,
-                   d_h=None, d_cs=None, backend=None):
-    """Check the arrays of ``lstm_cell`` (and of ``lstm_cell_grad`` when ``grad``);
-    return the backend module."""
-    required = [("x", x, ("B", "I")), ("cs_prev", cs_prev, ("B", "H")),
-                ("h_prev", h_prev, ("B", "H")), ("w", w, ("I+H", "4H")), ("b", b, ("4H",))]
-    if grad:
-        required += _result_specs("state", state, LSTM_STATE_FIELDS, LSTM_STATE_LABELS)
-    specs = required + [("wci", wci, ("H",)), ("wcf", wcf, ("H",)), ("wco", wco, ("H",)),
-                        ("d_h", d_h, ("B", "H")), ("d_cs", d_cs, ("B", "H"))]
-    library = _check_arrays(specs, len(required), 4)
-    peepholes_given(wci, wcf, wco)
-    return backend_for(backend, library)
-
-
-def gru_cell_args(x, h_prev, w_ru, w_c, b_ru, b_c, *, reset_after, grad=False, state=None,
-                  d_h=None, backend=None):
-    """Check the arrays of ``gru_cell`` (and of ``gru_cell_grad`` when ``grad``);
-    return the backend module."""
-    specs = [("x", x, ("B", "I")), ("h_prev", h_prev, ("B", "H")),
-             ("w_ru", w_ru, ("I+H", "2H")), ("w_c", w_c, ("I+H", "H")),
-             ("b_ru", b_ru, ("2H",)), ("b_c", b_c, ("2H" if reset_after else "H",))]
-    if grad:
-        specs += _result_specs("state", state, GRU_STATE_FIELDS, GRU_STATE_LABELS)
-    n_required = len(specs)
-    specs.append(("d_h", d_h, ("B", "H")))
-    return backend_for(backend, _check_arrays(specs, n_required, 2))
-
-
-# --------------------------------------------------------------------------------------
-# Sequences (SPEC 4)
-
 def seq_len_value(seq_len, library, x):
-    """Check ``seq_len``: None, or an integer array ``[B]`` of ``library`` (on ``x``'s device)
-    with values in ``[0, T]``. Returns None when it is None or every row runs all T steps,
-    else ``seq_len``.
+    """Check ``seq_len``: None, a list or tuple of integers, or an integer array ``[B]`` of
+    ``library`` (on ``x``'s device), with values in ``[0, T]``. Returns None when it is None
+    or every row runs all T steps, else the lengths as an array of ``library``.
 
     Reading the extremes of a CuPy array synchronises with the device once.
     """
     if seq_len is None:
         return None
-    lib = _dispatch.library_of(seq_len)
-    if lib is None or refused_subclass(seq_len):
+    if isinstance(seq_len, (list, tuple)):
+        seq_len = _lengths_array(seq_len, library, x)
+    lib = arrays.library_of(seq_len)
+    if lib not in arrays.NATIVE or refused_subclass(seq_len):
         raise TypeError(
-            f"seq_len must be a {library} integer array [B], got {type(seq_len).__name__}")
+            f"seq_len must be a {library} integer array [B] (or a list of integers), got "
+            f"{type(seq_len).__name__}")
     if lib != library:
         raise TypeError(
             f"seq_len must come from the same array library as x ({library}), got {lib}")
@@ -327,36 +273,143 @@ def seq_len_value(seq_len, library, x):
     return None if shortest == n_steps else seq_len
 
 
-def lstm_sequence_args(x, cs0, h0, w, b, wci, wcf, wco, *, seq_len=None, grad=False,
-                       seq=None, d_h=None, d_cs=None, d_h_final=None, d_cs_final=None,
-                       backend=None):
-    """Check the arrays of ``lstm_sequence`` (and of ``lstm_sequence_grad`` when ``grad``);
-    return ``(backend module, seq_len)`` with ``seq_len`` normalised by ``seq_len_value``."""
-    required = [("x", x, ("T", "B", "I")), ("cs0", cs0, ("B", "H")), ("h0", h0, ("B", "H")),
-                ("w", w, ("I+H", "4H")), ("b", b, ("4H",))]
-    if grad:
-        required += _result_specs("seq", seq, LSTM_SEQUENCE_FIELDS, LSTM_SEQUENCE_LABELS)
-    specs = required + [("wci", wci, ("H",)), ("wcf", wcf, ("H",)), ("wco", wco, ("H",)),
-                        ("d_h", d_h, ("T", "B", "H")), ("d_cs", d_cs, ("T", "B", "H")),
-                        ("d_h_final", d_h_final, ("B", "H")),
-                        ("d_cs_final", d_cs_final, ("B", "H"))]
-    library = _check_arrays(specs, len(required), 4)
-    peepholes_given(wci, wcf, wco)
-    seq_len = seq_len_value(seq_len, library, x)
-    return backend_for(backend, library), seq_len
 
 
-def gru_sequence_args(x, h0, w_ru, w_c, b_ru, b_c, *, reset_after, seq_len=None, grad=False,
-                      seq=None, d_h=None, d_h_final=None, backend=None):
-    """Check the arrays of ``gru_sequence`` (and of ``gru_sequence_grad`` when ``grad``);
-    return ``(backend module, seq_len)`` with ``seq_len`` normalised by ``seq_len_value``."""
-    specs = [("x", x, ("T", "B", "I")), ("h0", h0, ("B", "H")),
-             ("w_ru", w_ru, ("I+H", "2H")), ("w_c", w_c, ("I+H", "H")),
-             ("b_ru", b_ru, ("2H",)), ("b_c", b_c, ("2H" if reset_after else "H",))]
-    if grad:
-        specs += _result_specs("seq", seq, GRU_SEQUENCE_FIELDS, GRU_SEQUENCE_LABELS)
-    n_required = len(specs)
-    specs += [("d_h", d_h, ("T", "B", "H")), ("d_h_final", d_h_final, ("B", "H"))]
-    library = _check_arrays(specs, n_required, 2)
-    seq_len = seq_len_value(seq_len, library, x)
-    return backend_for(backend, library), seq_len
+# --------------------------------------------------------------------------------------
+# One call's arguments, by operation
+
+
+def _array_specs(spec: OpSpec, x, states, weights, reset_after):
+    """(name, array, labels) for the forward's arrays: x, the states, the weights."""
+    return ([("x", x, spec.x_labels)]
+            + [(name, a, ("B", "H")) for name, a in zip(spec.states, states)]
+            + [(name, a, _weight_labels(name, reset_after))
+               for name, a in zip(spec.weights._fields, weights)])
+
+
+def _weight_labels(name, reset_after):
+    """A weight's shape labels, the GRU candidate bias's ``C`` read as ``2H`` or ``H``."""
+    labels = WEIGHT_LABELS[name]
+    return labels if labels != ("C",) else ("2H",) if reset_after else ("H",)
+
+
+def _split_required(specs):
+    """The forward's specs split into the required ones and the optional ones."""
+    optional = [s for s in specs if s[0] in PEEPHOLES]
+    required = [s for s in specs if s[0] not in PEEPHOLES]
+    return required, optional
+
+
+def _checked_library(spec, x, states, weights, *, reset_after, result=None, upstream=None):
+    """Check every array of a forward call (and of its gradient when ``upstream`` is given);
+    return the arrays' library."""
+    required, optional = _split_required(_array_specs(spec, x, states, weights, reset_after))
+    if upstream is not None:
+        required += _result_specs(spec.result_arg, result, spec.result._fields,
+                                  spec.result_labels())
+        optional += [(name, upstream[name], spec.upstream_labels(name))
+                     for name in spec.upstream]
+    library = _check_arrays(required + optional, len(required))
+    if spec.settings is LSTMSettings:
+        peepholes_given(*(getattr(weights, name) for name in PEEPHOLES))
+    return library
+
+
+def forward_args(op: str, x, states, weights, **attributes):
+    """Check a forward call of ``op``; return ``(library, settings)``.
+
+    ``attributes``: the op's keywords (``forget_bias``, ``cell_clip``, ``reset_after``,
+    ``seq_len``) as the caller gave them.
+    """
+    spec = OPS[op]
+    reset_after = reset_after_value(attributes.get("reset_after", False))
+    library = _checked_library(spec, x, states, weights, reset_after=reset_after)
+    seq_len = seq_len_value(attributes.get("seq_len"), library, x) if spec.sequence else None
+    if spec.settings is GRUSettings:
+        return library, GRUSettings(reset_after=reset_after, seq_len=seq_len)
+    return library, LSTMSettings(
+        forget_bias=forget_bias_value(attributes.get("forget_bias", 1.0), x.dtype),
+        cell_clip=cell_clip_value(attributes.get("cell_clip"), x.dtype),
+        peepholes=weights.wci is not None, seq_len=seq_len)
+
+
+def grad_args(op: str, x, states, weights, result, upstream, **given):
+    """Check a gradient call of ``op``; return ``(library, settings)``, the settings being
+    the forward's record checked against the settings ``given`` again (None: not given).
+
+    ``upstream``: the upstream gradients by name (None where absent).
+    """
+    spec = OPS[op]
+    recorded = getattr(result, "settings", None)
+    if not isinstance(recorded, spec.settings):
+        recorded = spec.settings()
+    reset_after = getattr(recorded, "reset_after", False)
+    if given.get("reset_after") is not None:
+        reset_after = _agreeing("reset_after", reset_after_value(given["reset_after"]),
+                                reset_after, result, spec)
+    library = _checked_library(spec, x, states, weights, reset_after=reset_after,
+                               result=result, upstream=upstream)
+    seq_len = recorded.seq_len
+    if spec.sequence and given.get("seq_len") is not None:
+        seq_len = _agreeing("seq_len", seq_len_value(given["seq_len"], library, x), seq_len,
+                            result, spec, same=_same_lengths)
+    if spec.settings is GRUSettings:
+        return library, GRUSettings(reset_after=reset_after, seq_len=seq_len)
+    return library, _lstm_grad_settings(spec, x, weights, result, recorded, seq_len,
+                                        given.get("cell_clip"))
+
+
+def _lstm_grad_settings(spec, x, weights, result, recorded, seq_len, cell_clip):
+    """The LSTM gradient's settings: the record's, with the peepholes present as recorded
+    and a ``cell_clip`` given again agreeing with it."""
+    peepholes = weights.wci is not None
+    if getattr(result, "settings", None) is not None and peepholes != recorded.peepholes:
+        names = ", ".join(PEEPHOLES)
+        raise ValueError(
+            f"the forward ran with peepholes; pass {names} again" if recorded.peepholes else
+            f"{names} were given but the forward ran without peepholes "
+            f"({spec.result_arg}.settings.peepholes is False)")
+    clip = recorded.cell_clip
+    if cell_clip is not None:
+        clip = _agreeing("cell_clip", cell_clip_value(cell_clip, x.dtype), clip, result, spec)
+    return LSTMSettings(forget_bias=recorded.forget_bias, cell_clip=clip,
+                        peepholes=peepholes, seq_len=seq_len)
+
+
+def _same_lengths(a, b):
+    if a is None or b is None:
+        return a is b
+    return a is b or (a.shape == b.shape and bool((a == b).all()))
+
+
+def _agreeing(name, value, recorded_value, result, spec, same=None):
+    """``value`` when it agrees with the forward's record (or nothing was recorded); else
+    ValueError naming the setting."""
+    if getattr(result, "settings", None) is None:
+        return value
+    agrees = same(value, recorded_value) if same else value == recorded_value
+    if not agrees:
+        raise ValueError(
+            f"{name}={_setting_text(value)} contradicts the forward's {name}="
+            f"{_setting_text(recorded_value)} recorded in {spec.result_arg}.settings; leave "
+            f"{name} out to use the forward's")
+    return value
+
+
+def _setting_text(value):
+    if value is None or isinstance(value, (bool, float, int)):
+        return repr(value)
+    return f"[{', '.join(str(int(n)) for n in value.tolist())}]"
+
+
+def _lengths_array(values, library, x):
+    """A list or tuple of lengths as an array of ``library`` on ``x``'s device (its dtype
+    then says whether they were integers)."""
+    if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in values):
+        raise TypeError("seq_len must hold integers, got "
+                        f"{sorted({type(n).__name__ for n in values})}")
+    lengths = np.asarray(values, dtype=np.int64).reshape(len(values))
+    if library == "numpy":
+        return lengths
+    with x.device:
+        return arrays.namespace_of(x).asarray(lengths)

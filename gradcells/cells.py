@@ -1,19 +1,33 @@
-"""The public cell operations: validate, pick the backend, call it. No math here.
+"""The public cell operations: validate, dispatch, call, record the settings. No math here.
 
 The formulas are in ``gradcells.reference`` (and restated in each docstring below); the
-accelerated backends compute the same functions.
+accelerated backends compute the same functions. A forward's result records its settings
+(``state.settings``), so its gradient needs only the arrays, the result and the upstream
+gradients (docs/spec.md §10).
 """
 
 from __future__ import annotations
 
+from . import _dispatch
 from . import _validate as v
+from ._core.types import (
+    Array,
+    GRUCellGrads,
+    GRUCellState,
+    GRUWeights,
+    LSTMCellGrads,
+    LSTMCellState,
+    LSTMWeights,
+    record_settings,
+)
 from ._interop import accepts_any_array
-from ._types import GRUCellGrads, GRUCellState, LSTMCellGrads, LSTMCellState
 
 
 @accepts_any_array
-def lstm_cell(x, cs_prev, h_prev, w, b, *, wci=None, wcf=None, wco=None, forget_bias=1.0,
-              cell_clip=None, backend=None) -> LSTMCellState:
+def lstm_cell(x: Array, cs_prev: Array, h_prev: Array, w: Array, b: Array, *,
+              wci: Array | None = None, wcf: Array | None = None, wco: Array | None = None,
+              forget_bias: float = 1.0, cell_clip: float | None = None,
+              backend: str | None = None) -> LSTMCellState:
     """One step of TensorFlow's LSTM block cell (gate layout i, ci, f, o).
 
     Shapes: ``x [B, I]``, ``cs_prev, h_prev [B, H]``, ``w [I+H, 4H]``, ``b [4H]``, peepholes
@@ -23,20 +37,30 @@ def lstm_cell(x, cs_prev, h_prev, w, b, *, wci=None, wcf=None, wco=None, forget_
         f = σ(Gf + forget_bias + cs_prev∘wcf);   cs = clip(i∘ci + f∘cs_prev)
         co = tanh(cs);   o = σ(Go + cs∘wco);   h = o∘co
 
-    Returns ``LSTMCellState(i, cs, f, o, ci, co, h)``, each ``[B, H]``.
+    Returns ``LSTMCellState(i, cs, f, o, ci, co, h)``, each ``[B, H]``, recording its
+    settings (``forget_bias``, ``cell_clip``, whether peepholes were given).
     """
-    impl = v.lstm_cell_args(x, cs_prev, h_prev, w, b, wci, wcf, wco, backend=backend)
-    return impl.lstm_cell(x, cs_prev, h_prev, w, b, wci=wci, wcf=wcf, wco=wco,
-                          forget_bias=v.forget_bias_value(forget_bias, x.dtype),
-                          cell_clip=v.cell_clip_value(cell_clip, x.dtype))
+    weights = LSTMWeights(w, b, wci, wcf, wco)
+    library, settings = v.forward_args("lstm_cell", x, (cs_prev, h_prev), weights,
+                                       forget_bias=forget_bias, cell_clip=cell_clip)
+    impl = _dispatch.backend_for(backend, library)
+    return record_settings(impl.lstm_cell(x, cs_prev, h_prev, weights, settings), settings)
 
 
 @accepts_any_array
-def lstm_cell_grad(x, cs_prev, h_prev, w, b, state, *, d_h=None, d_cs=None, wci=None,
-                   wcf=None, wco=None, cell_clip=None, clip_grad="exact",
-                   backend=None) -> LSTMCellGrads:
+def lstm_cell_grad(x: Array, cs_prev: Array, h_prev: Array, w: Array, b: Array,
+                   state: LSTMCellState, *, d_h: Array | None = None,
+                   d_cs: Array | None = None, wci: Array | None = None,
+                   wcf: Array | None = None, wco: Array | None = None,
+                   cell_clip: float | None = None, clip_grad: str = "exact",
+                   backend: str | None = None) -> LSTMCellGrads:
     """Gradient of ``lstm_cell`` with respect to every input, given the forward's ``state``
     and the upstream gradients ``d_h`` and ``d_cs`` (None: zeros).
+
+    ``cell_clip`` and the peepholes are the forward's, as ``state`` records them; passing
+    ``cell_clip`` again is allowed, a contradicting value raises ``ValueError``, and so do
+    peepholes missing (or extra) against the record. For a ``state`` that records nothing (a
+    tuple built by hand), ``cell_clip`` is as for ``lstm_cell``.
 
     ``clip_grad="exact"`` (default) is the true gradient: zero through the clip where it was
     active. ``"straight_through"`` passes it unchanged, as TensorFlow's ops do.
@@ -44,17 +68,18 @@ def lstm_cell_grad(x, cs_prev, h_prev, w, b, state, *, d_h=None, d_cs=None, wci=
     Returns ``LSTMCellGrads(x, cs_prev, h_prev, w, b, wci, wcf, wco)`` (peepholes None
     when absent).
     """
-    impl = v.lstm_cell_args(x, cs_prev, h_prev, w, b, wci, wcf, wco, grad=True, state=state,
-                            d_h=d_h, d_cs=d_cs, backend=backend)
-    return impl.lstm_cell_grad(x, cs_prev, h_prev, w, b, LSTMCellState(*state), d_h=d_h,
-                               d_cs=d_cs, wci=wci, wcf=wcf, wco=wco,
-                               cell_clip=v.cell_clip_value(cell_clip, x.dtype),
-                               clip_grad=v.clip_grad_value(clip_grad))
+    weights = LSTMWeights(w, b, wci, wcf, wco)
+    library, settings = v.grad_args("lstm_cell", x, (cs_prev, h_prev), weights, state,
+                                    {"d_h": d_h, "d_cs": d_cs}, cell_clip=cell_clip)
+    clip_grad = v.clip_grad_value(clip_grad)
+    impl = _dispatch.backend_for(backend, library)
+    return impl.lstm_cell_grad(x, cs_prev, h_prev, weights, LSTMCellState(*state), settings,
+                               d_h=d_h, d_cs=d_cs, clip_grad=clip_grad)
 
 
 @accepts_any_array
-def gru_cell(x, h_prev, w_ru, w_c, b_ru, b_c, *, reset_after=False,
-             backend=None) -> GRUCellState:
+def gru_cell(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array, *,
+             reset_after: bool = False, backend: str | None = None) -> GRUCellState:
     """One step of TensorFlow's GRU block cell.
 
     Shapes: ``x [B, I]``, ``h_prev [B, H]``, ``w_ru [I+H, 2H]`` (r then u), ``w_c [I+H, H]``,
@@ -64,24 +89,30 @@ def gru_cell(x, h_prev, w_ru, w_c, b_ru, b_c, *, reset_after=False,
         h = u∘h_prev + (1-u)∘c
         reset_after:  c = tanh(x·W_cx + b_cx + r∘(h_prev·W_ch + b_ch))
 
-    Returns ``GRUCellState(r, u, c, h)``, each ``[B, H]``.
+    Returns ``GRUCellState(r, u, c, h)``, each ``[B, H]``, recording ``reset_after``.
     """
-    reset_after = v.reset_after_value(reset_after)
-    impl = v.gru_cell_args(x, h_prev, w_ru, w_c, b_ru, b_c, reset_after=reset_after,
-                           backend=backend)
-    return impl.gru_cell(x, h_prev, w_ru, w_c, b_ru, b_c, reset_after=reset_after)
+    weights = GRUWeights(w_ru, w_c, b_ru, b_c)
+    library, settings = v.forward_args("gru_cell", x, (h_prev,), weights,
+                                       reset_after=reset_after)
+    impl = _dispatch.backend_for(backend, library)
+    return record_settings(impl.gru_cell(x, h_prev, weights, settings), settings)
 
 
 @accepts_any_array
-def gru_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, state, d_h=None, *, reset_after=False,
-                  backend=None) -> GRUCellGrads:
+def gru_cell_grad(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array,
+                  state: GRUCellState, *, d_h: Array | None = None,
+                  reset_after: bool | None = None,
+                  backend: str | None = None) -> GRUCellGrads:
     """Gradient of ``gru_cell`` with respect to every input, given the forward's ``state``
     and the upstream gradient ``d_h`` of ``h`` (None: zeros).
 
+    ``reset_after`` is the forward's, as ``state`` records it (None: the record's; for a
+    tuple built by hand, False); a contradicting value raises ``ValueError``.
+
     Returns ``GRUCellGrads(x, h_prev, w_ru, w_c, b_ru, b_c)``.
     """
-    reset_after = v.reset_after_value(reset_after)
-    impl = v.gru_cell_args(x, h_prev, w_ru, w_c, b_ru, b_c, reset_after=reset_after,
-                           grad=True, state=state, d_h=d_h, backend=backend)
-    return impl.gru_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, GRUCellState(*state), d_h,
-                              reset_after=reset_after)
+    weights = GRUWeights(w_ru, w_c, b_ru, b_c)
+    library, settings = v.grad_args("gru_cell", x, (h_prev,), weights, state, {"d_h": d_h},
+                                    reset_after=reset_after)
+    impl = _dispatch.backend_for(backend, library)
+    return impl.gru_cell_grad(x, h_prev, weights, GRUCellState(*state), settings, d_h=d_h)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _interop
-from ._validate import refused_subclass
+from ._core.arrays import refused_subclass
 
 # Gate orders, one letter per block: i input, c candidate (ci / g), f forget, o output.
 _LSTM_GRADCELLS = "icfo"

@@ -38,10 +38,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _dispatch
 from . import _validate as _v
+from ._core import arrays
+from ._core.specs import PEEPHOLES
+from ._core.types import GRUCellState, LSTMCellState, LSTMSequence, LSTMWeights
 from ._interop import accepts_any_array
-from ._types import GRUCellState, LSTMCellState, LSTMSequence
 from .cells import gru_cell, gru_cell_grad, lstm_cell
 from .reference.gru import gru_gate_grads
 from .reference.lstm import lstm_gate_grads
@@ -114,7 +115,7 @@ class BlockLSTMGradOutput(NamedTuple):
 # Argument handling shared by the mirrors
 
 
-_PEEPHOLES = ("wci", "wcf", "wco")
+_PEEPHOLES = PEEPHOLES
 _LSTM_GRAD_NAMES = {"d_h": "h_grad", "d_cs": "cs_grad"}
 _SEQUENCE_NAMES = {"cs0": "cs_prev", "h0": "h_prev", "seq.cs_final": "cs",
                    "seq.h_final": "h", **_LSTM_GRAD_NAMES}
@@ -172,10 +173,10 @@ def _peepholes(use_peephole, wci, wcf, wco, like):
 
 
 def _check_unused_peephole(name, vector, like):
-    library = _dispatch.library_of(vector)
+    library = _native_library(vector)
     if library is None:
         raise TypeError(f"{name} must be an array [H] or None, got {type(vector).__name__}")
-    like_library = _dispatch.library_of(like)
+    like_library = _native_library(like)
     if like_library is not None and library != like_library:
         raise TypeError(f"{name} must come from the same array library as x ({like_library}), "
                         f"got {library}")
@@ -189,13 +190,19 @@ def _check_unused_peephole(name, vector, like):
 def _unused_peephole_grads(wci, wcf, wco, like, n_hidden):
     """TF's gradients of unused peephole vectors (each None or checked by ``_peepholes``):
     zeros shaped like them, ``[H]`` for None."""
-    xp = _dispatch.namespace_of(like)
+    xp = arrays.namespace_of(like)
     return tuple(xp.zeros((n_hidden,) if p is None else tuple(p.shape), dtype=like.dtype)
                  for p in (wci, wcf, wco))
 
 
+def _native_library(a):
+    """"numpy" or "cupy" for such an array (the mirrors see converted arrays), else None."""
+    library = arrays.library_of(a)
+    return library if library in arrays.NATIVE else None
+
+
 def _is_array(a):
-    return _dispatch.library_of(a) is not None
+    return _native_library(a) is not None
 
 
 def _seq_len_max_value(seq_len_max, x):
@@ -228,7 +235,7 @@ def _rows_running(steps, x):
     """``seq_len`` for the public API: every row runs ``steps`` steps (None: all T)."""
     if not (_is_array(x) and x.ndim == 3) or steps == x.shape[0]:
         return None
-    return _dispatch.namespace_of(x).full((x.shape[1],), steps, dtype=np.int64)
+    return arrays.namespace_of(x).full((x.shape[1],), steps, dtype=np.int64)
 
 
 def _zero_past(a, steps, n_steps):
@@ -255,7 +262,7 @@ def _swap_gate_blocks(a):
     gradcells's i, ci, f, o (its own inverse). Malformed arrays are returned as they are."""
     if not (_is_array(a) and a.ndim in (1, 2) and a.shape[-1] % 4 == 0):
         return a
-    xp = _dispatch.namespace_of(a)
+    xp = arrays.namespace_of(a)
     width = a.shape[-1] // 4
     i, first, second, o = (a[..., k * width:(k + 1) * width] for k in range(4))
     return xp.concatenate([i, second, first, o], axis=-1)
@@ -305,9 +312,9 @@ def lstm_block_cell_grad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, c
     # TF's op takes no h, and the gradient never reads it: co fills the state's h slot.
     state = LSTMCellState(i, cs, f, o, ci, co, co)
     with _tf_argument_names(_LSTM_GRAD_NAMES):
-        _v.lstm_cell_args(x, cs_prev, h_prev, w, b, peepholes.get("wci"), peepholes.get("wcf"),
-                          peepholes.get("wco"), grad=True, state=state, d_h=h_grad,
-                          d_cs=cs_grad)
+        _v.grad_args("lstm_cell", x, (cs_prev, h_prev),
+                     LSTMWeights(w, b, *(peepholes.get(name) for name in _PEEPHOLES)), state,
+                     {"d_h": h_grad, "d_cs": cs_grad})
     dicfo, cs_prev_grad, *peephole_grads = lstm_gate_grads(
         cs_prev, state, d_h=h_grad, d_cs=cs_grad, **peepholes, cell_clip=None)
     if not use_peephole:
@@ -342,7 +349,8 @@ def gru_block_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h) -> GRUBlo
     """
     # TF's op takes no h, and the gradient never reads it: c fills the state's h slot.
     with _tf_argument_names({}):
-        grads = gru_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, GRUCellState(r, u, c, c), d_h)
+        grads = gru_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, GRUCellState(r, u, c, c),
+                              d_h=d_h)
     d_c_bar, d_r_bar_u_bar, _, _ = gru_gate_grads(x, h_prev, w_c, b_c,
                                                   GRUCellState(r, u, c, c), d_h)
     return GRUBlockCellGradOutput(grads.x, grads.h_prev, d_c_bar, d_r_bar_u_bar)

@@ -139,7 +139,7 @@ def test_gru_cell(case, seed):
         state = gc.gru_cell(*arrays, reset_after=reset_after, backend=backend)
         for k, theirs in zip(("r", "u", "c", "h"), out):
             close(getattr(state, k), theirs.detach().numpy(), f"{backend} {k}")
-        grads = gc.gru_cell_grad(*arrays, state, d_h, reset_after=reset_after, backend=backend)
+        grads = gc.gru_cell_grad(*arrays, state, d_h=d_h, reset_after=reset_after, backend=backend)
         for k, theirs in zip(GRU_ARGS, expected):
             close(getattr(grads, k), theirs, f"{backend} d{k}")
 

@@ -36,7 +36,7 @@ def _numpy_call(op, rng, dtype):
         return gc.gru_cell, arrays, {"reset_after": True}
     state = gc.gru_cell(*arrays, reset_after=True)
     d_h = rng.standard_normal(state.h.shape).astype(dtype)
-    return gc.gru_cell_grad, arrays + [state, d_h], {"reset_after": True}
+    return gc.gru_cell_grad, arrays + [state], {"d_h": d_h, "reset_after": True}
 
 
 def _convert(value, to_library):

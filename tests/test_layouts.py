@@ -293,7 +293,7 @@ def test_gru_from_torch_gru_cell_forward_and_every_gradient(torch, rng, batch, i
     assert weights[3].shape == (2 * hidden,)
     state = gc.gru_cell(x, h, *weights, reset_after=True)
     np.testing.assert_allclose(state.h, h_new.detach().numpy(), **F64_TOL)
-    g = gc.gru_cell_grad(x, h, *weights, state, d_h, reset_after=True)
+    g = gc.gru_cell_grad(x, h, *weights, state, d_h=d_h, reset_after=True)
     np.testing.assert_allclose(g.x, x_t.grad.numpy(), **F64_TOL)
     np.testing.assert_allclose(g.h_prev, h_t.grad.numpy(), **F64_TOL)
     _assert_gru_parameter_grads(g, cell.parameters(), hidden)
@@ -339,7 +339,7 @@ def test_gru_to_torch_gru_sequence_forward_and_every_gradient(torch, rng, batch,
     dx = np.zeros_like(x)
     for t in reversed(range(T)):
         state = gc.gru_cell(x[t], h_prevs[t], *weights, reset_after=True)
-        g = gc.gru_cell_grad(x[t], h_prevs[t], *weights, state, d_h + d_out[t],
+        g = gc.gru_cell_grad(x[t], h_prevs[t], *weights, state, d_h=d_h + d_out[t],
                              reset_after=True)
         dx[t], d_h = g.x, g.h_prev
         totals = g if totals is None else type(g)(*(a + c for a, c in zip(totals, g)))

@@ -36,7 +36,7 @@ def run_lstm(case, backend, clip_grad="exact"):
 def run_gru(case, backend):
     args = [case[k] for k in GRU_ARGS]
     state = gc.gru_cell(*args, reset_after=case["reset_after"], backend=backend)
-    grads = gc.gru_cell_grad(*args, state, case["d_h"], reset_after=case["reset_after"],
+    grads = gc.gru_cell_grad(*args, state, d_h=case["d_h"], reset_after=case["reset_after"],
                              backend=backend)
     return state, grads
 

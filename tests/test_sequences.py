@@ -142,7 +142,7 @@ def loop_gru(case, backend, d):
     for t in reversed(range(x.shape[0])):
         valid = (t < lengths)[:, None]
         dh_t = dh if d["d_h"] is None else dh + d["d_h"][t]
-        g = gc.gru_cell_grad(x[t], starts[t], *weights, steps[t], np.where(valid, dh_t, 0),
+        g = gc.gru_cell_grad(x[t], starts[t], *weights, steps[t], d_h=np.where(valid, dh_t, 0),
                              reset_after=reset_after, backend=backend)
         dx[t] = g.x
         for k in totals:
@@ -491,7 +491,10 @@ BAD_SEQ_LEN = [
     (np.array([4, 5, 0]), ValueError, r"seq_len must hold lengths in \[0, T\] = \[0, 4\], got 5"),
     (np.array([4.0, 1.0, 0.0]), TypeError, r"seq_len must have an integer dtype, got float64"),
     (np.array([True, True, False]), TypeError, r"seq_len must have an integer dtype, got bool"),
-    ([4, 1, 0], TypeError, r"seq_len must be a numpy integer array \[B\], got list"),
+    # A list is taken as lengths (test_settings.py), but only a list of integers.
+    ([4.0, 1.0, 0.0], TypeError, r"seq_len must hold integers, got \['float'\]"),
+    ([4, 5, 0], ValueError, r"seq_len must hold lengths in \[0, T\] = \[0, 4\], got 5"),
+    ("401", TypeError, r"seq_len must be a numpy integer array \[B\] \(or a list of integers\)"),
 ]
 
 

@@ -165,7 +165,7 @@ def test_gru_block_cell_grad_is_tensorflows_composition(rng, dtype):
     assert isinstance(grad, tc.GRUBlockCellGradOutput)
     assert grad.d_r_bar_u_bar.shape == (4, 2 * out.h.shape[1])
     assert all(g.dtype == dtype for g in grad)
-    public = gc.gru_cell_grad(*args, out, d_h)
+    public = gc.gru_cell_grad(*args, out, d_h=d_h)
     x, h_prev = case["x"], case["h_prev"]
     tol = EXACT if dtype == np.float64 else {"rtol": 1e-5, "atol": 1e-6}
     assert_close(grad.d_x, public.x, **tol)

@@ -261,11 +261,11 @@ def test_gru_grad_bad_inputs():
     args = gru_inputs()
     state = gc.gru_cell(*args.values())
     with pytest.raises(ValueError, match=r"d_h must have shape \[B, H\] = \(3, 5\)"):
-        gc.gru_cell_grad(*args.values(), state, np.zeros((3, 1)))
+        gc.gru_cell_grad(*args.values(), state, d_h=np.zeros((3, 1)))
     with pytest.raises(TypeError, match=r"state must be a tuple of 4 arrays"):
-        gc.gru_cell_grad(*args.values(), tuple(state) + (state.h,), state.h)
+        gc.gru_cell_grad(*args.values(), tuple(state) + (state.h,), d_h=state.h)
     with pytest.raises(TypeError, match=r"d_h must have the same dtype"):
-        gc.gru_cell_grad(*args.values(), state, state.h.astype(np.float32))
+        gc.gru_cell_grad(*args.values(), state, d_h=state.h.astype(np.float32))
 
 
 @pytest.mark.parametrize(("batch", "input_size"), [(0, 4), (3, 0), (0, 0)])
@@ -286,7 +286,7 @@ def test_empty_inputs_are_valid(batch, input_size):
     gargs = [g[k] for k in GRU_ARGS]
     gstate = gc.gru_cell(*gargs)
     assert all(a.shape == (batch, 3) for a in gstate)
-    ggrads = gc.gru_cell_grad(*gargs, gstate, np.ones((batch, 3)))
+    ggrads = gc.gru_cell_grad(*gargs, gstate, d_h=np.ones((batch, 3)))
     for name, grad in zip(gc.GRUCellGrads._fields, ggrads):
         assert grad.shape == g[name].shape
 

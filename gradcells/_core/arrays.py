@@ -1,6 +1,6 @@
 """Array-library detection, once for the whole package.
 
-An array is recognised by ``type(a).__module__`` and ``sys.modules`` only, in the manner of
+An array is recognised by its type and ``sys.modules`` only, in the manner of
 einops' ``_backends.py`` and array-api-compat: a library the caller has not imported is never
 imported here, so a NumPy-only call never imports CuPy, PyTorch or JAX.
 """
@@ -15,8 +15,6 @@ import numpy as np
 LIBRARIES = ("numpy", "cupy", "torch", "jax")
 """Every array library gradcells recognises; the backends compute on the first two."""
 NATIVE = ("numpy", "cupy")
-# Top-level module of an array type -> the library it belongs to.
-_ROOTS = {"numpy": "numpy", "cupy": "cupy", "torch": "torch", "jax": "jax", "jaxlib": "jax"}
 # The array type of each library, found in its (already imported) module.
 _ARRAY_TYPE = {"cupy": ("cupy", "ndarray"), "torch": ("torch", "Tensor"), "jax": ("jax", "Array")}
 
@@ -26,13 +24,10 @@ def library_of(a) -> str | None:
     that is not an array of one of them (a number, None, a list)."""
     if isinstance(a, np.ndarray):
         return "numpy"
-    library = _ROOTS.get((type(a).__module__ or "").partition(".")[0])
-    if library is None or library == "numpy":
-        return None
-    module_name, type_name = _ARRAY_TYPE[library]
-    module = sys.modules.get(module_name)
-    if module is not None and isinstance(a, getattr(module, type_name)):
-        return library
+    for library, (module_name, type_name) in _ARRAY_TYPE.items():
+        module = sys.modules.get(module_name)
+        if module is not None and isinstance(a, getattr(module, type_name)):
+            return library
     return None
 
 

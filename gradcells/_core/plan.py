@@ -31,3 +31,18 @@ def running_inputs(xp, x, seq_len):
         return x
     running = running_mask(xp, x.shape[0], seq_len)
     return xp.where(running[:, :, None], x, xp.zeros((), dtype=x.dtype))
+
+
+def previous_states(xp, first, steps):
+    """The state each step starts from: ``[first, steps[0], ..., steps[T-2]]`` ``[T, B, H]``.
+
+    In a row that has stopped, ``steps[t-1]`` is zero rather than the frozen state, but the
+    gradients of such a step are zero, so the value never matters.
+    """
+    return xp.concatenate([first[None], steps], axis=0)[:-1]
+
+
+def input_projection(x, w_x, b):
+    """``x·W_x + b`` for all T steps at once, one matmul, as ``[T, B, width]``."""
+    n_steps, n_batch, _ = x.shape
+    return (flat(x) @ w_x + b).reshape(n_steps, n_batch, w_x.shape[1])

@@ -1,7 +1,9 @@
-"""The GRU block cell, forward and gradient, written once for any array namespace.
+"""The GRU block cell and the GRU over time, forward and gradient, written once for any array
+namespace.
 
-TensorFlow's layout (SPEC 3): ``w_ru [I+H, 2H]`` holds the columns of r then u, ``w_c [I+H, H]``
-the candidate; rows are the x part then the h part. Reset before the candidate matmul:
+TensorFlow's layout (docs/spec.md §3): ``w_ru [I+H, 2H]`` holds the columns of r then u,
+``w_c [I+H, H]`` the candidate; rows are the x part then the h part. Reset before the
+candidate matmul:
 
     [r, u] = σ([x, h_prev]·w_ru + b_ru)
     c      = tanh([x, r∘h_prev]·w_c + b_c)
@@ -11,13 +13,19 @@ Reset after (``reset_after=True``; cuDNN, PyTorch, Keras): ``w_c`` rows split in
 and ``b_c [2H]`` into b_cx, b_ch:
 
     c      = tanh(x·W_cx + b_cx + r∘(h_prev·W_ch + b_ch))
+
+The sequence ops follow the matmul plan of ``gradcells.reference.lstm`` (one input
+projection for all steps; after the backward loop, the weight gradients as large matmuls)
+and its per-row lengths. The four ops take the backend protocol's arguments
+(``gradcells._core.types.GRUBackend``): the arrays, a ``GRUWeights`` and a ``GRUSettings``.
 """
 
 from __future__ import annotations
 
-from .._dispatch import namespace_of
-from .._types import GRUCellGrads, GRUCellState
-from ._math import blocks, sigmoid
+from .._core import plan
+from .._core.arrays import namespace_of
+from .._core.types import GRUCellGrads, GRUCellState, GRUSequence, GRUSequenceGrads
+from ._common import blocks, keep, sigmoid, valid_rows
 
 
 def _recurrent_candidate(h_prev, w_c, b_c):
@@ -26,12 +34,13 @@ def _recurrent_candidate(h_prev, w_c, b_c):
     return h_prev @ w_c[w_c.shape[0] - n_hidden:] + b_c[n_hidden:]
 
 
-def gru_cell(x, h_prev, w_ru, w_c, b_ru, b_c, *, reset_after=False):
+def gru_cell(x, h_prev, weights, settings):
     """One GRU step; returns ``GRUCellState(r, u, c, h)``."""
     xp = namespace_of(x)
+    w_ru, w_c, b_ru, b_c = weights
     n_in, n_hidden = x.shape[1], h_prev.shape[1]
     r, u = blocks(sigmoid(xp, xp.concatenate([x, h_prev], axis=1) @ w_ru + b_ru), 2)
-    if reset_after:
+    if settings.reset_after:
         n = _recurrent_candidate(h_prev, w_c, b_c)
         c = xp.tanh(x @ w_c[:n_in] + b_c[:n_hidden] + r * n)
     else:
@@ -72,7 +81,7 @@ def gru_gate_grads(x, h_prev, w_c, b_c, state, d_h=None, *, reset_after=False):
     return dc_bar, xp.concatenate([dr_bar, du_bar], axis=1), dx_c, dh_c
 
 
-def gru_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, state, d_h=None, *, reset_after=False):
+def gru_cell_grad(x, h_prev, weights, state, settings, *, d_h=None):
     """Gradient of one GRU step with respect to every input.
 
         dc_bar, [dr_bar, du_bar], dx_c, dh_c = gru_gate_grads(...)
@@ -84,6 +93,8 @@ def gru_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, state, d_h=None, *, reset_aft
         dw_c = [xᵀ·dc_bar; h_prevᵀ·d_n];  db_c = [Σ dc_bar, Σ d_n]
     """
     xp = namespace_of(x)
+    w_ru, w_c, _, b_c = weights
+    reset_after = settings.reset_after
     r, u = state.r, state.u
     n_in = x.shape[1]
     if d_h is None:
@@ -106,3 +117,125 @@ def gru_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, state, d_h=None, *, reset_aft
         b_ru=d_ru.sum(axis=0),
         b_c=db_c,
     )
+
+
+def _gru_input_projection(xp, x, w_ru, w_c, b_ru, b_c):
+    """The x parts of every step's r, u and candidate pre-activations, one matmul:
+    ``x·[W_rux, W_cx] + [b_ru, b_c(x part)]`` as ``[T, B, 3H]``."""
+    n_in, n_hidden = x.shape[2], w_c.shape[1]
+    w_x = xp.concatenate([w_ru[:n_in], w_c[:n_in]], axis=1)
+    return plan.input_projection(x, w_x, xp.concatenate([b_ru, b_c[:n_hidden]]))
+
+
+def gru_sequence(x, h0, weights, settings):
+    """The GRU block cell over ``x [T, B, I]`` from ``h0``.
+
+    Per step, with ``xr, xu, xc`` the step's slice of the input projection:
+
+        [r, u] = σ([xr, xu] + h_prev·W_ruh);   c = tanh(xc + (r∘h_prev)·W_ch)
+        reset_after:                            c = tanh(xc + r∘(h_prev·W_ch + b_ch))
+        h = u∘h_prev + (1-u)∘c
+
+    Returns ``GRUSequence(r, u, c, h, h_final)``: steps ``[T, B, H]`` (zero past a row's
+    length) and the final state ``[B, H]``.
+    """
+    xp = namespace_of(x)
+    w_ru, w_c, b_ru, b_c = weights
+    seq_len = settings.seq_len
+    x = plan.running_inputs(xp, x, seq_len)
+    n_steps, n_batch, n_in = x.shape
+    n_hidden = h0.shape[1]
+    w_ruh, w_ch = w_ru[n_in:], w_c[n_in:]
+    x_gates = _gru_input_projection(xp, x, w_ru, w_c, b_ru, b_c)
+    steps = [xp.zeros((n_steps, n_batch, n_hidden), dtype=x.dtype) for _ in range(4)]
+    h = h0
+    for t in range(n_steps):
+        x_ru, x_c = x_gates[t, :, : 2 * n_hidden], x_gates[t, :, 2 * n_hidden :]
+        r, u = blocks(sigmoid(xp, x_ru + h @ w_ruh), 2)
+        if settings.reset_after:
+            c = xp.tanh(x_c + r * (h @ w_ch + b_c[n_hidden:]))
+        else:
+            c = xp.tanh(x_c + (r * h) @ w_ch)
+        h_new = u * h + (1 - u) * c
+        valid = valid_rows(seq_len, t)
+        for out, value in zip(steps, (r, u, c, h_new)):
+            out[t] = keep(valid, value, 0)
+        h = keep(valid, h_new, h)
+    return GRUSequence(*steps, h_final=h.copy())
+
+
+def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None):
+    """Backpropagation through time for ``gru_sequence``.
+
+    Per step, with ``dh`` the gradient of the step's new state (carry plus ``d_h[t]``):
+
+        dc_bar = dh∘(1-u)∘(1-c²);   du_bar = dh∘(h_prev-c)∘u(1-u)
+        d_hr = dc_bar·W_chᵀ;  dr_bar = d_hr∘h_prev∘r(1-r)
+        dh_prev = [dr_bar, du_bar]·W_ruhᵀ + d_hr∘r + dh∘u
+    reset_after, with n = h_prev·W_ch + b_ch (recomputed for all steps in one matmul):
+        d_n = dc_bar∘r;  dr_bar = dc_bar∘n∘r(1-r)
+        dh_prev = [dr_bar, du_bar]·W_ruhᵀ + d_n·W_chᵀ + dh∘u
+
+    After the loop, with ``dR, dU, dC`` (and ``dN = d_n``) stacked over all steps:
+        dx = [dR, dU, dC]·[W_rux, W_cx]ᵀ;   dw_ru = [x_flatᵀ·[dR, dU] ; h_prev_flatᵀ·[dR, dU]]
+        dw_c = [x_flatᵀ·dC ; (r∘h_prev)_flatᵀ·dC]   (reset_after: [x_flatᵀ·dC ; h_prev_flatᵀ·dN])
+    """
+    xp = namespace_of(x)
+    w_ru, w_c, _, b_c = weights
+    seq_len, reset_after = settings.seq_len, settings.reset_after
+    x = plan.running_inputs(xp, x, seq_len)
+    n_steps, n_batch, n_in = x.shape
+    n_hidden = h0.shape[1]
+    w_ruh, w_ch = w_ru[n_in:], w_c[n_in:]
+    h_prev = plan.previous_states(xp, h0, seq.h)
+    if reset_after:
+        recurrent_candidate = (plan.flat(h_prev) @ w_ch + b_c[n_hidden:]).reshape(h_prev.shape)
+    zeros = xp.zeros_like(h0)
+    dh_next = zeros if d_h_final is None else d_h_final.copy()
+    # Gradients of the pre-activations [r, u, c] of every step, [dR, dU, dC], and dN.
+    d_gates = xp.zeros((n_steps, n_batch, 3 * n_hidden), dtype=x.dtype)
+    d_recurrent = xp.zeros((n_steps, n_batch, n_hidden), dtype=x.dtype)
+
+    for t in reversed(range(n_steps)):
+        valid = valid_rows(seq_len, t)
+        r, u, c = seq.r[t], seq.u[t], seq.c[t]
+        dh = keep(valid, dh_next if d_h is None else dh_next + d_h[t], zeros)
+        dc_bar = dh * (1 - u) * (1 - c * c)
+        du_bar = dh * (h_prev[t] - c) * u * (1 - u)
+        if reset_after:
+            d_recurrent[t] = dc_bar * r
+            dr_bar = dc_bar * recurrent_candidate[t] * r * (1 - r)
+            dh_candidate = d_recurrent[t] @ w_ch.T
+        else:
+            d_hr = dc_bar @ w_ch.T
+            dr_bar = d_hr * h_prev[t] * r * (1 - r)
+            dh_candidate = d_hr * r
+        d_gates[t] = xp.concatenate([dr_bar, du_bar, dc_bar], axis=1)
+        dh_prev = d_gates[t, :, : 2 * n_hidden] @ w_ruh.T + dh_candidate + dh * u
+        dh_next = keep(valid, dh_prev, dh_next)
+
+    grads = _gru_weight_grads(xp, x, h_prev, seq.r, weights, d_gates, d_recurrent, reset_after)
+    return GRUSequenceGrads(h0=dh_next, **grads)
+
+
+def _gru_weight_grads(xp, x, h_prev, r, weights, d_gates, d_recurrent, reset_after):
+    """After the backward loop, from every step's ``[dR, dU, dC] [T, B, 3H]`` and ``dN``:
+    the gradients of ``x`` and of the four weights, as large matmuls over all steps."""
+    w_ru, w_c, _, _ = weights
+    n_steps, n_batch, n_in = x.shape
+    n_hidden = w_c.shape[1]
+    d_flat = plan.flat(d_gates)
+    d_ru_flat, d_c_flat = d_flat[:, : 2 * n_hidden], d_flat[:, 2 * n_hidden :]
+    w_x = xp.concatenate([w_ru[:n_in], w_c[:n_in]], axis=1)
+    dw_x = plan.flat(x).T @ d_flat
+    h_prev_flat = plan.flat(h_prev)
+    if reset_after:  # the h-rows of w_c multiply h_prev, and n has its own bias b_ch
+        dw_c_h = h_prev_flat.T @ plan.flat(d_recurrent)
+        db_c = xp.concatenate([d_c_flat.sum(axis=0), plan.flat(d_recurrent).sum(axis=0)])
+    else:  # the h-rows of w_c multiply r∘h_prev
+        dw_c_h = (plan.flat(r) * h_prev_flat).T @ d_c_flat
+        db_c = d_c_flat.sum(axis=0)
+    return {"x": (d_flat @ w_x.T).reshape(n_steps, n_batch, n_in),
+            "w_ru": xp.concatenate([dw_x[:, : 2 * n_hidden], h_prev_flat.T @ d_ru_flat], axis=0),
+            "w_c": xp.concatenate([dw_x[:, 2 * n_hidden :], dw_c_h], axis=0),
+            "b_ru": d_ru_flat.sum(axis=0), "b_c": db_c}

@@ -1,7 +1,9 @@
-"""The LSTM block cell, forward and gradient, written once for any array namespace.
+"""The LSTM block cell and the LSTM over time, forward and gradient, written once for any array
+namespace.
 
-Layout (TensorFlow's kernel, SPEC 2): the columns of ``w`` and entries of ``b`` are four
-blocks of width H in the order i, ci, f, o; the rows of ``w`` are the x part then the h part.
+Layout (TensorFlow's kernel, docs/spec.md §2): the columns of ``w`` and entries of ``b`` are
+four blocks of width H in the order i, ci, f, o; the rows of ``w`` are the x part then the h
+part.
 
     G  = [x, h_prev]·w + b                  split into Gi, Gc, Gf, Go
     i  = σ(Gi + cs_prev∘wci)
@@ -13,22 +15,40 @@ blocks of width H in the order i, ci, f, o; the rows of ``w`` are the x part the
     h  = o∘co
 
 Every derivative is written in terms of the saved outputs: σ' = σ(1-σ), tanh' = 1-tanh².
+
+The sequence ops follow the matmul plan every backend follows (docs/spec.md §4):
+
+- forward: the input part of every step's pre-activations is one matmul,
+  ``x [T·B, I] · W_x`` (the x-rows of the weights); per step only ``h·W_h`` and the cell's
+  elementwise math remain;
+- backward: the gate gradients of all steps are kept in one ``[T, B, 4H]`` array, so after
+  the loop ``dx = dG·W_xᵀ`` is one matmul and the weight gradients are two,
+  ``dW_x = x_flatᵀ·dG`` and ``dW_h = h_prev_flatᵀ·dG``; per step only ``dG_t·W_hᵀ`` remains.
+
+Per-example lengths ``seq_len [B]`` follow PyTorch's packed sequences: for ``t >= seq_len[b]``
+row b's per-step outputs are zero and its state is frozen, so the final state is the state
+after its last valid step. In the backward pass a frozen row passes the gradient of its
+state straight through the step, and its gate gradients are zero.
+
+The four ops take the backend protocol's arguments (``gradcells._core.types.LSTMBackend``):
+the arrays, an ``LSTMWeights`` and an ``LSTMSettings``.
 """
 
 from __future__ import annotations
 
-from .._dispatch import namespace_of
-from .._types import LSTMCellGrads, LSTMCellState
-from ._math import blocks, sigmoid
+from .._core import plan
+from .._core.arrays import namespace_of
+from .._core.types import LSTMCellGrads, LSTMCellState, LSTMSequence, LSTMSequenceGrads
+from ._common import blocks, keep, sigmoid, valid_rows
 
 
-def lstm_cell(x, cs_prev, h_prev, w, b, *, wci=None, wcf=None, wco=None,
-              forget_bias=1.0, cell_clip=None):
+def lstm_cell(x, cs_prev, h_prev, weights, settings):
     """One LSTM step; returns ``LSTMCellState(i, cs, f, o, ci, co, h)``."""
     xp = namespace_of(x)
+    w, b, wci, wcf, wco = weights
     gates = xp.concatenate([x, h_prev], axis=1) @ w + b
     return lstm_activations(gates, cs_prev, wci=wci, wcf=wcf, wco=wco,
-                            forget_bias=forget_bias, cell_clip=cell_clip)
+                            forget_bias=settings.forget_bias, cell_clip=settings.cell_clip)
 
 
 def lstm_activations(gates, cs_prev, *, wci=None, wcf=None, wco=None, forget_bias=1.0,
@@ -101,20 +121,101 @@ def lstm_gate_grads(cs_prev, state, *, d_h=None, d_cs=None, wci=None, wcf=None, 
     return d_gates, dcs_prev, dwci, dwcf, dwco
 
 
-def lstm_cell_grad(x, cs_prev, h_prev, w, b, state, *, d_h=None, d_cs=None, wci=None,
-                   wcf=None, wco=None, cell_clip=None, clip_grad="exact"):
+def lstm_cell_grad(x, cs_prev, h_prev, weights, state, settings, *, d_h=None, d_cs=None,
+                   clip_grad="exact"):
     """Gradient of one LSTM step with respect to every input.
 
         dG = lstm_gate_grads(...)
         d[x, h_prev] = dG·wᵀ;   dw = [x, h_prev]ᵀ·dG;   db = Σ_batch dG
     """
     xp = namespace_of(x)
+    w, _, wci, wcf, wco = weights
     d_gates, dcs_prev, dwci, dwcf, dwco = lstm_gate_grads(
         cs_prev, state, d_h=d_h, d_cs=d_cs, wci=wci, wcf=wcf, wco=wco,
-        cell_clip=cell_clip, clip_grad=clip_grad)
+        cell_clip=settings.cell_clip, clip_grad=clip_grad)
     xh = xp.concatenate([x, h_prev], axis=1)
     dxh = d_gates @ w.T
     n_in = x.shape[1]
     return LSTMCellGrads(
         x=dxh[:, :n_in], cs_prev=dcs_prev, h_prev=dxh[:, n_in:],
         w=xh.T @ d_gates, b=d_gates.sum(axis=0), wci=dwci, wcf=dwcf, wco=dwco)
+
+
+def lstm_sequence(x, cs0, h0, weights, settings):
+    """The LSTM block cell over ``x [T, B, I]`` from ``(cs0, h0)``.
+
+    Returns ``LSTMSequence(i, cs, f, o, ci, co, h, cs_final, h_final)``: every step's
+    outputs ``[T, B, H]`` (zero past a row's length) and the final states ``[B, H]``.
+    """
+    xp = namespace_of(x)
+    w, b, wci, wcf, wco = weights
+    seq_len = settings.seq_len
+    x = plan.running_inputs(xp, x, seq_len)
+    n_steps, n_batch, n_in = x.shape
+    w_h = w[n_in:]
+    x_gates = plan.input_projection(x, w[:n_in], b)
+    steps = [xp.zeros((n_steps, n_batch, h0.shape[1]), dtype=x.dtype)
+             for _ in LSTMCellState._fields]
+    cs, h = cs0, h0
+    for t in range(n_steps):
+        state = lstm_activations(x_gates[t] + h @ w_h, cs, wci=wci, wcf=wcf, wco=wco,
+                                 forget_bias=settings.forget_bias, cell_clip=settings.cell_clip)
+        valid = valid_rows(seq_len, t)
+        for out, value in zip(steps, state):
+            out[t] = keep(valid, value, 0)
+        cs, h = keep(valid, state.cs, cs), keep(valid, state.h, h)
+    return LSTMSequence(*steps, cs_final=cs.copy(), h_final=h.copy())
+
+
+def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=None,
+                       d_h_final=None, d_cs_final=None, clip_grad="exact"):
+    """Backpropagation through time for ``lstm_sequence``.
+
+    Walking back from the final states, the gradient of the state after step t is carried
+    in ``(dh_next, dcs_next)``; a running row adds the step's upstream ``d_h[t], d_cs[t]``
+    and goes through ``lstm_gate_grads``, a frozen row passes the carry through unchanged:
+
+        dG_t = lstm_gate_grads(cs_prev_t, step t, d_h = dh_next + d_h[t], d_cs = dcs_next + d_cs[t])
+        dh_next = dG_t·W_hᵀ;   dcs_next = dcs_prev from the same call
+        dx = dG·W_xᵀ;  dw = [x_flatᵀ·dG ; h_prev_flatᵀ·dG];  db = Σ_{t,b} dG
+    """
+    xp = namespace_of(x)
+    w, _, wci, wcf, wco = weights
+    seq_len = settings.seq_len
+    x = plan.running_inputs(xp, x, seq_len)
+    n_steps, n_batch, n_in = x.shape
+    w_h = w[n_in:]
+    cs_prev = plan.previous_states(xp, cs0, seq.cs)
+    zeros = xp.zeros_like(h0)
+    dh_next = zeros if d_h_final is None else d_h_final.copy()
+    dcs_next = xp.zeros_like(cs0) if d_cs_final is None else d_cs_final.copy()
+    d_gates = xp.zeros((n_steps, n_batch, w.shape[1]), dtype=x.dtype)
+    peephole_grads = [xp.zeros(cs0.shape[1], dtype=x.dtype) for _ in range(3)]
+
+    for t in reversed(range(n_steps)):
+        valid = valid_rows(seq_len, t)
+        dh_t = dh_next if d_h is None else dh_next + d_h[t]
+        dcs_t = dcs_next if d_cs is None else dcs_next + d_cs[t]
+        step = LSTMCellState(*(a[t] for a in seq[:7]))
+        d_gates[t], dcs_prev, *d_peepholes = lstm_gate_grads(
+            cs_prev[t], step, d_h=keep(valid, dh_t, zeros), d_cs=keep(valid, dcs_t, zeros),
+            wci=wci, wcf=wcf, wco=wco, cell_clip=settings.cell_clip, clip_grad=clip_grad)
+        dh_next = keep(valid, d_gates[t] @ w_h.T, dh_next)
+        dcs_next = keep(valid, dcs_prev, dcs_next)
+        if wci is not None:
+            peephole_grads = [acc + g for acc, g in zip(peephole_grads, d_peepholes)]
+
+    dx, dw, db = _weight_grads(xp, x, plan.previous_states(xp, h0, seq.h), w, d_gates)
+    dwci, dwcf, dwco = peephole_grads if wci is not None else (None, None, None)
+    return LSTMSequenceGrads(x=dx, cs0=dcs_next, h0=dh_next, w=dw, b=db,
+                             wci=dwci, wcf=dwcf, wco=dwco)
+
+
+def _weight_grads(xp, x, h_prev, w, d_gates):
+    """After the backward loop, from every step's gate gradients ``dG [T, B, 4H]``:
+    ``dx = dG·W_xᵀ``, ``dw = [x_flatᵀ·dG ; h_prev_flatᵀ·dG]`` and ``db = Σ_{t,b} dG``."""
+    n_steps, n_batch, n_in = x.shape
+    d_flat = plan.flat(d_gates)
+    dx = (d_flat @ w[:n_in].T).reshape(n_steps, n_batch, n_in)
+    dw = xp.concatenate([plan.flat(x).T @ d_flat, plan.flat(h_prev).T @ d_flat], axis=0)
+    return dx, dw, d_flat.sum(axis=0)
