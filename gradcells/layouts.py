@@ -11,7 +11,17 @@ gradcells's layouts (SPEC 2, 3):
   in all four.
 
 Every function is named ``{lstm,gru}_{from,to}_<framework>``. ``lstm_from_X`` returns
-``(w, b)``; ``gru_from_X`` returns ``(w_ru, w_c, b_ru, b_c)``; ``..._to_X`` take those and
+``(w, b)``; ``gru_from_X`` returns ``(w_ru, w_c, b_ru, b_c)``, each as a ``Converted`` tuple
+that also carries the framework's conventions, the two things a caller must not forget:
+
+* ``converted.options``: the keywords that make gradcells's op compute the framework's
+  forward: ``{"forget_bias": 0.0}`` for an LSTM (gradcells's default is TensorFlow's 1.0),
+  ``{"reset_after": ...}`` for a GRU;
+* ``converted.state_order`` and ``converted.gradcells_states(*states)``: the framework's
+  order of the recurrent states, e.g. PyTorch's ``(h, c)`` against gradcells's ``(cs, h)``.
+
+So ``gc.lstm_sequence(x, *conv.gradcells_states(h0, c0), *conv, **conv.options)`` runs
+PyTorch's forward. ``..._to_X`` take the plain arrays and
 return the framework's arrays in its own order, so that ``lstm_from_torch(*cell.parameters())``
 and ``layer.set_weights(lstm_to_keras(w, b))`` work as written.
 
@@ -49,11 +59,64 @@ _LSTM_ONNX = "iofc"       # i, o, f, c
 _LSTM_TF_V2 = "ifco"      # BlockLSTMV2: i, f, ci, o
 
 __all__ = [
+    "Converted",
     "lstm_from_torch", "lstm_to_torch", "lstm_from_keras", "lstm_to_keras",
     "lstm_from_onnx", "lstm_to_onnx", "lstm_from_tf_v2", "lstm_to_tf_v2",
     "gru_from_torch", "gru_to_torch", "gru_from_keras", "gru_to_keras",
     "gru_from_onnx", "gru_to_onnx",
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The conventions a converted weight set carries
+
+
+class Converted(tuple):
+    """The arrays a ``..._from_X`` converter returns (unpack it as a tuple), carrying the
+    framework's conventions: ``framework``, ``options`` (the gradcells keywords that
+    reproduce its forward) and ``state_order`` (its order of the recurrent states)."""
+
+    framework: str
+    options: dict
+    state_order: tuple[str, ...]
+
+    def __new__(cls, arrays, *, framework, options, state_order):
+        converted = super().__new__(cls, arrays)
+        converted.framework, converted.state_order = framework, tuple(state_order)
+        converted.options = dict(options)
+        return converted
+
+    def gradcells_states(self, *states):
+        """The framework's recurrent states (in ``state_order``) in gradcells's order:
+        ``(cs, h)`` for an LSTM, ``(h,)`` for a GRU."""
+        if len(states) != len(self.state_order):
+            raise TypeError(f"{self.framework} passes {len(self.state_order)} states "
+                            f"({', '.join(self.state_order)}), got {len(states)}")
+        named = dict(zip(self.state_order, states))
+        return (named["c"], named["h"]) if "c" in named else (named["h"],)
+
+    def __repr__(self):
+        return (f"Converted(<{len(self)} arrays>, framework={self.framework!r}, "
+                f"options={self.options!r}, state_order={self.state_order!r})")
+
+
+# The recurrent states each framework passes, in its order.
+_LSTM_STATE_ORDER = {"torch": ("h", "c"), "keras": ("h", "c"), "onnx": ("h", "c"),
+                     "tf_v2": ("c", "h")}
+
+
+def _lstm_converted(arrays, framework):
+    return Converted(arrays, framework=framework, options={"forget_bias": 0.0},
+                     state_order=_LSTM_STATE_ORDER[framework])
+
+
+def _gru_converted(arrays, framework, reset_after):
+    return Converted(arrays, framework=framework, options={"reset_after": reset_after},
+                     state_order=("h",))
+
+
+def __dir__():
+    return __all__
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,7 +301,8 @@ def lstm_from_torch(weight_ih, weight_hh, bias_ih=None, bias_hh=None):
                 optional=("bias_ih", "bias_hh"))
     n_hidden = _check_torch(a, 4)
     bias = _sum_or_zeros(a["bias_ih"], a["bias_hh"], (4 * n_hidden,), _dtype(a))
-    return _gradcells_lstm(a["weight_ih"].T, a["weight_hh"].T, bias, _LSTM_TORCH)
+    return _lstm_converted(
+        _gradcells_lstm(a["weight_ih"].T, a["weight_hh"].T, bias, _LSTM_TORCH), "torch")
 
 
 def lstm_to_torch(w, b):
@@ -264,7 +328,8 @@ def lstm_from_keras(kernel, recurrent_kernel, bias=None):
     n_hidden = _check_keras_kernels(a, 4)
     _shape("bias", a["bias"], (4 * n_hidden,), "4H")
     bias = _sum_or_zeros(a["bias"], None, (4 * n_hidden,), _dtype(a))
-    return _gradcells_lstm(a["kernel"], a["recurrent_kernel"], bias, _LSTM_KERAS)
+    return _lstm_converted(
+        _gradcells_lstm(a["kernel"], a["recurrent_kernel"], bias, _LSTM_KERAS), "keras")
 
 
 def lstm_to_keras(w, b):
@@ -297,7 +362,7 @@ def lstm_from_onnx(W, R, B=None, P=None):
     if a["P"] is None:
         return w, b
     p_i, p_o, p_f = (a["P"][0, k * n_hidden:(k + 1) * n_hidden].copy() for k in range(3))
-    return w, b, p_i, p_f, p_o
+    return _lstm_converted((w, b, p_i, p_f, p_o), "onnx")
 
 
 def lstm_to_onnx(w, b, wci=None, wcf=None, wco=None):
@@ -332,8 +397,8 @@ def lstm_from_tf_v2(w, b):
     """
     a = _arrays(w=w, b=b)
     _check_lstm(a["w"], a["b"])
-    return (_reorder(a["w"], _LSTM_TF_V2, _LSTM_GRADCELLS, axis=1),
-            _reorder(a["b"], _LSTM_TF_V2, _LSTM_GRADCELLS, axis=0))
+    return _lstm_converted((_reorder(a["w"], _LSTM_TF_V2, _LSTM_GRADCELLS, axis=1),
+                            _reorder(a["b"], _LSTM_TF_V2, _LSTM_GRADCELLS, axis=0)), "tf_v2")
 
 
 def lstm_to_tf_v2(w, b):
@@ -399,8 +464,9 @@ def gru_from_torch(weight_ih, weight_hh, bias_ih=None, bias_hh=None):
     a = _arrays(weight_ih=weight_ih, weight_hh=weight_hh, bias_ih=bias_ih, bias_hh=bias_hh,
                 optional=("bias_ih", "bias_hh"))
     _check_torch(a, 3)
-    return _gradcells_gru(a["weight_ih"].T, a["weight_hh"].T, a["bias_ih"], a["bias_hh"],
-                          _GRU_TORCH, reset_after=True)
+    return _gru_converted(_gradcells_gru(a["weight_ih"].T, a["weight_hh"].T, a["bias_ih"],
+                                         a["bias_hh"], _GRU_TORCH, reset_after=True),
+                          "torch", True)
 
 
 def gru_to_torch(w_ru, w_c, b_ru, b_c):
@@ -447,8 +513,9 @@ def gru_from_keras(kernel, recurrent_kernel, bias=None, *, reset_after=None):
     else:
         _shape("bias", a["bias"], (3 * n_hidden,), "3H")
         bias_x, bias_h = a["bias"], None
-    return _gradcells_gru(a["kernel"], a["recurrent_kernel"], bias_x, bias_h, _GRU_KERAS,
-                          reset_after=bool(reset_after))
+    return _gru_converted(_gradcells_gru(a["kernel"], a["recurrent_kernel"], bias_x, bias_h,
+                                         _GRU_KERAS, reset_after=bool(reset_after)),
+                          "keras", bool(reset_after))
 
 
 def gru_to_keras(w_ru, w_c, b_ru, b_c):
@@ -480,8 +547,9 @@ def gru_from_onnx(W, R, B=None, *, linear_before_reset=0):
     bias_x = bias_h = None
     if a["B"] is not None:
         bias_x, bias_h = a["B"][0, :3 * n_hidden], a["B"][0, 3 * n_hidden:]
-    return _gradcells_gru(w_x.T, a["R"][0].T, bias_x, bias_h, _GRU_ONNX,
-                          reset_after=bool(linear_before_reset))
+    return _gru_converted(_gradcells_gru(w_x.T, a["R"][0].T, bias_x, bias_h, _GRU_ONNX,
+                                         reset_after=bool(linear_before_reset)),
+                          "onnx", bool(linear_before_reset))
 
 
 def gru_to_onnx(w_ru, w_c, b_ru, b_c):
