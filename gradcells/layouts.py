@@ -360,7 +360,7 @@ def lstm_from_onnx(W, R, B=None, P=None):
                              (4 * n_hidden,), _dtype(a))
     w, b = _gradcells_lstm(w_x.T, a["R"][0].T, bias, _LSTM_ONNX)
     if a["P"] is None:
-        return w, b
+        return _lstm_converted((w, b), "onnx")
     p_i, p_o, p_f = (a["P"][0, k * n_hidden:(k + 1) * n_hidden].copy() for k in range(3))
     return _lstm_converted((w, b, p_i, p_f, p_o), "onnx")
 

@@ -51,7 +51,7 @@ def test_a_converted_torch_lstm_runs_torchs_forward_with_its_options_and_state_o
 def test_every_converter_states_its_conventions(convert, arrays, framework, options, order):
     conv = getattr(gc.layouts, convert)(*arrays)
     assert (conv.framework, conv.options, conv.state_order) == (framework, options, order)
-    assert isinstance(conv, tuple) and all(a is None or isinstance(a, np.ndarray) for a in conv)
+    assert isinstance(conv, tuple) and all(isinstance(a, np.ndarray) for a in conv)
     states = [np.full((1, 2), k, float) for k in range(len(order))]
     mapped = conv.gradcells_states(*states)
     named = dict(zip(order, states))
