@@ -1,6 +1,6 @@
 """Weight converters between gradcells (TensorFlow's block layout) and other frameworks.
 
-gradcells's layouts (SPEC 2, 3):
+gradcells's layouts (docs/spec.md §2, §3):
 
 * LSTM: ``w [I+H, 4H]`` (rows: the x part, then the h part), ``b [4H]``; gate blocks in the
   order **i, ci, f, o**.
@@ -50,6 +50,7 @@ import numpy as np
 
 from . import _interop
 from ._core.arrays import refused_subclass
+from ._core.specs import PEEPHOLES
 
 # Gate orders, one letter per block: i input, c candidate (ci / g), f forget, o output.
 _LSTM_GRADCELLS = "icfo"
@@ -369,10 +370,10 @@ def lstm_to_onnx(w, b, wci=None, wcf=None, wco=None):
     """An ONNX ``LSTM`` node's ``(W [1, 4H, I], R [1, 4H, H], B [1, 8H])``, gate blocks
     i, o, f, c, from gradcells ``(w, b)``; with peepholes (all three) also ``P [1, 3H]``
     (i, o, f). Two biases: ``Wb = b`` (reordered), ``Rb = 0``."""
-    a = _arrays(w=w, b=b, wci=wci, wcf=wcf, wco=wco, optional=("wci", "wcf", "wco"))
+    a = _arrays(w=w, b=b, wci=wci, wcf=wcf, wco=wco, optional=PEEPHOLES)
     rows_x, rows_h, bias = _framework_lstm(a["w"], a["b"], _LSTM_ONNX)
     n_hidden = bias.shape[0] // 4
-    peepholes = [a[k] for k in ("wci", "wcf", "wco")]
+    peepholes = [a[k] for k in PEEPHOLES]
     given = [p is not None for p in peepholes]
     if any(given) and not all(given):
         raise ValueError("peepholes need all of wci, wcf and wco or none")
@@ -381,7 +382,7 @@ def lstm_to_onnx(w, b, wci=None, wcf=None, wco=None):
     B = np.concatenate([bias, _zeros(bias.shape, bias.dtype)])[None]
     if not any(given):
         return W, R, B
-    for name in ("wci", "wcf", "wco"):
+    for name in PEEPHOLES:
         _shape(name, a[name], (n_hidden,), "H")
     P = np.concatenate([a["wci"], a["wco"], a["wcf"]])[None]
     return W, R, B, P

@@ -9,7 +9,7 @@ the TensorFlow argument. The two cell-gradient mirrors also return the gate grad
 (``dicfo``; ``d_c_bar``, ``d_r_bar_u_bar``), which the public API keeps inside: those come
 from the reference's ``lstm_gate_grads`` / ``gru_gate_grads``, written for any array
 namespace, so they run on NumPy or CuPy arrays alike but never on the fast backends.
-Mirrored faithfully, faults included (SPEC 6):
+Mirrored faithfully, faults included (docs/spec.md §6):
 
 - gate layout: ``w`` columns and ``b`` are i, ci, f, o (the kernel's order; TF's op docs
   say i, f, ci, o). ``block_lstm_v2`` and ``block_lstm_grad_v2`` use i, f, ci, o.
@@ -343,7 +343,7 @@ def gru_block_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h) -> GRUBlo
         d_x = ([d_r_bar, d_u_bar]·w_ruᵀ)[:, :I] + (d_c_bar·w_cᵀ)[:, :I]
         d_h_prev = ([d_r_bar, d_u_bar]·w_ruᵀ)[:, I:] + d_hr∘r + d_h∘u
 
-    (TF's own docstring of this gradient has three errors, SPEC 6 fault 5; its kernel and
+    (TF's own docstring of this gradient has three errors, docs/spec.md §6 fault 5; its kernel and
     these formulas agree.) ``d_h`` None means zeros.
     Returns ``GRUBlockCellGradOutput(d_x, d_h_prev, d_c_bar, d_r_bar_u_bar)``.
     """
@@ -399,7 +399,8 @@ def block_lstm(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias
     ``seq_len_max`` steps, from ``cs_prev, h_prev [B, H]``; gate layout i, ci, f, o.
 
     Past ``seq_len_max`` every output is zero: TF zeroes ``cs`` and ``h`` there but leaves
-    ``i, f, o, ci, co`` uninitialised (SPEC 6 fault 8); gradcells returns zeros for them too.
+    ``i, f, o, ci, co`` uninitialised (docs/spec.md §6 fault 8); gradcells returns zeros for
+    them too.
     ``seq_len_max`` outside [0, T] raises ValueError (TF aborts the process). TF's default
     ``cell_clip=3.0`` clips silently; pass 0 for none.
     Returns ``BlockLSTMOutput(i, cs, f, o, ci, co, h)``, each ``[T, B, H]``.
@@ -447,8 +448,8 @@ def block_lstm_grad_v2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, 
     i, f, ci, o (``w_grad`` and ``b_grad`` come back in that order).
 
     This is the gradient TF's own registered gradient of ``BlockLSTMV2`` gets wrong: it calls
-    the V1 op, whose gate order differs (SPEC 6 fault 6). The straight-through clip gradient
-    is TF's, as in ``block_lstm_grad``.
+    the V1 op, whose gate order differs (docs/spec.md §6 fault 6). The straight-through clip
+    gradient is TF's, as in ``block_lstm_grad``.
     Returns ``BlockLSTMGradOutput(x_grad, cs_prev_grad, h_prev_grad, w_grad, wci_grad,
     wcf_grad, wco_grad, b_grad)``.
     """

@@ -161,7 +161,8 @@ def test_gru_block_cell_and_grad(seed, batch, input_size, hidden):
     for name, mine, theirs in zip(tc.GRUBlockCellGradOutput._fields, mirror_grad,
                                   expected_grad):
         close(mine, theirs, name)
-    # The seed's Python composition of the weight gradients (SPEC 3) against the public API.
+    # The seed's Python composition of the weight gradients (docs/spec.md §3) against the
+    # public API.
     public_grad = gc.gru_cell_grad(*args.values(), gc.GRUCellState(*expected), d_h=d_h)
     d_x, d_h_prev, d_c_bar, d_r_bar_u_bar = expected_grad
     close(public_grad.x, d_x, "x")

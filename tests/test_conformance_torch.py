@@ -1,7 +1,7 @@
 """Conformance with PyTorch autograd (float64): the LSTM block cell, the GRU block cell (reset
 before and after) and both over sequences with ragged lengths, written here in torch ops
-straight from SPEC 2-4, differentiated by autograd, against every gradient gradcells returns
-on every NumPy backend (the default, the reference and, once built, the CPU one).
+straight from docs/spec.md §2-4, differentiated by autograd, against every gradient gradcells
+returns on every NumPy backend (the default, the reference and, once built, the CPU one).
 
 Clipping uses ``torch.clamp``, whose gradient passes at the boundary like gradcells's
 (``clip_grad="exact"``); ``clip_grad="straight_through"`` is compared with the usual
@@ -65,7 +65,8 @@ def close(actual, expected, what=""):
 
 def torch_lstm_cell(x, cs_prev, h_prev, w, b, wci=None, wcf=None, wco=None, *, forget_bias,
                     cell_clip, clip_grad):
-    """SPEC 2 in torch ops: gate blocks i, ci, f, o; the output peephole sees the clipped cs."""
+    """docs/spec.md §2 in torch ops: gate blocks i, ci, f, o; the output peephole sees the
+    clipped cs."""
     gi, gc_, gf, go = (torch.cat([x, h_prev], 1) @ w + b).chunk(4, 1)
     peephole = wci is not None
     i = torch.sigmoid(gi + cs_prev * wci if peephole else gi)
@@ -81,7 +82,7 @@ def torch_lstm_cell(x, cs_prev, h_prev, w, b, wci=None, wcf=None, wco=None, *, f
 
 
 def torch_gru_cell(x, h_prev, w_ru, w_c, b_ru, b_c, *, reset_after):
-    """SPEC 3 in torch ops, reset before the candidate matmul or (reset_after) after it."""
+    """docs/spec.md §3 in torch ops, reset before the candidate matmul or (reset_after) after it."""
     n_in, n_hidden = x.shape[1], h_prev.shape[1]
     r, u = torch.sigmoid(torch.cat([x, h_prev], 1) @ w_ru + b_ru).chunk(2, 1)
     if reset_after:

@@ -1,4 +1,4 @@
-"""Pure functions (SPEC 1, 7): inputs never modified, results never alias inputs, memory
+"""Pure functions (docs/spec.md §1, §7): inputs never modified, results never alias inputs, memory
 order irrelevant, extreme pre-activations finite and warning-free."""
 
 import warnings

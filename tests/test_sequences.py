@@ -1,4 +1,4 @@
-"""Sequences (SPEC 4): results equal a Python loop over the cell API, per-example lengths
+"""Sequences (docs/spec.md §4): results equal a Python loop over the cell API, per-example lengths
 follow PyTorch's packed semantics, empty sizes are valid, inputs are never modified, float32
 tracks float64, the CPU backend agrees with the reference, and bad input is rejected."""
 

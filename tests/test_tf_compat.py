@@ -231,7 +231,7 @@ def test_block_lstm_is_a_loop_over_lstm_block_cell(rng):
 @pytest.mark.parametrize("seq_len_max", [0, 1, 3])
 def test_block_lstm_is_zero_past_seq_len_max(rng, seq_len_max):
     """TF zeroes cs and h past seq_len_max and leaves i, f, o, ci, co uninitialised
-    (SPEC 6 fault 8): gradcells returns zeros for all seven."""
+    (docs/spec.md §6 fault 8): gradcells returns zeros for all seven."""
     case = lstm_sequence_case(rng, steps=5, peephole=True)
     args = sequence_args(case, True)
     full = tc.block_lstm(5, *args, use_peephole=True)
@@ -335,7 +335,7 @@ def test_block_lstm_grad_v2_passes_the_oracle(rng, seq_len_max):
 
 @pytest.mark.parametrize("steps, batch, input_size", [(0, 2, 3), (3, 0, 3), (3, 2, 0)])
 def test_empty_sizes_are_valid(rng, steps, batch, input_size):
-    """T = 0 (seq_len_max 0), B = 0 and I = 0 work (SPEC 7 lists an empty batch among the
+    """T = 0 (seq_len_max 0), B = 0 and I = 0 work (docs/spec.md §7 lists an empty batch among the
     inputs that crash TF's BlockLSTMGrad; TF 2.21 returns empty results there, as the mirror
     does)."""
     hidden = 3
@@ -488,7 +488,7 @@ def test_bad_attributes(rng, attr, value, error):
 
 
 def test_float16_is_rejected_float64_accepted(rng):
-    """TF takes float16/float32; gradcells takes float32/float64 (SPEC 6 fault 10)."""
+    """TF takes float16/float32; gradcells takes float32/float64 (docs/spec.md §6 fault 10)."""
     case = lstm_cell_case(rng, dtype=np.float16)
     with pytest.raises(TypeError, match="x must have dtype float32 or float64, got float16"):
         tc.lstm_block_cell(*cell_args(case, False)[:4], *[np.zeros(5, np.float16)] * 3,

@@ -1,5 +1,5 @@
-"""Bad input (SPEC 7): every case raises TypeError or ValueError naming the argument, before
-anything is computed; empty inputs are valid."""
+"""Bad input (docs/spec.md §7): every case raises TypeError or ValueError naming the argument,
+before anything is computed; empty inputs are valid."""
 
 import sys
 import types
