@@ -2,9 +2,10 @@
 
 Each notebook is written as a plain Python file in ``notebooks/src/`` in jupytext's
 "percent" format (``# %%`` starts a code cell, ``# %% [markdown]`` a text cell written as
-comments) and paired with the ``.ipynb`` beside this script through jupytext: the stored
-notebook's metadata names the pair (``formats: ipynb,src//py:percent``), so
-``jupytext --sync`` and Jupyter's jupytext extension know both halves. The sources are what
+comments) and paired with the ``.ipynb`` beside this script through jupytext: the source's
+header and the stored notebook's metadata both name the pair
+(``formats: ipynb,src//py:percent``), so ``jupytext --sync`` from either half and Jupyter's
+jupytext extension know both. The sources are what
 reviewers read and lint; the ``.ipynb`` files are built from them by jupytext, executed top
 to bottom by nbclient, and stored with their outputs so that they read well on a repository
 page.
