@@ -1,8 +1,9 @@
 """The teaching notebooks: stored in sync with their sources, stored executed, and executed
 here top to bottom in a fresh kernel so that none can rot.
 
-Each notebook is built from ``notebooks/src/NN_*.py`` by ``notebooks/_build.py``; the stored
-``.ipynb`` holds its outputs for the repository page. Figures render through matplotlib's
+Each notebook is built from ``notebooks/src/NN_*.py`` (jupytext's percent format, paired with
+the stored ``.ipynb`` through jupytext) by ``notebooks/_build.py``; the stored ``.ipynb`` holds
+its outputs for the repository page. Figures render through matplotlib's
 inline backend (Agg drawing to PNG; no display needed). Notebook 6 is also run with
 TensorFlow and PyTorch hidden, to check that it skips their parts cleanly.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
+jupytext = pytest.importorskip("jupytext")
 pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 pytest.importorskip("matplotlib")
@@ -85,9 +87,31 @@ def test_there_are_six_notebooks_and_four_plot():
 
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
 def test_stored_notebook_matches_its_source(source):
-    stored = nbformat.read(build.notebook_path(source), as_version=4)
-    assert build.cell_sources(stored) == build.cell_sources(build.build(source)), (
+    """Both halves of the pair, read by jupytext, hold the same cells."""
+    stored = build.read_stored(build.notebook_path(source))
+    assert build.cell_sources(stored) == build.cell_sources(build.read_source(source)), (
         f"{source.name} changed: rebuild with `python notebooks/_build.py {source.stem[:2]}`")
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_notebook_and_source_name_their_pairing(source):
+    stored = nbformat.read(build.notebook_path(source), as_version=4)
+    assert stored.metadata["jupytext"]["formats"] == build.PAIRING
+    assert build.read_source(source).metadata["jupytext"]["formats"] == build.PAIRING
+
+
+def test_a_stale_notebook_is_detected(tmp_path, monkeypatch):
+    """An edited source no longer matches its stored notebook; ``--check`` says so."""
+    source = SOURCES[0]
+    edited = tmp_path / "src" / source.name
+    edited.parent.mkdir()
+    edited.write_text(source.read_text(encoding="utf-8") + "\n# %%\nprint('new cell')\n",
+                      encoding="utf-8")
+    (tmp_path / build.notebook_path(source).name).write_bytes(
+        build.notebook_path(source).read_bytes())
+    monkeypatch.setattr(build, "NOTEBOOK_DIR", tmp_path)
+    assert build.stale_notebooks([edited]) == [build.notebook_path(source).name]
+    assert build.stale_notebooks([source]) == []
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)

@@ -1,3 +1,9 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,src//py:percent
+# ---
+
 # %% [markdown]
 # # 1. The LSTM cell, forward and backward
 #
@@ -51,7 +57,7 @@ def show(func, *fragments):
 # $b_f$ is the `forget_bias` attribute (default 1), $C$ the optional `cell_clip`, and
 # $w_{ci}, w_{cf}, w_{co}$ the optional peephole vectors. Note the order of the blocks:
 # **i, ci, f, o**. TensorFlow's op documentation says i, f, ci, o; its kernel uses i, ci, f, o
-# (SPEC 6, fault 1), and so does gradcells.
+# (docs/spec.md §6, fault 1), and so does gradcells.
 
 # %%
 rng = np.random.default_rng(2024)

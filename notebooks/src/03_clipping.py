@@ -1,9 +1,16 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,src//py:percent
+# ---
+
 # %% [markdown]
 # # 3. Clipping the cell state, and its gradient
 #
 # TensorFlow's LSTM block ops can clip the cell state to $[-C, C]$ (`cell_clip`). The
-# forward is simple; the gradient is where TensorFlow goes wrong (SPEC 6, fault 3): every one
-# of its LSTM gradient ops passes the gradient through the clip as if it were not there.
+# forward is simple; the gradient is where TensorFlow goes wrong (docs/spec.md §6, fault 3):
+# every one of its LSTM gradient ops passes the gradient through the clip as if it were not
+# there.
 # This notebook plots the loss along a line that crosses the clip boundary, against the
 # slopes two gradients predict, and explains when the wrong one is still useful.
 

@@ -1,3 +1,9 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,src//py:percent
+# ---
+
 # %% [markdown]
 # # 4. Backpropagation through time
 #

@@ -1,3 +1,9 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,src//py:percent
+# ---
+
 # %% [markdown]
 # # 5. Finite differences done right
 #

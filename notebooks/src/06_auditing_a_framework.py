@@ -1,10 +1,16 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,src//py:percent
+# ---
+
 # %% [markdown]
 # # 6. Auditing a framework
 #
 # How far can you trust a framework's fused recurrent ops? This notebook runs TensorFlow's
 # LSTM and GRU block ops and PyTorch's `nn.LSTM` and `nn.GRU` against gradcells and the oracle,
-# reproduces each of TensorFlow's known faults (SPEC 6) that a CPU can show, and ends with a
-# table of what agrees. TensorFlow and PyTorch are optional: a part whose framework is not
+# reproduces each of TensorFlow's known faults (docs/spec.md §6) that a CPU can show, and ends
+# with a table of what agrees. TensorFlow and PyTorch are optional: a part whose framework is not
 # installed is skipped, and the table says so.
 #
 # The method has two steps.
@@ -47,7 +53,7 @@ def needs(module, name):
 
 
 def record(framework, check, agrees, fault=None):
-    """Record one audit row: agreement, a known fault (SPEC 6 number), or a surprise."""
+    """Record one audit row: agreement, a known fault (docs/spec.md §6 number), or a surprise."""
     if agrees:
         verdict = "agrees" if fault is None else f"agrees (fault {fault} not seen)"
     else:
