@@ -113,7 +113,7 @@ def f(*args):
 
 
 def vjp(d_h, *args):
-    return gc.gru_cell_grad(*args, gc.gru_cell(*args, backend="reference"), d_h,
+    return gc.gru_cell_grad(*args, gc.gru_cell(*args, backend="reference"), d_h=d_h,
                             backend="reference")
 
 
