@@ -13,8 +13,8 @@ candidate's matmul; ``_lstm_kernels``, ``_gru_kernels``, whose kernels are docum
 reuse per time step; ``_sequence`` holds the sequence plan the two cells share). The
 kernels run serially on the calling thread, release the GIL, and are SIMD-vectorized.
 Measured on this 2-core machine while shared (float32, LSTM forward kernel; BLAS at 1 and 2
-threads): a ``prange`` version was never faster and was 70x slower for the kernel alone (11
-ms against 160 µs at B=64, H=256) and 430x slower for matmul + kernel at (16, 128, 128)
+threads): a ``prange`` version was never faster and was 70x slower for the kernel alone
+(11 ms against 160 µs at B=64, H=256) and 430x slower for matmul + kernel at (16, 128, 128)
 with two BLAS threads (47 ms against 0.11 ms), because its worker threads and OpenBLAS's
 wait on each other for the cores. The elementwise pass is a few percent of a step, so there
 is little to win and much to lose: the kernels stay serial, and the matmuls use however
