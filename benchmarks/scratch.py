@@ -42,12 +42,12 @@ import json, resource, statistics, sys, time
 import numpy as np
 from threadpoolctl import threadpool_limits
 import gradcells as gc
-from gradcells.cpu import sequences
+from gradcells.cpu import gru, lstm
 
 cell, mode, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
 steps, batch, n_in, hidden = map(int, sys.argv[4].split(","))
 if mode == "fresh":
-    sequences.scratch = lambda dtype, *shapes: [np.empty(s, dtype) for s in shapes]
+    lstm.scratch = gru.scratch = lambda dtype, *shapes: [np.empty(s, dtype) for s in shapes]
 rng = np.random.default_rng(0)
 f32 = lambda *shape: (0.1 * rng.standard_normal(shape)).astype(np.float32)
 x, h0, d_h = f32(steps, batch, n_in), f32(batch, hidden), f32(steps, batch, hidden)

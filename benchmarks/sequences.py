@@ -194,7 +194,7 @@ def blas_bound_lstm(size):
 
 
 def blas_bound_gru(size, reset_after):
-    """The matmuls of gradcells's GRU plan (``gradcells/cpu/sequences.py``) and nothing else."""
+    """The matmuls of gradcells's GRU plan (``gradcells/cpu/gru.py``) and nothing else."""
     steps, batch, n_in, hidden = size
     a = gru_inputs(*size, reset_after=reset_after)
     w_rux, w_ruh = a["w_ru"][:n_in], a["w_ru"][n_in:]

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 
+import backend_calls
 import numba
 import numpy as np
 import pytest
@@ -24,7 +25,7 @@ from hypothesis import strategies as st
 import gradcells as gc
 from gradcells import _dispatch
 from gradcells import cpu as cpu_backend
-from gradcells.cpu import fused_gru, fused_lstm
+from gradcells.cpu import _gru_kernels, _lstm_kernels
 from gradcells.cpu._compile import KERNEL_OPTIONS
 from gradcells.testing import (
     gru_cell_case,
@@ -193,7 +194,7 @@ def test_numpy_arrays_default_to_the_cpu_backend():
     case = lstm_cell_case(np.random.default_rng(0), batch=2, input_size=3, hidden=17)
     args = [case[k] for k in LSTM_ARGS]
     by_default = gc.lstm_cell(*args)
-    on_cpu = cpu_backend.lstm_cell(*args)
+    on_cpu = backend_calls.forward(cpu_backend, "lstm_cell", case)
     for a, b in zip(by_default, on_cpu):
         np.testing.assert_array_equal(a, b)
 
@@ -311,7 +312,7 @@ def test_eight_threads_at_once_give_identical_results():
                         np.testing.assert_array_equal(b, a)
 
 
-# --- the kernels' contracts (what gradcells/cpu/sequences.py relies on) ----------------------
+# --- the kernels' contracts (what the sequence ops in gradcells/cpu/lstm.py, gru.py rely on) --
 
 def test_forward_kernel_takes_a_per_row_addend():
     rng = np.random.default_rng(5)
@@ -322,9 +323,9 @@ def test_forward_kernel_takes_a_per_row_addend():
 
     def forward(addend):
         out = [np.empty((n_batch, n_hidden)) for _ in range(7)]
-        fused_lstm.lstm_forward_kernel(gates, addend, case["cs_prev"], case["wci"],
-                                       case["wcf"], case["wco"], True, 1.0,
-                                       case["cell_clip"], *out)
+        _lstm_kernels.lstm_forward_kernel(gates, addend, case["cs_prev"], case["wci"],
+                                          case["wcf"], case["wco"], True, 1.0,
+                                          case["cell_clip"], *out)
         return out
 
     for a, b in zip(forward(case["b"]), forward(per_row)):
@@ -334,17 +335,16 @@ def test_forward_kernel_takes_a_per_row_addend():
 def test_backward_kernel_accumulates_the_reductions():
     rng = np.random.default_rng(6)
     case = lstm_cell_case(rng, batch=4, input_size=3, hidden=17, peephole=True)
-    state = cpu_backend.lstm_cell(*[case[k] for k in LSTM_ARGS],
-                                  **{k: case[k] for k in PEEPHOLES})
+    state = backend_calls.forward(cpu_backend, "lstm_cell", case)
     n_batch, n_hidden = case["cs_prev"].shape
     d_h = rng.standard_normal((n_batch, n_hidden))
     sums = [rng.standard_normal(4 * n_hidden)] + [rng.standard_normal(n_hidden)
                                                   for _ in range(3)]
     start = [s.copy() for s in sums]
     d_gates, dcs_prev = np.empty((n_batch, 4 * n_hidden)), np.empty((n_batch, n_hidden))
-    fused_lstm.lstm_backward_kernel(case["cs_prev"], *state[:6], d_h, True, d_h, False,
-                                    case["wci"], case["wcf"], case["wco"], True, np.inf,
-                                    d_gates, dcs_prev, *sums)
+    _lstm_kernels.lstm_backward_kernel(case["cs_prev"], *state[:6], d_h, True, d_h, False,
+                                       case["wci"], case["wcf"], case["wco"], True, np.inf,
+                                       d_gates, dcs_prev, *sums)
     grads = gc.lstm_cell_grad(*[case[k] for k in LSTM_ARGS], state, d_h=d_h,
                               **{k: case[k] for k in PEEPHOLES}, backend="reference")
     for total, before, expected in zip(sums, start, (grads.b, grads.wci, grads.wcf,
@@ -363,14 +363,14 @@ def _host_has_avx():
 KERNELS = {
     # kernel -> a packed instruction only its main loop has: the division in tanh (forward
     # kernels), the subtraction in σ' = σ(1-σ) and tanh' = 1-tanh² (backward kernels)
-    fused_lstm.lstm_forward_kernel: "vdiv",
-    fused_lstm.lstm_backward_kernel: "vsub",
-    fused_gru.gru_gates_kernel: "vdiv",
-    fused_gru.gru_candidate_kernel: "vdiv",
-    fused_gru.gru_reset_after_kernel: "vdiv",
-    fused_gru.gru_candidate_grad_kernel: "vsub",
-    fused_gru.gru_reset_grad_kernel: "vsub",
-    fused_gru.gru_reset_after_grad_kernel: "vsub",
+    _lstm_kernels.lstm_forward_kernel: "vdiv",
+    _lstm_kernels.lstm_backward_kernel: "vsub",
+    _gru_kernels.gru_gates_kernel: "vdiv",
+    _gru_kernels.gru_candidate_kernel: "vdiv",
+    _gru_kernels.gru_reset_after_kernel: "vdiv",
+    _gru_kernels.gru_candidate_grad_kernel: "vsub",
+    _gru_kernels.gru_reset_grad_kernel: "vsub",
+    _gru_kernels.gru_reset_after_grad_kernel: "vsub",
 }
 
 

@@ -1,23 +1,24 @@
 """The CPU backend: Numba-jitted fused kernels plus BLAS matmuls, for NumPy arrays.
 
-The eight public operations, with the names and signatures of ``gradcells.reference``'s;
-the public layer has
-validated and normalised every argument. Results agree with the reference to round-off:
-float64 within ~1e-15 relative per operation, float32 within a few float32 ulp (the
-activations are vectorizable approximations, see ``_activations``).
+The eight public operations, one module per cell (``lstm``, ``gru``) with the backend
+protocol's names and signatures (``gradcells._core.types``: the arrays, one weight set, one
+settings record); the public layer has validated and normalised every argument. Results
+agree with the reference to round-off: float64 within ~1e-15 relative per operation, float32
+within a few float32 ulp (the activations are vectorizable approximations, see
+``_activations``).
 
 Each cell step is its matmuls (NumPy's BLAS, on the caller's thread pool) around one fused
 elementwise pass per direction (two for the reset-before GRU, whose reset gate feeds the
-candidate's matmul; ``fused_lstm``, ``fused_gru``, whose kernels are documented for reuse per
-time step). The kernels run serially on the calling thread, release the GIL, and are
-SIMD-vectorized. Measured on this 2-core machine while shared (float32, LSTM forward
-kernel; BLAS at 1 and 2 threads): a ``prange`` version was never faster and was 70x slower
-for the kernel alone (11 ms against 160 µs at B=64, H=256) and 430x slower for matmul +
-kernel at (16, 128, 128) with two BLAS threads (47 ms against 0.11 ms), because its worker
-threads and OpenBLAS's wait on each other for the cores. The elementwise pass is a few
-percent of a step, so there is little to win and much to lose: the kernels stay serial, and
-the matmuls use however many threads the BLAS is given (``threadpoolctl`` or
-``OPENBLAS_NUM_THREADS``).
+candidate's matmul; ``_lstm_kernels``, ``_gru_kernels``, whose kernels are documented for
+reuse per time step; ``_sequence`` holds the sequence plan the two cells share). The
+kernels run serially on the calling thread, release the GIL, and are SIMD-vectorized.
+Measured on this 2-core machine while shared (float32, LSTM forward kernel; BLAS at 1 and 2
+threads): a ``prange`` version was never faster and was 70x slower for the kernel alone
+(11 ms against 160 µs at B=64, H=256) and 430x slower for matmul + kernel at (16, 128, 128)
+with two BLAS threads (47 ms against 0.11 ms), because its worker threads and OpenBLAS's
+wait on each other for the cores. The elementwise pass is a few percent of a step, so there
+is little to win and much to lose: the kernels stay serial, and the matmuls use however
+many threads the BLAS is given (``threadpoolctl`` or ``OPENBLAS_NUM_THREADS``).
 
 The sequence operations take their scratch (O(T·B·4H): the input projection, every step's
 gate gradients) from a buffer each thread keeps between calls (``_workspace``): fresh arrays
@@ -29,9 +30,8 @@ dtype) and is cached on disk (``cache=True``), so later processes load it.
 """
 
 from ._workspace import release_scratch
-from .fused_gru import gru_cell, gru_cell_grad
-from .fused_lstm import lstm_cell, lstm_cell_grad
-from .sequences import gru_sequence, gru_sequence_grad, lstm_sequence, lstm_sequence_grad
+from .gru import gru_cell, gru_cell_grad, gru_sequence, gru_sequence_grad
+from .lstm import lstm_cell, lstm_cell_grad, lstm_sequence, lstm_sequence_grad
 
 __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad",
            "lstm_sequence", "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad",

@@ -1,8 +1,8 @@
-"""The GRU block cell on the CPU: BLAS matmuls plus fused Numba passes.
+"""The GRU's fused elementwise passes (Numba).
 
-The math is ``gradcells.reference.gru`` (SPEC 3). Reset before the candidate matmul
-(TensorFlow's cell) needs r before the candidate's matmul, so each direction is two passes
-around a matmul:
+The math is ``gradcells.reference.gru``. Reset before the candidate matmul (TensorFlow's
+cell) needs r before the candidate's matmul, so each direction is two passes around a matmul
+(``gru.py`` does the matmuls):
 
     forward:   [x,h_prev]·w_ru -> gru_gates_kernel (r, u, [x, r∘h_prev])
                [x, r∘h_prev]·w_c -> gru_candidate_kernel (c, h)
@@ -13,17 +13,14 @@ around a matmul:
 Reset after (``reset_after=True``) has every matmul up front, so each direction is one pass:
 ``gru_reset_after_kernel`` and ``gru_reset_after_grad_kernel``.
 
-Every kernel's contract is in its docstring (``gradcells/cpu/sequences.py`` calls them once
-per time step). All arrays are C-contiguous and of one float dtype; B rows, H columns.
+Every kernel's contract is in its docstring (``gru.py``'s sequence ops call them once per
+time step). All arrays are C-contiguous and of one float dtype; B rows, H columns.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
-from .._types import GRUCellGrads, GRUCellState
 from ._activations import sigmoid, tanh, typed
-from ._compile import kernel, kernel_array, row_of
+from ._compile import kernel, row_of
 
 
 @kernel
@@ -209,70 +206,3 @@ def gru_reset_after_grad_kernel(d_h, has_d_h, r, u, c, h_prev, gates_ch, addend_
             db_u[j] += d_u
             db_cx[j] += d_c
             db_ch[j] += d_nn
-
-
-def gru_cell(x, h_prev, w_ru, w_c, b_ru, b_c, *, reset_after=False):
-    """One GRU step; returns ``GRUCellState(r, u, c, h)``."""
-    n_batch, n_hidden = h_prev.shape
-    n_in = x.shape[1]
-    h_prev = kernel_array(h_prev)
-    xh = np.concatenate((x, h_prev), axis=1)
-    gates_ru = np.dot(xh, w_ru)
-    dtype = gates_ru.dtype
-    r, u, c, h = (np.empty((n_batch, n_hidden), dtype) for _ in range(4))
-    if reset_after:
-        b_c = kernel_array(b_c)
-        gru_reset_after_kernel(gates_ru, kernel_array(b_ru), np.dot(x, w_c[:n_in]),
-                               b_c[:n_hidden], np.dot(h_prev, w_c[n_in:]), b_c[n_hidden:],
-                               h_prev, r, u, c, h)
-    else:
-        xrh = np.empty((n_batch, n_in + n_hidden), dtype)
-        gru_gates_kernel(gates_ru, kernel_array(b_ru), kernel_array(x), h_prev, r, u, xrh)
-        gru_candidate_kernel(np.dot(xrh, w_c), kernel_array(b_c), h_prev, u, c, h)
-    return GRUCellState(r, u, c, h)
-
-
-def gru_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, state, d_h=None, *, reset_after=False):
-    """Gradient of one GRU step with respect to every input (``GRUCellGrads``)."""
-    n_batch, n_hidden = h_prev.shape
-    n_in = x.shape[1]
-    dtype = h_prev.dtype
-    h_prev = kernel_array(h_prev)
-    r, u, c = (kernel_array(a) for a in state[:3])
-    has_d_h = d_h is not None
-    d_h = kernel_array(d_h) if has_d_h else h_prev
-    xh = np.concatenate((x, h_prev), axis=1)
-    d_ru = np.empty((n_batch, 2 * n_hidden), dtype)
-    dc_bar = np.empty((n_batch, n_hidden), dtype)
-    d_bias_ru = np.zeros(2 * n_hidden, dtype)
-    if reset_after:
-        b_c = kernel_array(b_c)
-        d_bias_c = np.zeros(2 * n_hidden, dtype)
-        d_n = np.empty((n_batch, n_hidden), dtype)
-        dh_direct = np.empty((n_batch, n_hidden), dtype)
-        gru_reset_after_grad_kernel(d_h, has_d_h, r, u, c, h_prev, np.dot(h_prev, w_c[n_in:]),
-                                    b_c[n_hidden:], dc_bar, d_n, d_ru, dh_direct, d_bias_ru,
-                                    d_bias_c)
-        # x and h_prev rows apart: the sums are then contiguous (the whole gradient 3–7%
-        # faster than adding into column slices of one [B, I+H] product, at (64, 256, 256))
-        dx = np.dot(d_ru, w_ru[:n_in].T)
-        dx += np.dot(dc_bar, w_c[:n_in].T)
-        dh_prev = np.dot(d_ru, w_ru[n_in:].T)
-        dh_prev += np.dot(d_n, w_c[n_in:].T)
-        dh_prev += dh_direct
-        dw_c = np.empty((n_in + n_hidden, n_hidden), dtype)
-        np.dot(x.T, dc_bar, out=dw_c[:n_in])
-        np.dot(h_prev.T, d_n, out=dw_c[n_in:])
-    else:
-        d_bias_c = np.zeros(n_hidden, dtype)
-        xrh = np.empty((n_batch, n_in + n_hidden), dtype)
-        gru_candidate_grad_kernel(d_h, has_d_h, r, u, c, h_prev, kernel_array(x), dc_bar, d_ru,
-                                  xrh, d_bias_ru, d_bias_c)
-        dxhr = np.dot(dc_bar, w_c.T)
-        gru_reset_grad_kernel(dxhr, d_h, has_d_h, r, u, h_prev, d_ru, d_bias_ru)
-        dxh = np.dot(d_ru, w_ru.T)
-        dxh += dxhr
-        dw_c = np.dot(xrh.T, dc_bar)
-        dx, dh_prev = dxh[:, :n_in], dxh[:, n_in:]
-    return GRUCellGrads(x=dx, h_prev=dh_prev, w_ru=np.dot(xh.T, d_ru), w_c=dw_c,
-                        b_ru=d_bias_ru, b_c=d_bias_c)

@@ -1,32 +1,22 @@
-"""The LSTM block cell on the CPU: BLAS matmuls plus one fused Numba pass each way.
+"""The LSTM's fused elementwise passes (Numba), one pass over ``[B, H]`` each way.
 
-The math is ``gradcells.reference.lstm`` (SPEC 2; gate blocks i, ci, f, o). Forward:
+The math is ``gradcells.reference.lstm`` (gate blocks i, ci, f, o):
 
-    G = [x, h_prev]·w                      one BLAS call
     lstm_forward_kernel(G, b, ...)         one pass over [B, H]: bias, forget_bias,
                                            peepholes, clip, five activations, seven outputs
-
-Gradient:
-
     lstm_backward_kernel(...)              one pass over [B, H]: dG [B, 4H], dcs_prev, and the
                                            bias and peephole reductions, accumulated
-    d[x, h_prev] = dG·wᵀ,  dw = [x, h_prev]ᵀ·dG       two BLAS calls
 
-The two kernels are public to the backend: ``gradcells/cpu/sequences.py`` calls them once per
-time step. Their contracts are in their docstrings.
+``lstm.py`` calls them around its BLAS matmuls: once for a cell, once per time step for a
+sequence. Their contracts are in their docstrings.
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from .._types import LSTMCellGrads, LSTMCellState
 from ._activations import sigmoid, tanh, typed
-from ._compile import kernel, kernel_array, row_of
-
-_INF = math.inf
+from ._compile import kernel, row_of
 
 
 @kernel
@@ -169,54 +159,3 @@ def lstm_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, has_d
                 dw_i[j] += dg_i[j] * c_prev[j]
                 dw_f[j] += dg_f[j] * c_prev[j]
                 dw_o[j] += dg_o[j] * cs_r[j]
-
-
-def lstm_cell(x, cs_prev, h_prev, w, b, *, wci=None, wcf=None, wco=None, forget_bias=1.0,
-              cell_clip=None):
-    """One LSTM step; returns ``LSTMCellState(i, cs, f, o, ci, co, h)``."""
-    n_batch, n_hidden = cs_prev.shape
-    gates = np.dot(np.concatenate((x, h_prev), axis=1), w)
-    b = kernel_array(b)
-    peephole = wci is not None
-    if peephole:
-        wci, wcf, wco = kernel_array(wci), kernel_array(wcf), kernel_array(wco)
-    else:
-        wci = wcf = wco = b
-    dtype = gates.dtype
-    outputs = [np.empty((n_batch, n_hidden), dtype) for _ in range(7)]
-    lstm_forward_kernel(gates, b, kernel_array(cs_prev), wci, wcf, wco, peephole, forget_bias,
-                        _INF if cell_clip is None else cell_clip, *outputs)
-    return LSTMCellState(*outputs)
-
-
-def lstm_cell_grad(x, cs_prev, h_prev, w, b, state, *, d_h=None, d_cs=None, wci=None,
-                   wcf=None, wco=None, cell_clip=None, clip_grad="exact"):
-    """Gradient of one LSTM step with respect to every input (``LSTMCellGrads``)."""
-    n_batch, n_hidden = cs_prev.shape
-    n_in = x.shape[1]
-    dtype = cs_prev.dtype
-    cs_prev = kernel_array(cs_prev)
-    saved = [kernel_array(a) for a in state[:6]]
-    d_gates = np.empty((n_batch, 4 * n_hidden), dtype)
-    dcs_prev = np.empty((n_batch, n_hidden), dtype)
-    d_bias = np.zeros(4 * n_hidden, dtype)
-    peephole = wci is not None
-    if peephole:
-        wci, wcf, wco = kernel_array(wci), kernel_array(wcf), kernel_array(wco)
-        d_peep = np.zeros((3, n_hidden), dtype)
-        d_wci, d_wcf, d_wco = d_peep
-    else:
-        wci = wcf = wco = d_wci = d_wcf = d_wco = d_bias
-    masked = cell_clip is not None and clip_grad == "exact"
-    lstm_backward_kernel(
-        cs_prev, *saved,
-        cs_prev if d_h is None else kernel_array(d_h), d_h is not None,
-        cs_prev if d_cs is None else kernel_array(d_cs), d_cs is not None,
-        wci, wcf, wco, peephole, cell_clip if masked else _INF,
-        d_gates, dcs_prev, d_bias, d_wci, d_wcf, d_wco)
-    dxh = np.dot(d_gates, w.T)
-    dw = np.dot(np.concatenate((x, h_prev), axis=1).T, d_gates)
-    if not peephole:
-        d_wci = d_wcf = d_wco = None
-    return LSTMCellGrads(x=dxh[:, :n_in], cs_prev=dcs_prev, h_prev=dxh[:, n_in:], w=dw,
-                         b=d_bias, wci=d_wci, wcf=d_wcf, wco=d_wco)
