@@ -73,7 +73,7 @@ def lstm_grads_at(case, state, upstream, backend, clip_grad="exact"):
 def run_gru(case, d_h, backend):
     args = [case[k] for k in GRU_ARGS]
     state = gc.gru_cell(*args, reset_after=case["reset_after"], backend=backend)
-    grads = gc.gru_cell_grad(*args, state, d_h, reset_after=case["reset_after"],
+    grads = gc.gru_cell_grad(*args, state, d_h=d_h, reset_after=case["reset_after"],
                              backend=backend)
     return state, grads
 
@@ -159,12 +159,12 @@ def test_gru_agrees_with_reference_float32(case):
     state64 = gc.GRUCellState(*[a.astype(np.float64) for a in state32])
     results = {
         "cpu": (gc.gru_cell(*args, reset_after=ra, backend="cpu"),
-                gc.gru_cell_grad(*args, state32, d_h, reset_after=ra, backend="cpu")),
+                gc.gru_cell_grad(*args, state32, d_h=d_h, reset_after=ra, backend="cpu")),
         "reference": (state32,
-                      gc.gru_cell_grad(*args, state32, d_h, reset_after=ra,
+                      gc.gru_cell_grad(*args, state32, d_h=d_h, reset_after=ra,
                                        backend="reference")),
         "exact": (gc.gru_cell(*args64, reset_after=ra, backend="reference"),
-                  gc.gru_cell_grad(*args64, state64, d_h.astype(np.float64), reset_after=ra,
+                  gc.gru_cell_grad(*args64, state64, d_h=d_h.astype(np.float64), reset_after=ra,
                                    backend="reference")),
     }
     for name, (a, b, e) in pairs(results["cpu"], results["reference"], results["exact"]):
@@ -254,7 +254,7 @@ def test_read_only_inputs_are_accepted():
         gstate = gc.gru_cell(*args, reset_after=reset_after, backend="cpu")
         for a in gstate:
             a.flags.writeable = False
-        gc.gru_cell_grad(*args, gstate, up["d_h"], reset_after=reset_after, backend="cpu")
+        gc.gru_cell_grad(*args, gstate, d_h=up["d_h"], reset_after=reset_after, backend="cpu")
 
 
 def test_negative_strides_and_fortran_state():

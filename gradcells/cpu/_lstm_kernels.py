@@ -105,7 +105,7 @@ def lstm_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, has_d
       step): ``d_bias [4H]`` (Σ_batch dG), and when ``peephole`` ``d_wci, d_wcf, d_wco [H]``
       (otherwise never touched: pass any arrays).
 
-    Per element (SPEC 2):
+    Per element (docs/spec.md §2):
 
         do  = d_h·co·o(1-o);   dcs = d_h·o(1-co²) + d_cs + do·wco
         dcs = 0 where |i·ci + f·cs_prev| > cell_clip    (the clip was active)
