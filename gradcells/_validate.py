@@ -16,14 +16,16 @@ hand) leaves the keywords to decide, with their documented defaults.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 import numbers
+from typing import NamedTuple
 
 import numpy as np
 
 from ._core import arrays
-from ._core.specs import CLIP_GRADS, OPS, PEEPHOLES, WEIGHT_LABELS, OpSpec
+from ._core.specs import CLIP_GRADS, OPS, PEEPHOLES, WEIGHT_LABELS, Labels
 from ._core.types import GRUSettings, LSTMSettings
 
 _FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -83,39 +85,44 @@ def _matrix_dims(name, a, labels):
     return a.shape
 
 
-def _check_shapes(specs, sizes, origin):
-    """``specs``: (name, array-or-None, labels); ``sizes`` maps each label to its length;
+def _check_shapes(specs, expected_shapes, origin):
+    """``specs``: (name, array-or-None, labels); ``expected_shapes``: each one's shape;
     ``origin()``: which arguments the sizes were read from, for the message."""
-    expected_for = {}  # most arrays share a few label tuples, e.g. ("B", "H")
-    for name, a, labels in specs:
-        if a is None:
-            continue
-        expected = expected_for.get(labels)
-        if expected is None:
-            expected = expected_for[labels] = tuple([sizes[label] for label in labels])
-        if a.shape != expected:
+    for (name, a, labels), expected in zip(specs, expected_shapes):
+        if a is not None and a.shape != expected:
             raise ValueError(
                 f"{name} must have shape [{', '.join(labels)}] = {expected}, "
                 f"got {tuple(a.shape)} ({origin()})")
 
 
-def _sizes(x_shape, n_hidden):
-    """The length of every shape label, from x's shape (``[B, I]`` or ``[T, B, I]``) and H."""
+_EXPECTED_SHAPES: dict = {}  # (layout key, x's shape, H) -> every array's expected shape
+
+
+def _expected_shapes(key, labels, x_shape, n_hidden):
+    """The shape each of ``labels`` (a tuple of label tuples, named by the small hashable
+    ``key``) stands for, given x's shape (``[B, I]`` or ``[T, B, I]``) and H. A program's
+    calls repeat a few shapes, so the answer is kept (up to a few thousand of them)."""
+    cached = _EXPECTED_SHAPES.get((key, x_shape, n_hidden))
+    if cached is not None:
+        return cached
     n_in = x_shape[-1]
     sizes = {"B": x_shape[-2], "I": n_in, "H": n_hidden, "I+H": n_in + n_hidden,
-             "2H": 2 * n_hidden, "4H": 4 * n_hidden}
-    if len(x_shape) == 3:
-        sizes["T"] = x_shape[0]
-    return sizes
+             "2H": 2 * n_hidden, "4H": 4 * n_hidden, "T": x_shape[0]}
+    if len(_EXPECTED_SHAPES) >= 4096:
+        _EXPECTED_SHAPES.clear()
+    shapes = tuple(tuple([sizes[label] for label in each]) for each in labels)
+    _EXPECTED_SHAPES[(key, x_shape, n_hidden)] = shapes
+    return shapes
 
 
-def _check_arrays(specs, n_required):
+def _check_arrays(specs, n_required, labels, key):
     """Every check on one call's arrays; returns their library ("numpy" or "cupy").
 
     ``specs``: (name, array-or-None, shape labels), x (``[B, I]`` or ``[T, B, I]``) first and
-    an array ``[B, H]`` second; the first ``n_required`` must be given. In order: required
-    arrays given, one library and float dtype, the ranks of x and of the ``[B, H]`` array
-    (which fix the sizes), every shape.
+    an array ``[B, H]`` second; the first ``n_required`` must be given; ``labels``: the
+    specs' labels as one tuple, named by the hashable ``key``. In order: required arrays
+    given, one library and float dtype, the ranks of x and of the ``[B, H]`` array (which
+    fix the sizes), every shape.
     """
     (x_name, x, x_labels), (h_name, h, h_labels) = specs[0], specs[1]
     _require_arrays(specs[:n_required])
@@ -127,7 +134,7 @@ def _check_arrays(specs, n_required):
         return (f"{', '.join(x_labels)} from {x_name} {tuple(x_shape)}, "
                 f"H from {h_name} {tuple(h_shape)}")
 
-    _check_shapes(specs, _sizes(x_shape, h_shape[1]), origin)
+    _check_shapes(specs, _expected_shapes(key, labels, tuple(x_shape), h_shape[1]), origin)
     return library
 
 
@@ -135,6 +142,8 @@ def _real(name, value):
     """A finite real attribute as a float: a Python or NumPy number, or a 0-d integer or
     float array (what a PyTorch or JAX scalar becomes on its way in). An integer beyond
     float64 (finite, but beyond every dtype) comes back as ±inf for the caller to judge."""
+    if type(value) is float and math.isfinite(value):  # the common case, first
+        return value
     scalar_array = (getattr(value, "shape", None) == ()
                     and getattr(getattr(value, "dtype", None), "kind", None) in ("f", "i", "u"))
     if isinstance(value, bool) or not (isinstance(value, numbers.Real) or scalar_array):
@@ -199,6 +208,8 @@ def reset_after_value(reset_after):
 
 def peepholes_given(wci, wcf, wco):
     """True when all three peephole vectors are given, False when none is; else ValueError."""
+    if wci is None and wcf is None and wco is None:
+        return False
     given = [name for name, v in zip(PEEPHOLES, (wci, wcf, wco)) if v is not None]
     if given and len(given) != len(PEEPHOLES):
         missing = [name for name in PEEPHOLES if name not in given]
@@ -209,15 +220,15 @@ def peepholes_given(wci, wcf, wco):
     return bool(given)
 
 
-def _result_specs(prefix, result, fields, labels):
-    """Specs for a result tuple (a cell's ``state``, a sequence's ``seq``): one per field,
-    ``labels[k]`` giving field k's shape."""
+def _check_result(spec, result):
+    """TypeError unless ``result`` (a cell's ``state``, a sequence's ``seq``) is a tuple of
+    as many arrays as the forward's result has fields."""
+    fields = spec.result._fields
     if not isinstance(result, tuple) or len(result) != len(fields):
         raise TypeError(
-            f"{prefix} must be a tuple of {len(fields)} arrays ({', '.join(fields)}), "
+            f"{spec.result_arg} must be a tuple of {len(fields)} arrays ({', '.join(fields)}), "
             f"got {type(result).__name__}"
             + (f" of length {len(result)}" if isinstance(result, tuple) else ""))
-    return list(zip(_qualified_names(prefix, fields), result, labels))
 
 
 @functools.cache
@@ -279,12 +290,33 @@ def seq_len_value(seq_len, library, x):
 # One call's arguments, by operation
 
 
-def _array_specs(spec: OpSpec, x, states, weights, reset_after):
-    """(name, array, labels) for the forward's arrays: x, the states, the weights."""
-    return ([("x", x, spec.x_labels)]
-            + [(name, a, ("B", "H")) for name, a in zip(spec.states, states)]
-            + [(name, a, _weight_labels(name, reset_after))
-               for name, a in zip(spec.weights._fields, weights)])
+class _Layout(NamedTuple):
+    """What one operation's arrays are called and shaped like, settled once per operation
+    and GRU variant: the forward's arrays (x, the states, the weights) with the required
+    ones first, then the gradient's result fields and upstream gradients."""
+
+    names: tuple[str, ...]
+    labels: tuple[Labels, ...]
+    n_required: int
+    result_names: tuple[str, ...]
+    result_labels: tuple[Labels, ...]
+    upstream: tuple[str, ...]
+    upstream_labels: tuple[Labels, ...]
+    grad_labels: tuple[Labels, ...]  # a gradient call's arrays' labels, in checking order
+
+
+@functools.cache
+def _layout(op: str, reset_after: bool) -> _Layout:
+    spec = OPS[op]
+    labels = ((spec.x_labels,) + (("B", "H"),) * len(spec.states)
+              + tuple(_weight_labels(name, reset_after) for name in spec.weights._fields))
+    n_required = sum(name not in PEEPHOLES for name in spec.arrays)
+    upstream_labels = tuple(spec.upstream_labels(name) for name in spec.upstream)
+    return _Layout(spec.arrays, labels, n_required,
+                   _qualified_names(spec.result_arg, spec.result._fields),
+                   spec.result_labels(), spec.upstream, upstream_labels,
+                   labels[:n_required] + spec.result_labels() + labels[n_required:]
+                   + upstream_labels)
 
 
 def _weight_labels(name, reset_after):
@@ -293,107 +325,106 @@ def _weight_labels(name, reset_after):
     return labels if labels != ("C",) else ("2H",) if reset_after else ("H",)
 
 
-def _split_required(specs):
-    """The forward's specs split into the required ones and the optional ones."""
-    optional = [s for s in specs if s[0] in PEEPHOLES]
-    required = [s for s in specs if s[0] not in PEEPHOLES]
-    return required, optional
-
-
 def _checked_library(spec, x, states, weights, *, reset_after, result=None, upstream=None):
     """Check every array of a forward call (and of its gradient when ``upstream`` is given);
-    return the arrays' library."""
-    required, optional = _split_required(_array_specs(spec, x, states, weights, reset_after))
+    return the arrays' library. The optional arrays (the peepholes) come last in
+    ``spec.arrays``."""
+    layout = _layout(spec.name, reset_after)
+    specs = list(zip(layout.names, (x, *states, *weights), layout.labels))
+    n_required = layout.n_required
     if upstream is not None:
-        required += _result_specs(spec.result_arg, result, spec.result._fields,
-                                  spec.result_labels())
-        optional += [(name, upstream[name], spec.upstream_labels(name))
-                     for name in spec.upstream]
-    library = _check_arrays(required + optional, len(required))
-    if spec.settings is LSTMSettings:
-        peepholes_given(*(getattr(weights, name) for name in PEEPHOLES))
+        _check_result(spec, result)
+        specs[n_required:n_required] = zip(layout.result_names, result, layout.result_labels)
+        n_required += len(layout.result_names)
+        specs += zip(layout.upstream, [upstream[name] for name in layout.upstream],
+                     layout.upstream_labels)
+    grad = upstream is not None
+    library = _check_arrays(specs, n_required, layout.grad_labels if grad else layout.labels,
+                            (spec.name, reset_after, grad))
+    if len(specs) > n_required and spec.settings is LSTMSettings:
+        peepholes_given(*weights[2:])
     return library
 
 
-def forward_args(op: str, x, states, weights, **attributes):
-    """Check a forward call of ``op``; return ``(library, settings)``.
-
-    ``attributes``: the op's keywords (``forget_bias``, ``cell_clip``, ``reset_after``,
-    ``seq_len``) as the caller gave them.
-    """
+def forward_args(op: str, x, states, weights, *, forget_bias=1.0, cell_clip=None,
+                 reset_after=False, seq_len=None):
+    """Check a forward call of ``op``; return ``(library, settings)``. The keywords are the
+    op's attributes as the caller gave them (those the op does not have keep their
+    defaults)."""
     spec = OPS[op]
-    reset_after = reset_after_value(attributes.get("reset_after", False))
+    lstm = spec.settings is LSTMSettings
+    reset_after = False if lstm else reset_after_value(reset_after)
     library = _checked_library(spec, x, states, weights, reset_after=reset_after)
-    seq_len = seq_len_value(attributes.get("seq_len"), library, x) if spec.sequence else None
-    if spec.settings is GRUSettings:
-        return library, GRUSettings(reset_after=reset_after, seq_len=seq_len)
-    return library, LSTMSettings(
-        forget_bias=forget_bias_value(attributes.get("forget_bias", 1.0), x.dtype),
-        cell_clip=cell_clip_value(attributes.get("cell_clip"), x.dtype),
-        peepholes=weights.wci is not None, seq_len=seq_len)
+    seq_len = seq_len_value(seq_len, library, x) if spec.sequence else None
+    if not lstm:
+        return library, GRUSettings(reset_after, seq_len)
+    return library, LSTMSettings(forget_bias_value(forget_bias, x.dtype),
+                                 cell_clip_value(cell_clip, x.dtype), weights[2] is not None,
+                                 seq_len)
 
 
-def grad_args(op: str, x, states, weights, result, upstream, **given):
-    """Check a gradient call of ``op``; return ``(library, settings)``, the settings being
-    the forward's record checked against the settings ``given`` again (None: not given).
+def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
+              reset_after=None, seq_len=None):
+    """Check a gradient call of ``op``; return ``(library, settings)``: the forward's record,
+    each setting given again (None: not given) checked against it; for a result that
+    records nothing, the record the keywords make.
 
     ``upstream``: the upstream gradients by name (None where absent).
     """
     spec = OPS[op]
-    recorded = getattr(result, "settings", None)
-    if not isinstance(recorded, spec.settings):
-        recorded = spec.settings()
-    reset_after = getattr(recorded, "reset_after", False)
-    if given.get("reset_after") is not None:
-        reset_after = _agreeing("reset_after", reset_after_value(given["reset_after"]),
-                                reset_after, result, spec)
-    library = _checked_library(spec, x, states, weights, reset_after=reset_after,
+    recorded = result.settings if type(result) is spec.result else None
+    settings = recorded
+    if settings is None:
+        settings = (spec.settings() if spec.settings is GRUSettings
+                    else LSTMSettings(peepholes=weights[2] is not None))
+    if reset_after is not None:
+        settings = _agreeing(spec, recorded, settings, "reset_after",
+                             reset_after_value(reset_after))
+    library = _checked_library(spec, x, states, weights,
+                               reset_after=getattr(settings, "reset_after", False),
                                result=result, upstream=upstream)
-    seq_len = recorded.seq_len
-    if spec.sequence and given.get("seq_len") is not None:
-        seq_len = _agreeing("seq_len", seq_len_value(given["seq_len"], library, x), seq_len,
-                            result, spec, same=_same_lengths)
-    if spec.settings is GRUSettings:
-        return library, GRUSettings(reset_after=reset_after, seq_len=seq_len)
-    return library, _lstm_grad_settings(spec, x, weights, result, recorded, seq_len,
-                                        given.get("cell_clip"))
+    if spec.sequence and seq_len is not None:
+        settings = _agreeing(spec, recorded, settings, "seq_len",
+                             seq_len_value(seq_len, library, x))
+    if spec.settings is LSTMSettings:
+        _check_peepholes(spec, recorded, weights)
+        if cell_clip is not None:
+            settings = _agreeing(spec, recorded, settings, "cell_clip",
+                                 cell_clip_value(cell_clip, x.dtype))
+    return library, settings
 
 
-def _lstm_grad_settings(spec, x, weights, result, recorded, seq_len, cell_clip):
-    """The LSTM gradient's settings: the record's, with the peepholes present as recorded
-    and a ``cell_clip`` given again agreeing with it."""
-    peepholes = weights.wci is not None
-    if getattr(result, "settings", None) is not None and peepholes != recorded.peepholes:
-        names = ", ".join(PEEPHOLES)
+def _check_peepholes(spec, recorded, weights):
+    """ValueError unless the peepholes are present as the forward's record says."""
+    if recorded is None or (weights[2] is not None) == recorded.peepholes:
+        return
+    names = ", ".join(PEEPHOLES)
+    raise ValueError(
+        f"the forward ran with peepholes; pass {names} again" if recorded.peepholes else
+        f"{names} were given but the forward ran without peepholes "
+        f"({spec.result_arg}.settings.peepholes is False)")
+
+
+def _agreeing(spec, recorded, settings, name, value):
+    """``settings`` with setting ``name`` given again as ``value``: unchanged when it agrees
+    with the forward's record, ValueError naming it when it contradicts the record; with no
+    record, ``settings`` with ``name`` set."""
+    if recorded is None:
+        return dataclasses.replace(settings, **{name: value})
+    before = getattr(recorded, name)
+    agrees = _same_lengths(value, before) if name == "seq_len" else value == before
+    if not agrees:
         raise ValueError(
-            f"the forward ran with peepholes; pass {names} again" if recorded.peepholes else
-            f"{names} were given but the forward ran without peepholes "
-            f"({spec.result_arg}.settings.peepholes is False)")
-    clip = recorded.cell_clip
-    if cell_clip is not None:
-        clip = _agreeing("cell_clip", cell_clip_value(cell_clip, x.dtype), clip, result, spec)
-    return LSTMSettings(forget_bias=recorded.forget_bias, cell_clip=clip,
-                        peepholes=peepholes, seq_len=seq_len)
+            f"{name}={_setting_text(value)} contradicts the forward's {name}="
+            f"{_setting_text(before)} recorded in {spec.result_arg}.settings; leave "
+            f"{name} out to use the forward's")
+    return settings
 
 
 def _same_lengths(a, b):
     if a is None or b is None:
         return a is b
     return a is b or (a.shape == b.shape and bool((a == b).all()))
-
-
-def _agreeing(name, value, recorded_value, result, spec, same=None):
-    """``value`` when it agrees with the forward's record (or nothing was recorded); else
-    ValueError naming the setting."""
-    if getattr(result, "settings", None) is None:
-        return value
-    agrees = same(value, recorded_value) if same else value == recorded_value
-    if not agrees:
-        raise ValueError(
-            f"{name}={_setting_text(value)} contradicts the forward's {name}="
-            f"{_setting_text(recorded_value)} recorded in {spec.result_arg}.settings; leave "
-            f"{name} out to use the forward's")
-    return value
 
 
 def _setting_text(value):
