@@ -181,9 +181,7 @@ def _check_one_library(names, args, kwargs):
         first.setdefault(library, name)
         if len(first) > 1:
             (lib_a, name_a), (lib_b, name_b) = list(first.items())[:2]
-            raise TypeError(
-                f"{name_a} is a {lib_a} array but {name_b} is a {lib_b} array; pass the "
-                "float arrays of one library")
+            raise TypeError(arrays.two_libraries(name_a, lib_a, name_b, lib_b))
 
 
 def _to_backend(value, name, library):

@@ -46,9 +46,11 @@ def _library_and_dtype(specs):
         if a is None:
             continue
         lib = "numpy" if type(a) is np.ndarray else arrays.library_of(a)
-        if lib not in arrays.NATIVE or (type(a) is not np.ndarray and refused_subclass(a)):
+        if lib is None or (type(a) is not np.ndarray and refused_subclass(a)):
             raise TypeError(f"{spec[0]} must be a NumPy or CuPy array, got "
                             f"{type(a).__name__} (PyTorch and JAX arrays are taken too)")
+        if lib not in arrays.NATIVE:  # a tensor among NumPy arrays (the first decides)
+            raise TypeError(arrays.two_libraries(first_name or "x", "numpy", spec[0], lib))
         a_dtype = a.dtype
         if library is None:
             # Identity first: comparing dtypes by value costs far more than the rest.
@@ -61,9 +63,7 @@ def _library_and_dtype(specs):
             device = a.device.id if lib == "cupy" else None
             continue
         if lib != library:
-            raise TypeError(
-                f"{first_name} and {spec[0]} come from two array libraries ({library} and "
-                f"{lib}); pass arrays of one library")
+            raise TypeError(arrays.two_libraries(first_name, library, spec[0], lib))
         if device is not None and a.device.id != device:
             raise ValueError(
                 f"{spec[0]} is on CUDA device {a.device.id} but {first_name} is on device "

@@ -64,3 +64,10 @@ def refused_subclass(a) -> bool:
     plain arrays. A masked array can only exist once ``numpy.ma`` is imported."""
     masked = sys.modules.get("numpy.ma")
     return isinstance(a, np.matrix) or (masked is not None and isinstance(a, masked.MaskedArray))
+
+
+def two_libraries(name_a, library_a, name_b, library_b) -> str:
+    """The one message for float arrays of two libraries in one call, whichever argument
+    comes first (the validation and the interop layer both raise it)."""
+    return (f"{name_a} and {name_b} come from two array libraries ({library_a} and "
+            f"{library_b}); pass arrays of one library")
