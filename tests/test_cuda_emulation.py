@@ -38,6 +38,7 @@ from hypothesis import strategies as st
 
 import gradcells.gpu as gpu
 from gradcells import reference
+from gradcells._core.specs import PEEPHOLES
 from gradcells._core.types import CELL_PROTOCOLS, LSTMSequence
 from gradcells.gpu import _kernels, _launch, _sources
 from gradcells.oracle import check_vjp
@@ -371,7 +372,7 @@ def test_gru_sequence_matches_reference(dtype, case, wanted, seed):
 
 def _lstm_cell_pair(backend, case):
     peephole = case["wci"] is not None
-    names = LSTM_ARRAYS + (("wci", "wcf", "wco") if peephole else ())
+    names = LSTM_ARRAYS + (PEEPHOLES if peephole else ())
 
     def forward_on(*arrays):
         return forward(backend, "lstm_cell", case, **dict(zip(names, arrays)))
@@ -390,7 +391,7 @@ def _lstm_cell_pair(backend, case):
 
 def _lstm_sequence_pair(backend, case):
     peephole = case["wci"] is not None
-    names = ("x", "cs0", "h0", "w", "b") + (("wci", "wcf", "wco") if peephole else ())
+    names = ("x", "cs0", "h0", "w", "b") + (PEEPHOLES if peephole else ())
 
     def forward_on(*arrays):
         return forward(backend, "lstm_sequence", case, **dict(zip(names, arrays)))

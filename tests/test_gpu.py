@@ -40,6 +40,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 import gradcells as gc  # noqa: E402
 import gradcells.gpu  # noqa: E402
+from gradcells._core.specs import PEEPHOLES  # noqa: E402
 from gradcells.gpu import _launch  # noqa: E402
 from gradcells.testing import (  # noqa: E402
     OPS,
@@ -59,7 +60,6 @@ LSTM_CELL = ("x", "cs_prev", "h_prev", "w", "b")
 GRU_CELL = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
 LSTM_SEQ = ("x", "cs0", "h0", "w", "b")
 GRU_SEQ = ("x", "h0", "w_ru", "w_c", "b_ru", "b_c")
-PEEPHOLES = ("wci", "wcf", "wco")
 
 
 def on_gpu(case, dtype):
