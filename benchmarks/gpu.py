@@ -11,8 +11,8 @@ the peer:
    ``gc.lstm_cell_grad`` (CuPy arrays, so the GPU backend) against ``torch.nn.LSTMCell``
    forward + ``torch.autograd.grad`` for input, states and parameters (PyTorch's fused CUDA
    cell); GRU likewise with ``reset_after=True`` against ``torch.nn.GRUCell``. The row
-   "gradcells backend" calls ``gradcells.gpu`` directly, without the public layer's
-   argument checks.
+   "gradcells backend" calls ``gradcells.gpu`` directly (one weight set and one settings
+   record, the backend protocol), without the public layer's argument checks.
 2. **sequence**, forward over T steps + backpropagation through time from an upstream
    gradient on every step's h: ``gc.lstm_sequence(_grad)`` against ``torch.nn.LSTM``
    (cuDNN), ``gc.gru_sequence(_grad)`` (reset-after) against ``torch.nn.GRU`` (cuDNN).
@@ -40,8 +40,9 @@ import numpy as np
 
 import gradcells as gc
 import gradcells.gpu as gpu
+from gradcells._core.types import GRUSettings, GRUWeights, LSTMSettings, LSTMWeights
 from gradcells.gpu import _kernels
-from gradcells.gpu._cupy_runtime import CupyRuntime
+from gradcells.gpu._runtime import CupyRuntime
 
 CELL_SIZES = [(64, 256, 256), (256, 512, 512), (1024, 1024, 1024)]  # (B, I, H)
 SEQUENCE_SIZES = [(100, 32, 256, 256), (100, 64, 512, 512), (50, 256, 1024, 1024)]  # T,B,I,H
@@ -98,16 +99,28 @@ def cell_contestants(batch, n_in, hidden, dtype, torch):
     w_c = normal(rng, (n_in + hidden, hidden), dtype, scale)
     b_ru, b_c = normal(rng, 2 * hidden, dtype), normal(rng, 2 * hidden, dtype)
 
-    def lstm(module):
-        state = module.lstm_cell(x, cs, h, w, b)
-        return module.lstm_cell_grad(x, cs, h, w, b, state, d_h=d_h, d_cs=d_cs)
+    lstm_weights, lstm_settings = LSTMWeights(w, b), LSTMSettings()
+    gru_weights, gru_settings = GRUWeights(w_ru, w_c, b_ru, b_c), GRUSettings(reset_after=True)
 
-    def gru(module):
-        state = module.gru_cell(x, h, w_ru, w_c, b_ru, b_c, reset_after=True)
-        return module.gru_cell_grad(x, h, w_ru, w_c, b_ru, b_c, state, d_h, reset_after=True)
+    def lstm():
+        state = gc.lstm_cell(x, cs, h, w, b)
+        return gc.lstm_cell_grad(x, cs, h, w, b, state, d_h=d_h, d_cs=d_cs)
 
-    lstm_rows = {"gradcells": lambda: lstm(gc), "gradcells backend": lambda: lstm(gpu)}
-    gru_rows = {"gradcells": lambda: gru(gc), "gradcells backend": lambda: gru(gpu)}
+    def lstm_backend():
+        state = gpu.lstm_cell(x, cs, h, lstm_weights, lstm_settings)
+        return gpu.lstm_cell_grad(x, cs, h, lstm_weights, state, lstm_settings, d_h=d_h,
+                                  d_cs=d_cs)
+
+    def gru():
+        state = gc.gru_cell(x, h, w_ru, w_c, b_ru, b_c, reset_after=True)
+        return gc.gru_cell_grad(x, h, w_ru, w_c, b_ru, b_c, state, d_h=d_h, reset_after=True)
+
+    def gru_backend():
+        state = gpu.gru_cell(x, h, gru_weights, gru_settings)
+        return gpu.gru_cell_grad(x, h, gru_weights, state, gru_settings, d_h=d_h)
+
+    lstm_rows = {"gradcells": lstm, "gradcells backend": lstm_backend}
+    gru_rows = {"gradcells": gru, "gradcells backend": gru_backend}
     if torch is not None:
         tdtype = getattr(torch, np.dtype(dtype).name)
         tx, th, tc = (torch.as_tensor(a, device="cuda").requires_grad_() for a in (x, h, cs))
@@ -220,33 +233,40 @@ def kernel_launches(batch, hidden, dtype):
         ld_gh_ru=2 * hidden, gh_c=gh_c, ld_gh_c=hidden, b_ru=b[:2 * hidden].copy(),
         b_c=b[2 * hidden:].copy(), h_prev=cs_prev, seq_len=no_lengths, use_seq_len=0,
         step=0, batch=batch, hidden=hidden, r=r, u=u, c=c, h=h, h_state=h))
-    column = cp.empty(4 * hidden, dtype)
-    sum_kernel = _kernels.KERNELS["column_sum"]
-    parts, per_part = _kernels.column_sum_plan(batch, 4 * hidden)
-    column_launches = []
-    if parts == 1:
-        stages = [(d_gates, batch, per_part, 1, column)]
-    else:
-        partial = cp.empty((parts, 4 * hidden), _kernels.COMPUTE_DTYPE[np.dtype(dtype)])
-        stages = [(d_gates, batch, per_part, parts, partial), (partial, parts, parts, 1, column)]
-    for source, rows, rows_per_part, n_parts, out in stages:
-        binding = _kernels.binding(sum_kernel, (source.dtype, out.dtype))
-        args = binding.arguments({
-            "in": source, "rows": rows, "cols": 4 * hidden, "rows_per_part": rows_per_part,
-            "parts": n_parts, "out": out})
-        grid, block = _kernels.column_sum_shape(4 * hidden, n_parts)
-        column_launches.append((binding, grid, block, args))
-
-    def column_sum():
-        for binding, grid, block, args in column_launches:
-            rt.launch(binding, grid, block, args)
-
     return {
         "lstm_forward": (forward, (9 + 7) * n * item),  # gx, gh, cs_prev; 7 outputs
         "lstm_backward": (backward, (9 + 5) * n * item),  # 7 saved + d_h, d_cs; dG, dcs_prev
         "gru_forward_reset_after": (gru_forward, (7 + 4) * n * item),  # 2+1+2+1+h; r,u,c,h
-        "column_sum [B, 4H]": (column_sum, 4 * n * item),
+        "column_sum [B, 4H]": (column_sum_launch(rt, d_gates), 4 * n * item),
     }
+
+
+def column_sum_launch(rt, a):
+    """The launches of the column sum of ``a [rows, cols]`` (one pass or two), as one
+    function."""
+    rows, cols = a.shape
+    column = cp.empty(cols, a.dtype)
+    sum_kernel = _kernels.KERNELS["column_sum"]
+    parts, per_part = _kernels.column_sum_plan(rows, cols)
+    launches = []
+    if parts == 1:
+        stages = [(a, rows, per_part, 1, column)]
+    else:
+        partial = cp.empty((parts, cols), _kernels.COMPUTE_DTYPE[a.dtype])
+        stages = [(a, rows, per_part, parts, partial), (partial, parts, parts, 1, column)]
+    for source, n_rows, rows_per_part, n_parts, out in stages:
+        binding = _kernels.binding(sum_kernel, (source.dtype, out.dtype))
+        args = binding.arguments({
+            "in": source, "rows": n_rows, "cols": cols, "rows_per_part": rows_per_part,
+            "parts": n_parts, "out": out})
+        grid, block = _kernels.column_sum_shape(cols, n_parts)
+        launches.append((binding, grid, block, args))
+
+    def column_sum():
+        for binding, grid, block, args in launches:
+            rt.launch(binding, grid, block, args)
+
+    return column_sum
 
 
 def bandwidth_rows(batch, hidden, dtype, repeats, inner):
@@ -271,32 +291,36 @@ def bandwidth_rows(batch, hidden, dtype, repeats, inner):
 # -- main -------------------------------------------------------------------------------
 
 
-def main(argv=None):
+def _arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--inner", type=int, default=5, help="calls per timed sample")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "float64"])
     parser.add_argument("--out", help="also write the report to this file")
     parser.add_argument("--skip", default="", help="comma list of: cell, sequence, bandwidth")
-    args = parser.parse_args(argv)
-    dtype = np.dtype(args.dtype)
-    skip = set(filter(None, args.skip.split(",")))
+    return parser.parse_args(argv)
+
+
+def _cuda_torch():
+    """PyTorch with CUDA and TF32 off, or None."""
     try:
         import torch
-
-        if not torch.cuda.is_available():
-            torch = None
     except ImportError:
-        torch = None
-    if torch is not None:
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch
 
+
+def _preamble(args, dtype, torch):
+    """The report's first lines: date, device, versions, settings."""
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
     peer = (f"{torch.__version__} (cuDNN {torch.backends.cudnn.version()})" if torch
             else "absent")
-    report = [
+    return [
         f"gradcells GPU benchmark, {datetime.datetime.now().isoformat(timespec='seconds')}",
         f"device: {name}; CuPy {cp.__version__}; CUDA runtime "
         f"{cp.cuda.runtime.runtimeGetVersion()}; PyTorch {peer}; "
@@ -306,42 +330,61 @@ def main(argv=None):
         if torch else "PyTorch with CUDA absent: no peer rows",
     ]
 
-    def emit(text):
-        print(text, flush=True)
-        report.append(text)
 
+_HEADER = ("size", "contestant", "ms/call", "ratio")
+
+
+def _cell_table(args, dtype, torch):
+    rows = []
+    for batch, n_in, hidden in CELL_SIZES:
+        lstm_rows, gru_rows = cell_contestants(batch, n_in, hidden, dtype, torch)
+        size = f"B={batch} I={n_in} H={hidden}"
+        rows += rows_with_ratio(f"LSTM {size}", timed(lstm_rows, args.repeats, args.inner),
+                                "torch LSTMCell")
+        rows += rows_with_ratio(f"GRU  {size}", timed(gru_rows, args.repeats, args.inner),
+                                "torch GRUCell")
+    return table("1. cell step, forward + gradient of every input", _HEADER, rows)
+
+
+def _sequence_table(args, dtype, torch):
+    rows = []
+    for steps, batch, n_in, hidden in SEQUENCE_SIZES:
+        lstm_rows, gru_rows = sequence_contestants(steps, batch, n_in, hidden, dtype, torch)
+        size = f"T={steps} B={batch} I={n_in} H={hidden}"
+        inner = max(1, args.inner // 2)
+        rows += rows_with_ratio(f"LSTM {size}", timed(lstm_rows, args.repeats, inner),
+                                "torch nn.LSTM (cuDNN)")
+        rows += rows_with_ratio(f"GRU  {size}", timed(gru_rows, args.repeats, inner),
+                                "torch nn.GRU (cuDNN)")
+    return table("2. sequence, forward + backpropagation through time", _HEADER, rows)
+
+
+def _bandwidth_table(args, dtype, torch):
+    rows = []
+    for batch, hidden in BANDWIDTH_SIZES:
+        rows += bandwidth_rows(batch, hidden, dtype, args.repeats, 20)
+    return table(
+        "3. elementwise kernels: effective bandwidth vs a device-to-device copy "
+        "of the same bytes",
+        ("size", "kernel", "MiB moved", "us/launch", "GB/s", "copy GB/s", "of copy"), rows)
+
+
+_SECTIONS = {"cell": _cell_table, "sequence": _sequence_table, "bandwidth": _bandwidth_table}
+
+
+def main(argv=None):
+    args = _arguments(argv)
+    dtype = np.dtype(args.dtype)
+    skip = set(filter(None, args.skip.split(",")))
+    torch = _cuda_torch()
+    report = _preamble(args, dtype, torch)
     for line in report:
         print(line)
-    header = ("size", "contestant", "ms/call", "ratio")
-    if "cell" not in skip:
-        rows = []
-        for batch, n_in, hidden in CELL_SIZES:
-            lstm_rows, gru_rows = cell_contestants(batch, n_in, hidden, dtype, torch)
-            size = f"B={batch} I={n_in} H={hidden}"
-            rows += rows_with_ratio(f"LSTM {size}", timed(lstm_rows, args.repeats, args.inner),
-                                    "torch LSTMCell")
-            rows += rows_with_ratio(f"GRU  {size}", timed(gru_rows, args.repeats, args.inner),
-                                    "torch GRUCell")
-        emit("\n" + table("1. cell step, forward + gradient of every input", header, rows))
-    if "sequence" not in skip:
-        rows = []
-        for steps, batch, n_in, hidden in SEQUENCE_SIZES:
-            lstm_rows, gru_rows = sequence_contestants(steps, batch, n_in, hidden, dtype, torch)
-            size = f"T={steps} B={batch} I={n_in} H={hidden}"
-            inner = max(1, args.inner // 2)
-            rows += rows_with_ratio(f"LSTM {size}", timed(lstm_rows, args.repeats, inner),
-                                    "torch nn.LSTM (cuDNN)")
-            rows += rows_with_ratio(f"GRU  {size}", timed(gru_rows, args.repeats, inner),
-                                    "torch nn.GRU (cuDNN)")
-        emit("\n" + table("2. sequence, forward + backpropagation through time", header, rows))
-    if "bandwidth" not in skip:
-        rows = []
-        for batch, hidden in BANDWIDTH_SIZES:
-            rows += bandwidth_rows(batch, hidden, dtype, args.repeats, 20)
-        emit("\n" + table(
-            "3. elementwise kernels: effective bandwidth vs a device-to-device copy "
-            "of the same bytes",
-            ("size", "kernel", "MiB moved", "us/launch", "GB/s", "copy GB/s", "of copy"), rows))
+    for section, make_table in _SECTIONS.items():
+        if section not in skip:
+            text = "\n" + make_table(args, dtype, torch)
+            print(text, flush=True)
+            report.append(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text("\n".join(report) + "\n")

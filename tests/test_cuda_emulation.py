@@ -2,14 +2,16 @@
 ``tests/cuda_host.HostRuntime``, which runs the very ``.cu`` source the GPU runs (compiled
 by the system C++ compiler through a shim header) with the grid, block and argument tuples
 the GPU would get. Every line of ``gradcells/gpu`` runs here: the public backend functions,
-the matmul plan and step loops of ``_ops``, the kernel table, the kernels in all three dtypes
-(float16 through the shim's conversions, checked against NumPy's), and ``_cupy_runtime``
-with a stand-in for CuPy that compiles what it is given for the host. What cannot run here
+the matmul plans and step loops of ``lstm`` and ``gru``, the shared launch helpers of
+``_launch``, the kernel table, the kernels in all three dtypes (float16 through the shim's
+conversions, checked against NumPy's), and ``_runtime`` with a stand-in for CuPy that
+compiles what it is given for the host. What cannot run here
 is CuPy itself: NVRTC, cuBLAS and the device (``tests/test_gpu.py``).
 
 Checked on Hypothesis-drawn inputs (``gradcells.testing`` strategies), against the
-reference in float64 on the same (rounded) inputs, forward and backward, both cells and
-both sequences: clipping in both gradient modes, peepholes, reset-after, ragged lengths,
+reference in float64 on the same (rounded) inputs (both backends called through
+``tests/backend_calls.py`` with the cases' public keywords), forward and backward, both cells
+and both sequences: clipping in both gradient modes, peepholes, reset-after, ragged lengths,
 empty sizes. Agreement: max |emulated - reference| <= 16 eps(dtype) (1 + max |reference|)
 per output (measured: at most 3 eps). float64 gradients are also checked against finite
 differences with the oracle, launches with tiny and reversed grids must agree, and
@@ -27,6 +29,7 @@ import sys
 import types
 from pathlib import Path
 
+import backend_calls
 import cuda_host
 import numpy as np
 import pytest
@@ -35,8 +38,9 @@ from hypothesis import strategies as st
 
 import gradcells.gpu as gpu
 from gradcells import reference
-from gradcells._types import LSTMSequence
-from gradcells.gpu import _kernels, _ops, _sources
+from gradcells._core.specs import PEEPHOLES
+from gradcells._core.types import CELL_PROTOCOLS, LSTMSequence
+from gradcells.gpu import _kernels, _launch, _sources
 from gradcells.oracle import check_vjp
 from gradcells.testing import (
     gru_cell_case,
@@ -58,18 +62,26 @@ TINY = _kernels.LaunchPolicy(block=3, max_grid=2, rows_per_part=2, min_threads=1
 OPS = ("lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_sequence",
        "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad")
 LSTM_ARRAYS = ("x", "cs_prev", "h_prev", "w", "b")
-GRU_ARRAYS = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
 
 
 @contextlib.contextmanager
 def emulated_gpu(policy=_kernels.DEFAULT_POLICY, reverse=False):
     """``gradcells.gpu`` with its kernels running on the host."""
-    saved = gpu._runtime
-    gpu._runtime = cuda_host.HostRuntime(policy, reverse)
+    saved = _launch.use_runtime(cuda_host.HostRuntime(policy, reverse))
     try:
         yield gpu
     finally:
-        gpu._runtime = saved
+        _launch.use_runtime(saved)
+
+
+def forward(backend, op, case, **changes):
+    """``backend.<op>`` on ``case`` with ``changes`` applied (public keywords)."""
+    return backend_calls.forward(backend, op, {**case, **changes})
+
+
+def grad(backend, op, case, result, **upstream):
+    """``backend.<op>_grad`` on ``case`` (public keywords) and the forward's ``result``."""
+    return backend_calls.grad(backend, op, case, result, **upstream)
 
 
 def cast(case, dtype):
@@ -103,6 +115,10 @@ def as64(arrays):
     return type(arrays)(*(None if a is None else a.astype(np.float64) for a in arrays))
 
 
+def up64(up):
+    return {k: None if v is None else v.astype(np.float64) for k, v in up.items()}
+
+
 # --------------------------------------------------------------------------------------
 # The backend module itself
 
@@ -113,14 +129,35 @@ def test_backend_module_mirrors_the_reference():
             getattr(reference, name)), name
 
 
+def _parameters(function):
+    return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()
+            if p.name != "self"]
+
+
+def test_cell_modules_follow_the_backend_protocol():
+    """``gradcells.gpu.lstm`` and ``.gru`` have the protocol's functions, parameter by
+    parameter, and the package re-exports them."""
+    for cell, protocol in CELL_PROTOCOLS.items():
+        module = importlib.import_module(f"gradcells.gpu.{cell}")
+        names = [n for n in vars(protocol) if n.startswith(cell)]
+        assert names
+        for name in names:
+            assert _parameters(getattr(module, name)) == _parameters(getattr(protocol, name)), name
+            assert getattr(gpu, name) is getattr(module, name)
+    assert sorted(gpu.__all__) == sorted(OPS)
+
+
 def test_importing_the_backend_imports_no_cupy_and_compiles_nothing():
-    code = ("import sys, gradcells.gpu, gradcells.gpu._ops, gradcells.gpu._kernels; "
-            "assert 'cupy' not in sys.modules; assert gradcells.gpu._runtime is None")
+    code = ("import sys, gradcells.gpu, gradcells.gpu.lstm, gradcells.gpu.gru, "
+            "gradcells.gpu._launch, gradcells.gpu._kernels, gradcells.gpu._sources; "
+            "assert 'cupy' not in sys.modules; "
+            "assert 'gradcells.gpu._runtime' not in sys.modules; "
+            "assert gradcells.gpu._launch._active is None")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 class _StandInCupy(types.ModuleType):
-    """Just enough of CuPy for ``gradcells/gpu/_cupy_runtime.py``: NumPy for the arrays, and
+    """Just enough of CuPy for ``gradcells/gpu/_runtime.py``: NumPy for the arrays, and
     a ``RawModule`` that compiles the code it is given for the host (``cuda_host.load``)
     and launches an entry point of it by name as ``RawKernel.__call__(grid, block, args)``."""
 
@@ -155,14 +192,14 @@ class _StandInCupy(types.ModuleType):
 
 
 def test_the_cupy_runtime_compiles_and_launches_what_the_emulation_runs(monkeypatch):
-    """``_cupy_runtime`` itself, with CuPy replaced by a stand-in: one module per .cu file,
+    """``_runtime`` itself, with CuPy replaced by a stand-in: one module per .cu file,
     given its module code (entry points for every dtype included), no name expressions and
     no fast-math option, and each launch by the entry point the table gives."""
     stand_in = _StandInCupy()
     monkeypatch.setitem(sys.modules, "cupy", stand_in)
-    monkeypatch.setattr(gpu, "_runtime", None)
-    sys.modules.pop("gradcells.gpu._cupy_runtime", None)
-    import gradcells.gpu._cupy_runtime as runtime_module  # built on the stand-in
+    monkeypatch.setattr(_launch, "_active", None)
+    sys.modules.pop("gradcells.gpu._runtime", None)
+    import gradcells.gpu._runtime as runtime_module  # built on the stand-in
 
     # The stand-in's arrays are NumPy's, on no device: nothing to switch to.
     monkeypatch.setattr(runtime_module.CupyRuntime, "device_of",
@@ -173,22 +210,19 @@ def test_the_cupy_runtime_compiles_and_launches_what_the_emulation_runs(monkeypa
     gru = cast(gru_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=4, ragged=True),
                np.float32)
     try:
-        seq = gpu.lstm_sequence(**lstm)
-        grads = gpu.lstm_sequence_grad(
-            *(lstm[k] for k in ("x", "cs0", "h0", "w", "b")), seq, d_h=np.ones_like(seq.h),
-            **{k: lstm[k] for k in ("wci", "wcf", "wco", "cell_clip", "seq_len")})
-        gseq = gpu.gru_sequence(**gru)
-        assert type(gpu._runtime).__module__ == "gradcells.gpu._cupy_runtime"
+        seq = forward(gpu, "lstm_sequence", lstm)
+        grads = grad(gpu, "lstm_sequence", lstm, seq, d_h=np.ones_like(seq.h))
+        gseq = forward(gpu, "gru_sequence", gru)
+        assert type(_launch.runtime()).__module__ == "gradcells.gpu._runtime"
     finally:
-        sys.modules.pop("gradcells.gpu._cupy_runtime", None)
-        if hasattr(gpu, "_cupy_runtime"):
-            del gpu._cupy_runtime
+        sys.modules.pop("gradcells.gpu._runtime", None)
+        if hasattr(gpu, "_runtime"):
+            del gpu._runtime
     lstm64 = cast(lstm, np.float64)
-    assert_close(seq, reference.lstm_sequence(**lstm64), np.float32)
-    assert_close(grads, reference.lstm_sequence_grad(
-        *(lstm64[k] for k in ("x", "cs0", "h0", "w", "b")), as64(seq), d_h=np.ones(seq.h.shape),
-        **{k: lstm64[k] for k in ("wci", "wcf", "wco", "cell_clip", "seq_len")}), np.float32)
-    assert_close(gseq, reference.gru_sequence(**cast(gru, np.float64)), np.float32)
+    assert_close(seq, forward(reference, "lstm_sequence", lstm64), np.float32)
+    assert_close(grads, grad(reference, "lstm_sequence", lstm64, as64(seq),
+                             d_h=np.ones(seq.h.shape)), np.float32)
+    assert_close(gseq, forward(reference, "gru_sequence", cast(gru, np.float64)), np.float32)
     assert sorted(m.code for m in stand_in.compiled) == sorted(
         _sources.module_code(name) for name in _sources.KERNEL_FILES)
     for module in stand_in.compiled:
@@ -202,7 +236,7 @@ def test_the_gpu_benchmarks_bandwidth_launches_run(monkeypatch):
     """``benchmarks/gpu.py``'s bandwidth section builds its launches through the backend's
     own runtime and table: on the stand-in CuPy, every one of them runs."""
     monkeypatch.setitem(sys.modules, "cupy", _StandInCupy())
-    sys.modules.pop("gradcells.gpu._cupy_runtime", None)
+    sys.modules.pop("gradcells.gpu._runtime", None)
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu.py"
     spec = importlib.util.spec_from_file_location("gradcells_gpu_benchmark", path)
     benchmark = importlib.util.module_from_spec(spec)
@@ -216,9 +250,9 @@ def test_the_gpu_benchmarks_bandwidth_launches_run(monkeypatch):
                 launch()
                 assert n_bytes > 0
     finally:
-        sys.modules.pop("gradcells.gpu._cupy_runtime", None)
-        if hasattr(gpu, "_cupy_runtime"):
-            del gpu._cupy_runtime
+        sys.modules.pop("gradcells.gpu._runtime", None)
+        if hasattr(gpu, "_runtime"):
+            del gpu._runtime
 
 
 def test_host_half_conversions_round_like_the_device():
@@ -266,23 +300,15 @@ def test_host_half_conversions_round_like_the_device():
 def test_lstm_cell_matches_reference(dtype, case, clip_grad, wanted, seed):
     case = cast(case, dtype)
     case64 = cast(case, np.float64)
-    peepholes = {k: case[k] for k in ("wci", "wcf", "wco")}
-    attrs = {k: case[k] for k in ("forget_bias", "cell_clip")}
     with emulated_gpu() as backend:
-        state = backend.lstm_cell(*(case[k] for k in LSTM_ARRAYS), **peepholes, **attrs)
-        assert_close(state, reference.lstm_cell(**{k: v for k, v in case64.items()}),
-                     dtype, "forward ")
+        state = forward(backend, "lstm_cell", case)
+        assert_close(state, forward(reference, "lstm_cell", case64), dtype, "forward ")
         shape = state.h.shape
         up = upstream(np.random.default_rng(seed), dtype, {"d_h": shape, "d_cs": shape}, wanted)
-        grads = backend.lstm_cell_grad(*(case[k] for k in LSTM_ARRAYS), state, **up,
-                                       **peepholes, cell_clip=case["cell_clip"],
-                                       clip_grad=clip_grad)
+        grads = grad(backend, "lstm_cell", case, state, **up, clip_grad=clip_grad)
     # The reference gradient at the emulated forward state: the backward's own rounding only.
-    expected = reference.lstm_cell_grad(
-        *(case64[k] for k in LSTM_ARRAYS), as64(state),
-        **{k: None if v is None else v.astype(np.float64) for k, v in up.items()},
-        **{k: case64[k] for k in ("wci", "wcf", "wco")}, cell_clip=case["cell_clip"],
-        clip_grad=clip_grad)
+    expected = grad(reference, "lstm_cell", case64, as64(state), **up64(up),
+                    clip_grad=clip_grad)
     assert_close(grads, expected, dtype, "gradient ")
 
 
@@ -291,17 +317,12 @@ def test_lstm_cell_matches_reference(dtype, case, clip_grad, wanted, seed):
 def test_gru_cell_matches_reference(dtype, case, with_d_h, seed):
     case = cast(case, dtype)
     case64 = cast(case, np.float64)
-    reset_after = case["reset_after"]
     with emulated_gpu() as backend:
-        state = backend.gru_cell(*(case[k] for k in GRU_ARRAYS), reset_after=reset_after)
-        assert_close(state, reference.gru_cell(**case64), dtype, "forward ")
-        d_h = upstream(np.random.default_rng(seed), dtype, {"d_h": state.h.shape},
-                       [with_d_h])["d_h"]
-        grads = backend.gru_cell_grad(*(case[k] for k in GRU_ARRAYS), state, d_h,
-                                      reset_after=reset_after)
-    expected = reference.gru_cell_grad(*(case64[k] for k in GRU_ARRAYS), as64(state),
-                                       None if d_h is None else d_h.astype(np.float64),
-                                       reset_after=reset_after)
+        state = forward(backend, "gru_cell", case)
+        assert_close(state, forward(reference, "gru_cell", case64), dtype, "forward ")
+        up = upstream(np.random.default_rng(seed), dtype, {"d_h": state.h.shape}, [with_d_h])
+        grads = grad(backend, "gru_cell", case, state, **up)
+    expected = grad(reference, "gru_cell", case64, as64(state), **up64(up))
     assert_close(grads, expected, dtype, "gradient ")
 
 
@@ -316,21 +337,16 @@ def test_gru_cell_matches_reference(dtype, case, with_d_h, seed):
 def test_lstm_sequence_matches_reference(dtype, case, clip_grad, wanted, seed):
     case = cast(case, dtype)
     case64 = cast(case, np.float64)
-    arrays = [case[k] for k in ("x", "cs0", "h0", "w", "b")]
-    options = {k: case[k] for k in ("wci", "wcf", "wco", "cell_clip", "seq_len")}
     with emulated_gpu() as backend:
-        seq = backend.lstm_sequence(*arrays, **options, forget_bias=case["forget_bias"])
-        assert_close(seq, reference.lstm_sequence(**case64), dtype, "forward ")
+        seq = forward(backend, "lstm_sequence", case)
+        assert_close(seq, forward(reference, "lstm_sequence", case64), dtype, "forward ")
         steps, state = seq.h.shape, seq.h_final.shape
         up = upstream(np.random.default_rng(seed), dtype,
                       {"d_h": steps, "d_cs": steps, "d_h_final": state, "d_cs_final": state},
                       wanted)
-        grads = backend.lstm_sequence_grad(*arrays, seq, **up, **options, clip_grad=clip_grad)
-    expected = reference.lstm_sequence_grad(
-        *(case64[k] for k in ("x", "cs0", "h0", "w", "b")), as64(seq),
-        **{k: None if v is None else v.astype(np.float64) for k, v in up.items()},
-        **{k: case64[k] for k in ("wci", "wcf", "wco", "cell_clip", "seq_len")},
-        clip_grad=clip_grad)
+        grads = grad(backend, "lstm_sequence", case, seq, **up, clip_grad=clip_grad)
+    expected = grad(reference, "lstm_sequence", case64, as64(seq), **up64(up),
+                    clip_grad=clip_grad)
     assert_close(grads, expected, dtype, "gradient ")
 
 
@@ -340,18 +356,13 @@ def test_lstm_sequence_matches_reference(dtype, case, clip_grad, wanted, seed):
 def test_gru_sequence_matches_reference(dtype, case, wanted, seed):
     case = cast(case, dtype)
     case64 = cast(case, np.float64)
-    options = {k: case[k] for k in ("reset_after", "seq_len")}
     with emulated_gpu() as backend:
-        seq = backend.gru_sequence(*(case[k] for k in ("x", "h0", "w_ru", "w_c", "b_ru", "b_c")),
-                                   **options)
-        assert_close(seq, reference.gru_sequence(**case64), dtype, "forward ")
+        seq = forward(backend, "gru_sequence", case)
+        assert_close(seq, forward(reference, "gru_sequence", case64), dtype, "forward ")
         up = upstream(np.random.default_rng(seed), dtype,
                       {"d_h": seq.h.shape, "d_h_final": seq.h_final.shape}, wanted)
-        grads = backend.gru_sequence_grad(
-            *(case[k] for k in ("x", "h0", "w_ru", "w_c", "b_ru", "b_c")), seq, **up, **options)
-    expected = reference.gru_sequence_grad(
-        *(case64[k] for k in ("x", "h0", "w_ru", "w_c", "b_ru", "b_c")), as64(seq),
-        **{k: None if v is None else v.astype(np.float64) for k, v in up.items()}, **options)
+        grads = grad(backend, "gru_sequence", case, seq, **up)
+    expected = grad(reference, "gru_sequence", case64, as64(seq), **up64(up))
     assert_close(grads, expected, dtype, "gradient ")
 
 
@@ -361,21 +372,18 @@ def test_gru_sequence_matches_reference(dtype, case, wanted, seed):
 
 def _lstm_cell_pair(backend, case):
     peephole = case["wci"] is not None
-    names = LSTM_ARRAYS + (("wci", "wcf", "wco") if peephole else ())
-    attrs = {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"]}
+    names = LSTM_ARRAYS + (PEEPHOLES if peephole else ())
 
-    def forward(*arrays):
-        return backend.lstm_cell(*arrays[:5], **dict(zip(("wci", "wcf", "wco"), arrays[5:])),
-                                 **attrs)
+    def forward_on(*arrays):
+        return forward(backend, "lstm_cell", case, **dict(zip(names, arrays)))
 
     def f(*arrays):
-        state = forward(*arrays)
+        state = forward_on(*arrays)
         return state.cs, state.h
 
     def vjp(ct, *arrays):
-        grads = backend.lstm_cell_grad(*arrays[:5], forward(*arrays), d_cs=ct[0], d_h=ct[1],
-                                       **dict(zip(("wci", "wcf", "wco"), arrays[5:])),
-                                       cell_clip=case["cell_clip"])
+        grads = grad(backend, "lstm_cell", {**case, **dict(zip(names, arrays))},
+                     forward_on(*arrays), d_cs=ct[0], d_h=ct[1])
         return tuple(grads)[: len(arrays)]
 
     return f, vjp, tuple(case[n] for n in names), names
@@ -383,22 +391,19 @@ def _lstm_cell_pair(backend, case):
 
 def _lstm_sequence_pair(backend, case):
     peephole = case["wci"] is not None
-    names = ("x", "cs0", "h0", "w", "b") + (("wci", "wcf", "wco") if peephole else ())
-    attrs = {k: case[k] for k in ("forget_bias", "cell_clip", "seq_len")}
+    names = ("x", "cs0", "h0", "w", "b") + (PEEPHOLES if peephole else ())
 
-    def forward(*arrays):
-        return backend.lstm_sequence(*arrays[:5], **dict(zip(("wci", "wcf", "wco"), arrays[5:])),
-                                     **attrs)
+    def forward_on(*arrays):
+        return forward(backend, "lstm_sequence", case, **dict(zip(names, arrays)))
 
     def f(*arrays):
-        seq = forward(*arrays)
+        seq = forward_on(*arrays)
         return seq.h, seq.cs, seq.h_final, seq.cs_final
 
     def vjp(ct, *arrays):
-        grads = backend.lstm_sequence_grad(
-            *arrays[:5], forward(*arrays), d_h=ct[0], d_cs=ct[1], d_h_final=ct[2],
-            d_cs_final=ct[3], **dict(zip(("wci", "wcf", "wco"), arrays[5:])),
-            cell_clip=case["cell_clip"], seq_len=case["seq_len"])
+        grads = grad(backend, "lstm_sequence", {**case, **dict(zip(names, arrays))},
+                     forward_on(*arrays), d_h=ct[0], d_cs=ct[1], d_h_final=ct[2],
+                     d_cs_final=ct[3])
         return tuple(grads)[: len(arrays)]
 
     return f, vjp, tuple(case[n] for n in names), names
@@ -406,25 +411,26 @@ def _lstm_sequence_pair(backend, case):
 
 def _gru_pair(backend, case, sequence):
     names = ("x", "h0" if sequence else "h_prev", "w_ru", "w_c", "b_ru", "b_c")
-    if sequence:
-        attrs = {"reset_after": case["reset_after"], "seq_len": case["seq_len"]}
+    op = "gru_sequence" if sequence else "gru_cell"
 
+    def forward_on(*arrays):
+        return forward(backend, op, case, **dict(zip(names, arrays)))
+
+    if sequence:
         def f(*arrays):
-            seq = backend.gru_sequence(*arrays, **attrs)
+            seq = forward_on(*arrays)
             return seq.h, seq.h_final
 
         def vjp(ct, *arrays):
-            seq = backend.gru_sequence(*arrays, **attrs)
-            return tuple(backend.gru_sequence_grad(*arrays, seq, d_h=ct[0], d_h_final=ct[1],
-                                                   **attrs))
+            return tuple(grad(backend, op, {**case, **dict(zip(names, arrays))},
+                              forward_on(*arrays), d_h=ct[0], d_h_final=ct[1]))
     else:
         def f(*arrays):
-            return backend.gru_cell(*arrays, reset_after=case["reset_after"]).h
+            return forward_on(*arrays).h
 
         def vjp(ct, *arrays):
-            state = backend.gru_cell(*arrays, reset_after=case["reset_after"])
-            return tuple(backend.gru_cell_grad(*arrays, state, ct,
-                                               reset_after=case["reset_after"]))
+            return tuple(grad(backend, op, {**case, **dict(zip(names, arrays))},
+                              forward_on(*arrays), d_h=ct))
 
     return f, vjp, tuple(case[n] for n in names), names
 
@@ -463,6 +469,11 @@ def test_gru_gradients_match_finite_differences(reset_after):
 # Launch shapes, thread order, exactness
 
 
+def _arrays_only(case, names):
+    """The arrays ``names`` of ``case``: every other argument left at its default."""
+    return {k: case[k] for k in names}
+
+
 def _run_everything(backend, dtype):
     """Every operation on one fixed ragged case; returns all outputs, flattened."""
     rng = np.random.default_rng(53)
@@ -473,17 +484,12 @@ def _run_everything(backend, dtype):
     gru_after = cast(gru_sequence_case(rng, steps=1, batch=7, input_size=2, hidden=3,
                                        reset_after=True), dtype)
     outputs = []
-    seq = backend.lstm_sequence(**lstm)
+    seq = forward(backend, "lstm_sequence", lstm)
     d_h = rng.standard_normal(seq.h.shape).astype(dtype)
-    outputs += [*seq, *backend.lstm_sequence_grad(
-        *(lstm[k] for k in ("x", "cs0", "h0", "w", "b")), seq, d_h=d_h, d_cs=d_h,
-        **{k: lstm[k] for k in ("wci", "wcf", "wco", "cell_clip", "seq_len")})]
+    outputs += [*seq, *grad(backend, "lstm_sequence", lstm, seq, d_h=d_h, d_cs=d_h)]
     for case in (gru, gru_after):
-        names = ("x", "h0", "w_ru", "w_c", "b_ru", "b_c")
-        seq = backend.gru_sequence(**case)
-        outputs += [*seq, *backend.gru_sequence_grad(
-            *(case[k] for k in names), seq, d_h=np.ones_like(seq.h),
-            reset_after=case["reset_after"], seq_len=case["seq_len"])]
+        seq = forward(backend, "gru_sequence", case)
+        outputs += [*seq, *grad(backend, "gru_sequence", case, seq, d_h=np.ones_like(seq.h))]
     return outputs
 
 
@@ -496,7 +502,7 @@ def test_results_do_not_depend_on_launch_shape_or_thread_order(dtype):
         default = _run_everything(backend, dtype)
     with emulated_gpu(TINY) as backend:
         tiny = _run_everything(backend, dtype)
-        assert backend._runtime.launches["column_sum"] > 0
+        assert _launch.runtime().launches["column_sum"] > 0
     with emulated_gpu(TINY, reverse=True) as backend:
         reverse = _run_everything(backend, dtype)
     for a, b, c in zip(default, tiny, reverse):
@@ -515,19 +521,21 @@ def test_results_do_not_depend_on_launch_shape_or_thread_order(dtype):
 def test_gradient_passes_exactly_on_the_clip_boundary(dtype):
     """The backward kernel recomputes i∘ci + f∘cs_prev exactly as the forward did: with the
     clip level set to an unclipped |cs| the gradient passes there, and nowhere beyond."""
-    case = cast(lstm_cell_case(np.random.default_rng(54), batch=3, hidden=4), dtype)
-    arrays = [case[k] for k in LSTM_ARRAYS]
+    case = _arrays_only(cast(lstm_cell_case(np.random.default_rng(54), batch=3, hidden=4),
+                             dtype), LSTM_ARRAYS)
     with emulated_gpu() as backend:
-        free = backend.lstm_cell(*arrays)
+        free = forward(backend, "lstm_cell", case)
         magnitudes = np.abs(free.cs)
         level = float(np.sort(magnitudes.ravel())[magnitudes.size // 2])  # a median |cs|
-        clipped = backend.lstm_cell(*arrays, cell_clip=level)
+        clipped_case = {**case, "cell_clip": level}
+        clipped = forward(backend, "lstm_cell", clipped_case)
         d_cs = np.ones_like(free.cs)
-        on = backend.lstm_cell_grad(*arrays, clipped, d_cs=d_cs, cell_clip=level)
-        off = backend.lstm_cell_grad(*arrays, free, d_cs=d_cs)
+        on = grad(backend, "lstm_cell", clipped_case, clipped, d_cs=d_cs)
+        off = grad(backend, "lstm_cell", case, free, d_cs=d_cs)
         low = float(np.sort(magnitudes.ravel())[magnitudes.size // 4])
-        lower = backend.lstm_cell_grad(*arrays, backend.lstm_cell(*arrays, cell_clip=low),
-                                       d_cs=d_cs, cell_clip=low)
+        low_case = {**case, "cell_clip": low}
+        lower = grad(backend, "lstm_cell", low_case, forward(backend, "lstm_cell", low_case),
+                     d_cs=d_cs)
     passes = magnitudes <= level
     assert passes.sum() >= 1 and (~passes).sum() >= 1
     np.testing.assert_array_equal(on.cs_prev, np.where(passes, off.cs_prev, 0))
@@ -543,13 +551,11 @@ def test_extreme_preactivations_stay_finite(dtype):
     gru = cast(gru_cell_case(rng, reset_after=True), dtype)
     gru["w_ru"], gru["w_c"] = (gru["w_ru"] * 4e3).astype(dtype), (gru["w_c"] * 4e3).astype(dtype)
     with emulated_gpu() as backend:
-        state = backend.lstm_cell(**lstm)
-        grads = backend.lstm_cell_grad(*(lstm[k] for k in LSTM_ARRAYS), state,
-                                       d_h=np.ones_like(state.h), d_cs=np.ones_like(state.h),
-                                       **{k: lstm[k] for k in ("wci", "wcf", "wco")})
-        gstate = backend.gru_cell(**gru)
-        ggrads = backend.gru_cell_grad(*(gru[k] for k in GRU_ARRAYS), gstate,
-                                       np.ones_like(gstate.h), reset_after=True)
+        state = forward(backend, "lstm_cell", lstm)
+        grads = grad(backend, "lstm_cell", lstm, state, d_h=np.ones_like(state.h),
+                     d_cs=np.ones_like(state.h))
+        gstate = forward(backend, "gru_cell", gru)
+        ggrads = grad(backend, "gru_cell", gru, gstate, d_h=np.ones_like(gstate.h))
     for a in (*state, *grads, *gstate, *ggrads):
         assert a is None or np.isfinite(a).all()
     assert np.all((state.i >= 0) & (state.i <= 1)) and np.all(np.abs(gstate.c) <= 1)
@@ -566,29 +572,24 @@ def test_inputs_are_never_modified_and_layout_does_not_matter():
                for k, v in lstm.items()}
     strided = {k: np.repeat(v, 2, axis=-1)[..., ::2] if isinstance(v, np.ndarray)
                and v.dtype.kind == "f" else v for k, v in gru.items()}
+    def first_step(case):  # the sequence case's first step as a plain cell case
+        return {"x": case["x"][0], "cs_prev": case["cs0"], "h_prev": case["h0"],
+                "w": case["w"], "b": case["b"]}
+
     with emulated_gpu() as backend:
-        seq = backend.lstm_sequence(**lstm)
-        seq_f = backend.lstm_sequence(**fortran)
-        full = backend.lstm_sequence(**{**lstm, "seq_len": None})
-        full_f = backend.lstm_sequence(**{**fortran, "seq_len": None})
-        cell = backend.lstm_cell(*(lstm[k][0] if k == "x" else lstm[k] for k in
-                                   ("x", "cs0", "h0", "w", "b")))
-        cell_f = backend.lstm_cell(*(fortran[k][0] if k == "x" else fortran[k] for k in
-                                     ("x", "cs0", "h0", "w", "b")))
-        names = ("x", "cs0", "h0", "w", "b")
-        grads = backend.lstm_sequence_grad(*(lstm[k] for k in names), seq,
-                                           d_h=np.ones_like(seq.h), d_cs_final=seq.cs_final,
-                                           **{k: lstm[k] for k in ("wci", "wcf", "wco",
-                                                                    "cell_clip", "seq_len")})
-        gseq = backend.gru_sequence(**gru)
-        gseq_s = backend.gru_sequence(**strided)
-        backend.gru_sequence_grad(*(gru[k] for k in ("x", "h0", "w_ru", "w_c", "b_ru", "b_c")),
-                                  gseq, d_h_final=np.ones_like(gseq.h_final),
-                                  reset_after=True, seq_len=gru["seq_len"])
+        seq = forward(backend, "lstm_sequence", lstm)
+        seq_f = forward(backend, "lstm_sequence", fortran)
+        full = forward(backend, "lstm_sequence", lstm, seq_len=None)
+        full_f = forward(backend, "lstm_sequence", fortran, seq_len=None)
+        cell = forward(backend, "lstm_cell", first_step(lstm))
+        cell_f = forward(backend, "lstm_cell", first_step(fortran))
+        grads = grad(backend, "lstm_sequence", lstm, seq, d_h=np.ones_like(seq.h),
+                     d_cs_final=seq.cs_final)
+        gseq = forward(backend, "gru_sequence", gru)
+        gseq_s = forward(backend, "gru_sequence", strided)
+        grad(backend, "gru_sequence", gru, gseq, d_h_final=np.ones_like(gseq.h_final))
         seq_snapshot = [a.copy() for a in seq]
-        backend.lstm_sequence_grad(*(lstm[k] for k in names), seq, d_h=np.ones_like(seq.h),
-                                   **{k: lstm[k] for k in ("wci", "wcf", "wco", "cell_clip",
-                                                           "seq_len")})
+        grad(backend, "lstm_sequence", lstm, seq, d_h=np.ones_like(seq.h))
     for k, v in snapshot.items():
         np.testing.assert_array_equal({**lstm, **gru}[k], v, err_msg=k)
     for a, b in zip(seq, seq_snapshot):
@@ -607,15 +608,11 @@ def test_padding_past_the_lengths_is_never_read(cell):
     rng = np.random.default_rng(5)
     if cell == "lstm":
         case = lstm_sequence_case(rng, steps=4, batch=4, peephole=True, ragged=True)
-        names, options = ("x", "cs0", "h0", "w", "b"), {"wci": case["wci"], "wcf": case["wcf"],
-                                                        "wco": case["wco"]}
-        forward, backward = "lstm_sequence", "lstm_sequence_grad"
+        op = "lstm_sequence"
     else:
         case = gru_sequence_case(rng, steps=4, batch=4, reset_after=cell.endswith("after"),
                                  ragged=True)
-        names, options = ("x", "h0", "w_ru", "w_c", "b_ru", "b_c"), {
-            "reset_after": case["reset_after"]}
-        forward, backward = "gru_sequence", "gru_sequence_grad"
+        op = "gru_sequence"
     lengths = np.array([4, 0, 1, 3])
     past = np.arange(4)[:, None] >= lengths             # [T, B]
     zero, poisoned = case["x"].copy(), case["x"].copy()
@@ -626,9 +623,9 @@ def test_padding_past_the_lengths_is_never_read(cell):
     results = []
     with emulated_gpu() as backend:
         for x in (zero, poisoned):
-            arrays = [x, *(case[k] for k in names[1:])]
-            seq = getattr(backend, forward)(*arrays, **options, seq_len=lengths)
-            grads = getattr(backend, backward)(*arrays, seq, d_h=d_h, **options, seq_len=lengths)
+            padded = {**case, "x": x, "seq_len": lengths}
+            seq = forward(backend, op, padded)
+            grads = grad(backend, op, padded, seq, d_h=d_h)
             results.append((*seq, *grads))
     for want, got in zip(*results):
         if want is not None:
@@ -641,11 +638,9 @@ def test_empty_sizes_give_correctly_shaped_results():
         for steps, batch, n_in in ((0, 2, 3), (2, 0, 3), (2, 2, 0)):
             lstm = lstm_sequence_case(rng, steps=steps, batch=batch, input_size=n_in, hidden=3,
                                       peephole=True)
-            seq = backend.lstm_sequence(**lstm)
+            seq = forward(backend, "lstm_sequence", lstm)
             assert seq.h.shape == (steps, batch, 3) and seq.h_final.shape == (batch, 3)
-            grads = backend.lstm_sequence_grad(
-                *(lstm[k] for k in ("x", "cs0", "h0", "w", "b")), seq,
-                d_h_final=np.ones((batch, 3)), **{k: lstm[k] for k in ("wci", "wcf", "wco")})
+            grads = grad(backend, "lstm_sequence", lstm, seq, d_h_final=np.ones((batch, 3)))
             assert grads.x.shape == (steps, batch, n_in) and grads.w.shape == (n_in + 3, 12)
             if steps == 0:
                 np.testing.assert_array_equal(grads.h0, np.ones((batch, 3)))
@@ -653,9 +648,8 @@ def test_empty_sizes_give_correctly_shaped_results():
             if steps == 0 or batch == 0:
                 assert not np.any(grads.w) and not np.any(grads.b) and not np.any(grads.wci)
             gru = gru_sequence_case(rng, steps=steps, batch=batch, input_size=n_in, hidden=3)
-            gseq = backend.gru_sequence(**gru)
-            ggrads = backend.gru_sequence_grad(
-                *(gru[k] for k in ("x", "h0", "w_ru", "w_c", "b_ru", "b_c")), gseq)
+            gseq = forward(backend, "gru_sequence", gru)
+            ggrads = grad(backend, "gru_sequence", gru, gseq)
             assert ggrads.w_c.shape == (n_in + 3, 3) and ggrads.b_c.shape == (3,)
 
 
@@ -668,12 +662,10 @@ def test_column_sums_stay_accurate_over_many_rows(dtype, policy):
     100k rows drifts by hundreds of eps. Compensated summation keeps every column within a
     few eps of its exact sum (measured against float64, relative to Σ|a|), whatever the
     split into parts."""
-    from gradcells.gpu import _ops
-
     rng = np.random.default_rng(3)
     a = (rng.standard_normal((120_000, 3)) + np.array([0.0, 5.0, -1e3])).astype(dtype)
     runtime = cuda_host.HostRuntime(policy)
-    sums = _ops._column_sum(runtime, a)
+    sums = _launch.column_sum(runtime, a)
     exact = np.array([math.fsum(column) for column in a.T.astype(np.float64)])
     scale = np.abs(a.astype(np.float64)).sum(axis=0)
     assert np.all(np.abs(sums - exact) <= 4 * np.finfo(dtype).eps * scale)
@@ -704,12 +696,11 @@ class _WideIndexRuntime(cuda_host.HostRuntime):
 def test_the_64_bit_index_path_gives_the_same_results(dtype):
     with emulated_gpu() as backend:
         narrow = _run_everything(backend, dtype)
-    saved = gpu._runtime
-    gpu._runtime = _WideIndexRuntime()
+    saved = _launch.use_runtime(_WideIndexRuntime())
     try:
         wide = _run_everything(gpu, dtype)
     finally:
-        gpu._runtime = saved
+        _launch.use_runtime(saved)
     for a, b in zip(narrow, wide):
         if a is not None:
             np.testing.assert_array_equal(a, b)
@@ -746,7 +737,7 @@ def test_float16_lstm_outputs_come_from_the_stored_values():
     case = cast(lstm_sequence_case(np.random.default_rng(60), steps=3, batch=16, input_size=8,
                                    hidden=32, peephole=True), F16)
     with emulated_gpu() as backend:
-        seq = backend.lstm_sequence(**case)
+        seq = forward(backend, "lstm_sequence", case)
     i, ci, f, cs, o, co = (a.astype(np.float64) for a in (seq.i, seq.ci, seq.f, seq.cs, seq.o,
                                                           seq.co))
     cs_prev = _previous(case["cs0"], seq.cs).astype(np.float64)
@@ -763,7 +754,7 @@ def test_float16_gru_state_comes_from_the_stored_values(reset_after):
     case = cast(gru_sequence_case(np.random.default_rng(61), steps=3, batch=16, input_size=8,
                                   hidden=32, reset_after=reset_after), F16)
     with emulated_gpu() as backend:
-        seq = backend.gru_sequence(**case)
+        seq = forward(backend, "gru_sequence", case)
     u, c = seq.u.astype(np.float32), seq.c.astype(np.float32)
     h_prev = _previous(case["h0"], seq.h).astype(np.float32)
     np.testing.assert_array_equal(seq.h, (u * h_prev + (np.float32(1) - u) * c).astype(F16))
@@ -773,7 +764,7 @@ def test_float16_gru_candidate_comes_from_the_stored_reset_gate():
     """Reset before: the candidate's matmul takes r∘h_prev rounded to half from the stored r."""
     case = cast(gru_cell_case(np.random.default_rng(62), batch=16, input_size=8, hidden=32), F16)
     with emulated_gpu() as backend:
-        state = backend.gru_cell(**case)
+        state = forward(backend, "gru_cell", case)
     n_in = case["x"].shape[1]
     reset_h = (state.r.astype(np.float32) * case["h_prev"].astype(np.float32)).astype(F16)
     gx_c = case["x"] @ case["w_c"][:n_in]
@@ -786,15 +777,16 @@ def test_float16_gru_candidate_comes_from_the_stored_reset_gate():
 def test_the_clip_mask_is_exact_at_many_boundaries(dtype):
     """With cell_clip set to a quarter of the |cs| values in turn, the gradient passes exactly
     where |i·ci + f·cs_prev| <= cell_clip: the backward's fma recomputes the forward's."""
-    case = cast(lstm_cell_case(np.random.default_rng(63), batch=16, hidden=16), dtype)
-    arrays = [case[k] for k in LSTM_ARRAYS]
+    case = _arrays_only(cast(lstm_cell_case(np.random.default_rng(63), batch=16, hidden=16),
+                             dtype), LSTM_ARRAYS)
     with emulated_gpu() as backend:
-        free = backend.lstm_cell(*arrays)
+        free = forward(backend, "lstm_cell", case)
         d_cs = np.ones_like(free.cs)
-        unclipped = backend.lstm_cell_grad(*arrays, free, d_cs=d_cs)
+        unclipped = grad(backend, "lstm_cell", case, free, d_cs=d_cs)
         for level in np.unique(np.abs(free.cs))[::4]:
-            clipped = backend.lstm_cell(*arrays, cell_clip=float(level))
-            grads = backend.lstm_cell_grad(*arrays, clipped, d_cs=d_cs, cell_clip=float(level))
+            clipped_case = {**case, "cell_clip": float(level)}
+            clipped = forward(backend, "lstm_cell", clipped_case)
+            grads = grad(backend, "lstm_cell", clipped_case, clipped, d_cs=d_cs)
             np.testing.assert_array_equal(
                 grads.cs_prev, np.where(np.abs(free.cs) <= level, unclipped.cs_prev, 0))
 
@@ -806,7 +798,7 @@ def test_column_sums_propagate_infinities(policy):
     a[7, 0] = np.inf
     a[9, 1] = -np.inf
     a[5, 2], a[250, 2] = np.inf, -np.inf
-    sums = _ops._column_sum(cuda_host.HostRuntime(policy), a)
+    sums = _launch.column_sum(cuda_host.HostRuntime(policy), a)
     np.testing.assert_array_equal(sums, np.array([np.inf, -np.inf, np.nan, 300], np.float32))
 
 
@@ -818,7 +810,7 @@ def test_float16_two_pass_column_sums_keep_their_partial_sums_in_float32():
     sign = np.where((np.arange(rows) // 2) % 2 == 0, 1.0, -1.0)
     a = np.stack([sign * (1000 + rng.standard_normal(rows)), rng.standard_normal(rows)],
                  axis=1).astype(F16)
-    sums = _ops._column_sum(cuda_host.HostRuntime(TINY), a).astype(np.float64)
+    sums = _launch.column_sum(cuda_host.HostRuntime(TINY), a).astype(np.float64)
     exact = np.array([math.fsum(column) for column in a.T.astype(np.float64)])
     assert np.all(np.abs(sums - exact) <= np.finfo(F16).eps * np.abs(exact)), (sums, exact)
 
@@ -827,6 +819,6 @@ def test_final_states_are_not_views_of_the_steps():
     case = lstm_sequence_case(np.random.default_rng(65), steps=2, batch=2, input_size=2,
                               hidden=3)
     with emulated_gpu() as backend:
-        seq = backend.lstm_sequence(**case)
+        seq = forward(backend, "lstm_sequence", case)
     assert not np.shares_memory(seq.h_final, seq.h)
     assert not np.shares_memory(seq.cs_final, seq.cs)

@@ -33,12 +33,15 @@ def _device_count():
 if _device_count() < 1:
     pytest.skip("needs CuPy and a CUDA device", allow_module_level=True)
 
+import backend_calls  # noqa: E402
 import cupy as cp  # noqa: E402
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import gradcells as gc  # noqa: E402
 import gradcells.gpu  # noqa: E402
+from gradcells._core.specs import PEEPHOLES  # noqa: E402
+from gradcells.gpu import _launch  # noqa: E402
 from gradcells.testing import (  # noqa: E402
     OPS,
     gru_cell_case,
@@ -57,7 +60,6 @@ LSTM_CELL = ("x", "cs_prev", "h_prev", "w", "b")
 GRU_CELL = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
 LSTM_SEQ = ("x", "cs0", "h0", "w", "b")
 GRU_SEQ = ("x", "h0", "w_ru", "w_c", "b_ru", "b_c")
-PEEPHOLES = ("wci", "wcf", "wco")
 
 
 def on_gpu(case, dtype):
@@ -117,7 +119,7 @@ def test_cupy_arrays_dispatch_to_the_gpu_backend():
     for a, b in zip(automatic, explicit):
         cp.testing.assert_array_equal(a, b)
     assert gc._dispatch.backend_module("gpu") is gradcells.gpu
-    assert isinstance(gradcells.gpu._runtime, gradcells.gpu._cupy_runtime.CupyRuntime)
+    assert isinstance(_launch._active, gradcells.gpu._runtime.CupyRuntime)
     reference = gc.lstm_cell(**case, backend="reference")
     assert all(isinstance(a, cp.ndarray) for a in reference)
 
@@ -154,9 +156,10 @@ def test_gru_cell_agrees_with_reference(dtype, case, with_d_h, seed):
     state = gc.gru_cell(**case)
     assert_close(state, gc.gru_cell(**case64, backend="reference"), dtype, "forward ")
     d_h = upstream(seed, dtype, {"d_h": state.h.shape}, [with_d_h])["d_h"]
-    grads = gc.gru_cell_grad(*(case[k] for k in GRU_CELL), state, d_h, reset_after=reset_after)
+    grads = gc.gru_cell_grad(*(case[k] for k in GRU_CELL), state, d_h=d_h,
+                             reset_after=reset_after)
     expected = gc.gru_cell_grad(*(case64[k] for k in GRU_CELL), as64(state),
-                                None if d_h is None else d_h.astype(cp.float64),
+                                d_h=None if d_h is None else d_h.astype(cp.float64),
                                 reset_after=reset_after, backend="reference")
     assert_close(grads, expected, dtype, "gradient ")
 
@@ -334,7 +337,7 @@ def test_extreme_preactivations_stay_finite(dtype):
     gru = on_gpu(gru_cell_case(rng, reset_after=True), dtype)
     gru["w_ru"], gru["w_c"] = gru["w_ru"] * 4e3, gru["w_c"] * 4e3
     gstate = gc.gru_cell(**gru)
-    ggrads = gc.gru_cell_grad(*(gru[k] for k in GRU_CELL), gstate, cp.ones_like(gstate.h),
+    ggrads = gc.gru_cell_grad(*(gru[k] for k in GRU_CELL), gstate, d_h=cp.ones_like(gstate.h),
                               reset_after=True)
     for a in (*state, *grads, *gstate, *ggrads):
         assert a is None or bool(cp.isfinite(a).all())
@@ -364,14 +367,15 @@ def test_device_and_host_emulation_agree():
     rng = np.random.default_rng(12)
     lstm = lstm_sequence_case(rng, peephole=True, clip=True, ragged=True)
     gru = gru_sequence_case(rng, ragged=True)
-    device = [*gradcells.gpu.lstm_sequence(**on_library(lstm, "cupy")),
-              *gradcells.gpu.gru_sequence(**on_library(gru, "cupy"))]
-    saved = gradcells.gpu._runtime
-    gradcells.gpu._runtime = cuda_host.HostRuntime()
+    gpu = gradcells.gpu
+    device = [*backend_calls.forward(gpu, "lstm_sequence", on_library(lstm, "cupy")),
+              *backend_calls.forward(gpu, "gru_sequence", on_library(gru, "cupy"))]
+    saved = _launch.use_runtime(cuda_host.HostRuntime())
     try:
-        host = [*gradcells.gpu.lstm_sequence(**lstm), *gradcells.gpu.gru_sequence(**gru)]
+        host = [*backend_calls.forward(gpu, "lstm_sequence", lstm),
+                *backend_calls.forward(gpu, "gru_sequence", gru)]
     finally:
-        gradcells.gpu._runtime = saved
+        _launch.use_runtime(saved)
     for a, b in zip(device, host):
         np.testing.assert_allclose(a.get(), b, rtol=16 * np.finfo(np.float64).eps,
                                    atol=16 * np.finfo(np.float64).eps)

@@ -14,7 +14,7 @@
 //
 // Threads x walk the columns, blocks y walk the parts (both grid-stride). With parts = 1
 // this is the whole column sum; with parts > 1 a second launch with rows = parts sums the
-// partial rows (gradcells/gpu/_ops.py: _column_sum).
+// partial rows (gradcells/gpu/_launch.py: column_sum).
 
 #include "common.cuh"
 

@@ -5,8 +5,9 @@ for the device, with the system C++ compiler after ``gradcells_host_shim.h`` int
 library holding one ``extern "C"`` launcher per entry point, and caches it under a build
 directory keyed by the hash of everything that went into it; ``library(source)`` does so
 for one ``.cu`` file as ``gradcells.gpu`` compiles it (``_sources.module_code``).
-``HostRuntime`` is a drop-in for the CuPy runtime of ``gradcells.gpu._ops``: NumPy arrays,
-and ``launch`` calls the host launcher with the grid, block and argument tuple the GPU gets.
+``HostRuntime`` is a drop-in for the GPU backend's CuPy runtime (``gradcells.gpu._runtime``),
+installed with ``gradcells.gpu._launch.use_runtime``: NumPy arrays, and ``launch`` calls the
+host launcher with the grid, block and argument tuple the GPU gets.
 
 Build directory: ``$GRADCELLS_HOST_BUILD_DIR``, else ``<tmp>/gradcells-cuda-host``.
 Compiler: ``$CXX``, else ``g++``, else ``c++``.
@@ -156,7 +157,7 @@ class _PoisonedNumpy:
 
 
 class HostRuntime:
-    """The runtime of ``gradcells.gpu._ops`` with the kernels compiled for the CPU.
+    """The runtime of the GPU backend's operations with the kernels compiled for the CPU.
 
     ``policy`` shapes the launches (``_kernels.DEFAULT_POLICY`` is the GPU's); ``reverse``
     runs blocks and threads in reverse order. ``launches`` counts launches by kernel name.

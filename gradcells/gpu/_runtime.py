@@ -9,6 +9,7 @@ is why there are entry points); one
 ``launch`` that looks a kernel up by its entry point, the name the emulation harness uses
 too, and calls it with the argument tuple ``_kernels.arguments`` built. Everything else
 (argument lists, launch shapes, the step loops) is shared with the emulation tests.
+Imported, and CuPy with it, only when the first operation runs (``_launch.runtime``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def _module(source: str) -> cupy.RawModule:
 
 
 class CupyRuntime:
-    """``xp``, ``policy`` and ``launch`` for ``gradcells.gpu._ops`` on the current device."""
+    """``xp``, ``policy``, ``device_of`` and ``launch`` for the operations (``lstm``, ``gru``;
+    see ``_launch``) on the current device."""
 
     xp = cupy
     policy = _kernels.DEFAULT_POLICY

@@ -1,0 +1,246 @@
+"""The GRU on the GPU: ``gru.cu``'s fused step kernels around cuBLAS matmuls.
+
+The matmul plan follows the reference's sequences: the input projection of all steps is one
+matmul; per step only ``h·W_h`` and the fused elementwise kernels remain (reset before: two
+kernels, since the candidate's matmul ``(r∘h)·W_ch`` needs r first; reset after: one, on
+``h·[W_ruh, W_ch]``); after the backward loop ``dx`` is one matmul and the weight gradients
+are two per weight (x part and h part); the bias gradients are column sums. A cell is the
+same code with T = 1. Each operation runs on its arguments' device.
+"""
+
+from __future__ import annotations
+
+from .._core import plan
+from .._core.types import GRUCellGrads, GRUCellState, GRUSequence, GRUSequenceGrads
+from . import _launch
+from ._launch import Launcher, column_sum, contiguous, matmul, row_stride
+
+
+def gru_cell(x, h_prev, weights, settings):
+    """One GRU step; see ``gradcells.reference.gru.gru_cell``."""
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        steps, _ = _forward(rt, x[None], h_prev, weights, settings)
+        return GRUCellState(*(a[0] for a in steps))
+
+
+def gru_cell_grad(x, h_prev, weights, state, settings, *, d_h=None):
+    """Gradient of one GRU step; see ``gradcells.reference.gru.gru_cell_grad``."""
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        dx, dh0, dw_ru, dw_c, db_ru, db_c = _backward(
+            rt, x[None], h_prev, weights, [a[None] for a in state], settings,
+            d_h=None if d_h is None else d_h[None], d_h_final=None)
+        return GRUCellGrads(dx[0], dh0, dw_ru, dw_c, db_ru, db_c)
+
+
+def gru_sequence(x, h0, weights, settings):
+    """The GRU over ``x [T, B, I]``; see ``gradcells.reference.gru.gru_sequence``."""
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        steps, h = _forward(rt, x, h0, weights, settings)
+        return GRUSequence(*steps, h_final=h.copy() if settings.seq_len is None else h)
+
+
+def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None):
+    """Backpropagation through time for ``gru_sequence``."""
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        return GRUSequenceGrads(*_backward(
+            rt, x, h0, weights, tuple(seq)[:len(GRUCellState._fields)], settings, d_h=d_h,
+            d_h_final=d_h_final))
+
+
+# --------------------------------------------------------------------------------------
+# Forward
+
+
+def _x_projection(xp, x, w_ru, w_c):
+    """``(gx_ru, gx_c)`` as ``[T, B, ·]`` arrays (views with row stride 3H when T > 1,
+    where the projection of all steps is one matmul against ``[W_rux, W_cx]``)."""
+    n_steps, n_batch, n_in = x.shape
+    n_hidden = w_c.shape[1]
+    x_flat = plan.flat(x)
+    if n_steps > 1:
+        gx = (x_flat @ xp.concatenate([w_ru[:n_in], w_c[:n_in]], axis=1)).reshape(
+            n_steps, n_batch, 3 * n_hidden)
+        return gx[:, :, :2 * n_hidden], gx[:, :, 2 * n_hidden:]
+    return ((x_flat @ w_ru[:n_in]).reshape(n_steps, n_batch, 2 * n_hidden),
+            (x_flat @ w_c[:n_in]).reshape(n_steps, n_batch, n_hidden))
+
+
+def _forward(rt, x, h0, weights, settings):
+    """Every step's outputs (a GRUCellState of ``[T, B, H]`` arrays) and the final h."""
+    xp = rt.xp
+    lengths = _launch.lengths(xp, settings.seq_len)
+    x = plan.running_inputs(xp, x, lengths)
+    n_steps, n_batch, n_in = x.shape
+    n_hidden = h0.shape[1]
+    dtype = x.dtype
+    gx_ru, gx_c = _x_projection(xp, x, weights.w_ru, weights.w_c)
+    steps = GRUCellState(*(xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
+                           for _ in GRUCellState._fields))
+    h = h0.copy(order="C") if lengths is not None else xp.ascontiguousarray(h0)
+    common = {"seq_len": _launch.lengths_argument(xp, lengths),
+              "use_seq_len": lengths is not None, "batch": n_batch, "hidden": n_hidden}
+    step = (_ResetAfterStep if settings.reset_after else _ResetBeforeStep)(
+        rt, weights, n_in, n_steps, dtype, n_batch * n_hidden, common)
+    for t in range(n_steps):
+        h_state = h if lengths is not None else steps.h[t]
+        h_out = steps.h[t]
+        step(t, gx_ru[t], gx_c[t], h, *(a[t] for a in steps[:3]), h_out, h_state)
+        if lengths is None:
+            h = h_out
+    return steps, h
+
+
+class _ResetAfterStep:
+    """One reset-after step: ``h·[W_ruh, W_ch]`` (one matmul when T > 1, viewed as its r, u
+    and c blocks; two when T = 1) and the fused kernel."""
+
+    def __init__(self, rt, weights, n_in, n_steps, dtype, n, common):
+        xp = self.xp = rt.xp
+        self.w_ruh, self.w_ch = weights.w_ru[n_in:], weights.w_c[n_in:]
+        self.w_h = xp.concatenate([self.w_ruh, self.w_ch], axis=1) if n_steps > 1 else None
+        self.kernel = Launcher(rt, "gru_forward_reset_after", dtype, n,
+                               b_ru=xp.ascontiguousarray(weights.b_ru),
+                               b_c=xp.ascontiguousarray(weights.b_c), **common)
+
+    def __call__(self, t, gx_ru, gx_c, h, r, u, c, h_out, h_state):
+        xp = self.xp
+        if self.w_h is not None:
+            n_ru = self.w_ruh.shape[1]
+            gh = matmul(xp, h, self.w_h)
+            gh_ru, gh_c = gh[:, :n_ru], gh[:, n_ru:]
+        else:
+            gh_ru, gh_c = matmul(xp, h, self.w_ruh), matmul(xp, h, self.w_ch)
+        self.kernel(gx_ru=gx_ru, ld_gx_ru=row_stride(gx_ru), gx_c=gx_c,
+                    ld_gx_c=row_stride(gx_c), gh_ru=gh_ru, ld_gh_ru=row_stride(gh_ru),
+                    gh_c=gh_c, ld_gh_c=row_stride(gh_c), h_prev=h, step=t, r=r, u=u, c=c,
+                    h=h_out, h_state=h_state)
+
+
+class _ResetBeforeStep:
+    """One reset-before step: ``h·W_ruh``, the gates kernel (r, u and r∘h), ``(r∘h)·W_ch``
+    and the candidate kernel."""
+
+    def __init__(self, rt, weights, n_in, n_steps, dtype, n, common):
+        xp = self.xp = rt.xp
+        self.dtype = dtype
+        self.w_ruh, self.w_ch = weights.w_ru[n_in:], weights.w_c[n_in:]
+        self.gates = Launcher(rt, "gru_gates", dtype, n,
+                              b_ru=xp.ascontiguousarray(weights.b_ru), **common)
+        self.candidate = Launcher(rt, "gru_candidate", dtype, n,
+                                  b_c=xp.ascontiguousarray(weights.b_c), **common)
+
+    def __call__(self, t, gx_ru, gx_c, h, r, u, c, h_out, h_state):
+        xp = self.xp
+        rh = xp.empty(h.shape, dtype=self.dtype)
+        gh_ru = matmul(xp, h, self.w_ruh)
+        self.gates(gx_ru=gx_ru, ld_gx_ru=row_stride(gx_ru), gh_ru=gh_ru,
+                   ld_gh_ru=row_stride(gh_ru), h_prev=h, step=t, r=r, u=u, rh=rh)
+        gh_c = matmul(xp, rh, self.w_ch)
+        self.candidate(gx_c=gx_c, ld_gx_c=row_stride(gx_c), gh_c=gh_c,
+                       ld_gh_c=row_stride(gh_c), u=u, h_prev=h, step=t, c=c, h=h_out,
+                       h_state=h_state)
+
+
+# --------------------------------------------------------------------------------------
+# Backward
+
+
+def _backward(rt, x, h0, weights, steps, settings, *, d_h, d_h_final):
+    """Backpropagation through time; returns the fields of GRUSequenceGrads."""
+    xp = rt.xp
+    lengths = _launch.lengths(xp, settings.seq_len)
+    x = plan.running_inputs(xp, x, lengths)
+    r, u, c, h = (xp.ascontiguousarray(a) for a in steps)
+    d_h, d_h_final = contiguous(xp, d_h), contiguous(xp, d_h_final)
+    h_prev = _launch.previous(xp, h0, h)
+    d_gates, d_n, rh, dh0 = _backward_steps(rt, x, h0, weights, settings, lengths,
+                                            (r, u, c, h_prev), d_h=d_h, d_h_final=d_h_final)
+    dx, dw_ru, dw_c, db_ru, db_c = _weight_grads(rt, x, weights, h_prev, d_gates, d_n, rh)
+    return dx, dh0, dw_ru, dw_c, db_ru, db_c
+
+
+def _backward_steps(rt, x, h0, weights, settings, lengths, steps, *, d_h, d_h_final):
+    """The backward loop over ``steps = (r, u, c, h_prev)``: every step's gate gradients
+    ``[T, B, 3H]`` (dR, dU, dC), reset after ``dN = dL/dn`` (else None), reset before
+    ``r∘h_prev`` (else None), and ``dL/dh0``."""
+    xp = rt.xp
+    r, u, c, h_prev = steps
+    n_steps, n_batch, n_in = x.shape
+    n_hidden = h0.shape[1]
+    dtype = x.dtype
+    reset_after = settings.reset_after
+    w_ruh, w_ch = weights.w_ru[n_in:], weights.w_c[n_in:]
+    shape = (n_steps, n_batch, n_hidden)
+    d_gates = xp.empty((n_steps, n_batch, 3 * n_hidden), dtype=dtype)  # [dR, dU, dC]
+    n_pre = d_n = rh = None
+    if reset_after:  # n - b_ch for every step at once; dN = dL/dn
+        n_pre = matmul(xp, plan.flat(h_prev), w_ch).reshape(shape)
+        d_n = xp.empty(shape, dtype=dtype)
+    else:  # r∘h_prev, the input of the h-rows of w_c
+        rh = xp.empty(shape, dtype=dtype)
+    dh_direct = xp.empty((n_batch, n_hidden), dtype=dtype)  # carry: dh∘u (+ d_hr∘r)
+    dh_recurrent = None  # carry: the matmul part of dL/dh_prev
+    placeholder = b_c = xp.ascontiguousarray(weights.b_c)
+    candidate = Launcher(
+        rt, "gru_backward_candidate", dtype, n_batch * n_hidden, b_c=b_c,
+        d_h_final=placeholder if d_h_final is None else d_h_final, dh_next_b=dh_direct,
+        seq_len=_launch.lengths_argument(xp, lengths), reset_after=reset_after,
+        has_d_h=d_h is not None, has_d_h_final=d_h_final is not None,
+        use_seq_len=lengths is not None, n_steps=n_steps, batch=n_batch, hidden=n_hidden,
+        dh_direct=dh_direct)
+    reset = Launcher(rt, "gru_backward_reset", dtype, n_batch * n_hidden, batch=n_batch,
+                     hidden=n_hidden, dh_direct=dh_direct)
+    for t in reversed(range(n_steps)):
+        candidate(r=r[t], u=u[t], c=c[t], h_prev=h_prev[t],
+                  n_pre=n_pre[t] if reset_after else placeholder,
+                  d_h=placeholder if d_h is None else d_h[t],
+                  dh_next_a=placeholder if dh_recurrent is None else dh_recurrent, step=t,
+                  d_gates=d_gates[t], d_n=d_n[t] if reset_after else placeholder,
+                  rh=placeholder if reset_after else rh[t])
+        if reset_after:
+            dh_recurrent = matmul(xp, d_gates[t][:, :2 * n_hidden], w_ruh.T)
+            dh_recurrent += d_n[t] @ w_ch.T
+        else:
+            d_hr = matmul(xp, d_gates[t][:, 2 * n_hidden:], w_ch.T)
+            reset(d_hr=d_hr, r=r[t], h_prev=h_prev[t], d_gates=d_gates[t])
+            dh_recurrent = matmul(xp, d_gates[t][:, :2 * n_hidden], w_ruh.T)
+    if n_steps == 0:
+        dh0 = xp.zeros_like(h0) if d_h_final is None else d_h_final.copy()
+    else:
+        dh0 = dh_recurrent + dh_direct
+    return d_gates, d_n, rh, dh0
+
+
+def _weight_grads(rt, x, weights, h_prev, d_gates, d_n, rh):
+    """``(dx, dw_ru, dw_c, db_ru, db_c)`` from the gate gradients: ``dx`` one matmul (two
+    when T = 1), each weight gradient its x part and its h part, the biases column sums."""
+    xp = rt.xp
+    n_steps, n_batch, n_in = x.shape
+    w_ru, w_c = weights.w_ru, weights.w_c
+    n_hidden = w_c.shape[1]
+    d_gates_flat = plan.flat(d_gates)
+    d_ru_flat, d_c_flat = d_gates_flat[:, :2 * n_hidden], d_gates_flat[:, 2 * n_hidden:]
+    if n_steps > 1:
+        w_x = xp.concatenate([w_ru[:n_in], w_c[:n_in]], axis=1)
+        dx_flat = d_gates_flat @ w_x.T
+    else:
+        dx_flat = d_ru_flat @ w_ru[:n_in].T + d_c_flat @ w_c[:n_in].T
+    dw_x = plan.flat(x).T @ d_gates_flat
+    dw_ru = xp.empty((n_in + n_hidden, 2 * n_hidden), dtype=x.dtype)
+    dw_c = xp.empty((n_in + n_hidden, n_hidden), dtype=x.dtype)
+    dw_ru[:n_in] = dw_x[:, :2 * n_hidden]
+    dw_c[:n_in] = dw_x[:, 2 * n_hidden:]
+    h_prev_flat = plan.flat(h_prev)
+    xp.matmul(h_prev_flat.T, d_ru_flat, out=dw_ru[n_in:])
+    sums = column_sum(rt, d_gates_flat)
+    if d_n is not None:  # reset after
+        xp.matmul(h_prev_flat.T, plan.flat(d_n), out=dw_c[n_in:])
+        db_c = xp.concatenate([sums[2 * n_hidden:], column_sum(rt, plan.flat(d_n))])
+    else:
+        xp.matmul(plan.flat(rh).T, d_c_flat, out=dw_c[n_in:])
+        db_c = sums[2 * n_hidden:]
+    return dx_flat.reshape(n_steps, n_batch, n_in), dw_ru, dw_c, sums[:2 * n_hidden], db_c
