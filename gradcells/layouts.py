@@ -51,6 +51,7 @@ import numpy as np
 from . import _interop
 from ._core.arrays import refused_subclass
 from ._core.specs import PEEPHOLES
+from ._core.types import Array
 
 # Gate orders, one letter per block: i input, c candidate (ci / g), f forget, o output.
 _LSTM_GRADCELLS = "icfo"
@@ -290,7 +291,8 @@ def _framework_lstm(w, b, order):
 # LSTM
 
 
-def lstm_from_torch(weight_ih, weight_hh, bias_ih=None, bias_hh=None):
+def lstm_from_torch(weight_ih: Array, weight_hh: Array, bias_ih: Array | None = None,
+                    bias_hh: Array | None = None) -> Converted:
     """gradcells ``(w, b)`` from PyTorch's ``nn.LSTM`` (one layer, one direction, no
     ``proj_size``) or ``nn.LSTMCell``.
 
@@ -306,7 +308,7 @@ def lstm_from_torch(weight_ih, weight_hh, bias_ih=None, bias_hh=None):
         _gradcells_lstm(a["weight_ih"].T, a["weight_hh"].T, bias, _LSTM_TORCH), "torch")
 
 
-def lstm_to_torch(w, b):
+def lstm_to_torch(w: Array, b: Array) -> tuple[np.ndarray, ...]:
     """PyTorch's ``(weight_ih [4H, I], weight_hh [4H, H], bias_ih [4H], bias_hh [4H])``, gate
     blocks i, f, g, o, from gradcells ``(w, b)``. Two biases: ``bias_ih = b`` (reordered),
     ``bias_hh = 0``.
@@ -317,7 +319,7 @@ def lstm_to_torch(w, b):
             _zeros(bias.shape, bias.dtype))
 
 
-def lstm_from_keras(kernel, recurrent_kernel, bias=None):
+def lstm_from_keras(kernel: Array, recurrent_kernel: Array, bias: Array | None = None) -> Converted:
     """gradcells ``(w, b)`` from Keras' ``LSTM`` / ``LSTMCell`` weights
     (``layer.get_weights()``).
 
@@ -333,7 +335,7 @@ def lstm_from_keras(kernel, recurrent_kernel, bias=None):
         _gradcells_lstm(a["kernel"], a["recurrent_kernel"], bias, _LSTM_KERAS), "keras")
 
 
-def lstm_to_keras(w, b):
+def lstm_to_keras(w: Array, b: Array) -> tuple[np.ndarray, ...]:
     """Keras' ``(kernel [I, 4H], recurrent_kernel [H, 4H], bias [4H])``, gate blocks
     i, f, c, o, from gradcells ``(w, b)``: ``layer.set_weights(lstm_to_keras(w, b))``."""
     a = _arrays(w=w, b=b)
@@ -341,7 +343,7 @@ def lstm_to_keras(w, b):
     return np.ascontiguousarray(rows_x), np.ascontiguousarray(rows_h), bias
 
 
-def lstm_from_onnx(W, R, B=None, P=None):
+def lstm_from_onnx(W: Array, R: Array, B: Array | None = None, P: Array | None = None) -> Converted:
     """gradcells weights from an ONNX ``LSTM`` node (one direction).
 
     ONNX: ``W [1, 4H, I]``, ``R [1, 4H, H]``, ``B [1, 8H]`` = ``[Wb, Rb]`` (optional, zeros),
@@ -366,7 +368,8 @@ def lstm_from_onnx(W, R, B=None, P=None):
     return _lstm_converted((w, b, p_i, p_f, p_o), "onnx")
 
 
-def lstm_to_onnx(w, b, wci=None, wcf=None, wco=None):
+def lstm_to_onnx(w: Array, b: Array, wci: Array | None = None, wcf: Array | None = None,
+                 wco: Array | None = None) -> tuple[np.ndarray, ...]:
     """An ONNX ``LSTM`` node's ``(W [1, 4H, I], R [1, 4H, H], B [1, 8H])``, gate blocks
     i, o, f, c, from gradcells ``(w, b)``; with peepholes (all three) also ``P [1, 3H]``
     (i, o, f). Two biases: ``Wb = b`` (reordered), ``Rb = 0``."""
@@ -388,7 +391,7 @@ def lstm_to_onnx(w, b, wci=None, wcf=None, wco=None):
     return W, R, B, P
 
 
-def lstm_from_tf_v2(w, b):
+def lstm_from_tf_v2(w: Array, b: Array) -> Converted:
     """gradcells ``(w, b)`` from TensorFlow's ``BlockLSTMV2`` weights.
 
     ``BlockLSTMV2``: ``w [I+H, 4H]``, ``b [4H]``, gate blocks **i, f, ci, o** (``BlockLSTM``,
@@ -402,7 +405,7 @@ def lstm_from_tf_v2(w, b):
                             _reorder(a["b"], _LSTM_TF_V2, _LSTM_GRADCELLS, axis=0)), "tf_v2")
 
 
-def lstm_to_tf_v2(w, b):
+def lstm_to_tf_v2(w: Array, b: Array) -> tuple[np.ndarray, ...]:
     """``BlockLSTMV2``'s ``(w [I+H, 4H], b [4H])``, gate blocks i, f, ci, o, from gradcells
     ``(w, b)``."""
     a = _arrays(w=w, b=b)
@@ -453,7 +456,8 @@ def _framework_gru(w_ru, w_c, b_ru, b_c, order):
             _reorder(bias_h, "ruc", order, axis=0), reset_after)
 
 
-def gru_from_torch(weight_ih, weight_hh, bias_ih=None, bias_hh=None):
+def gru_from_torch(weight_ih: Array, weight_hh: Array, bias_ih: Array | None = None,
+                   bias_hh: Array | None = None) -> Converted:
     """gradcells reset-after GRU ``(w_ru, w_c, b_ru, b_c [2H])`` from PyTorch's ``nn.GRU``
     (one layer, one direction) or ``nn.GRUCell``; use it with ``reset_after=True``.
 
@@ -470,7 +474,7 @@ def gru_from_torch(weight_ih, weight_hh, bias_ih=None, bias_hh=None):
                           "torch", True)
 
 
-def gru_to_torch(w_ru, w_c, b_ru, b_c):
+def gru_to_torch(w_ru: Array, w_c: Array, b_ru: Array, b_c: Array) -> tuple[np.ndarray, ...]:
     """PyTorch's ``(weight_ih [3H, I], weight_hh [3H, H], bias_ih [3H], bias_hh [3H])``, gate
     blocks r, z, n, from a gradcells reset-after GRU (``b_c [2H]``). Two biases:
     ``bias_ih = [b_ru, b_cx]``, ``bias_hh = [0, 0, b_ch]``.
@@ -489,7 +493,8 @@ def gru_to_torch(w_ru, w_c, b_ru, b_c):
     return (np.ascontiguousarray(rows_x.T), np.ascontiguousarray(rows_h.T), bias_x, bias_h)
 
 
-def gru_from_keras(kernel, recurrent_kernel, bias=None, *, reset_after=None):
+def gru_from_keras(kernel: Array, recurrent_kernel: Array, bias: Array | None = None, *,
+                   reset_after: bool | None = None) -> Converted:
     """gradcells ``(w_ru, w_c, b_ru, b_c)`` from Keras' ``GRU`` / ``GRUCell`` weights
     (``layer.get_weights()``).
 
@@ -519,7 +524,7 @@ def gru_from_keras(kernel, recurrent_kernel, bias=None, *, reset_after=None):
                           "keras", bool(reset_after))
 
 
-def gru_to_keras(w_ru, w_c, b_ru, b_c):
+def gru_to_keras(w_ru: Array, w_c: Array, b_ru: Array, b_c: Array) -> tuple[np.ndarray, ...]:
     """Keras' ``(kernel [I, 3H], recurrent_kernel [H, 3H], bias)``, gate blocks z, r, h, from
     gradcells's GRU. ``b_c [2H]`` (reset after): ``bias [2, 3H]`` with ``bias[0] = [b_u, b_r,
     b_cx]`` and ``bias[1] = [0, 0, b_ch]``, for a layer built with ``reset_after=True``.
@@ -532,7 +537,8 @@ def gru_to_keras(w_ru, w_c, b_ru, b_c):
     return np.ascontiguousarray(rows_x), np.ascontiguousarray(rows_h), bias
 
 
-def gru_from_onnx(W, R, B=None, *, linear_before_reset=0):
+def gru_from_onnx(W: Array, R: Array, B: Array | None = None, *,
+                  linear_before_reset: int = 0) -> Converted:
     """gradcells ``(w_ru, w_c, b_ru, b_c)`` from an ONNX ``GRU`` node (one direction).
 
     ONNX: ``W [1, 3H, I]``, ``R [1, 3H, H]``, ``B [1, 6H]`` = ``[Wb, Rb]`` (optional, zeros),
@@ -553,7 +559,7 @@ def gru_from_onnx(W, R, B=None, *, linear_before_reset=0):
                           "onnx", bool(linear_before_reset))
 
 
-def gru_to_onnx(w_ru, w_c, b_ru, b_c):
+def gru_to_onnx(w_ru: Array, w_c: Array, b_ru: Array, b_c: Array) -> tuple[np.ndarray, ...]:
     """An ONNX ``GRU`` node's ``(W [1, 3H, I], R [1, 3H, H], B [1, 6H])``, gate blocks
     z, r, h, from gradcells's GRU. Two biases: ``Wb = [b_u, b_r, b_cx]``, ``Rb = [0, 0, b_ch]``
     (``b_ch = 0`` reset before). Set the node's ``linear_before_reset=1`` when ``b_c`` has

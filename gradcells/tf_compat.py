@@ -34,21 +34,19 @@ from __future__ import annotations
 import numbers
 import re
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from . import _validate as _v
 from ._core import arrays
 from ._core.specs import PEEPHOLES
-from ._core.types import GRUCellState, LSTMCellState, LSTMSequence, LSTMWeights
+from ._core.types import Array, GRUCellState, LSTMCellState, LSTMSequence, LSTMWeights
 from ._interop import accepts_any_array
 from .cells import gru_cell, gru_cell_grad, lstm_cell
 from .reference.gru import gru_gate_grads
 from .reference.lstm import lstm_gate_grads
 from .sequences import lstm_sequence, lstm_sequence_grad
-
-Array = Any
 
 __all__ = [
     "lstm_block_cell", "lstm_block_cell_grad", "gru_block_cell", "gru_block_cell_grad",
@@ -273,8 +271,10 @@ def _swap_gate_blocks(a):
 
 
 @accepts_any_array
-def lstm_block_cell(x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=1.0, cell_clip=3.0,
-                    use_peephole=False) -> LSTMBlockCellOutput:
+def lstm_block_cell(x: Array, cs_prev: Array, h_prev: Array, w: Array, wci: Array | None,
+                    wcf: Array | None, wco: Array | None, b: Array, forget_bias: float = 1.0,
+                    cell_clip: float | None = 3.0,
+                    use_peephole: bool = False) -> LSTMBlockCellOutput:
     """``tf.raw_ops.LSTMBlockCell``: one LSTM step, gate layout i, ci, f, o.
 
         G = [x, h_prev]·w + b;   i = σ(Gi + cs_prev∘wci);   ci = tanh(Gc)
@@ -292,8 +292,10 @@ def lstm_block_cell(x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=1.0, ce
 
 
 @accepts_any_array
-def lstm_block_cell_grad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co,
-                         cs_grad, h_grad, use_peephole) -> LSTMBlockCellGradOutput:
+def lstm_block_cell_grad(x: Array, cs_prev: Array, h_prev: Array, w: Array, wci: Array | None,
+                         wcf: Array | None, wco: Array | None, b: Array, i: Array, cs: Array,
+                         f: Array, o: Array, ci: Array, co: Array, cs_grad: Array | None,
+                         h_grad: Array | None, use_peephole: bool) -> LSTMBlockCellGradOutput:
     """``tf.raw_ops.LSTMBlockCellGrad``: the elementwise backward step of one LSTM cell.
 
         do = h_grad∘co∘o(1-o);   dcs = h_grad∘o∘(1-co²) + cs_grad + do∘wco
@@ -323,7 +325,8 @@ def lstm_block_cell_grad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, c
 
 
 @accepts_any_array
-def gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c) -> GRUBlockCellOutput:
+def gru_block_cell(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array,
+                   b_c: Array) -> GRUBlockCellOutput:
     """``tf.raw_ops.GRUBlockCell``: one GRU step, reset before the candidate matmul.
 
         [r, u] = σ([x, h_prev]·w_ru + b_ru);   c = tanh([x, r∘h_prev]·w_c + b_c)
@@ -335,7 +338,8 @@ def gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c) -> GRUBlockCellOutput:
 
 
 @accepts_any_array
-def gru_block_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h) -> GRUBlockCellGradOutput:
+def gru_block_cell_grad(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array,
+                        r: Array, u: Array, c: Array, d_h: Array | None) -> GRUBlockCellGradOutput:
     """``tf.raw_ops.GRUBlockCellGrad``: the kernel part of one GRU step's gradient.
 
         d_c_bar = d_h∘(1-u)∘(1-c²);   d_u_bar = d_h∘(h_prev-c)∘u(1-u)
@@ -393,8 +397,10 @@ def _block_lstm_grad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs
 
 
 @accepts_any_array
-def block_lstm(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=1.0,
-               cell_clip=3.0, use_peephole=False) -> BlockLSTMOutput:
+def block_lstm(seq_len_max: Array | int, x: Array, cs_prev: Array, h_prev: Array, w: Array,
+               wci: Array | None, wcf: Array | None, wco: Array | None, b: Array,
+               forget_bias: float = 1.0, cell_clip: float | None = 3.0,
+               use_peephole: bool = False) -> BlockLSTMOutput:
     """``tf.raw_ops.BlockLSTM``: ``lstm_block_cell`` over ``x [T, B, I]`` for the first
     ``seq_len_max`` steps, from ``cs_prev, h_prev [B, H]``; gate layout i, ci, f, o.
 
@@ -411,8 +417,11 @@ def block_lstm(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias
 
 
 @accepts_any_array
-def block_lstm_grad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co,
-                    h, cs_grad, h_grad, use_peephole) -> BlockLSTMGradOutput:
+def block_lstm_grad(seq_len_max: Array | int, x: Array, cs_prev: Array, h_prev: Array, w: Array,
+                    wci: Array | None, wcf: Array | None, wco: Array | None, b: Array, i: Array,
+                    cs: Array, f: Array, o: Array, ci: Array, co: Array, h: Array,
+                    cs_grad: Array | None, h_grad: Array | None,
+                    use_peephole: bool) -> BlockLSTMGradOutput:
     """``tf.raw_ops.BlockLSTMGrad``: backpropagation through ``block_lstm``'s first
     ``seq_len_max`` steps, given its outputs and the upstream gradients ``cs_grad, h_grad
     [T, B, H]`` of every step's ``cs`` and ``h`` (entries past ``seq_len_max`` are ignored).
@@ -428,8 +437,9 @@ def block_lstm_grad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs,
 
 
 @accepts_any_array
-def block_lstm_v2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, cell_clip=0.0,
-                  use_peephole=False) -> BlockLSTMOutput:
+def block_lstm_v2(seq_len_max: Array | int, x: Array, cs_prev: Array, h_prev: Array, w: Array,
+                  wci: Array | None, wcf: Array | None, wco: Array | None, b: Array,
+                  cell_clip: float | None = 0.0, use_peephole: bool = False) -> BlockLSTMOutput:
     """``tf.raw_ops.BlockLSTMV2``: ``block_lstm`` with the columns of ``w`` and ``b`` in the
     gate order i, f, ci, o (Keras's) and no forget bias (``forget_bias`` 0, no attribute);
     ``cell_clip`` defaults to 0.0 (no clipping). Outputs past ``seq_len_max`` are zero
@@ -442,8 +452,11 @@ def block_lstm_v2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, cell_cli
 
 
 @accepts_any_array
-def block_lstm_grad_v2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci,
-                       co, h, cs_grad, h_grad, use_peephole) -> BlockLSTMGradOutput:
+def block_lstm_grad_v2(seq_len_max: Array | int, x: Array, cs_prev: Array, h_prev: Array, w: Array,
+                       wci: Array | None, wcf: Array | None, wco: Array | None, b: Array, i: Array,
+                       cs: Array, f: Array, o: Array, ci: Array, co: Array, h: Array,
+                       cs_grad: Array | None, h_grad: Array | None,
+                       use_peephole: bool) -> BlockLSTMGradOutput:
     """``tf.raw_ops.BlockLSTMGradV2``: ``block_lstm_grad`` for ``block_lstm_v2``'s gate order
     i, f, ci, o (``w_grad`` and ``b_grad`` come back in that order).
 
