@@ -34,11 +34,15 @@ import math
 import numbers
 import sys
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from . import _interop
+from ._core.arrays import is_float, library_of
+from ._core.report import table
 
 # Default tolerances by the dtype of the claimed gradient: float64 gradients must match the
 # finite differences to their own accuracy; float32 ones to float32 round-off.
@@ -117,34 +121,39 @@ class VJPReport:
 
     def __str__(self) -> str:
         header = ("argument", "checked", "worst index", "analytic", "numeric", "abs err",
-                  "max rel err", "result")
-        rows = [header]
-        for c in self.checks:
-            rows.append((
-                c.name, str(c.checked), "-" if c.index is None else str(c.index),
-                f"{c.analytic:.10g}", f"{c.numeric:.10g}", f"{c.abs_error:.2e}",
-                f"{c.rel_error:.2e}", "pass" if c.passed else f"FAIL ({c.failures})"))
-        widths = [max(len(r[k]) for r in rows) for k in range(len(header))]
-        lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-        lines.insert(1, "  ".join("-" * w for w in widths))
+                  "bound", "max rel err", "result")
+        rows = [(c.name, str(c.checked), "-" if c.index is None else str(c.index),
+                 f"{c.analytic:.10g}", f"{c.numeric:.10g}", f"{c.abs_error:.2e}",
+                 f"{c.bound:.2e}", f"{c.rel_error:.2e}", _verdict(c)) for c in self.checks]
+        return "\n".join(table(header, rows) + self._legend())
+
+    def _legend(self) -> list[str]:
+        """The lines under the table: what ``bound`` is, per group of tolerances."""
         floor = " + floor" if self.floor else ""
-        groups = {}
+        groups: dict[tuple[float, float], list[str]] = {}
         for c in self.checks:
             groups.setdefault((c.atol, c.rtol), []).append(c.name)
         if len(groups) <= 1:
-            lines.append(f"(pass: |analytic - numeric| <= {self.atol:g} + "
-                         f"{self.rtol:g}·|numeric|{floor})")
+            lines = [f"(pass: |analytic - numeric| <= {self.atol:g} + "
+                     f"{self.rtol:g}·|numeric|{floor}, the bound at the worst element)"]
         else:
             rules = "; ".join(f"{', '.join(group)}: {a:g} + {r:g}·|numeric|"
                               for (a, r), group in groups.items())
-            lines.append(f"(pass: |analytic - numeric| <= atol + rtol·|numeric|{floor}; "
-                         f"{rules})")
+            lines = [f"(pass: |analytic - numeric| <= atol + rtol·|numeric|{floor}, the bound "
+                     f"at the worst element; {rules})"]
         if self.floor:
             lines.append("(floor: the rounding of the outputs the step moves, "
                          "eps·Σ|ct_i·f_i|/step over them)")
-        return "\n".join(lines)
+        return lines
 
     __repr__ = __str__
+
+
+def _verdict(c: ArgumentCheck) -> str:
+    """``pass``, or ``FAIL`` with how many of the checked elements failed."""
+    if c.passed:
+        return "pass"
+    return f"FAIL ({c.failures} of {c.checked} elements)"
 
 
 def _to_numpy(a):
@@ -170,12 +179,24 @@ def _as_outputs(out):
 
 
 def _library(a) -> str | None:
-    return _interop._library_of(a)
+    return library_of(a)
 
 
 def _is_float_array(a) -> bool:
     """A floating-point array of NumPy, CuPy, PyTorch or JAX (a NumPy scalar is not one)."""
-    return _library(a) is not None and _interop._is_float(a)
+    return _library(a) is not None and is_float(a)
+
+
+def _arguments(args) -> tuple:
+    """``args`` as a tuple; TypeError for a bare array (or anything else not a sequence of
+    arguments), which would otherwise be unpacked row by row into ``f``."""
+    if isinstance(args, (tuple, list)):
+        return tuple(args)
+    if library_of(args) is not None or hasattr(args, "shape") or not hasattr(args, "__iter__"):
+        name = type(args).__name__
+        raise TypeError(f"args must be a tuple or list of arrays, got {name}; pass (w,) for "
+                        "a function of one array w (NumPy, CuPy, PyTorch or JAX)")
+    return tuple(args)
 
 
 def _float64_copy(a):
@@ -249,8 +270,11 @@ def _check_selection(args, names, wrt, samples):
     return wrt
 
 
-def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, atol=None,
-              seed=0, samples=None) -> VJPReport:
+def check_vjp(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[Any], *,
+              wrt: Sequence[int] | None = None, cotangent: Any = None,
+              names: Sequence[str] | None = None, rtol: float | None = None,
+              atol: float | None = None, seed: int = 0,
+              samples: int | None = None) -> VJPReport:
     """Check a claimed vector-Jacobian product ``vjp`` of ``f`` at ``args`` by central
     differences in float64.
 
@@ -265,9 +289,10 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
         ``args``; None counts as zero). ``cotangent`` has the structure of ``f``'s output:
         an array, or a tuple of arrays, each in its output's library, device and dtype. It is
         called once, on ``args`` as given.
-    args : sequence
+    args : tuple or list
         The arguments: NumPy, CuPy, PyTorch or JAX arrays; any other entry (a Python or NumPy
-        scalar, a string) is passed through unchanged and not checked.
+        scalar, a string) is passed through unchanged and not checked. A function of one
+        array ``w`` takes ``(w,)``; a bare array is refused (TypeError).
     wrt : sequence of int, optional
         Indices of the arguments to check; default every floating-point array.
     cotangent : array or tuple of arrays, optional
@@ -287,7 +312,7 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
     near ``args``, or the claimed gradient does) fails: the oracle never vouches for what it
     could not compare.
     """
-    args = tuple(args)
+    args = _arguments(args)
     if names is None:
         names = tuple(f"arg{k}" for k in range(len(args)))
     elif isinstance(names, str) or len(names) != len(args):
