@@ -30,6 +30,7 @@ an ``atol`` given is the whole absolute tolerance.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import sys
@@ -313,16 +314,46 @@ def check_vjp(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[Any
     could not compare.
     """
     args = _arguments(args)
-    if names is None:
-        names = tuple(f"arg{k}" for k in range(len(args)))
-    elif isinstance(names, str) or len(names) != len(args):
-        raise ValueError(f"names must give one name per argument ({len(args)}), got {names!r}")
-    names = tuple(names)
+    names = _names(args, names)
     wrt = _check_selection(args, names, wrt, samples)
     rng = np.random.default_rng(seed)
 
     value = f(*args)
+    cts, cts_native = _cotangents(value, cotangent, rng)
     single_output = not isinstance(value, (tuple, list))
+    grads = vjp(cts_native[0] if single_output else _shaped_like(value, cts_native), *args)
+    grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
+    if len(grads) != len(args):
+        raise ValueError(f"vjp returned {len(grads)} gradients for {len(args)} arguments")
+    analytic, tolerances = _analytic(grads, args, wrt, names, rtol, atol)
+    floor_used = atol is None
+
+    args64 = [_float64_copy(a) if k in analytic else a for k, a in enumerate(args)]
+    cotangent_vector = np.concatenate([c.ravel() for c in cts]) if cts else np.zeros(0)
+    outputs_at = functools.partial(_flat_outputs, f, args64)
+    checks = tuple(
+        _compare(names[k], analytic[k].astype(np.float64),
+                 *_numeric_gradient(outputs_at, cotangent_vector, args64, k, rng, samples,
+                                    floor_used),
+                 *tolerances[k])
+        for k in wrt)
+    loosest = max(tolerances.values(), default=_tolerances(np.float64, rtol, atol))
+    return VJPReport(checks, *loosest, floor_used)
+
+
+def _names(args, names) -> tuple[str, ...]:
+    """One name per argument (default ``arg0, arg1, ...``); ValueError otherwise."""
+    if names is None:
+        return tuple(f"arg{k}" for k in range(len(args)))
+    if isinstance(names, str) or len(names) != len(args):
+        raise ValueError(f"names must give one name per argument ({len(args)}), got {names!r}")
+    return tuple(names)
+
+
+def _cotangents(value, cotangent, rng):
+    """The cotangents for ``f``'s output ``value``: float64 NumPy arrays, and the same in
+    each output's own library and dtype (for the claimed vjp). Drawn from ``rng`` when
+    ``cotangent`` is None."""
     outputs = _as_outputs(value)
     if cotangent is None:
         cts = tuple(rng.standard_normal(np.shape(o)) for o in outputs)
@@ -331,14 +362,13 @@ def check_vjp(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[Any
     if len(cts) != len(outputs) or any(c.shape != tuple(np.shape(o)) for c, o in zip(cts, outputs)):
         raise ValueError("cotangent must match the shapes of f's outputs "
                          f"{[tuple(np.shape(o)) for o in outputs]}")
-    # The cotangent in each output's own library and dtype, for the claimed vjp.
     cts_native = tuple(_like(o, c) for o, c in zip(outputs, cts))
-    cts = tuple(_to_numpy(c).astype(np.float64) for c in cts_native)
-    grads = vjp(cts_native[0] if single_output else _shaped_like(value, cts_native), *args)
-    grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
-    if len(grads) != len(args):
-        raise ValueError(f"vjp returned {len(grads)} gradients for {len(args)} arguments")
+    return tuple(_to_numpy(c).astype(np.float64) for c in cts_native), cts_native
 
+
+def _analytic(grads, args, wrt, names, rtol, atol):
+    """The claimed gradients of the checked arguments as NumPy arrays (None as zeros), and
+    each one's ``(rtol, atol)``; ValueError naming a gradient of the wrong shape."""
     analytic, tolerances = {}, {}
     for k in wrt:
         shape = tuple(args[k].shape)
@@ -348,25 +378,13 @@ def check_vjp(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[Any
         analytic[k] = g
         tolerances[k] = _tolerances(
             g.dtype if grads[k] is None else _tolerance_dtype(grads[k]), rtol, atol)
-    floor_used = atol is None
+    return analytic, tolerances
 
-    args64 = [_float64_copy(a) if k in analytic else a for k, a in enumerate(args)]
 
-    cotangent_vector = np.concatenate([c.ravel() for c in cts]) if cts else np.zeros(0)
-
-    def outputs_at():
-        """Every output of ``f`` at ``args64``, as one float64 vector."""
-        outs = [_to_numpy(o).astype(np.float64).ravel() for o in _as_outputs(f(*args64))]
-        return np.concatenate(outs) if outs else np.zeros(0)
-
-    checks = tuple(
-        _compare(names[k], analytic[k].astype(np.float64),
-                 *_numeric_gradient(outputs_at, cotangent_vector, args64, k, rng, samples,
-                                    floor_used),
-                 *tolerances[k])
-        for k in wrt)
-    loosest = max(tolerances.values(), default=_tolerances(np.float64, rtol, atol))
-    return VJPReport(checks, *loosest, floor_used)
+def _flat_outputs(f, args64):
+    """Every output of ``f`` at ``args64``, as one float64 vector."""
+    outs = [_to_numpy(o).astype(np.float64).ravel() for o in _as_outputs(f(*args64))]
+    return np.concatenate(outs) if outs else np.zeros(0)
 
 
 def _tolerances(dtype, rtol, atol):

@@ -4,9 +4,11 @@ PyTorch agrees everywhere; an injected wrong gradient is an unexpected mismatch 
 Each framework's tests skip when it is not installed.
 """
 
+import ast
 import io
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -183,3 +185,103 @@ def test_torch_injected_wrong_gradient_is_unexpected(torch, monkeypatch):
     assert rows["nn.GRUCell autograd vs oracle"].startswith("UNEXPECTED"), text
     assert rows["nn.GRUCell autograd vs gradcells"].startswith("UNEXPECTED"), text
     assert rows["nn.GRUCell forward vs gradcells (layouts.gru_from_torch)"] == "agrees"
+
+
+# ---------------------------------------------------------------------------------------------
+# The rooms: each check alone, the table, functions that fit on a screen
+
+
+def test_the_table_is_the_shared_one_with_the_detail_unpadded():
+    rows = [audit.Row("a check", 2, "agrees", "max |Δ| 1e-08", False),
+            audit.Row("another, longer check", 2, "known fault 3", "-", False)]
+    lines = audit._engine.rows_table(rows)
+    assert lines[0].split() == ["check", "cases", "result", "detail"]
+    assert lines[1].endswith("  ------")                  # the detail's rule: its header's width
+    assert lines[2] == "a check                2      agrees         max |Δ| 1e-08"
+    assert all(ROW.match(line) for line in lines[2:])
+
+
+def test_the_summary_names_each_fault_shown_by_its_listed_title():
+    rows = [audit.Row("x", 1, "known fault 6", "-", False), audit.Row("y", 1, "agrees", "-",
+                                                                       False)]
+    lines = audit._engine.summary(rows, 1.0)
+    assert lines[0] == ("2 checks: 1 agree, 1 show known faults, 0 unexpected mismatches "
+                        "(1.0 s)")
+    assert lines[1:] == [f"  fault 6: {audit.FAULTS[6].title}"]
+
+
+@pytest.mark.conformance
+def test_a_torch_check_runs_alone(torch):
+    from gradcells.audit import torch as audit_torch
+
+    rng = np.random.default_rng(0)
+    for verdict in (audit_torch.forward_verdict(rng, "lstm", True),
+                    audit_torch.oracle_verdict(rng, "gru", False),
+                    audit_torch.gradcells_verdict(rng, "gru", True)):
+        assert verdict.kind(None) == "agrees", verdict
+
+
+@pytest.mark.conformance
+def test_a_tensorflow_check_runs_alone(tf):
+    from gradcells.audit import tensorflow as audit_tf
+
+    assert audit_tf.lstm_forward(np.random.default_rng(0)).kind(None) == "agrees"
+    documented = audit_tf.lstm_documented_order(np.random.default_rng(0))
+    assert documented.kind(1) == "fault" and not documented.truth.agrees
+    assert audit_tf.registered_gradient(np.random.default_rng(0)).kind(9) == "fault"
+
+
+def _tree(path):
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _functions(tree):
+    return [node for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def _code_lines(fn):
+    """A function's lines, its docstring (the contract) not counted."""
+    lines = fn.end_lineno - fn.lineno + 1
+    first = fn.body[0]
+    if isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant):
+        lines -= first.end_lineno - first.lineno + 1
+    return lines
+
+
+OWN_MODULES = ["gradcells/audit", "gradcells/testing", "gradcells/oracle.py",
+               "gradcells/cli.py", "gradcells/_core/report.py"]
+
+
+def _own_files(names=OWN_MODULES):
+    root = Path(__file__).resolve().parents[1]
+    for name in names:
+        path = root / name
+        yield from (sorted(path.glob("*.py")) if path.is_dir() else [path])
+
+
+def test_functions_fit_on_a_screen():
+    """No function of the audit, the testing tools, the oracle, the CLI or the report printer
+    is over 60 lines (docstrings aside)."""
+    for path in _own_files():
+        for fn in _functions(_tree(path)):
+            assert _code_lines(fn) <= 60, f"{path.name}:{fn.name} has {_code_lines(fn)} lines"
+
+
+def test_the_audit_checks_are_module_level_with_no_closures():
+    """Every audit function is defined at module level or as a method: a check can be
+    imported and run alone (closures are lambdas, one line)."""
+    for path in _own_files(["gradcells/audit"]):
+        tree = _tree(path)
+        for fn in _functions(tree):
+            inner = [n for n in _functions(fn) if n is not fn]
+            assert not inner, f"{path.name}:{fn.name} defines {[n.name for n in inner]}"
+
+
+def test_no_literal_tuple_of_the_peephole_names():
+    """The peephole names are spelled once, in ``gradcells._core.specs.PEEPHOLES``."""
+    for path in _own_files():
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, (ast.Tuple, ast.List)):
+                values = [getattr(e, "value", None) for e in node.elts]
+                assert values[:3] != ["wci", "wcf", "wco"], f"{path.name}:{node.lineno}"

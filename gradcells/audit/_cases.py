@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.specs import PEEPHOLES
+from .._core.specs import OPS, PEEPHOLES
 from .._core.types import Array
 from ..testing import unrolled
 from ..testing.cases import FORGET_BIASES, lstm_cell_case
@@ -57,7 +57,7 @@ def lstm_backprop(x, cs0, h0, w, b, states, d_cs, d_h, *, wci=None, wcf=None, wc
     run = unrolled.Unrolled("lstm", x, weights, {"cell_clip": cell_clip}, None, None,
                             list(states), starts, {"cs_final": cs0, "h_final": h0})
     grads = unrolled.lstm_backprop(run, d_h=d_h, d_cs=d_cs, clip_grad=clip_grad)
-    names = ("x", "cs0", "h0", "w", "b") + (PEEPHOLES if wci is not None else ())
+    names = OPS["lstm_sequence"].arrays[:5] + (PEEPHOLES if wci is not None else ())
     return [grads[k] for k in names]
 
 

@@ -10,6 +10,7 @@ is absent) and lists the rows in order.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -144,21 +145,27 @@ def cell_names(case) -> tuple[str, ...]:
     return CELL_ARGS + (PEEPHOLES if case["wci"] is not None else ())
 
 
+def gradcells_cell(attrs, *arrays):
+    """``(cs, h)`` of gradcells's reference cell for arrays ``x, cs_prev, h_prev, w, b[, wci,
+    wcf, wco]``."""
+    state = cells.lstm_cell(*arrays[:5], **dict(zip(PEEPHOLES, arrays[5:])), **attrs,
+                            backend="reference")
+    return state.cs, state.h
+
+
+def tf_cell_vjp(case, swap_peepholes, ct, *arrays) -> list:
+    """TensorFlow's claimed vjp of ``gradcells_cell`` for the case (its arrays as given)."""
+    state = block_cell(case, forget_bias=case["forget_bias"], **clip_attr(case))
+    return block_cell_grad(case, state, ct[0], ct[1], swap_peepholes)
+
+
 def lstm_grad_oracle(case, swap_peepholes=False) -> VJPReport:
     """The oracle's report on TensorFlow's gradient for ``case`` (float32 arrays)."""
     names = cell_names(case)
     attrs = {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"]}
-
-    def f(*arrays):
-        state = cells.lstm_cell(*arrays[:5], **dict(zip(PEEPHOLES, arrays[5:])), **attrs,
-                                backend="reference")
-        return state.cs, state.h
-
-    def vjp(ct, *arrays):
-        state = block_cell(case, forget_bias=case["forget_bias"], **clip_attr(case))
-        return block_cell_grad(case, state, ct[0], ct[1], swap_peepholes)
-
-    return check_vjp(f, vjp, [case[n] for n in names], names=names, seed=case["_seed"])
+    return check_vjp(functools.partial(gradcells_cell, attrs),
+                     functools.partial(tf_cell_vjp, case, swap_peepholes),
+                     [case[n] for n in names], names=names, seed=case["_seed"])
 
 
 def reference_cell_grad(case, ct, clip_grad="exact", swap_peepholes=False) -> list:
@@ -313,16 +320,13 @@ def gradcells_seq(case, version, arrays):
     return stack(states, "cs"), stack(states, "h")
 
 
-def seq_forward(version):
-    """The check of BlockLSTM (``version`` 1) or BlockLSTMV2's (2) forward."""
-    def run_case(rng):
-        case = seq_case(rng, version)
-        out = [o.numpy() for o in block_lstm(case, version)]
-        states = gradcells_states(case, version,
-                                  {k: f64(case[k]) for k in CELL_ARGS + PEEPHOLES})
-        return Verdict(compare([(n, o, stack(states, n)) for n, o in zip(STEP_FIELDS, out)],
-                               FLOAT32_FORWARD))
-    return run_case
+def seq_forward(rng, version) -> Verdict:
+    """BlockLSTM's (``version`` 1) or BlockLSTMV2's (2) forward against gradcells's."""
+    case = seq_case(rng, version)
+    out = [o.numpy() for o in block_lstm(case, version)]
+    states = gradcells_states(case, version, {k: f64(case[k]) for k in CELL_ARGS + PEEPHOLES})
+    return Verdict(compare([(n, o, stack(states, n)) for n, o in zip(STEP_FIELDS, out)],
+                           FLOAT32_FORWARD))
 
 
 def tape_grads(case, version, ct) -> list:
@@ -502,8 +506,8 @@ CHECKS = (
     Check("GRUBlockCell forward", gru_forward),
     Check("GRUBlockCellGrad (+ seed wrapper) vs oracle", gru_grad_vs_oracle),
     Check("GRUBlockCellGrad (+ seed wrapper) vs gradcells", gru_grad_vs_gradcells),
-    Check("BlockLSTM forward", seq_forward(1)),
-    Check("BlockLSTMV2 forward (via layouts.lstm_from_tf_v2)", seq_forward(2)),
+    Check("BlockLSTM forward", lambda rng: seq_forward(rng, 1)),
+    Check("BlockLSTMV2 forward (via layouts.lstm_from_tf_v2)", lambda rng: seq_forward(rng, 2)),
     Check("BlockLSTM gradient (GradientTape) vs oracle", v1_tape_gradient),
     Check("BlockLSTMV2 gradient (GradientTape) vs oracle", v2_tape_gradient, fault=6),
     Check("BlockLSTMGradV2 op vs oracle", v2_grad_op),
