@@ -409,3 +409,34 @@ def test_a_cupy_output_gets_its_cotangent_on_its_own_device(monkeypatch):
         return (_StandInCupyArray(ct.values * np.cos(a.values), a.device.id),)
 
     assert gc.check_vjp(f, vjp, (a,)).passed
+
+
+def test_a_bare_array_as_args_is_a_clear_type_error(xw):
+    x, _ = xw
+    with pytest.raises(TypeError, match=r"args must be a tuple or list of arrays, got ndarray; "
+                                        r"pass \(w,\)") as error:
+        gc.check_vjp(np.tanh, lambda ct, a: (ct * (1 - np.tanh(a) ** 2),), x)
+    assert "PyTorch" in str(error.value) and "JAX" in str(error.value)
+    assert gc.check_vjp(np.tanh, lambda ct, a: (ct * (1 - np.tanh(a) ** 2),), (x,)).passed
+    assert gc.check_vjp(np.tanh, lambda ct, a: (ct * (1 - np.tanh(a) ** 2),), [x]).passed
+
+
+def test_a_bare_tensor_as_args_is_a_clear_type_error():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="got Tensor; pass"):
+        gc.check_vjp(torch.tanh, lambda ct, a: (ct,), torch.zeros(3, dtype=torch.float64))
+
+
+def test_the_report_labels_the_failing_count_and_shows_the_bound(xw):
+    def off(ct, x, w):
+        dx, dw = tanh_sum_vjp(ct, x, w)
+        return dx, dw + 1e-3
+
+    report = gc.check_vjp(tanh_sum, off, xw, names=["x", "w"])
+    lines = str(report).splitlines()
+    header = lines[0].split("  ")
+    assert "bound" in [h.strip() for h in header if h.strip()]
+    x_row, w_row = lines[2], lines[3]
+    assert w_row.endswith("FAIL (8 of 8 elements)") and x_row.endswith("pass")
+    assert f"{report['w'].bound:.2e}" in w_row.split() and f"{report['x'].bound:.2e}" in x_row
+    assert "the bound at the worst element" in str(report)
