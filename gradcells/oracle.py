@@ -109,7 +109,7 @@ class VJPReport:
     def max_rel_error(self) -> float:
         return max((c.rel_error for c in self.checks), default=0.0)
 
-    def __getitem__(self, name) -> ArgumentCheck:
+    def __getitem__(self, name: str) -> ArgumentCheck:
         for c in self.checks:
             if c.name == name:
                 return c
@@ -274,8 +274,7 @@ def _check_selection(args, names, wrt, samples):
 def check_vjp(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[Any], *,
               wrt: Sequence[int] | None = None, cotangent: Any = None,
               names: Sequence[str] | None = None, rtol: float | None = None,
-              atol: float | None = None, seed: int = 0,
-              samples: int | None = None) -> VJPReport:
+              atol: float | None = None, seed: int = 0, samples: int | None = None) -> VJPReport:
     """Check a claimed vector-Jacobian product ``vjp`` of ``f`` at ``args`` by central
     differences in float64.
 
@@ -320,25 +319,29 @@ def check_vjp(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[Any
 
     value = f(*args)
     cts, cts_native = _cotangents(value, cotangent, rng)
+    grads = _claimed(vjp, value, cts_native, args)
+    analytic, tolerances = _analytic(grads, args, wrt, names, rtol, atol)
+    floor_used = atol is None
+    args64 = [_float64_copy(a) if k in analytic else a for k, a in enumerate(args)]
+    cotangent_vector = np.concatenate([c.ravel() for c in cts]) if cts else np.zeros(0)
+    outputs_at = functools.partial(_flat_outputs, f, args64)
+    checks = tuple(_compare(names[k], analytic[k].astype(np.float64),
+                            *_numeric_gradient(outputs_at, cotangent_vector, args64, k, rng,
+                                               samples, floor_used), *tolerances[k])
+                   for k in wrt)
+    loosest = max(tolerances.values(), default=_tolerances(np.float64, rtol, atol))
+    return VJPReport(checks, *loosest, floor_used)
+
+
+def _claimed(vjp, value, cts_native, args) -> tuple:
+    """The claimed gradients, one per argument: ``vjp`` called once with the cotangent in
+    the structure of ``f``'s output ``value``."""
     single_output = not isinstance(value, (tuple, list))
     grads = vjp(cts_native[0] if single_output else _shaped_like(value, cts_native), *args)
     grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
     if len(grads) != len(args):
         raise ValueError(f"vjp returned {len(grads)} gradients for {len(args)} arguments")
-    analytic, tolerances = _analytic(grads, args, wrt, names, rtol, atol)
-    floor_used = atol is None
-
-    args64 = [_float64_copy(a) if k in analytic else a for k, a in enumerate(args)]
-    cotangent_vector = np.concatenate([c.ravel() for c in cts]) if cts else np.zeros(0)
-    outputs_at = functools.partial(_flat_outputs, f, args64)
-    checks = tuple(
-        _compare(names[k], analytic[k].astype(np.float64),
-                 *_numeric_gradient(outputs_at, cotangent_vector, args64, k, rng, samples,
-                                    floor_used),
-                 *tolerances[k])
-        for k in wrt)
-    loosest = max(tolerances.values(), default=_tolerances(np.float64, rtol, atol))
-    return VJPReport(checks, *loosest, floor_used)
+    return grads
 
 
 def _names(args, names) -> tuple[str, ...]:

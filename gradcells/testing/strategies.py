@@ -6,7 +6,7 @@ needs no Hypothesis.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,11 @@ from .cases import (
     lstm_cell_case,
     lstm_sequence_case,
 )
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
+
+    from .cases import Case
 
 
 def _sizes(st, min_size, max_batch, max_input, max_hidden):
@@ -38,7 +43,7 @@ def _seeded(st, make, dtype, **strategies):
 
 def lstm_cell_inputs(*, dtype: Any = np.float64, peephole: bool | None = None,
                      clip: bool | None = None, min_size: int = 1, max_batch: int = 4,
-                     max_input: int = 5, max_hidden: int = 5) -> Any:
+                     max_input: int = 5, max_hidden: int = 5) -> SearchStrategy[Case]:
     """Hypothesis strategy for ``lstm_cell`` keyword arguments (``peephole``/``clip`` None:
     drawn). ``min_size=0`` admits empty batches and inputs."""
     from hypothesis import strategies as st
@@ -51,7 +56,7 @@ def lstm_cell_inputs(*, dtype: Any = np.float64, peephole: bool | None = None,
 
 def gru_cell_inputs(*, dtype: Any = np.float64, reset_after: bool | None = None,
                     min_size: int = 1, max_batch: int = 4, max_input: int = 5,
-                    max_hidden: int = 5) -> Any:
+                    max_hidden: int = 5) -> SearchStrategy[Case]:
     """Hypothesis strategy for ``gru_cell`` keyword arguments."""
     from hypothesis import strategies as st
 
@@ -64,7 +69,8 @@ def gru_cell_inputs(*, dtype: Any = np.float64, reset_after: bool | None = None,
 def lstm_sequence_inputs(*, dtype: Any = np.float64, peephole: bool | None = None,
                          clip: bool | None = None, ragged: bool | None = None,
                          min_size: int = 1, max_steps: int = 4, max_batch: int = 4,
-                         max_input: int = 4, max_hidden: int = 4) -> Any:
+                         max_input: int = 4,
+                         max_hidden: int = 4) -> SearchStrategy[Case]:
     """Hypothesis strategy for ``lstm_sequence`` keyword arguments (``peephole``, ``clip``,
     ``ragged`` None: drawn). ``min_size=0`` admits empty sequences, batches and inputs."""
     from hypothesis import strategies as st
@@ -79,7 +85,8 @@ def lstm_sequence_inputs(*, dtype: Any = np.float64, peephole: bool | None = Non
 
 def gru_sequence_inputs(*, dtype: Any = np.float64, reset_after: bool | None = None,
                         ragged: bool | None = None, min_size: int = 1, max_steps: int = 4,
-                        max_batch: int = 4, max_input: int = 4, max_hidden: int = 4) -> Any:
+                        max_batch: int = 4, max_input: int = 4,
+                        max_hidden: int = 4) -> SearchStrategy[Case]:
     """Hypothesis strategy for ``gru_sequence`` keyword arguments."""
     from hypothesis import strategies as st
 
