@@ -164,7 +164,7 @@ def _run_audit(args) -> int:
     from . import audit
 
     return audit.run(args.framework, examples=args.examples, seed=args.seed,
-                     select=args.select)
+                     select=args.select, markdown=args.markdown)
 
 
 def _integer(text, least, what):
@@ -219,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--seed", type=_seed, default=0)
     audit.add_argument("--select", metavar="TEXT",
                        help="only the checks whose name contains TEXT (case-insensitive)")
+    audit.add_argument("--markdown", action="store_true",
+                       help="print the audit as a Markdown section with the versions it ran "
+                            "on (docs/audit.md)")
     audit.set_defaults(run=_run_audit)
     return parser
 

@@ -302,3 +302,66 @@ def test_the_public_functions_of_the_tools_are_fully_annotated():
                    if p.annotation is inspect.Parameter.empty]
         assert not missing, f"{fn.__module__}.{fn.__name__}: {missing} unannotated"
         assert signature.return_annotation is not inspect.Signature.empty, fn.__name__
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown: docs/audit.md
+
+
+def _markdown_sections(text):
+    """{section title: [(check, cases, result, detail)]} of an audit in Markdown."""
+    sections, title = {}, None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            title = line[3:]
+            sections[title] = []
+        elif title and line.startswith("| ") and not line.startswith("| check |"):
+            cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+            sections[title].append(tuple(cells))
+    return sections
+
+
+def test_docs_audit_md_holds_every_check_with_an_expected_result():
+    """The stored audit has one row per check of each framework, in order, and each row is
+    'agrees' or the fault its check expects: nothing unexpected, nothing stale."""
+    from gradcells.audit import tensorflow as audit_tf
+    from gradcells.audit import torch as audit_torch
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "audit.md").read_text("utf-8")
+    sections = _markdown_sections(text)
+    by_framework = {"TensorFlow": audit_tf.CHECKS, "PyTorch": audit_torch.CHECKS}
+    assert sorted(t.split()[0] for t in sections) == sorted(by_framework)
+    for title, rows in sections.items():
+        checks = by_framework[title.split()[0]]
+        assert [r[0] for r in rows] == [c.name for c in checks], title
+        for (name, _, result, _), check in zip(rows, checks):
+            allowed = {"agrees"} | ({f"known fault {check.fault}"} if check.fault else set())
+            assert result.split(" (")[0] in allowed, (name, result)
+    assert "UNEXPECTED" not in text
+
+
+@pytest.mark.conformance
+def test_the_markdown_audit_names_the_versions_and_escapes_the_table(torch):
+    import gradcells
+
+    out = io.StringIO()
+    status = audit.run("torch", examples=1, select="nn.GRUCell", stream=out, progress=False,
+                       markdown=True)
+    text = out.getvalue()
+    assert status == 0, text
+    assert text.startswith(f"## PyTorch {torch.__version__}")
+    assert f"gradcells {gradcells.__version__}, NumPy {np.__version__}" in text
+    rows = _markdown_sections(text)[text.splitlines()[0][3:]]
+    assert [r[2] for r in rows] == ["agrees"] * 3
+    assert all(r[3].startswith("max |Δ| ") for r in rows)        # "|" escaped, read back
+    assert "checks: 3 agree, 0 show known faults, 0 unexpected mismatches." in text
+
+
+def test_the_cli_passes_markdown_to_the_audit(monkeypatch):
+    from gradcells import cli
+
+    seen = {}
+    monkeypatch.setattr(audit, "run", lambda framework, **kw: seen.update(kw) or 0)
+    assert cli.main(["audit", "torch", "--markdown"]) == 0
+    assert seen["markdown"] is True
+    assert cli.main(["audit", "torch"]) == 0 and seen["markdown"] is False

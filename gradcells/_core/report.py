@@ -68,3 +68,14 @@ class Progress:
 def count(n: int, singular: str, plural: str | None = None) -> str:
     """``n`` and the noun, singular or plural: ``count(1, "check")`` is ``"1 check"``."""
     return f"{n} {singular if n == 1 else plural or singular + 's'}"
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """The lines of a Markdown (GitHub) table of ``rows`` under ``header``; a ``|`` in a cell
+    is escaped."""
+    rule = "|" + "|".join("---" for _ in header) + "|"
+    return [_markdown_row(header), rule] + [_markdown_row(r) for r in rows]
+
+
+def _markdown_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"

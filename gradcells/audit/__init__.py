@@ -81,11 +81,12 @@ def _validate(framework: str, examples: int, seed: int) -> None:
 
 
 def run(framework: str, *, examples: int = 10, seed: int = 0, stream: TextIO | None = None,
-        progress: bool = True, select: str | None = None) -> int:
+        progress: bool = True, select: str | None = None, markdown: bool = False) -> int:
     """Audit ``framework`` ("tensorflow" or "torch") and print one row per check to
     ``stream`` (default ``sys.stdout``); a progress line goes to stderr unless
     ``progress=False``. ``select``: run only the checks whose name contains this text
-    (case-insensitive).
+    (case-insensitive). ``markdown``: print a Markdown section with the versions it ran on
+    instead (what ``docs/audit.md`` holds).
 
     Returns the exit status: 0 when every row agrees or shows a known fault, 1 when any row
     is an unexpected mismatch, 2 when the framework is not installed or ``select`` matches
@@ -107,4 +108,4 @@ def run(framework: str, *, examples: int = 10, seed: int = 0, stream: TextIO | N
                   file=sys.stderr)
             return 2
     return run_checks(title, checks, footer, examples=examples, seed=seed, stream=stream,
-                      progress=progress)
+                      progress=progress, markdown=markdown)

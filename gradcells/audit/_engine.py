@@ -17,7 +17,7 @@ from typing import TextIO
 
 import numpy as np
 
-from .._core.report import Progress, count, table
+from .._core.report import Progress, count, markdown_table, table
 from .faults import FAULTS
 
 # |claim - truth| <= atol + rtol·|truth|, by what is compared: (rtol, atol).
@@ -206,23 +206,51 @@ def rows_table(rows: Sequence[Row]) -> list[str]:
                  [(r.name, str(r.cases), r.result, r.detail) for r in rows], free_last=True)
 
 
-def summary(rows: Sequence[Row], seconds: float) -> list[str]:
-    """The lines under the table: the counts, and each fault shown, in a line."""
+def summary(rows: Sequence[Row], seconds: float | None) -> list[str]:
+    """The lines under the table: the counts (and the time taken, unless None), and each
+    fault shown, in a line."""
     unexpected = sum(r.unexpected for r in rows)
     agreeing = sum(r.result == "agrees" for r in rows)
     shown = sorted({int(r.result.split()[2]) for r in rows if r.result.startswith("known")})
     lines = [f"{count(len(rows), 'check')}: {agreeing} agree, "
              f"{len(rows) - agreeing - unexpected} show known faults, "
-             f"{count(unexpected, 'unexpected mismatch', 'unexpected mismatches')} "
-             f"({seconds:.1f} s)"]
+             f"{count(unexpected, 'unexpected mismatch', 'unexpected mismatches')}"
+             + ("" if seconds is None else f" ({seconds:.1f} s)")]
     return lines + [f"  fault {n}: {FAULTS[n].title}" for n in shown]
 
 
+def _versions() -> str:
+    import platform
+
+    from .. import __version__
+
+    return (f"gradcells {__version__}, NumPy {np.__version__}, "
+            f"Python {platform.python_version()}")
+
+
+def text_report(title: str, rows: Sequence[Row], footer: Sequence[str], *, examples: int,
+                seed: int, seconds: float) -> list[str]:
+    """The audit as text: the title, the table, the counts, the faults shown, the footer."""
+    return ([f"{title}; {examples} generated cases per check, seed {seed}", ""]
+            + rows_table(rows) + [""] + summary(rows, seconds) + [f"  {f}" for f in footer])
+
+
+def markdown_report(title: str, rows: Sequence[Row], footer: Sequence[str], *, examples: int,
+                    seed: int, seconds: float) -> list[str]:
+    """The audit as a Markdown section (``docs/audit.md``), with the versions it ran on."""
+    header = ("check", "cases", "result", "detail")
+    cells = [(r.name, str(r.cases), r.result, r.detail) for r in rows]
+    counts, *shown = summary(rows, None)       # no time: the section is stored
+    return ([f"## {title.removeprefix('gradcells audit of ')}", "",
+             f"{_versions()}; {examples} generated cases per check, seed {seed}.", ""]
+            + markdown_table(header, cells) + ["", counts + ".", ""]
+            + [f"- {line.strip()}" for line in [*shown, *footer]])
+
+
 def run_checks(title: str, checks: Sequence[Check], footer: Sequence[str], *, examples: int,
-               seed: int, stream: TextIO, progress: bool) -> int:
-    """Run ``checks`` and print the audit to ``stream``; returns the exit status (0 or 1)."""
-    print(f"{title}; {examples} generated cases per check, seed {seed}", file=stream)
-    print(file=stream)
+               seed: int, stream: TextIO, progress: bool, markdown: bool = False) -> int:
+    """Run ``checks`` and print the audit to ``stream`` (as text, or as Markdown); returns the
+    exit status (0 or 1)."""
     rng = np.random.default_rng(seed)
     bar = Progress(len(checks), prefix="audit ", stream=sys.stderr, enabled=progress)
     rows, start = [], time.perf_counter()
@@ -230,7 +258,8 @@ def run_checks(title: str, checks: Sequence[Check], footer: Sequence[str], *, ex
         bar.step(check.name)
         rows.append(run_check(check, rng, examples))
     bar.close()
-    lines = rows_table(rows) + [""] + summary(rows, time.perf_counter() - start)
-    for line in lines + [f"  {line}" for line in footer]:
+    write = markdown_report if markdown else text_report
+    for line in write(title, rows, footer, examples=examples, seed=seed,
+                      seconds=time.perf_counter() - start):
         print(line, file=stream)
     return 1 if any(r.unexpected for r in rows) else 0
