@@ -440,3 +440,33 @@ def test_the_report_labels_the_failing_count_and_shows_the_bound(xw):
     assert w_row.endswith("FAIL (8 of 8 elements)") and x_row.endswith("pass")
     assert f"{report['w'].bound:.2e}" in w_row.split() and f"{report['x'].bound:.2e}" in x_row
     assert "the bound at the worst element" in str(report)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_unrolled_loop_of_the_testing_tools_passes_the_oracle(seed):
+    """``gradcells.testing.unrolled``, what the sequence operations are tested against, is
+    itself right: its backpropagation through ragged lengths, peepholes and a clip matches
+    central differences of its forward."""
+    from gradcells._core.specs import OPS
+    from gradcells.testing import lstm_sequence_case, unrolled
+
+    case = lstm_sequence_case(np.random.default_rng(seed), steps=3, batch=3, hidden=3,
+                              peephole=True, clip=True, ragged=True)
+    names = OPS["lstm_sequence"].arrays
+    attrs = {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"],
+             "seq_len": case["seq_len"]}
+
+    def run(*arrays):
+        return unrolled.lstm_forward(*arrays[:5], **dict(zip(names[5:], arrays[5:])), **attrs)
+
+    def f(*arrays):
+        outputs = run(*arrays).outputs
+        return outputs["h"], outputs["cs"], outputs["h_final"], outputs["cs_final"]
+
+    def vjp(ct, *arrays):
+        grads = unrolled.lstm_backprop(run(*arrays), d_h=ct[0], d_cs=ct[1], d_h_final=ct[2],
+                                       d_cs_final=ct[3])
+        return tuple(grads[k] for k in names)
+
+    assert case["cell_clip"] is not None
+    gc.check_vjp(f, vjp, [case[k] for k in names], names=names).raise_if_failed()
