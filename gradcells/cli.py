@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _dispatch
 from ._core.report import Progress, table
 from ._core.specs import OPS
 from ._dispatch import BACKENDS
@@ -27,7 +28,7 @@ def available_backends():
     """(backend, array library, dtypes) for each backend usable on this machine."""
     found = [("reference", "numpy", ("float64", "float32"))]
     try:
-        import gradcells.cpu  # noqa: F401
+        _dispatch.backend_module("cpu")        # the face reaches a backend through dispatch
     except ImportError:
         pass
     else:
@@ -64,8 +65,6 @@ def _ops_help() -> str:
 
 def _selection(args):
     """The ``(op, backend, library, dtype)`` rows to check, or an exit status (int)."""
-    from . import _dispatch
-
     ops = [_op_name(op) for op in args.ops] if args.ops else list(OPS)
     unknown = sorted(set(ops) - set(OPS))
     if unknown:
