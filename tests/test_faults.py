@@ -464,3 +464,10 @@ def test_docs_faults_md_is_generated_from_the_list():
         "> docs/faults.md")
     for fault in FAULTS.values():
         assert f"## {fault.number}. {fault.title}" in markdown()
+
+
+def test_a_fault_prints_as_its_line():
+    from gradcells.audit import FAULTS
+
+    assert str(FAULTS[6]) == FAULTS[6].title
+    assert str(FAULTS[6]).startswith("BlockLSTMV2's registered gradient")
