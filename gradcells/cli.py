@@ -11,9 +11,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from . import _dispatch
+from ._core.report import Progress, table
+from ._core.specs import OPS
 from ._dispatch import BACKENDS
 
 DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
@@ -23,7 +28,7 @@ def available_backends():
     """(backend, array library, dtypes) for each backend usable on this machine."""
     found = [("reference", "numpy", ("float64", "float32"))]
     try:
-        import gradcells.cpu  # noqa: F401
+        _dispatch.backend_module("cpu")        # the face reaches a backend through dispatch
     except ImportError:
         pass
     else:
@@ -43,47 +48,35 @@ def _cuda_device_present() -> bool:
         return False
 
 
-class _Progress:
-    """A counter on stderr: rewritten in place on a terminal, one line per label otherwise."""
-
-    def __init__(self, total):
-        self.total, self.done, self.label = total, 0, None
-        self.tty = sys.stderr.isatty()
-
-    def step(self, label):
-        self.done += 1
-        if self.tty:
-            print(f"\r[{self.done}/{self.total}] {label:<52}", end="", file=sys.stderr,
-                  flush=True)
-        elif label != self.label:
-            print(f"[{self.done}/{self.total}] {label}", file=sys.stderr, flush=True)
-        self.label = label
-
-    def close(self):
-        if self.tty:
-            print(f"\r{' ' * 72}\r", end="", file=sys.stderr, flush=True)
-
-
 def _usage_error(message) -> int:
     print(f"gradcells check: {message}", file=sys.stderr)
     return 2
 
 
-def _run_check(args) -> int:
-    from . import _dispatch, testing
+def _op_name(name: str) -> str:
+    """An op as named on the command line: a forward, or its ``_grad`` (the same check)."""
+    return name[: -len("_grad")] if name.endswith("_grad") and name[:-5] in OPS else name
 
-    ops = args.ops or list(testing.OPS)
-    unknown = sorted(set(ops) - set(testing.OPS))
+
+def _ops_help() -> str:
+    listed = ", ".join(f"{name} ({spec.grad_name})" for name, spec in OPS.items())
+    return f"only these ops, each checked as its forward and its gradient: {listed}"
+
+
+def _selection(args):
+    """The ``(op, backend, library, dtype)`` rows to check, or an exit status (int)."""
+    ops = [_op_name(op) for op in args.ops] if args.ops else list(OPS)
+    unknown = sorted(set(ops) - set(OPS))
     if unknown:
-        return _usage_error(f"unknown op(s): {', '.join(unknown)}; known: "
-                            f"{', '.join(testing.OPS)}")
+        return _usage_error(f"unknown op(s): {', '.join(unknown)}; known: {', '.join(OPS)} "
+                            "(or their _grad)")
     available = available_backends()
     missing = sorted(set(args.backends or ()) - {backend for backend, _, _ in available})
     if missing:
         return _usage_error(f"backend(s) not available here: {', '.join(missing)} "
                             "(cpu needs Numba; gpu needs CuPy and a CUDA device)")
     rows = [(op, backend, library, dtype)
-            for op in ops
+            for op in dict.fromkeys(ops)
             for backend, library, dtypes in available
             if (not args.backends or backend in args.backends)
             and hasattr(_dispatch.backend_module(backend), op)
@@ -92,50 +85,76 @@ def _run_check(args) -> int:
     if not rows:
         return _usage_error("nothing to check: no available backend runs the dtypes "
                             f"{', '.join(args.dtypes)}")
-    total = len(rows) * args.examples
-    progress = _Progress(total)
-    results, start = [], time.perf_counter()
-    for row_index, (op, backend, library, dtype) in enumerate(rows):
-        drawer = testing.OPS[op][0]
-        rng = np.random.default_rng([args.seed, row_index])
-        cases = failures = checked = 0
-        worst_abs = 0.0
-        error = None
-        label = f"{op} / {backend} ({library}) / {dtype}"
-        for _ in range(args.examples):
-            progress.step(label)
-            case = testing.on_library(drawer(rng, DTYPES[dtype]), library)
-            try:
-                report = testing.vjp_check(op, case, backend=backend, seed=args.seed)
-            except Exception as exc:  # an exception is a failed check, reported as such
-                error = f"{type(exc).__name__}: {exc}"
-                failures += 1
-                break
-            cases += 1
-            failures += not report.passed
-            checked += sum(c.checked for c in report.checks)
-            worst_abs = max(worst_abs, report.max_abs_error)
-            if not report.passed and args.verbose:
-                print(f"\n{label}: failing case\n{report}", file=sys.stderr)
-        results.append((op, backend, library, dtype, cases, checked, worst_abs, failures, error))
-    progress.close()
+    return rows
 
-    header = ("op", "backend", "arrays", "dtype", "cases", "elements", "max abs err", "result")
-    table = [header]
-    for op, backend, library, dtype, cases, checked, worst_abs, failures, error in results:
-        verdict = "pass" if not failures else (f"ERROR {error}" if error
-                                               else f"FAIL ({failures} of {cases})")
-        table.append((op, backend, library, dtype, str(cases), str(checked),
-                      f"{worst_abs:.1e}", verdict))
-    widths = [max(len(r[k]) for r in table) for k in range(len(header))]
-    for k, r in enumerate(table):
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-        if k == 0:
-            print("  ".join("-" * w for w in widths))
-    failed = sum(1 for r in results if r[7])
+
+@dataclass
+class _Result:
+    """One row of ``check``: the cases run on one op, backend, library and dtype."""
+
+    op: str
+    backend: str
+    library: str
+    dtype: str
+    cases: int = 0
+    elements: int = 0
+    worst_abs: float = 0.0
+    failures: int = 0
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.op} / {self.backend} ({self.library}) / {self.dtype}"
+
+    def cells(self) -> tuple[str, ...]:
+        verdict = "pass" if not self.failures else (
+            f"ERROR {self.error}" if self.error else f"FAIL ({self.failures} of {self.cases})")
+        return (self.op, self.backend, self.library, self.dtype, str(self.cases),
+                str(self.elements), f"{self.worst_abs:.1e}", verdict)
+
+
+def _check_row(row, row_index, args, progress: Progress) -> _Result:
+    from . import testing
+
+    result = _Result(*row)
+    drawer = testing.OPS[result.op][0]
+    rng = np.random.default_rng([args.seed, row_index])
+    for _ in range(args.examples):
+        progress.step(result.label)
+        case = testing.on_library(drawer(rng, DTYPES[result.dtype]), result.library)
+        try:
+            report = testing.vjp_check(result.op, case, backend=result.backend, seed=args.seed)
+        except Exception as exc:  # an exception is a failed check, reported as such
+            result.error = f"{type(exc).__name__}: {exc}"
+            result.failures += 1
+            break
+        result.cases += 1
+        result.failures += not report.passed
+        result.elements += sum(c.checked for c in report.checks)
+        result.worst_abs = max(result.worst_abs, report.max_abs_error)
+        if not report.passed and args.verbose:
+            print(f"\n{result.label}: failing case\n{report}", file=sys.stderr)
+    return result
+
+
+CHECK_HEADER = ("op", "backend", "arrays", "dtype", "cases", "elements", "max abs err",
+                "result")
+
+
+def _run_check(args) -> int:
+    rows = _selection(args)
+    if isinstance(rows, int):
+        return rows
+    progress = Progress(len(rows) * args.examples)
+    start = time.perf_counter()
+    results = [_check_row(row, k, args, progress) for k, row in enumerate(rows)]
+    progress.close()
+    for line in table(CHECK_HEADER, [r.cells() for r in results]):
+        print(line)
+    failed = sum(1 for r in results if r.failures)
     elapsed = time.perf_counter() - start
     print(f"\n{len(results) - failed} of {len(results)} combinations pass "
-          f"({sum(r[4] for r in results)} cases, seed {args.seed}, {elapsed:.1f} s); "
+          f"({sum(r.cases for r in results)} cases, seed {args.seed}, {elapsed:.1f} s); "
           "gradients against float64 central differences.")
     return 1 if failed else 0
 
@@ -144,7 +163,7 @@ def _run_audit(args) -> int:
     from . import audit
 
     return audit.run(args.framework, examples=args.examples, seed=args.seed,
-                     select=args.select)
+                     select=args.select, markdown=args.markdown)
 
 
 def _integer(text, least, what):
@@ -166,10 +185,17 @@ def _seed(text):
     return _integer(text, 0, "a non-negative integer")
 
 
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gradcells",
         description="Gradient checks and framework audits for fused LSTM/GRU cells.")
+    parser.add_argument("--version", action="version", version=f"gradcells {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     check = commands.add_parser("check", help="run the gradient oracle over every op, "
@@ -177,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--examples", type=_positive_int, default=10, metavar="N",
                        help="random cases per op/backend/dtype (default 10)")
     check.add_argument("--seed", type=_seed, default=0)
-    check.add_argument("--ops", nargs="+", metavar="OP", help="only these ops")
+    check.add_argument("--ops", nargs="+", metavar="OP", help=_ops_help())
     check.add_argument("--backends", nargs="+", choices=BACKENDS, metavar="NAME",
                        help=f"only these backends ({', '.join(BACKENDS)})")
     check.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), help="only these dtypes")
@@ -186,16 +212,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = commands.add_parser("audit", help="check a framework's fused recurrent ops "
                                               "against the oracle")
-    audit.add_argument("framework", choices=["tensorflow", "torch"])
+    audit.add_argument("framework", choices=["tensorflow", "torch"],
+                       help="the framework whose fused recurrent ops to audit")
     audit.add_argument("--examples", type=_positive_int, default=3, metavar="N")
     audit.add_argument("--seed", type=_seed, default=0)
     audit.add_argument("--select", metavar="TEXT",
                        help="only the checks whose name contains TEXT (case-insensitive)")
+    audit.add_argument("--markdown", action="store_true",
+                       help="print the audit as a Markdown section with the versions it ran "
+                            "on (docs/audit.md)")
     audit.set_defaults(run=_run_audit)
     return parser
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line on ``argv`` (default ``sys.argv[1:]``); returns the exit status:
+    0 when everything passes, 1 on a failure, 2 on a usage error."""
     args = build_parser().parse_args(argv)
     return args.run(args)
 

@@ -30,15 +30,20 @@ an ``atol`` given is the whole absolute tolerance.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import sys
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from . import _interop
+from ._core.arrays import is_float, library_of
+from ._core.report import table
 
 # Default tolerances by the dtype of the claimed gradient: float64 gradients must match the
 # finite differences to their own accuracy; float32 ones to float32 round-off.
@@ -104,7 +109,7 @@ class VJPReport:
     def max_rel_error(self) -> float:
         return max((c.rel_error for c in self.checks), default=0.0)
 
-    def __getitem__(self, name) -> ArgumentCheck:
+    def __getitem__(self, name: str) -> ArgumentCheck:
         for c in self.checks:
             if c.name == name:
                 return c
@@ -117,34 +122,39 @@ class VJPReport:
 
     def __str__(self) -> str:
         header = ("argument", "checked", "worst index", "analytic", "numeric", "abs err",
-                  "max rel err", "result")
-        rows = [header]
-        for c in self.checks:
-            rows.append((
-                c.name, str(c.checked), "-" if c.index is None else str(c.index),
-                f"{c.analytic:.10g}", f"{c.numeric:.10g}", f"{c.abs_error:.2e}",
-                f"{c.rel_error:.2e}", "pass" if c.passed else f"FAIL ({c.failures})"))
-        widths = [max(len(r[k]) for r in rows) for k in range(len(header))]
-        lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-        lines.insert(1, "  ".join("-" * w for w in widths))
+                  "bound", "max rel err", "result")
+        rows = [(c.name, str(c.checked), "-" if c.index is None else str(c.index),
+                 f"{c.analytic:.10g}", f"{c.numeric:.10g}", f"{c.abs_error:.2e}",
+                 f"{c.bound:.2e}", f"{c.rel_error:.2e}", _verdict(c)) for c in self.checks]
+        return "\n".join(table(header, rows) + self._legend())
+
+    def _legend(self) -> list[str]:
+        """The lines under the table: what ``bound`` is, per group of tolerances."""
         floor = " + floor" if self.floor else ""
-        groups = {}
+        groups: dict[tuple[float, float], list[str]] = {}
         for c in self.checks:
             groups.setdefault((c.atol, c.rtol), []).append(c.name)
         if len(groups) <= 1:
-            lines.append(f"(pass: |analytic - numeric| <= {self.atol:g} + "
-                         f"{self.rtol:g}·|numeric|{floor})")
+            lines = [f"(pass: |analytic - numeric| <= {self.atol:g} + "
+                     f"{self.rtol:g}·|numeric|{floor}, the bound at the worst element)"]
         else:
             rules = "; ".join(f"{', '.join(group)}: {a:g} + {r:g}·|numeric|"
                               for (a, r), group in groups.items())
-            lines.append(f"(pass: |analytic - numeric| <= atol + rtol·|numeric|{floor}; "
-                         f"{rules})")
+            lines = [f"(pass: |analytic - numeric| <= atol + rtol·|numeric|{floor}, the bound "
+                     f"at the worst element; {rules})"]
         if self.floor:
             lines.append("(floor: the rounding of the outputs the step moves, "
                          "eps·Σ|ct_i·f_i|/step over them)")
-        return "\n".join(lines)
+        return lines
 
     __repr__ = __str__
+
+
+def _verdict(c: ArgumentCheck) -> str:
+    """``pass``, or ``FAIL`` with how many of the checked elements failed."""
+    if c.passed:
+        return "pass"
+    return f"FAIL ({c.failures} of {c.checked} elements)"
 
 
 def _to_numpy(a):
@@ -170,12 +180,24 @@ def _as_outputs(out):
 
 
 def _library(a) -> str | None:
-    return _interop._library_of(a)
+    return library_of(a)
 
 
 def _is_float_array(a) -> bool:
     """A floating-point array of NumPy, CuPy, PyTorch or JAX (a NumPy scalar is not one)."""
-    return _library(a) is not None and _interop._is_float(a)
+    return _library(a) is not None and is_float(a)
+
+
+def _arguments(args) -> tuple:
+    """``args`` as a tuple; TypeError for a bare array (or anything else not a sequence of
+    arguments), which would otherwise be unpacked row by row into ``f``."""
+    if isinstance(args, (tuple, list)):
+        return tuple(args)
+    if library_of(args) is not None or hasattr(args, "shape") or not hasattr(args, "__iter__"):
+        name = type(args).__name__
+        raise TypeError(f"args must be a tuple or list of arrays, got {name}; pass (w,) for "
+                        "a function of one array w (NumPy, CuPy, PyTorch or JAX)")
+    return tuple(args)
 
 
 def _float64_copy(a):
@@ -249,8 +271,10 @@ def _check_selection(args, names, wrt, samples):
     return wrt
 
 
-def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, atol=None,
-              seed=0, samples=None) -> VJPReport:
+def check_vjp(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[Any], *,
+              wrt: Sequence[int] | None = None, cotangent: Any = None,
+              names: Sequence[str] | None = None, rtol: float | None = None,
+              atol: float | None = None, seed: int = 0, samples: int | None = None) -> VJPReport:
     """Check a claimed vector-Jacobian product ``vjp`` of ``f`` at ``args`` by central
     differences in float64.
 
@@ -265,9 +289,10 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
         ``args``; None counts as zero). ``cotangent`` has the structure of ``f``'s output:
         an array, or a tuple of arrays, each in its output's library, device and dtype. It is
         called once, on ``args`` as given.
-    args : sequence
+    args : tuple or list
         The arguments: NumPy, CuPy, PyTorch or JAX arrays; any other entry (a Python or NumPy
-        scalar, a string) is passed through unchanged and not checked.
+        scalar, a string) is passed through unchanged and not checked. A function of one
+        array ``w`` takes ``(w,)``; a bare array is refused (TypeError).
     wrt : sequence of int, optional
         Indices of the arguments to check; default every floating-point array.
     cotangent : array or tuple of arrays, optional
@@ -287,17 +312,51 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
     near ``args``, or the claimed gradient does) fails: the oracle never vouches for what it
     could not compare.
     """
-    args = tuple(args)
-    if names is None:
-        names = tuple(f"arg{k}" for k in range(len(args)))
-    elif isinstance(names, str) or len(names) != len(args):
-        raise ValueError(f"names must give one name per argument ({len(args)}), got {names!r}")
-    names = tuple(names)
+    args = _arguments(args)
+    names = _names(args, names)
     wrt = _check_selection(args, names, wrt, samples)
     rng = np.random.default_rng(seed)
 
     value = f(*args)
+    cts, cts_native = _cotangents(value, cotangent, rng)
+    grads = _claimed(vjp, value, cts_native, args)
+    analytic, tolerances = _analytic(grads, args, wrt, names, rtol, atol)
+    floor_used = atol is None
+    args64 = [_float64_copy(a) if k in analytic else a for k, a in enumerate(args)]
+    cotangent_vector = np.concatenate([c.ravel() for c in cts]) if cts else np.zeros(0)
+    outputs_at = functools.partial(_flat_outputs, f, args64)
+    checks = tuple(_compare(names[k], analytic[k].astype(np.float64),
+                            *_numeric_gradient(outputs_at, cotangent_vector, args64, k, rng,
+                                               samples, floor_used), *tolerances[k])
+                   for k in wrt)
+    loosest = max(tolerances.values(), default=_tolerances(np.float64, rtol, atol))
+    return VJPReport(checks, *loosest, floor_used)
+
+
+def _claimed(vjp, value, cts_native, args) -> tuple:
+    """The claimed gradients, one per argument: ``vjp`` called once with the cotangent in
+    the structure of ``f``'s output ``value``."""
     single_output = not isinstance(value, (tuple, list))
+    grads = vjp(cts_native[0] if single_output else _shaped_like(value, cts_native), *args)
+    grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
+    if len(grads) != len(args):
+        raise ValueError(f"vjp returned {len(grads)} gradients for {len(args)} arguments")
+    return grads
+
+
+def _names(args, names) -> tuple[str, ...]:
+    """One name per argument (default ``arg0, arg1, ...``); ValueError otherwise."""
+    if names is None:
+        return tuple(f"arg{k}" for k in range(len(args)))
+    if isinstance(names, str) or len(names) != len(args):
+        raise ValueError(f"names must give one name per argument ({len(args)}), got {names!r}")
+    return tuple(names)
+
+
+def _cotangents(value, cotangent, rng):
+    """The cotangents for ``f``'s output ``value``: float64 NumPy arrays, and the same in
+    each output's own library and dtype (for the claimed vjp). Drawn from ``rng`` when
+    ``cotangent`` is None."""
     outputs = _as_outputs(value)
     if cotangent is None:
         cts = tuple(rng.standard_normal(np.shape(o)) for o in outputs)
@@ -306,14 +365,13 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
     if len(cts) != len(outputs) or any(c.shape != tuple(np.shape(o)) for c, o in zip(cts, outputs)):
         raise ValueError("cotangent must match the shapes of f's outputs "
                          f"{[tuple(np.shape(o)) for o in outputs]}")
-    # The cotangent in each output's own library and dtype, for the claimed vjp.
     cts_native = tuple(_like(o, c) for o, c in zip(outputs, cts))
-    cts = tuple(_to_numpy(c).astype(np.float64) for c in cts_native)
-    grads = vjp(cts_native[0] if single_output else _shaped_like(value, cts_native), *args)
-    grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
-    if len(grads) != len(args):
-        raise ValueError(f"vjp returned {len(grads)} gradients for {len(args)} arguments")
+    return tuple(_to_numpy(c).astype(np.float64) for c in cts_native), cts_native
 
+
+def _analytic(grads, args, wrt, names, rtol, atol):
+    """The claimed gradients of the checked arguments as NumPy arrays (None as zeros), and
+    each one's ``(rtol, atol)``; ValueError naming a gradient of the wrong shape."""
     analytic, tolerances = {}, {}
     for k in wrt:
         shape = tuple(args[k].shape)
@@ -323,25 +381,13 @@ def check_vjp(f, vjp, args, *, wrt=None, cotangent=None, names=None, rtol=None, 
         analytic[k] = g
         tolerances[k] = _tolerances(
             g.dtype if grads[k] is None else _tolerance_dtype(grads[k]), rtol, atol)
-    floor_used = atol is None
+    return analytic, tolerances
 
-    args64 = [_float64_copy(a) if k in analytic else a for k, a in enumerate(args)]
 
-    cotangent_vector = np.concatenate([c.ravel() for c in cts]) if cts else np.zeros(0)
-
-    def outputs_at():
-        """Every output of ``f`` at ``args64``, as one float64 vector."""
-        outs = [_to_numpy(o).astype(np.float64).ravel() for o in _as_outputs(f(*args64))]
-        return np.concatenate(outs) if outs else np.zeros(0)
-
-    checks = tuple(
-        _compare(names[k], analytic[k].astype(np.float64),
-                 *_numeric_gradient(outputs_at, cotangent_vector, args64, k, rng, samples,
-                                    floor_used),
-                 *tolerances[k])
-        for k in wrt)
-    loosest = max(tolerances.values(), default=_tolerances(np.float64, rtol, atol))
-    return VJPReport(checks, *loosest, floor_used)
+def _flat_outputs(f, args64):
+    """Every output of ``f`` at ``args64``, as one float64 vector."""
+    outs = [_to_numpy(o).astype(np.float64).ravel() for o in _as_outputs(f(*args64))]
+    return np.concatenate(outs) if outs else np.zeros(0)
 
 
 def _tolerances(dtype, rtol, atol):

@@ -4,14 +4,17 @@ PyTorch agrees everywhere; an injected wrong gradient is an unexpected mismatch 
 Each framework's tests skip when it is not installed.
 """
 
+import ast
 import io
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gradcells import audit
+from gradcells._core.specs import PEEPHOLES
 
 ROW = re.compile(r"^(?P<name>.+?)\s{2,}(?P<cases>\d+)\s{2,}(?P<result>agrees|known fault \d+"
                  r"(?: \(\d+/\d+\))?|UNEXPECTED MISMATCH \(\d+/\d+\))(?:\s{2,}(?P<detail>.*))?$")
@@ -183,3 +186,183 @@ def test_torch_injected_wrong_gradient_is_unexpected(torch, monkeypatch):
     assert rows["nn.GRUCell autograd vs oracle"].startswith("UNEXPECTED"), text
     assert rows["nn.GRUCell autograd vs gradcells"].startswith("UNEXPECTED"), text
     assert rows["nn.GRUCell forward vs gradcells (layouts.gru_from_torch)"] == "agrees"
+
+
+# ---------------------------------------------------------------------------------------------
+# The rooms: each check alone, the table, functions that fit on a screen
+
+
+def test_the_table_is_the_shared_one_with_the_detail_unpadded():
+    rows = [audit.Row("a check", 2, "agrees", "max |Δ| 1e-08", False),
+            audit.Row("another, longer check", 2, "known fault 3", "-", False)]
+    lines = audit._engine.rows_table(rows)
+    assert lines[0].split() == ["check", "cases", "result", "detail"]
+    assert lines[1].endswith("  ------")                  # the detail's rule: its header's width
+    assert lines[2] == "a check                2      agrees         max |Δ| 1e-08"
+    assert all(ROW.match(line) for line in lines[2:])
+
+
+def test_the_summary_names_each_fault_shown_by_its_listed_title():
+    rows = [audit.Row("x", 1, "known fault 6", "-", False), audit.Row("y", 1, "agrees", "-",
+                                                                       False)]
+    lines = audit._engine.summary(rows, 1.0)
+    assert lines[0] == ("2 checks: 1 agree, 1 show known faults, 0 unexpected mismatches "
+                        "(1.0 s)")
+    assert lines[1:] == [f"  fault 6: {audit.FAULTS[6].title}"]
+
+
+@pytest.mark.conformance
+def test_a_torch_check_runs_alone(torch):
+    from gradcells.audit import torch as audit_torch
+
+    rng = np.random.default_rng(0)
+    for verdict in (audit_torch.forward_verdict(rng, "lstm", True),
+                    audit_torch.oracle_verdict(rng, "gru", False),
+                    audit_torch.gradcells_verdict(rng, "gru", True)):
+        assert verdict.kind(None) == "agrees", verdict
+
+
+@pytest.mark.conformance
+def test_a_tensorflow_check_runs_alone(tf):
+    from gradcells.audit import tensorflow as audit_tf
+
+    assert audit_tf.lstm_forward(np.random.default_rng(0)).kind(None) == "agrees"
+    documented = audit_tf.lstm_documented_order(np.random.default_rng(0))
+    assert documented.kind(1) == "fault" and not documented.truth.agrees
+    assert audit_tf.registered_gradient(np.random.default_rng(0)).kind(9) == "fault"
+
+
+def _tree(path):
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _functions(tree):
+    return [node for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def _lines(fn):
+    """A function's lines, its decorators and docstring included."""
+    first = min([fn.lineno] + [d.lineno for d in fn.decorator_list])
+    return fn.end_lineno - first + 1
+
+
+OWN_MODULES = ["gradcells/audit", "gradcells/testing", "gradcells/oracle.py",
+               "gradcells/cli.py", "gradcells/_core/report.py"]
+
+
+def _own_files(names=OWN_MODULES):
+    root = Path(__file__).resolve().parents[1]
+    for name in names:
+        path = root / name
+        yield from (sorted(path.glob("*.py")) if path.is_dir() else [path])
+
+
+def test_functions_fit_on_a_screen():
+    """No function of the audit, the testing tools, the oracle, the CLI or the report printer
+    is over 60 lines."""
+    for path in _own_files():
+        for fn in _functions(_tree(path)):
+            assert _lines(fn) <= 60, f"{path.name}:{fn.name} has {_lines(fn)} lines"
+
+
+def test_the_audit_checks_are_module_level_with_no_closures():
+    """Every audit function is defined at module level or as a method: a check can be
+    imported and run alone (closures are lambdas, one line)."""
+    for path in _own_files(["gradcells/audit"]):
+        tree = _tree(path)
+        for fn in _functions(tree):
+            inner = [n for n in _functions(fn) if n is not fn]
+            assert not inner, f"{path.name}:{fn.name} defines {[n.name for n in inner]}"
+
+
+def test_no_literal_tuple_of_the_peephole_names():
+    """The peephole names are spelled once, in ``gradcells._core.specs.PEEPHOLES``."""
+    for path in _own_files():
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, (ast.Tuple, ast.List)):
+                values = [getattr(e, "value", None) for e in node.elts]
+                assert not set(PEEPHOLES) <= set(values), f"{path.name}:{node.lineno}"
+
+
+def test_the_public_functions_of_the_tools_are_fully_annotated():
+    """``check_vjp``, every public function of ``gradcells.testing``, ``audit.run`` and
+    ``cli.main``: every parameter and the return annotated."""
+    import inspect
+
+    import gradcells.testing as testing
+    from gradcells import cli, oracle
+
+    functions = [oracle.check_vjp, audit.run, cli.main] + [
+        value for name in testing.__all__
+        if inspect.isfunction(value := getattr(testing, name))]
+    assert len(functions) > 20
+    for fn in functions:
+        signature = inspect.signature(fn)
+        missing = [p.name for p in signature.parameters.values()
+                   if p.annotation is inspect.Parameter.empty]
+        assert not missing, f"{fn.__module__}.{fn.__name__}: {missing} unannotated"
+        assert signature.return_annotation is not inspect.Signature.empty, fn.__name__
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown: docs/audit.md
+
+
+def _markdown_sections(text):
+    """{section title: [(check, cases, result, detail)]} of an audit in Markdown."""
+    sections, title = {}, None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            title = line[3:]
+            sections[title] = []
+        elif title and line.startswith("| ") and not line.startswith("| check |"):
+            cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+            sections[title].append(tuple(cells))
+    return sections
+
+
+def test_docs_audit_md_holds_every_check_with_an_expected_result():
+    """The stored audit has one row per check of each framework, in order, and each row is
+    'agrees' or the fault its check expects: nothing unexpected, nothing stale."""
+    from gradcells.audit import tensorflow as audit_tf
+    from gradcells.audit import torch as audit_torch
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "audit.md").read_text("utf-8")
+    sections = _markdown_sections(text)
+    by_framework = {"TensorFlow": audit_tf.CHECKS, "PyTorch": audit_torch.CHECKS}
+    assert sorted(t.split()[0] for t in sections) == sorted(by_framework)
+    for title, rows in sections.items():
+        checks = by_framework[title.split()[0]]
+        assert [r[0] for r in rows] == [c.name for c in checks], title
+        for (name, _, result, _), check in zip(rows, checks):
+            allowed = {"agrees"} | ({f"known fault {check.fault}"} if check.fault else set())
+            assert result.split(" (")[0] in allowed, (name, result)
+    assert "UNEXPECTED" not in text
+
+
+@pytest.mark.conformance
+def test_the_markdown_audit_names_the_versions_and_escapes_the_table(torch):
+    import gradcells
+
+    out = io.StringIO()
+    status = audit.run("torch", examples=1, select="nn.GRUCell", stream=out, progress=False,
+                       markdown=True)
+    text = out.getvalue()
+    assert status == 0, text
+    assert text.startswith(f"## PyTorch {torch.__version__}")
+    assert f"gradcells {gradcells.__version__}, NumPy {np.__version__}" in text
+    rows = _markdown_sections(text)[text.splitlines()[0][3:]]
+    assert [r[2] for r in rows] == ["agrees"] * 3
+    assert all(r[3].startswith("max |Δ| ") for r in rows)        # "|" escaped, read back
+    assert "checks: 3 agree, 0 show known faults, 0 unexpected mismatches." in text
+
+
+def test_the_cli_passes_markdown_to_the_audit(monkeypatch):
+    from gradcells import cli
+
+    seen = {}
+    monkeypatch.setattr(audit, "run", lambda framework, **kw: seen.update(kw) or 0)
+    assert cli.main(["audit", "torch", "--markdown"]) == 0
+    assert seen["markdown"] is True
+    assert cli.main(["audit", "torch"]) == 0 and seen["markdown"] is False

@@ -1,5 +1,6 @@
 """``python -m gradcells check``: a table, and an exit status that reflects failures."""
 
+import io
 import subprocess
 import sys
 
@@ -117,3 +118,86 @@ def test_numpy_call_never_imports_cupy():
                           timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.strip() == f"gradcells {gradcells.__version__}"
+
+
+def test_module_entry_point_prints_the_version():
+    done = subprocess.run([sys.executable, "-m", "gradcells", "--version"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"gradcells {gradcells.__version__}"
+
+
+def test_ops_help_lists_every_op_and_its_gradient(capsys):
+    from gradcells._core.specs import OPS
+
+    with pytest.raises(SystemExit):
+        cli.main(["check", "--help"])
+    text = " ".join(capsys.readouterr().out.split())       # argparse wraps the help
+    for name, spec in OPS.items():
+        assert name in text and spec.grad_name in text
+
+
+def test_an_op_named_by_its_gradient_runs_the_same_check(capsys):
+    argv = ["check", "--examples", "1", "--backends", "reference", "--dtypes", "float64",
+            "--ops"]
+    assert cli.main(argv + ["gru_cell_grad"]) == 0
+    by_gradient = capsys.readouterr().out.splitlines()[2]
+    assert cli.main(argv + ["gru_cell"]) == 0
+    assert capsys.readouterr().out.splitlines()[2] == by_gradient
+    assert by_gradient.split()[0] == "gru_cell"
+
+
+def test_the_check_ops_are_the_specified_ops():
+    from gradcells import testing
+    from gradcells._core.specs import OPS
+
+    assert list(testing.OPS) == list(OPS)
+
+
+class _Stream(io.StringIO):
+    def __init__(self, tty):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+def test_progress_rewrites_one_line_on_a_terminal_and_writes_lines_elsewhere():
+    from gradcells._core.report import Progress
+
+    log = _Stream(tty=False)
+    bar = Progress(3, prefix="audit ", stream=log)
+    for label in ("a", "a", "bb"):
+        bar.step(label)
+    bar.close()
+    assert log.getvalue() == "audit [1/3] a\naudit [3/3] bb\n"
+
+    terminal = _Stream(tty=True)
+    bar = Progress(2, stream=terminal)
+    bar.step("long label")
+    bar.step("x")
+    bar.close()
+    first = "[1/2] long label"
+    assert terminal.getvalue() == ("\r" + first + "\r" + "[2/2] x".ljust(len(first))
+                                   + "\r" + " " * len(first) + "\r")
+
+    quiet = _Stream(tty=True)
+    Progress(1, stream=quiet, enabled=False).step("a")
+    assert quiet.getvalue() == ""
+
+
+def test_the_one_table():
+    from gradcells._core.report import table
+
+    assert table(("a", "bb"), [("xyz", "1"), ("", "22")]) == [
+        "a    bb", "---  --", "xyz  1", "     22"]
+    assert table(("name", "detail"), [("n", "a long free text")], free_last=True) == [
+        "name  detail", "----  ------", "n     a long free text"]

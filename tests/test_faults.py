@@ -17,10 +17,10 @@ import pytest
 
 import gradcells as gc
 from gradcells import tf_compat as tc
+from gradcells._core.specs import PEEPHOLES
 from gradcells.testing import gru_cell_case, lstm_cell_case, lstm_sequence_case, vjp_check
 
 LSTM_ARGS = ("x", "cs_prev", "h_prev", "w", "b")
-PEEPHOLES = ("wci", "wcf", "wco")
 GRU_ARGS = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
 STEP_FIELDS = ("i", "cs", "f", "o", "ci", "co", "h")
 F32 = {"rtol": 2e-6, "atol": 2e-6}  # float32 round-off, as in test_conformance_tf.py
@@ -52,7 +52,7 @@ def lstm_forward(case, peephole=False, cell_clip=None):
     return f
 
 
-TF_LSTM_INPUTS = ("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b")
+TF_LSTM_INPUTS = ("x", "cs_prev", "h_prev", "w", *PEEPHOLES, "b")
 
 
 def tf_lstm_inputs(tf, arrays, peephole):
@@ -345,7 +345,7 @@ def test_fault_8_outputs_past_seq_len_max_are_zero(rng, op):
     uninitialised (whatever the allocator held; not asserted on here). gradcells returns
     zeros for all seven, and the steps before are those of the full run."""
     case = lstm_sequence_case(rng, steps=5, batch=3, input_size=2, hidden=4, peephole=True)
-    args = [case[k] for k in ("x", "cs0", "h0", "w", "wci", "wcf", "wco", "b")]
+    args = [case[k] for k in ("x", "cs0", "h0", "w", *PEEPHOLES, "b")]
     full = op(5, *args, use_peephole=True)
     short = op(2, *args, use_peephole=True)
     for k in STEP_FIELDS:
@@ -364,7 +364,7 @@ def test_fault_9_no_gradient_registered_for_the_cells(tf, rng, op):
     if op == "LSTMBlockCell":
         case = lstm_cell_case(rng, dtype=np.float32)
         inputs = tf_lstm_inputs(tf, [case[k] for k in LSTM_ARGS], False)
-        names = ("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b")
+        names = ("x", "cs_prev", "h_prev", "w", *PEEPHOLES, "b")
         check = ("lstm_cell", lstm_cell_case(rng))
     else:
         case = gru_cell_case(rng, dtype=np.float32)
@@ -418,3 +418,56 @@ def test_fault_10_gru_rejects_float16(tf):
     inputs = {k: v.astype(np.float16) for k, v in float64_inputs("GRUBlockCell").items()}
     with pytest.raises(tf.errors.InvalidArgumentError, match="half is not in the list"):
         tf.raw_ops.GRUBlockCell(**inputs)
+
+
+# -- the one list of known faults -----------------------------------------------------------------
+
+
+def test_every_known_fault_is_listed_once_and_shown_by_its_test_here():
+    """``gradcells.audit.faults`` lists faults 1..10, each with its test in this file (fault
+    7, which needs TensorFlow's GPU kernels, has none and says why); every fault test here
+    names a listed fault."""
+    from gradcells.audit.faults import FAULTS
+
+    assert sorted(FAULTS) == list(range(1, 11))
+    tests = {name for name, value in globals().items()
+             if name.startswith("test_fault_") and callable(value)}
+    for number, fault in FAULTS.items():
+        assert fault.number == number and fault.title and fault.reproduction
+        if fault.test is None:
+            assert number == 7 and "GPU" in fault.evidence
+            continue
+        assert fault.test in tests and fault.test.startswith(f"test_fault_{number}_")
+    assert {int(name.split("_")[2]) for name in tests} <= set(FAULTS)
+
+
+def test_the_audit_rows_name_the_listed_faults():
+    """Each fault's audit rows are TensorFlow audit rows expecting that fault, and every row
+    that expects a fault is listed under it."""
+    from gradcells.audit import tensorflow as audit_tf
+    from gradcells.audit.faults import FAULTS
+
+    expected = {check.name: check.fault for check in audit_tf.CHECKS}
+    listed = {name: fault.number for fault in FAULTS.values() for name in fault.checks}
+    assert listed == {name: fault for name, fault in expected.items() if fault is not None}
+
+
+def test_docs_faults_md_is_generated_from_the_list():
+    from pathlib import Path
+
+    from gradcells.audit.faults import FAULTS, markdown
+
+    stored = Path(__file__).resolve().parents[1] / "docs" / "faults.md"
+    assert stored.read_text(encoding="utf-8") == markdown(), (
+        "docs/faults.md is stale: regenerate it with "
+        "python -c \"import gradcells.audit.faults as f; print(f.markdown(), end='')\" "
+        "> docs/faults.md")
+    for fault in FAULTS.values():
+        assert f"## {fault.number}. {fault.title}" in markdown()
+
+
+def test_a_fault_prints_as_its_line():
+    from gradcells.audit import FAULTS
+
+    assert str(FAULTS[6]) == FAULTS[6].title
+    assert str(FAULTS[6]).startswith("BlockLSTMV2's registered gradient")

@@ -409,3 +409,64 @@ def test_a_cupy_output_gets_its_cotangent_on_its_own_device(monkeypatch):
         return (_StandInCupyArray(ct.values * np.cos(a.values), a.device.id),)
 
     assert gc.check_vjp(f, vjp, (a,)).passed
+
+
+def test_a_bare_array_as_args_is_a_clear_type_error(xw):
+    x, _ = xw
+    with pytest.raises(TypeError, match=r"args must be a tuple or list of arrays, got ndarray; "
+                                        r"pass \(w,\)") as error:
+        gc.check_vjp(np.tanh, lambda ct, a: (ct * (1 - np.tanh(a) ** 2),), x)
+    assert "PyTorch" in str(error.value) and "JAX" in str(error.value)
+    assert gc.check_vjp(np.tanh, lambda ct, a: (ct * (1 - np.tanh(a) ** 2),), (x,)).passed
+    assert gc.check_vjp(np.tanh, lambda ct, a: (ct * (1 - np.tanh(a) ** 2),), [x]).passed
+
+
+def test_a_bare_tensor_as_args_is_a_clear_type_error():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="got Tensor; pass"):
+        gc.check_vjp(torch.tanh, lambda ct, a: (ct,), torch.zeros(3, dtype=torch.float64))
+
+
+def test_the_report_labels_the_failing_count_and_shows_the_bound(xw):
+    def off(ct, x, w):
+        dx, dw = tanh_sum_vjp(ct, x, w)
+        return dx, dw + 1e-3
+
+    report = gc.check_vjp(tanh_sum, off, xw, names=["x", "w"])
+    lines = str(report).splitlines()
+    header = lines[0].split("  ")
+    assert "bound" in [h.strip() for h in header if h.strip()]
+    x_row, w_row = lines[2], lines[3]
+    assert w_row.endswith("FAIL (8 of 8 elements)") and x_row.endswith("pass")
+    assert f"{report['w'].bound:.2e}" in w_row.split() and f"{report['x'].bound:.2e}" in x_row
+    assert "the bound at the worst element" in str(report)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_unrolled_loop_of_the_testing_tools_passes_the_oracle(seed):
+    """``gradcells.testing.unrolled``, what the sequence operations are tested against, is
+    itself right: its backpropagation through ragged lengths, peepholes and a clip matches
+    central differences of its forward."""
+    from gradcells._core.specs import OPS
+    from gradcells.testing import lstm_sequence_case, unrolled
+
+    case = lstm_sequence_case(np.random.default_rng(seed), steps=3, batch=3, hidden=3,
+                              peephole=True, clip=True, ragged=True)
+    names = OPS["lstm_sequence"].arrays
+    attrs = {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"],
+             "seq_len": case["seq_len"]}
+
+    def run(*arrays):
+        return unrolled.lstm_forward(*arrays[:5], **dict(zip(names[5:], arrays[5:])), **attrs)
+
+    def f(*arrays):
+        outputs = run(*arrays).outputs
+        return outputs["h"], outputs["cs"], outputs["h_final"], outputs["cs_final"]
+
+    def vjp(ct, *arrays):
+        grads = unrolled.lstm_backprop(run(*arrays), d_h=ct[0], d_cs=ct[1], d_h_final=ct[2],
+                                       d_cs_final=ct[3])
+        return tuple(grads[k] for k in names)
+
+    assert case["cell_clip"] is not None
+    gc.check_vjp(f, vjp, [case[k] for k in names], names=names).raise_if_failed()

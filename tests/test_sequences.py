@@ -16,6 +16,7 @@ from gradcells.testing import (
     gru_sequence_inputs,
     lstm_sequence_case,
     lstm_sequence_inputs,
+    unrolled,
 )
 
 # The NumPy backends that are built (an empty ``gradcells/cpu`` folder imports as a namespace
@@ -77,78 +78,21 @@ def run_gru(case, backend, d=None):
 
 def loop_lstm(case, backend, d, clip_grad="exact"):
     """Forward and BPTT step by step with ``lstm_cell`` / ``lstm_cell_grad``; a stopped row
-    keeps its state and passes its state gradient through."""
-    x, w, b = case["x"], case["w"], case["b"]
-    peeps = {k: case[k] for k in PEEPHOLES}
-    lengths = lengths_of(case)
-    cs, h = case["cs0"], case["h0"]
-    steps, starts, outputs = [], [], {k: [] for k in STEP_FIELDS}
-    for t in range(x.shape[0]):
-        valid = (t < lengths)[:, None]
-        state = gc.lstm_cell(x[t], cs, h, w, b, **peeps, forget_bias=case["forget_bias"],
-                             cell_clip=case["cell_clip"], backend=backend)
-        steps.append(state)
-        starts.append((cs, h))
-        for k in STEP_FIELDS:
-            outputs[k].append(np.where(valid, getattr(state, k), 0))
-        cs, h = np.where(valid, state.cs, cs), np.where(valid, state.h, h)
-    forward = {k: np.array(v).reshape(x.shape[:2] + h.shape[1:]) for k, v in outputs.items()}
-    forward.update(cs_final=cs, h_final=h)
-
-    zeros = np.zeros_like(case["h0"])
-    dh = zeros if d["d_h_final"] is None else d["d_h_final"]
-    dcs = zeros if d["d_cs_final"] is None else d["d_cs_final"]
-    dx = np.zeros_like(x)
-    totals = {"w": np.zeros_like(w), "b": np.zeros_like(b)}
-    if case["wci"] is not None:
-        totals.update({k: np.zeros_like(case[k]) for k in PEEPHOLES})
-    for t in reversed(range(x.shape[0])):
-        valid = (t < lengths)[:, None]
-        dh_t = dh if d["d_h"] is None else dh + d["d_h"][t]
-        dcs_t = dcs if d["d_cs"] is None else dcs + d["d_cs"][t]
-        g = gc.lstm_cell_grad(x[t], *starts[t], w, b, steps[t], d_h=np.where(valid, dh_t, 0),
-                              d_cs=np.where(valid, dcs_t, 0), **peeps,
-                              cell_clip=case["cell_clip"], clip_grad=clip_grad,
-                              backend=backend)
-        dx[t] = g.x
-        for k in totals:
-            totals[k] = totals[k] + getattr(g, k)
-        dh, dcs = np.where(valid, g.h_prev, dh), np.where(valid, g.cs_prev, dcs)
-    return forward, {"x": dx, "cs0": dcs, "h0": dh, **totals}
+    keeps its state and passes its state gradient through (``gradcells.testing.unrolled``)."""
+    run = unrolled.lstm_forward(*[case[k] for k in LSTM_ARGS],
+                                **{k: case[k] for k in PEEPHOLES},
+                                forget_bias=case["forget_bias"], cell_clip=case["cell_clip"],
+                                seq_len=case["seq_len"], backend=backend)
+    grads = unrolled.lstm_backprop(run, **d, clip_grad=clip_grad)
+    return run.outputs, grads
 
 
 def loop_gru(case, backend, d):
-    """Forward and BPTT step by step with ``gru_cell`` / ``gru_cell_grad``."""
-    x = case["x"]
-    weights = [case[k] for k in GRU_ARGS[2:]]
-    reset_after = case["reset_after"]
-    lengths = lengths_of(case)
-    h = case["h0"]
-    steps, starts, outputs = [], [], {k: [] for k in ("r", "u", "c", "h")}
-    for t in range(x.shape[0]):
-        valid = (t < lengths)[:, None]
-        state = gc.gru_cell(x[t], h, *weights, reset_after=reset_after, backend=backend)
-        steps.append(state)
-        starts.append(h)
-        for k in outputs:
-            outputs[k].append(np.where(valid, getattr(state, k), 0))
-        h = np.where(valid, state.h, h)
-    forward = {k: np.array(v).reshape(x.shape[:2] + h.shape[1:]) for k, v in outputs.items()}
-    forward["h_final"] = h
-
-    dh = np.zeros_like(h) if d["d_h_final"] is None else d["d_h_final"]
-    dx = np.zeros_like(x)
-    totals = {k: np.zeros_like(case[k]) for k in GRU_ARGS[2:]}
-    for t in reversed(range(x.shape[0])):
-        valid = (t < lengths)[:, None]
-        dh_t = dh if d["d_h"] is None else dh + d["d_h"][t]
-        g = gc.gru_cell_grad(x[t], starts[t], *weights, steps[t], d_h=np.where(valid, dh_t, 0),
-                             reset_after=reset_after, backend=backend)
-        dx[t] = g.x
-        for k in totals:
-            totals[k] = totals[k] + getattr(g, k)
-        dh = np.where(valid, g.h_prev, dh)
-    return forward, {"x": dx, "h0": dh, **totals}
+    """Forward and BPTT step by step with ``gru_cell`` / ``gru_cell_grad``
+    (``gradcells.testing.unrolled``)."""
+    run = unrolled.gru_forward(*[case[k] for k in GRU_ARGS], reset_after=case["reset_after"],
+                               seq_len=case["seq_len"], backend=backend)
+    return run.outputs, unrolled.gru_backprop(run, **d)
 
 
 def assert_matches(result, expected, rtol=1e-13, atol=1e-14):

@@ -1,0 +1,111 @@
+"""``python -m gradcells audit tensorflow|torch``: another framework's fused recurrent ops
+against the oracle and gradcells, one row per check.
+
+Each check runs on ``examples`` generated cases (sizes, peepholes, forget biases and weights
+drawn from one seeded generator) and ends in one of three verdicts:
+
+* **agrees**: every case matches the truth within tolerance;
+* **known fault N**: a case misses the truth, but matches the model of fault N of
+  ``gradcells.audit.faults`` (for instance, TensorFlow's clipped gradient equals gradcells's
+  ``clip_grad="straight_through"`` gradient): the mismatch is the documented one, nothing
+  more;
+* **unexpected mismatch**: a case matches neither (or the framework raised). Only these make
+  the exit status 1.
+
+The truth for a gradient is the oracle, ``check_vjp``: central differences in float64. For
+PyTorch they are taken of PyTorch's own forward (float64); for TensorFlow, whose ops take
+float32 only, of gradcells's float64 forward (``gradcells.audit.tensorflow``).
+
+The rooms: ``_engine`` (outcomes, verdicts, checks, the table), ``faults`` (the one list of
+known faults), ``tensorflow`` and ``torch`` (each check a module-level function). The
+sequence forward and its backpropagation are run by looping the public cells
+(``gradcells.testing.unrolled``), so the audit does not depend on the sequence backends.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import TextIO
+
+from ._cases import gru_backprop, gru_steps, lstm_backprop, lstm_steps
+from ._engine import (
+    AGREES,
+    FLOAT32_FORWARD,
+    FLOAT32_GRADIENT,
+    FLOAT64,
+    Check,
+    Outcome,
+    Row,
+    Verdict,
+    compare,
+    judge,
+    oracle_outcome,
+    run_check,
+    run_checks,
+)
+from .faults import FAULTS, Fault
+
+FRAMEWORKS = {"tensorflow": "tensorflow", "tf": "tensorflow", "torch": "torch",
+              "pytorch": "torch"}
+
+_run_check = run_check          # the names of the first edition
+_judge = judge
+
+__all__ = [
+    "run", "FRAMEWORKS", "FAULTS", "Fault", "Outcome", "Verdict", "Check", "Row", "AGREES",
+    "compare", "judge", "oracle_outcome", "run_check", "run_checks",
+    "FLOAT32_FORWARD", "FLOAT32_GRADIENT", "FLOAT64",
+    "lstm_steps", "lstm_backprop", "gru_steps", "gru_backprop",
+]
+
+
+def _import_tensorflow():
+    from .tensorflow import import_tensorflow
+
+    return import_tensorflow()
+
+
+def _positive(value: object, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _validate(framework: str, examples: int, seed: int) -> None:
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework must be one of {sorted(set(FRAMEWORKS.values()))}, "
+                         f"got {framework!r}")
+    if not _positive(examples, 1):
+        raise ValueError(f"examples must be a positive integer, got {examples!r}")
+    if not _positive(seed, 0):
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+
+
+def run(framework: str, *, examples: int = 10, seed: int = 0, stream: TextIO | None = None,
+        progress: bool = True, select: str | None = None, markdown: bool = False) -> int:
+    """Audit ``framework`` ("tensorflow" or "torch") and print one row per check to
+    ``stream`` (default ``sys.stdout``); a progress line goes to stderr unless
+    ``progress=False``. ``select``: run only the checks whose name contains this text
+    (case-insensitive). ``markdown``: print a Markdown section with the versions it ran on
+    instead (what ``docs/audit.md`` holds).
+
+    Returns the exit status: 0 when every row agrees or shows a known fault, 1 when any row
+    is an unexpected mismatch, 2 when the framework is not installed or ``select`` matches
+    no check.
+    """
+    stream = sys.stdout if stream is None else stream
+    _validate(framework, examples, seed)
+    framework = FRAMEWORKS[framework]
+    try:
+        title, checks, footer = importlib.import_module(f"{__name__}.{framework}").checks()
+    except ImportError as error:
+        print(f"gradcells audit: {framework} is not installed ({error}); "
+              "pip install gradcells[conformance]", file=sys.stderr)
+        return 2
+    if select is not None:
+        checks = [c for c in checks if select.lower() in c.name.lower()]
+        if not checks:
+            print(f"gradcells audit: --select {select!r} matches no {framework} check",
+                  file=sys.stderr)
+            return 2
+    return run_checks(title, checks, footer, examples=examples, seed=seed, stream=stream,
+                      progress=progress, markdown=markdown)

@@ -1,0 +1,235 @@
+"""Case generators: keyword arguments for the public operations, drawn from a NumPy
+``Generator``.
+
+``lstm_cell_case`` / ``gru_cell_case`` / ``lstm_sequence_case`` / ``gru_sequence_case`` take
+the sizes and options; the ``random_*`` ones draw those too (what ``python -m gradcells
+check`` runs).
+
+Cases with clipping choose ``cell_clip`` at least ``CLIP_MARGIN`` away from every unclipped
+``|cs|``, so that a finite-difference step never crosses the clip boundary: there the
+function has a kink and no difference quotient means anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import cells, sequences
+from .._core.specs import PEEPHOLES
+
+CLIP_MARGIN = 1e-2
+FORGET_BIASES = (0.0, 1.0, -0.5, 2.5)
+SCALES = (0.5, 1.0, 2.0)
+
+Case = dict[str, Any]
+"""Keyword arguments for one public forward operation."""
+
+
+def _normal(rng, shape, scale, dtype):
+    return (scale * rng.standard_normal(shape)).astype(dtype)
+
+
+def clip_levels(values: Any, margin: float = CLIP_MARGIN) -> list[float]:
+    """Every clip level that clips some of ``|values|`` and keeps each at least ``margin``
+    away: midpoints of the gaps wider than ``2·margin`` between the sorted ``|values|``,
+    nearest the median first, then half the smallest value (which clips them all)."""
+    levels = np.sort(np.abs(np.asarray(values, dtype=np.float64)).ravel())
+    if levels.size == 0:
+        return []
+    midpoints = 0.5 * (levels[1:] + levels[:-1])
+    wide = midpoints[(levels[1:] - levels[:-1]) > 2 * margin]
+    ordered = wide[np.argsort(np.abs(wide - np.median(levels)), kind="stable")]
+    return [float(v) for v in ordered] + ([float(0.5 * levels[0])]
+                                          if levels[0] > 2 * margin else [])
+
+
+def clip_away_from(values: Any, margin: float = CLIP_MARGIN) -> float | None:
+    """The first of ``clip_levels(values, margin)``; None when there is none."""
+    levels = clip_levels(values, margin)
+    return levels[0] if levels else None
+
+
+def _lstm_parameters(rng, input_size, hidden, dtype, peephole, scale):
+    """``w, b`` (and the peepholes, else None) drawn for an LSTM case, in a fixed order."""
+    fan_in = max(1, input_size + hidden)
+    params = {
+        "w": _normal(rng, (input_size + hidden, 4 * hidden), scale / np.sqrt(fan_in), dtype),
+        "b": _normal(rng, (4 * hidden,), 0.1 * scale, dtype),
+        **dict.fromkeys(PEEPHOLES),
+    }
+    if peephole:
+        for name in PEEPHOLES:
+            params[name] = _normal(rng, (hidden,), 0.5 * scale, dtype)
+    return params
+
+
+def _gru_parameters(rng, input_size, hidden, dtype, reset_after, scale):
+    """``w_ru, w_c, b_ru, b_c`` drawn for a GRU case (``b_c`` of 2H with ``reset_after``)."""
+    fan_in = max(1, input_size + hidden)
+    return {
+        "w_ru": _normal(rng, (input_size + hidden, 2 * hidden), scale / np.sqrt(fan_in), dtype),
+        "w_c": _normal(rng, (input_size + hidden, hidden), scale / np.sqrt(fan_in), dtype),
+        "b_ru": _normal(rng, (2 * hidden,), 0.1 * scale, dtype),
+        "b_c": _normal(rng, ((2 if reset_after else 1) * hidden,), 0.1 * scale, dtype),
+        "reset_after": bool(reset_after),
+    }
+
+
+def lstm_cell_case(rng: np.random.Generator, *, batch: int = 3, input_size: int = 4,
+                   hidden: int = 5, dtype: Any = np.float64, peephole: bool = False,
+                   clip: bool = False, forget_bias: float = 1.0, scale: float = 1.0) -> Case:
+    """Keyword arguments for ``lstm_cell``: weights scaled by ``scale/sqrt(I+H)``, states and
+    inputs standard normal; ``clip=True`` picks a ``cell_clip`` that clips part of ``cs``."""
+    case = {
+        "x": _normal(rng, (batch, input_size), 1.0, dtype),
+        "cs_prev": _normal(rng, (batch, hidden), 1.0, dtype),
+        "h_prev": _normal(rng, (batch, hidden), 0.5, dtype),
+        **_lstm_parameters(rng, input_size, hidden, dtype, peephole, scale),
+        "forget_bias": float(forget_bias), "cell_clip": None,
+    }
+    if clip:
+        as64 = {k: (v.astype(np.float64) if isinstance(v, np.ndarray) else v)
+                for k, v in case.items()}
+        state = cells.lstm_cell(**as64, backend="reference")
+        case["cell_clip"] = clip_away_from(state.i * state.ci + state.f * as64["cs_prev"])
+    return case
+
+
+def gru_cell_case(rng: np.random.Generator, *, batch: int = 3, input_size: int = 4,
+                  hidden: int = 5, dtype: Any = np.float64, reset_after: bool = False,
+                  scale: float = 1.0) -> Case:
+    """Keyword arguments for ``gru_cell``."""
+    return {
+        "x": _normal(rng, (batch, input_size), 1.0, dtype),
+        "h_prev": _normal(rng, (batch, hidden), 0.5, dtype),
+        **_gru_parameters(rng, input_size, hidden, dtype, reset_after, scale),
+    }
+
+
+def random_lstm_cell_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
+    """An ``lstm_cell`` case with sizes, peepholes, clipping and forget_bias drawn from ``rng``."""
+    return lstm_cell_case(
+        rng, batch=int(rng.integers(1, 5)), input_size=int(rng.integers(1, 6)),
+        hidden=int(rng.integers(1, 6)), dtype=dtype, peephole=bool(rng.integers(2)),
+        clip=bool(rng.integers(2)), forget_bias=float(rng.choice(FORGET_BIASES)),
+        scale=float(rng.choice(SCALES)))
+
+
+def random_gru_cell_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
+    """A ``gru_cell`` case with sizes and ``reset_after`` drawn from ``rng``."""
+    return gru_cell_case(
+        rng, batch=int(rng.integers(1, 5)), input_size=int(rng.integers(1, 6)),
+        hidden=int(rng.integers(1, 6)), dtype=dtype, reset_after=bool(rng.integers(2)),
+        scale=float(rng.choice(SCALES)))
+
+
+def on_library(case: Case, library: str) -> Case:
+    """``case`` with every array moved to ``library`` ("numpy" or "cupy")."""
+    if library == "numpy":
+        return case
+    import cupy
+
+    return {k: cupy.asarray(v) if isinstance(v, np.ndarray) else v for k, v in case.items()}
+
+
+# --------------------------------------------------------------------------------------
+# Sequences
+
+def ragged_lengths(rng: np.random.Generator, steps: int, batch: int) -> np.ndarray:
+    """Per-row lengths in [0, T] (int64): the first row runs all T steps, the second none
+    (when the batch has two rows), the others are drawn."""
+    lengths = rng.integers(0, steps + 1, size=batch)
+    lengths[:1] = steps
+    lengths[1:2] = 0
+    return lengths.astype(np.int64)
+
+
+def _sequence_clip(case, margin=CLIP_MARGIN, attempts=6):
+    """A ``cell_clip`` for an LSTM sequence case that clips some cell state and stays at least
+    ``margin`` away from every unclipped ``|i∘ci + f∘cs_prev|`` of every valid step; None
+    when none is found.
+
+    Clipping one step changes the states after it, so each candidate level (from the
+    unclipped run) is refined by fixed-point iteration: rerun clipped at the level, and
+    accept it when the rerun's raw states keep the margin, else move to the level
+    ``clip_away_from`` picks for them.
+    """
+    as64 = {k: (v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype.kind == "f"
+                else v) for k, v in case.items()}
+    steps, batch = as64["x"].shape[:2]
+    if steps == 0 or batch == 0:
+        return None
+    lengths = np.full(batch, steps) if as64["seq_len"] is None else as64["seq_len"]
+    valid = np.arange(steps)[:, None] < lengths
+
+    def raw_states(cell_clip):
+        seq = sequences.lstm_sequence(**{**as64, "cell_clip": cell_clip}, backend="reference")
+        cs_prev = np.concatenate([as64["cs0"][None], seq.cs[:-1]])
+        return np.abs(seq.i * seq.ci + seq.f * cs_prev)[valid]
+
+    for level in clip_levels(raw_states(None), margin)[:attempts]:
+        for _ in range(3):
+            raw = raw_states(level)
+            if raw.max() > level and np.min(np.abs(raw - level)) >= margin:
+                return level
+            level = clip_away_from(raw, margin)
+            if level is None:
+                break
+    return None
+
+
+def lstm_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int = 3,
+                       input_size: int = 4, hidden: int = 5, dtype: Any = np.float64,
+                       peephole: bool = False, clip: bool = False, forget_bias: float = 1.0,
+                       scale: float = 1.0, ragged: bool = False) -> Case:
+    """Keyword arguments for ``lstm_sequence``, drawn like ``lstm_cell_case``; ``ragged=True``
+    adds ``seq_len`` from ``ragged_lengths``. ``clip=True`` picks a ``cell_clip`` that clips
+    part of the cell states and stays ``CLIP_MARGIN`` away from every unclipped one (None
+    when no such level exists)."""
+    case = {
+        "x": _normal(rng, (steps, batch, input_size), 1.0, dtype),
+        "cs0": _normal(rng, (batch, hidden), 1.0, dtype),
+        "h0": _normal(rng, (batch, hidden), 0.5, dtype),
+        **_lstm_parameters(rng, input_size, hidden, dtype, peephole, scale),
+        "forget_bias": float(forget_bias), "cell_clip": None,
+        "seq_len": ragged_lengths(rng, steps, batch) if ragged else None,
+    }
+    if clip:
+        case["cell_clip"] = _sequence_clip(case)
+    return case
+
+
+def gru_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int = 3,
+                      input_size: int = 4, hidden: int = 5, dtype: Any = np.float64,
+                      reset_after: bool = False, scale: float = 1.0,
+                      ragged: bool = False) -> Case:
+    """Keyword arguments for ``gru_sequence``, drawn like ``gru_cell_case``."""
+    return {
+        "x": _normal(rng, (steps, batch, input_size), 1.0, dtype),
+        "h0": _normal(rng, (batch, hidden), 0.5, dtype),
+        **_gru_parameters(rng, input_size, hidden, dtype, reset_after, scale),
+        "seq_len": ragged_lengths(rng, steps, batch) if ragged else None,
+    }
+
+
+def random_lstm_sequence_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
+    """An ``lstm_sequence`` case (T <= 4) with sizes, peepholes, clipping, forget_bias and
+    ragged lengths drawn from ``rng``."""
+    return lstm_sequence_case(
+        rng, steps=int(rng.integers(1, 5)), batch=int(rng.integers(1, 5)),
+        input_size=int(rng.integers(1, 5)), hidden=int(rng.integers(1, 5)), dtype=dtype,
+        peephole=bool(rng.integers(2)), clip=bool(rng.integers(2)),
+        forget_bias=float(rng.choice(FORGET_BIASES)),
+        scale=float(rng.choice(SCALES)), ragged=bool(rng.integers(2)))
+
+
+def random_gru_sequence_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
+    """A ``gru_sequence`` case (T <= 4) with sizes, ``reset_after`` and ragged lengths drawn
+    from ``rng``."""
+    return gru_sequence_case(
+        rng, steps=int(rng.integers(1, 5)), batch=int(rng.integers(1, 5)),
+        input_size=int(rng.integers(1, 5)), hidden=int(rng.integers(1, 5)), dtype=dtype,
+        reset_after=bool(rng.integers(2)), scale=float(rng.choice(SCALES)),
+        ragged=bool(rng.integers(2)))

@@ -1,0 +1,129 @@
+"""Oracle pairs for the public operations: ``(f, vjp, args, names)`` for ``check_vjp``, and
+``vjp_check``, which runs the oracle on one operation for one case.
+
+``f`` maps a case's arrays to chosen fields of the forward's result; ``vjp`` feeds the
+cotangents to the operation's gradient as ``d_<field>``. Settings are passed to the gradient
+explicitly, so a pair means the same whether or not the result records them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import cells, sequences
+from .._core.specs import OPS as SPECS
+from .._core.specs import PEEPHOLES
+from ..oracle import VJPReport, check_vjp
+from .cases import (
+    random_gru_cell_case,
+    random_gru_sequence_case,
+    random_lstm_cell_case,
+    random_lstm_sequence_case,
+)
+
+LSTM_ARG_NAMES: tuple[str, ...] = SPECS["lstm_cell"].arrays
+GRU_ARG_NAMES: tuple[str, ...] = SPECS["gru_cell"].arrays
+LSTM_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["lstm_sequence"].arrays
+GRU_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["gru_sequence"].arrays
+LSTM_SEQUENCE_OUTPUTS = ("h", "cs", "h_final", "cs_final")
+GRU_SEQUENCE_OUTPUTS = ("h", "h_final")
+
+Pair = tuple[Callable[..., Any], Callable[..., Any], tuple, tuple[str, ...]]
+"""``(f, vjp, args, names)`` for ``check_vjp``."""
+
+
+def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backend) -> Pair:
+    """``(f, vjp, args, names)`` for the oracle: ``f`` maps the arrays named ``names`` to
+    the ``outputs`` fields of ``forward``'s result; ``vjp`` feeds the cotangents to
+    ``gradient`` as ``d_<output>``. LSTM peepholes (the names after the fifth) are passed by
+    keyword, and dropped when the case has none."""
+    peephole_op = PEEPHOLES[0] in names
+    if peephole_op and case[PEEPHOLES[0]] is None:
+        names = names[:len(names) - len(PEEPHOLES)]
+    args = tuple(case[n] for n in names)
+    outputs = tuple(outputs)
+    n_positional = len(names) - len(PEEPHOLES) if PEEPHOLES[0] in names else len(names)
+
+    def split(arrays):
+        return arrays[:n_positional], dict(zip(names[n_positional:], arrays[n_positional:]))
+
+    def run(*arrays):
+        positional, peepholes = split(arrays)
+        return forward(*positional, **peepholes, **attrs, backend=backend)
+
+    def f(*arrays):
+        result = run(*arrays)
+        return tuple(getattr(result, k) for k in outputs)
+
+    def vjp(ct, *arrays):
+        positional, peepholes = split(arrays)
+        upstream = {f"d_{k}": c for k, c in zip(outputs, ct)}
+        grads = gradient(*positional, run(*arrays), **upstream, **peepholes, **grad_attrs,
+                         backend=backend)
+        return tuple(grads)[: len(arrays)]
+
+    return f, vjp, args, names
+
+
+def lstm_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
+                       clip_grad: str = "exact", d_h: bool = True, d_cs: bool = True) -> Pair:
+    """The oracle's ``(f, vjp, args, names)`` for ``lstm_cell``: ``f`` maps the case's arrays
+    to ``(cs, h)`` (or the one of them that has an upstream gradient)."""
+    outputs = [k for k, on in (("cs", d_cs), ("h", d_h)) if on]
+    return _vjp_pair(
+        cells.lstm_cell, cells.lstm_cell_grad, case, LSTM_ARG_NAMES, outputs,
+        {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"]},
+        {"cell_clip": case["cell_clip"], "clip_grad": clip_grad}, backend)
+
+
+def gru_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None) -> Pair:
+    """The oracle's ``(f, vjp, args, names)`` for ``gru_cell``: ``f`` maps the case's arrays
+    to ``(h,)``."""
+    attrs = {"reset_after": case["reset_after"]}
+    return _vjp_pair(cells.gru_cell, cells.gru_cell_grad, case, GRU_ARG_NAMES, ("h",), attrs,
+                     attrs, backend)
+
+
+def lstm_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
+                           clip_grad: str = "exact",
+                           outputs: Sequence[str] = LSTM_SEQUENCE_OUTPUTS) -> Pair:
+    """The oracle's ``(f, vjp, args, names)`` for ``lstm_sequence``: ``f`` maps the case's
+    arrays to the chosen ``outputs`` (any of "h", "cs", "h_final", "cs_final"); the others
+    get no upstream gradient (None)."""
+    return _vjp_pair(
+        sequences.lstm_sequence, sequences.lstm_sequence_grad, case, LSTM_SEQUENCE_ARG_NAMES,
+        outputs, {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"],
+                  "seq_len": case["seq_len"]},
+        {"cell_clip": case["cell_clip"], "clip_grad": clip_grad, "seq_len": case["seq_len"]},
+        backend)
+
+
+def gru_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
+                          outputs: Sequence[str] = GRU_SEQUENCE_OUTPUTS) -> Pair:
+    """The oracle's ``(f, vjp, args, names)`` for ``gru_sequence``: ``f`` maps the case's
+    arrays to the chosen ``outputs`` ("h", "h_final")."""
+    attrs = {"reset_after": case["reset_after"], "seq_len": case["seq_len"]}
+    return _vjp_pair(sequences.gru_sequence, sequences.gru_sequence_grad, case,
+                     GRU_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend)
+
+
+# Every public differentiable operation: (random case drawer, oracle pair builder).
+OPS: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., Pair]]] = {
+    "lstm_cell": (random_lstm_cell_case, lstm_cell_vjp_pair),
+    "gru_cell": (random_gru_cell_case, gru_cell_vjp_pair),
+    "lstm_sequence": (random_lstm_sequence_case, lstm_sequence_vjp_pair),
+    "gru_sequence": (random_gru_sequence_case, gru_sequence_vjp_pair),
+}
+
+
+def vjp_check(op: str, case: dict[str, Any], *, seed: int = 0, rtol: float | None = None,
+              atol: float | None = None, **options: Any) -> VJPReport:
+    """Run the oracle on public operation ``op`` (a key of ``OPS``) for ``case``, with
+    ``check_vjp``'s tolerances (None: its defaults for the gradients' dtype).
+
+    ``options`` go to the op's pair builder (``backend``, ``clip_grad``, ...).
+    Returns the ``VJPReport``.
+    """
+    f, vjp, args, names = OPS[op][1](case, **options)
+    return check_vjp(f, vjp, args, names=names, seed=seed, rtol=rtol, atol=atol)

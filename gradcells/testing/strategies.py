@@ -1,0 +1,97 @@
+"""Hypothesis strategies over the cases of ``gradcells.testing.cases``.
+
+Hypothesis is imported only when a strategy is built, so importing ``gradcells.testing``
+needs no Hypothesis.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .cases import (
+    FORGET_BIASES,
+    SCALES,
+    gru_cell_case,
+    gru_sequence_case,
+    lstm_cell_case,
+    lstm_sequence_case,
+)
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
+
+    from .cases import Case
+
+
+def _sizes(st, min_size, max_batch, max_input, max_hidden):
+    return (st.integers(min_size, max_batch), st.integers(min_size, max_input),
+            st.integers(max(1, min_size), max_hidden))
+
+
+def _flag(st, value):
+    """Drawn when ``value`` is None, else fixed."""
+    return st.booleans() if value is None else st.just(value)
+
+
+def _seeded(st, make, dtype, **strategies):
+    """Cases from ``make(rng, dtype=dtype, **drawn)`` with a drawn seed for ``rng``."""
+    return st.builds(lambda seed, **kw: make(np.random.default_rng(seed), dtype=dtype, **kw),
+                     seed=st.integers(0, 2**32 - 1), **strategies)
+
+
+def lstm_cell_inputs(*, dtype: Any = np.float64, peephole: bool | None = None,
+                     clip: bool | None = None, min_size: int = 1, max_batch: int = 4,
+                     max_input: int = 5, max_hidden: int = 5) -> SearchStrategy[Case]:
+    """Hypothesis strategy for ``lstm_cell`` keyword arguments (``peephole``/``clip`` None:
+    drawn). ``min_size=0`` admits empty batches and inputs."""
+    from hypothesis import strategies as st
+
+    batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
+    return _seeded(st, lstm_cell_case, dtype, batch=batch, input_size=input_size,
+                   hidden=hidden, peephole=_flag(st, peephole), clip=_flag(st, clip),
+                   forget_bias=st.sampled_from(FORGET_BIASES), scale=st.sampled_from(SCALES))
+
+
+def gru_cell_inputs(*, dtype: Any = np.float64, reset_after: bool | None = None,
+                    min_size: int = 1, max_batch: int = 4, max_input: int = 5,
+                    max_hidden: int = 5) -> SearchStrategy[Case]:
+    """Hypothesis strategy for ``gru_cell`` keyword arguments."""
+    from hypothesis import strategies as st
+
+    batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
+    return _seeded(st, gru_cell_case, dtype, batch=batch, input_size=input_size,
+                   hidden=hidden, reset_after=_flag(st, reset_after),
+                   scale=st.sampled_from(SCALES))
+
+
+def lstm_sequence_inputs(*, dtype: Any = np.float64, peephole: bool | None = None,
+                         clip: bool | None = None, ragged: bool | None = None,
+                         min_size: int = 1, max_steps: int = 4, max_batch: int = 4,
+                         max_input: int = 4,
+                         max_hidden: int = 4) -> SearchStrategy[Case]:
+    """Hypothesis strategy for ``lstm_sequence`` keyword arguments (``peephole``, ``clip``,
+    ``ragged`` None: drawn). ``min_size=0`` admits empty sequences, batches and inputs."""
+    from hypothesis import strategies as st
+
+    batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
+    return _seeded(st, lstm_sequence_case, dtype, steps=st.integers(min_size, max_steps),
+                   batch=batch, input_size=input_size, hidden=hidden,
+                   peephole=_flag(st, peephole), clip=_flag(st, clip),
+                   ragged=_flag(st, ragged), forget_bias=st.sampled_from(FORGET_BIASES),
+                   scale=st.sampled_from(SCALES))
+
+
+def gru_sequence_inputs(*, dtype: Any = np.float64, reset_after: bool | None = None,
+                        ragged: bool | None = None, min_size: int = 1, max_steps: int = 4,
+                        max_batch: int = 4, max_input: int = 4,
+                        max_hidden: int = 4) -> SearchStrategy[Case]:
+    """Hypothesis strategy for ``gru_sequence`` keyword arguments."""
+    from hypothesis import strategies as st
+
+    batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
+    return _seeded(st, gru_sequence_case, dtype, steps=st.integers(min_size, max_steps),
+                   batch=batch, input_size=input_size, hidden=hidden,
+                   reset_after=_flag(st, reset_after), ragged=_flag(st, ragged),
+                   scale=st.sampled_from(SCALES))

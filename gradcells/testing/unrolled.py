@@ -1,0 +1,169 @@
+"""Sequences by looping the public cells: the one copy, used by the audit and the tests.
+
+``lstm_forward`` / ``gru_forward`` run ``lstm_cell`` / ``gru_cell`` over ``x [T, B, I]`` step
+by step and record every step's state; ``lstm_backprop`` / ``gru_backprop`` run
+backpropagation through time over that record with ``lstm_cell_grad`` / ``gru_cell_grad``.
+With per-example lengths ``seq_len [B]`` a row that has stopped keeps its state, its outputs
+are zero, and its state gradient passes through unchanged (PyTorch's packed sequences, as
+the sequence operations define them). Nothing here depends on the sequence backends, which
+is the point: the sequence operations are tested against it.
+
+The arrays may be NumPy or CuPy (one library per call); ``backend`` goes to every cell call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import cells
+from .._core.arrays import namespace_of
+from .._core.specs import OPS, PEEPHOLES
+from .._core.types import Array
+
+LSTM_STEP_FIELDS: tuple[str, ...] = OPS["lstm_cell"].result._fields
+GRU_STEP_FIELDS: tuple[str, ...] = OPS["gru_cell"].result._fields
+
+
+@dataclass(frozen=True, eq=False)
+class Unrolled:
+    """One unrolled forward: its inputs and settings, every step's cell state (``steps``), the
+    states each step started from (``starts``) and the sequence outputs (``outputs``: each
+    state field stacked ``[T, B, H]`` and zero past each row's length, and the final states
+    ``cs_final`` / ``h_final``)."""
+
+    cell: str
+    x: Array
+    weights: dict[str, Array]
+    attrs: dict[str, Any]
+    seq_len: Array | None
+    backend: str | None
+    steps: list = field(default_factory=list)
+    starts: list = field(default_factory=list)
+    outputs: dict[str, Array] = field(default_factory=dict)
+
+
+def _running(xp, t: int, seq_len):
+    """``[B, 1]`` booleans, whether each row runs at step ``t``; None for all rows."""
+    return None if seq_len is None else (t < xp.asarray(seq_len))[:, None]
+
+
+def _keep(xp, running, new, old):
+    """``new`` where the row runs, ``old`` (the frozen value) where it has stopped."""
+    return new if running is None else xp.where(running, new, old)
+
+
+def _stack(xp, steps: list, name: str, seq_len, empty_shape, dtype) -> Array:
+    """Field ``name`` of every step, ``[T, B, H]``, zero past each row's length."""
+    if not steps:
+        return xp.zeros(empty_shape, dtype=dtype)
+    values = [_keep(xp, _running(xp, t, seq_len), getattr(s, name), 0)
+              for t, s in enumerate(steps)]
+    return xp.stack(values)
+
+
+def _finish(run: Unrolled, fields: tuple[str, ...], finals: dict[str, Array]) -> Unrolled:
+    xp = namespace_of(run.x)
+    first = next(iter(finals.values()))
+    shape = tuple(run.x.shape[:2]) + tuple(first.shape[1:])
+    for name in fields:
+        run.outputs[name] = _stack(xp, run.steps, name, run.seq_len, shape, first.dtype)
+    run.outputs.update(finals)
+    return run
+
+
+def lstm_forward(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
+                 wci: Array | None = None, wcf: Array | None = None, wco: Array | None = None,
+                 forget_bias: float = 1.0, cell_clip: float | None = None,
+                 seq_len: Array | None = None, backend: str | None = None) -> Unrolled:
+    """``lstm_cell`` over ``x [T, B, I]`` from ``(cs0, h0)``; see the module docstring."""
+    xp = namespace_of(x)
+    weights = {"w": w, "b": b, **dict(zip(PEEPHOLES, (wci, wcf, wco)))}
+    run = Unrolled("lstm", x, weights, {"forget_bias": forget_bias, "cell_clip": cell_clip},
+                   seq_len, backend)
+    cs, h = cs0, h0
+    for t in range(x.shape[0]):
+        state = cells.lstm_cell(x[t], cs, h, w, b, wci=wci, wcf=wcf, wco=wco,
+                                forget_bias=forget_bias, cell_clip=cell_clip, backend=backend)
+        run.steps.append(state)
+        run.starts.append((cs, h))
+        running = _running(xp, t, seq_len)
+        cs, h = _keep(xp, running, state.cs, cs), _keep(xp, running, state.h, h)
+    return _finish(run, LSTM_STEP_FIELDS, {"cs_final": cs, "h_final": h})
+
+
+def _upstream(xp, total, per_step, t: int, running):
+    """The gradient reaching step ``t``'s output: the carried one plus the step's own, zero
+    for a row that has stopped."""
+    value = total if per_step is None else total + per_step[t]
+    return value if running is None else xp.where(running, value, 0)
+
+
+def _zeros_or(xp, a, like):
+    return xp.zeros_like(like) if a is None else a
+
+
+def lstm_backprop(run: Unrolled, *, d_h: Array | None = None, d_cs: Array | None = None,
+                  d_h_final: Array | None = None, d_cs_final: Array | None = None,
+                  clip_grad: str = "exact") -> dict[str, Array]:
+    """Backpropagation through time over ``lstm_forward``'s ``run`` for upstream gradients
+    of every step's ``h`` and ``cs`` (``[T, B, H]``) and of the final states (``[B, H]``),
+    each optional. Returns the gradients by name: ``x, cs0, h0, w, b`` and, with peepholes,
+    ``wci, wcf, wco``."""
+    xp, x, weights = namespace_of(run.x), run.x, run.weights
+    cs0, h0 = run.starts[0] if run.starts else (run.outputs["cs_final"], run.outputs["h_final"])
+    carry_h, carry_cs = _zeros_or(xp, d_h_final, h0), _zeros_or(xp, d_cs_final, cs0)
+    d_x = xp.zeros(x.shape, dtype=xp.result_type(x, weights["w"]))
+    names = ["w", "b"] + (list(PEEPHOLES) if weights["wci"] is not None else [])
+    totals = {k: xp.zeros_like(weights[k]) for k in names}
+    for t in reversed(range(len(run.steps))):
+        running = _running(xp, t, run.seq_len)
+        g = cells.lstm_cell_grad(
+            x[t], *run.starts[t], weights["w"], weights["b"], run.steps[t],
+            d_h=_upstream(xp, carry_h, d_h, t, running),
+            d_cs=_upstream(xp, carry_cs, d_cs, t, running),
+            **{k: weights[k] for k in PEEPHOLES}, cell_clip=run.attrs["cell_clip"],
+            clip_grad=clip_grad, backend=run.backend)
+        d_x[t] = g.x
+        totals = {k: totals[k] + getattr(g, k) for k in names}
+        carry_h = _keep(xp, running, g.h_prev, carry_h)
+        carry_cs = _keep(xp, running, g.cs_prev, carry_cs)
+    return {"x": d_x, "cs0": carry_cs, "h0": carry_h, **totals}
+
+
+def gru_forward(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array, *,
+                reset_after: bool = False, seq_len: Array | None = None,
+                backend: str | None = None) -> Unrolled:
+    """``gru_cell`` over ``x [T, B, I]`` from ``h0``; see the module docstring."""
+    xp = namespace_of(x)
+    weights = {"w_ru": w_ru, "w_c": w_c, "b_ru": b_ru, "b_c": b_c}
+    run = Unrolled("gru", x, weights, {"reset_after": reset_after}, seq_len, backend)
+    h = h0
+    for t in range(x.shape[0]):
+        state = cells.gru_cell(x[t], h, w_ru, w_c, b_ru, b_c, reset_after=reset_after,
+                               backend=backend)
+        run.steps.append(state)
+        run.starts.append(h)
+        h = _keep(xp, _running(xp, t, seq_len), state.h, h)
+    return _finish(run, GRU_STEP_FIELDS, {"h_final": h})
+
+
+def gru_backprop(run: Unrolled, *, d_h: Array | None = None,
+                 d_h_final: Array | None = None) -> dict[str, Array]:
+    """Backpropagation through time over ``gru_forward``'s ``run`` for upstream gradients
+    of every step's ``h`` (``[T, B, H]``) and of the final state (``[B, H]``), each optional.
+    Returns the gradients by name: ``x, h0, w_ru, w_c, b_ru, b_c``."""
+    xp, x, weights = namespace_of(run.x), run.x, run.weights
+    h0 = run.starts[0] if run.starts else run.outputs["h_final"]
+    carry = _zeros_or(xp, d_h_final, h0)
+    d_x = xp.zeros(x.shape, dtype=xp.result_type(x, weights["w_ru"]))
+    totals = {k: xp.zeros_like(v) for k, v in weights.items()}
+    for t in reversed(range(len(run.steps))):
+        running = _running(xp, t, run.seq_len)
+        g = cells.gru_cell_grad(x[t], run.starts[t], *weights.values(), run.steps[t],
+                                d_h=_upstream(xp, carry, d_h, t, running),
+                                reset_after=run.attrs["reset_after"], backend=run.backend)
+        d_x[t] = g.x
+        totals = {k: totals[k] + getattr(g, k) for k in weights}
+        carry = _keep(xp, running, g.h_prev, carry)
+    return {"x": d_x, "h0": carry, **totals}
