@@ -1,6 +1,7 @@
 """The known faults of TensorFlow's fused recurrent ops (docs/spec.md §6, docs/faults.md), one
-test each: TensorFlow (or the seed's code, re-enacted with ``tf.raw_ops``) shown wrong, against the oracle where the
-fault is a gradient, and gradcells shown right. Tests that need TensorFlow skip without it.
+test each: TensorFlow (or the seed's code, re-enacted with ``tf.raw_ops``) shown wrong,
+against the oracle where the fault is a gradient, and gradcells shown right. Tests that need
+TensorFlow skip without it.
 
 Fault 7 (on GPU, ``LSTMBlockCellGrad`` adds the peephole term to ``cs_prev_grad`` twice) needs
 TensorFlow's CUDA kernels and has no test here: the conformance extra installs
