@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import gradcells as gc
 from gradcells import tf_compat as tc
+from gradcells._core.specs import PEEPHOLES
 from gradcells.testing import gru_cell_case, lstm_cell_case, lstm_sequence_case
 
 tf = pytest.importorskip("tensorflow")
@@ -25,7 +26,6 @@ pytestmark = pytest.mark.conformance
 
 F32 = {"rtol": 2e-6, "atol": 2e-6}
 STEP_FIELDS = ("i", "cs", "f", "o", "ci", "co", "h")
-PEEPHOLES = ("wci", "wcf", "wco")
 GRU_ARGS = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
 TF_EXAMPLES = settings(max_examples=8)  # TF calls are slow; the sizes are few and small
 

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gradcells as gc
+from gradcells._core.specs import PEEPHOLES
 from gradcells.testing import (
     gru_cell_inputs,
     gru_sequence_inputs,
@@ -29,7 +30,6 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.conformance
 
 TOL = {"rtol": 1e-14, "atol": 1e-14}
-PEEPHOLES = ("wci", "wcf", "wco")
 STEP_FIELDS = ("i", "cs", "f", "o", "ci", "co", "h")
 GRU_ARGS = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
 

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 import gradcells as gc
 from gradcells import _dispatch
 from gradcells import cpu as cpu_backend
+from gradcells._core.specs import PEEPHOLES
 from gradcells.cpu import _gru_kernels, _lstm_kernels
 from gradcells.cpu._compile import KERNEL_OPTIONS
 from gradcells.testing import (
@@ -36,7 +37,6 @@ from gradcells.testing import (
 )
 
 LSTM_ARGS = ("x", "cs_prev", "h_prev", "w", "b")
-PEEPHOLES = ("wci", "wcf", "wco")
 GRU_ARGS = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
 SIZES = {"min_size": 0, "max_batch": 6, "max_input": 6, "max_hidden": 21}
 UPSTREAM = st.sampled_from(["both", "h", "cs", "none"])

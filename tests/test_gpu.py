@@ -414,7 +414,7 @@ from gradcells.testing import gru_sequence_case, lstm_sequence_case, on_library
 lstm = on_library(lstm_sequence_case(np.random.default_rng(1), peephole=True), "cupy")
 seq = gc.lstm_sequence(**lstm)                                  # lstm.cu
 gc.lstm_sequence_grad(*(lstm[k] for k in ("x", "cs0", "h0", "w", "b")), seq,
-                      d_h=seq.h, **{k: lstm[k] for k in ("wci", "wcf", "wco")})  # reduce.cu
+                      d_h=seq.h, **{k: lstm[k] for k in PEEPHOLES})  # reduce.cu
 gc.gru_sequence(**on_library(gru_sequence_case(np.random.default_rng(2)), "cupy"))  # gru.cu
 """
 

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import gradcells as gc
+from gradcells._core.specs import PEEPHOLES
 from gradcells.testing import (
     gru_cell_case,
     gru_cell_inputs,
@@ -90,7 +91,7 @@ def test_straight_through_equals_exact_without_active_clipping(backend):
     case = lstm_cell_case(np.random.default_rng(10), peephole=True)
     case["cell_clip"] = 100.0  # far above every |cs|: clipping never active
     args = [case[k] for k in ("x", "cs_prev", "h_prev", "w", "b")]
-    peeps = {k: case[k] for k in ("wci", "wcf", "wco")}
+    peeps = {k: case[k] for k in PEEPHOLES}
     state = gc.lstm_cell(*args, **peeps, cell_clip=100.0, backend=backend)
     d_h = np.ones_like(state.h)
     exact = gc.lstm_cell_grad(*args, state, d_h=d_h, **peeps, cell_clip=100.0, backend=backend)
@@ -133,7 +134,7 @@ def test_gradient_passes_exactly_on_the_clip_boundary(backend):
 def test_missing_upstream_gradients_are_zeros():
     case = lstm_cell_case(np.random.default_rng(13), peephole=True)
     args = [case[k] for k in ("x", "cs_prev", "h_prev", "w", "b")]
-    peeps = {k: case[k] for k in ("wci", "wcf", "wco")}
+    peeps = {k: case[k] for k in PEEPHOLES}
     state = gc.lstm_cell(*args, **peeps)
     zeros = np.zeros_like(state.h)
     none = gc.lstm_cell_grad(*args, state, **peeps)

@@ -12,6 +12,7 @@ import pytest
 
 import gradcells as gc
 from gradcells import _interop
+from gradcells._core.specs import PEEPHOLES
 from gradcells.testing import gru_cell_case, lstm_cell_case
 
 CELL_OPS = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad"]
@@ -22,7 +23,7 @@ def _numpy_call(op, rng, dtype):
     if op.startswith("lstm"):
         case = lstm_cell_case(rng, dtype=dtype, peephole=True, clip=True)
         arrays = [case[k] for k in ("x", "cs_prev", "h_prev", "w", "b")]
-        peeps = {k: case[k] for k in ("wci", "wcf", "wco")}
+        peeps = {k: case[k] for k in PEEPHOLES}
         if op == "lstm_cell":
             return gc.lstm_cell, arrays, {**peeps, "forget_bias": 0.5,
                                           "cell_clip": case["cell_clip"]}

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import gradcells as gc
 from gradcells import layouts
+from gradcells._core.specs import PEEPHOLES
 from gradcells.testing import gru_cell_case, lstm_cell_case
 
 SIZES = [(3, 4, 5), (2, 1, 1), (4, 6, 2)]          # (batch, input size, hidden)
@@ -421,7 +422,7 @@ def test_lstm_to_tf_v2_block_lstm_v2_forward(keras, rng, peephole, batch, input_
     w_v2, b_v2 = layouts.lstm_to_tf_v2(case["w"], case["b"])
     x = rng.standard_normal((T, batch, input_size)).astype(np.float32)
     zeros = np.zeros(hidden, np.float32)
-    peeps = {k: zeros if case[k] is None else case[k] for k in ("wci", "wcf", "wco")}
+    peeps = {k: zeros if case[k] is None else case[k] for k in PEEPHOLES}
     out = tf.raw_ops.BlockLSTMV2(
         seq_len_max=np.int64(T), x=x, cs_prev=case["cs_prev"], h_prev=case["h_prev"],
         w=w_v2, b=b_v2, use_peephole=peephole, **peeps)

@@ -9,6 +9,7 @@ from conftest import NUMPY_BACKENDS
 from hypothesis import given
 
 import gradcells as gc
+from gradcells._core.specs import PEEPHOLES
 from gradcells.testing import (
     gru_cell_inputs,
     gru_sequence_case,
@@ -19,7 +20,6 @@ from gradcells.testing import (
 
 LSTM_ARGS = ("x", "cs_prev", "h_prev", "w", "b")
 GRU_ARGS = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
-PEEPHOLES = ("wci", "wcf", "wco")
 
 
 def run_lstm(case, backend, clip_grad="exact"):
@@ -160,7 +160,7 @@ def test_extreme_preactivations_in_sequences_are_finite_and_silent(backend, dtyp
         warnings.simplefilter("error")
         with np.errstate(all="raise"):
             args = [lstm[k] for k in ("x", "cs0", "h0", "w", "b")]
-            peeps = {k: lstm[k] for k in ("wci", "wcf", "wco")}
+            peeps = {k: lstm[k] for k in PEEPHOLES}
             seq = gc.lstm_sequence(*args, **peeps, cell_clip=lstm["cell_clip"], seq_len=lengths,
                                    backend=backend)
             results = [seq, gc.lstm_sequence_grad(*args, seq, d_h=np.ones_like(seq.h), **peeps,

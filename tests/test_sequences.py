@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gradcells as gc
+from gradcells._core.specs import PEEPHOLES
 from gradcells.testing import (
     gru_sequence_case,
     gru_sequence_inputs,
@@ -25,7 +26,6 @@ NUMPY_BACKENDS = [name for name in NUMPY_BACKENDS
                   if hasattr(importlib.import_module(f"gradcells.{name}"), "lstm_cell")]
 LSTM_ARGS = ("x", "cs0", "h0", "w", "b")
 GRU_ARGS = ("x", "h0", "w_ru", "w_c", "b_ru", "b_c")
-PEEPHOLES = ("wci", "wcf", "wco")
 STEP_FIELDS = ("i", "cs", "f", "o", "ci", "co", "h")
 
 

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 import gradcells as gc
 from gradcells import tf_compat as tc
+from gradcells._core.specs import PEEPHOLES
 from gradcells.testing import gru_cell_case, lstm_cell_case, lstm_sequence_case
 
 STEP_FIELDS = ("i", "cs", "f", "o", "ci", "co", "h")
-PEEPHOLES = ("wci", "wcf", "wco")
 EXACT = {"rtol": 1e-12, "atol": 1e-12}  # the same float64 formulas, different matmul grouping
 
 

@@ -9,6 +9,7 @@ import pytest
 from conftest import StandInDevice
 
 import gradcells as gc
+from gradcells._core.specs import PEEPHOLES
 from gradcells.testing import gru_cell_case, lstm_cell_case
 
 LSTM_ARGS = ("x", "cs_prev", "h_prev", "w", "b")
@@ -18,7 +19,7 @@ GRU_ARGS = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
 def lstm_inputs(peephole=False, **kw):
     case = lstm_cell_case(np.random.default_rng(0), peephole=peephole, **kw)
     args = {k: case[k] for k in LSTM_ARGS}
-    peeps = {k: case[k] for k in ("wci", "wcf", "wco")} if peephole else {}
+    peeps = {k: case[k] for k in PEEPHOLES} if peephole else {}
     return args, peeps
 
 
@@ -44,7 +45,7 @@ def test_lstm_shapes(name, bad, pattern):
         gc.lstm_cell(*args.values())
 
 
-@pytest.mark.parametrize("name", ["wci", "wcf", "wco"])
+@pytest.mark.parametrize("name", list(PEEPHOLES))
 def test_lstm_peephole_shape(name):
     args, peeps = lstm_inputs(peephole=True)
     peeps[name] = np.zeros(4)
@@ -273,7 +274,7 @@ def test_empty_inputs_are_valid(batch, input_size):
     rng = np.random.default_rng(1)
     case = lstm_cell_case(rng, batch=batch, input_size=input_size, hidden=3, peephole=True)
     args = [case[k] for k in LSTM_ARGS]
-    peeps = {k: case[k] for k in ("wci", "wcf", "wco")}
+    peeps = {k: case[k] for k in PEEPHOLES}
     state = gc.lstm_cell(*args, **peeps, cell_clip=1.0)
     assert all(a.shape == (batch, 3) for a in state)
     grads = gc.lstm_cell_grad(*args, state, d_h=np.ones((batch, 3)), **peeps, cell_clip=1.0)
