@@ -131,10 +131,12 @@ def test_functions_fit_on_a_screen(name):
 
 
 def _public_functions():
-    for name in gc.__all__:
-        value = getattr(gc, name)
-        if inspect.isfunction(value):
-            yield name, value
+    for module in (gc, gc.layouts, gc.tf_compat, gc.testing):
+        prefix = "" if module is gc else module.__name__.split(".")[-1] + "."
+        for name in module.__all__:
+            value = getattr(module, name)
+            if inspect.isfunction(value):
+                yield prefix + name, value
 
 
 @pytest.mark.parametrize(("name", "function"), list(_public_functions()),
@@ -145,6 +147,16 @@ def test_the_public_face_is_typed(name, function):
                if p.annotation is inspect.Parameter.empty]
     assert not missing, f"gc.{name}: parameters without a type: {missing}"
     assert signature.return_annotation is not inspect.Signature.empty, f"gc.{name} -> ?"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT.parent / "tests").glob("*.py"))
+                         + sorted((ROOT.parent / "benchmarks").glob("*.py")),
+                         ids=lambda p: p.name)
+def test_tests_and_benchmarks_read_the_peephole_names_from_the_specs(path):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.Tuple, ast.List)) and len(node.elts) == len(specs.PEEPHOLES):
+            values = tuple(e.value for e in node.elts if isinstance(e, ast.Constant))
+            assert values != specs.PEEPHOLES, f"{path.name}:{node.lineno}: use PEEPHOLES"
 
 
 def test_the_package_says_it_is_typed():
