@@ -40,6 +40,8 @@ import time
 import tracemalloc
 from dataclasses import dataclass
 
+from gradcells._core.report import markdown_table
+
 
 def missing(module: str) -> str | None:
     """None when ``module`` can be imported, else a short reason (for the printed table)."""
@@ -176,12 +178,6 @@ def peak_mib(run) -> float:
 
 
 def table(rows, header) -> str:
-    """A Markdown table (pipes, padded columns) of ``rows`` under ``header``."""
-    cells = [[str(c) for c in header]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[k]) for r in cells) for k in range(len(header))]
-
-    def line(row):
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |"
-
-    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(cells[0]), rule, *map(line, cells[1:])])
+    """A Markdown table (pipes, padded columns) of ``rows`` under ``header``: the project's
+    one table printer, ``gradcells._core.report``."""
+    return "\n".join(markdown_table(header, rows))

@@ -40,6 +40,7 @@ import numpy as np
 
 import gradcells as gc
 import gradcells.gpu as gpu
+from gradcells._core import report
 from gradcells._core.types import GRUSettings, GRUWeights, LSTMSettings, LSTMWeights
 from gradcells.gpu import _kernels
 from gradcells.gpu._runtime import CupyRuntime
@@ -74,11 +75,8 @@ def rows_with_ratio(label, medians, peer):
 
 
 def table(title, header, rows):
-    widths = [max(len(str(r[k])) for r in [header, *rows]) for k in range(len(header))]
-    lines = [title, "  ".join(h.ljust(w) for h, w in zip(header, widths)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
-    return "\n".join(lines)
+    """``title`` over the project's text table (``gradcells._core.report.table``)."""
+    return "\n".join([title, *report.table(header, [[str(c) for c in r] for r in rows])])
 
 
 def normal(rng, shape, dtype, scale=1.0):

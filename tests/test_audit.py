@@ -316,9 +316,10 @@ def _markdown_sections(text):
         if line.startswith("## "):
             title = line[3:]
             sections[title] = []
-        elif title and line.startswith("| ") and not line.startswith("| check |"):
+        elif title and line.startswith("| "):
             cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]]
-            sections[title].append(tuple(cells))
+            if cells[0] != "check":  # the header row
+                sections[title].append(tuple(cells))
     return sections
 
 

@@ -70,12 +70,11 @@ def count(n: int, singular: str, plural: str | None = None) -> str:
     return f"{n} {singular if n == 1 else plural or singular + 's'}"
 
 
-def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    """The lines of a Markdown (GitHub) table of ``rows`` under ``header``; a ``|`` in a cell
-    is escaped."""
-    rule = "|" + "|".join("---" for _ in header) + "|"
-    return [_markdown_row(header), rule] + [_markdown_row(r) for r in rows]
-
-
-def _markdown_row(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    """The lines of a Markdown (GitHub) table of ``rows`` under ``header``, columns padded to
+    one width so that it reads as a table in a terminal too; a ``|`` in a cell is escaped."""
+    cells = [[str(c).replace("|", "\\|") for c in row] for row in [header, *rows]]
+    widths = [max(len(row[k]) for row in cells) for k in range(len(header))]
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in cells]
+    return [lines[0], rule, *lines[1:]]
