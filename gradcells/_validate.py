@@ -284,8 +284,6 @@ def seq_len_value(seq_len, library, x):
     return None if shortest == n_steps else seq_len
 
 
-
-
 # --------------------------------------------------------------------------------------
 # One call's arguments, by operation
 
@@ -355,12 +353,23 @@ def forward_args(op: str, x, states, weights, *, forget_bias=1.0, cell_clip=None
     lstm = spec.settings is LSTMSettings
     reset_after = False if lstm else reset_after_value(reset_after)
     library = _checked_library(spec, x, states, weights, reset_after=reset_after)
-    seq_len = seq_len_value(seq_len, library, x) if spec.sequence else None
+    seq_len = _recorded_lengths(seq_len_value(seq_len, library, x)) if spec.sequence else None
     if not lstm:
         return library, GRUSettings(reset_after, seq_len)
     return library, LSTMSettings(forget_bias_value(forget_bias, x.dtype),
                                  cell_clip_value(cell_clip, x.dtype), weights[2] is not None,
                                  seq_len)
+
+
+def _recorded_lengths(seq_len):
+    """The lengths as the record keeps them: a copy (a caller who changes their array later
+    does not change what the forward was computed with), read-only where NumPy allows."""
+    if seq_len is None:
+        return None
+    kept = seq_len.copy()
+    if isinstance(kept, np.ndarray):
+        kept.flags.writeable = False
+    return kept
 
 
 def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,

@@ -100,6 +100,17 @@ def test_results_record_their_settings_and_unpack_as_before():
     assert state.settings.reset_after is True and state.settings.seq_len is None
 
 
+def test_the_record_keeps_its_own_lengths():
+    rng = np.random.default_rng(9)
+    case = lstm_sequence_case(rng, steps=4, batch=3, ragged=True)
+    lengths = case["seq_len"].copy()
+    seq = gc.lstm_sequence(**case)
+    case["seq_len"][:] = 4  # the caller reuses their array
+    np.testing.assert_array_equal(seq.settings.seq_len, lengths)
+    with pytest.raises(ValueError, match="read-only"):
+        seq.settings.seq_len[0] = 0
+
+
 def test_lengths_that_cover_every_step_are_recorded_as_none():
     rng = np.random.default_rng(1)
     case = lstm_sequence_case(rng, steps=3, batch=2)
