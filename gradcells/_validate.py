@@ -356,9 +356,16 @@ def forward_args(op: str, x, states, weights, *, forget_bias=1.0, cell_clip=None
     seq_len = _recorded_lengths(seq_len_value(seq_len, library, x)) if spec.sequence else None
     if not lstm:
         return library, GRUSettings(reset_after, seq_len)
-    return library, LSTMSettings(forget_bias_value(forget_bias, x.dtype),
-                                 cell_clip_value(cell_clip, x.dtype), weights[2] is not None,
-                                 seq_len)
+    values = (forget_bias_value(forget_bias, x.dtype), cell_clip_value(cell_clip, x.dtype),
+              weights[2] is not None)
+    return library, (LSTMSettings(*values, seq_len) if seq_len is not None
+                     else _lstm_settings(*values))
+
+
+@functools.lru_cache(maxsize=256)
+def _lstm_settings(forget_bias, cell_clip, peepholes):
+    """The record of a call without lengths; records are frozen, so calls share them."""
+    return LSTMSettings(forget_bias, cell_clip, peepholes, None)
 
 
 def _recorded_lengths(seq_len):
