@@ -1,4 +1,4 @@
-"""gradcells: fused LSTM and GRU cells for NumPy and CuPy with hand-derived gradients,
+"""gradcells: fused LSTM, GRU and plain RNN cells for NumPy and CuPy with hand-derived gradients,
 checked against finite differences by a public oracle.
 
 Importing gradcells imports NumPy only: the Numba backend compiles on first use, CuPy is
@@ -18,10 +18,23 @@ from ._core.types import (
     LSTMSequenceGrads,
     LSTMSettings,
     LSTMWeights,
+    RNNCellGrads,
+    RNNCellState,
+    RNNSequence,
+    RNNSequenceGrads,
+    RNNSettings,
+    RNNWeights,
 )
-from .cells import gru_cell, gru_cell_grad, lstm_cell, lstm_cell_grad
+from .cells import gru_cell, gru_cell_grad, lstm_cell, lstm_cell_grad, rnn_cell, rnn_cell_grad
 from .oracle import GradientCheckError, VJPReport, check_vjp
-from .sequences import gru_sequence, gru_sequence_grad, lstm_sequence, lstm_sequence_grad
+from .sequences import (
+    gru_sequence,
+    gru_sequence_grad,
+    lstm_sequence,
+    lstm_sequence_grad,
+    rnn_sequence,
+    rnn_sequence_grad,
+)
 
 __version__ = "0.2.0.dev0"
 
@@ -30,9 +43,11 @@ _SUBMODULES = ("tf_compat", "layouts", "testing", "reference", "audit")
 __all__ = [
     "lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad",
     "lstm_sequence", "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad",
+    "rnn_cell", "rnn_cell_grad", "rnn_sequence", "rnn_sequence_grad",
     "LSTMCellState", "LSTMCellGrads", "GRUCellState", "GRUCellGrads",
     "LSTMSequence", "LSTMSequenceGrads", "GRUSequence", "GRUSequenceGrads",
-    "LSTMWeights", "GRUWeights", "LSTMSettings", "GRUSettings",
+    "RNNCellState", "RNNCellGrads", "RNNSequence", "RNNSequenceGrads",
+    "LSTMWeights", "GRUWeights", "RNNWeights", "LSTMSettings", "GRUSettings", "RNNSettings",
     "check_vjp", "VJPReport", "GradientCheckError",
     "tf_compat", "layouts", "testing",
 ]

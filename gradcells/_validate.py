@@ -25,8 +25,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ._core import arrays
-from ._core.specs import CLIP_GRADS, OPS, PEEPHOLES, WEIGHT_LABELS, Labels
-from ._core.types import GRUSettings, LSTMSettings
+from ._core.specs import ACTIVATIONS, CLIP_GRADS, OPS, PEEPHOLES, WEIGHT_LABELS, Labels
+from ._core.types import GRUSettings, LSTMSettings, RNNSettings
 
 _FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
 FLOAT_DTYPES = (_FLOAT32, _FLOAT64)
@@ -199,6 +199,13 @@ def clip_grad_value(clip_grad):
     return clip_grad
 
 
+def activation_value(activation):
+    """``activation``, one of ``ACTIVATIONS``."""
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    return activation
+
+
 def reset_after_value(reset_after):
     """``reset_after`` as a bool (a bool or NumPy bool only)."""
     if not isinstance(reset_after, (bool, np.bool_)):
@@ -307,7 +314,7 @@ class _Layout(NamedTuple):
 def _layout(op: str, reset_after: bool) -> _Layout:
     spec = OPS[op]
     labels = ((spec.x_labels,) + (("B", "H"),) * len(spec.states)
-              + tuple(_weight_labels(name, reset_after) for name in spec.weights._fields))
+              + tuple(_weight_labels(spec, name, reset_after) for name in spec.weights._fields))
     n_required = sum(name not in PEEPHOLES for name in spec.arrays)
     upstream_labels = tuple(spec.upstream_labels(name) for name in spec.upstream)
     return _Layout(spec.arrays, labels, n_required,
@@ -317,9 +324,9 @@ def _layout(op: str, reset_after: bool) -> _Layout:
                    + upstream_labels)
 
 
-def _weight_labels(name, reset_after):
+def _weight_labels(spec, name, reset_after):
     """A weight's shape labels, the GRU candidate bias's ``C`` read as ``2H`` or ``H``."""
-    labels = WEIGHT_LABELS[name]
+    labels = WEIGHT_LABELS[spec.weights][name]
     return labels if labels != ("C",) else ("2H",) if reset_after else ("H",)
 
 
@@ -345,17 +352,21 @@ def _checked_library(spec, x, states, weights, *, reset_after, result=None, upst
 
 
 def forward_args(op: str, x, states, weights, *, forget_bias=1.0, cell_clip=None,
-                 reset_after=False, seq_len=None):
+                 reset_after=False, activation="tanh", seq_len=None):
     """Check a forward call of ``op``; return ``(library, settings)``. The keywords are the
     op's attributes as the caller gave them (those the op does not have keep their
     defaults)."""
     spec = OPS[op]
-    lstm = spec.settings is LSTMSettings
-    reset_after = False if lstm else reset_after_value(reset_after)
+    kind = spec.settings
+    reset_after = reset_after_value(reset_after) if kind is GRUSettings else False
+    if kind is RNNSettings:
+        activation = activation_value(activation)
     library = _checked_library(spec, x, states, weights, reset_after=reset_after)
     seq_len = _recorded_lengths(seq_len_value(seq_len, library, x)) if spec.sequence else None
-    if not lstm:
+    if kind is GRUSettings:
         return library, GRUSettings(reset_after, seq_len)
+    if kind is RNNSettings:
+        return library, RNNSettings(activation, seq_len)
     values = (forget_bias_value(forget_bias, x.dtype), cell_clip_value(cell_clip, x.dtype),
               weights[2] is not None)
     return library, (LSTMSettings(*values, seq_len) if seq_len is not None
@@ -380,7 +391,7 @@ def _recorded_lengths(seq_len):
 
 
 def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
-              reset_after=None, seq_len=None):
+              reset_after=None, activation=None, seq_len=None):
     """Check a gradient call of ``op``; return ``(library, settings)``: the forward's record,
     each setting given again (None: not given) checked against it; for a result that
     records nothing, the record the keywords make.
@@ -391,11 +402,14 @@ def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
     recorded = result.settings if type(result) is spec.result else None
     settings = recorded
     if settings is None:
-        settings = (spec.settings() if spec.settings is GRUSettings
-                    else LSTMSettings(peepholes=weights[2] is not None))
+        settings = (LSTMSettings(peepholes=weights[2] is not None)
+                    if spec.settings is LSTMSettings else spec.settings())
     if reset_after is not None:
         settings = _agreeing(spec, recorded, settings, "reset_after",
                              reset_after_value(reset_after))
+    if activation is not None:
+        settings = _agreeing(spec, recorded, settings, "activation",
+                             activation_value(activation))
     library = _checked_library(spec, x, states, weights,
                                reset_after=getattr(settings, "reset_after", False),
                                result=result, upstream=upstream)
@@ -444,7 +458,7 @@ def _same_lengths(a, b):
 
 
 def _setting_text(value):
-    if value is None or isinstance(value, (bool, float, int)):
+    if value is None or isinstance(value, (bool, float, int, str)):
         return repr(value)
     return f"[{', '.join(str(int(n)) for n in value.tolist())}]"
 

@@ -18,6 +18,9 @@ from ._core.types import (
     LSTMCellGrads,
     LSTMCellState,
     LSTMWeights,
+    RNNCellGrads,
+    RNNCellState,
+    RNNWeights,
     record_settings,
 )
 from ._interop import accepts_any_array
@@ -116,3 +119,44 @@ def gru_cell_grad(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array,
                                     reset_after=reset_after)
     impl = _dispatch.backend_for(backend, library)
     return impl.gru_cell_grad(x, h_prev, weights, GRUCellState(*state), settings, d_h=d_h)
+
+
+@accepts_any_array
+def rnn_cell(x: Array, h_prev: Array, w: Array, b: Array, *, activation: str = "tanh",
+             backend: str | None = None) -> RNNCellState:
+    """One step of the plain (Elman) RNN cell: PyTorch's ``nn.RNNCell``, Keras' ``SimpleRNN``,
+    ONNX's ``RNN``.
+
+    Shapes: ``x [B, I]``, ``h_prev [B, H]``, ``w [I+H, H]`` (rows: the x part, then the h
+    part), ``b [H]``; ``activation`` "tanh" or "relu".
+
+        h = act([x, h_prev]·w + b)
+
+    Returns ``RNNCellState(h)``, ``h [B, H]``, recording ``activation``.
+    """
+    weights = RNNWeights(w, b)
+    library, settings = v.forward_args("rnn_cell", x, (h_prev,), weights, activation=activation)
+    impl = _dispatch.backend_for(backend, library)
+    return record_settings(impl.rnn_cell(x, h_prev, weights, settings), settings)
+
+
+@accepts_any_array
+def rnn_cell_grad(x: Array, h_prev: Array, w: Array, b: Array, state: RNNCellState, *,
+                  d_h: Array | None = None, activation: str | None = None,
+                  backend: str | None = None) -> RNNCellGrads:
+    """Gradient of ``rnn_cell`` with respect to every input, given the forward's ``state``
+    and the upstream gradient ``d_h`` of ``h`` (None: zeros).
+
+        dz = d_h∘act'(z):  tanh' = 1 - h²;  relu' = 1 where h > 0, else 0 (relu'(0) = 0)
+        d[x, h_prev] = dz·wᵀ;   dw = [x, h_prev]ᵀ·dz;   db = Σ_batch dz
+
+    ``activation`` is the forward's, as ``state`` records it (None: the record's; for a
+    tuple built by hand, "tanh"); a contradicting value raises ``ValueError``.
+
+    Returns ``RNNCellGrads(x, h_prev, w, b)``.
+    """
+    weights = RNNWeights(w, b)
+    library, settings = v.grad_args("rnn_cell", x, (h_prev,), weights, state, {"d_h": d_h},
+                                    activation=activation)
+    impl = _dispatch.backend_for(backend, library)
+    return impl.rnn_cell_grad(x, h_prev, weights, RNNCellState(*state), settings, d_h=d_h)

@@ -20,6 +20,9 @@ from ._core.types import (
     LSTMSequence,
     LSTMSequenceGrads,
     LSTMWeights,
+    RNNSequence,
+    RNNSequenceGrads,
+    RNNWeights,
     record_settings,
 )
 from ._interop import accepts_any_array
@@ -129,3 +132,45 @@ def gru_sequence_grad(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array,
                                     reset_after=reset_after, seq_len=seq_len)
     impl = _dispatch.backend_for(backend, library)
     return impl.gru_sequence_grad(x, h0, weights, GRUSequence(*seq), settings, **upstream)
+
+
+@accepts_any_array
+def rnn_sequence(x: Array, h0: Array, w: Array, b: Array, *, activation: str = "tanh",
+                 seq_len: Array | None = None, backend: str | None = None) -> RNNSequence:
+    """The plain RNN cell (``rnn_cell``) run over ``x [T, B, I]`` from ``h0 [B, H]``.
+
+    Weights as for ``rnn_cell``; ``seq_len`` as for ``lstm_sequence``.
+
+        for t in 0..T-1:   h[t] = act([x[t], h]·w + b)
+
+    Returns ``RNNSequence(h, h_final)``: steps ``[T, B, H]``, final state ``[B, H]``,
+    recording ``activation`` and ``seq_len``.
+    """
+    weights = RNNWeights(w, b)
+    library, settings = v.forward_args("rnn_sequence", x, (h0,), weights,
+                                       activation=activation, seq_len=seq_len)
+    impl = _dispatch.backend_for(backend, library)
+    return record_settings(impl.rnn_sequence(x, h0, weights, settings), settings)
+
+
+@accepts_any_array
+def rnn_sequence_grad(x: Array, h0: Array, w: Array, b: Array, seq: RNNSequence, *,
+                      d_h: Array | None = None, d_h_final: Array | None = None,
+                      activation: str | None = None, seq_len: Array | None = None,
+                      backend: str | None = None) -> RNNSequenceGrads:
+    """Backpropagation through time for ``rnn_sequence``, given its result ``seq``.
+
+    Upstream gradients (each optional, None meaning zeros): ``d_h [T, B, H]`` for the
+    per-step ``h``, ``d_h_final [B, H]`` for the final state. ``activation`` and ``seq_len``
+    are the forward's, as ``seq`` records them (a contradicting value raises ``ValueError``;
+    for a ``seq`` that records nothing, ``activation`` None means "tanh"). Entries of ``x``
+    and ``d_h`` past a row's length are never read.
+
+    Returns ``RNNSequenceGrads(x, h0, w, b)``.
+    """
+    weights = RNNWeights(w, b)
+    upstream = {"d_h": d_h, "d_h_final": d_h_final}
+    library, settings = v.grad_args("rnn_sequence", x, (h0,), weights, seq, upstream,
+                                    activation=activation, seq_len=seq_len)
+    impl = _dispatch.backend_for(backend, library)
+    return impl.rnn_sequence_grad(x, h0, weights, RNNSequence(*seq), settings, **upstream)

@@ -13,7 +13,14 @@ import pytest
 
 import gradcells as gc
 from gradcells._core.specs import OPS, PEEPHOLES
-from gradcells.testing import gru_cell_case, gru_sequence_case, lstm_cell_case, lstm_sequence_case
+from gradcells.testing import (
+    gru_cell_case,
+    gru_sequence_case,
+    lstm_cell_case,
+    lstm_sequence_case,
+    rnn_cell_case,
+    rnn_sequence_case,
+)
 
 BACKENDS = ["reference", "cpu"]
 
@@ -27,8 +34,13 @@ def _case(op, rng, variant):
                                   forget_bias=0.5, ragged=True)
     if op == "gru_cell":
         return {**gru_cell_case(rng, reset_after=variant), "reset_after": variant}
-    return {**gru_sequence_case(rng, steps=5, batch=4, reset_after=variant, ragged=True),
-            "reset_after": variant}
+    if op == "gru_sequence":
+        return {**gru_sequence_case(rng, steps=5, batch=4, reset_after=variant, ragged=True),
+                "reset_after": variant}
+    activation = "relu" if variant else "tanh"
+    if op == "rnn_cell":
+        return rnn_cell_case(rng, activation=activation)
+    return rnn_sequence_case(rng, steps=5, batch=4, activation=activation, ragged=True)
 
 
 def _split(op, case):
@@ -37,7 +49,8 @@ def _split(op, case):
     positional = [case[name] for name in spec.arrays if name not in PEEPHOLES]
     peepholes = {name: case[name] for name in PEEPHOLES if case.get(name) is not None}
     keywords = {name: case[name] for name in
-                ("forget_bias", "cell_clip", "reset_after", "seq_len") if name in case}
+                ("forget_bias", "cell_clip", "reset_after", "activation", "seq_len")
+                if name in case}
     repeated = {name: value for name, value in keywords.items() if name != "forget_bias"}
     return positional, {**peepholes, **keywords}, {**peepholes, **repeated}, peepholes
 
@@ -78,7 +91,7 @@ def test_the_gradient_needs_only_the_arrays_the_result_and_the_upstream(op, back
     if op.startswith("gru") and variant:
         with pytest.raises(ValueError, match=r"b_c must have shape \[H\]"):
             plain()
-    elif op == "gru_cell":
+    elif op in ("gru_cell", "rnn_cell") and not (op == "rnn_cell" and variant):
         _assert_same(plain(), full)  # nothing to remember
     else:
         assert any(not np.array_equal(a, b) for a, b in zip(plain(), full) if a is not None)

@@ -23,6 +23,12 @@ from .types import (
     LSTMSequenceGrads,
     LSTMSettings,
     LSTMWeights,
+    RNNCellGrads,
+    RNNCellState,
+    RNNSequence,
+    RNNSequenceGrads,
+    RNNSettings,
+    RNNWeights,
 )
 
 Labels = tuple[str, ...]
@@ -35,10 +41,15 @@ CLIP_GRADS = ("exact", "straight_through")
 
 _STEP, _STATE = ("T", "B", "H"), ("B", "H")
 
-# The shape labels of every weight, by name.
-WEIGHT_LABELS: dict[str, Labels] = {
-    "w": ("I+H", "4H"), "b": ("4H",), "wci": ("H",), "wcf": ("H",), "wco": ("H",),
-    "w_ru": ("I+H", "2H"), "w_c": ("I+H", "H"), "b_ru": ("2H",), "b_c": ("C",),
+ACTIVATIONS = ("tanh", "relu")
+"""The plain RNN cell's activations."""
+
+# The shape labels of every weight, by weight set and name.
+WEIGHT_LABELS: dict[type, dict[str, Labels]] = {
+    LSTMWeights: {"w": ("I+H", "4H"), "b": ("4H",), "wci": ("H",), "wcf": ("H",),
+                  "wco": ("H",)},
+    GRUWeights: {"w_ru": ("I+H", "2H"), "w_c": ("I+H", "H"), "b_ru": ("2H",), "b_c": ("C",)},
+    RNNWeights: {"w": ("I+H", "H"), "b": ("H",)},
 }
 
 
@@ -95,8 +106,12 @@ OPS: dict[str, OpSpec] = {spec.name: spec for spec in (
            LSTMSequence, LSTMSequenceGrads, ("d_h", "d_cs", "d_h_final", "d_cs_final")),
     OpSpec("gru_sequence", True, ("h0",), GRUWeights, GRUSettings,
            GRUSequence, GRUSequenceGrads, ("d_h", "d_h_final")),
+    OpSpec("rnn_cell", False, ("h_prev",), RNNWeights, RNNSettings,
+           RNNCellState, RNNCellGrads, ("d_h",)),
+    OpSpec("rnn_sequence", True, ("h0",), RNNWeights, RNNSettings,
+           RNNSequence, RNNSequenceGrads, ("d_h", "d_h_final")),
 )}
 """Every forward operation by name; each has a gradient ``<name>_grad``."""
 
-CELLS = ("lstm", "gru")
+CELLS = ("lstm", "gru", "rnn")
 """The cells; every backend has one module per cell (``gradcells.<backend>.<cell>``)."""

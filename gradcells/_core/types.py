@@ -48,7 +48,16 @@ class GRUSettings:
     seq_len: Array | None = None
 
 
-Settings = TypeVar("Settings", LSTMSettings, GRUSettings)
+@dataclass(frozen=True, eq=False)
+class RNNSettings:
+    """What a plain RNN forward was computed with: ``activation`` ("tanh" or "relu") and
+    ``seq_len`` (as for ``LSTMSettings``)."""
+
+    activation: str = "tanh"
+    seq_len: Array | None = None
+
+
+Settings = TypeVar("Settings", LSTMSettings, GRUSettings, RNNSettings)
 
 
 class _Recorded:
@@ -92,6 +101,14 @@ class GRUWeights(NamedTuple):
     w_c: Array
     b_ru: Array
     b_c: Array
+
+
+class RNNWeights(NamedTuple):
+    """One plain RNN cell's parameters: ``w [I+H, H]`` (rows: the x part, then the h part)
+    and ``b [H]``."""
+
+    w: Array
+    b: Array
 
 
 # --------------------------------------------------------------------------------------
@@ -199,6 +216,41 @@ class GRUSequenceGrads(NamedTuple):
     b_c: Array
 
 
+class _RNNCellState(NamedTuple):
+    h: Array
+
+
+class RNNCellState(_Recorded, _RNNCellState):
+    """The output of one plain RNN step, ``h [B, H]``."""
+
+
+class RNNCellGrads(NamedTuple):
+    """Gradient of the loss with respect to every input of ``rnn_cell``."""
+
+    x: Array
+    h_prev: Array
+    w: Array
+    b: Array
+
+
+class _RNNSequence(NamedTuple):
+    h: Array
+    h_final: Array
+
+
+class RNNSequence(_Recorded, _RNNSequence):
+    """Every step's plain RNN output ``h [T, B, H]`` and the final state ``[B, H]``."""
+
+
+class RNNSequenceGrads(NamedTuple):
+    """Gradient of the loss with respect to every input of ``rnn_sequence``."""
+
+    x: Array
+    h0: Array
+    w: Array
+    b: Array
+
+
 # --------------------------------------------------------------------------------------
 # The backend protocol: every backend has one module per cell with these functions, names
 # and signatures (tests/test_architecture.py holds every backend to them). Arguments arrive
@@ -235,5 +287,18 @@ class GRUBackend(Protocol):
                           d_h_final=None) -> GRUSequenceGrads: ...
 
 
+class RNNBackend(Protocol):
+    def rnn_cell(self, x, h_prev, weights: RNNWeights, settings: RNNSettings) -> RNNCellState: ...
+
+    def rnn_cell_grad(self, x, h_prev, weights: RNNWeights, state: RNNCellState,
+                      settings: RNNSettings, *, d_h=None) -> RNNCellGrads: ...
+
+    def rnn_sequence(self, x, h0, weights: RNNWeights, settings: RNNSettings) -> RNNSequence: ...
+
+    def rnn_sequence_grad(self, x, h0, weights: RNNWeights, seq: RNNSequence,
+                          settings: RNNSettings, *, d_h=None,
+                          d_h_final=None) -> RNNSequenceGrads: ...
+
+
 # Which protocol each backend cell module follows.
-CELL_PROTOCOLS = {"lstm": LSTMBackend, "gru": GRUBackend}
+CELL_PROTOCOLS = {"lstm": LSTMBackend, "gru": GRUBackend, "rnn": RNNBackend}

@@ -2,10 +2,11 @@
 CuPy), as plainly as the math allows. It is the teaching text and the oracle the fast
 backends are tested against.
 
-Like every backend it has one module per cell (``lstm``, ``gru``) whose operations take the
+Like every backend it has one module per cell (``lstm``, ``gru``, ``rnn``) whose operations take the
 backend protocol's arguments (``gradcells._core.types``): the arrays, a weight set and a
 settings record, validated and normalised by the public layer. ``lstm_activations``,
-``lstm_gate_grads``, ``clip_pass_mask`` and ``gru_gate_grads`` are the reference's own
+``lstm_gate_grads``, ``clip_pass_mask``, ``gru_gate_grads``, ``rnn_activation`` and
+``rnn_preactivation_grad`` are the reference's own
 building blocks, which ``tf_compat`` and the notebooks also use.
 """
 
@@ -19,7 +20,17 @@ from .lstm import (
     lstm_sequence,
     lstm_sequence_grad,
 )
+from .rnn import (
+    rnn_activation,
+    rnn_cell,
+    rnn_cell_grad,
+    rnn_preactivation_grad,
+    rnn_sequence,
+    rnn_sequence_grad,
+)
 
 __all__ = ["lstm_cell", "lstm_cell_grad", "lstm_sequence", "lstm_sequence_grad",
            "gru_cell", "gru_cell_grad", "gru_sequence", "gru_sequence_grad",
+           "rnn_cell", "rnn_cell_grad", "rnn_sequence", "rnn_sequence_grad",
+           "rnn_activation", "rnn_preactivation_grad",
            "lstm_activations", "lstm_gate_grads", "clip_pass_mask", "gru_gate_grads"]

@@ -2,12 +2,14 @@
 for valid cell inputs, oracle pairs and ``vjp_check``, and the sequence loop over the public
 cells that the sequence operations are tested against.
 
-* ``cases``: ``lstm_cell_case``, ``gru_cell_case``, ``lstm_sequence_case``,
-  ``gru_sequence_case`` and their ``random_*`` variants, ``clip_levels``, ``on_library``;
+* ``cases``: ``lstm_cell_case``, ``gru_cell_case``, ``rnn_cell_case``,
+  ``lstm_sequence_case``, ``gru_sequence_case``, ``rnn_sequence_case`` and their
+  ``random_*`` variants, ``clip_levels``, ``on_library``;
 * ``strategies``: ``lstm_cell_inputs``, ``gru_cell_inputs``, ``lstm_sequence_inputs``,
   ``gru_sequence_inputs`` (Hypothesis is imported only when a strategy is built);
 * ``pairs``: ``(f, vjp, args, names)`` for the oracle, ``OPS`` and ``vjp_check``;
-* ``unrolled``: ``lstm_forward``/``lstm_backprop``, ``gru_forward``/``gru_backprop``.
+* ``unrolled``: ``lstm_forward``/``lstm_backprop``, ``gru_forward``/``gru_backprop``,
+  ``rnn_forward``/``rnn_backprop``.
 
 Every name is also available here, as ``gradcells.testing.<name>``.
 """
@@ -27,6 +29,10 @@ from .cases import (
     random_gru_sequence_case,
     random_lstm_cell_case,
     random_lstm_sequence_case,
+    random_rnn_cell_case,
+    random_rnn_sequence_case,
+    rnn_cell_case,
+    rnn_sequence_case,
 )
 from .pairs import (
     GRU_ARG_NAMES,
@@ -48,18 +54,27 @@ from .strategies import (
     lstm_cell_inputs,
     lstm_sequence_inputs,
 )
-from .unrolled import gru_backprop, gru_forward, lstm_backprop, lstm_forward
+from .unrolled import (
+    gru_backprop,
+    gru_forward,
+    lstm_backprop,
+    lstm_forward,
+    rnn_backprop,
+    rnn_forward,
+)
 
 __all__ = [
     "cases", "pairs", "strategies", "unrolled",
     "CLIP_MARGIN", "clip_away_from", "clip_levels", "on_library", "ragged_lengths",
     "lstm_cell_case", "gru_cell_case", "lstm_sequence_case", "gru_sequence_case",
     "random_lstm_cell_case", "random_gru_cell_case", "random_lstm_sequence_case",
-    "random_gru_sequence_case",
+    "random_gru_sequence_case", "rnn_cell_case", "rnn_sequence_case", "random_rnn_cell_case",
+    "random_rnn_sequence_case",
     "LSTM_ARG_NAMES", "GRU_ARG_NAMES", "LSTM_SEQUENCE_ARG_NAMES", "GRU_SEQUENCE_ARG_NAMES",
     "LSTM_SEQUENCE_OUTPUTS", "GRU_SEQUENCE_OUTPUTS", "OPS",
     "lstm_cell_vjp_pair", "gru_cell_vjp_pair", "lstm_sequence_vjp_pair",
     "gru_sequence_vjp_pair", "vjp_check",
     "lstm_cell_inputs", "gru_cell_inputs", "lstm_sequence_inputs", "gru_sequence_inputs",
-    "lstm_forward", "lstm_backprop", "gru_forward", "gru_backprop",
+    "lstm_forward", "lstm_backprop", "gru_forward", "gru_backprop", "rnn_forward",
+    "rnn_backprop",
 ]

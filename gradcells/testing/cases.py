@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import cells, sequences
-from .._core.specs import PEEPHOLES
+from .._core.specs import ACTIVATIONS, PEEPHOLES
 
 CLIP_MARGIN = 1e-2
 FORGET_BIASES = (0.0, 1.0, -0.5, 2.5)
@@ -232,4 +232,85 @@ def random_gru_sequence_case(rng: np.random.Generator, dtype: Any = np.float64) 
         rng, steps=int(rng.integers(1, 5)), batch=int(rng.integers(1, 5)),
         input_size=int(rng.integers(1, 5)), hidden=int(rng.integers(1, 5)), dtype=dtype,
         reset_after=bool(rng.integers(2)), scale=float(rng.choice(SCALES)),
+        ragged=bool(rng.integers(2)))
+
+
+# --------------------------------------------------------------------------------------
+# The plain RNN cell
+
+KINK_MARGIN = 1e-3
+"""A relu case keeps every pre-activation at least this far from relu's kink at 0."""
+
+
+def _rnn_parameters(rng, input_size, hidden, dtype, activation, scale):
+    """``w, b`` drawn for a plain RNN case, and its ``activation``."""
+    fan_in = max(1, input_size + hidden)
+    return {"w": _normal(rng, (input_size + hidden, hidden), scale / np.sqrt(fan_in), dtype),
+            "b": _normal(rng, (hidden,), 0.1 * scale, dtype), "activation": activation}
+
+
+def _preactivations(case):
+    """Every pre-activation ``z`` the case's forward computes (float64, steps past a row's
+    length included: they are not differentiated, but a kink there is harmless too)."""
+    as64 = {k: v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype.kind == "f"
+            else v for k, v in case.items()}
+    x = as64["x"] if as64["x"].ndim == 3 else as64["x"][None]
+    h = as64.get("h0", as64.get("h_prev"))
+    zs = []
+    for x_t in x:
+        z = np.concatenate([x_t, h], axis=1) @ as64["w"] + as64["b"]
+        zs.append(z)
+        h = np.maximum(z, 0) if case["activation"] == "relu" else np.tanh(z)
+    return np.concatenate([z.ravel() for z in zs]) if zs else np.zeros(0)
+
+
+def _away_from_the_kink(draw, attempts=20):
+    """``draw()`` again until no relu pre-activation is within ``KINK_MARGIN`` of 0 (a
+    difference quotient across the kink means nothing); tanh cases are taken at once."""
+    for _ in range(attempts):
+        case = draw()
+        if case["activation"] != "relu" or not (
+                np.abs(_preactivations(case)) < KINK_MARGIN).any():
+            return case
+    return case
+
+
+def rnn_cell_case(rng: np.random.Generator, *, batch: int = 3, input_size: int = 4,
+                  hidden: int = 5, dtype: Any = np.float64, activation: str = "tanh",
+                  scale: float = 1.0) -> Case:
+    """Keyword arguments for ``rnn_cell``; a relu case keeps its pre-activations
+    ``KINK_MARGIN`` away from 0."""
+    return _away_from_the_kink(lambda: {
+        "x": _normal(rng, (batch, input_size), 1.0, dtype),
+        "h_prev": _normal(rng, (batch, hidden), 0.5, dtype),
+        **_rnn_parameters(rng, input_size, hidden, dtype, activation, scale)})
+
+
+def rnn_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int = 3,
+                      input_size: int = 4, hidden: int = 5, dtype: Any = np.float64,
+                      activation: str = "tanh", scale: float = 1.0,
+                      ragged: bool = False) -> Case:
+    """Keyword arguments for ``rnn_sequence``, drawn like ``rnn_cell_case``."""
+    return _away_from_the_kink(lambda: {
+        "x": _normal(rng, (steps, batch, input_size), 1.0, dtype),
+        "h0": _normal(rng, (batch, hidden), 0.5, dtype),
+        **_rnn_parameters(rng, input_size, hidden, dtype, activation, scale),
+        "seq_len": ragged_lengths(rng, steps, batch) if ragged else None})
+
+
+def random_rnn_cell_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
+    """An ``rnn_cell`` case with sizes and ``activation`` drawn from ``rng``."""
+    return rnn_cell_case(
+        rng, batch=int(rng.integers(1, 5)), input_size=int(rng.integers(1, 6)),
+        hidden=int(rng.integers(1, 6)), dtype=dtype,
+        activation=str(rng.choice(ACTIVATIONS)), scale=float(rng.choice(SCALES)))
+
+
+def random_rnn_sequence_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
+    """An ``rnn_sequence`` case (T <= 4) with sizes, ``activation`` and ragged lengths drawn
+    from ``rng``."""
+    return rnn_sequence_case(
+        rng, steps=int(rng.integers(1, 5)), batch=int(rng.integers(1, 5)),
+        input_size=int(rng.integers(1, 5)), hidden=int(rng.integers(1, 5)), dtype=dtype,
+        activation=str(rng.choice(ACTIVATIONS)), scale=float(rng.choice(SCALES)),
         ragged=bool(rng.integers(2)))

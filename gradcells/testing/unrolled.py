@@ -1,8 +1,9 @@
 """Sequences by looping the public cells: the one copy, used by the audit and the tests.
 
-``lstm_forward`` / ``gru_forward`` run ``lstm_cell`` / ``gru_cell`` over ``x [T, B, I]`` step
-by step and record every step's state; ``lstm_backprop`` / ``gru_backprop`` run
-backpropagation through time over that record with ``lstm_cell_grad`` / ``gru_cell_grad``.
+``lstm_forward`` / ``gru_forward`` / ``rnn_forward`` run ``lstm_cell`` / ``gru_cell`` /
+``rnn_cell`` over ``x [T, B, I]`` step by step and record every step's state;
+``lstm_backprop`` / ``gru_backprop`` / ``rnn_backprop`` run backpropagation through time over
+that record with the cells' gradient functions.
 With per-example lengths ``seq_len [B]`` a row that has stopped keeps its state, its outputs
 are zero, and its state gradient passes through unchanged (PyTorch's packed sequences, as
 the sequence operations define them). Nothing here depends on the sequence backends, which
@@ -22,7 +23,6 @@ from .._core.specs import OPS, PEEPHOLES
 from .._core.types import Array
 
 LSTM_STEP_FIELDS: tuple[str, ...] = OPS["lstm_cell"].result._fields
-GRU_STEP_FIELDS: tuple[str, ...] = OPS["gru_cell"].result._fields
 
 
 @dataclass(frozen=True, eq=False)
@@ -131,21 +131,46 @@ def lstm_backprop(run: Unrolled, *, d_h: Array | None = None, d_cs: Array | None
     return {"x": d_x, "cs0": carry_cs, "h0": carry_h, **totals}
 
 
+def _forward_h(cell, x, h0, weights, attrs, seq_len, backend) -> Unrolled:
+    """A one-state cell (GRU, plain RNN) over ``x`` from ``h0``: ``cell`` is the public
+    cell function, called with the weights in order and the attributes."""
+    xp = namespace_of(x)
+    run = Unrolled(cell.__name__.split("_")[0], x, weights, attrs, seq_len, backend)
+    h = h0
+    for t in range(x.shape[0]):
+        state = cell(x[t], h, *weights.values(), **attrs, backend=backend)
+        run.steps.append(state)
+        run.starts.append(h)
+        h = _keep(xp, _running(xp, t, seq_len), state.h, h)
+    return _finish(run, OPS[cell.__name__].result._fields, {"h_final": h})
+
+
+def _backprop_h(cell_grad, run, d_h, d_h_final) -> dict[str, Array]:
+    """Backpropagation through time over a one-state cell's ``run``; ``cell_grad`` is the
+    public gradient function."""
+    xp, x, weights = namespace_of(run.x), run.x, run.weights
+    h0 = run.starts[0] if run.starts else run.outputs["h_final"]
+    carry = _zeros_or(xp, d_h_final, h0)
+    d_x = xp.zeros(x.shape, dtype=xp.result_type(x, next(iter(weights.values()))))
+    totals = {k: xp.zeros_like(v) for k, v in weights.items()}
+    for t in reversed(range(len(run.steps))):
+        running = _running(xp, t, run.seq_len)
+        g = cell_grad(x[t], run.starts[t], *weights.values(), run.steps[t],
+                      d_h=_upstream(xp, carry, d_h, t, running), **run.attrs,
+                      backend=run.backend)
+        d_x[t] = g.x
+        totals = {k: totals[k] + getattr(g, k) for k in weights}
+        carry = _keep(xp, running, g.h_prev, carry)
+    return {"x": d_x, "h0": carry, **totals}
+
+
 def gru_forward(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array, *,
                 reset_after: bool = False, seq_len: Array | None = None,
                 backend: str | None = None) -> Unrolled:
     """``gru_cell`` over ``x [T, B, I]`` from ``h0``; see the module docstring."""
-    xp = namespace_of(x)
     weights = {"w_ru": w_ru, "w_c": w_c, "b_ru": b_ru, "b_c": b_c}
-    run = Unrolled("gru", x, weights, {"reset_after": reset_after}, seq_len, backend)
-    h = h0
-    for t in range(x.shape[0]):
-        state = cells.gru_cell(x[t], h, w_ru, w_c, b_ru, b_c, reset_after=reset_after,
-                               backend=backend)
-        run.steps.append(state)
-        run.starts.append(h)
-        h = _keep(xp, _running(xp, t, seq_len), state.h, h)
-    return _finish(run, GRU_STEP_FIELDS, {"h_final": h})
+    return _forward_h(cells.gru_cell, x, h0, weights, {"reset_after": reset_after}, seq_len,
+                      backend)
 
 
 def gru_backprop(run: Unrolled, *, d_h: Array | None = None,
@@ -153,17 +178,18 @@ def gru_backprop(run: Unrolled, *, d_h: Array | None = None,
     """Backpropagation through time over ``gru_forward``'s ``run`` for upstream gradients
     of every step's ``h`` (``[T, B, H]``) and of the final state (``[B, H]``), each optional.
     Returns the gradients by name: ``x, h0, w_ru, w_c, b_ru, b_c``."""
-    xp, x, weights = namespace_of(run.x), run.x, run.weights
-    h0 = run.starts[0] if run.starts else run.outputs["h_final"]
-    carry = _zeros_or(xp, d_h_final, h0)
-    d_x = xp.zeros(x.shape, dtype=xp.result_type(x, weights["w_ru"]))
-    totals = {k: xp.zeros_like(v) for k, v in weights.items()}
-    for t in reversed(range(len(run.steps))):
-        running = _running(xp, t, run.seq_len)
-        g = cells.gru_cell_grad(x[t], run.starts[t], *weights.values(), run.steps[t],
-                                d_h=_upstream(xp, carry, d_h, t, running),
-                                reset_after=run.attrs["reset_after"], backend=run.backend)
-        d_x[t] = g.x
-        totals = {k: totals[k] + getattr(g, k) for k in weights}
-        carry = _keep(xp, running, g.h_prev, carry)
-    return {"x": d_x, "h0": carry, **totals}
+    return _backprop_h(cells.gru_cell_grad, run, d_h, d_h_final)
+
+
+def rnn_forward(x: Array, h0: Array, w: Array, b: Array, *, activation: str = "tanh",
+                seq_len: Array | None = None, backend: str | None = None) -> Unrolled:
+    """``rnn_cell`` over ``x [T, B, I]`` from ``h0``; see the module docstring."""
+    return _forward_h(cells.rnn_cell, x, h0, {"w": w, "b": b}, {"activation": activation},
+                      seq_len, backend)
+
+
+def rnn_backprop(run: Unrolled, *, d_h: Array | None = None,
+                 d_h_final: Array | None = None) -> dict[str, Array]:
+    """Backpropagation through time over ``rnn_forward``'s ``run``, as ``gru_backprop``.
+    Returns the gradients by name: ``x, h0, w, b``."""
+    return _backprop_h(cells.rnn_cell_grad, run, d_h, d_h_final)

@@ -1,0 +1,118 @@
+"""The plain (Elman) RNN cell and the RNN over time, forward and gradient, written once for
+any array namespace (docs/spec.md §9.3; PyTorch's ``nn.RNN``, Keras' ``SimpleRNN``, ONNX's
+``RNN``).
+
+Layout: ``w [I+H, H]``, rows the x part then the h part; ``b [H]``.
+
+    z = [x, h_prev]·w + b
+    h = act(z)                       act: tanh, or relu
+
+The derivative is written in terms of the saved output, as for the other cells:
+tanh'(z) = 1 - h², relu'(z) = 1 where h > 0 and 0 elsewhere (relu'(0) = 0, as PyTorch).
+
+This is the first step of the backpropagation-through-time story: over a sequence the
+gradient of each step's state is the upstream gradient plus what the next step sends back,
+``dh_{t-1} = (dh_t∘act'(z_t))·W_hᵀ``, a product of T Jacobians that vanishes or explodes
+with the spectrum of ``W_h``. The sequence ops follow the matmul plan of
+``gradcells.reference.lstm`` and its per-row lengths; they take the backend protocol's
+arguments (``gradcells._core.types.RNNBackend``): the arrays, an ``RNNWeights`` and an
+``RNNSettings``.
+"""
+
+from __future__ import annotations
+
+from .._core import plan
+from .._core.arrays import namespace_of
+from .._core.types import RNNCellGrads, RNNCellState, RNNSequence, RNNSequenceGrads
+from ._common import keep, valid_rows
+
+
+def rnn_activation(xp, z, activation):
+    """``act(z)``: ``tanh(z)`` or ``relu(z) = max(z, 0)``."""
+    return xp.tanh(z) if activation == "tanh" else xp.maximum(z, 0)
+
+
+def rnn_preactivation_grad(h, d_h, activation):
+    """``dz = d_h∘act'(z)`` from the saved output ``h``: ``d_h∘(1 - h²)`` for tanh,
+    ``d_h`` where ``h > 0`` (else 0) for relu."""
+    if activation == "tanh":
+        return d_h * (1 - h * h)
+    return d_h * (h > 0)
+
+
+def rnn_cell(x, h_prev, weights, settings):
+    """One RNN step; returns ``RNNCellState(h)``."""
+    xp = namespace_of(x)
+    w, b = weights
+    z = xp.concatenate([x, h_prev], axis=1) @ w + b
+    return RNNCellState(rnn_activation(xp, z, settings.activation))
+
+
+def rnn_cell_grad(x, h_prev, weights, state, settings, *, d_h=None):
+    """Gradient of one RNN step with respect to every input.
+
+        dz = d_h∘act'(z);   d[x, h_prev] = dz·wᵀ;   dw = [x, h_prev]ᵀ·dz;   db = Σ_batch dz
+    """
+    xp = namespace_of(x)
+    w, _ = weights
+    d_h = xp.zeros_like(h_prev) if d_h is None else d_h
+    dz = rnn_preactivation_grad(state.h, d_h, settings.activation)
+    xh = xp.concatenate([x, h_prev], axis=1)
+    dxh = dz @ w.T
+    n_in = x.shape[1]
+    return RNNCellGrads(x=dxh[:, :n_in], h_prev=dxh[:, n_in:], w=xh.T @ dz, b=dz.sum(axis=0))
+
+
+def rnn_sequence(x, h0, weights, settings):
+    """The RNN cell over ``x [T, B, I]`` from ``h0``.
+
+    Per step, with ``xz`` the step's slice of the input projection ``x·W_x + b``:
+    ``h = act(xz + h_prev·W_h)``. Returns ``RNNSequence(h, h_final)``: steps ``[T, B, H]``
+    (zero past a row's length) and the final state ``[B, H]``.
+    """
+    xp = namespace_of(x)
+    w, b = weights
+    seq_len = settings.seq_len
+    x = plan.running_inputs(xp, x, seq_len)
+    n_steps, n_batch, n_in = x.shape
+    w_h = w[n_in:]
+    x_z = plan.input_projection(x, w[:n_in], b)
+    steps = xp.zeros((n_steps, n_batch, h0.shape[1]), dtype=x.dtype)
+    h = h0
+    for t in range(n_steps):
+        h_new = rnn_activation(xp, x_z[t] + h @ w_h, settings.activation)
+        valid = valid_rows(seq_len, t)
+        steps[t] = keep(valid, h_new, 0)
+        h = keep(valid, h_new, h)
+    return RNNSequence(steps, h_final=h.copy())
+
+
+def rnn_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None):
+    """Backpropagation through time for ``rnn_sequence``.
+
+    Walking back from the final state, the gradient of the state after step t is carried in
+    ``dh_next``; a running row adds the step's upstream ``d_h[t]``, a frozen row passes the
+    carry through unchanged:
+
+        dz_t = (dh_next + d_h[t])∘act'(z_t);   dh_next = dz_t·W_hᵀ
+        dx = dZ·W_xᵀ;  dw = [x_flatᵀ·dZ ; h_prev_flatᵀ·dZ];  db = Σ_{t,b} dZ
+    """
+    xp = namespace_of(x)
+    w, _ = weights
+    seq_len = settings.seq_len
+    x = plan.running_inputs(xp, x, seq_len)
+    n_steps, n_batch, n_in = x.shape
+    w_h = w[n_in:]
+    zeros = xp.zeros_like(h0)
+    dh_next = zeros if d_h_final is None else d_h_final.copy()
+    d_z = xp.zeros((n_steps, n_batch, h0.shape[1]), dtype=x.dtype)
+    for t in reversed(range(n_steps)):
+        valid = valid_rows(seq_len, t)
+        dh_t = keep(valid, dh_next if d_h is None else dh_next + d_h[t], zeros)
+        d_z[t] = rnn_preactivation_grad(seq.h[t], dh_t, settings.activation)
+        dh_next = keep(valid, d_z[t] @ w_h.T, dh_next)
+    h_prev = plan.previous_states(xp, h0, seq.h)
+    d_flat = plan.flat(d_z)
+    dx = (d_flat @ w[:n_in].T).reshape(n_steps, n_batch, n_in)
+    dw = xp.concatenate([plan.flat(x).T @ d_flat, plan.flat(h_prev).T @ d_flat], axis=0)
+    return RNNSequenceGrads(x=dx, h0=dh_next, w=dw, b=d_flat.sum(axis=0))
