@@ -4,19 +4,23 @@ gradcells's layouts (docs/spec.md §2, §3):
 
 * LSTM: ``w [I+H, 4H]`` (rows: the x part, then the h part), ``b [4H]``; gate blocks in the
   order **i, ci, f, o**.
+* plain RNN: ``w [I+H, H]``, ``b [H]`` (one block, so no gate order); the activation
+  ("tanh" or "relu") is a setting of the framework's layer, not a weight.
 * GRU: ``w_ru [I+H, 2H]`` (columns r then u), ``w_c [I+H, H]``, ``b_ru [2H]``, and ``b_c [H]``
   (reset before the candidate matmul, TensorFlow's ``GRUBlockCell``) or ``b_c [2H]`` =
   ``[b_cx, b_ch]`` (reset after, ``reset_after=True``: cuDNN, PyTorch, Keras' default).
   The update gate u is what PyTorch calls z and Keras and ONNX call z: ``h = u∘h_prev + (1-u)∘c``
   in all four.
 
-Every function is named ``{lstm,gru}_{from,to}_<framework>``. ``lstm_from_X`` returns
-``(w, b)``; ``gru_from_X`` returns ``(w_ru, w_c, b_ru, b_c)``, each as a ``Converted`` tuple
-that also carries the framework's conventions, the two things a caller must not forget:
+Every function is named ``{lstm,gru,rnn}_{from,to}_<framework>``. ``lstm_from_X`` and
+``rnn_from_X`` return ``(w, b)``; ``gru_from_X`` returns ``(w_ru, w_c, b_ru, b_c)``, each
+as a ``Converted`` tuple that also carries the framework's conventions, the two things a
+caller must not forget:
 
 * ``converted.options``: the keywords that make gradcells's op compute the framework's
   forward: ``{"forget_bias": 0.0}`` for an LSTM (gradcells's default is TensorFlow's 1.0),
-  ``{"reset_after": ...}`` for a GRU;
+  ``{"reset_after": ...}`` for a GRU, ``{"activation": ...}`` for a plain RNN (from the
+  ``nonlinearity`` / ``activation`` keyword the converter takes);
 * ``converted.state_order`` and ``converted.gradcells_states(*states)``: the framework's
   order of the recurrent states, e.g. PyTorch's ``(h, c)`` against gradcells's ``(cs, h)``.
 
@@ -66,6 +70,8 @@ __all__ = [
     "lstm_from_onnx", "lstm_to_onnx", "lstm_from_tf_v2", "lstm_to_tf_v2",
     "gru_from_torch", "gru_to_torch", "gru_from_keras", "gru_to_keras",
     "gru_from_onnx", "gru_to_onnx",
+    "rnn_from_torch", "rnn_to_torch", "rnn_from_keras", "rnn_to_keras",
+    "rnn_from_onnx", "rnn_to_onnx",
 ]
 
 
@@ -206,7 +212,7 @@ def _single_direction(name, a, labels):
 def _check_torch(a, n_gates):
     """Check PyTorch's ``weight_ih [kH, I]``, ``weight_hh [kH, H]``, ``bias_ih, bias_hh [kH]``
     (k = ``n_gates``); return H."""
-    gates = f"{n_gates}H"
+    gates = f"{n_gates}H" if n_gates > 1 else "H"
     _ndim("weight_hh", a["weight_hh"], 2, f"{gates}, H")
     n_hidden = a["weight_hh"].shape[1]
     _shape("weight_hh", a["weight_hh"], (n_gates * n_hidden, n_hidden), f"{gates}, H")
@@ -221,7 +227,7 @@ def _check_torch(a, n_gates):
 def _check_keras_kernels(a, n_gates):
     """Check Keras' ``kernel [I, kH]`` and ``recurrent_kernel [H, kH]`` (k = ``n_gates``);
     return H."""
-    gates = f"{n_gates}H"
+    gates = f"{n_gates}H" if n_gates > 1 else "H"
     _ndim("recurrent_kernel", a["recurrent_kernel"], 2, f"H, {gates}")
     n_hidden = a["recurrent_kernel"].shape[0]
     _shape("recurrent_kernel", a["recurrent_kernel"], (n_hidden, n_gates * n_hidden),
@@ -234,7 +240,7 @@ def _check_keras_kernels(a, n_gates):
 def _check_onnx(a, n_gates):
     """Check ONNX's ``W [1, kH, I]``, ``R [1, kH, H]`` and ``B [1, 2kH]`` (k = ``n_gates``);
     return ``(H, W[0])``."""
-    gates = f"{n_gates}H"
+    gates = f"{n_gates}H" if n_gates > 1 else "H"
     _ndim("R", a["R"], 3, f"1, {gates}, H")
     n_hidden = a["R"].shape[2]
     _shape("R", a["R"], (1, n_gates * n_hidden, n_hidden), f"1, {gates}, H")
@@ -570,3 +576,137 @@ def gru_to_onnx(w_ru: Array, w_c: Array, b_ru: Array, b_c: Array) -> tuple[np.nd
         a["w_ru"], a["w_c"], a["b_ru"], a["b_c"], _GRU_ONNX)
     return (np.ascontiguousarray(rows_x.T)[None], np.ascontiguousarray(rows_h.T)[None],
             np.concatenate([bias_x, bias_h])[None])
+
+
+# ---------------------------------------------------------------------------------------------
+# The plain RNN cell
+#
+# One block of H columns, so no gate order: only the transposes, the two-bias rule and the
+# activation, a setting of the framework's layer that the converter carries in ``options``.
+
+_RNN_ACTIVATIONS = ("tanh", "relu")
+_ONNX_ACTIVATIONS = {"Tanh": "tanh", "Relu": "relu"}
+
+
+def _rnn_converted(arrays, framework, activation):
+    return Converted(arrays, framework=framework, options={"activation": activation},
+                     state_order=("h",))
+
+
+def _rnn_activation(name, value):
+    """gradcells's activation for a framework's ``tanh``/``relu`` keyword ``name``."""
+    if not isinstance(value, str) or value not in _RNN_ACTIVATIONS:
+        raise ValueError(f"{name} must be 'tanh' or 'relu', got {value!r}")
+    return value
+
+
+def _check_rnn(w, b):
+    """(I, H) of gradcells's plain RNN ``w [I+H, H]``, ``b [H]``."""
+    _ndim("w", w, 2, "I+H, H")
+    n_hidden = w.shape[1]
+    n_in = w.shape[0] - n_hidden
+    if n_in < 0:
+        raise ValueError(f"w must have shape [I+H, H] with at least H = {n_hidden} rows, "
+                         f"got {w.shape}")
+    _shape("b", b, (n_hidden,), "H")
+    return n_in, n_hidden
+
+
+def _new(a):
+    """A new C-contiguous copy of ``a`` (``np.ascontiguousarray`` would return a row slice,
+    or the transpose of a single row or column, as a view)."""
+    return np.array(a, order="C", copy=True)
+
+
+def _gradcells_rnn(rows_x, rows_h, bias):
+    """gradcells ``(w, b)`` from x-rows ``[I, H]``, h-rows ``[H, H]`` and ``bias [H]``."""
+    return np.ascontiguousarray(np.concatenate([rows_x, rows_h], axis=0)), bias
+
+
+def rnn_from_torch(weight_ih: Array, weight_hh: Array, bias_ih: Array | None = None,
+                   bias_hh: Array | None = None, *, nonlinearity: str = "tanh") -> Converted:
+    """gradcells ``(w, b)`` from PyTorch's ``nn.RNN`` (one layer, one direction) or
+    ``nn.RNNCell``.
+
+    PyTorch: ``weight_ih [H, I]``, ``weight_hh [H, H]``, ``bias_ih, bias_hh [H]`` (None:
+    ``bias=False``). Two biases: ``b = bias_ih + bias_hh``. ``nonlinearity`` is the module's
+    (``"tanh"`` or ``"relu"``) and lands in ``options`` as ``activation``:
+    ``gc.rnn_cell(x, h, *conv, **conv.options)`` runs the module's forward.
+    """
+    activation = _rnn_activation("nonlinearity", nonlinearity)
+    a = _arrays(weight_ih=weight_ih, weight_hh=weight_hh, bias_ih=bias_ih, bias_hh=bias_hh,
+                optional=("bias_ih", "bias_hh"))
+    n_hidden = _check_torch(a, 1)
+    bias = _sum_or_zeros(a["bias_ih"], a["bias_hh"], (n_hidden,), _dtype(a))
+    return _rnn_converted(_gradcells_rnn(a["weight_ih"].T, a["weight_hh"].T, bias), "torch",
+                          activation)
+
+
+def rnn_to_torch(w: Array, b: Array) -> tuple[np.ndarray, ...]:
+    """PyTorch's ``(weight_ih [H, I], weight_hh [H, H], bias_ih [H], bias_hh [H])`` from
+    gradcells ``(w, b)``. Two biases: ``bias_ih = b``, ``bias_hh = 0``. The activation is the
+    module's ``nonlinearity``, set when it is built."""
+    a = _arrays(w=w, b=b)
+    n_in, _ = _check_rnn(a["w"], a["b"])
+    w = a["w"]
+    return _new(w[:n_in].T), _new(w[n_in:].T), a["b"].copy(), _zeros(a["b"].shape, a["b"].dtype)
+
+
+def rnn_from_keras(kernel: Array, recurrent_kernel: Array, bias: Array | None = None, *,
+                   activation: str = "tanh") -> Converted:
+    """gradcells ``(w, b)`` from Keras' ``SimpleRNN`` / ``SimpleRNNCell`` weights
+    (``layer.get_weights()``).
+
+    Keras: ``kernel [I, H]``, ``recurrent_kernel [H, H]``, ``bias [H]`` (None:
+    ``use_bias=False``). One bias: copied. ``activation`` is the layer's (``"tanh"`` or
+    ``"relu"``) and lands in ``options``.
+    """
+    activation = _rnn_activation("activation", activation)
+    a = _arrays(kernel=kernel, recurrent_kernel=recurrent_kernel, bias=bias, optional=("bias",))
+    n_hidden = _check_keras_kernels(a, 1)
+    _shape("bias", a["bias"], (n_hidden,), "H")
+    bias = _sum_or_zeros(a["bias"], None, (n_hidden,), _dtype(a))
+    return _rnn_converted(_gradcells_rnn(a["kernel"], a["recurrent_kernel"], bias), "keras",
+                          activation)
+
+
+def rnn_to_keras(w: Array, b: Array) -> tuple[np.ndarray, ...]:
+    """Keras' ``(kernel [I, H], recurrent_kernel [H, H], bias [H])`` from gradcells
+    ``(w, b)``: ``layer.set_weights(rnn_to_keras(w, b))`` for a ``SimpleRNN`` built with the
+    same ``activation``."""
+    a = _arrays(w=w, b=b)
+    n_in, _ = _check_rnn(a["w"], a["b"])
+    w = a["w"]
+    return _new(w[:n_in]), _new(w[n_in:]), a["b"].copy()
+
+
+def rnn_from_onnx(W: Array, R: Array, B: Array | None = None, *,
+                  activation: str = "Tanh") -> Converted:
+    """gradcells ``(w, b)`` from an ONNX ``RNN`` node (one direction).
+
+    ONNX: ``W [1, H, I]``, ``R [1, H, H]``, ``B [1, 2H]`` = ``[Wb, Rb]`` (optional, zeros);
+    no ``clip``. ``activation`` is the node's one activation, ``"Tanh"`` (ONNX's default) or
+    ``"Relu"``, and lands in ``options`` as gradcells's ``"tanh"``/``"relu"``. Two biases:
+    ``b = Wb + Rb``.
+    """
+    if not isinstance(activation, str) or activation not in _ONNX_ACTIVATIONS:
+        raise ValueError(f"activation must be 'Tanh' or 'Relu', got {activation!r}")
+    a = _arrays(W=W, R=R, B=B, optional=("B",))
+    n_hidden, w_x = _check_onnx(a, 1)
+    bias = _zeros((n_hidden,), _dtype(a))
+    if a["B"] is not None:
+        bias = _sum_or_zeros(a["B"][0, :n_hidden], a["B"][0, n_hidden:], (n_hidden,),
+                             _dtype(a))
+    return _rnn_converted(_gradcells_rnn(w_x.T, a["R"][0].T, bias), "onnx",
+                          _ONNX_ACTIVATIONS[activation])
+
+
+def rnn_to_onnx(w: Array, b: Array) -> tuple[np.ndarray, ...]:
+    """An ONNX ``RNN`` node's ``(W [1, H, I], R [1, H, H], B [1, 2H])`` from gradcells
+    ``(w, b)``. Two biases: ``Wb = b``, ``Rb = 0``. Set the node's ``activations`` to
+    ``["Tanh"]`` or ``["Relu"]`` to match gradcells's ``activation``."""
+    a = _arrays(w=w, b=b)
+    n_in, _ = _check_rnn(a["w"], a["b"])
+    w = a["w"]
+    bias = np.concatenate([a["b"], _zeros(a["b"].shape, a["b"].dtype)])
+    return _new(w[:n_in].T)[None], _new(w[n_in:].T)[None], bias[None]

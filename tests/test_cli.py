@@ -50,9 +50,37 @@ def test_check_reports_an_exception_as_a_failure(monkeypatch, capsys):
     assert "ERROR RuntimeError: boom" in capsys.readouterr().out
 
 
+def test_check_covers_the_plain_rnn(capsys):
+    """``check --ops rnn_cell rnn_sequence``: both ops, both dtypes, on the reference."""
+    status = cli.main(["check", "--examples", "3", "--backends", "reference",
+                       "--ops", "rnn_cell", "rnn_sequence"])
+    out = capsys.readouterr().out
+    assert status == 0
+    rows = [line.split() for line in out.splitlines()[2:6]]
+    assert {(r[0], r[1], r[3]) for r in rows} == {
+        (op, "reference", dt) for op in ("rnn_cell", "rnn_sequence")
+        for dt in ("float64", "float32")}
+    assert all(r[4] == "3" and int(r[5]) > 0 and r[-1] == "pass" for r in rows)
+    assert "4 of 4 combinations pass" in out
+
+
+def test_check_fails_on_a_wrong_rnn_gradient(monkeypatch, capsys):
+    right = gradcells.reference.rnn_sequence_grad
+
+    def wrong(*args, **kwargs):
+        grads = right(*args, **kwargs)
+        return grads._replace(h0=grads.h0 * 1.001)
+
+    monkeypatch.setattr(gradcells.reference, "rnn_sequence_grad", wrong)
+    status = cli.main(["check", "--examples", "2", "--backends", "reference",
+                       "--ops", "rnn_sequence", "--dtypes", "float64"])
+    assert status == 1
+    assert "FAIL (2 of 2)" in capsys.readouterr().out
+
+
 def test_unknown_op_and_bad_examples(capsys):
-    assert cli.main(["check", "--ops", "rnn_cell"]) == 2
-    assert "unknown op(s): rnn_cell" in capsys.readouterr().err
+    assert cli.main(["check", "--ops", "elman_cell"]) == 2
+    assert "unknown op(s): elman_cell" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [

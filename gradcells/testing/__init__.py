@@ -5,8 +5,9 @@ cells that the sequence operations are tested against.
 * ``cases``: ``lstm_cell_case``, ``gru_cell_case``, ``rnn_cell_case``,
   ``lstm_sequence_case``, ``gru_sequence_case``, ``rnn_sequence_case`` and their
   ``random_*`` variants, ``clip_levels``, ``on_library``;
-* ``strategies``: ``lstm_cell_inputs``, ``gru_cell_inputs``, ``lstm_sequence_inputs``,
-  ``gru_sequence_inputs`` (Hypothesis is imported only when a strategy is built);
+* ``strategies``: ``lstm_cell_inputs``, ``gru_cell_inputs``, ``rnn_cell_inputs``,
+  ``lstm_sequence_inputs``, ``gru_sequence_inputs``, ``rnn_sequence_inputs``
+  (Hypothesis is imported only when a strategy is built);
 * ``pairs``: ``(f, vjp, args, names)`` for the oracle, ``OPS`` and ``vjp_check``;
 * ``unrolled``: ``lstm_forward``/``lstm_backprop``, ``gru_forward``/``gru_backprop``,
   ``rnn_forward``/``rnn_backprop``.
@@ -42,10 +43,15 @@ from .pairs import (
     LSTM_SEQUENCE_ARG_NAMES,
     LSTM_SEQUENCE_OUTPUTS,
     OPS,
+    RNN_ARG_NAMES,
+    RNN_SEQUENCE_ARG_NAMES,
+    RNN_SEQUENCE_OUTPUTS,
     gru_cell_vjp_pair,
     gru_sequence_vjp_pair,
     lstm_cell_vjp_pair,
     lstm_sequence_vjp_pair,
+    rnn_cell_vjp_pair,
+    rnn_sequence_vjp_pair,
     vjp_check,
 )
 from .strategies import (
@@ -53,6 +59,8 @@ from .strategies import (
     gru_sequence_inputs,
     lstm_cell_inputs,
     lstm_sequence_inputs,
+    rnn_cell_inputs,
+    rnn_sequence_inputs,
 )
 from .unrolled import (
     gru_backprop,
@@ -71,10 +79,12 @@ __all__ = [
     "random_gru_sequence_case", "rnn_cell_case", "rnn_sequence_case", "random_rnn_cell_case",
     "random_rnn_sequence_case",
     "LSTM_ARG_NAMES", "GRU_ARG_NAMES", "LSTM_SEQUENCE_ARG_NAMES", "GRU_SEQUENCE_ARG_NAMES",
-    "LSTM_SEQUENCE_OUTPUTS", "GRU_SEQUENCE_OUTPUTS", "OPS",
+    "RNN_ARG_NAMES", "RNN_SEQUENCE_ARG_NAMES",
+    "LSTM_SEQUENCE_OUTPUTS", "GRU_SEQUENCE_OUTPUTS", "RNN_SEQUENCE_OUTPUTS", "OPS",
     "lstm_cell_vjp_pair", "gru_cell_vjp_pair", "lstm_sequence_vjp_pair",
-    "gru_sequence_vjp_pair", "vjp_check",
+    "gru_sequence_vjp_pair", "rnn_cell_vjp_pair", "rnn_sequence_vjp_pair", "vjp_check",
     "lstm_cell_inputs", "gru_cell_inputs", "lstm_sequence_inputs", "gru_sequence_inputs",
+    "rnn_cell_inputs", "rnn_sequence_inputs",
     "lstm_forward", "lstm_backprop", "gru_forward", "gru_backprop", "rnn_forward",
     "rnn_backprop",
 ]

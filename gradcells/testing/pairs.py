@@ -20,14 +20,19 @@ from .cases import (
     random_gru_sequence_case,
     random_lstm_cell_case,
     random_lstm_sequence_case,
+    random_rnn_cell_case,
+    random_rnn_sequence_case,
 )
 
 LSTM_ARG_NAMES: tuple[str, ...] = SPECS["lstm_cell"].arrays
 GRU_ARG_NAMES: tuple[str, ...] = SPECS["gru_cell"].arrays
 LSTM_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["lstm_sequence"].arrays
 GRU_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["gru_sequence"].arrays
+RNN_ARG_NAMES: tuple[str, ...] = SPECS["rnn_cell"].arrays
+RNN_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["rnn_sequence"].arrays
 LSTM_SEQUENCE_OUTPUTS = ("h", "cs", "h_final", "cs_final")
 GRU_SEQUENCE_OUTPUTS = ("h", "h_final")
+RNN_SEQUENCE_OUTPUTS = ("h", "h_final")
 
 Pair = tuple[Callable[..., Any], Callable[..., Any], tuple, tuple[str, ...]]
 """``(f, vjp, args, names)`` for ``check_vjp``."""
@@ -108,12 +113,31 @@ def gru_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
                      GRU_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend)
 
 
+def rnn_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None) -> Pair:
+    """The oracle's ``(f, vjp, args, names)`` for ``rnn_cell``: ``f`` maps the case's arrays
+    to ``(h,)``."""
+    attrs = {"activation": case["activation"]}
+    return _vjp_pair(cells.rnn_cell, cells.rnn_cell_grad, case, RNN_ARG_NAMES, ("h",), attrs,
+                     attrs, backend)
+
+
+def rnn_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
+                          outputs: Sequence[str] = RNN_SEQUENCE_OUTPUTS) -> Pair:
+    """The oracle's ``(f, vjp, args, names)`` for ``rnn_sequence``: ``f`` maps the case's
+    arrays to the chosen ``outputs`` ("h", "h_final")."""
+    attrs = {"activation": case["activation"], "seq_len": case["seq_len"]}
+    return _vjp_pair(sequences.rnn_sequence, sequences.rnn_sequence_grad, case,
+                     RNN_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend)
+
+
 # Every public differentiable operation: (random case drawer, oracle pair builder).
 OPS: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., Pair]]] = {
     "lstm_cell": (random_lstm_cell_case, lstm_cell_vjp_pair),
     "gru_cell": (random_gru_cell_case, gru_cell_vjp_pair),
     "lstm_sequence": (random_lstm_sequence_case, lstm_sequence_vjp_pair),
     "gru_sequence": (random_gru_sequence_case, gru_sequence_vjp_pair),
+    "rnn_cell": (random_rnn_cell_case, rnn_cell_vjp_pair),
+    "rnn_sequence": (random_rnn_sequence_case, rnn_sequence_vjp_pair),
 }
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._core.specs import ACTIVATIONS
 from .cases import (
     FORGET_BIASES,
     SCALES,
@@ -17,6 +18,8 @@ from .cases import (
     gru_sequence_case,
     lstm_cell_case,
     lstm_sequence_case,
+    rnn_cell_case,
+    rnn_sequence_case,
 )
 
 if TYPE_CHECKING:
@@ -33,6 +36,11 @@ def _sizes(st, min_size, max_batch, max_input, max_hidden):
 def _flag(st, value):
     """Drawn when ``value`` is None, else fixed."""
     return st.booleans() if value is None else st.just(value)
+
+
+def _activation(st, value):
+    """Drawn from ``ACTIVATIONS`` when ``value`` is None, else fixed."""
+    return st.sampled_from(ACTIVATIONS) if value is None else st.just(value)
 
 
 def _seeded(st, make, dtype, **strategies):
@@ -94,4 +102,32 @@ def gru_sequence_inputs(*, dtype: Any = np.float64, reset_after: bool | None = N
     return _seeded(st, gru_sequence_case, dtype, steps=st.integers(min_size, max_steps),
                    batch=batch, input_size=input_size, hidden=hidden,
                    reset_after=_flag(st, reset_after), ragged=_flag(st, ragged),
+                   scale=st.sampled_from(SCALES))
+
+
+def rnn_cell_inputs(*, dtype: Any = np.float64, activation: str | None = None,
+                    min_size: int = 1, max_batch: int = 4, max_input: int = 5,
+                    max_hidden: int = 5) -> SearchStrategy[Case]:
+    """Hypothesis strategy for ``rnn_cell`` keyword arguments (``activation`` None: drawn,
+    "tanh" or "relu"); relu cases keep their pre-activations away from the kink."""
+    from hypothesis import strategies as st
+
+    batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
+    return _seeded(st, rnn_cell_case, dtype, batch=batch, input_size=input_size,
+                   hidden=hidden, activation=_activation(st, activation),
+                   scale=st.sampled_from(SCALES))
+
+
+def rnn_sequence_inputs(*, dtype: Any = np.float64, activation: str | None = None,
+                        ragged: bool | None = None, min_size: int = 1, max_steps: int = 4,
+                        max_batch: int = 4, max_input: int = 4,
+                        max_hidden: int = 4) -> SearchStrategy[Case]:
+    """Hypothesis strategy for ``rnn_sequence`` keyword arguments (``activation``,
+    ``ragged`` None: drawn)."""
+    from hypothesis import strategies as st
+
+    batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
+    return _seeded(st, rnn_sequence_case, dtype, steps=st.integers(min_size, max_steps),
+                   batch=batch, input_size=input_size, hidden=hidden,
+                   activation=_activation(st, activation), ragged=_flag(st, ragged),
                    scale=st.sampled_from(SCALES))
