@@ -441,9 +441,15 @@ def test_eight_threads_at_once_give_identical_results():
                                  clip=True), np.float32)
     gcase = _cast(gru_cell_case(rng, batch=16, input_size=24, hidden=40), np.float32)
     up = _upstream(lcase, "both")
+    rcase = rnn_cell_case(rng, batch=16, input_size=24, hidden=40, dtype=np.float32)
+    scase = rnn_sequence_case(rng, steps=6, batch=16, input_size=24, hidden=40,
+                              dtype=np.float32, ragged=True)
+    d_steps = rng.standard_normal(scase["x"].shape[:2] + (40,)).astype(np.float32)
 
     def work():
-        return [*run_lstm(lcase, up, "cpu"), *run_gru(gcase, up["d_h"], "cpu")]
+        return [*run_lstm(lcase, up, "cpu"), *run_gru(gcase, up["d_h"], "cpu"),
+                *run_rnn(rcase, up["d_h"], "cpu"),
+                *run_rnn_sequence(scase, d_steps, up["d_h"], "cpu")]
 
     expected = work()
     n_threads, repeats = 8, 10
