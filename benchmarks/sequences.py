@@ -2,14 +2,17 @@
 
     python benchmarks/sequences.py                    # LSTM and GRU, the issue's three sizes
     python benchmarks/sequences.py --sizes 50,32,128,128 --cells lstm --repeats 9
+    python benchmarks/sequences.py --sizes 50,32,128,128 --cells rnn   # the plain (tanh) RNN
 
 Contestants, each doing one forward over all T steps and the full backward from an upstream
 gradient on every step's h (gradients for x, the initial states and all weights):
 
 - ``gradcells cpu``: ``gc.lstm_sequence`` + ``gc.lstm_sequence_grad`` (``backend="cpu"``);
-  GRU with ``reset_after=True`` (PyTorch's variant) and ``False`` (TensorFlow's);
+  GRU with ``reset_after=True`` (PyTorch's variant) and ``False`` (TensorFlow's); the plain
+  RNN with ``activation="tanh"``;
 - ``gradcells reference``: the same on the reference backend;
-- ``torch nn.LSTM`` / ``torch nn.GRU``: forward and ``backward`` (x, h0, c0 require grad);
+- ``torch nn.LSTM`` / ``torch nn.GRU`` / ``torch nn.RNN`` (tanh): forward and ``backward``
+  (x, h0, c0 require grad);
 - ``tf BlockLSTM``: ``tf.raw_ops.BlockLSTM`` under ``tf.GradientTape`` in a ``tf.function``;
 - ``BLAS bound``: only the matmuls of gradcells's plan (same shapes, same ``np.matmul``
   calls with ``out=``, the same C-contiguous copies of the recurrent weights' transposes
@@ -68,6 +71,18 @@ def lstm_inputs(steps, batch, n_in, hidden, seed=0):
     }
 
 
+def rnn_inputs(steps, batch, n_in, hidden, seed=0):
+    rng = np.random.default_rng(seed)
+    scale = float(1.0 / np.sqrt(n_in + hidden))
+    return {
+        "x": rng.standard_normal((steps, batch, n_in), dtype=DTYPE),
+        "h0": 0.5 * rng.standard_normal((batch, hidden), dtype=DTYPE),
+        "w": scale * rng.standard_normal((n_in + hidden, hidden), dtype=DTYPE),
+        "b": 0.1 * rng.standard_normal(hidden, dtype=DTYPE),
+        "d_h": rng.standard_normal((steps, batch, hidden), dtype=DTYPE),
+    }
+
+
 def gru_inputs(steps, batch, n_in, hidden, reset_after, seed=0):
     rng = np.random.default_rng(seed)
     scale = float(1.0 / np.sqrt(n_in + hidden))
@@ -108,6 +123,19 @@ def gradcells_gru(backend, size, reset_after):
         seq = gc.gru_sequence(*args, reset_after=reset_after, backend=backend)
         return gc.gru_sequence_grad(*args, seq, d_h=a["d_h"], reset_after=reset_after,
                                     backend=backend)
+
+    return run
+
+
+def gradcells_rnn(backend, size):
+    import gradcells as gc
+
+    a = rnn_inputs(*size)
+    args = (a["x"], a["h0"], a["w"], a["b"])
+
+    def run():
+        seq = gc.rnn_sequence(*args, activation="tanh", backend=backend)
+        return gc.rnn_sequence_grad(*args, seq, d_h=a["d_h"], backend=backend)
 
     return run
 
@@ -246,6 +274,43 @@ def blas_bound_gru(size, reset_after):
     return run
 
 
+def blas_bound_rnn(size):
+    """The matmuls of gradcells's plain RNN plan (``gradcells/cpu/rnn.py``) and nothing
+    else."""
+    steps, batch, n_in, hidden = size
+    a = rnn_inputs(*size)
+    w_x, w_h = a["w"][:n_in], a["w"][n_in:]
+    flat = steps * batch
+    x_flat = a["x"].reshape(flat, n_in)
+    h_steps = np.zeros((steps, batch, hidden), DTYPE)
+    h_flat = h_steps.reshape(flat, hidden)
+    x_z = np.empty((flat, hidden), DTYPE)
+    h_z = np.empty((batch, hidden), DTYPE)
+    d_z = np.random.default_rng(1).standard_normal((steps, batch, hidden), dtype=DTYPE)
+    d_flat = d_z.reshape(flat, hidden)
+    dh_prev = np.empty((batch, hidden), DTYPE)
+    dx = np.empty((flat, n_in), DTYPE)
+    dw = np.empty((n_in + hidden, hidden), DTYPE)
+    first = (steps - 1) * batch
+
+    def run():
+        np.matmul(x_flat, w_x, out=x_z)
+        h = a["h0"]
+        for t in range(steps):
+            np.matmul(h, w_h, out=h_z)
+            h = h_steps[t]
+        w_h_t = np.ascontiguousarray(w_h.T)
+        for t in reversed(range(steps)):
+            np.matmul(d_z[t], w_h_t, out=dh_prev)
+        np.matmul(d_flat, w_x.T, out=dx)
+        np.matmul(x_flat.T, d_flat, out=dw[:n_in])
+        np.matmul(h_flat[:first].T, d_flat[batch:], out=dw[n_in:])
+        dw[n_in:] += a["h0"].T @ d_z[0]
+        return dw
+
+    return run
+
+
 # -- measurement ------------------------------------------------------------------------------
 
 
@@ -262,6 +327,14 @@ def contestants_for(cell, size, skip):
             out["tf BlockLSTM"] = tf_block_lstm(size)
         out["BLAS bound"] = blas_bound_lstm(size)
         return out
+    if cell == "rnn":
+        out["gradcells cpu"] = gradcells_rnn("cpu", size)
+        if "reference" not in skip:
+            out["gradcells reference"] = gradcells_rnn("reference", size)
+        if "torch" not in skip:
+            out["torch nn.RNN"] = torch_rnn("RNN", size)
+        out["BLAS bound"] = blas_bound_rnn(size)
+        return out
     for reset_after, label in ((True, "reset-after"), (False, "reset-before")):
         out[f"gradcells cpu {label}"] = gradcells_gru("cpu", size, reset_after)
         if "reference" not in skip:
@@ -276,8 +349,8 @@ def peer_names(cell, name):
     """(torch peer, BLAS bound) that ``name``'s ratios are taken against. ``torch.nn.GRU``
     is the reset-after GRU: the reset-before rows, another model with one matmul fewer, have
     no PyTorch peer (None)."""
-    if cell == "lstm":
-        return "torch nn.LSTM", "BLAS bound"
+    if cell in ("lstm", "rnn"):
+        return f"torch nn.{cell.upper()}", "BLAS bound"
     if name.endswith("reset-before"):
         return None, "BLAS bound reset-before"
     return "torch nn.GRU", "BLAS bound reset-after"
@@ -287,7 +360,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="*", default=None,
                         help="T,B,I,H tuples (default: the issue's three sizes)")
-    parser.add_argument("--cells", default="lstm,gru")
+    parser.add_argument("--cells", default="lstm,gru", help="comma list of: lstm, gru, rnn")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--skip", default="", help="comma list of: reference, torch, tf")

@@ -63,6 +63,27 @@ def test_sequences_benchmark_prints_every_contestant(capsys):
     assert "TBH" in out                   # peak memory is reported
 
 
+def test_sequences_benchmark_runs_the_plain_rnn(capsys):
+    import sequences
+
+    sequences.main(["--sizes", "3,2,3,5", "--cells", "rnn", "--repeats", "1", "--skip",
+                    "torch,tf"])
+    out = capsys.readouterr().out
+    assert "RNN (T, B, I, H) = (3, 2, 3, 5)" in out
+    names = [row.split("|")[1].strip() for row in _table_rows(out)]
+    assert {"gradcells cpu", "gradcells reference", "BLAS bound"} <= set(names)
+    assert sequences.peer_names("rnn", "gradcells cpu") == ("torch nn.RNN", "BLAS bound")
+
+
+def test_sequences_benchmarks_torch_rnn_peer_runs_forward_and_backward():
+    """The ``torch nn.RNN`` contestant alone (``main`` would pin this process's threads)."""
+    pytest.importorskip("torch")
+    import sequences
+
+    dx = sequences.torch_rnn("RNN", (3, 2, 3, 5))()
+    assert tuple(dx.shape) == (3, 2, 3)
+
+
 @pytest.mark.slow
 def test_startup_benchmark_times_new_processes(capsys):
     import startup

@@ -1,13 +1,16 @@
 """The Numba CPU backend against the reference backend, and its own guarantees.
 
-Agreement: every output and every gradient of both cells, on the Hypothesis strategies of
-``gradcells.testing`` (sizes from 0, hidden sizes past the SIMD width so that both the
-vector loop and its scalar remainder run): float64 to 1e-12 relative; float32 no further
-from the exact (float64) result than three times the float32 reference's own error plus
-four float32 ulps of the array's scale. Finite differences, purity, memory layouts and extreme
-inputs are also covered for ``backend="cpu"`` by test_gradients.py and test_purity.py
-(parametrized over every NumPy backend); the checks here are the CPU backend's own: empty
-sizes, read-only inputs, threads, the kernels' contracts and that the hot loops are SIMD.
+Agreement: every output and every gradient of the LSTM and GRU cells, on the Hypothesis
+strategies of ``gradcells.testing`` (sizes from 0, hidden sizes past the SIMD width so that
+both the vector loop and its scalar remainder run): float64 to 1e-12 relative; float32 no
+further from the exact (float64) result than three times the float32 reference's own error
+plus four float32 ulps of the array's scale. The plain RNN's cell and sequence are held to
+the same bounds on many seeded random cases (``gradcells.testing.random_rnn_cell_case``,
+``random_rnn_sequence_case``) and on sizes past the SIMD width. Finite differences, purity,
+memory layouts and extreme inputs are also covered for ``backend="cpu"`` by
+test_gradients.py and test_purity.py (parametrized over every NumPy backend); the checks
+here are the CPU backend's own: empty sizes, read-only inputs, threads, the kernels'
+contracts and that the hot loops are SIMD.
 """
 
 import re
@@ -26,24 +29,33 @@ import gradcells as gc
 from gradcells import _dispatch
 from gradcells import cpu as cpu_backend
 from gradcells._core.specs import PEEPHOLES
-from gradcells.cpu import _gru_kernels, _lstm_kernels
+from gradcells.cpu import _gru_kernels, _lstm_kernels, _rnn_kernels
 from gradcells.cpu._compile import KERNEL_OPTIONS
 from gradcells.testing import (
     gru_cell_case,
     gru_cell_inputs,
     lstm_cell_case,
     lstm_cell_inputs,
+    random_rnn_cell_case,
+    random_rnn_sequence_case,
+    rnn_cell_case,
+    rnn_sequence_case,
     vjp_check,
 )
 
 LSTM_ARGS = ("x", "cs_prev", "h_prev", "w", "b")
 GRU_ARGS = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
+RNN_ARGS = ("x", "h_prev", "w", "b")
+RNN_SEQ_ARGS = ("x", "h0", "w", "b")
+RNN_CASES = 150                      # seeded random cases per RNN agreement test
 SIZES = {"min_size": 0, "max_batch": 6, "max_input": 6, "max_hidden": 21}
 UPSTREAM = st.sampled_from(["both", "h", "cs", "none"])
 
 
 def _cast(case, dtype):
-    return {k: v.astype(dtype) if isinstance(v, np.ndarray) else v for k, v in case.items()}
+    """The case's float arrays in ``dtype`` (integer lengths stay as they are)."""
+    return {k: v.astype(dtype) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v
+            for k, v in case.items()}
 
 
 def _upstream(case, which, seed=0):
@@ -171,6 +183,110 @@ def test_gru_agrees_with_reference_float32(case):
         assert_float32_agrees(a, b, e, name)
 
 
+def run_rnn(case, d_h, backend, state=None):
+    """``(state, grads)`` of one RNN cell; the gradient at ``state`` when given."""
+    args = [case[k] for k in RNN_ARGS]
+    activation = case["activation"]
+    if state is None:
+        state = gc.rnn_cell(*args, activation=activation, backend=backend)
+    return state, gc.rnn_cell_grad(*args, state, d_h=d_h, activation=activation,
+                                   backend=backend)
+
+
+def run_rnn_sequence(case, d_h, d_h_final, backend, seq=None):
+    """``(seq, grads)`` of one RNN sequence; the gradient at ``seq`` when given."""
+    args = [case[k] for k in RNN_SEQ_ARGS]
+    options = {"activation": case["activation"], "seq_len": case["seq_len"]}
+    if seq is None:
+        seq = gc.rnn_sequence(*args, **options, backend=backend)
+    return seq, gc.rnn_sequence_grad(*args, seq, d_h=d_h, d_h_final=d_h_final, **options,
+                                     backend=backend)
+
+
+def _rnn_cell_cases(dtype):
+    """Seeded random cases, then sizes past the SIMD width (vector loop and remainder)."""
+    rng = np.random.default_rng(20)
+    cases = [random_rnn_cell_case(rng, dtype) for _ in range(RNN_CASES)]
+    for activation in ("tanh", "relu"):
+        for batch, hidden in ((3, 17), (2, 40), (0, 9)):
+            cases.append(rnn_cell_case(rng, batch=batch, input_size=5, hidden=hidden,
+                                       dtype=dtype, activation=activation))
+    return cases
+
+
+def _rnn_sequence_cases(dtype):
+    rng = np.random.default_rng(21)
+    cases = [random_rnn_sequence_case(rng, dtype) for _ in range(RNN_CASES)]
+    for activation in ("tanh", "relu"):
+        for ragged in (False, True):
+            cases.append(rnn_sequence_case(rng, steps=6, batch=5, input_size=7, hidden=19,
+                                           dtype=dtype, activation=activation,
+                                           ragged=ragged))
+    return cases
+
+
+def _rnn_upstream(shape, dtype, seed, on=True):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype) if on else None
+
+
+def test_rnn_cell_agrees_with_reference_float64():
+    for k, case in enumerate(_rnn_cell_cases(np.float64)):
+        d_h = _rnn_upstream(case["h_prev"].shape, np.float64, k, on=k % 4 != 3)
+        got, want = run_rnn(case, d_h, "cpu"), run_rnn(case, d_h, "reference")
+        for name, (a, b) in pairs(got, want):
+            assert_float64_agrees(a, b, f"case {k}: {name}")
+
+
+def test_rnn_cell_agrees_with_reference_float32():
+    for k, case in enumerate(_rnn_cell_cases(np.float32)):
+        d_h = _rnn_upstream(case["h_prev"].shape, np.float32, k)
+        state32 = run_rnn(case, d_h, "reference")[0]
+        case64 = _cast(case, np.float64)
+        state64 = gc.RNNCellState(state32.h.astype(np.float64))
+        results = {
+            "cpu": run_rnn(case, d_h, "cpu")[:1] + run_rnn(case, d_h, "cpu", state32)[1:],
+            "reference": run_rnn(case, d_h, "reference", state32),
+            "exact": (run_rnn(case64, None, "reference")[0],
+                      run_rnn(case64, d_h.astype(np.float64), "reference", state64)[1]),
+        }
+        for name, (a, b, e) in pairs(results["cpu"], results["reference"], results["exact"]):
+            assert_float32_agrees(a, b, e, f"case {k}: {name}")
+
+
+def _rnn_sequence_upstream(case, dtype, k):
+    steps, batch = case["x"].shape[:2]
+    hidden = case["h0"].shape[1]
+    return (_rnn_upstream((steps, batch, hidden), dtype, k, on=k % 4 != 1),
+            _rnn_upstream((batch, hidden), dtype, k + 1, on=k % 4 != 2))
+
+
+def test_rnn_sequence_agrees_with_reference_float64():
+    for k, case in enumerate(_rnn_sequence_cases(np.float64)):
+        d_h, d_h_final = _rnn_sequence_upstream(case, np.float64, k)
+        got = run_rnn_sequence(case, d_h, d_h_final, "cpu")
+        want = run_rnn_sequence(case, d_h, d_h_final, "reference")
+        for name, (a, b) in pairs(got, want):
+            assert_float64_agrees(a, b, f"case {k}: {name}")
+
+
+def test_rnn_sequence_agrees_with_reference_float32():
+    for k, case in enumerate(_rnn_sequence_cases(np.float32)):
+        d_h, d_h_final = _rnn_sequence_upstream(case, np.float32, k)
+        seq32 = run_rnn_sequence(case, d_h, d_h_final, "reference")[0]
+        case64 = _cast(case, np.float64)
+        up64 = [None if a is None else a.astype(np.float64) for a in (d_h, d_h_final)]
+        seq64 = gc.RNNSequence(*[a.astype(np.float64) for a in seq32])
+        results = {
+            "cpu": (run_rnn_sequence(case, d_h, d_h_final, "cpu")[0],
+                    run_rnn_sequence(case, d_h, d_h_final, "cpu", seq32)[1]),
+            "reference": run_rnn_sequence(case, d_h, d_h_final, "reference", seq32),
+            "exact": (run_rnn_sequence(case64, None, None, "reference")[0],
+                      run_rnn_sequence(case64, *up64, "reference", seq64)[1]),
+        }
+        for name, (a, b, e) in pairs(results["cpu"], results["reference"], results["exact"]):
+            assert_float32_agrees(a, b, e, f"case {k}: {name}")
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_finite_differences_on_sizes_past_the_simd_width(dtype):
     """The oracle on the CPU backend itself, where the vector loops do the work."""
@@ -274,6 +390,49 @@ def test_negative_strides_and_fortran_state():
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-14, err_msg=name)
 
 
+def _strided(a):
+    """A view of a copy of ``a`` with the same values, strided in its last axis (neither C-
+    nor Fortran-contiguous once it has two columns); read-only."""
+    wide = np.zeros((*a.shape[:-1], 2 * a.shape[-1]), a.dtype)
+    wide[..., ::2] = a
+    view = wide[..., ::2]
+    view.flags.writeable = False
+    return view
+
+
+@pytest.mark.parametrize("layout", ["read-only", "strided", "fortran"])
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_rnn_inputs_in_any_layout_and_read_only(layout, activation):
+    """Nothing is written to any input (NumPy would raise on a write to a read-only one),
+    and every layout of the arrays, the saved outputs and the upstream gradients gives the
+    contiguous inputs' results."""
+    change = {"read-only": lambda a: _read_only({"a": a})["a"], "strided": _strided,
+              "fortran": np.asfortranarray}[layout]
+    odd = lambda case: {k: change(v) if isinstance(v, np.ndarray) and v.dtype.kind == "f"  # noqa: E731
+                        else v for k, v in case.items()}
+    rng = np.random.default_rng(12)
+    cell = rnn_cell_case(rng, batch=5, input_size=4, hidden=18, activation=activation)
+    d_h = rng.standard_normal((5, 18))
+    state, grads = run_rnn(cell, d_h, "cpu")
+    again = run_rnn(odd(cell), change(d_h), "cpu", gc.RNNCellState(change(state.h)))[1]
+    assert_array_equal(run_rnn(odd(cell), None, "cpu")[0].h, state.h, rtol=1e-13, name="h")
+    for name, (a, b) in pairs([again], [grads]):
+        assert_array_equal(a, b, rtol=1e-13, name=name)
+    seq_case = rnn_sequence_case(rng, steps=5, batch=4, input_size=3, hidden=18,
+                                 activation=activation, ragged=True)
+    ups = rng.standard_normal((5, 4, 18)), rng.standard_normal((4, 18))
+    seq, grads = run_rnn_sequence(seq_case, *ups, "cpu")
+    odd_seq = gc.RNNSequence(*map(change, seq))
+    odd_run = run_rnn_sequence(odd(seq_case), *map(change, ups), "cpu", odd_seq)[1]
+    for name, (a, b) in pairs([run_rnn_sequence(odd(seq_case), None, None, "cpu")[0],
+                               odd_run], [seq, grads]):
+        assert_array_equal(a, b, rtol=1e-13, name=name)
+
+
+def assert_array_equal(a, b, *, rtol, name):
+    np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol / 10, err_msg=name)
+
+
 # --- threads ---------------------------------------------------------------------------------
 
 def test_eight_threads_at_once_give_identical_results():
@@ -282,9 +441,15 @@ def test_eight_threads_at_once_give_identical_results():
                                  clip=True), np.float32)
     gcase = _cast(gru_cell_case(rng, batch=16, input_size=24, hidden=40), np.float32)
     up = _upstream(lcase, "both")
+    rcase = rnn_cell_case(rng, batch=16, input_size=24, hidden=40, dtype=np.float32)
+    scase = rnn_sequence_case(rng, steps=6, batch=16, input_size=24, hidden=40,
+                              dtype=np.float32, ragged=True)
+    d_steps = rng.standard_normal(scase["x"].shape[:2] + (40,)).astype(np.float32)
 
     def work():
-        return [*run_lstm(lcase, up, "cpu"), *run_gru(gcase, up["d_h"], "cpu")]
+        return [*run_lstm(lcase, up, "cpu"), *run_gru(gcase, up["d_h"], "cpu"),
+                *run_rnn(rcase, up["d_h"], "cpu"),
+                *run_rnn_sequence(scase, d_steps, up["d_h"], "cpu")]
 
     expected = work()
     n_threads, repeats = 8, 10
@@ -371,6 +536,8 @@ KERNELS = {
     _gru_kernels.gru_candidate_grad_kernel: "vsub",
     _gru_kernels.gru_reset_grad_kernel: "vsub",
     _gru_kernels.gru_reset_after_grad_kernel: "vsub",
+    _rnn_kernels.rnn_forward_kernel: "vdiv",
+    _rnn_kernels.rnn_backward_kernel: "vsub",
 }
 
 
@@ -387,6 +554,8 @@ def test_hot_loops_use_vector_registers(dtype):
         gcase = _cast(gru_cell_case(rng, batch=2, input_size=3, hidden=17,
                                     reset_after=reset_after), dtype)
         run_gru(gcase, _upstream(gcase, "h")["d_h"], "cpu")
+    rcase = rnn_cell_case(rng, batch=2, input_size=3, hidden=17, dtype=dtype)
+    run_rnn(rcase, _upstream(rcase, "h")["d_h"], "cpu")
     suffix = "ps" if dtype == np.float32 else "pd"
     options = {**KERNEL_OPTIONS, "cache": False}
     for kernel, op in KERNELS.items():

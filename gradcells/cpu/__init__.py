@@ -1,6 +1,6 @@
 """The CPU backend: Numba-jitted fused kernels plus BLAS matmuls, for NumPy arrays.
 
-The eight public operations, one module per cell (``lstm``, ``gru``) with the backend
+The twelve public operations, one module per cell (``lstm``, ``gru``, ``rnn``) with the backend
 protocol's names and signatures (``gradcells._core.types``: the arrays, one weight set, one
 settings record); the public layer has validated and normalised every argument. Results
 agree with the reference to round-off: float64 within ~1e-15 relative per operation, float32
@@ -9,8 +9,8 @@ within a few float32 ulp (the activations are vectorizable approximations, see
 
 Each cell step is its matmuls (NumPy's BLAS, on the caller's thread pool) around one fused
 elementwise pass per direction (two for the reset-before GRU, whose reset gate feeds the
-candidate's matmul; ``_lstm_kernels``, ``_gru_kernels``, whose kernels are documented for
-reuse per time step; ``_sequence`` holds the sequence plan the two cells share). The
+candidate's matmul; ``_lstm_kernels``, ``_gru_kernels``, ``_rnn_kernels``, whose kernels are
+documented for reuse per time step; ``_sequence`` holds the sequence plan the cells share). The
 kernels run serially on the calling thread, release the GIL, and are SIMD-vectorized.
 Measured on this 2-core machine while shared (float32, LSTM forward kernel; BLAS at 1 and 2
 threads): a ``prange`` version was never faster and was 70x slower for the kernel alone
@@ -32,7 +32,9 @@ dtype) and is cached on disk (``cache=True``), so later processes load it.
 from ._workspace import release_scratch
 from .gru import gru_cell, gru_cell_grad, gru_sequence, gru_sequence_grad
 from .lstm import lstm_cell, lstm_cell_grad, lstm_sequence, lstm_sequence_grad
+from .rnn import rnn_cell, rnn_cell_grad, rnn_sequence, rnn_sequence_grad
 
 __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad",
+           "rnn_cell", "rnn_cell_grad",
            "lstm_sequence", "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad",
-           "release_scratch"]
+           "rnn_sequence", "rnn_sequence_grad", "release_scratch"]

@@ -1,0 +1,85 @@
+"""The plain RNN's fused elementwise passes (Numba), one pass over ``[B, H]`` each way.
+
+The math is ``gradcells.reference.rnn``:
+
+    rnn_forward_kernel(Z, addend, ...)     h = act(Z + addend)
+    rnn_backward_kernel(h, carry, ...)     dz = (carry + d_h)∘act'(z) from the saved h, and
+                                           the bias sum, accumulated
+
+``rnn.py`` calls them around its BLAS matmuls: once for a cell, once per time step for a
+sequence. Their contracts are in their docstrings. ``relu`` selects the activation (False:
+tanh); the branch is outside the inner loops, so each loop is one activation's straight-line
+arithmetic, which LLVM vectorizes.
+"""
+
+from __future__ import annotations
+
+from ._activations import tanh, typed
+from ._compile import kernel, row_of
+
+
+@kernel
+def rnn_forward_kernel(gates, addend, relu, h):
+    """The RNN forward elementwise step; writes ``h``.
+
+    Arguments (all arrays C-contiguous, one float dtype; B rows, H = ``h.shape[1]``):
+
+    - ``gates [B, H]``: the pre-activations without bias, e.g. ``[x, h_prev]·w``;
+    - ``addend [H]`` (the bias, broadcast over rows) or ``[B, H]`` (per row, e.g. a
+      precomputed ``x_t·W_x + b`` in a sequence);
+    - ``relu``: True for ``max(z, 0)``, False for ``tanh(z)``;
+    - ``h [B, H]``: the output, overwritten (must not overlap the inputs).
+
+    Per element: ``h = act(gates + addend)``; relu keeps NaN (``np.maximum`` does too).
+    """
+    n_batch, n_hidden = h.shape
+    zero = typed(0.0, h)
+    for row in range(n_batch):
+        g, a, h_r = gates[row], row_of(addend, row), h[row]
+        if relu:
+            for j in range(n_hidden):
+                z = g[j] + a[j]
+                h_r[j] = zero if z < zero else z          # NaN fails the test: stays NaN
+        else:
+            for j in range(n_hidden):
+                h_r[j] = tanh(g[j] + a[j])
+
+
+@kernel
+def rnn_backward_kernel(h, carry, d_h, has_d_h, relu, d_z, d_bias):
+    """The RNN backward elementwise step, with the bias sum fused.
+
+    Arguments (all arrays C-contiguous, one float dtype; B rows, H = ``h.shape[1]``):
+
+    - ``h [B, H]``: the forward's saved output;
+    - ``carry [B, H]``: the gradient of h carried in (a sequence's gradient from the next
+      step; a cell's upstream ``d_h``, or zeros);
+    - ``d_h [B, H]``: a further upstream gradient, added when ``has_d_h`` (otherwise never
+      read: pass any ``[B, H]`` array);
+    - ``relu``: the forward's activation (True: relu, False: tanh);
+    - ``d_z [B, H]``: dL/dz, overwritten;
+    - ``d_bias [H]``: **accumulated** (``+=``, so a sequence can sum over steps; pass zeros
+      for one step): Σ_batch dz.
+
+    Per element, the derivative from the saved output (relu'(0) = 0, as PyTorch):
+
+        dz = (carry + d_h)·(1 - h²)        tanh
+        dz = (carry + d_h)·[h > 0]         relu
+    """
+    n_batch, n_hidden = h.shape
+    zero = typed(0.0, h)
+    one = typed(1.0, h)
+    for row in range(n_batch):
+        h_r, c_r, dh_r, dz_r = h[row], carry[row], d_h[row], d_z[row]
+        if relu:
+            for j in range(n_hidden):
+                up = c_r[j] + dh_r[j] if has_d_h else c_r[j]
+                dz_r[j] = up * (one if h_r[j] > zero else zero)
+        else:
+            for j in range(n_hidden):
+                up = c_r[j] + dh_r[j] if has_d_h else c_r[j]
+                dz_r[j] = up * (one - h_r[j] * h_r[j])
+        # The reduction in a loop of its own, as in the LSTM's backward kernel: fewer memory
+        # streams in each loop for LLVM's overlap checks.
+        for j in range(n_hidden):
+            d_bias[j] += dz_r[j]
