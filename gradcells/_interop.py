@@ -15,17 +15,17 @@ tensor or a JAX array arrives:
   input's device) or ``jax.dlpack.from_dlpack`` (no copy when JAX accepts the buffer: it
   wants compact strides, 64-byte alignment and a dtype it has enabled; otherwise one copy).
 
-Float arrays of two libraries in one call raise ``TypeError``: naming both arguments when
-the first argument is a tensor or JAX array, and through the public layer's validation
-(naming the foreign argument) when it is a NumPy array. Integer arrays (``seq_len``,
+Float arrays of two libraries in one call raise ``TypeError`` naming both arguments with one
+message whichever comes first (here when the first argument is a tensor or JAX array, in the
+public layer's validation when it is a NumPy array). Integer arrays (``seq_len``,
 ``seq_len_max``) may come from any of these libraries in a PyTorch or JAX call; in a NumPy or
 CuPy call they are NumPy or CuPy arrays (or Python integers), as the validation requires.
 
 ``gradcells.tf_compat``'s mirrors are wrapped too, so they take the same arrays.
 
-PyTorch and JAX are never imported here: an array is recognised by ``type(a).__module__``,
-and the library's module is taken from ``sys.modules``, where it must already be since the
-caller made the array.
+PyTorch and JAX are never imported here: an array is recognised by ``gradcells._core.arrays``
+(its type against the library's module in ``sys.modules``, where it must already be since
+the caller made the array).
 """
 
 from __future__ import annotations
