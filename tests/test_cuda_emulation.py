@@ -2,17 +2,18 @@
 ``tests/cuda_host.HostRuntime``, which runs the very ``.cu`` source the GPU runs (compiled
 by the system C++ compiler through a shim header) with the grid, block and argument tuples
 the GPU would get. Every line of ``gradcells/gpu`` runs here: the public backend functions,
-the matmul plans and step loops of ``lstm`` and ``gru``, the shared launch helpers of
-``_launch``, the kernel table, the kernels in all three dtypes (float16 through the shim's
-conversions, checked against NumPy's), and ``_runtime`` with a stand-in for CuPy that
+the matmul plans and step loops of ``lstm``, ``gru`` and ``rnn``, the shared launch helpers
+of ``_launch``, the kernel table, the kernels in all three dtypes (float16 through the
+shim's conversions, checked against NumPy's), and ``_runtime`` with a stand-in for CuPy that
 compiles what it is given for the host. What cannot run here
 is CuPy itself: NVRTC, cuBLAS and the device (``tests/test_gpu.py``).
 
-Checked on Hypothesis-drawn inputs (``gradcells.testing`` strategies), against the
-reference in float64 on the same (rounded) inputs (both backends called through
-``tests/backend_calls.py`` with the cases' public keywords), forward and backward, both cells
-and both sequences: clipping in both gradient modes, peepholes, reset-after, ragged lengths,
-empty sizes. Agreement: max |emulated - reference| <= 16 eps(dtype) (1 + max |reference|)
+Checked on Hypothesis-drawn inputs (``gradcells.testing`` strategies; the RNN's drawn here
+from its cases), against the reference in float64 on the same (rounded) inputs (both
+backends called through ``tests/backend_calls.py`` with the cases' public keywords), forward
+and backward, the three cells and their sequences: clipping in both gradient modes,
+peepholes, reset-after, tanh and relu (relu's slope 0 at the kink), ragged lengths, empty
+sizes. Agreement: max |emulated - reference| <= 16 eps(dtype) (1 + max |reference|)
 per output (measured: at most 3 eps). float64 gradients are also checked against finite
 differences with the oracle, launches with tiny and reversed grids must agree, and
 unwritten outputs cannot pass by luck (the emulated ``empty`` fills NaN).
