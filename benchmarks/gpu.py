@@ -10,12 +10,14 @@ the peer:
 1. **cell step**, forward + gradient for every input: ``gc.lstm_cell`` +
    ``gc.lstm_cell_grad`` (CuPy arrays, so the GPU backend) against ``torch.nn.LSTMCell``
    forward + ``torch.autograd.grad`` for input, states and parameters (PyTorch's fused CUDA
-   cell); GRU likewise with ``reset_after=True`` against ``torch.nn.GRUCell``. The row
+   cell); GRU likewise with ``reset_after=True`` against ``torch.nn.GRUCell``, and the plain
+   RNN (tanh) against ``torch.nn.RNNCell``. The row
    "gradcells backend" calls ``gradcells.gpu`` directly (one weight set and one settings
    record, the backend protocol), without the public layer's argument checks.
 2. **sequence**, forward over T steps + backpropagation through time from an upstream
    gradient on every step's h: ``gc.lstm_sequence(_grad)`` against ``torch.nn.LSTM``
-   (cuDNN), ``gc.gru_sequence(_grad)`` (reset-after) against ``torch.nn.GRU`` (cuDNN).
+   (cuDNN), ``gc.gru_sequence(_grad)`` (reset-after) against ``torch.nn.GRU`` (cuDNN),
+   ``gc.rnn_sequence(_grad)`` (tanh) against ``torch.nn.RNN`` (cuDNN).
 3. **bandwidth** of the fused elementwise kernels alone (launched back to back through the
    backend's own runtime): bytes each launch must read and write divided by its median
    time, against a device-to-device ``cudaMemcpyAsync`` moving the same number of bytes.
@@ -41,7 +43,14 @@ import numpy as np
 import gradcells as gc
 import gradcells.gpu as gpu
 from gradcells._core import report
-from gradcells._core.types import GRUSettings, GRUWeights, LSTMSettings, LSTMWeights
+from gradcells._core.types import (
+    GRUSettings,
+    GRUWeights,
+    LSTMSettings,
+    LSTMWeights,
+    RNNSettings,
+    RNNWeights,
+)
 from gradcells.gpu import _kernels
 from gradcells.gpu._runtime import CupyRuntime
 
@@ -140,6 +149,35 @@ def cell_contestants(batch, n_in, hidden, dtype, torch):
     return lstm_rows, gru_rows
 
 
+def rnn_cell_contestants(batch, n_in, hidden, dtype, torch):
+    """The plain RNN cell (tanh): the public functions, the backend, ``torch.nn.RNNCell``."""
+    rng = np.random.default_rng(3)
+    x, h = normal(rng, (batch, n_in), dtype), normal(rng, (batch, hidden), dtype, 0.5)
+    w = normal(rng, (n_in + hidden, hidden), dtype, 1.0 / np.sqrt(n_in + hidden))
+    b, d_h = normal(rng, hidden, dtype), normal(rng, (batch, hidden), dtype)
+    weights, settings = RNNWeights(w, b), RNNSettings()
+
+    def rnn():
+        return gc.rnn_cell_grad(x, h, w, b, gc.rnn_cell(x, h, w, b), d_h=d_h)
+
+    def rnn_backend():
+        state = gpu.rnn_cell(x, h, weights, settings)
+        return gpu.rnn_cell_grad(x, h, weights, state, settings, d_h=d_h)
+
+    rows = {"gradcells": rnn, "gradcells backend": rnn_backend}
+    if torch is not None:
+        tx, th = (torch.as_tensor(a, device="cuda").requires_grad_() for a in (x, h))
+        tdh = torch.as_tensor(d_h, device="cuda")
+        cell = torch.nn.RNNCell(n_in, hidden, device="cuda",
+                                dtype=getattr(torch, np.dtype(dtype).name))
+
+        def torch_rnn():
+            return torch.autograd.grad(cell(tx, th), [tx, th, *cell.parameters()], tdh)
+
+        rows["torch RNNCell"] = torch_rnn
+    return rows
+
+
 # -- 2. sequences -----------------------------------------------------------------------
 
 
@@ -183,6 +221,31 @@ def sequence_contestants(steps, batch, n_in, hidden, dtype, torch):
         lstm_rows["torch nn.LSTM (cuDNN)"] = torch_lstm
         gru_rows["torch nn.GRU (cuDNN)"] = torch_gru
     return lstm_rows, gru_rows
+
+
+def rnn_sequence_contestants(steps, batch, n_in, hidden, dtype, torch):
+    """The plain RNN (tanh) over T steps: ``gc.rnn_sequence(_grad)``, ``torch.nn.RNN``."""
+    rng = np.random.default_rng(4)
+    x, h0 = normal(rng, (steps, batch, n_in), dtype), normal(rng, (batch, hidden), dtype, 0.5)
+    w = normal(rng, (n_in + hidden, hidden), dtype, 1.0 / np.sqrt(n_in + hidden))
+    b, d_h = normal(rng, hidden, dtype), normal(rng, (steps, batch, hidden), dtype)
+
+    def rnn():
+        return gc.rnn_sequence_grad(x, h0, w, b, gc.rnn_sequence(x, h0, w, b), d_h=d_h)
+
+    rows = {"gradcells": rnn}
+    if torch is not None:
+        tx = torch.as_tensor(x, device="cuda").requires_grad_()
+        th0 = torch.as_tensor(h0, device="cuda")[None].contiguous().requires_grad_()
+        tdh = torch.as_tensor(d_h, device="cuda")
+        net = torch.nn.RNN(n_in, hidden, device="cuda", dtype=getattr(torch, np.dtype(dtype).name))
+
+        def torch_rnn():
+            y, _ = net(tx, th0)
+            return torch.autograd.grad(y, [tx, th0, *net.parameters()], tdh)
+
+        rows["torch nn.RNN (cuDNN)"] = torch_rnn
+    return rows
 
 
 # -- 3. bandwidth -----------------------------------------------------------------------
@@ -235,8 +298,26 @@ def kernel_launches(batch, hidden, dtype):
         "lstm_forward": (forward, (9 + 7) * n * item),  # gx, gh, cs_prev; 7 outputs
         "lstm_backward": (backward, (9 + 5) * n * item),  # 7 saved + d_h, d_cs; dG, dcs_prev
         "gru_forward_reset_after": (gru_forward, (7 + 4) * n * item),  # 2+1+2+1+h; r,u,c,h
+        **rnn_kernel_launches(launch, arrays((state, 6)), batch, hidden),
         "column_sum [B, 4H]": (column_sum_launch(rt, d_gates), 4 * n * item),
     }
+
+
+def rnn_kernel_launches(launch, state_arrays, batch, hidden):
+    """The plain RNN's launches (tanh, no lengths) on six ``[B, H]`` arrays, as
+    ``kernel_launches``'s entries; ``launch(name, values)`` builds one."""
+    gx, gh, h, d_h, dh_next, d_z = state_arrays
+    n_bytes = batch * hidden * h.itemsize
+    b, no_lengths = h[0].copy(), cp.empty(0, cp.int32)
+    forward = launch("rnn_forward", dict(
+        gx=gx, gh=gh, b=b, seq_len=no_lengths, use_relu=0, use_seq_len=0, step=0,
+        batch=batch, hidden=hidden, h=h, h_state=h))
+    backward = launch("rnn_backward", dict(
+        h=h, d_h=d_h, dh_next=dh_next, d_h_final=d_h, seq_len=no_lengths, use_relu=0,
+        has_d_h=1, has_d_h_final=0, use_seq_len=0, step=0, n_steps=2, batch=batch,
+        hidden=hidden, d_z=d_z))
+    return {"rnn_forward": (forward, 3 * n_bytes),  # gx, gh; h
+            "rnn_backward": (backward, 4 * n_bytes)}  # h, d_h, dh_next; dz
 
 
 def column_sum_launch(rt, a):
@@ -341,6 +422,9 @@ def _cell_table(args, dtype, torch):
                                 "torch LSTMCell")
         rows += rows_with_ratio(f"GRU  {size}", timed(gru_rows, args.repeats, args.inner),
                                 "torch GRUCell")
+        rows += rows_with_ratio(f"RNN  {size}", timed(
+            rnn_cell_contestants(batch, n_in, hidden, dtype, torch), args.repeats, args.inner),
+            "torch RNNCell")
     return table("1. cell step, forward + gradient of every input", _HEADER, rows)
 
 
@@ -354,6 +438,9 @@ def _sequence_table(args, dtype, torch):
                                 "torch nn.LSTM (cuDNN)")
         rows += rows_with_ratio(f"GRU  {size}", timed(gru_rows, args.repeats, inner),
                                 "torch nn.GRU (cuDNN)")
+        rows += rows_with_ratio(f"RNN  {size}", timed(
+            rnn_sequence_contestants(steps, batch, n_in, hidden, dtype, torch), args.repeats,
+            inner), "torch nn.RNN (cuDNN)")
     return table("2. sequence, forward + backpropagation through time", _HEADER, rows)
 
 

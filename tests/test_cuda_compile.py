@@ -91,6 +91,9 @@ def test_entry_points_cover_every_dtype():
         "lstm_forward__float", "lstm_forward__double", "lstm_forward__gc_half",
         "lstm_backward__float", "lstm_backward__double", "lstm_backward__gc_half")
     assert len(_kernels.source_entries("gru.cu")) == 5 * 3
+    assert _kernels.source_entries("rnn.cu") == (
+        "rnn_forward__float", "rnn_forward__double", "rnn_forward__gc_half",
+        "rnn_backward__float", "rnn_backward__double", "rnn_backward__gc_half")
     assert set(_kernels.source_entries("reduce.cu")) == {
         "column_sum__float__float", "column_sum__double__double",
         "column_sum__gc_half__gc_half", "column_sum__gc_half__float",
@@ -109,6 +112,14 @@ def test_an_entry_point_runs_its_template_with_concrete_types():
     assert point.endswith("{ lstm_forward<gc_half>(gx, gh, b, cs_prev, wci, wcf, wco, seq_len, "
                           "forget_bias, cell_clip, use_peephole, use_clip, use_seq_len, step, "
                           "batch, hidden, i, cs, f, o, ci, co, h, cs_state, h_state); }")
+    point = _kernels.entry_point(_kernels.KERNELS["rnn_backward"], (np.float16,))
+    assert point == (
+        "__global__ void rnn_backward__gc_half(const gc_half* h, const gc_half* d_h, "
+        "const gc_half* dh_next, const gc_half* d_h_final, const int* seq_len, int use_relu, "
+        "int has_d_h, int has_d_h_final, int use_seq_len, long long step, long long n_steps, "
+        "long long batch, long long hidden, gc_half* d_z)\n"
+        "{ rnn_backward<gc_half>(h, d_h, dh_next, d_h_final, seq_len, use_relu, has_d_h, "
+        "has_d_h_final, use_seq_len, step, n_steps, batch, hidden, d_z); }")
     point = _kernels.entry_point(_kernels.KERNELS["column_sum"], (np.float16, np.float32))
     assert point.startswith("__global__ void column_sum__gc_half__float(const gc_half* in, ")
     assert "float* out)" in point and "column_sum<gc_half, float>(in, " in point

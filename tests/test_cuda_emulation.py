@@ -2,17 +2,18 @@
 ``tests/cuda_host.HostRuntime``, which runs the very ``.cu`` source the GPU runs (compiled
 by the system C++ compiler through a shim header) with the grid, block and argument tuples
 the GPU would get. Every line of ``gradcells/gpu`` runs here: the public backend functions,
-the matmul plans and step loops of ``lstm`` and ``gru``, the shared launch helpers of
-``_launch``, the kernel table, the kernels in all three dtypes (float16 through the shim's
-conversions, checked against NumPy's), and ``_runtime`` with a stand-in for CuPy that
+the matmul plans and step loops of ``lstm``, ``gru`` and ``rnn``, the shared launch helpers
+of ``_launch``, the kernel table, the kernels in all three dtypes (float16 through the
+shim's conversions, checked against NumPy's), and ``_runtime`` with a stand-in for CuPy that
 compiles what it is given for the host. What cannot run here
 is CuPy itself: NVRTC, cuBLAS and the device (``tests/test_gpu.py``).
 
-Checked on Hypothesis-drawn inputs (``gradcells.testing`` strategies), against the
-reference in float64 on the same (rounded) inputs (both backends called through
-``tests/backend_calls.py`` with the cases' public keywords), forward and backward, both cells
-and both sequences: clipping in both gradient modes, peepholes, reset-after, ragged lengths,
-empty sizes. Agreement: max |emulated - reference| <= 16 eps(dtype) (1 + max |reference|)
+Checked on Hypothesis-drawn inputs (``gradcells.testing`` strategies; the RNN's drawn here
+from its cases), against the reference in float64 on the same (rounded) inputs (both
+backends called through ``tests/backend_calls.py`` with the cases' public keywords), forward
+and backward, the three cells and their sequences: clipping in both gradient modes,
+peepholes, reset-after, tanh and relu (relu's slope 0 at the kink), ragged lengths, empty
+sizes. Agreement: max |emulated - reference| <= 16 eps(dtype) (1 + max |reference|)
 per output (measured: at most 3 eps). float64 gradients are also checked against finite
 differences with the oracle, launches with tiny and reversed grids must agree, and
 unwritten outputs cannot pass by luck (the emulated ``empty`` fills NaN).
@@ -38,8 +39,8 @@ from hypothesis import strategies as st
 
 import gradcells.gpu as gpu
 from gradcells import reference
-from gradcells._core.specs import PEEPHOLES
-from gradcells._core.types import CELL_PROTOCOLS, LSTMSequence
+from gradcells._core.specs import ACTIVATIONS, PEEPHOLES
+from gradcells._core.types import CELL_PROTOCOLS, LSTMSequence, RNNSequence
 from gradcells.gpu import _kernels, _launch, _sources
 from gradcells.oracle import check_vjp
 from gradcells.testing import (
@@ -51,7 +52,10 @@ from gradcells.testing import (
     lstm_cell_inputs,
     lstm_sequence_case,
     lstm_sequence_inputs,
+    rnn_cell_case,
+    rnn_sequence_case,
 )
+from gradcells.testing.cases import SCALES
 
 pytestmark = pytest.mark.skipif(cuda_host.compiler() is None,
                                 reason="no C++ compiler for the host emulation")
@@ -60,8 +64,28 @@ DTYPES = [np.float64, np.float32, np.float16]
 # Tiny blocks and grids: every grid-stride loop wraps and every column sum takes two passes.
 TINY = _kernels.LaunchPolicy(block=3, max_grid=2, rows_per_part=2, min_threads=1 << 30)
 OPS = ("lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_sequence",
-       "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad")
+       "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad", "rnn_cell", "rnn_cell_grad",
+       "rnn_sequence", "rnn_sequence_grad")
 LSTM_ARRAYS = ("x", "cs_prev", "h_prev", "w", "b")
+
+
+def rnn_cell_inputs():
+    """``rnn_cell`` keyword arguments with drawn sizes (empty batches and inputs too),
+    activation, scale and seed."""
+    return st.builds(lambda seed, **kw: rnn_cell_case(np.random.default_rng(seed), **kw),
+                     seed=st.integers(0, 2**32 - 1), batch=st.integers(0, 4),
+                     input_size=st.integers(0, 5), hidden=st.integers(1, 5),
+                     activation=st.sampled_from(ACTIVATIONS), scale=st.sampled_from(SCALES))
+
+
+def rnn_sequence_inputs():
+    """``rnn_sequence`` keyword arguments, drawn as ``rnn_cell_inputs`` (T = 0 too), ragged
+    or not."""
+    return st.builds(lambda seed, **kw: rnn_sequence_case(np.random.default_rng(seed), **kw),
+                     seed=st.integers(0, 2**32 - 1), steps=st.integers(0, 4),
+                     batch=st.integers(0, 4), input_size=st.integers(0, 4),
+                     hidden=st.integers(1, 4), activation=st.sampled_from(ACTIVATIONS),
+                     scale=st.sampled_from(SCALES), ragged=st.booleans())
 
 
 @contextlib.contextmanager
@@ -135,7 +159,7 @@ def _parameters(function):
 
 
 def test_cell_modules_follow_the_backend_protocol():
-    """``gradcells.gpu.lstm`` and ``.gru`` have the protocol's functions, parameter by
+    """``gradcells.gpu.lstm``, ``.gru`` and ``.rnn`` have the protocol's functions, parameter by
     parameter, and the package re-exports them."""
     for cell, protocol in CELL_PROTOCOLS.items():
         module = importlib.import_module(f"gradcells.gpu.{cell}")
@@ -149,7 +173,8 @@ def test_cell_modules_follow_the_backend_protocol():
 
 def test_importing_the_backend_imports_no_cupy_and_compiles_nothing():
     code = ("import sys, gradcells.gpu, gradcells.gpu.lstm, gradcells.gpu.gru, "
-            "gradcells.gpu._launch, gradcells.gpu._kernels, gradcells.gpu._sources; "
+            "gradcells.gpu.rnn, gradcells.gpu._launch, gradcells.gpu._kernels, "
+            "gradcells.gpu._sources; "
             "assert 'cupy' not in sys.modules; "
             "assert 'gradcells.gpu._runtime' not in sys.modules; "
             "assert gradcells.gpu._launch._active is None")
@@ -209,10 +234,14 @@ def test_the_cupy_runtime_compiles_and_launches_what_the_emulation_runs(monkeypa
                                    peephole=True, clip=True, ragged=True), np.float32)
     gru = cast(gru_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=4, ragged=True),
                np.float32)
+    rnn = cast(rnn_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=4,
+                                 activation="relu", ragged=True), np.float32)
     try:
         seq = forward(gpu, "lstm_sequence", lstm)
         grads = grad(gpu, "lstm_sequence", lstm, seq, d_h=np.ones_like(seq.h))
         gseq = forward(gpu, "gru_sequence", gru)
+        rseq = forward(gpu, "rnn_sequence", rnn)
+        rgrads = grad(gpu, "rnn_sequence", rnn, rseq, d_h=np.ones_like(rseq.h))
         assert type(_launch.runtime()).__module__ == "gradcells.gpu._runtime"
     finally:
         sys.modules.pop("gradcells.gpu._runtime", None)
@@ -223,6 +252,10 @@ def test_the_cupy_runtime_compiles_and_launches_what_the_emulation_runs(monkeypa
     assert_close(grads, grad(reference, "lstm_sequence", lstm64, as64(seq),
                              d_h=np.ones(seq.h.shape)), np.float32)
     assert_close(gseq, forward(reference, "gru_sequence", cast(gru, np.float64)), np.float32)
+    rnn64 = cast(rnn, np.float64)
+    assert_close(rseq, forward(reference, "rnn_sequence", rnn64), np.float32)
+    assert_close(rgrads, grad(reference, "rnn_sequence", rnn64, as64(rseq),
+                              d_h=np.ones(rseq.h.shape)), np.float32)
     assert sorted(m.code for m in stand_in.compiled) == sorted(
         _sources.module_code(name) for name in _sources.KERNEL_FILES)
     for module in stand_in.compiled:
@@ -245,7 +278,8 @@ def test_the_gpu_benchmarks_bandwidth_launches_run(monkeypatch):
         for dtype in (np.float32, np.float16):
             launches = benchmark.kernel_launches(4, 8, dtype)
             assert set(launches) == {"lstm_forward", "lstm_backward",
-                                     "gru_forward_reset_after", "column_sum [B, 4H]"}
+                                     "gru_forward_reset_after", "rnn_forward", "rnn_backward",
+                                     "column_sum [B, 4H]"}
             for launch, n_bytes in launches.values():
                 launch()
                 assert n_bytes > 0
@@ -326,6 +360,21 @@ def test_gru_cell_matches_reference(dtype, case, with_d_h, seed):
     assert_close(grads, expected, dtype, "gradient ")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(case=rnn_cell_inputs(), with_d_h=st.booleans(), seed=st.integers(0, 2**16))
+def test_rnn_cell_matches_reference(dtype, case, with_d_h, seed):
+    case = cast(case, dtype)
+    case64 = cast(case, np.float64)
+    with emulated_gpu() as backend:
+        state = forward(backend, "rnn_cell", case)
+        assert_close(state, forward(reference, "rnn_cell", case64), dtype, "forward ")
+        up = upstream(np.random.default_rng(seed), dtype, {"d_h": state.h.shape}, [with_d_h])
+        grads = grad(backend, "rnn_cell", case, state, **up)
+    # The reference gradient at the emulated forward state (relu's mask from the same h).
+    expected = grad(reference, "rnn_cell", case64, as64(state), **up64(up))
+    assert_close(grads, expected, dtype, "gradient ")
+
+
 # --------------------------------------------------------------------------------------
 # Sequences
 
@@ -363,6 +412,22 @@ def test_gru_sequence_matches_reference(dtype, case, wanted, seed):
                       {"d_h": seq.h.shape, "d_h_final": seq.h_final.shape}, wanted)
         grads = grad(backend, "gru_sequence", case, seq, **up)
     expected = grad(reference, "gru_sequence", case64, as64(seq), **up64(up))
+    assert_close(grads, expected, dtype, "gradient ")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(case=rnn_sequence_inputs(), wanted=st.tuples(st.booleans(), st.booleans()),
+       seed=st.integers(0, 2**16))
+def test_rnn_sequence_matches_reference(dtype, case, wanted, seed):
+    case = cast(case, dtype)
+    case64 = cast(case, np.float64)
+    with emulated_gpu() as backend:
+        seq = forward(backend, "rnn_sequence", case)
+        assert_close(seq, forward(reference, "rnn_sequence", case64), dtype, "forward ")
+        up = upstream(np.random.default_rng(seed), dtype,
+                      {"d_h": seq.h.shape, "d_h_final": seq.h_final.shape}, wanted)
+        grads = grad(backend, "rnn_sequence", case, seq, **up)
+    expected = grad(reference, "rnn_sequence", case64, as64(seq), **up64(up))
     assert_close(grads, expected, dtype, "gradient ")
 
 
@@ -435,6 +500,25 @@ def _gru_pair(backend, case, sequence):
     return f, vjp, tuple(case[n] for n in names), names
 
 
+def _rnn_pair(backend, case, sequence):
+    names = ("x", "h0" if sequence else "h_prev", "w", "b")
+    op = "rnn_sequence" if sequence else "rnn_cell"
+
+    def forward_on(*arrays):
+        return forward(backend, op, case, **dict(zip(names, arrays)))
+
+    def f(*arrays):
+        result = forward_on(*arrays)
+        return (result.h, result.h_final) if sequence else result.h
+
+    def vjp(ct, *arrays):
+        upstream = {"d_h": ct[0], "d_h_final": ct[1]} if sequence else {"d_h": ct}
+        return tuple(grad(backend, op, {**case, **dict(zip(names, arrays))},
+                          forward_on(*arrays), **upstream))
+
+    return f, vjp, tuple(case[n] for n in names), names
+
+
 @pytest.mark.parametrize("peephole", [False, True])
 @pytest.mark.parametrize("clip", [False, True])
 def test_lstm_gradients_match_finite_differences(peephole, clip):
@@ -465,6 +549,20 @@ def test_gru_gradients_match_finite_differences(reset_after):
             assert report.max_abs_error < 1e-8
 
 
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_rnn_gradients_match_finite_differences(activation):
+    rng = np.random.default_rng(66)
+    cell = rnn_cell_case(rng, activation=activation)
+    sequence = rnn_sequence_case(rng, steps=4, batch=4, input_size=2, hidden=3,
+                                 activation=activation, ragged=True)
+    with emulated_gpu(TINY) as backend:
+        for pair in (_rnn_pair(backend, cell, False), _rnn_pair(backend, sequence, True)):
+            f, vjp, args, names = pair
+            report = check_vjp(f, vjp, args, names=names, seed=3)
+            assert report.passed, f"\n{report}"
+            assert report.max_abs_error < 1e-8
+
+
 # --------------------------------------------------------------------------------------
 # Launch shapes, thread order, exactness
 
@@ -483,6 +581,10 @@ def _run_everything(backend, dtype):
                dtype)
     gru_after = cast(gru_sequence_case(rng, steps=1, batch=7, input_size=2, hidden=3,
                                        reset_after=True), dtype)
+    rnns = [cast(rnn_sequence_case(rng, steps=3, batch=4, input_size=3, hidden=5,
+                                   activation=activation, ragged=True), dtype)
+            for activation in ACTIVATIONS]
+    rnn_cell_tanh = cast(rnn_cell_case(rng, batch=7, input_size=2, hidden=3), dtype)
     outputs = []
     seq = forward(backend, "lstm_sequence", lstm)
     d_h = rng.standard_normal(seq.h.shape).astype(dtype)
@@ -490,6 +592,13 @@ def _run_everything(backend, dtype):
     for case in (gru, gru_after):
         seq = forward(backend, "gru_sequence", case)
         outputs += [*seq, *grad(backend, "gru_sequence", case, seq, d_h=np.ones_like(seq.h))]
+    for case in rnns:
+        seq = forward(backend, "rnn_sequence", case)
+        outputs += [*seq, *grad(backend, "rnn_sequence", case, seq, d_h=d_h,
+                                d_h_final=d_h[0])]
+    state = forward(backend, "rnn_cell", rnn_cell_tanh)
+    outputs += [*state, *grad(backend, "rnn_cell", rnn_cell_tanh, state,
+                              d_h=np.ones_like(state.h))]
     return outputs
 
 
@@ -544,6 +653,45 @@ def test_gradient_passes_exactly_on_the_clip_boundary(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_extreme_rnn_preactivations(dtype, activation):
+    """Pre-activations of order 1e4: tanh saturates at +-1 with a zero slope (finite
+    gradients), relu stays exact; both against the reference."""
+    rng = np.random.default_rng(67)
+    case = cast(rnn_cell_case(rng, batch=4, hidden=6, activation=activation), dtype)
+    case["w"] = (case["w"] * 4e3).astype(dtype)
+    case64 = cast(case, np.float64)
+    with emulated_gpu() as backend:
+        state = forward(backend, "rnn_cell", case)
+        grads = grad(backend, "rnn_cell", case, state, d_h=np.ones_like(state.h))
+    for a in (*state, *grads):
+        assert np.isfinite(a).all()
+    assert_close(state, forward(reference, "rnn_cell", case64), dtype, "forward ")
+    assert_close(grads, grad(reference, "rnn_cell", case64, as64(state),
+                             d_h=np.ones(state.h.shape)), dtype, "gradient ")
+    if activation == "tanh":
+        assert np.all(np.abs(state.h) <= 1) and np.any(np.abs(state.h) == 1)
+    else:
+        assert np.any(state.h == 0) and np.any(state.h > 1e3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_relu_slope_is_zero_at_the_kink(dtype):
+    """z exactly 0 (zero inputs and state, zero bias columns): h = 0 and no gradient passes
+    there (relu'(0) = 0, as PyTorch); where z > 0 the upstream gradient passes unchanged."""
+    case = cast(rnn_cell_case(np.random.default_rng(68), batch=3, hidden=4,
+                              activation="relu"), dtype)
+    case["x"], case["h_prev"] = np.zeros_like(case["x"]), np.zeros_like(case["h_prev"])
+    case["b"] = np.array([0.0, 0.5, -0.5, 0.0], dtype)
+    d_h = np.arange(1, 13, dtype=dtype).reshape(3, 4)
+    with emulated_gpu() as backend:
+        state = forward(backend, "rnn_cell", case)
+        grads = grad(backend, "rnn_cell", case, state, d_h=d_h)
+    np.testing.assert_array_equal(state.h, np.maximum(case["b"], 0)[None].repeat(3, axis=0))
+    np.testing.assert_array_equal(grads.b, np.array([0, d_h[:, 1].sum(), 0, 0], dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_extreme_preactivations_stay_finite(dtype):
     rng = np.random.default_rng(55)
     lstm = cast(lstm_cell_case(rng, peephole=True, scale=1.0), dtype)
@@ -561,6 +709,40 @@ def test_extreme_preactivations_stay_finite(dtype):
     assert np.all((state.i >= 0) & (state.i <= 1)) and np.all(np.abs(gstate.c) <= 1)
 
 
+def _rnn_layouts(backend, case):
+    """Every RNN op on ``case`` (ragged, then with full lengths, then its first step as a
+    cell) and on the same values in Fortran order and as strided views, with upstream
+    gradients that are themselves strided views; checks that the saved forward is not
+    modified by the gradient. Returns (result, result of the other layout) pairs."""
+    fortran = {k: np.asfortranarray(v) if isinstance(v, np.ndarray) and v.ndim >= 2 else v
+               for k, v in case.items()}
+    strided = {k: np.repeat(v, 2, axis=-1)[..., ::2] if isinstance(v, np.ndarray)
+               and v.dtype.kind == "f" else v for k, v in case.items()}
+    cell = {"x": case["x"][0], "h_prev": case["h0"], "w": case["w"], "b": case["b"],
+            "activation": case["activation"]}
+    cell_strided = {k: np.repeat(v, 2, axis=-1)[..., ::2] if isinstance(v, np.ndarray)
+                    else v for k, v in cell.items()}
+    pairs = []
+    for variant in (fortran, strided):
+        for changes in ({}, {"seq_len": None}):
+            base = forward(backend, "rnn_sequence", case, **changes)
+            other = forward(backend, "rnn_sequence", variant, **changes)
+            d_h = np.repeat(np.ones_like(base.h), 2, axis=-1)[..., ::2]
+            saved = [a.copy() for a in base]
+            grads = grad(backend, "rnn_sequence", {**case, **changes}, base, d_h=d_h,
+                         d_h_final=base.h_final)
+            for a, b in zip(base, saved):
+                np.testing.assert_array_equal(a, b)
+            pairs += zip((*base, *grads), (*other, *grad(
+                backend, "rnn_sequence", {**variant, **changes}, other, d_h=d_h,
+                d_h_final=other.h_final)))
+    state = forward(backend, "rnn_cell", cell)
+    state_s = forward(backend, "rnn_cell", cell_strided)
+    pairs += zip((*state, *grad(backend, "rnn_cell", cell, state, d_h=state.h)),
+                 (*state_s, *grad(backend, "rnn_cell", cell_strided, state_s, d_h=state_s.h)))
+    return pairs
+
+
 def test_inputs_are_never_modified_and_layout_does_not_matter():
     rng = np.random.default_rng(56)
     lstm = lstm_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=4, peephole=True,
@@ -568,6 +750,9 @@ def test_inputs_are_never_modified_and_layout_does_not_matter():
     gru = gru_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=4, reset_after=True,
                             ragged=True)
     snapshot = {k: v.copy() for k, v in {**lstm, **gru}.items() if isinstance(v, np.ndarray)}
+    rnn = rnn_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=4, activation="relu",
+                            ragged=True)
+    rnn_snapshot = {k: v.copy() for k, v in rnn.items() if isinstance(v, np.ndarray)}
     fortran = {k: np.asfortranarray(v) if isinstance(v, np.ndarray) and v.ndim == 2 else v
                for k, v in lstm.items()}
     strided = {k: np.repeat(v, 2, axis=-1)[..., ::2] if isinstance(v, np.ndarray)
@@ -590,8 +775,13 @@ def test_inputs_are_never_modified_and_layout_does_not_matter():
         grad(backend, "gru_sequence", gru, gseq, d_h_final=np.ones_like(gseq.h_final))
         seq_snapshot = [a.copy() for a in seq]
         grad(backend, "lstm_sequence", lstm, seq, d_h=np.ones_like(seq.h))
+        rnn_layouts = _rnn_layouts(backend, rnn)
     for k, v in snapshot.items():
         np.testing.assert_array_equal({**lstm, **gru}[k], v, err_msg=k)
+    for k, v in rnn_snapshot.items():
+        np.testing.assert_array_equal(rnn[k], v, err_msg=k)
+    for a, b in rnn_layouts:
+        np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-14)
     for a, b in zip(seq, seq_snapshot):
         np.testing.assert_array_equal(a, b)
     for a, b in zip((*seq, *gseq, *full, *cell), (*seq_f, *gseq_s, *full_f, *cell_f)):
@@ -600,7 +790,7 @@ def test_inputs_are_never_modified_and_layout_does_not_matter():
     assert isinstance(seq, LSTMSequence) and all(g is not None for g in grads)
 
 
-@pytest.mark.parametrize("cell", ["lstm", "gru", "gru-reset-after"])
+@pytest.mark.parametrize("cell", ["lstm", "gru", "gru-reset-after", "rnn-tanh", "rnn-relu"])
 def test_padding_past_the_lengths_is_never_read(cell):
     """NaN and inf in x past each row's length give exactly the results of zero padding,
     forward and backward (upstream gradients there are zero, as the public layer's tests
@@ -609,6 +799,9 @@ def test_padding_past_the_lengths_is_never_read(cell):
     if cell == "lstm":
         case = lstm_sequence_case(rng, steps=4, batch=4, peephole=True, ragged=True)
         op = "lstm_sequence"
+    elif cell.startswith("rnn"):
+        case = rnn_sequence_case(rng, steps=4, batch=4, activation=cell[4:], ragged=True)
+        op = "rnn_sequence"
     else:
         case = gru_sequence_case(rng, steps=4, batch=4, reset_after=cell.endswith("after"),
                                  ragged=True)
@@ -632,6 +825,31 @@ def test_padding_past_the_lengths_is_never_read(cell):
             np.testing.assert_array_equal(got, want)
 
 
+def _check_empty_rnn(backend, rng, steps, batch, n_in):
+    for ragged in (False, True):
+        case = rnn_sequence_case(rng, steps=steps, batch=batch, input_size=n_in, hidden=3,
+                                 activation="relu", ragged=ragged)
+        seq = forward(backend, "rnn_sequence", case)
+        assert seq.h.shape == (steps, batch, 3) and seq.h_final.shape == (batch, 3)
+        d_h_final = np.ones((batch, 3))
+        grads = grad(backend, "rnn_sequence", case, seq, d_h_final=d_h_final)
+        assert grads.x.shape == (steps, batch, n_in) and grads.h0.shape == (batch, 3)
+        assert grads.w.shape == (n_in + 3, 3) and grads.b.shape == (3,)
+        expected = grad(reference, "rnn_sequence", case, seq, d_h_final=d_h_final)
+        for a, e in zip(grads, expected):
+            np.testing.assert_allclose(a, e, rtol=1e-14, atol=1e-15)
+        if steps == 0:
+            np.testing.assert_array_equal(grads.h0, d_h_final)
+            np.testing.assert_array_equal(seq.h_final, case["h0"])
+        if steps == 0 or batch == 0:
+            assert not np.any(grads.w) and not np.any(grads.b)
+    cell = rnn_cell_case(rng, batch=batch, input_size=n_in, hidden=3)
+    state = forward(backend, "rnn_cell", cell)
+    cgrads = grad(backend, "rnn_cell", cell, state)
+    assert state.h.shape == (batch, 3) and cgrads.x.shape == (batch, n_in)
+    assert not np.any(cgrads.w) and not np.any(cgrads.h_prev)
+
+
 def test_empty_sizes_give_correctly_shaped_results():
     rng = np.random.default_rng(57)
     with emulated_gpu() as backend:
@@ -651,6 +869,7 @@ def test_empty_sizes_give_correctly_shaped_results():
             gseq = forward(backend, "gru_sequence", gru)
             ggrads = grad(backend, "gru_sequence", gru, gseq)
             assert ggrads.w_c.shape == (n_in + 3, 3) and ggrads.b_c.shape == (3,)
+            _check_empty_rnn(backend, rng, steps, batch, n_in)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -760,6 +979,24 @@ def test_float16_gru_state_comes_from_the_stored_values(reset_after):
     np.testing.assert_array_equal(seq.h, (u * h_prev + (np.float32(1) - u) * c).astype(F16))
 
 
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_float16_rnn_state_comes_from_the_stored_projections(activation):
+    """h = act(gx + gh + b) in float32 from the half projections (x·W_x of all steps, then
+    h_prev·W_h of the stored previous h) and the half bias: relu exactly, tanh rounded."""
+    case = cast(rnn_sequence_case(np.random.default_rng(69), steps=3, batch=16, input_size=8,
+                                  hidden=32, activation=activation), F16)
+    with emulated_gpu() as backend:
+        seq = forward(backend, "rnn_sequence", case)
+    n_in = case["x"].shape[2]
+    gx = case["x"] @ case["w"][:n_in]
+    gh = np.stack([h @ case["w"][n_in:] for h in _previous(case["h0"], seq.h)])
+    pre = gx.astype(np.float32) + gh.astype(np.float32) + case["b"].astype(np.float32)
+    if activation == "relu":
+        np.testing.assert_array_equal(seq.h, np.maximum(pre, 0).astype(F16))
+    else:
+        assert_rounds_to(seq.h, np.tanh(pre.astype(np.float64)))
+
+
 def test_float16_gru_candidate_comes_from_the_stored_reset_gate():
     """Reset before: the candidate's matmul takes r∘h_prev rounded to half from the stored r."""
     case = cast(gru_cell_case(np.random.default_rng(62), batch=16, input_size=8, hidden=32), F16)
@@ -822,3 +1059,11 @@ def test_final_states_are_not_views_of_the_steps():
         seq = forward(backend, "lstm_sequence", case)
     assert not np.shares_memory(seq.h_final, seq.h)
     assert not np.shares_memory(seq.cs_final, seq.cs)
+    rnn = rnn_sequence_case(np.random.default_rng(70), steps=2, batch=2, input_size=2,
+                            hidden=3)
+    with emulated_gpu() as backend:
+        for steps in (rnn["x"], rnn["x"][:0]):
+            rseq = forward(backend, "rnn_sequence", rnn, x=steps)
+            assert isinstance(rseq, RNNSequence)
+            assert not np.shares_memory(rseq.h_final, rseq.h)
+            assert not np.shares_memory(rseq.h_final, rnn["h0"])

@@ -2,10 +2,11 @@
 device). ``benchmarks/gpu_check.sh`` runs it on a GPU machine.
 
 - Dispatch: CuPy arrays go to ``gradcells.gpu`` (``backend=None``), results are CuPy arrays.
-- Agreement, every op, forward and backward, float64 and float32 (Hypothesis cases moved to
-  CuPy): the GPU backend against the reference backend run on CuPy in float64 on the same
-  (rounded) inputs, max |gpu - reference| <= 16 eps(dtype) (1 + max |reference|) per
-  output, the tolerance the host emulation of the same kernels meets with 5x to spare.
+- Agreement, every op (LSTM, GRU, plain RNN), forward and backward, float64 and float32
+  (Hypothesis cases moved to CuPy): the GPU backend against the reference backend run on
+  CuPy in float64 on the same (rounded) inputs, max |gpu - reference| <= 16 eps(dtype)
+  (1 + max |reference|) per output, the tolerance the host emulation of the same kernels
+  meets with 5x to spare.
 - float16 (CuPy only; float32 arithmetic inside): the same comparison, 16 eps(float16) =
   1.6e-2 relative to the output's largest magnitude.
 - Finite differences: ``gradcells.testing.vjp_check(op, case, backend="gpu")`` on every op,
@@ -40,7 +41,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 import gradcells as gc  # noqa: E402
 import gradcells.gpu  # noqa: E402
-from gradcells._core.specs import PEEPHOLES  # noqa: E402
+from gradcells._core.specs import ACTIVATIONS, PEEPHOLES  # noqa: E402
 from gradcells.gpu import _launch  # noqa: E402
 from gradcells.testing import (  # noqa: E402
     OPS,
@@ -53,13 +54,39 @@ from gradcells.testing import (  # noqa: E402
     lstm_sequence_case,
     lstm_sequence_inputs,
     on_library,
+    random_rnn_cell_case,
+    random_rnn_sequence_case,
+    rnn_cell_case,
+    rnn_sequence_case,
     vjp_check,
 )
+from gradcells.testing.cases import SCALES  # noqa: E402
 
 LSTM_CELL = ("x", "cs_prev", "h_prev", "w", "b")
 GRU_CELL = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
 LSTM_SEQ = ("x", "cs0", "h0", "w", "b")
 GRU_SEQ = ("x", "h0", "w_ru", "w_c", "b_ru", "b_c")
+RNN_CELL = ("x", "h_prev", "w", "b")
+RNN_SEQ = ("x", "h0", "w", "b")
+
+
+def rnn_cell_inputs():
+    """``rnn_cell`` keyword arguments with drawn sizes (empty batches and inputs too),
+    activation, scale and seed (as in tests/test_cuda_emulation.py)."""
+    return st.builds(lambda seed, **kw: rnn_cell_case(np.random.default_rng(seed), **kw),
+                     seed=st.integers(0, 2**32 - 1), batch=st.integers(0, 4),
+                     input_size=st.integers(0, 5), hidden=st.integers(1, 5),
+                     activation=st.sampled_from(ACTIVATIONS), scale=st.sampled_from(SCALES))
+
+
+def rnn_sequence_inputs():
+    """``rnn_sequence`` keyword arguments, drawn as ``rnn_cell_inputs`` (T = 0 too), ragged
+    or not."""
+    return st.builds(lambda seed, **kw: rnn_sequence_case(np.random.default_rng(seed), **kw),
+                     seed=st.integers(0, 2**32 - 1), steps=st.integers(0, 4),
+                     batch=st.integers(0, 4), input_size=st.integers(0, 4),
+                     hidden=st.integers(1, 4), activation=st.sampled_from(ACTIVATIONS),
+                     scale=st.sampled_from(SCALES), ragged=st.booleans())
 
 
 def on_gpu(case, dtype):
@@ -202,6 +229,38 @@ def test_gru_sequence_agrees_with_reference(dtype, case, wanted, seed):
     assert_close(grads, expected, dtype, "gradient ")
 
 
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@given(case=rnn_cell_inputs(), with_d_h=st.booleans(), seed=st.integers(0, 2**16))
+def test_rnn_cell_agrees_with_reference(dtype, case, with_d_h, seed):
+    case = on_gpu(case, dtype)
+    case64 = float64(case)
+    state = gc.rnn_cell(**case)
+    assert_close(state, gc.rnn_cell(**case64, backend="reference"), dtype, "forward ")
+    d_h = upstream(seed, dtype, {"d_h": state.h.shape}, [with_d_h])["d_h"]
+    grads = gc.rnn_cell_grad(*(case[k] for k in RNN_CELL), state, d_h=d_h)
+    # The reference gradient at the device's forward state (relu's mask from the same h).
+    expected = gc.rnn_cell_grad(*(case64[k] for k in RNN_CELL), as64(state),
+                                d_h=None if d_h is None else d_h.astype(cp.float64),
+                                activation=case["activation"], backend="reference")
+    assert_close(grads, expected, dtype, "gradient ")
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@given(case=rnn_sequence_inputs(), wanted=st.tuples(st.booleans(), st.booleans()),
+       seed=st.integers(0, 2**16))
+def test_rnn_sequence_agrees_with_reference(dtype, case, wanted, seed):
+    case = on_gpu(case, dtype)
+    case64 = float64(case)
+    options = {k: case[k] for k in ("activation", "seq_len")}
+    seq = gc.rnn_sequence(**case)
+    assert_close(seq, gc.rnn_sequence(**case64, backend="reference"), dtype, "forward ")
+    up = upstream(seed, dtype, {"d_h": seq.h.shape, "d_h_final": seq.h_final.shape}, wanted)
+    grads = gc.rnn_sequence_grad(*(case[k] for k in RNN_SEQ), seq, **up, **options)
+    expected = gc.rnn_sequence_grad(*(case64[k] for k in RNN_SEQ), as64(seq), **up64(up),
+                                    **options, backend="reference")
+    assert_close(grads, expected, dtype, "gradient ")
+
+
 # --------------------------------------------------------------------------------------
 # Finite differences
 
@@ -219,6 +278,49 @@ def test_gradients_match_finite_differences(op, seed):
 def test_float32_gradients_match_finite_differences(op):
     case = on_gpu(OPS[op][0](np.random.default_rng(7)), np.float32)
     report = vjp_check(op, case, backend="gpu")
+    assert report.passed, f"\n{report}"
+
+
+def _rnn_pair(case, sequence):
+    """``(f, vjp, args, names)`` for the oracle: the public RNN ops on the GPU backend."""
+    names = RNN_SEQ if sequence else RNN_CELL
+    options = {"activation": case["activation"]}
+    if sequence:
+        options["seq_len"] = case["seq_len"]
+
+    def run(*arrays):
+        op = gc.rnn_sequence if sequence else gc.rnn_cell
+        return op(*arrays, **options, backend="gpu")
+
+    def f(*arrays):
+        result = run(*arrays)
+        return (result.h, result.h_final) if sequence else result.h
+
+    def vjp(ct, *arrays):
+        if sequence:
+            return tuple(gc.rnn_sequence_grad(*arrays, run(*arrays), d_h=ct[0],
+                                              d_h_final=ct[1], backend="gpu"))
+        return tuple(gc.rnn_cell_grad(*arrays, run(*arrays), d_h=ct, backend="gpu"))
+
+    return f, vjp, tuple(case[n] for n in names), names
+
+
+@pytest.mark.parametrize("sequence", [False, True], ids=["cell", "sequence"])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_rnn_gradients_match_finite_differences(sequence, seed):
+    draw_case = random_rnn_sequence_case if sequence else random_rnn_cell_case
+    case = on_library(draw_case(np.random.default_rng(seed)), "cupy")
+    f, vjp, args, names = _rnn_pair(case, sequence)
+    report = gc.check_vjp(f, vjp, args, names=names)
+    assert report.passed, f"\n{report}"
+
+
+@pytest.mark.parametrize("sequence", [False, True], ids=["cell", "sequence"])
+def test_float32_rnn_gradients_match_finite_differences(sequence):
+    draw_case = random_rnn_sequence_case if sequence else random_rnn_cell_case
+    case = on_gpu(draw_case(np.random.default_rng(7)), np.float32)
+    f, vjp, args, names = _rnn_pair(case, sequence)
+    report = gc.check_vjp(f, vjp, args, names=names)
     assert report.passed, f"\n{report}"
 
 
@@ -266,7 +368,9 @@ def test_inputs_are_never_modified_and_results_never_alias_them():
     lstm = on_gpu(lstm_sequence_case(rng, peephole=True, clip=True, ragged=True), np.float32)
     gru = on_gpu(gru_sequence_case(rng, reset_after=True, ragged=True), np.float32)
     cell = on_gpu(lstm_cell_case(rng, peephole=True, clip=True), np.float32)
-    snapshots = [_snapshot(c) for c in (lstm, gru, cell)]
+    rnn = on_gpu(rnn_sequence_case(rng, activation="relu", ragged=True), np.float32)
+    rnn_cell = on_gpu(rnn_cell_case(rng), np.float32)
+    snapshots = [_snapshot(c) for c in (lstm, gru, cell, rnn, rnn_cell)]
     seq = gc.lstm_sequence(**lstm)
     seq_copy = [a.copy() for a in seq]
     d_h = cp.ones_like(seq.h)
@@ -280,9 +384,16 @@ def test_inputs_are_never_modified_and_results_never_alias_them():
     state = gc.lstm_cell(**cell)
     cgrads = gc.lstm_cell_grad(*(cell[k] for k in LSTM_CELL), state, d_h=state.h,
                                **{k: cell[k] for k in PEEPHOLES}, cell_clip=cell["cell_clip"])
+    rseq = gc.rnn_sequence(**rnn)
+    rgrads = gc.rnn_sequence_grad(*(rnn[k] for k in RNN_SEQ), rseq, d_h=cp.ones_like(rseq.h),
+                                  d_h_final=rseq.h_final)
+    rstate = gc.rnn_cell(**rnn_cell)
+    rcgrads = gc.rnn_cell_grad(*(rnn_cell[k] for k in RNN_CELL), rstate, d_h=rstate.h)
     for c, snap, results in ((lstm, snapshots[0], (*seq, *grads)),
                              (gru, snapshots[1], (*gseq, *ggrads)),
-                             (cell, snapshots[2], (*state, *cgrads))):
+                             (cell, snapshots[2], (*state, *cgrads)),
+                             (rnn, snapshots[3], (*rseq, *rgrads)),
+                             (rnn_cell, snapshots[4], (*rstate, *rcgrads))):
         _assert_untouched(c, snap, results)
     for a, b in zip(seq, seq_copy):  # the saved forward is an input of the gradient
         cp.testing.assert_array_equal(a, b)
@@ -324,6 +435,14 @@ def test_empty_sizes(sizes):
         cell = on_gpu(lstm_cell_case(rng, batch=batch, input_size=n_in, hidden=3), np.float32)
         state = gc.lstm_cell(**cell)
         assert state.h.shape == (batch, 3)
+    rnn = on_gpu(rnn_sequence_case(rng, steps=steps, batch=batch, input_size=n_in, hidden=3,
+                                   ragged=True), np.float32)
+    rseq = gc.rnn_sequence(**rnn)
+    assert rseq.h.shape == (steps, batch, 3) and rseq.h_final.shape == (batch, 3)
+    rgrads = gc.rnn_sequence_grad(*(rnn[k] for k in RNN_SEQ), rseq, d_h_final=d_h_final)
+    assert rgrads.x.shape == (steps, batch, n_in) and rgrads.w.shape == (n_in + 3, 3)
+    if steps == 0:
+        cp.testing.assert_array_equal(rgrads.h0, d_h_final)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -339,7 +458,15 @@ def test_extreme_preactivations_stay_finite(dtype):
     gstate = gc.gru_cell(**gru)
     ggrads = gc.gru_cell_grad(*(gru[k] for k in GRU_CELL), gstate, d_h=cp.ones_like(gstate.h),
                               reset_after=True)
-    for a in (*state, *grads, *gstate, *ggrads):
+    rnns = [on_gpu(rnn_cell_case(rng, activation=activation), dtype)
+            for activation in ACTIVATIONS]
+    rnn_results = []
+    for rnn in rnns:
+        rnn["w"] = rnn["w"] * 4e3
+        rstate = gc.rnn_cell(**rnn)
+        rnn_results += [*rstate, *gc.rnn_cell_grad(*(rnn[k] for k in RNN_CELL), rstate,
+                                                   d_h=cp.ones_like(rstate.h))]
+    for a in (*state, *grads, *gstate, *ggrads, *rnn_results):
         assert a is None or bool(cp.isfinite(a).all())
 
 
@@ -367,13 +494,16 @@ def test_device_and_host_emulation_agree():
     rng = np.random.default_rng(12)
     lstm = lstm_sequence_case(rng, peephole=True, clip=True, ragged=True)
     gru = gru_sequence_case(rng, ragged=True)
+    rnn = rnn_sequence_case(rng, ragged=True)
     gpu = gradcells.gpu
     device = [*backend_calls.forward(gpu, "lstm_sequence", on_library(lstm, "cupy")),
-              *backend_calls.forward(gpu, "gru_sequence", on_library(gru, "cupy"))]
+              *backend_calls.forward(gpu, "gru_sequence", on_library(gru, "cupy")),
+              *backend_calls.forward(gpu, "rnn_sequence", on_library(rnn, "cupy"))]
     saved = _launch.use_runtime(cuda_host.HostRuntime())
     try:
         host = [*backend_calls.forward(gpu, "lstm_sequence", lstm),
-                *backend_calls.forward(gpu, "gru_sequence", gru)]
+                *backend_calls.forward(gpu, "gru_sequence", gru),
+                *backend_calls.forward(gpu, "rnn_sequence", rnn)]
     finally:
         _launch.use_runtime(saved)
     for a, b in zip(device, host):
@@ -409,13 +539,15 @@ def test_arrays_on_another_device_run_there():
 _CACHE_RUN = """
 import numpy as np
 import gradcells as gc
-from gradcells.testing import gru_sequence_case, lstm_sequence_case, on_library
+from gradcells._core.specs import PEEPHOLES
+from gradcells.testing import gru_sequence_case, lstm_sequence_case, on_library, rnn_sequence_case
 
 lstm = on_library(lstm_sequence_case(np.random.default_rng(1), peephole=True), "cupy")
 seq = gc.lstm_sequence(**lstm)                                  # lstm.cu
 gc.lstm_sequence_grad(*(lstm[k] for k in ("x", "cs0", "h0", "w", "b")), seq,
                       d_h=seq.h, **{k: lstm[k] for k in PEEPHOLES})  # reduce.cu
 gc.gru_sequence(**on_library(gru_sequence_case(np.random.default_rng(2)), "cupy"))  # gru.cu
+gc.rnn_sequence(**on_library(rnn_sequence_case(np.random.default_rng(3)), "cupy"))  # rnn.cu
 """
 
 
@@ -435,6 +567,7 @@ def test_a_new_process_loads_the_kernels_from_cupys_disk_cache(tmp_path):
         return {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
 
     first = cache()
-    for entry in (b"lstm_forward__float", b"column_sum__float__float", b"gru_gates__float"):
+    for entry in (b"lstm_forward__float", b"column_sum__float__float", b"gru_gates__float",
+                  b"rnn_forward__double"):
         assert any(entry in path.read_bytes() for path in first), entry
     assert cache() == first

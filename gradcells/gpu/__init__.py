@@ -1,24 +1,27 @@
 """The GPU backend: CuPy arrays, fused CUDA kernels, cuBLAS matmuls.
 
-The kernels are the ``.cu`` files beside this module (``lstm.cu``, ``gru.cu``: one fused
-elementwise kernel per cell step forward, one for its gate gradients; ``reduce.cu``: a
-deterministic column-sum kernel for the bias and peephole gradients; ``common.cuh``),
-compiled by NVRTC through CuPy on first use, for float32, float64 and float16 (float16
-storage, float32 arithmetic). Matmuls are CuPy's (cuBLAS).
+The kernels are the ``.cu`` files beside this module (``lstm.cu``, ``gru.cu``, ``rnn.cu``:
+one fused elementwise kernel per cell step forward, one for its gate gradients;
+``reduce.cu``: a deterministic column-sum kernel for the bias and peephole gradients;
+``common.cuh``), compiled by NVRTC through CuPy on first use, for float32, float64 and
+float16 (float16 storage, float32 arithmetic). Matmuls are CuPy's (cuBLAS).
 
 One module per cell, with the backend protocol's names and signatures
-(``gradcells._core.types.LSTMBackend``, ``GRUBackend``): ``lstm`` and ``gru`` hold the
-operations and their matmul plans; ``_launch`` the runtime they run on and the helpers they
-share; ``_kernels`` the one table of kernel names, argument lists and launch shapes;
-``_sources`` the source text the compilers get; ``_runtime`` CuPy and NVRTC. Arguments arrive
-validated by the public layer, as one weight set and one settings record. Importing this
-package imports no CuPy and compiles nothing: CuPy is imported on the first call.
+(``gradcells._core.types.LSTMBackend``, ``GRUBackend``, ``RNNBackend``): ``lstm``, ``gru``
+and ``rnn`` hold the operations and their matmul plans; ``_launch`` the runtime they run on
+and the helpers they share; ``_kernels`` the one table of kernel names, argument lists and
+launch shapes; ``_sources`` the source text the compilers get; ``_runtime`` CuPy and NVRTC.
+Arguments arrive validated by the public layer, as one weight set and one settings record.
+Importing this package imports no CuPy and compiles nothing: CuPy is imported on the first
+call.
 """
 
 from __future__ import annotations
 
 from .gru import gru_cell, gru_cell_grad, gru_sequence, gru_sequence_grad
 from .lstm import lstm_cell, lstm_cell_grad, lstm_sequence, lstm_sequence_grad
+from .rnn import rnn_cell, rnn_cell_grad, rnn_sequence, rnn_sequence_grad
 
 __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_sequence",
-           "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad"]
+           "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad", "rnn_cell",
+           "rnn_cell_grad", "rnn_sequence", "rnn_sequence_grad"]

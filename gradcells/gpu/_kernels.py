@@ -122,6 +122,15 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     _kernel("gru_backward_reset", "gru.cu", ("T",), """
         const T* d_hr, const T* r, const T* h_prev, long long batch, long long hidden,
         T* d_gates, T* dh_direct"""),
+    _kernel("rnn_forward", "rnn.cu", ("T",), """
+        const T* gx, const T* gh, const T* b, const int* seq_len, int use_relu,
+        int use_seq_len, long long step, long long batch, long long hidden,
+        T* h, T* h_state"""),
+    _kernel("rnn_backward", "rnn.cu", ("T",), """
+        const T* h, const T* d_h, const T* dh_next, const T* d_h_final, const int* seq_len,
+        int use_relu, int has_d_h, int has_d_h_final, int use_seq_len,
+        long long step, long long n_steps, long long batch, long long hidden,
+        T* d_z"""),
     _kernel("column_sum", "reduce.cu", ("TIn", "TOut"), """
         const TIn* in, long long rows, long long cols, long long rows_per_part,
         long long parts, TOut* out"""),

@@ -1,6 +1,6 @@
 """What the GPU backend's cells share: the runtime they run on, kernel launches, helpers.
 
-The operations (``lstm``, ``gru``) are written against a runtime: ``rt.xp`` (the array
+The operations (``lstm``, ``gru``, ``rnn``) are written against a runtime: ``rt.xp`` (the array
 namespace), ``rt.policy`` (launch shapes), ``rt.device_of(a)`` (a context making ``a``'s
 device the current one) and ``rt.launch(binding, grid, block, args)`` (a
 ``_kernels.Binding`` and the argument tuple it built). On the GPU the runtime is CuPy with

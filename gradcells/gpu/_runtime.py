@@ -32,8 +32,8 @@ def _module(source: str) -> cupy.RawModule:
 
 
 class CupyRuntime:
-    """``xp``, ``policy``, ``device_of`` and ``launch`` for the operations (``lstm``, ``gru``;
-    see ``_launch``) on the current device."""
+    """``xp``, ``policy``, ``device_of`` and ``launch`` for the operations (``lstm``, ``gru``,
+    ``rnn``; see ``_launch``) on the current device."""
 
     xp = cupy
     policy = _kernels.DEFAULT_POLICY

@@ -18,7 +18,7 @@ from pathlib import Path
 from . import _kernels
 
 SOURCE_DIR = Path(__file__).resolve().parent
-KERNEL_FILES = ("lstm.cu", "gru.cu", "reduce.cu")
+KERNEL_FILES = ("lstm.cu", "gru.cu", "rnn.cu", "reduce.cu")
 
 _LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.MULTILINE)
 

@@ -1,0 +1,115 @@
+// Plain (Elman) RNN cell, one time step per launch: the fused elementwise forward and
+// backward. All [B, H] arrays C-contiguous; one thread per element k = b*H + j of a
+// [B, H] array, in a grid-stride loop.
+//
+// T is the storage type (float, double or gc_half); A the arithmetic type (float for
+// gc_half). The parameter lists are mirrored, in order, by gradcells/gpu/_kernels.py,
+// which generates each kernel's extern "C" entry point per dtype (see GC_KERNEL).
+// The activation is an argument: use_relu = 0 is tanh, 1 is relu.
+
+#include "common.cuh"
+
+// relu(z) = max(z, 0); NaN passes through (as numpy.maximum).
+template <class A>
+__device__ __forceinline__ A rnn_relu(A z) {
+    return z <= (A)0 ? (A)0 : z;
+}
+
+// In the comments, @ is a matmul and * an elementwise (or scalar) product.
+//
+// Forward:
+//   h = act(gx + gh + b)          gx = x@W_x, gh = h_prev@W_h: [B, H];  b: [H]
+// With lengths (use_seq_len), a row with step >= seq_len[b] writes zero to h and leaves
+// its state alone; a running row also writes its new h to h_state, which may be the
+// buffer gh was computed from (each element is written by one thread; h_prev itself is
+// not an argument).
+template <class T, class A, class Index>
+__device__ __forceinline__ void rnn_forward_body(
+    const T* gx, const T* gh, const T* b, const int* seq_len, int use_relu,
+    int use_seq_len, long long step, Index n, Index hidden, T* h_out, T* h_state)
+{
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const Index row = k / hidden;
+        const Index col = k - row * hidden;
+        if (use_seq_len && step >= (long long)seq_len[row]) {
+            h_out[k] = gc_store<T>::from((A)0);
+            continue;
+        }
+        const A z = gc_load(gx[k]) + gc_load(gh[k]) + gc_load(b[col]);
+        const A h = use_relu ? rnn_relu(z) : gc_tanh(z);
+        h_out[k] = gc_store<T>::from(h);
+        if (use_seq_len) h_state[k] = gc_store<T>::from(h);
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void rnn_forward(
+    const T* gx, const T* gh, const T* b, const int* seq_len, int use_relu,
+    int use_seq_len, long long step, long long batch, long long hidden,
+    T* h, T* h_state)
+{
+    const long long n = batch * hidden;
+    if (n <= GC_UINT32_SAFE_COUNT) {
+        rnn_forward_body<T, A, unsigned int>(
+            gx, gh, b, seq_len, use_relu, use_seq_len, step, (unsigned int)n,
+            (unsigned int)hidden, h, h_state);
+    } else {
+        rnn_forward_body<T, A, unsigned long long>(
+            gx, gh, b, seq_len, use_relu, use_seq_len, step, (unsigned long long)n,
+            (unsigned long long)hidden, h, h_state);
+    }
+}
+
+// Backward, from the step's saved output h. The upstream gradient of the step's h is the
+// step's own d_h (has_d_h) plus, on a row's last step (step + 1 == length, length =
+// seq_len[b] or n_steps), the final-state gradient d_h_final (has_d_h_final), and
+// otherwise the carry from step + 1 (dh_next = dZ_{t+1}@W_h^T; never read on a last step):
+//   dz = dh*(1 - h^2)                        tanh
+//   dz = dh*(h > 0 ? 1 : 0)                  relu (relu'(0) = 0)
+// A row past its length has dz = 0 (its final-state gradient passes to h0 around the
+// kernels: gradcells/gpu/rnn.py).
+template <class T, class A, class Index>
+__device__ __forceinline__ void rnn_backward_body(
+    const T* h_in, const T* d_h, const T* dh_next, const T* d_h_final, const int* seq_len,
+    int use_relu, int has_d_h, int has_d_h_final, int use_seq_len, long long step,
+    long long n_steps, Index n, Index hidden, T* d_z)
+{
+    const A zero = (A)0;
+    const A one = (A)1;
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const long long length = use_seq_len ? (long long)seq_len[k / hidden] : n_steps;
+        if (step >= length) {
+            d_z[k] = gc_store<T>::from(zero);
+            continue;
+        }
+        A dh = has_d_h ? gc_load(d_h[k]) : zero;
+        if (step + 1 >= length) {
+            if (has_d_h_final) dh = dh + gc_load(d_h_final[k]);
+        } else {
+            dh = dh + gc_load(dh_next[k]);
+        }
+        const A h = gc_load(h_in[k]);
+        const A slope = use_relu ? (h > zero ? one : zero) : one - h * h;
+        d_z[k] = gc_store<T>::from(dh * slope);
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void rnn_backward(
+    const T* h, const T* d_h, const T* dh_next, const T* d_h_final, const int* seq_len,
+    int use_relu, int has_d_h, int has_d_h_final, int use_seq_len,
+    long long step, long long n_steps, long long batch, long long hidden,
+    T* d_z)
+{
+    const long long n = batch * hidden;
+    if (n <= GC_UINT32_SAFE_COUNT) {
+        rnn_backward_body<T, A, unsigned int>(
+            h, d_h, dh_next, d_h_final, seq_len, use_relu, has_d_h, has_d_h_final,
+            use_seq_len, step, n_steps, (unsigned int)n, (unsigned int)hidden, d_z);
+    } else {
+        rnn_backward_body<T, A, unsigned long long>(
+            h, d_h, dh_next, d_h_final, seq_len, use_relu, has_d_h, has_d_h_final,
+            use_seq_len, step, n_steps, (unsigned long long)n, (unsigned long long)hidden,
+            d_z);
+    }
+}

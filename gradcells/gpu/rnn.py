@@ -1,0 +1,144 @@
+"""The plain (Elman) RNN on the GPU: ``rnn.cu``'s fused step kernels around cuBLAS matmuls.
+
+The matmul plan follows the reference's sequences: the input projection of all steps is one
+matmul; per step only ``h·W_h`` and one fused elementwise kernel remain (forward: bias,
+activation, the length mask and the state; backward: ``dz = (carry + d_h[t])∘act'(z)``
+from the saved h, masked); after the backward loop ``dx`` is one matmul and ``dW`` two (x
+part and h part); the bias gradient is a column sum. The activation (tanh or relu) is the
+kernels' ``use_relu`` argument. A cell is the same code with T = 1. Each operation runs on
+its arguments' device.
+"""
+
+from __future__ import annotations
+
+from .._core import plan
+from .._core.types import RNNCellGrads, RNNCellState, RNNSequence, RNNSequenceGrads
+from . import _launch
+from ._launch import Launcher, column_sum, contiguous, matmul
+
+
+def rnn_cell(x, h_prev, weights, settings):
+    """One RNN step; see ``gradcells.reference.rnn.rnn_cell``."""
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        steps, _ = _forward(rt, x[None], h_prev, weights, settings)
+        return RNNCellState(steps[0])
+
+
+def rnn_cell_grad(x, h_prev, weights, state, settings, *, d_h=None):
+    """Gradient of one RNN step; see ``gradcells.reference.rnn.rnn_cell_grad``."""
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        dx, dh0, dw, db = _backward(rt, x[None], h_prev, weights, state.h[None], settings,
+                                    d_h=None if d_h is None else d_h[None], d_h_final=None)
+        return RNNCellGrads(dx[0], dh0, dw, db)
+
+
+def rnn_sequence(x, h0, weights, settings):
+    """The RNN over ``x [T, B, I]``; see ``gradcells.reference.rnn.rnn_sequence``."""
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        steps, h = _forward(rt, x, h0, weights, settings)
+        # Without lengths h is a view of the last step (or h0 itself when T = 0).
+        return RNNSequence(steps, h_final=h.copy() if settings.seq_len is None else h)
+
+
+def rnn_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None):
+    """Backpropagation through time for ``rnn_sequence``."""
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        return RNNSequenceGrads(*_backward(rt, x, h0, weights, seq.h, settings, d_h=d_h,
+                                           d_h_final=d_h_final))
+
+
+# --------------------------------------------------------------------------------------
+# The algorithm
+
+
+def _use_relu(settings):
+    """The kernels' ``use_relu`` argument."""
+    return settings.activation == "relu"
+
+
+def _forward(rt, x, h0, weights, settings):
+    """Every step's ``h`` (``[T, B, H]``) and the final h (a view of the last step, or h0,
+    when ``seq_len`` is None; else the state buffer the kernel updated)."""
+    xp = rt.xp
+    lengths = _launch.lengths(xp, settings.seq_len)
+    x = plan.running_inputs(xp, x, lengths)
+    n_steps, n_batch, n_in = x.shape
+    n_hidden = h0.shape[1]
+    w_h = weights.w[n_in:]
+    x_z = (plan.flat(x) @ weights.w[:n_in]).reshape(n_steps, n_batch, n_hidden)
+    steps = xp.empty((n_steps, n_batch, n_hidden), dtype=x.dtype)
+    # With lengths, the state buffer the kernel updates in the rows still running; without,
+    # h_state is never written and any array of the dtype will do.
+    h = h0 if lengths is None else h0.copy(order="C")
+    forward = Launcher(
+        rt, "rnn_forward", x.dtype, n_batch * n_hidden, b=xp.ascontiguousarray(weights.b),
+        seq_len=_launch.lengths_argument(xp, lengths), use_relu=_use_relu(settings),
+        use_seq_len=lengths is not None, batch=n_batch, hidden=n_hidden,
+        h_state=steps if lengths is None else h)
+    for t in range(n_steps):
+        forward(gx=x_z[t], gh=matmul(xp, h, w_h), step=t, h=steps[t])
+        if lengths is None:
+            h = steps[t]
+    return steps, h
+
+
+def _backward(rt, x, h0, weights, h, settings, *, d_h, d_h_final):
+    """Backpropagation through time from the saved steps ``h``; returns the fields of
+    RNNSequenceGrads."""
+    xp = rt.xp
+    lengths = _launch.lengths(xp, settings.seq_len)
+    x = plan.running_inputs(xp, x, lengths)
+    h = xp.ascontiguousarray(h)
+    d_h, d_h_final = contiguous(xp, d_h), contiguous(xp, d_h_final)
+    d_z, dh_recurrent = _backward_steps(rt, x, h0, weights, h, settings, lengths, d_h=d_h,
+                                        d_h_final=d_h_final)
+    if x.shape[0] == 0:
+        dh0 = xp.zeros_like(h0) if d_h_final is None else d_h_final.copy()
+    else:
+        dh0 = dh_recurrent
+        if lengths is not None and d_h_final is not None:  # rows that never ran
+            dh0 = dh0 + xp.where((lengths == 0)[:, None], d_h_final, xp.zeros_like(d_h_final))
+    dx, dw, db = _input_and_weight_grads(rt, x, h0, weights.w, h, d_z)
+    return dx, dh0, dw, db
+
+
+def _backward_steps(rt, x, h0, weights, h, settings, lengths, *, d_h, d_h_final):
+    """The backward loop: every step's ``dz`` ``[T, B, H]`` and the carry before step 0,
+    ``dL/dh0`` through the steps: ``dZ_0·W_hᵀ`` (None when T = 0)."""
+    xp = rt.xp
+    n_steps, n_batch, n_in = x.shape
+    n_hidden = h0.shape[1]
+    w_h = weights.w[n_in:]
+    d_z = xp.empty((n_steps, n_batch, n_hidden), dtype=x.dtype)
+    placeholder = h  # an array of the dtype for the arguments a launch never reads
+    dh_recurrent = None  # dL/dh before step t through the matmul: dZ_t·W_hᵀ
+    backward = Launcher(
+        rt, "rnn_backward", x.dtype, n_batch * n_hidden,
+        d_h_final=placeholder if d_h_final is None else d_h_final,
+        seq_len=_launch.lengths_argument(xp, lengths), use_relu=_use_relu(settings),
+        has_d_h=d_h is not None, has_d_h_final=d_h_final is not None,
+        use_seq_len=lengths is not None, n_steps=n_steps, batch=n_batch, hidden=n_hidden)
+    for t in reversed(range(n_steps)):
+        backward(h=h[t], d_h=placeholder if d_h is None else d_h[t],
+                 dh_next=placeholder if dh_recurrent is None else dh_recurrent, step=t,
+                 d_z=d_z[t])
+        dh_recurrent = matmul(xp, d_z[t], w_h.T)
+    return d_z, dh_recurrent
+
+
+def _input_and_weight_grads(rt, x, h0, w, h, d_z):
+    """``dx`` (one matmul), ``dW`` (its x and h parts) and the bias gradient (a column
+    sum)."""
+    xp = rt.xp
+    n_steps, n_batch, n_in = x.shape
+    n_hidden = h0.shape[1]
+    d_flat = plan.flat(d_z)
+    dx = (d_flat @ w[:n_in].T).reshape(n_steps, n_batch, n_in)
+    dw = xp.empty((n_in + n_hidden, n_hidden), dtype=x.dtype)
+    xp.matmul(plan.flat(x).T, d_flat, out=dw[:n_in])
+    xp.matmul(plan.flat(_launch.previous(xp, h0, h)).T, d_flat, out=dw[n_in:])
+    return dx, dw, column_sum(rt, d_flat)
