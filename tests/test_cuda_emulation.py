@@ -53,9 +53,10 @@ from gradcells.testing import (
     lstm_sequence_case,
     lstm_sequence_inputs,
     rnn_cell_case,
+    rnn_cell_inputs,
     rnn_sequence_case,
+    rnn_sequence_inputs,
 )
-from gradcells.testing.cases import SCALES
 
 pytestmark = pytest.mark.skipif(cuda_host.compiler() is None,
                                 reason="no C++ compiler for the host emulation")
@@ -69,23 +70,6 @@ OPS = ("lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_sequenc
 LSTM_ARRAYS = ("x", "cs_prev", "h_prev", "w", "b")
 
 
-def rnn_cell_inputs():
-    """``rnn_cell`` keyword arguments with drawn sizes (empty batches and inputs too),
-    activation, scale and seed."""
-    return st.builds(lambda seed, **kw: rnn_cell_case(np.random.default_rng(seed), **kw),
-                     seed=st.integers(0, 2**32 - 1), batch=st.integers(0, 4),
-                     input_size=st.integers(0, 5), hidden=st.integers(1, 5),
-                     activation=st.sampled_from(ACTIVATIONS), scale=st.sampled_from(SCALES))
-
-
-def rnn_sequence_inputs():
-    """``rnn_sequence`` keyword arguments, drawn as ``rnn_cell_inputs`` (T = 0 too), ragged
-    or not."""
-    return st.builds(lambda seed, **kw: rnn_sequence_case(np.random.default_rng(seed), **kw),
-                     seed=st.integers(0, 2**32 - 1), steps=st.integers(0, 4),
-                     batch=st.integers(0, 4), input_size=st.integers(0, 4),
-                     hidden=st.integers(1, 4), activation=st.sampled_from(ACTIVATIONS),
-                     scale=st.sampled_from(SCALES), ragged=st.booleans())
 
 
 @contextlib.contextmanager
@@ -361,7 +345,7 @@ def test_gru_cell_matches_reference(dtype, case, with_d_h, seed):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@given(case=rnn_cell_inputs(), with_d_h=st.booleans(), seed=st.integers(0, 2**16))
+@given(case=rnn_cell_inputs(min_size=0), with_d_h=st.booleans(), seed=st.integers(0, 2**16))
 def test_rnn_cell_matches_reference(dtype, case, with_d_h, seed):
     case = cast(case, dtype)
     case64 = cast(case, np.float64)
@@ -416,7 +400,7 @@ def test_gru_sequence_matches_reference(dtype, case, wanted, seed):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@given(case=rnn_sequence_inputs(), wanted=st.tuples(st.booleans(), st.booleans()),
+@given(case=rnn_sequence_inputs(min_size=0), wanted=st.tuples(st.booleans(), st.booleans()),
        seed=st.integers(0, 2**16))
 def test_rnn_sequence_matches_reference(dtype, case, wanted, seed):
     case = cast(case, dtype)

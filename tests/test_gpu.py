@@ -57,10 +57,11 @@ from gradcells.testing import (  # noqa: E402
     random_rnn_cell_case,
     random_rnn_sequence_case,
     rnn_cell_case,
+    rnn_cell_inputs,
     rnn_sequence_case,
+    rnn_sequence_inputs,
     vjp_check,
 )
-from gradcells.testing.cases import SCALES  # noqa: E402
 
 LSTM_CELL = ("x", "cs_prev", "h_prev", "w", "b")
 GRU_CELL = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
@@ -70,23 +71,6 @@ RNN_CELL = ("x", "h_prev", "w", "b")
 RNN_SEQ = ("x", "h0", "w", "b")
 
 
-def rnn_cell_inputs():
-    """``rnn_cell`` keyword arguments with drawn sizes (empty batches and inputs too),
-    activation, scale and seed (as in tests/test_cuda_emulation.py)."""
-    return st.builds(lambda seed, **kw: rnn_cell_case(np.random.default_rng(seed), **kw),
-                     seed=st.integers(0, 2**32 - 1), batch=st.integers(0, 4),
-                     input_size=st.integers(0, 5), hidden=st.integers(1, 5),
-                     activation=st.sampled_from(ACTIVATIONS), scale=st.sampled_from(SCALES))
-
-
-def rnn_sequence_inputs():
-    """``rnn_sequence`` keyword arguments, drawn as ``rnn_cell_inputs`` (T = 0 too), ragged
-    or not."""
-    return st.builds(lambda seed, **kw: rnn_sequence_case(np.random.default_rng(seed), **kw),
-                     seed=st.integers(0, 2**32 - 1), steps=st.integers(0, 4),
-                     batch=st.integers(0, 4), input_size=st.integers(0, 4),
-                     hidden=st.integers(1, 4), activation=st.sampled_from(ACTIVATIONS),
-                     scale=st.sampled_from(SCALES), ragged=st.booleans())
 
 
 def on_gpu(case, dtype):
@@ -230,7 +214,7 @@ def test_gru_sequence_agrees_with_reference(dtype, case, wanted, seed):
 
 
 @pytest.mark.parametrize("dtype", GPU_DTYPES)
-@given(case=rnn_cell_inputs(), with_d_h=st.booleans(), seed=st.integers(0, 2**16))
+@given(case=rnn_cell_inputs(min_size=0), with_d_h=st.booleans(), seed=st.integers(0, 2**16))
 def test_rnn_cell_agrees_with_reference(dtype, case, with_d_h, seed):
     case = on_gpu(case, dtype)
     case64 = float64(case)
@@ -246,7 +230,7 @@ def test_rnn_cell_agrees_with_reference(dtype, case, with_d_h, seed):
 
 
 @pytest.mark.parametrize("dtype", GPU_DTYPES)
-@given(case=rnn_sequence_inputs(), wanted=st.tuples(st.booleans(), st.booleans()),
+@given(case=rnn_sequence_inputs(min_size=0), wanted=st.tuples(st.booleans(), st.booleans()),
        seed=st.integers(0, 2**16))
 def test_rnn_sequence_agrees_with_reference(dtype, case, wanted, seed):
     case = on_gpu(case, dtype)
