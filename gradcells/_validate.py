@@ -25,7 +25,15 @@ from typing import NamedTuple
 import numpy as np
 
 from ._core import arrays
-from ._core.specs import ACTIVATIONS, CLIP_GRADS, OPS, PEEPHOLES, WEIGHT_LABELS, Labels
+from ._core.specs import (
+    ACTIVATIONS,
+    CLIP_GRADS,
+    OPS,
+    OPTIONAL_WEIGHTS,
+    PEEPHOLES,
+    WEIGHT_LABELS,
+    Labels,
+)
 from ._core.types import GRUSettings, LSTMSettings, RNNSettings
 
 _FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -98,43 +106,48 @@ def _check_shapes(specs, expected_shapes, origin):
 _EXPECTED_SHAPES: dict = {}  # (layout key, x's shape, H) -> every array's expected shape
 
 
-def _expected_shapes(key, labels, x_shape, n_hidden):
+def _expected_shapes(key, labels, x_shape, n_hidden, n_proj):
     """The shape each of ``labels`` (a tuple of label tuples, named by the small hashable
-    ``key``) stands for, given x's shape (``[B, I]`` or ``[T, B, I]``) and H. A program's
+    ``key``) stands for, given x's shape (``[B, I]`` or ``[T, B, I]``), H and P. A program's
     calls repeat a few shapes, so the answer is kept (up to a few thousand of them)."""
-    cached = _EXPECTED_SHAPES.get((key, x_shape, n_hidden))
+    cached = _EXPECTED_SHAPES.get((key, x_shape, n_hidden, n_proj))
     if cached is not None:
         return cached
     n_in = x_shape[-1]
     sizes = {"B": x_shape[-2], "I": n_in, "H": n_hidden, "I+H": n_in + n_hidden,
-             "2H": 2 * n_hidden, "4H": 4 * n_hidden, "T": x_shape[0]}
+             "2H": 2 * n_hidden, "4H": 4 * n_hidden, "T": x_shape[0], "P": n_proj,
+             "I+P": n_in + n_proj}
     if len(_EXPECTED_SHAPES) >= 4096:
         _EXPECTED_SHAPES.clear()
     shapes = tuple(tuple([sizes[label] for label in each]) for each in labels)
-    _EXPECTED_SHAPES[(key, x_shape, n_hidden)] = shapes
+    _EXPECTED_SHAPES[(key, x_shape, n_hidden, n_proj)] = shapes
     return shapes
 
 
-def _check_arrays(specs, n_required, labels, key):
+def _check_arrays(specs, n_required, labels, key, proj=None):
     """Every check on one call's arrays; returns their library ("numpy" or "cupy").
 
     ``specs``: (name, array-or-None, shape labels), x (``[B, I]`` or ``[T, B, I]``) first and
     an array ``[B, H]`` second; the first ``n_required`` must be given; ``labels``: the
-    specs' labels as one tuple, named by the hashable ``key``. In order: required arrays
-    given, one library and float dtype, the ranks of x and of the ``[B, H]`` array (which
-    fix the sizes), every shape.
+    specs' labels as one tuple, named by the hashable ``key``; ``proj``: the index of the
+    spec whose width is P (an LSTM's ``w_proj``), when it is given. In order: required
+    arrays given, one library and float dtype, the ranks of x, of the ``[B, H]`` array and
+    of ``w_proj`` (which fix the sizes), every shape.
     """
     (x_name, x, x_labels), (h_name, h, h_labels) = specs[0], specs[1]
     _require_arrays(specs[:n_required])
     library, _ = _library_and_dtype(specs)
     x_shape = _matrix_dims(x_name, x, x_labels)
     h_shape = _matrix_dims(h_name, h, h_labels)
+    n_proj = h_shape[1] if proj is None else _matrix_dims(*specs[proj])[1]
 
     def origin():
         return (f"{', '.join(x_labels)} from {x_name} {tuple(x_shape)}, "
-                f"H from {h_name} {tuple(h_shape)}")
+                f"H from {h_name} {tuple(h_shape)}"
+                + ("" if proj is None else f", P from w_proj {tuple(specs[proj][1].shape)}"))
 
-    _check_shapes(specs, _expected_shapes(key, labels, tuple(x_shape), h_shape[1]), origin)
+    _check_shapes(specs, _expected_shapes(key, labels, tuple(x_shape), h_shape[1], n_proj),
+                  origin)
     return library
 
 
@@ -183,12 +196,13 @@ def forget_bias_value(forget_bias, dtype):
     return value
 
 
-def cell_clip_value(cell_clip, dtype):
+def cell_clip_value(cell_clip, dtype, name="cell_clip"):
     """None, 0 or negative means no clipping (returned as None); otherwise a positive float.
-    A clip beyond the largest finite number of the arrays' ``dtype`` can never act: None."""
+    A clip beyond the largest finite number of the arrays' ``dtype`` can never act: None.
+    (``proj_clip`` follows the same rule, under its own ``name``.)"""
     if cell_clip is None:
         return None
-    value = _real("cell_clip", cell_clip)
+    value = _real(name, cell_clip)
     return value if 0 < value and not _beyond(value, dtype) else None
 
 
@@ -311,17 +325,27 @@ class _Layout(NamedTuple):
 
 
 @functools.cache
-def _layout(op: str, reset_after: bool) -> _Layout:
+def _layout(op: str, reset_after: bool, projection: bool = False) -> _Layout:
     spec = OPS[op]
-    labels = ((spec.x_labels,) + (("B", "H"),) * len(spec.states)
+    labels = ((spec.x_labels,) + spec.state_labels
               + tuple(_weight_labels(spec, name, reset_after) for name in spec.weights._fields))
-    n_required = sum(name not in PEEPHOLES for name in spec.arrays)
+    n_required = sum(name not in OPTIONAL_WEIGHTS for name in spec.arrays)
     upstream_labels = tuple(spec.upstream_labels(name) for name in spec.upstream)
+    result_labels = spec.result_labels()
+    if not projection:  # P is H: the messages say so
+        labels, result_labels, upstream_labels = (
+            _without_projection(group) for group in (labels, result_labels, upstream_labels))
     return _Layout(spec.arrays, labels, n_required,
                    _qualified_names(spec.result_arg, spec.result._fields),
-                   spec.result_labels(), spec.upstream, upstream_labels,
-                   labels[:n_required] + spec.result_labels() + labels[n_required:]
+                   result_labels, spec.upstream, upstream_labels,
+                   labels[:n_required] + result_labels + labels[n_required:]
                    + upstream_labels)
+
+
+def _without_projection(group):
+    """Label tuples with ``P`` read as ``H`` (an LSTM without a projection)."""
+    renamed = {"P": "H", "I+P": "I+H"}
+    return tuple(tuple(renamed.get(label, label) for label in each) for each in group)
 
 
 def _weight_labels(spec, name, reset_after):
@@ -334,7 +358,8 @@ def _checked_library(spec, x, states, weights, *, reset_after, result=None, upst
     """Check every array of a forward call (and of its gradient when ``upstream`` is given);
     return the arrays' library. The optional arrays (the peepholes) come last in
     ``spec.arrays``."""
-    layout = _layout(spec.name, reset_after)
+    projection = spec.settings is LSTMSettings and weights[5] is not None
+    layout = _layout(spec.name, reset_after, projection)
     specs = list(zip(layout.names, (x, *states, *weights), layout.labels))
     n_required = layout.n_required
     if upstream is not None:
@@ -344,15 +369,22 @@ def _checked_library(spec, x, states, weights, *, reset_after, result=None, upst
         specs += zip(layout.upstream, [upstream[name] for name in layout.upstream],
                      layout.upstream_labels)
     grad = upstream is not None
+    proj = _proj_index(layout, grad) if projection else None
     library = _check_arrays(specs, n_required, layout.grad_labels if grad else layout.labels,
-                            (spec.name, reset_after, grad))
-    if len(specs) > n_required and spec.settings is LSTMSettings:
-        peepholes_given(*weights[2:])
+                            (spec.name, reset_after, projection, grad), proj)
+    if spec.settings is LSTMSettings:
+        peepholes_given(*weights[2:5])
     return library
 
 
+def _proj_index(layout, grad):
+    """Where ``w_proj`` stands among the specs of a call that has one."""
+    index = layout.names.index("w_proj")
+    return index + len(layout.result_names) if grad else index
+
+
 def forward_args(op: str, x, states, weights, *, forget_bias=1.0, cell_clip=None,
-                 reset_after=False, activation="tanh", seq_len=None):
+                 proj_clip=None, reset_after=False, activation="tanh", seq_len=None):
     """Check a forward call of ``op``; return ``(library, settings)``. The keywords are the
     op's attributes as the caller gave them (those the op does not have keep their
     defaults)."""
@@ -368,15 +400,25 @@ def forward_args(op: str, x, states, weights, *, forget_bias=1.0, cell_clip=None
     if kind is RNNSettings:
         return library, RNNSettings(activation, seq_len)
     values = (forget_bias_value(forget_bias, x.dtype), cell_clip_value(cell_clip, x.dtype),
-              weights[2] is not None)
-    return library, (LSTMSettings(*values, seq_len) if seq_len is not None
-                     else _lstm_settings(*values))
+              weights[2] is not None, _proj_clip_value(proj_clip, weights, x.dtype))
+    return library, (_lstm_settings(*values) if seq_len is None
+                     else dataclasses.replace(_lstm_settings(*values), seq_len=seq_len))
 
 
 @functools.lru_cache(maxsize=256)
-def _lstm_settings(forget_bias, cell_clip, peepholes):
+def _lstm_settings(forget_bias, cell_clip, peepholes, proj_clip):
     """The record of a call without lengths; records are frozen, so calls share them."""
-    return LSTMSettings(forget_bias, cell_clip, peepholes, None)
+    return LSTMSettings(forget_bias, cell_clip, peepholes, None, projection=proj_clip[0],
+                        proj_clip=proj_clip[1])
+
+
+def _proj_clip_value(proj_clip, weights, dtype):
+    """``(projection, proj_clip)``: whether ``w_proj`` is given and its clip (None: off, as
+    ``cell_clip``); a clip without a projection is refused."""
+    clip = cell_clip_value(proj_clip, dtype, "proj_clip")
+    if weights[5] is None and clip is not None:
+        raise ValueError("proj_clip clips the projection: pass w_proj with it")
+    return weights[5] is not None, clip
 
 
 def _recorded_lengths(seq_len):
@@ -391,7 +433,7 @@ def _recorded_lengths(seq_len):
 
 
 def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
-              reset_after=None, activation=None, seq_len=None):
+              proj_clip=None, reset_after=None, activation=None, seq_len=None):
     """Check a gradient call of ``op``; return ``(library, settings)``: the forward's record,
     each setting given again (None: not given) checked against it; for a result that
     records nothing, the record the keywords make.
@@ -402,7 +444,8 @@ def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
     recorded = result.settings if type(result) is spec.result else None
     settings = recorded
     if settings is None:
-        settings = (LSTMSettings(peepholes=weights[2] is not None)
+        settings = (LSTMSettings(peepholes=weights[2] is not None,
+                                 projection=weights[5] is not None)
                     if spec.settings is LSTMSettings else spec.settings())
     if reset_after is not None:
         settings = _agreeing(spec, recorded, settings, "reset_after",
@@ -417,22 +460,29 @@ def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
         settings = _agreeing(spec, recorded, settings, "seq_len",
                              seq_len_value(seq_len, library, x))
     if spec.settings is LSTMSettings:
-        _check_peepholes(spec, recorded, weights)
+        _check_optional(spec, recorded, weights)
         if cell_clip is not None:
             settings = _agreeing(spec, recorded, settings, "cell_clip",
                                  cell_clip_value(cell_clip, x.dtype))
+        if proj_clip is not None:
+            settings = _agreeing(spec, recorded, settings, "proj_clip",
+                                 _proj_clip_value(proj_clip, weights, x.dtype)[1])
     return library, settings
 
 
-def _check_peepholes(spec, recorded, weights):
-    """ValueError unless the peepholes are present as the forward's record says."""
-    if recorded is None or (weights[2] is not None) == recorded.peepholes:
+def _check_optional(spec, recorded, weights):
+    """ValueError unless the peepholes and the projection are present as the forward's
+    record says."""
+    if recorded is None:
         return
-    names = ", ".join(PEEPHOLES)
-    raise ValueError(
-        f"the forward ran with peepholes; pass {names} again" if recorded.peepholes else
-        f"{names} were given but the forward ran without peepholes "
-        f"({spec.result_arg}.settings.peepholes is False)")
+    for given, flag, names in ((weights[2] is not None, "peepholes", ", ".join(PEEPHOLES)),
+                               (weights[5] is not None, "projection", "w_proj")):
+        ran = getattr(recorded, flag)
+        if given != ran:
+            raise ValueError(
+                f"the forward ran with {flag}; pass {names} again" if ran else
+                f"{names} {'were' if ',' in names else 'was'} given but the forward ran "
+                f"without {flag} ({spec.result_arg}.settings.{flag} is False)")
 
 
 def _agreeing(spec, recorded, settings, name, value):

@@ -30,22 +30,28 @@ from ._interop import accepts_any_array
 def lstm_cell(x: Array, cs_prev: Array, h_prev: Array, w: Array, b: Array, *,
               wci: Array | None = None, wcf: Array | None = None, wco: Array | None = None,
               forget_bias: float = 1.0, cell_clip: float | None = None,
+              w_proj: Array | None = None, proj_clip: float | None = None,
               backend: str | None = None) -> LSTMCellState:
-    """One step of TensorFlow's LSTM block cell (gate layout i, ci, f, o).
+    """One step of TensorFlow's LSTM block cell (gate layout i, ci, f, o), with an optional
+    projection (LSTMP: PyTorch's ``proj_size``, TF1's ``num_proj``).
 
-    Shapes: ``x [B, I]``, ``cs_prev, h_prev [B, H]``, ``w [I+H, 4H]``, ``b [4H]``, peepholes
-    ``wci, wcf, wco [H]`` (all or none). ``cell_clip`` None, 0 or negative: no clipping.
+    Shapes: ``x [B, I]``, ``cs_prev [B, H]``, ``h_prev [B, P]``, ``w [I+P, 4H]``, ``b [4H]``,
+    peepholes ``wci, wcf, wco [H]`` (all or none), ``w_proj [H, P]`` (None: no projection,
+    P = H). ``cell_clip``, ``proj_clip`` None, 0 or negative: no clipping.
 
         G = [x, h_prev]·w + b;   i = σ(Gi + cs_prev∘wci);   ci = tanh(Gc)
         f = σ(Gf + forget_bias + cs_prev∘wcf);   cs = clip(i∘ci + f∘cs_prev)
-        co = tanh(cs);   o = σ(Go + cs∘wco);   h = o∘co
+        co = tanh(cs);   o = σ(Go + cs∘wco);   m = o∘co
+        h = m   (no projection),   h = clip(m·w_proj, ±proj_clip)   (projection)
 
-    Returns ``LSTMCellState(i, cs, f, o, ci, co, h)``, each ``[B, H]``, recording its
-    settings (``forget_bias``, ``cell_clip``, whether peepholes were given).
+    Returns ``LSTMCellState(i, cs, f, o, ci, co, h)``, ``[B, H]`` each but ``h [B, P]``,
+    recording its settings (``forget_bias``, ``cell_clip``, ``proj_clip``, whether peepholes
+    and a projection were given).
     """
-    weights = LSTMWeights(w, b, wci, wcf, wco)
+    weights = LSTMWeights(w, b, wci, wcf, wco, w_proj)
     library, settings = v.forward_args("lstm_cell", x, (cs_prev, h_prev), weights,
-                                       forget_bias=forget_bias, cell_clip=cell_clip)
+                                       forget_bias=forget_bias, cell_clip=cell_clip,
+                                       proj_clip=proj_clip)
     impl = _dispatch.backend_for(backend, library)
     return record_settings(impl.lstm_cell(x, cs_prev, h_prev, weights, settings), settings)
 
@@ -55,25 +61,30 @@ def lstm_cell_grad(x: Array, cs_prev: Array, h_prev: Array, w: Array, b: Array,
                    state: LSTMCellState, *, d_h: Array | None = None,
                    d_cs: Array | None = None, wci: Array | None = None,
                    wcf: Array | None = None, wco: Array | None = None,
-                   cell_clip: float | None = None, clip_grad: str = "exact",
+                   cell_clip: float | None = None, w_proj: Array | None = None,
+                   proj_clip: float | None = None, clip_grad: str = "exact",
                    backend: str | None = None) -> LSTMCellGrads:
     """Gradient of ``lstm_cell`` with respect to every input, given the forward's ``state``
     and the upstream gradients ``d_h`` and ``d_cs`` (None: zeros).
 
-    ``cell_clip`` and the peepholes are the forward's, as ``state`` records them; passing
-    ``cell_clip`` again is allowed, a contradicting value raises ``ValueError``, and so do
-    peepholes missing (or extra) against the record. For a ``state`` that records nothing (a
-    tuple built by hand), ``cell_clip`` is as for ``lstm_cell``.
+    ``cell_clip``, ``proj_clip``, the peepholes and the projection are the forward's, as
+    ``state`` records them; passing a clip again is allowed, a contradicting value raises
+    ``ValueError``, and so do peepholes or a projection missing (or extra) against the
+    record. For a ``state`` that records nothing (a tuple built by hand), the keywords are
+    as for ``lstm_cell``.
 
-    ``clip_grad="exact"`` (default) is the true gradient: zero through the clip where it was
-    active. ``"straight_through"`` passes it unchanged, as TensorFlow's ops do.
+    ``clip_grad="exact"`` (default) is the true gradient: zero through a clip (the cell's or
+    the projection's) where it was active. ``"straight_through"`` passes it unchanged, as
+    TensorFlow's ops do. With a projection, ``d_h`` is ``[B, P]`` and the gradient gains
+    ``w_proj = mᵀ·dh_raw`` (docs/spec.md §9.1).
 
-    Returns ``LSTMCellGrads(x, cs_prev, h_prev, w, b, wci, wcf, wco)`` (peepholes None
-    when absent).
+    Returns ``LSTMCellGrads(x, cs_prev, h_prev, w, b, wci, wcf, wco, w_proj)`` (None for
+    what was not given).
     """
-    weights = LSTMWeights(w, b, wci, wcf, wco)
+    weights = LSTMWeights(w, b, wci, wcf, wco, w_proj)
     library, settings = v.grad_args("lstm_cell", x, (cs_prev, h_prev), weights, state,
-                                    {"d_h": d_h, "d_cs": d_cs}, cell_clip=cell_clip)
+                                    {"d_h": d_h, "d_cs": d_cs}, cell_clip=cell_clip,
+                                    proj_clip=proj_clip)
     clip_grad = v.clip_grad_value(clip_grad)
     impl = _dispatch.backend_for(backend, library)
     return impl.lstm_cell_grad(x, cs_prev, h_prev, weights, LSTMCellState(*state), settings,

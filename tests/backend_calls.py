@@ -2,8 +2,9 @@
 
 A backend op takes the arrays, one weight set and one settings record (the backend protocol
 in ``gradcells._core.types``); test cases are dicts of the public keywords. ``forward`` and
-``grad`` build the record the way the public layer does (cell_clip <= 0: None; peepholes
-present when ``wci`` is) and call ``<backend>.<op>`` / ``<backend>.<op>_grad``.
+``grad`` build the record the way the public layer does (a clip <= 0: None; peepholes
+present when ``wci`` is, a projection when ``w_proj`` is) and call ``<backend>.<op>`` /
+``<backend>.<op>_grad``.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ def weights_and_settings(op, case):
               if case.get(name) is not None}
     if spec.settings is LSTMSettings:
         values["peepholes"] = weights.wci is not None
-        if values.get("cell_clip") is not None and values["cell_clip"] <= 0:
-            del values["cell_clip"]
+        values["projection"] = weights.w_proj is not None
+        for clip in ("cell_clip", "proj_clip"):
+            if values.get(clip) is not None and values[clip] <= 0:
+                del values[clip]
     return weights, spec.settings(**values)
 
 

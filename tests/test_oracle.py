@@ -452,7 +452,7 @@ def test_the_unrolled_loop_of_the_testing_tools_passes_the_oracle(seed):
 
     case = lstm_sequence_case(np.random.default_rng(seed), steps=3, batch=3, hidden=3,
                               peephole=True, clip=True, ragged=True)
-    names = OPS["lstm_sequence"].arrays
+    names = tuple(n for n in OPS["lstm_sequence"].arrays if n in case)
     attrs = {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"],
              "seq_len": case["seq_len"]}
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import gradcells as gc
-from gradcells._core.specs import OPS, PEEPHOLES
+from gradcells._core.specs import OPS, OPTIONAL_WEIGHTS, PEEPHOLES
 from gradcells.testing import (
     gru_cell_case,
     gru_sequence_case,
@@ -46,8 +46,8 @@ def _case(op, rng, variant):
 def _split(op, case):
     """(positional arrays, forward keywords, the settings a full gradient call repeats)."""
     spec = OPS[op]
-    positional = [case[name] for name in spec.arrays if name not in PEEPHOLES]
-    peepholes = {name: case[name] for name in PEEPHOLES if case.get(name) is not None}
+    positional = [case[name] for name in spec.arrays if name not in OPTIONAL_WEIGHTS]
+    peepholes = {name: case[name] for name in OPTIONAL_WEIGHTS if case.get(name) is not None}
     keywords = {name: case[name] for name in
                 ("forget_bias", "cell_clip", "reset_after", "activation", "seq_len")
                 if name in case}

@@ -2,7 +2,8 @@
 
 The validation (``gradcells._validate``), the public signatures' checks, the test helpers and
 the architecture test read these tables; nothing else writes an argument name as a literal
-list. Shape labels: ``T`` steps, ``B`` batch, ``I`` input size, ``H`` cell size, ``I+H``,
+list. Shape labels: ``T`` steps, ``B`` batch, ``I`` input size, ``H`` cell size, ``P`` the
+LSTM's recurrent width (its projection's, else H), ``I+H``, ``I+P``,
 ``2H``, ``4H``, and ``C`` for the GRU candidate bias (``H``, or ``2H`` reset-after).
 """
 
@@ -36,18 +37,19 @@ Labels = tuple[str, ...]
 PEEPHOLES: tuple[str, ...] = LSTMWeights._fields[2:5]
 """The peephole vectors ``("wci", "wcf", "wco")``: all three or none."""
 
+OPTIONAL_WEIGHTS: tuple[str, ...] = LSTMWeights._fields[2:]
+"""The weights a call may leave out (None): the peepholes and the LSTM's projection."""
+
 CLIP_GRADS = ("exact", "straight_through")
 """How a gradient passes an active clip: zero (the true gradient) or unchanged (TF's)."""
-
-_STEP, _STATE = ("T", "B", "H"), ("B", "H")
 
 ACTIVATIONS = ("tanh", "relu")
 """The plain RNN cell's activations."""
 
 # The shape labels of every weight, by weight set and name.
 WEIGHT_LABELS: dict[type, dict[str, Labels]] = {
-    LSTMWeights: {"w": ("I+H", "4H"), "b": ("4H",), "wci": ("H",), "wcf": ("H",),
-                  "wco": ("H",)},
+    LSTMWeights: {"w": ("I+P", "4H"), "b": ("4H",), "wci": ("H",), "wcf": ("H",),
+                  "wco": ("H",), "w_proj": ("H", "P")},
     GRUWeights: {"w_ru": ("I+H", "2H"), "w_c": ("I+H", "H"), "b_ru": ("2H",), "b_c": ("C",)},
     RNNWeights: {"w": ("I+H", "H"), "b": ("H",)},
 }
@@ -57,8 +59,10 @@ WEIGHT_LABELS: dict[type, dict[str, Labels]] = {
 class OpSpec:
     """One forward operation and its gradient.
 
-    ``states``: the state arguments after ``x`` (``[B, H]`` each); ``upstream``: the
-    gradient's upstream arguments; everything else is derived from the types.
+    ``states``: the state arguments after ``x``; ``upstream``: the gradient's upstream
+    arguments; ``h_width``: the label of the recurrent output's width (``P`` for the LSTM,
+    whose projection makes ``h`` P wide, else ``H``); everything else is derived from the
+    types.
     """
 
     name: str
@@ -69,6 +73,7 @@ class OpSpec:
     result: type
     grads: type
     upstream: tuple[str, ...]
+    h_width: str = "H"
 
     @property
     def grad_name(self) -> str:
@@ -83,13 +88,24 @@ class OpSpec:
     def x_labels(self) -> Labels:
         return ("T", "B", "I") if self.sequence else ("B", "I")
 
+    def _labels(self, name: str) -> Labels:
+        """``[B, ·]`` or ``[T, B, ·]`` for a result field or upstream gradient ``name``."""
+        width = self.h_width if name.removeprefix("d_") in ("h", "h_final") else "H"
+        return (("B", width) if not self.sequence or name.endswith("_final")
+                else ("T", "B", width))
+
     def result_labels(self) -> tuple[Labels, ...]:
         """The shape labels of each field of the result."""
-        return tuple(_STATE if not self.sequence or field.endswith("_final") else _STEP
-                     for field in self.result._fields)
+        return tuple(self._labels(field) for field in self.result._fields)
 
     def upstream_labels(self, name: str) -> Labels:
-        return _STATE if not self.sequence or name.endswith("_final") else _STEP
+        return self._labels(name)
+
+    @property
+    def state_labels(self) -> tuple[Labels, ...]:
+        """The shape labels of the state arguments (``cs`` H wide, ``h`` ``h_width``)."""
+        return tuple(("B", self.h_width if name.startswith("h") else "H")
+                     for name in self.states)
 
     @property
     def arrays(self) -> tuple[str, ...]:
@@ -99,11 +115,11 @@ class OpSpec:
 
 OPS: dict[str, OpSpec] = {spec.name: spec for spec in (
     OpSpec("lstm_cell", False, ("cs_prev", "h_prev"), LSTMWeights, LSTMSettings,
-           LSTMCellState, LSTMCellGrads, ("d_h", "d_cs")),
+           LSTMCellState, LSTMCellGrads, ("d_h", "d_cs"), "P"),
     OpSpec("gru_cell", False, ("h_prev",), GRUWeights, GRUSettings,
            GRUCellState, GRUCellGrads, ("d_h",)),
     OpSpec("lstm_sequence", True, ("cs0", "h0"), LSTMWeights, LSTMSettings,
-           LSTMSequence, LSTMSequenceGrads, ("d_h", "d_cs", "d_h_final", "d_cs_final")),
+           LSTMSequence, LSTMSequenceGrads, ("d_h", "d_cs", "d_h_final", "d_cs_final"), "P"),
     OpSpec("gru_sequence", True, ("h0",), GRUWeights, GRUSettings,
            GRUSequence, GRUSequenceGrads, ("d_h", "d_h_final")),
     OpSpec("rnn_cell", False, ("h_prev",), RNNWeights, RNNSettings,

@@ -30,13 +30,16 @@ class LSTMSettings:
 
     ``forget_bias``: a float; ``cell_clip``: None (no clipping) or a positive float;
     ``peepholes``: whether ``wci, wcf, wco`` were given; ``seq_len``: None (every row ran all
-    T steps; always None for a cell) or the integer lengths ``[B]``.
+    T steps; always None for a cell) or the integer lengths ``[B]``; ``projection``: whether
+    ``w_proj`` was given; ``proj_clip``: None or a positive float, as ``cell_clip``.
     """
 
     forget_bias: float = 1.0
     cell_clip: float | None = None
     peepholes: bool = False
     seq_len: Array | None = None
+    projection: bool = False
+    proj_clip: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,14 +86,16 @@ def record_settings(result, settings):
 
 
 class LSTMWeights(NamedTuple):
-    """One LSTM cell's parameters: ``w [I+H, 4H]`` and ``b [4H]`` (gate blocks i, ci, f, o),
-    and the peephole vectors ``wci, wcf, wco [H]`` (all three or none)."""
+    """One LSTM cell's parameters: ``w [I+P, 4H]`` and ``b [4H]`` (gate blocks i, ci, f, o),
+    the peephole vectors ``wci, wcf, wco [H]`` (all three or none), and the projection
+    ``w_proj [H, P]`` (None: no projection, P = H)."""
 
     w: Array
     b: Array
     wci: Array | None = None
     wcf: Array | None = None
     wco: Array | None = None
+    w_proj: Array | None = None
 
 
 class GRUWeights(NamedTuple):
@@ -140,6 +145,7 @@ class LSTMCellGrads(NamedTuple):
     wci: Array | None = None
     wcf: Array | None = None
     wco: Array | None = None
+    w_proj: Array | None = None
 
 
 class _GRUCellState(NamedTuple):
@@ -191,6 +197,7 @@ class LSTMSequenceGrads(NamedTuple):
     wci: Array | None = None
     wcf: Array | None = None
     wco: Array | None = None
+    w_proj: Array | None = None
 
 
 class _GRUSequence(NamedTuple):

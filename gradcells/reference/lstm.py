@@ -43,12 +43,42 @@ from ._common import blocks, keep, sigmoid, valid_rows
 
 
 def lstm_cell(x, cs_prev, h_prev, weights, settings):
-    """One LSTM step; returns ``LSTMCellState(i, cs, f, o, ci, co, h)``."""
+    """One LSTM step; returns ``LSTMCellState(i, cs, f, o, ci, co, h)`` (``h [B, P]``)."""
     xp = namespace_of(x)
-    w, b, wci, wcf, wco = weights
+    w, b, wci, wcf, wco, w_proj = weights
     gates = xp.concatenate([x, h_prev], axis=1) @ w + b
-    return lstm_activations(gates, cs_prev, wci=wci, wcf=wcf, wco=wco,
-                            forget_bias=settings.forget_bias, cell_clip=settings.cell_clip)
+    state = lstm_activations(gates, cs_prev, wci=wci, wcf=wcf, wco=wco,
+                             forget_bias=settings.forget_bias, cell_clip=settings.cell_clip)
+    return state._replace(h=lstm_project(xp, state.h, w_proj, settings.proj_clip))
+
+
+def lstm_project(xp, m, w_proj, proj_clip):
+    """The projection (docs/spec.md §9.1): ``h = clip(m·w_proj, ±proj_clip)`` from
+    ``m = o∘co [B, H]``; ``m`` itself without a projection."""
+    if w_proj is None:
+        return m
+    h = m @ w_proj
+    return h if proj_clip is None else xp.clip(h, -proj_clip, proj_clip)
+
+
+def lstm_projection_grad(xp, state, d_h, w_proj, proj_clip, clip_grad):
+    """The projection's backward step: ``(dm, dw_proj)`` from the gradient ``d_h [B, P]`` of
+    the projected ``h`` (``(d_h, None)`` without a projection):
+
+        m = o∘co;   dh_raw = d_h, zeroed where |m·w_proj| > proj_clip (clip_grad="exact")
+        dm = dh_raw·w_projᵀ;   dw_proj = mᵀ·dh_raw
+
+    The unclipped ``m·w_proj`` is recomputed, so the mask is exact; on the boundary itself
+    the gradient passes (as for the cell clip).
+    """
+    if w_proj is None:
+        return d_h, None
+    m = state.o * state.co
+    if d_h is None:
+        d_h = xp.zeros((m.shape[0], w_proj.shape[1]), dtype=m.dtype)
+    if proj_clip is not None and clip_grad == "exact":
+        d_h = xp.where(abs(m @ w_proj) <= proj_clip, d_h, xp.zeros((), dtype=d_h.dtype))
+    return d_h @ w_proj.T, m.T @ d_h
 
 
 def lstm_activations(gates, cs_prev, *, wci=None, wcf=None, wco=None, forget_bias=1.0,
@@ -125,20 +155,22 @@ def lstm_cell_grad(x, cs_prev, h_prev, weights, state, settings, *, d_h=None, d_
                    clip_grad="exact"):
     """Gradient of one LSTM step with respect to every input.
 
-        dG = lstm_gate_grads(...)
+        dm, dw_proj = lstm_projection_grad(...)      (dm = d_h without a projection)
+        dG = lstm_gate_grads(..., d_h=dm)
         d[x, h_prev] = dG·wᵀ;   dw = [x, h_prev]ᵀ·dG;   db = Σ_batch dG
     """
     xp = namespace_of(x)
-    w, _, wci, wcf, wco = weights
+    w, _, wci, wcf, wco, w_proj = weights
+    d_m, dw_proj = lstm_projection_grad(xp, state, d_h, w_proj, settings.proj_clip, clip_grad)
     d_gates, dcs_prev, dwci, dwcf, dwco = lstm_gate_grads(
-        cs_prev, state, d_h=d_h, d_cs=d_cs, wci=wci, wcf=wcf, wco=wco,
+        cs_prev, state, d_h=d_m, d_cs=d_cs, wci=wci, wcf=wcf, wco=wco,
         cell_clip=settings.cell_clip, clip_grad=clip_grad)
     xh = xp.concatenate([x, h_prev], axis=1)
     dxh = d_gates @ w.T
     n_in = x.shape[1]
     return LSTMCellGrads(
-        x=dxh[:, :n_in], cs_prev=dcs_prev, h_prev=dxh[:, n_in:],
-        w=xh.T @ d_gates, b=d_gates.sum(axis=0), wci=dwci, wcf=dwcf, wco=dwco)
+        x=dxh[:, :n_in], cs_prev=dcs_prev, h_prev=dxh[:, n_in:], w=xh.T @ d_gates,
+        b=d_gates.sum(axis=0), wci=dwci, wcf=dwcf, wco=dwco, w_proj=dw_proj)
 
 
 def lstm_sequence(x, cs0, h0, weights, settings):
@@ -148,18 +180,19 @@ def lstm_sequence(x, cs0, h0, weights, settings):
     outputs ``[T, B, H]`` (zero past a row's length) and the final states ``[B, H]``.
     """
     xp = namespace_of(x)
-    w, b, wci, wcf, wco = weights
+    w, b, wci, wcf, wco, w_proj = weights
     seq_len = settings.seq_len
     x = plan.running_inputs(xp, x, seq_len)
     n_steps, n_batch, n_in = x.shape
     w_h = w[n_in:]
     x_gates = plan.input_projection(x, w[:n_in], b)
-    steps = [xp.zeros((n_steps, n_batch, h0.shape[1]), dtype=x.dtype)
-             for _ in LSTMCellState._fields]
+    steps = [xp.zeros((n_steps, n_batch, (h0 if field == "h" else cs0).shape[1]), dtype=x.dtype)
+             for field in LSTMCellState._fields]
     cs, h = cs0, h0
     for t in range(n_steps):
         state = lstm_activations(x_gates[t] + h @ w_h, cs, wci=wci, wcf=wcf, wco=wco,
                                  forget_bias=settings.forget_bias, cell_clip=settings.cell_clip)
+        state = state._replace(h=lstm_project(xp, state.h, w_proj, settings.proj_clip))
         valid = valid_rows(seq_len, t)
         for out, value in zip(steps, state):
             out[t] = keep(valid, value, 0)
@@ -175,40 +208,47 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
     in ``(dh_next, dcs_next)``; a running row adds the step's upstream ``d_h[t], d_cs[t]``
     and goes through ``lstm_gate_grads``, a frozen row passes the carry through unchanged:
 
-        dG_t = lstm_gate_grads(cs_prev_t, step t, d_h = dh_next + d_h[t], d_cs = dcs_next + d_cs[t])
-        dh_next = dG_t·W_hᵀ;   dcs_next = dcs_prev from the same call
+        dm_t, dw_proj_t = lstm_projection_grad(step t, dh_next + d_h[t])   (dm_t = d_h without)
+        dG_t = lstm_gate_grads(cs_prev_t, step t, d_h = dm_t, d_cs = dcs_next + d_cs[t])
+        dh_next = dG_t·W_hᵀ;   dcs_next = dcs_prev from the same call;   dw_proj = Σ_t dw_proj_t
         dx = dG·W_xᵀ;  dw = [x_flatᵀ·dG ; h_prev_flatᵀ·dG];  db = Σ_{t,b} dG
     """
     xp = namespace_of(x)
-    w, _, wci, wcf, wco = weights
+    w, _, wci, wcf, wco, w_proj = weights
     seq_len = settings.seq_len
     x = plan.running_inputs(xp, x, seq_len)
     n_steps, n_batch, n_in = x.shape
     w_h = w[n_in:]
     cs_prev = plan.previous_states(xp, cs0, seq.cs)
-    zeros = xp.zeros_like(h0)
+    zeros, cs_zeros = xp.zeros_like(h0), xp.zeros_like(cs0)
     dh_next = zeros if d_h_final is None else d_h_final.copy()
-    dcs_next = xp.zeros_like(cs0) if d_cs_final is None else d_cs_final.copy()
+    dcs_next = cs_zeros if d_cs_final is None else d_cs_final.copy()
     d_gates = xp.zeros((n_steps, n_batch, w.shape[1]), dtype=x.dtype)
-    peephole_grads = [xp.zeros(cs0.shape[1], dtype=x.dtype) for _ in range(3)]
+    # The peephole and projection gradients, summed over the steps.
+    sums = [xp.zeros(cs0.shape[1], dtype=x.dtype) for _ in range(3)]
+    dw_proj = None if w_proj is None else xp.zeros_like(w_proj)
 
     for t in reversed(range(n_steps)):
         valid = valid_rows(seq_len, t)
-        dh_t = dh_next if d_h is None else dh_next + d_h[t]
+        dh_t = keep(valid, dh_next if d_h is None else dh_next + d_h[t], zeros)
         dcs_t = dcs_next if d_cs is None else dcs_next + d_cs[t]
         step = LSTMCellState(*(a[t] for a in seq[:7]))
+        d_m, dw_proj_t = lstm_projection_grad(xp, step, dh_t, w_proj, settings.proj_clip,
+                                              clip_grad)
         d_gates[t], dcs_prev, *d_peepholes = lstm_gate_grads(
-            cs_prev[t], step, d_h=keep(valid, dh_t, zeros), d_cs=keep(valid, dcs_t, zeros),
+            cs_prev[t], step, d_h=d_m, d_cs=keep(valid, dcs_t, cs_zeros),
             wci=wci, wcf=wcf, wco=wco, cell_clip=settings.cell_clip, clip_grad=clip_grad)
         dh_next = keep(valid, d_gates[t] @ w_h.T, dh_next)
         dcs_next = keep(valid, dcs_prev, dcs_next)
         if wci is not None:
-            peephole_grads = [acc + g for acc, g in zip(peephole_grads, d_peepholes)]
+            sums = [acc + g for acc, g in zip(sums, d_peepholes)]
+        if w_proj is not None:
+            dw_proj = dw_proj + dw_proj_t
 
     dx, dw, db = _weight_grads(xp, x, plan.previous_states(xp, h0, seq.h), w, d_gates)
-    dwci, dwcf, dwco = peephole_grads if wci is not None else (None, None, None)
+    dwci, dwcf, dwco = sums if wci is not None else (None, None, None)
     return LSTMSequenceGrads(x=dx, cs0=dcs_next, h0=dh_next, w=dw, b=db,
-                             wci=dwci, wcf=dwcf, wco=dwco)
+                             wci=dwci, wcf=dwcf, wco=dwco, w_proj=dw_proj)
 
 
 def _weight_grads(xp, x, h_prev, w, d_gates):

@@ -51,11 +51,13 @@ def clip_away_from(values: Any, margin: float = CLIP_MARGIN) -> float | None:
     return levels[0] if levels else None
 
 
-def _lstm_parameters(rng, input_size, hidden, dtype, peephole, scale):
-    """``w, b`` (and the peepholes, else None) drawn for an LSTM case, in a fixed order."""
-    fan_in = max(1, input_size + hidden)
+def _lstm_parameters(rng, input_size, hidden, dtype, peephole, scale, width=None):
+    """``w, b`` (and the peepholes, else None) drawn for an LSTM case, in a fixed order;
+    ``width``: the recurrent width P (the projection's; None: H)."""
+    width = hidden if width is None else width
+    fan_in = max(1, input_size + width)
     params = {
-        "w": _normal(rng, (input_size + hidden, 4 * hidden), scale / np.sqrt(fan_in), dtype),
+        "w": _normal(rng, (input_size + width, 4 * hidden), scale / np.sqrt(fan_in), dtype),
         "b": _normal(rng, (4 * hidden,), 0.1 * scale, dtype),
         **dict.fromkeys(PEEPHOLES),
     }
@@ -79,21 +81,32 @@ def _gru_parameters(rng, input_size, hidden, dtype, reset_after, scale):
 
 def lstm_cell_case(rng: np.random.Generator, *, batch: int = 3, input_size: int = 4,
                    hidden: int = 5, dtype: Any = np.float64, peephole: bool = False,
-                   clip: bool = False, forget_bias: float = 1.0, scale: float = 1.0) -> Case:
-    """Keyword arguments for ``lstm_cell``: weights scaled by ``scale/sqrt(I+H)``, states and
-    inputs standard normal; ``clip=True`` picks a ``cell_clip`` that clips part of ``cs``."""
+                   clip: bool = False, forget_bias: float = 1.0, scale: float = 1.0,
+                   proj_size: int | None = None, proj_clip: bool = False) -> Case:
+    """Keyword arguments for ``lstm_cell``: weights scaled by ``scale/sqrt(I+P)``, states and
+    inputs standard normal; ``clip=True`` picks a ``cell_clip`` that clips part of ``cs``.
+    ``proj_size=P`` adds a projection ``w_proj [H, P]`` (``h_prev`` then ``[B, P]``), and
+    ``proj_clip=True`` a ``proj_clip`` that clips part of it, likewise away from the kink."""
+    width = hidden if proj_size is None else proj_size
     case = {
         "x": _normal(rng, (batch, input_size), 1.0, dtype),
         "cs_prev": _normal(rng, (batch, hidden), 1.0, dtype),
-        "h_prev": _normal(rng, (batch, hidden), 0.5, dtype),
-        **_lstm_parameters(rng, input_size, hidden, dtype, peephole, scale),
+        "h_prev": _normal(rng, (batch, width), 0.5, dtype),
+        **_lstm_parameters(rng, input_size, hidden, dtype, peephole, scale, width),
         "forget_bias": float(forget_bias), "cell_clip": None,
     }
+    if proj_size is not None:
+        case["w_proj"] = _normal(rng, (hidden, proj_size), 1.0 / np.sqrt(max(1, hidden)), dtype)
+        case["proj_clip"] = None
+    as64 = {k: (v.astype(np.float64) if isinstance(v, np.ndarray) else v)
+            for k, v in case.items()}
     if clip:
-        as64 = {k: (v.astype(np.float64) if isinstance(v, np.ndarray) else v)
-                for k, v in case.items()}
         state = cells.lstm_cell(**as64, backend="reference")
-        case["cell_clip"] = clip_away_from(state.i * state.ci + state.f * as64["cs_prev"])
+        case["cell_clip"] = as64["cell_clip"] = clip_away_from(
+            state.i * state.ci + state.f * as64["cs_prev"])
+    if proj_clip and proj_size is not None:
+        state = cells.lstm_cell(**as64, backend="reference")
+        case["proj_clip"] = clip_away_from((state.o * state.co) @ as64["w_proj"])
     return case
 
 
@@ -146,14 +159,15 @@ def ragged_lengths(rng: np.random.Generator, steps: int, batch: int) -> np.ndarr
     return lengths.astype(np.int64)
 
 
-def _sequence_clip(case, margin=CLIP_MARGIN, attempts=6):
-    """A ``cell_clip`` for an LSTM sequence case that clips some cell state and stays at least
-    ``margin`` away from every unclipped ``|i∘ci + f∘cs_prev|`` of every valid step; None
-    when none is found.
+def _sequence_clip(case, margin=CLIP_MARGIN, attempts=6, name="cell_clip"):
+    """A ``cell_clip`` (or, ``name="proj_clip"``, a ``proj_clip``) for an LSTM sequence case
+    that clips some of the values it clips and stays at least ``margin`` away from every
+    unclipped one (``|i∘ci + f∘cs_prev|``, or ``|(o∘co)·w_proj|``) of every valid step; None
+    when none is found. The case's other settings stay as they are.
 
     Clipping one step changes the states after it, so each candidate level (from the
     unclipped run) is refined by fixed-point iteration: rerun clipped at the level, and
-    accept it when the rerun's raw states keep the margin, else move to the level
+    accept it when the rerun's raw values keep the margin, else move to the level
     ``clip_away_from`` picks for them.
     """
     as64 = {k: (v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype.kind == "f"
@@ -164,14 +178,16 @@ def _sequence_clip(case, margin=CLIP_MARGIN, attempts=6):
     lengths = np.full(batch, steps) if as64["seq_len"] is None else as64["seq_len"]
     valid = np.arange(steps)[:, None] < lengths
 
-    def raw_states(cell_clip):
-        seq = sequences.lstm_sequence(**{**as64, "cell_clip": cell_clip}, backend="reference")
+    def raw_values(level):
+        seq = sequences.lstm_sequence(**{**as64, name: level}, backend="reference")
+        if name == "proj_clip":
+            return np.abs((seq.o * seq.co) @ as64["w_proj"])[valid]
         cs_prev = np.concatenate([as64["cs0"][None], seq.cs[:-1]])
         return np.abs(seq.i * seq.ci + seq.f * cs_prev)[valid]
 
-    for level in clip_levels(raw_states(None), margin)[:attempts]:
+    for level in clip_levels(raw_values(None), margin)[:attempts]:
         for _ in range(3):
-            raw = raw_states(level)
+            raw = raw_values(level)
             if raw.max() > level and np.min(np.abs(raw - level)) >= margin:
                 return level
             level = clip_away_from(raw, margin)
@@ -180,25 +196,44 @@ def _sequence_clip(case, margin=CLIP_MARGIN, attempts=6):
     return None
 
 
+def _sequence_clips(case, cell_clip, proj_clip, rounds=3):
+    """``case`` with its clips chosen: each is picked with the other fixed, until both keep
+    their margin in the same run (a clip that finds none is left off, None)."""
+    for _ in range(rounds if cell_clip and proj_clip else 1):
+        changed = False
+        for name, wanted in (("cell_clip", cell_clip), ("proj_clip", proj_clip)):
+            if wanted:
+                level = _sequence_clip(case, name=name)
+                changed |= level != case[name]
+                case[name] = level
+        if not changed:
+            break
+    return case
+
+
 def lstm_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int = 3,
                        input_size: int = 4, hidden: int = 5, dtype: Any = np.float64,
                        peephole: bool = False, clip: bool = False, forget_bias: float = 1.0,
-                       scale: float = 1.0, ragged: bool = False) -> Case:
+                       scale: float = 1.0, ragged: bool = False, proj_size: int | None = None,
+                       proj_clip: bool = False) -> Case:
     """Keyword arguments for ``lstm_sequence``, drawn like ``lstm_cell_case``; ``ragged=True``
     adds ``seq_len`` from ``ragged_lengths``. ``clip=True`` picks a ``cell_clip`` that clips
     part of the cell states and stays ``CLIP_MARGIN`` away from every unclipped one (None
-    when no such level exists)."""
+    when no such level exists); ``proj_size`` and ``proj_clip`` as for ``lstm_cell_case``."""
+    width = hidden if proj_size is None else proj_size
     case = {
         "x": _normal(rng, (steps, batch, input_size), 1.0, dtype),
         "cs0": _normal(rng, (batch, hidden), 1.0, dtype),
-        "h0": _normal(rng, (batch, hidden), 0.5, dtype),
-        **_lstm_parameters(rng, input_size, hidden, dtype, peephole, scale),
+        "h0": _normal(rng, (batch, width), 0.5, dtype),
+        **_lstm_parameters(rng, input_size, hidden, dtype, peephole, scale, width),
         "forget_bias": float(forget_bias), "cell_clip": None,
         "seq_len": ragged_lengths(rng, steps, batch) if ragged else None,
     }
-    if clip:
-        case["cell_clip"] = _sequence_clip(case)
-    return case
+    if proj_size is None:
+        return _sequence_clips(case, clip, False)
+    case["w_proj"] = _normal(rng, (hidden, proj_size), 1.0 / np.sqrt(max(1, hidden)), dtype)
+    case["proj_clip"] = None
+    return _sequence_clips(case, clip, proj_clip)
 
 
 def gru_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int = 3,

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import cells, sequences
 from .._core.specs import OPS as SPECS
-from .._core.specs import PEEPHOLES
+from .._core.specs import OPTIONAL_WEIGHTS
 from ..oracle import VJPReport, check_vjp
 from .cases import (
     random_gru_cell_case,
@@ -24,9 +24,11 @@ from .cases import (
     random_rnn_sequence_case,
 )
 
-LSTM_ARG_NAMES: tuple[str, ...] = SPECS["lstm_cell"].arrays
+# The arrays of a case (an LSTM case has no w_proj unless a projection is drawn; the pairs
+# take every array the case has, from the specs).
+LSTM_ARG_NAMES: tuple[str, ...] = SPECS["lstm_cell"].arrays[:-1]
 GRU_ARG_NAMES: tuple[str, ...] = SPECS["gru_cell"].arrays
-LSTM_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["lstm_sequence"].arrays
+LSTM_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["lstm_sequence"].arrays[:-1]
 GRU_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["gru_sequence"].arrays
 RNN_ARG_NAMES: tuple[str, ...] = SPECS["rnn_cell"].arrays
 RNN_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["rnn_sequence"].arrays
@@ -41,14 +43,12 @@ Pair = tuple[Callable[..., Any], Callable[..., Any], tuple, tuple[str, ...]]
 def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backend) -> Pair:
     """``(f, vjp, args, names)`` for the oracle: ``f`` maps the arrays named ``names`` to
     the ``outputs`` fields of ``forward``'s result; ``vjp`` feeds the cotangents to
-    ``gradient`` as ``d_<output>``. LSTM peepholes (the names after the fifth) are passed by
-    keyword, and dropped when the case has none."""
-    peephole_op = PEEPHOLES[0] in names
-    if peephole_op and case[PEEPHOLES[0]] is None:
-        names = names[:len(names) - len(PEEPHOLES)]
+    ``gradient`` as ``d_<output>``. The LSTM's optional weights (peepholes, projection; the
+    last names) are passed by keyword, and dropped when the case has none."""
+    names = tuple(n for n in names if n not in OPTIONAL_WEIGHTS or case.get(n) is not None)
     args = tuple(case[n] for n in names)
     outputs = tuple(outputs)
-    n_positional = len(names) - len(PEEPHOLES) if PEEPHOLES[0] in names else len(names)
+    n_positional = sum(n not in OPTIONAL_WEIGHTS for n in names)
 
     def split(arrays):
         return arrays[:n_positional], dict(zip(names[n_positional:], arrays[n_positional:]))
@@ -66,7 +66,7 @@ def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backen
         upstream = {f"d_{k}": c for k, c in zip(outputs, ct)}
         grads = gradient(*positional, run(*arrays), **upstream, **peepholes, **grad_attrs,
                          backend=backend)
-        return tuple(grads)[: len(arrays)]
+        return tuple(getattr(grads, n) for n in names)  # gradients are named as the inputs
 
     return f, vjp, args, names
 
@@ -77,9 +77,11 @@ def lstm_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
     to ``(cs, h)`` (or the one of them that has an upstream gradient)."""
     outputs = [k for k, on in (("cs", d_cs), ("h", d_h)) if on]
     return _vjp_pair(
-        cells.lstm_cell, cells.lstm_cell_grad, case, LSTM_ARG_NAMES, outputs,
-        {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"]},
-        {"cell_clip": case["cell_clip"], "clip_grad": clip_grad}, backend)
+        cells.lstm_cell, cells.lstm_cell_grad, case, SPECS["lstm_cell"].arrays, outputs,
+        {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"],
+         "proj_clip": case.get("proj_clip")},
+        {"cell_clip": case["cell_clip"], "proj_clip": case.get("proj_clip"),
+         "clip_grad": clip_grad}, backend)
 
 
 def gru_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None) -> Pair:
@@ -97,10 +99,12 @@ def lstm_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
     arrays to the chosen ``outputs`` (any of "h", "cs", "h_final", "cs_final"); the others
     get no upstream gradient (None)."""
     return _vjp_pair(
-        sequences.lstm_sequence, sequences.lstm_sequence_grad, case, LSTM_SEQUENCE_ARG_NAMES,
+        sequences.lstm_sequence, sequences.lstm_sequence_grad, case,
+        SPECS["lstm_sequence"].arrays,
         outputs, {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"],
-                  "seq_len": case["seq_len"]},
-        {"cell_clip": case["cell_clip"], "clip_grad": clip_grad, "seq_len": case["seq_len"]},
+                  "proj_clip": case.get("proj_clip"), "seq_len": case["seq_len"]},
+        {"cell_clip": case["cell_clip"], "proj_clip": case.get("proj_clip"),
+         "clip_grad": clip_grad, "seq_len": case["seq_len"]},
         backend)
 
 

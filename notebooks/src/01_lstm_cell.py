@@ -212,8 +212,9 @@ def f(*args):
 def vjp(ct, x, cs_prev, h_prev, w, b, wci, wcf, wco):
     d_cs, d_h = ct
     state = step(x, cs_prev, h_prev, w, b, wci, wcf, wco)
-    return gc.lstm_cell_grad(x, cs_prev, h_prev, w, b, state, d_h=d_h, d_cs=d_cs,
-                             wci=wci, wcf=wcf, wco=wco, backend="reference")
+    grads = gc.lstm_cell_grad(x, cs_prev, h_prev, w, b, state, d_h=d_h, d_cs=d_cs,
+                              wci=wci, wcf=wcf, wco=wco, backend="reference")
+    return tuple(getattr(grads, name) for name in names)  # the gradients are named as the inputs
 
 
 report = gc.check_vjp(f, vjp, args, names=names)
@@ -234,8 +235,9 @@ print(report)
 def vjp_missing_term(ct, x, cs_prev, h_prev, w, b, wci, wcf, wco):
     d_cs, d_h = ct
     state = step(x, cs_prev, h_prev, w, b, wci, wcf, wco)
-    return gc.lstm_cell_grad(x, cs_prev, h_prev, w, b, state, d_h=d_h, d_cs=d_cs,
-                             wci=wci, wcf=wcf, wco=np.zeros_like(wco), backend="reference")
+    grads = gc.lstm_cell_grad(x, cs_prev, h_prev, w, b, state, d_h=d_h, d_cs=d_cs,
+                              wci=wci, wcf=wcf, wco=np.zeros_like(wco), backend="reference")
+    return tuple(getattr(grads, name) for name in names)
 
 
 print(gc.check_vjp(f, vjp_missing_term, args, names=names))
