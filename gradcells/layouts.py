@@ -3,7 +3,9 @@
 gradcells's layouts (docs/spec.md §2, §3):
 
 * LSTM: ``w [I+H, 4H]`` (rows: the x part, then the h part), ``b [4H]``; gate blocks in the
-  order **i, ci, f, o**.
+  order **i, ci, f, o**. With a projection (§9.1) ``w [I+P, 4H]`` and ``w_proj [H, P]``;
+  PyTorch's ``proj_size`` is the one framework here that has it (``weight_hr = w_projᵀ``),
+  and ``lstm_from_torch`` carries ``w_proj`` in ``options``.
 * plain RNN: ``w [I+H, H]``, ``b [H]`` (one block, so no gate order); the activation
   ("tanh" or "relu") is a setting of the framework's layer, not a weight.
 * GRU: ``w_ru [I+H, 2H]`` (columns r then u), ``w_c [I+H, H]``, ``b_ru [2H]``, and ``b_c [H]``
@@ -286,6 +288,22 @@ def _gradcells_lstm(rows_x, rows_h, bias, order):
     return w, _reorder(bias, order, _LSTM_GRADCELLS, axis=0)
 
 
+def _framework_lstmp(w, b, w_proj, order):
+    """As ``_framework_lstm`` for an LSTM with a projection: ``w [I+P, 4H]``,
+    ``w_proj [H, P]``; the h-rows are ``[P, 4H]``."""
+    _ndim("w", w, 2, "I+P, 4H")
+    n_hidden = _gates("w", w.shape[1], 4, "4H columns")
+    _ndim("w_proj", w_proj, 2, "H, P")
+    _shape("w_proj", w_proj, (n_hidden, w_proj.shape[1]), "H, P")
+    n_in = w.shape[0] - w_proj.shape[1]
+    if n_in < 0:
+        raise ValueError(f"w must have shape [I+P, 4H] with at least P = {w_proj.shape[1]} "
+                         f"rows, got {w.shape}")
+    _shape("b", b, (4 * n_hidden,), "4H")
+    w = _reorder(w, _LSTM_GRADCELLS, order, axis=1)
+    return w[:n_in], w[n_in:], _reorder(b, _LSTM_GRADCELLS, order, axis=0)
+
+
 def _framework_lstm(w, b, order):
     """x-rows ``[I, 4H]``, h-rows ``[H, 4H]`` and bias ``[4H]`` in ``order`` from gradcells's."""
     n_in, _ = _check_lstm(w, b)
@@ -297,32 +315,68 @@ def _framework_lstm(w, b, order):
 # LSTM
 
 
+def _check_torch_lstm(a):
+    """Check PyTorch's LSTM arrays, with or without ``weight_hr [P, H]`` (then
+    ``weight_hh [4H, P]``); return H."""
+    if a["weight_hr"] is None:
+        return _check_torch(a, 4)
+    _ndim("weight_hh", a["weight_hh"], 2, "4H, P")
+    _ndim("weight_hr", a["weight_hr"], 2, "P, H")
+    n_hidden = _gates("weight_hh", a["weight_hh"].shape[0], 4, "4H rows")
+    n_proj = a["weight_hh"].shape[1]
+    _shape("weight_hr", a["weight_hr"], (n_proj, n_hidden), "P, H")
+    _ndim("weight_ih", a["weight_ih"], 2, "4H, I")
+    _shape("weight_ih", a["weight_ih"], (4 * n_hidden, a["weight_ih"].shape[1]), "4H, I")
+    for name in ("bias_ih", "bias_hh"):
+        _shape(name, a[name], (4 * n_hidden,), "4H")
+    return n_hidden
+
+
 def lstm_from_torch(weight_ih: Array, weight_hh: Array, bias_ih: Array | None = None,
-                    bias_hh: Array | None = None) -> Converted:
-    """gradcells ``(w, b)`` from PyTorch's ``nn.LSTM`` (one layer, one direction, no
-    ``proj_size``) or ``nn.LSTMCell``.
+                    bias_hh: Array | None = None, weight_hr: Array | None = None) -> Converted:
+    """gradcells ``(w, b)`` from PyTorch's ``nn.LSTM`` (one layer, one direction) or
+    ``nn.LSTMCell``.
 
     PyTorch: ``weight_ih [4H, I]``, ``weight_hh [4H, H]``, ``bias_ih, bias_hh [4H]`` (None:
     ``bias=False``), gate blocks **i, f, g, o** (g is the candidate ci). Two biases:
     ``b = bias_ih + bias_hh``. ``lstm_from_torch(*cell.parameters())`` works as written.
+
+    A module with ``proj_size=P`` (docs/spec.md §9.1) also has ``weight_hr [P, H]``, and its
+    ``weight_hh`` is ``[4H, P]``; the result is still the two arrays ``(w [I+P, 4H], b)``,
+    and ``options`` gains ``w_proj = weight_hrᵀ [H, P]`` (PyTorch does not clip the
+    projection), so ``gc.lstm_sequence(x, *conv.gradcells_states(h0, c0), *conv,
+    **conv.options)`` runs the module. ``lstm_from_torch(*module.parameters())`` works for it
+    too (its parameter order ends with ``weight_hr``).
     """
     a = _arrays(weight_ih=weight_ih, weight_hh=weight_hh, bias_ih=bias_ih, bias_hh=bias_hh,
-                optional=("bias_ih", "bias_hh"))
-    n_hidden = _check_torch(a, 4)
+                weight_hr=weight_hr, optional=("bias_ih", "bias_hh", "weight_hr"))
+    n_hidden = _check_torch_lstm(a)
     bias = _sum_or_zeros(a["bias_ih"], a["bias_hh"], (4 * n_hidden,), _dtype(a))
-    return _lstm_converted(
+    conv = _lstm_converted(
         _gradcells_lstm(a["weight_ih"].T, a["weight_hh"].T, bias, _LSTM_TORCH), "torch")
+    if a["weight_hr"] is not None:
+        conv.options["w_proj"] = _new(a["weight_hr"].T)
+    return conv
 
 
-def lstm_to_torch(w: Array, b: Array) -> tuple[np.ndarray, ...]:
+def lstm_to_torch(w: Array, b: Array, w_proj: Array | None = None) -> tuple[np.ndarray, ...]:
     """PyTorch's ``(weight_ih [4H, I], weight_hh [4H, H], bias_ih [4H], bias_hh [4H])``, gate
     blocks i, f, g, o, from gradcells ``(w, b)``. Two biases: ``bias_ih = b`` (reordered),
     ``bias_hh = 0``.
+
+    With a projection ``w_proj [H, P]`` (docs/spec.md §9.1; ``w`` is then ``[I+P, 4H]``) the
+    result has a fifth array, ``weight_hr = w_projᵀ [P, H]``, and ``weight_hh`` is
+    ``[4H, P]``: the parameters of an ``nn.LSTM(I, H, proj_size=P)`` in its order. PyTorch
+    has no projection clip, so a gradcells ``proj_clip`` has no PyTorch equivalent.
     """
-    a = _arrays(w=w, b=b)
-    rows_x, rows_h, bias = _framework_lstm(a["w"], a["b"], _LSTM_TORCH)
-    return (np.ascontiguousarray(rows_x.T), np.ascontiguousarray(rows_h.T), bias,
-            _zeros(bias.shape, bias.dtype))
+    a = _arrays(w=w, b=b, w_proj=w_proj, optional=("w_proj",))
+    if a["w_proj"] is None:
+        rows_x, rows_h, bias = _framework_lstm(a["w"], a["b"], _LSTM_TORCH)
+    else:
+        rows_x, rows_h, bias = _framework_lstmp(a["w"], a["b"], a["w_proj"], _LSTM_TORCH)
+    out = (np.ascontiguousarray(rows_x.T), np.ascontiguousarray(rows_h.T), bias,
+           _zeros(bias.shape, bias.dtype))
+    return out if a["w_proj"] is None else (*out, _new(a["w_proj"].T))
 
 
 def lstm_from_keras(kernel: Array, recurrent_kernel: Array, bias: Array | None = None) -> Converted:
