@@ -106,8 +106,14 @@ class Converted(tuple):
         return (named["c"], named["h"]) if "c" in named else (named["h"],)
 
     def __repr__(self):
+        options = ", ".join(f"{k!r}: {_short(v)}" for k, v in self.options.items())
         return (f"Converted(<{len(self)} arrays>, framework={self.framework!r}, "
-                f"options={self.options!r}, state_order={self.state_order!r})")
+                f"options={{{options}}}, state_order={self.state_order!r})")
+
+
+def _short(value):
+    """``repr`` of an option, an array (a projection's ``w_proj``) by its shape only."""
+    return f"<array {tuple(value.shape)}>" if isinstance(value, np.ndarray) else repr(value)
 
 
 # The recurrent states each framework passes, in its order.

@@ -106,3 +106,9 @@ def test_shapes_are_checked_and_named(call, name):
 def test_w_proj_dtype_must_match():
     with pytest.raises(TypeError, match="w_proj"):
         layouts.lstm_to_torch(Z((5, 20)), Z(20), Z((5, 2), dtype=np.float32))
+
+
+def test_repr_shows_w_proj_by_its_shape(rng):
+    conv = layouts.lstm_from_torch(*_torch_arrays(rng))
+    assert repr(conv) == ("Converted(<2 arrays>, framework='torch', options={'forget_bias': "
+                          "0.0, 'w_proj': <array (5, 2)>}, state_order=('h', 'c'))")
