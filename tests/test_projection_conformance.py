@@ -7,7 +7,9 @@ order, and every autograd gradient (``weight_ih, weight_hh, bias_ih, bias_hh, we
 The weights travel through ``gc.layouts.lstm_from_torch`` / ``lstm_to_torch`` (``w_proj =
 weight_hrᵀ`` rides in ``conv.options``), so these tests check the converters too. The
 tolerances are those of the LSTM sequence conformance test (tests/test_sequences_torch.py).
-The tests skip when PyTorch is not installed.
+TensorFlow 1's ``LSTMCell(num_proj, proj_clip)``, written out with TensorFlow's ops, checks
+that ``clip_by_value``'s gradient is gradcells's exact projection-clip gradient. Each test
+skips when its framework is not installed.
 """
 
 import numpy as np
@@ -173,3 +175,47 @@ def test_torch_runs_weights_converted_to_torch(torch, rng, backend, hidden, proj
     np.testing.assert_array_equal(back[0], w)
     np.testing.assert_array_equal(back[1], b)
     np.testing.assert_array_equal(back.options["w_proj"], w_proj)
+
+
+# ---------------------------------------------------------------------------------------------
+# TensorFlow 1's LSTMCell(num_proj, proj_clip)
+#
+# Its class is gone under Keras 3, so the cell is written out with TensorFlow's ops as
+# LSTMCell.call has it (kernel on [x, h], gates i, j, f, o, forget_bias added to f, then
+# m·w_proj and clip_by_value): what is tested is that clip_by_value's gradient is
+# gradcells's exact one, and not the straight-through one.
+
+
+def _tf1_lstmp_cell(tf, x, c_prev, h_prev, w, b, w_proj, forget_bias, proj_clip):
+    i, j, f, o = tf.split(tf.matmul(tf.concat([x, h_prev], axis=1), w) + b, 4, axis=1)
+    c = tf.sigmoid(f + forget_bias) * c_prev + tf.sigmoid(i) * tf.tanh(j)
+    m = tf.sigmoid(o) * tf.tanh(c)
+    return c, tf.clip_by_value(tf.matmul(m, w_proj), -proj_clip, proj_clip)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("hidden, proj", [(5, 2), (3, 4)])
+def test_tf1_proj_clip_gradient_is_the_exact_one(rng, backend, hidden, proj):
+    tf = pytest.importorskip("tensorflow")
+    case = gc.testing.lstm_cell_case(rng, hidden=hidden, proj_size=proj, proj_clip=True)
+    d_h = rng.standard_normal(case["h_prev"].shape)
+    d_cs = rng.standard_normal(case["cs_prev"].shape)
+    names = ("x", "cs_prev", "h_prev", "w", "b", "w_proj")
+    leaves = [tf.Variable(case[k]) for k in names]
+    with tf.GradientTape() as tape:
+        c, h = _tf1_lstmp_cell(tf, *leaves, case["forget_bias"], case["proj_clip"])
+        loss = tf.reduce_sum(h * d_h) + tf.reduce_sum(c * d_cs)
+    theirs = tape.gradient(loss, leaves)
+
+    state = gc.lstm_cell(**case, backend=backend)
+    close(state.h, h.numpy(), "h", FORWARD_TOL)
+    close(state.cs, c.numpy(), "cs", FORWARD_TOL)
+    clipped = np.abs((state.o * state.co) @ case["w_proj"]) > case["proj_clip"]
+    assert clipped.any() and not clipped.all()
+    arrays = {k: case[k] for k in names}
+    grads = gc.lstm_cell_grad(**arrays, state=state, d_h=d_h, d_cs=d_cs, backend=backend)
+    for k, t in zip(names, theirs):
+        close(getattr(grads, k), t.numpy(), f"d{k}")
+    straight = gc.lstm_cell_grad(**arrays, state=state, d_h=d_h, d_cs=d_cs,
+                                 clip_grad="straight_through", backend=backend)
+    assert np.abs(straight.w_proj - theirs[5].numpy()).max() > 1e-6
