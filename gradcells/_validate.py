@@ -453,6 +453,8 @@ def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
     if activation is not None:
         settings = _agreeing(spec, recorded, settings, "activation",
                              activation_value(activation))
+    if spec.settings is LSTMSettings:  # before the shapes, which depend on the projection
+        _check_optional(spec, recorded, weights)
     library = _checked_library(spec, x, states, weights,
                                reset_after=getattr(settings, "reset_after", False),
                                result=result, upstream=upstream)
@@ -460,7 +462,6 @@ def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
         settings = _agreeing(spec, recorded, settings, "seq_len",
                              seq_len_value(seq_len, library, x))
     if spec.settings is LSTMSettings:
-        _check_optional(spec, recorded, weights)
         if cell_clip is not None:
             settings = _agreeing(spec, recorded, settings, "cell_clip",
                                  cell_clip_value(cell_clip, x.dtype))
