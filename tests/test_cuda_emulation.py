@@ -1052,3 +1052,147 @@ def test_final_states_are_not_views_of_the_steps():
             assert isinstance(rseq, RNNSequence)
             assert not np.shares_memory(rseq.h_final, rseq.h)
             assert not np.shares_memory(rseq.h_final, rnn["h0"])
+
+
+# --------------------------------------------------------------------------------------
+# The LSTM projection (docs/spec.md §9.1)
+
+def _projection_cases(rng, dtype, ragged):
+    cell = cast(lstm_cell_case(rng, batch=4, hidden=5, proj_size=3, proj_clip=True, clip=True,
+                               peephole=True), dtype)
+    seq = cast(lstm_sequence_case(rng, steps=4, batch=4, input_size=3, hidden=5, proj_size=3,
+                                  proj_clip=True, clip=True, peephole=True, ragged=ragged),
+               dtype)
+    return cell, seq
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("ragged", [False, True])
+@pytest.mark.parametrize("clip_grad", ["exact", "straight_through"])
+def test_lstm_projection_matches_reference(dtype, ragged, clip_grad):
+    rng = np.random.default_rng(70)
+    cell, seq_case = _projection_cases(rng, dtype, ragged)
+    assert cell["proj_clip"] is not None and seq_case["proj_clip"] is not None
+    with emulated_gpu() as backend:
+        state = forward(backend, "lstm_cell", cell)
+        assert state.h.shape == (4, 3)
+        assert_close(state, forward(reference, "lstm_cell", cast(cell, np.float64)), dtype,
+                     "cell forward ")
+        up = upstream(rng, dtype, {"d_h": state.h.shape, "d_cs": state.cs.shape}, (True, True))
+        grads = grad(backend, "lstm_cell", cell, state, **up, clip_grad=clip_grad)
+        seq = forward(backend, "lstm_sequence", seq_case)
+        assert seq.h.shape == (4, 4, 3) and seq.h_final.shape == (4, 3)
+        assert_close(seq, forward(reference, "lstm_sequence", cast(seq_case, np.float64)),
+                     dtype, "sequence forward ")
+        seq_up = upstream(rng, dtype, {"d_h": seq.h.shape, "d_cs": seq.cs.shape,
+                                       "d_h_final": seq.h_final.shape,
+                                       "d_cs_final": seq.cs_final.shape}, (True,) * 4)
+        seq_grads = grad(backend, "lstm_sequence", seq_case, seq, **seq_up, clip_grad=clip_grad)
+    assert grads.w_proj is not None and seq_grads.w_proj is not None
+    assert_close(grads, grad(reference, "lstm_cell", cast(cell, np.float64), as64(state),
+                             **up64(up), clip_grad=clip_grad), dtype, "cell gradient ")
+    assert_close(seq_grads, grad(reference, "lstm_sequence", cast(seq_case, np.float64),
+                                 as64(seq), **up64(seq_up), clip_grad=clip_grad),
+                 dtype, "sequence gradient ")
+
+
+def test_lstm_projection_gradients_match_finite_differences():
+    rng = np.random.default_rng(71)
+    cell, seq = _projection_cases(rng, np.float64, True)
+    names = LSTM_ARRAYS + PEEPHOLES + ("w_proj",)
+    seq_names = ("x", "cs0", "h0", "w", "b") + PEEPHOLES + ("w_proj",)
+    with emulated_gpu(TINY) as backend:
+        for op, case, keys in (("lstm_cell", cell, names), ("lstm_sequence", seq, seq_names)):
+            f, vjp = _projection_pair(backend, op, case, keys)
+            report = check_vjp(f, vjp, tuple(case[n] for n in keys), names=keys, seed=1)
+            assert report.passed, f"\n{report}"
+            assert report.max_abs_error < 1e-8
+
+
+def _projection_pair(backend, op, case, names):
+    fields = ("h", "cs") if op == "lstm_cell" else ("h", "cs", "h_final", "cs_final")
+    ups = ("d_h", "d_cs") if op == "lstm_cell" else ("d_h", "d_cs", "d_h_final", "d_cs_final")
+
+    def forward_on(*arrays):
+        return forward(backend, op, case, **dict(zip(names, arrays)))
+
+    def f(*arrays):
+        result = forward_on(*arrays)
+        return tuple(getattr(result, k) for k in fields)
+
+    def vjp(ct, *arrays):
+        grads = grad(backend, op, {**case, **dict(zip(names, arrays))}, forward_on(*arrays),
+                     **dict(zip(ups, ct)))
+        return tuple(grads)[:len(names) - 1] + (grads.w_proj,)
+
+    return f, vjp
+
+
+def _projection_run(backend, case, d_h):
+    seq = forward(backend, "lstm_sequence", case)
+    grads = grad(backend, "lstm_sequence", case, seq, d_h=d_h, d_h_final=d_h[0])
+    return (*seq, *grads)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_lstm_projection_does_not_depend_on_launch_shape(dtype):
+    rng = np.random.default_rng(72)
+    _, case = _projection_cases(rng, dtype, True)
+    d_h = rng.standard_normal((4, 4, 3)).astype(dtype)
+    runs = []
+    for policy, reverse in ((_kernels.DEFAULT_POLICY, False), (TINY, False), (TINY, True)):
+        with emulated_gpu(policy, reverse) as backend:
+            runs.append(_projection_run(backend, case, d_h))
+    for a, b, c in zip(*runs):
+        if a is None:
+            continue
+        np.testing.assert_array_equal(b, c)  # same launch shape, opposite thread order
+        if a.ndim == 1:  # bias and peephole gradients: column sums, in another order
+            np.testing.assert_allclose(b.astype(np.float64), a, rtol=16 * np.finfo(dtype).eps,
+                                       atol=16 * np.finfo(dtype).eps)
+        else:  # everything else, w_proj included, bit for bit
+            np.testing.assert_array_equal(a, b)
+
+
+def test_lstm_projection_never_reads_padding_nor_modifies_inputs():
+    rng = np.random.default_rng(73)
+    _, case = _projection_cases(rng, np.float64, False)
+    lengths = np.array([4, 0, 1, 3])
+    past = np.arange(4)[:, None] >= lengths
+    zero, poisoned = case["x"].copy(), case["x"].copy()
+    zero[past] = 0.0
+    poisoned[past] = np.resize([np.nan, np.inf, -np.inf], (int(past.sum()), 1))
+    d_h = rng.standard_normal((4, 4, 3))
+    d_h[past] = 0.0
+    runs = []
+    with emulated_gpu() as backend:
+        for x in (zero, poisoned):
+            padded = {**case, "x": x, "seq_len": lengths}
+            before = {k: v.copy() for k, v in padded.items() if isinstance(v, np.ndarray)}
+            runs.append(_projection_run(backend, padded, d_h))
+            for k, v in before.items():
+                np.testing.assert_array_equal(padded[k], v, err_msg=k)
+    for want, got in zip(*runs):
+        np.testing.assert_array_equal(got, want)
+    assert np.all(runs[0][6][past] == 0.0)  # h past the lengths
+    np.testing.assert_array_equal(runs[0][8][1], case["h0"][1])  # h_final of a row of length 0
+
+
+def test_lstm_projection_empty_sizes():
+    rng = np.random.default_rng(74)
+    with emulated_gpu() as backend:
+        for steps, batch in ((0, 3), (3, 0), (0, 0)):
+            case = lstm_sequence_case(rng, steps=steps, batch=batch, input_size=2, hidden=5,
+                                      proj_size=3, proj_clip=True)
+            seq = forward(backend, "lstm_sequence", case)
+            assert seq.h.shape == (steps, batch, 3) and seq.h_final.shape == (batch, 3)
+            assert seq.cs.shape == (steps, batch, 5)
+            grads = grad(backend, "lstm_sequence", case, seq,
+                         d_h_final=np.ones((batch, 3)))
+            assert grads.h0.shape == (batch, 3) and grads.w.shape == (2 + 3, 20)
+            assert grads.w_proj.shape == (5, 3)
+            expected = grad(reference, "lstm_sequence", case, seq,
+                            d_h_final=np.ones((batch, 3)))
+            for got, want in zip(grads, expected):
+                if want is not None:
+                    np.testing.assert_allclose(got, want, atol=1e-12)

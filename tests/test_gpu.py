@@ -555,3 +555,33 @@ def test_a_new_process_loads_the_kernels_from_cupys_disk_cache(tmp_path):
                   b"rnn_forward__double"):
         assert any(entry in path.read_bytes() for path in first), entry
     assert cache() == first
+
+
+# --------------------------------------------------------------------------------------
+# The LSTM projection (docs/spec.md §9.1)
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("ragged", [False, True])
+@pytest.mark.parametrize("clip_grad", ["exact", "straight_through"])
+def test_lstm_projection_agrees_with_reference(dtype, ragged, clip_grad):
+    from gradcells import reference
+
+    rng = np.random.default_rng(80)
+    seq_case = on_gpu(lstm_sequence_case(rng, steps=4, batch=4, input_size=3, hidden=5,
+                                         proj_size=3, proj_clip=True, clip=True,
+                                         peephole=True, ragged=ragged), dtype)
+    case64 = float64(seq_case)
+    seq = backend_calls.forward(gradcells.gpu, "lstm_sequence", seq_case)
+    assert seq.h.shape == (4, 4, 3) and seq.cs.shape == (4, 4, 5)
+    assert_close(seq, backend_calls.forward(reference, "lstm_sequence", case64), dtype,
+                 "forward ")
+    up = upstream(81, dtype, {"d_h": seq.h.shape, "d_cs": seq.cs.shape,
+                              "d_h_final": seq.h_final.shape,
+                              "d_cs_final": seq.cs_final.shape}, (True,) * 4)
+    grads = backend_calls.grad(gradcells.gpu, "lstm_sequence", seq_case, seq, **up,
+                               clip_grad=clip_grad)
+    assert grads.w_proj is not None
+    expected = backend_calls.grad(reference, "lstm_sequence", case64, as64(seq), **up64(up),
+                                  clip_grad=clip_grad)
+    assert_close(grads, expected, dtype, "gradient ")
