@@ -119,7 +119,7 @@ def lstm_backprop(run: Unrolled, *, d_h: Array | None = None, d_cs: Array | None
     carry_h, carry_cs = _zeros_or(xp, d_h_final, h0), _zeros_or(xp, d_cs_final, cs0)
     d_x = xp.zeros(x.shape, dtype=xp.result_type(x, weights["w"]))
     names = ["w", "b"] + (list(PEEPHOLES) if weights["wci"] is not None else [])
-    names += ["w_proj"] if weights["w_proj"] is not None else []
+    names += ["w_proj"] if weights.get("w_proj") is not None else []
     totals = {k: xp.zeros_like(weights[k]) for k in names}
     for t in reversed(range(len(run.steps))):
         running = _running(xp, t, run.seq_len)
@@ -128,8 +128,8 @@ def lstm_backprop(run: Unrolled, *, d_h: Array | None = None, d_cs: Array | None
             d_h=_upstream(xp, carry_h, d_h, t, running),
             d_cs=_upstream(xp, carry_cs, d_cs, t, running),
             **{k: weights[k] for k in PEEPHOLES}, cell_clip=run.attrs["cell_clip"],
-            w_proj=weights["w_proj"], proj_clip=run.attrs["proj_clip"], clip_grad=clip_grad,
-            backend=run.backend)
+            w_proj=weights.get("w_proj"), proj_clip=run.attrs.get("proj_clip"),
+            clip_grad=clip_grad, backend=run.backend)
         d_x[t] = g.x
         totals = {k: totals[k] + getattr(g, k) for k in names}
         carry_h = _keep(xp, running, g.h_prev, carry_h)
