@@ -3,6 +3,7 @@
     python benchmarks/sequences.py                    # LSTM and GRU, the issue's three sizes
     python benchmarks/sequences.py --sizes 50,32,128,128 --cells lstm --repeats 9
     python benchmarks/sequences.py --sizes 50,32,128,128 --cells rnn   # the plain (tanh) RNN
+    python benchmarks/sequences.py --sizes 50,32,128,128 --cells lstm-proj   # P = H/2
 
 Contestants, each doing one forward over all T steps and the full backward from an upstream
 gradient on every step's h (gradients for x, the initial states and all weights):
@@ -11,6 +12,8 @@ gradient on every step's h (gradients for x, the initial states and all weights)
   GRU with ``reset_after=True`` (PyTorch's variant) and ``False`` (TensorFlow's); the plain
   RNN with ``activation="tanh"``;
 - ``gradcells reference``: the same on the reference backend;
+- ``lstm-proj``: the LSTM with a projection ``w_proj [H, P]``, P = H/2 (``gradcells cpu``
+  and ``torch nn.LSTM(proj_size=P)``; its BLAS bound adds the projection's matmuls);
 - ``torch nn.LSTM`` / ``torch nn.GRU`` / ``torch nn.RNN`` (tanh): forward and ``backward``
   (x, h0, c0 require grad);
 - ``tf BlockLSTM``: ``tf.raw_ops.BlockLSTM`` under ``tf.GradientTape`` in a ``tf.function``;
@@ -71,6 +74,21 @@ def lstm_inputs(steps, batch, n_in, hidden, seed=0):
     }
 
 
+def lstm_proj_inputs(steps, batch, n_in, hidden, seed=0):
+    """``lstm_inputs`` with a projection ``w_proj [H, P]``, P = H/2: h0, d_h and w's h rows
+    are P wide."""
+    rng = np.random.default_rng(seed)
+    proj = max(1, hidden // 2)
+    a = lstm_inputs(steps, batch, n_in, hidden, seed)
+    scale = float(1.0 / np.sqrt(n_in + proj))
+    a["h0"] = 0.5 * rng.standard_normal((batch, proj), dtype=DTYPE)
+    a["w"] = scale * rng.standard_normal((n_in + proj, 4 * hidden), dtype=DTYPE)
+    a["w_proj"] = float(1.0 / np.sqrt(hidden)) * rng.standard_normal((hidden, proj),
+                                                                      dtype=DTYPE)
+    a["d_h"] = rng.standard_normal((steps, batch, proj), dtype=DTYPE)
+    return a
+
+
 def rnn_inputs(steps, batch, n_in, hidden, seed=0):
     rng = np.random.default_rng(seed)
     scale = float(1.0 / np.sqrt(n_in + hidden))
@@ -113,6 +131,20 @@ def gradcells_lstm(backend, size):
     return run
 
 
+def gradcells_lstm_proj(backend, size):
+    import gradcells as gc
+
+    a = lstm_proj_inputs(*size)
+    args = (a["x"], a["cs0"], a["h0"], a["w"], a["b"])
+
+    def run():
+        seq = gc.lstm_sequence(*args, w_proj=a["w_proj"], backend=backend)
+        return gc.lstm_sequence_grad(*args, seq, d_h=a["d_h"], w_proj=a["w_proj"],
+                                     backend=backend)
+
+    return run
+
+
 def gradcells_gru(backend, size, reset_after):
     import gradcells as gc
 
@@ -140,13 +172,14 @@ def gradcells_rnn(backend, size):
     return run
 
 
-def torch_rnn(kind, size):
+def torch_rnn(kind, size, proj=False):
     import torch
 
     steps, batch, n_in, hidden = size
     torch.manual_seed(0)
-    module = getattr(torch.nn, kind)(n_in, hidden)
-    a = lstm_inputs(*size)
+    extra = {"proj_size": max(1, hidden // 2)} if proj else {}
+    module = getattr(torch.nn, kind)(n_in, hidden, **extra)
+    a = (lstm_proj_inputs if proj else lstm_inputs)(*size)
     x = torch.tensor(a["x"], requires_grad=True)
     h0 = torch.tensor(a["h0"][None], requires_grad=True)
     c0 = torch.tensor(a["cs0"][None], requires_grad=True)
@@ -217,6 +250,47 @@ def blas_bound_lstm(size):
         np.matmul(h_flat[: (steps - 1) * batch].T, d_flat[batch:], out=dw[n_in:])
         dw[n_in:] += a["h0"].T @ d_gates[0]
         return dw
+
+    return run
+
+
+def blas_bound_lstm_proj(size):
+    """The matmuls of gradcells's LSTM plan with a projection (``gradcells/cpu/lstm.py``):
+    per step also ``m·w_proj`` forward and ``dh·w_projᵀ`` backward, and ``dw_proj`` after
+    the loop."""
+    steps, batch, n_in, hidden = size
+    a = lstm_proj_inputs(*size)
+    proj = a["w_proj"].shape[1]
+    w_x, w_h, w_proj = a["w"][:n_in], a["w"][n_in:], a["w_proj"]
+    x_flat = a["x"].reshape(steps * batch, n_in)
+    h_steps = np.zeros((steps, batch, proj), DTYPE)
+    m_steps = np.zeros((steps, batch, hidden), DTYPE)
+    gates = np.empty((steps * batch, 4 * hidden), DTYPE)
+    h_gates = np.empty((batch, 4 * hidden), DTYPE)
+    d_gates = np.random.default_rng(1).standard_normal((steps, batch, 4 * hidden), dtype=DTYPE)
+    d_flat = d_gates.reshape(steps * batch, 4 * hidden)
+    dh_prev, d_m = np.empty((batch, proj), DTYPE), np.empty((batch, hidden), DTYPE)
+    dx = np.empty((steps * batch, n_in), DTYPE)
+    dw = np.empty((n_in + proj, 4 * hidden), DTYPE)
+
+    def run():
+        np.matmul(x_flat, w_x, out=gates)
+        h = a["h0"]
+        for t in range(steps):
+            np.matmul(h, w_h, out=h_gates)
+            np.matmul(m_steps[t], w_proj, out=h_steps[t])
+            h = h_steps[t]
+        w_h_t, w_proj_t = np.ascontiguousarray(w_h.T), np.ascontiguousarray(w_proj.T)
+        for t in reversed(range(steps)):
+            np.matmul(a["d_h"][t], w_proj_t, out=d_m)
+            np.matmul(d_gates[t], w_h_t, out=dh_prev)
+        dw_proj = m_steps.reshape(-1, hidden).T @ a["d_h"].reshape(-1, proj)
+        np.matmul(d_flat, w_x.T, out=dx)
+        np.matmul(x_flat.T, d_flat, out=dw[:n_in])
+        h_flat = h_steps.reshape(steps * batch, proj)
+        np.matmul(h_flat[: (steps - 1) * batch].T, d_flat[batch:], out=dw[n_in:])
+        dw[n_in:] += a["h0"].T @ d_gates[0]
+        return dw, dw_proj
 
     return run
 
@@ -327,6 +401,8 @@ def contestants_for(cell, size, skip):
             out["tf BlockLSTM"] = tf_block_lstm(size)
         out["BLAS bound"] = blas_bound_lstm(size)
         return out
+    if cell == "lstm-proj":
+        return lstm_proj_contestants(size, skip)
     if cell == "rnn":
         out["gradcells cpu"] = gradcells_rnn("cpu", size)
         if "reference" not in skip:
@@ -345,12 +421,23 @@ def contestants_for(cell, size, skip):
     return out
 
 
+def lstm_proj_contestants(size, skip):
+    """``contestants_for``'s LSTM with a projection (P = H/2)."""
+    out = {"gradcells cpu": gradcells_lstm_proj("cpu", size)}
+    if "reference" not in skip:
+        out["gradcells reference"] = gradcells_lstm_proj("reference", size)
+    if "torch" not in skip:
+        out["torch nn.LSTM"] = torch_rnn("LSTM", size, proj=True)
+    out["BLAS bound"] = blas_bound_lstm_proj(size)
+    return out
+
+
 def peer_names(cell, name):
     """(torch peer, BLAS bound) that ``name``'s ratios are taken against. ``torch.nn.GRU``
     is the reset-after GRU: the reset-before rows, another model with one matmul fewer, have
     no PyTorch peer (None)."""
-    if cell in ("lstm", "rnn"):
-        return f"torch nn.{cell.upper()}", "BLAS bound"
+    if cell in ("lstm", "rnn", "lstm-proj"):
+        return f"torch nn.{cell.split('-')[0].upper()}", "BLAS bound"
     if name.endswith("reset-before"):
         return None, "BLAS bound reset-before"
     return "torch nn.GRU", "BLAS bound reset-after"
@@ -360,7 +447,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="*", default=None,
                         help="T,B,I,H tuples (default: the issue's three sizes)")
-    parser.add_argument("--cells", default="lstm,gru", help="comma list of: lstm, gru, rnn")
+    parser.add_argument("--cells", default="lstm,gru",
+                        help="comma list of: lstm, gru, rnn, lstm-proj (P = H/2)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--skip", default="", help="comma list of: reference, torch, tf")

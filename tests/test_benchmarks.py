@@ -75,6 +75,20 @@ def test_sequences_benchmark_runs_the_plain_rnn(capsys):
     assert sequences.peer_names("rnn", "gradcells cpu") == ("torch nn.RNN", "BLAS bound")
 
 
+def test_sequences_benchmark_runs_the_projected_lstm(capsys):
+    import sequences
+
+    sequences.main(["--sizes", "3,2,3,6", "--cells", "lstm-proj", "--repeats", "1", "--skip",
+                    "torch,tf"])
+    out = capsys.readouterr().out
+    assert "LSTM-PROJ (T, B, I, H) = (3, 2, 3, 6)" in out
+    for name in ("gradcells cpu", "gradcells reference", "BLAS bound"):
+        assert name in out
+    assert sequences.peer_names("lstm-proj", "gradcells cpu") == ("torch nn.LSTM", "BLAS bound")
+    dw, dw_proj = sequences.blas_bound_lstm_proj((3, 2, 3, 6))()
+    assert dw.shape == (3 + 3, 24) and dw_proj.shape == (6, 3)
+
+
 def test_sequences_benchmarks_torch_rnn_peer_runs_forward_and_backward():
     """The ``torch nn.RNN`` contestant alone (``main`` would pin this process's threads)."""
     pytest.importorskip("torch")

@@ -65,8 +65,8 @@ def _stack(xp, steps: list, name: str, seq_len, empty_shape, dtype) -> Array:
 def _finish(run: Unrolled, fields: tuple[str, ...], finals: dict[str, Array]) -> Unrolled:
     xp = namespace_of(run.x)
     first = next(iter(finals.values()))
-    shape = tuple(run.x.shape[:2]) + tuple(first.shape[1:])
-    for name in fields:
+    for name in fields:        # h is P wide with a projection: its final state's width
+        shape = tuple(run.x.shape[:2]) + tuple(finals.get(f"{name}_final", first).shape[1:])
         run.outputs[name] = _stack(xp, run.steps, name, run.seq_len, shape, first.dtype)
     run.outputs.update(finals)
     return run
@@ -75,16 +75,20 @@ def _finish(run: Unrolled, fields: tuple[str, ...], finals: dict[str, Array]) ->
 def lstm_forward(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
                  wci: Array | None = None, wcf: Array | None = None, wco: Array | None = None,
                  forget_bias: float = 1.0, cell_clip: float | None = None,
+                 w_proj: Array | None = None, proj_clip: float | None = None,
                  seq_len: Array | None = None, backend: str | None = None) -> Unrolled:
-    """``lstm_cell`` over ``x [T, B, I]`` from ``(cs0, h0)``; see the module docstring."""
+    """``lstm_cell`` over ``x [T, B, I]`` from ``(cs0, h0)``; see the module docstring.
+    With a projection ``w_proj [H, P]`` (and ``proj_clip``) ``h0`` and every ``h`` are
+    ``[B, P]``."""
     xp = namespace_of(x)
-    weights = {"w": w, "b": b, **dict(zip(PEEPHOLES, (wci, wcf, wco)))}
-    run = Unrolled("lstm", x, weights, {"forget_bias": forget_bias, "cell_clip": cell_clip},
-                   seq_len, backend)
+    weights = {"w": w, "b": b, **dict(zip(PEEPHOLES, (wci, wcf, wco))), "w_proj": w_proj}
+    run = Unrolled("lstm", x, weights, {"forget_bias": forget_bias, "cell_clip": cell_clip,
+                                        "proj_clip": proj_clip}, seq_len, backend)
     cs, h = cs0, h0
     for t in range(x.shape[0]):
         state = cells.lstm_cell(x[t], cs, h, w, b, wci=wci, wcf=wcf, wco=wco,
-                                forget_bias=forget_bias, cell_clip=cell_clip, backend=backend)
+                                forget_bias=forget_bias, cell_clip=cell_clip, w_proj=w_proj,
+                                proj_clip=proj_clip, backend=backend)
         run.steps.append(state)
         run.starts.append((cs, h))
         running = _running(xp, t, seq_len)
@@ -108,13 +112,14 @@ def lstm_backprop(run: Unrolled, *, d_h: Array | None = None, d_cs: Array | None
                   clip_grad: str = "exact") -> dict[str, Array]:
     """Backpropagation through time over ``lstm_forward``'s ``run`` for upstream gradients
     of every step's ``h`` and ``cs`` (``[T, B, H]``) and of the final states (``[B, H]``),
-    each optional. Returns the gradients by name: ``x, cs0, h0, w, b`` and, with peepholes,
-    ``wci, wcf, wco``."""
+    each optional. Returns the gradients by name: ``x, cs0, h0, w, b``, with peepholes
+    ``wci, wcf, wco`` and with a projection ``w_proj``."""
     xp, x, weights = namespace_of(run.x), run.x, run.weights
     cs0, h0 = run.starts[0] if run.starts else (run.outputs["cs_final"], run.outputs["h_final"])
     carry_h, carry_cs = _zeros_or(xp, d_h_final, h0), _zeros_or(xp, d_cs_final, cs0)
     d_x = xp.zeros(x.shape, dtype=xp.result_type(x, weights["w"]))
     names = ["w", "b"] + (list(PEEPHOLES) if weights["wci"] is not None else [])
+    names += ["w_proj"] if weights.get("w_proj") is not None else []
     totals = {k: xp.zeros_like(weights[k]) for k in names}
     for t in reversed(range(len(run.steps))):
         running = _running(xp, t, run.seq_len)
@@ -123,6 +128,7 @@ def lstm_backprop(run: Unrolled, *, d_h: Array | None = None, d_cs: Array | None
             d_h=_upstream(xp, carry_h, d_h, t, running),
             d_cs=_upstream(xp, carry_cs, d_cs, t, running),
             **{k: weights[k] for k in PEEPHOLES}, cell_clip=run.attrs["cell_clip"],
+            w_proj=weights.get("w_proj"), proj_clip=run.attrs.get("proj_clip"),
             clip_grad=clip_grad, backend=run.backend)
         d_x[t] = g.x
         totals = {k: totals[k] + getattr(g, k) for k in names}
