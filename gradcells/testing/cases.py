@@ -122,12 +122,20 @@ def gru_cell_case(rng: np.random.Generator, *, batch: int = 3, input_size: int =
 
 
 def random_lstm_cell_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
-    """An ``lstm_cell`` case with sizes, peepholes, clipping and forget_bias drawn from ``rng``."""
+    """An ``lstm_cell`` case with sizes, peepholes, clipping, forget_bias and a projection
+    drawn from ``rng``."""
     return lstm_cell_case(
         rng, batch=int(rng.integers(1, 5)), input_size=int(rng.integers(1, 6)),
         hidden=int(rng.integers(1, 6)), dtype=dtype, peephole=bool(rng.integers(2)),
         clip=bool(rng.integers(2)), forget_bias=float(rng.choice(FORGET_BIASES)),
-        scale=float(rng.choice(SCALES)))
+        scale=float(rng.choice(SCALES)), **_random_projection(rng))
+
+
+def _random_projection(rng):
+    """A projection for a third of the random LSTM cases (P from 1 to 5), clipped or not."""
+    if rng.integers(3):
+        return {}
+    return {"proj_size": int(rng.integers(1, 6)), "proj_clip": bool(rng.integers(2))}
 
 
 def random_gru_cell_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
@@ -250,14 +258,15 @@ def gru_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int = 
 
 
 def random_lstm_sequence_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
-    """An ``lstm_sequence`` case (T <= 4) with sizes, peepholes, clipping, forget_bias and
-    ragged lengths drawn from ``rng``."""
+    """An ``lstm_sequence`` case (T <= 4) with sizes, peepholes, clipping, forget_bias,
+    ragged lengths and a projection drawn from ``rng``."""
     return lstm_sequence_case(
         rng, steps=int(rng.integers(1, 5)), batch=int(rng.integers(1, 5)),
         input_size=int(rng.integers(1, 5)), hidden=int(rng.integers(1, 5)), dtype=dtype,
         peephole=bool(rng.integers(2)), clip=bool(rng.integers(2)),
         forget_bias=float(rng.choice(FORGET_BIASES)),
-        scale=float(rng.choice(SCALES)), ragged=bool(rng.integers(2)))
+        scale=float(rng.choice(SCALES)), ragged=bool(rng.integers(2)),
+        **_random_projection(rng))
 
 
 def random_gru_sequence_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
