@@ -474,10 +474,12 @@ def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
 def _check_optional(spec, recorded, weights):
     """ValueError unless the peepholes and the projection are present as the forward's
     record says."""
-    if recorded is None:
+    peepholes, projection = weights[2] is not None, weights[5] is not None
+    if recorded is None or (peepholes == recorded.peepholes
+                            and projection == recorded.projection):
         return
-    for given, flag, names in ((weights[2] is not None, "peepholes", ", ".join(PEEPHOLES)),
-                               (weights[5] is not None, "projection", "w_proj")):
+    for given, flag, names in ((peepholes, "peepholes", ", ".join(PEEPHOLES)),
+                               (projection, "projection", "w_proj")):
         ran = getattr(recorded, flag)
         if given != ran:
             raise ValueError(
