@@ -24,6 +24,19 @@ def rng():
     return np.random.default_rng(20261129)
 
 
+@pytest.fixture(scope="module")
+def torch():
+    """PyTorch, seeded (the test skips without it)."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    return torch
+
+
+def torch_leaf(torch, a):
+    """A float64 tensor of ``a`` that autograd differentiates."""
+    return torch.tensor(np.ascontiguousarray(a), dtype=torch.float64, requires_grad=True)
+
+
 def numpy_backends():
     """The backends that take NumPy arrays here: the reference and, once built, the CPU one."""
     names = ["reference"]

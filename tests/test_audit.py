@@ -159,11 +159,6 @@ def test_tensorflow_mismatch_unlike_its_fault_is_unexpected(tf, monkeypatch):
 # PyTorch
 
 
-@pytest.fixture(scope="module")
-def torch():
-    return pytest.importorskip("torch")
-
-
 @pytest.mark.conformance
 def test_torch_audit_agrees_everywhere(torch):
     status, rows, text = _audit("torch", examples=1)

@@ -85,11 +85,6 @@ def test_numpy_calls_pass_through_untouched(rng):
 # PyTorch
 
 
-@pytest.fixture(scope="module")
-def torch():
-    return pytest.importorskip("torch")
-
-
 @pytest.mark.conformance
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("op", CELL_OPS)

@@ -221,13 +221,6 @@ def test_bad_dtypes_raise_type_error_naming_the_argument():
 # PyTorch
 
 
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    torch.manual_seed(0)
-    return torch
-
-
 def _t(torch, a):
     return torch.from_numpy(np.ascontiguousarray(a))
 

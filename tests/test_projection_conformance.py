@@ -14,6 +14,7 @@ skips when its framework is not installed.
 
 import numpy as np
 import pytest
+from conftest import torch_leaf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,17 +30,6 @@ GRAD_TOL = {"rtol": 1e-9, "atol": 1e-11}
 
 def close(actual, expected, what="", tol=GRAD_TOL):
     np.testing.assert_allclose(np.asarray(actual), np.asarray(expected), err_msg=what, **tol)
-
-
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    torch.manual_seed(0)
-    return torch
-
-
-def _leaf(torch, a):
-    return torch.tensor(np.ascontiguousarray(a), dtype=torch.float64, requires_grad=True)
 
 
 def _run_torch(torch, module, x, h0, c0, lengths):
@@ -74,9 +64,9 @@ def _check_proj_lstm(torch, backend, seed, steps, batch, input_size, hidden, pro
     lengths = rng.integers(1, steps + 1, batch) if packed else None
     if packed:
         lengths[rng.integers(batch)] = steps
-    x = _leaf(torch, rng.standard_normal((steps, batch, input_size)))
-    h0 = _leaf(torch, rng.standard_normal((batch, proj)))
-    c0 = _leaf(torch, rng.standard_normal((batch, hidden)))
+    x = torch_leaf(torch, rng.standard_normal((steps, batch, input_size)))
+    h0 = torch_leaf(torch, rng.standard_normal((batch, proj)))
+    c0 = torch_leaf(torch, rng.standard_normal((batch, hidden)))
     d_h = rng.standard_normal((steps, batch, proj))
     d_h_final = rng.standard_normal((batch, proj))
     d_c_final = rng.standard_normal((batch, hidden))

@@ -14,6 +14,7 @@ Framework tests skip when the framework is not installed (``pip install gradcell
 
 import numpy as np
 import pytest
+from conftest import torch_leaf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,17 +39,6 @@ def close(actual, expected, what="", tol=F64_TOL):
 # PyTorch
 
 
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    torch.manual_seed(0)
-    return torch
-
-
-def _leaf(torch, a):
-    return torch.tensor(np.ascontiguousarray(a), dtype=torch.float64, requires_grad=True)
-
-
 def _torch_parameter_grads(module):
     """gradcells ``(dw, db)`` from a module's parameter gradients: ``dw`` by the same
     converter as the weights, ``db`` the gradient of either bias (they receive the same)."""
@@ -65,8 +55,8 @@ def test_torch_rnn_cell_forward_and_every_gradient(torch, rng, backend, activati
     cell = torch.nn.RNNCell(input_size, hidden, nonlinearity=activation, dtype=torch.float64)
     conv = layouts.rnn_from_torch(*cell.parameters(), nonlinearity=activation)
     assert conv.options == {"activation": activation}
-    x = _leaf(torch, rng.standard_normal((batch, input_size)))
-    h_prev = _leaf(torch, rng.standard_normal((batch, hidden)))
+    x = torch_leaf(torch, rng.standard_normal((batch, input_size)))
+    h_prev = torch_leaf(torch, rng.standard_normal((batch, hidden)))
     d_h = rng.standard_normal((batch, hidden))
     h = cell(x, h_prev)
     h.backward(torch.from_numpy(d_h))
@@ -111,8 +101,8 @@ def test_torch_rnn_over_a_ragged_batch_forward_and_every_gradient(
     lengths = rng.integers(1, steps + 1, batch) if packed else None
     if packed:
         lengths[rng.integers(batch)] = steps
-    x = _leaf(torch, rng.standard_normal((steps, batch, input_size)))
-    h0 = _leaf(torch, rng.standard_normal((batch, hidden)))
+    x = torch_leaf(torch, rng.standard_normal((steps, batch, input_size)))
+    h0 = torch_leaf(torch, rng.standard_normal((batch, hidden)))
     d_h = rng.standard_normal((steps, batch, hidden))
     d_h_final = rng.standard_normal((batch, hidden))
     out, h_n = _torch_rnn(torch, module, x, h0, lengths)
