@@ -222,18 +222,27 @@ def tf_block_lstm(size):
 
 def blas_bound_lstm(size):
     """The matmuls of gradcells's LSTM plan and nothing else (see the module docstring)."""
+    return _matmul_plan(lstm_inputs(*size), size, 4 * size[3])
+
+
+def _matmul_plan(a, size, width):
+    """The matmul plan of a cell whose pre-activations are ``width`` wide and whose state
+    is H wide (the LSTM's 4H, the plain RNN's H): the input projection, one ``h·W_h`` per
+    step forward and one ``dZ_t·W_hᵀ`` back, then ``dx`` and the two weight products."""
     steps, batch, n_in, hidden = size
-    a = lstm_inputs(*size)
     w_x, w_h = a["w"][:n_in], a["w"][n_in:]
-    x_flat = a["x"].reshape(steps * batch, n_in)
+    flat = steps * batch
+    x_flat = a["x"].reshape(flat, n_in)
     h_steps = np.zeros((steps, batch, hidden), DTYPE)
-    gates = np.empty((steps * batch, 4 * hidden), DTYPE)
-    h_gates = np.empty((batch, 4 * hidden), DTYPE)
-    d_gates = np.random.default_rng(1).standard_normal((steps, batch, 4 * hidden), dtype=DTYPE)
-    d_flat = d_gates.reshape(steps * batch, 4 * hidden)
+    h_flat = h_steps.reshape(flat, hidden)
+    gates = np.empty((flat, width), DTYPE)
+    h_gates = np.empty((batch, width), DTYPE)
+    d_gates = np.random.default_rng(1).standard_normal((steps, batch, width), dtype=DTYPE)
+    d_flat = d_gates.reshape(flat, width)
     dh_prev = np.empty((batch, hidden), DTYPE)
-    dx = np.empty((steps * batch, n_in), DTYPE)
-    dw = np.empty((n_in + hidden, 4 * hidden), DTYPE)
+    dx = np.empty((flat, n_in), DTYPE)
+    dw = np.empty((n_in + hidden, width), DTYPE)
+    first = (steps - 1) * batch
 
     def run():
         np.matmul(x_flat, w_x, out=gates)
@@ -246,8 +255,7 @@ def blas_bound_lstm(size):
             np.matmul(d_gates[t], w_h_t, out=dh_prev)
         np.matmul(d_flat, w_x.T, out=dx)
         np.matmul(x_flat.T, d_flat, out=dw[:n_in])
-        h_flat = h_steps.reshape(steps * batch, hidden)
-        np.matmul(h_flat[: (steps - 1) * batch].T, d_flat[batch:], out=dw[n_in:])
+        np.matmul(h_flat[:first].T, d_flat[batch:], out=dw[n_in:])
         dw[n_in:] += a["h0"].T @ d_gates[0]
         return dw
 
@@ -351,38 +359,7 @@ def blas_bound_gru(size, reset_after):
 def blas_bound_rnn(size):
     """The matmuls of gradcells's plain RNN plan (``gradcells/cpu/rnn.py``) and nothing
     else."""
-    steps, batch, n_in, hidden = size
-    a = rnn_inputs(*size)
-    w_x, w_h = a["w"][:n_in], a["w"][n_in:]
-    flat = steps * batch
-    x_flat = a["x"].reshape(flat, n_in)
-    h_steps = np.zeros((steps, batch, hidden), DTYPE)
-    h_flat = h_steps.reshape(flat, hidden)
-    x_z = np.empty((flat, hidden), DTYPE)
-    h_z = np.empty((batch, hidden), DTYPE)
-    d_z = np.random.default_rng(1).standard_normal((steps, batch, hidden), dtype=DTYPE)
-    d_flat = d_z.reshape(flat, hidden)
-    dh_prev = np.empty((batch, hidden), DTYPE)
-    dx = np.empty((flat, n_in), DTYPE)
-    dw = np.empty((n_in + hidden, hidden), DTYPE)
-    first = (steps - 1) * batch
-
-    def run():
-        np.matmul(x_flat, w_x, out=x_z)
-        h = a["h0"]
-        for t in range(steps):
-            np.matmul(h, w_h, out=h_z)
-            h = h_steps[t]
-        w_h_t = np.ascontiguousarray(w_h.T)
-        for t in reversed(range(steps)):
-            np.matmul(d_z[t], w_h_t, out=dh_prev)
-        np.matmul(d_flat, w_x.T, out=dx)
-        np.matmul(x_flat.T, d_flat, out=dw[:n_in])
-        np.matmul(h_flat[:first].T, d_flat[batch:], out=dw[n_in:])
-        dw[n_in:] += a["h0"].T @ d_z[0]
-        return dw
-
-    return run
+    return _matmul_plan(rnn_inputs(*size), size, size[3])
 
 
 # -- measurement ------------------------------------------------------------------------------
