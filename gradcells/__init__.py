@@ -14,6 +14,7 @@ from ._core.types import (
     GRUWeights,
     LSTMCellGrads,
     LSTMCellState,
+    LSTMNorm,
     LSTMSequence,
     LSTMSequenceGrads,
     LSTMSettings,
@@ -47,7 +48,8 @@ __all__ = [
     "LSTMCellState", "LSTMCellGrads", "GRUCellState", "GRUCellGrads",
     "LSTMSequence", "LSTMSequenceGrads", "GRUSequence", "GRUSequenceGrads",
     "RNNCellState", "RNNCellGrads", "RNNSequence", "RNNSequenceGrads",
-    "LSTMWeights", "GRUWeights", "RNNWeights", "LSTMSettings", "GRUSettings", "RNNSettings",
+    "LSTMWeights", "LSTMNorm", "GRUWeights", "RNNWeights",
+    "LSTMSettings", "GRUSettings", "RNNSettings",
     "check_vjp", "VJPReport", "GradientCheckError",
     "tf_compat", "layouts", "testing",
 ]

@@ -28,13 +28,16 @@ from ._core import arrays
 from ._core.specs import (
     ACTIVATIONS,
     CLIP_GRADS,
+    LN_CARRIES,
+    NORM_ARRAYS,
+    NORM_FIELDS,
     OPS,
     OPTIONAL_WEIGHTS,
     PEEPHOLES,
     WEIGHT_LABELS,
     Labels,
 )
-from ._core.types import GRUSettings, LSTMSettings, RNNSettings
+from ._core.types import GRUSettings, LSTMNorm, LSTMSettings, RNNSettings
 
 _FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
 FLOAT_DTYPES = (_FLOAT32, _FLOAT64)
@@ -327,15 +330,17 @@ class _Layout(NamedTuple):
 @functools.cache
 def _layout(op: str, reset_after: bool, projection: bool = False) -> _Layout:
     spec = OPS[op]
+    names = spec.flat_arrays
     labels = ((spec.x_labels,) + spec.state_labels
-              + tuple(_weight_labels(spec, name, reset_after) for name in spec.weights._fields))
-    n_required = sum(name not in OPTIONAL_WEIGHTS for name in spec.arrays)
+              + tuple(_weight_labels(spec, name, reset_after)
+                      for name in names[1 + len(spec.states):]))
+    n_required = sum(name not in OPTIONAL_WEIGHTS for name in names)
     upstream_labels = tuple(spec.upstream_labels(name) for name in spec.upstream)
     result_labels = spec.result_labels()
     if not projection:  # P is H: the messages say so
         labels, result_labels, upstream_labels = (
             _without_projection(group) for group in (labels, result_labels, upstream_labels))
-    return _Layout(spec.arrays, labels, n_required,
+    return _Layout(names, labels, n_required,
                    _qualified_names(spec.result_arg, spec.result._fields),
                    result_labels, spec.upstream, upstream_labels,
                    labels[:n_required] + result_labels + labels[n_required:]
@@ -354,13 +359,32 @@ def _weight_labels(spec, name, reset_after):
     return labels if labels != ("C",) else ("2H",) if reset_after else ("H",)
 
 
+_NO_NORM = (None,) * len(NORM_FIELDS)
+
+
+def _flat_weights(spec, weights):
+    """The weight set's arrays in ``spec.flat_arrays`` order: an LSTM's ``layer_norm`` as
+    its six arrays (six Nones without one), after checking that it is an ``LSTMNorm`` of
+    arrays."""
+    if spec.settings is not LSTMSettings:
+        return weights
+    norm = weights[6]
+    if norm is None:
+        return (*weights[:6], *_NO_NORM)
+    if not isinstance(norm, LSTMNorm):
+        raise TypeError(f"layer_norm must be a gradcells.LSTMNorm of six arrays or None, got "
+                        f"{type(norm).__name__}")
+    _require_arrays([(name, a, None) for name, a in zip(NORM_ARRAYS, norm)])
+    return (*weights[:6], *norm)
+
+
 def _checked_library(spec, x, states, weights, *, reset_after, result=None, upstream=None):
     """Check every array of a forward call (and of its gradient when ``upstream`` is given);
-    return the arrays' library. The optional arrays (the peepholes) come last in
-    ``spec.arrays``."""
+    return the arrays' library. The optional arrays (the peepholes, the projection, the
+    layer norm) come last in ``spec.flat_arrays``."""
     projection = spec.settings is LSTMSettings and weights[5] is not None
     layout = _layout(spec.name, reset_after, projection)
-    specs = list(zip(layout.names, (x, *states, *weights), layout.labels))
+    specs = list(zip(layout.names, (x, *states, *_flat_weights(spec, weights)), layout.labels))
     n_required = layout.n_required
     if upstream is not None:
         _check_result(spec, result)
@@ -384,7 +408,8 @@ def _proj_index(layout, grad):
 
 
 def forward_args(op: str, x, states, weights, *, forget_bias=1.0, cell_clip=None,
-                 proj_clip=None, reset_after=False, activation="tanh", seq_len=None):
+                 proj_clip=None, ln_epsilon=1e-5, ln_carry="raw", reset_after=False,
+                 activation="tanh", seq_len=None):
     """Check a forward call of ``op``; return ``(library, settings)``. The keywords are the
     op's attributes as the caller gave them (those the op does not have keep their
     defaults)."""
@@ -400,16 +425,49 @@ def forward_args(op: str, x, states, weights, *, forget_bias=1.0, cell_clip=None
     if kind is RNNSettings:
         return library, RNNSettings(activation, seq_len)
     values = (forget_bias_value(forget_bias, x.dtype), cell_clip_value(cell_clip, x.dtype),
-              weights[2] is not None, _proj_clip_value(proj_clip, weights, x.dtype))
+              weights[2] is not None, _proj_clip_value(proj_clip, weights, x.dtype),
+              _norm_values(weights, ln_epsilon, ln_carry, x.dtype))
     return library, (_lstm_settings(*values) if seq_len is None
                      else dataclasses.replace(_lstm_settings(*values), seq_len=seq_len))
 
 
 @functools.lru_cache(maxsize=256)
-def _lstm_settings(forget_bias, cell_clip, peepholes, proj_clip):
+def _lstm_settings(forget_bias, cell_clip, peepholes, proj_clip, norm):
     """The record of a call without lengths; records are frozen, so calls share them."""
     return LSTMSettings(forget_bias, cell_clip, peepholes, None, projection=proj_clip[0],
-                        proj_clip=proj_clip[1])
+                        proj_clip=proj_clip[1], layer_norm=norm[0], ln_epsilon=norm[1],
+                        ln_carry=norm[2])
+
+
+_DEFAULT_NORM = (LSTMSettings.ln_epsilon, LSTMSettings.ln_carry)
+
+
+def _norm_values(weights, ln_epsilon, ln_carry, dtype):
+    """``(layer_norm, ln_epsilon, ln_carry)``: whether ``layer_norm`` is given and its
+    settings, checked; without a layer norm, settings other than the defaults are refused."""
+    values = (ln_epsilon_value(ln_epsilon, dtype), ln_carry_value(ln_carry))
+    if weights[6] is None and values != _DEFAULT_NORM:
+        name = "ln_epsilon" if values[0] != _DEFAULT_NORM[0] else "ln_carry"
+        raise ValueError(f"{name} is a setting of the layer norm: pass layer_norm with it")
+    return (weights[6] is not None, *values)
+
+
+def ln_epsilon_value(ln_epsilon, dtype):
+    """``ln_epsilon`` as a float, positive and a positive normal number in ``dtype`` (the
+    layer norms divide by ``sqrt(var + ε)``, and ``var`` may be 0)."""
+    value = _real("ln_epsilon", ln_epsilon)
+    if not (float(np.finfo(dtype).tiny) <= value and not _beyond(value, dtype)):
+        raise ValueError(f"ln_epsilon must be positive and a normal number in the arrays' dtype "
+                         f"{np.dtype(dtype)} (>= {np.finfo(dtype).tiny:.4g}), got "
+                         f"{_shown(ln_epsilon)}")
+    return value
+
+
+def ln_carry_value(ln_carry):
+    """``ln_carry``, one of ``LN_CARRIES``."""
+    if not isinstance(ln_carry, str) or ln_carry not in LN_CARRIES:
+        raise ValueError(f"ln_carry must be one of {LN_CARRIES}, got {ln_carry!r}")
+    return ln_carry
 
 
 def _proj_clip_value(proj_clip, weights, dtype):
@@ -433,7 +491,8 @@ def _recorded_lengths(seq_len):
 
 
 def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
-              proj_clip=None, reset_after=None, activation=None, seq_len=None):
+              proj_clip=None, ln_epsilon=None, ln_carry=None, reset_after=None,
+              activation=None, seq_len=None):
     """Check a gradient call of ``op``; return ``(library, settings)``: the forward's record,
     each setting given again (None: not given) checked against it; for a result that
     records nothing, the record the keywords make.
@@ -445,7 +504,8 @@ def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
     settings = recorded
     if settings is None:
         settings = (LSTMSettings(peepholes=weights[2] is not None,
-                                 projection=weights[5] is not None)
+                                 projection=weights[5] is not None,
+                                 layer_norm=weights[6] is not None)
                     if spec.settings is LSTMSettings else spec.settings())
     if reset_after is not None:
         settings = _agreeing(spec, recorded, settings, "reset_after",
@@ -468,18 +528,25 @@ def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
         if proj_clip is not None:
             settings = _agreeing(spec, recorded, settings, "proj_clip",
                                  _proj_clip_value(proj_clip, weights, x.dtype)[1])
+        if ln_epsilon is not None:
+            settings = _agreeing(spec, recorded, settings, "ln_epsilon",
+                                 ln_epsilon_value(ln_epsilon, x.dtype))
+        if ln_carry is not None:
+            settings = _agreeing(spec, recorded, settings, "ln_carry", ln_carry_value(ln_carry))
     return library, settings
 
 
 def _check_optional(spec, recorded, weights):
-    """ValueError unless the peepholes and the projection are present as the forward's
-    record says."""
-    peepholes, projection = weights[2] is not None, weights[5] is not None
+    """ValueError unless the peepholes, the projection and the layer norm are present as the
+    forward's record says."""
+    peepholes, projection, norm = (weights[k] is not None for k in (2, 5, 6))
     if recorded is None or (peepholes == recorded.peepholes
-                            and projection == recorded.projection):
+                            and projection == recorded.projection
+                            and norm == recorded.layer_norm):
         return
     for given, flag, names in ((peepholes, "peepholes", ", ".join(PEEPHOLES)),
-                               (projection, "projection", "w_proj")):
+                               (projection, "projection", "w_proj"),
+                               (norm, "layer_norm", "layer_norm")):
         ran = getattr(recorded, flag)
         if given != ran:
             raise ValueError(

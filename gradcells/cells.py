@@ -17,6 +17,7 @@ from ._core.types import (
     GRUWeights,
     LSTMCellGrads,
     LSTMCellState,
+    LSTMNorm,
     LSTMWeights,
     RNNCellGrads,
     RNNCellState,
@@ -31,7 +32,8 @@ def lstm_cell(x: Array, cs_prev: Array, h_prev: Array, w: Array, b: Array, *,
               wci: Array | None = None, wcf: Array | None = None, wco: Array | None = None,
               forget_bias: float = 1.0, cell_clip: float | None = None,
               w_proj: Array | None = None, proj_clip: float | None = None,
-              backend: str | None = None) -> LSTMCellState:
+              layer_norm: LSTMNorm | None = None, ln_epsilon: float = 1e-5,
+              ln_carry: str = "raw", backend: str | None = None) -> LSTMCellState:
     """One step of TensorFlow's LSTM block cell (gate layout i, ci, f, o), with an optional
     projection (LSTMP: PyTorch's ``proj_size``, TF1's ``num_proj``).
 
@@ -44,14 +46,23 @@ def lstm_cell(x: Array, cs_prev: Array, h_prev: Array, w: Array, b: Array, *,
         co = tanh(cs);   o = σ(Go + cs∘wco);   m = o∘co
         h = m   (no projection),   h = clip(m·w_proj, ±proj_clip)   (projection)
 
+    ``layer_norm=LSTMNorm(gamma_x, beta_x, gamma_h, beta_h, gamma_c, beta_c)`` (``[4H]``
+    four times, then ``[H]`` twice) makes it the layer-normalised LSTM (docs/spec.md §9.2),
+    each LN over its row with biased variance and ``ln_epsilon``:
+
+        G = LN(x·w_x; γ_x, β_x) + LN(h_prev·w_h; γ_h, β_h) + b     (w_x, w_h: w's rows)
+        c̃ = clip(i∘ci + f∘cs_prev);   n = LN(c̃; γ_c, β_c);   co = tanh(n)
+        cs = c̃ (ln_carry="raw", Ba et al.)  or  n ("normalized", TF Addons)
+
     Returns ``LSTMCellState(i, cs, f, o, ci, co, h)``, ``[B, H]`` each but ``h [B, P]``,
-    recording its settings (``forget_bias``, ``cell_clip``, ``proj_clip``, whether peepholes
-    and a projection were given).
+    recording its settings (``forget_bias``, ``cell_clip``, ``proj_clip``, ``ln_epsilon``,
+    ``ln_carry``, whether peepholes, a projection and a layer norm were given).
     """
-    weights = LSTMWeights(w, b, wci, wcf, wco, w_proj)
+    weights = LSTMWeights(w, b, wci, wcf, wco, w_proj, layer_norm)
     library, settings = v.forward_args("lstm_cell", x, (cs_prev, h_prev), weights,
                                        forget_bias=forget_bias, cell_clip=cell_clip,
-                                       proj_clip=proj_clip)
+                                       proj_clip=proj_clip, ln_epsilon=ln_epsilon,
+                                       ln_carry=ln_carry)
     impl = _dispatch.backend_for(backend, library)
     return record_settings(impl.lstm_cell(x, cs_prev, h_prev, weights, settings), settings)
 
@@ -62,29 +73,33 @@ def lstm_cell_grad(x: Array, cs_prev: Array, h_prev: Array, w: Array, b: Array,
                    d_cs: Array | None = None, wci: Array | None = None,
                    wcf: Array | None = None, wco: Array | None = None,
                    cell_clip: float | None = None, w_proj: Array | None = None,
-                   proj_clip: float | None = None, clip_grad: str = "exact",
-                   backend: str | None = None) -> LSTMCellGrads:
+                   proj_clip: float | None = None, layer_norm: LSTMNorm | None = None,
+                   ln_epsilon: float | None = None, ln_carry: str | None = None,
+                   clip_grad: str = "exact", backend: str | None = None) -> LSTMCellGrads:
     """Gradient of ``lstm_cell`` with respect to every input, given the forward's ``state``
     and the upstream gradients ``d_h`` and ``d_cs`` (None: zeros).
 
-    ``cell_clip``, ``proj_clip``, the peepholes and the projection are the forward's, as
-    ``state`` records them; passing a clip again is allowed, a contradicting value raises
-    ``ValueError``, and so do peepholes or a projection missing (or extra) against the
-    record. For a ``state`` that records nothing (a tuple built by hand), the keywords are
-    as for ``lstm_cell``.
+    ``cell_clip``, ``proj_clip``, ``ln_epsilon``, ``ln_carry``, the peepholes, the
+    projection and the layer norm are the forward's, as ``state`` records them; passing a
+    setting again is allowed, a contradicting value raises ``ValueError``, and so do
+    peepholes, a projection or a layer norm missing (or extra) against the record. For a
+    ``state`` that records nothing (a tuple built by hand), the keywords are as for
+    ``lstm_cell``.
 
     ``clip_grad="exact"`` (default) is the true gradient: zero through a clip (the cell's or
     the projection's) where it was active. ``"straight_through"`` passes it unchanged, as
     TensorFlow's ops do. With a projection, ``d_h`` is ``[B, P]`` and the gradient gains
-    ``w_proj = mᵀ·dh_raw`` (docs/spec.md §9.1).
+    ``w_proj = mᵀ·dh_raw`` (docs/spec.md §9.1); with a layer norm, ``layer_norm``, an
+    ``LSTMNorm`` of the six parameters' gradients (§9.2).
 
-    Returns ``LSTMCellGrads(x, cs_prev, h_prev, w, b, wci, wcf, wco, w_proj)`` (None for
-    what was not given).
+    Returns ``LSTMCellGrads(x, cs_prev, h_prev, w, b, wci, wcf, wco, w_proj, layer_norm)``
+    (None for what was not given).
     """
-    weights = LSTMWeights(w, b, wci, wcf, wco, w_proj)
+    weights = LSTMWeights(w, b, wci, wcf, wco, w_proj, layer_norm)
     library, settings = v.grad_args("lstm_cell", x, (cs_prev, h_prev), weights, state,
                                     {"d_h": d_h, "d_cs": d_cs}, cell_clip=cell_clip,
-                                    proj_clip=proj_clip)
+                                    proj_clip=proj_clip, ln_epsilon=ln_epsilon,
+                                    ln_carry=ln_carry)
     clip_grad = v.clip_grad_value(clip_grad)
     impl = _dispatch.backend_for(backend, library)
     return impl.lstm_cell_grad(x, cs_prev, h_prev, weights, LSTMCellState(*state), settings,

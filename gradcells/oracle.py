@@ -18,7 +18,11 @@ one sum would add its rounding).
 
 Dividing by the representable difference ``(a_j + h) - (a_j - h)`` instead of ``2h`` makes
 the step exact. ``cbrt(eps)`` balances the O(h²) truncation error of the central difference
-against the O(eps/h) round-off of evaluating L, so both are about eps^(2/3) ≈ 4e-11 relative.
+against the O(eps/h) round-off of evaluating L, so both are about eps^(2/3) ≈ 4e-11 relative
+for a function that curves moderately. For one that curves strongly over the step, the
+elements the central difference does not pass are differenced again with step 2h and
+judged on the Richardson extrapolation ``(4·D(h) - D(2h))/3``, whose truncation error is
+O(h⁴) (its round-off floor is the same combination of the two floors).
 
 An element passes when ``|analytic - numeric| <= atol + rtol·|numeric| + floor``. ``floor``
 is the round-off floor of the difference itself: an output ``f_i`` the step moves is known
@@ -325,9 +329,9 @@ def check_vjp(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[Any
     args64 = [_float64_copy(a) if k in analytic else a for k, a in enumerate(args)]
     cotangent_vector = np.concatenate([c.ravel() for c in cts]) if cts else np.zeros(0)
     outputs_at = functools.partial(_flat_outputs, f, args64)
-    checks = tuple(_compare(names[k], analytic[k].astype(np.float64),
-                            *_numeric_gradient(outputs_at, cotangent_vector, args64, k, rng,
-                                               samples, floor_used), *tolerances[k])
+    checks = tuple(_checked_argument(names[k], analytic[k].astype(np.float64), outputs_at,
+                                     cotangent_vector, args64, k, rng, samples, floor_used,
+                                     *tolerances[k])
                    for k in wrt)
     loosest = max(tolerances.values(), default=_tolerances(np.float64, rtol, atol))
     return VJPReport(checks, *loosest, floor_used)
@@ -409,15 +413,26 @@ def _numeric_gradient(outputs_at, cotangent, args64, k, rng, samples, with_floor
     ``eps·Σ |ct_i|·max(|f_i(a + h)|, |f_i(a - h)|) / h`` over them. Returns the differences,
     the floors and the mask of the elements differenced (the others hold 0).
     """
-    base = args64[k]
-    shape = tuple(base.shape)
+    shape = tuple(args64[k].shape)
     size = math.prod(shape)
-    mutable = _library(base) != "jax"
     numeric, floor = np.zeros(shape), np.zeros(shape)
     differenced = np.zeros(shape, dtype=bool)
     flat_indices = np.arange(size)
     if samples is not None and samples < size:
         flat_indices = np.sort(rng.choice(size, size=samples, replace=False))
+    indices = [tuple(int(i) for i in np.unravel_index(flat, shape)) for flat in flat_indices]
+    for index, (value, rounding) in zip(indices, _differences(
+            outputs_at, cotangent, args64, k, indices, 1.0, with_floor)):
+        numeric[index], floor[index] = value, rounding
+        differenced[index] = True
+    return numeric, floor, differenced
+
+
+def _differences(outputs_at, cotangent, args64, k, indices, scale, with_floor):
+    """``(difference, floor)`` for each element ``index`` of ``args64[k]``, differenced with
+    ``scale`` times the step (``_numeric_gradient``); the argument is restored after."""
+    base = args64[k]
+    mutable = _library(base) != "jax"
     eps = np.finfo(np.float64).eps
     weights = np.abs(cotangent)
 
@@ -427,10 +442,10 @@ def _numeric_gradient(outputs_at, cotangent, args64, k, rng, samples, with_floor
         else:
             args64[k] = base.at[index].set(value)
 
-    for flat in flat_indices:
-        index = tuple(int(i) for i in np.unravel_index(flat, shape))
+    results = []
+    for index in indices:
         x0 = float(base[index])
-        step = np.cbrt(eps) * max(1.0, abs(x0))
+        step = scale * np.cbrt(eps) * max(1.0, abs(x0))
         x_plus, x_minus = x0 + step, x0 - step
         put(index, x_plus)
         plus = outputs_at()
@@ -438,16 +453,49 @@ def _numeric_gradient(outputs_at, cotangent, args64, k, rng, samples, with_floor
         minus = outputs_at()
         put(index, x0)
         taken = x_plus - x_minus
+        rounding = 0.0
         with np.errstate(invalid="ignore", over="ignore"):
             moved = plus - minus
-            numeric[index] = float(np.dot(cotangent, moved)) / taken
+            value = float(np.dot(cotangent, moved)) / taken
             if with_floor:
                 changed = moved != 0
                 magnitude = np.maximum(np.abs(plus[changed]), np.abs(minus[changed]))
-                floor[index] = eps * float(np.dot(weights[changed], magnitude)) / (taken / 2)
-        differenced[index] = True
+                rounding = eps * float(np.dot(weights[changed], magnitude)) / (taken / 2)
+        results.append((value, rounding))
     args64[k] = base
-    return numeric, floor, differenced
+    return results
+
+
+def _extrapolated(outputs_at, cotangent, args64, k, numeric, floor, indices, with_floor):
+    """``numeric`` and ``floor`` with the elements ``indices`` taken again by Richardson
+    extrapolation: from the central differences with steps h and 2h,
+
+        D = (4·D(h) - D(2h)) / 3,   floor = (4·floor(h) + floor(2h)) / 3
+
+    whose truncation error is O(h⁴) instead of O(h²). A gradient that is right but whose
+    function curves strongly over the step (a layer norm of a row that is nearly constant,
+    a long chain of steps) passes with it; a wrong one does not."""
+    numeric, floor = numeric.copy(), floor.copy()
+    for index, (wide, wide_floor) in zip(indices, _differences(
+            outputs_at, cotangent, args64, k, indices, 2.0, with_floor)):
+        numeric[index] = (4 * numeric[index] - wide) / 3
+        floor[index] = (4 * floor[index] + wide_floor) / 3
+    return numeric, floor
+
+
+def _checked_argument(name, analytic, outputs_at, cotangent, args64, k, rng, samples,
+                      with_floor, rtol, atol) -> ArgumentCheck:
+    """The verdict on argument ``k``: its central differences, and for the elements they do
+    not pass, the Richardson-extrapolated ones (``_extrapolated``)."""
+    numeric, floor, differenced = _numeric_gradient(outputs_at, cotangent, args64, k, rng,
+                                                    samples, with_floor)
+    with np.errstate(all="ignore"):
+        passing = np.abs(analytic - numeric) <= atol + rtol * np.abs(numeric) + floor
+    failing = [tuple(int(i) for i in index) for index in np.argwhere(differenced & ~passing)]
+    if failing:
+        numeric, floor = _extrapolated(outputs_at, cotangent, args64, k, numeric, floor,
+                                       failing, with_floor)
+    return _compare(name, analytic, numeric, floor, differenced, rtol, atol)
 
 
 def _compare(name, analytic, numeric, floor, differenced, rtol, atol) -> ArgumentCheck:

@@ -17,6 +17,7 @@ from ._core.types import (
     GRUSequence,
     GRUSequenceGrads,
     GRUWeights,
+    LSTMNorm,
     LSTMSequence,
     LSTMSequenceGrads,
     LSTMWeights,
@@ -34,12 +35,14 @@ def lstm_sequence(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
                   wco: Array | None = None, forget_bias: float = 1.0,
                   cell_clip: float | None = None, w_proj: Array | None = None,
                   proj_clip: float | None = None, seq_len: Array | None = None,
-                  backend: str | None = None) -> LSTMSequence:
+                  layer_norm: LSTMNorm | None = None, ln_epsilon: float = 1e-5,
+                  ln_carry: str = "raw", backend: str | None = None) -> LSTMSequence:
     """The LSTM block cell (``lstm_cell``) run over ``x [T, B, I]`` from ``cs0 [B, H]`` and
     ``h0 [B, P]``.
 
     ``w [I+P, 4H]`` and ``b [4H]`` in gate order i, ci, f, o; peepholes ``wci, wcf, wco [H]``
-    (all or none); ``w_proj [H, P]`` and ``proj_clip`` as for ``lstm_cell`` (None: P = H).
+    (all or none); ``w_proj [H, P]`` and ``proj_clip``, ``layer_norm``, ``ln_epsilon`` and
+    ``ln_carry`` as for ``lstm_cell`` (None: P = H; no layer norm).
     ``seq_len [B]``: optional integer lengths in [0, T] (an array or a list);
     for ``t >= seq_len[b]`` row b's outputs are zero and its state is frozen (PyTorch
     packed-sequence semantics), and ``x[t, b]`` is never read (padding may hold anything,
@@ -50,12 +53,14 @@ def lstm_sequence(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
     Returns ``LSTMSequence(i, cs, f, o, ci, co, h, cs_final, h_final)``: steps ``[T, B, H]``
     (``h [T, B, P]``), final states ``cs_final [B, H]``, ``h_final [B, P]`` (each row's state
     after its last valid step), recording its settings (``seq.settings``: forget_bias,
-    cell_clip, proj_clip, peepholes, projection, seq_len).
+    cell_clip, proj_clip, ln_epsilon, ln_carry, peepholes, projection, layer_norm,
+    seq_len).
     """
-    weights = LSTMWeights(w, b, wci, wcf, wco, w_proj)
+    weights = LSTMWeights(w, b, wci, wcf, wco, w_proj, layer_norm)
     library, settings = v.forward_args("lstm_sequence", x, (cs0, h0), weights,
                                        forget_bias=forget_bias, cell_clip=cell_clip,
-                                       proj_clip=proj_clip, seq_len=seq_len)
+                                       proj_clip=proj_clip, ln_epsilon=ln_epsilon,
+                                       ln_carry=ln_carry, seq_len=seq_len)
     impl = _dispatch.backend_for(backend, library)
     return record_settings(impl.lstm_sequence(x, cs0, h0, weights, settings), settings)
 
@@ -67,28 +72,31 @@ def lstm_sequence_grad(x: Array, cs0: Array, h0: Array, w: Array, b: Array,
                        d_cs_final: Array | None = None, wci: Array | None = None,
                        wcf: Array | None = None, wco: Array | None = None,
                        cell_clip: float | None = None, w_proj: Array | None = None,
-                       proj_clip: float | None = None, clip_grad: str = "exact",
-                       seq_len: Array | None = None,
+                       proj_clip: float | None = None, layer_norm: LSTMNorm | None = None,
+                       ln_epsilon: float | None = None, ln_carry: str | None = None,
+                       clip_grad: str = "exact", seq_len: Array | None = None,
                        backend: str | None = None) -> LSTMSequenceGrads:
     """Backpropagation through time for ``lstm_sequence``, given its result ``seq``.
 
     Upstream gradients (each optional, None meaning zeros): ``d_h [T, B, P]``, ``d_cs
     [T, B, H]`` for the per-step ``h`` and ``cs``, ``d_h_final [B, P]``, ``d_cs_final
-    [B, H]`` for the final states. ``cell_clip``, ``proj_clip``, ``seq_len``, the peepholes
-    and the projection are the forward's, as ``seq`` records them: passing them again is
+    [B, H]`` for the final states. ``cell_clip``, ``proj_clip``, ``ln_epsilon``,
+    ``ln_carry``, ``seq_len``, the peepholes, the projection and the layer norm are the
+    forward's, as ``seq`` records them: passing them again is
     allowed, a contradicting value raises ``ValueError`` naming it (for a ``seq`` that
     records nothing, the keywords decide as for ``lstm_sequence``).
     ``clip_grad`` as for ``lstm_cell_grad`` ("exact": zero through an active clip;
     "straight_through": TF's). Entries of ``x``, ``d_h`` and ``d_cs`` past a row's length
     are never read.
 
-    Returns ``LSTMSequenceGrads(x, cs0, h0, w, b, wci, wcf, wco, w_proj)`` (None for what
-    was not given).
+    Returns ``LSTMSequenceGrads(x, cs0, h0, w, b, wci, wcf, wco, w_proj, layer_norm)`` (None
+    for what was not given; ``layer_norm`` an ``LSTMNorm`` of the six gradients).
     """
-    weights = LSTMWeights(w, b, wci, wcf, wco, w_proj)
+    weights = LSTMWeights(w, b, wci, wcf, wco, w_proj, layer_norm)
     upstream = {"d_h": d_h, "d_cs": d_cs, "d_h_final": d_h_final, "d_cs_final": d_cs_final}
     library, settings = v.grad_args("lstm_sequence", x, (cs0, h0), weights, seq, upstream,
-                                    cell_clip=cell_clip, proj_clip=proj_clip, seq_len=seq_len)
+                                    cell_clip=cell_clip, proj_clip=proj_clip,
+                                    ln_epsilon=ln_epsilon, ln_carry=ln_carry, seq_len=seq_len)
     clip_grad = v.clip_grad_value(clip_grad)
     impl = _dispatch.backend_for(backend, library)
     return impl.lstm_sequence_grad(x, cs0, h0, weights, LSTMSequence(*seq), settings,

@@ -317,11 +317,11 @@ def lstm_block_cell_grad(x: Array, cs_prev: Array, h_prev: Array, w: Array, wci:
         _v.grad_args("lstm_cell", x, (cs_prev, h_prev),
                      LSTMWeights(w, b, *(peepholes.get(name) for name in _PEEPHOLES)), state,
                      {"d_h": h_grad, "d_cs": cs_grad})
-    dicfo, cs_prev_grad, *peephole_grads = lstm_gate_grads(
-        cs_prev, state, d_h=h_grad, d_cs=cs_grad, **peepholes, cell_clip=None)
-    if not use_peephole:
-        peephole_grads = _unused_peephole_grads(wci, wcf, wco, cs_prev, cs_prev.shape[1])
-    return LSTMBlockCellGradOutput(cs_prev_grad, dicfo, *peephole_grads)
+    grads = lstm_gate_grads(cs_prev, state, d_h=h_grad, d_cs=cs_grad, **peepholes,
+                            cell_clip=None)
+    peephole_grads = (grads.wci, grads.wcf, grads.wco) if use_peephole else (
+        _unused_peephole_grads(wci, wcf, wco, cs_prev, cs_prev.shape[1]))
+    return LSTMBlockCellGradOutput(grads.cs_prev, grads.gates, *peephole_grads)
 
 
 @accepts_any_array

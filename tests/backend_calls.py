@@ -3,7 +3,8 @@
 A backend op takes the arrays, one weight set and one settings record (the backend protocol
 in ``gradcells._core.types``); test cases are dicts of the public keywords. ``forward`` and
 ``grad`` build the record the way the public layer does (a clip <= 0: None; peepholes
-present when ``wci`` is, a projection when ``w_proj`` is) and call ``<backend>.<op>`` /
+present when ``wci`` is, a projection when ``w_proj`` is, a layer norm when
+``layer_norm`` is) and call ``<backend>.<op>`` /
 ``<backend>.<op>_grad``.
 """
 
@@ -22,6 +23,7 @@ def weights_and_settings(op, case):
     if spec.settings is LSTMSettings:
         values["peepholes"] = weights.wci is not None
         values["projection"] = weights.w_proj is not None
+        values["layer_norm"] = weights.layer_norm is not None
         for clip in ("cell_clip", "proj_clip"):
             if values.get(clip) is not None and values[clip] <= 0:
                 del values[clip]

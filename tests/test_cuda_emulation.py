@@ -771,8 +771,8 @@ def test_inputs_are_never_modified_and_layout_does_not_matter():
     for a, b in zip((*seq, *gseq, *full, *cell), (*seq_f, *gseq_s, *full_f, *cell_f)):
         # BLAS may order the sums differently for another layout
         np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-14)
-    assert isinstance(seq, LSTMSequence) and all(g is not None for g in grads[:-1])
-    assert grads.w_proj is None  # no projection here
+    assert isinstance(seq, LSTMSequence) and all(g is not None for g in grads[:-2])
+    assert grads.w_proj is None and grads.layer_norm is None  # no projection, no layer norm
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru", "gru-reset-after", "rnn-tanh", "rnn-relu"])

@@ -229,6 +229,33 @@ def test_an_error_above_the_floor_is_still_caught():
 # -- report fields, arguments ----------------------------------------------------------------
 
 
+def _fast_sine(a):
+    return (np.sin(1000.0 * a),)
+
+
+def test_a_strongly_curved_function_passes_by_extrapolation(rng, monkeypatch):
+    # sin(1000·a): the central difference's truncation error h²·1000²/6 ≈ 6e-6 relative is
+    # far above rtol 1e-7; the Richardson extrapolation for those elements is not.
+    from gradcells import oracle
+
+    a = rng.uniform(-1, 1, size=6)
+    def right(ct, a):
+        return (ct[0] * 1000.0 * np.cos(1000.0 * a),)
+
+    assert gc.check_vjp(_fast_sine, right, (a,)).passed
+    monkeypatch.setattr(oracle, "_extrapolated", lambda *args: args[4:6])
+    assert not gc.check_vjp(_fast_sine, right, (a,)).passed  # what central differences say
+
+
+def test_extrapolation_still_catches_a_small_error(rng):
+    a = rng.uniform(-1, 1, size=6)
+    def off(ct, a):
+        return (ct[0] * 1000.0 * np.cos(1000.0 * a) * (1 + 1e-5),)
+
+    report = gc.check_vjp(_fast_sine, off, (a,))
+    assert not report.passed and report.checks[0].failures == 6
+
+
 def test_max_abs_error_is_the_largest_error_anywhere():
     """The worst element is judged against its own bound; the largest absolute error can be
     another element's, and ``max_abs_error`` reports that one."""

@@ -20,6 +20,7 @@ from .types import (
     GRUWeights,
     LSTMCellGrads,
     LSTMCellState,
+    LSTMNorm,
     LSTMSequence,
     LSTMSequenceGrads,
     LSTMSettings,
@@ -37,8 +38,19 @@ Labels = tuple[str, ...]
 PEEPHOLES: tuple[str, ...] = LSTMWeights._fields[2:5]
 """The peephole vectors ``("wci", "wcf", "wco")``: all three or none."""
 
-OPTIONAL_WEIGHTS: tuple[str, ...] = LSTMWeights._fields[2:]
-"""The weights a call may leave out (None): the peepholes and the LSTM's projection."""
+NORM_FIELDS: tuple[str, ...] = LSTMNorm._fields
+"""The layer-normalised LSTM's parameters, fields of ``layer_norm`` (an ``LSTMNorm``)."""
+
+NORM_ARRAYS: tuple[str, ...] = tuple(f"layer_norm.{name}" for name in NORM_FIELDS)
+"""Their names as arrays of a call: ``layer_norm.gamma_x``, ..."""
+
+OPTIONAL_WEIGHTS: tuple[str, ...] = LSTMWeights._fields[2:] + NORM_ARRAYS
+"""The weights a call may leave out (None): the peepholes, the LSTM's projection and its
+layer norm (``layer_norm``, whose six arrays are then absent too)."""
+
+LN_CARRIES = ("raw", "normalized")
+"""Which cell state a layer-normalised LSTM carries: ``c̃`` (Ba et al.) or ``LN(c̃)`` (TF
+Addons)."""
 
 CLIP_GRADS = ("exact", "straight_through")
 """How a gradient passes an active clip: zero (the true gradient) or unchanged (TF's)."""
@@ -49,7 +61,9 @@ ACTIVATIONS = ("tanh", "relu")
 # The shape labels of every weight, by weight set and name.
 WEIGHT_LABELS: dict[type, dict[str, Labels]] = {
     LSTMWeights: {"w": ("I+P", "4H"), "b": ("4H",), "wci": ("H",), "wcf": ("H",),
-                  "wco": ("H",), "w_proj": ("H", "P")},
+                  "wco": ("H",), "w_proj": ("H", "P"),
+                  **{name: ("4H",) for name in NORM_ARRAYS[:4]},
+                  **{name: ("H",) for name in NORM_ARRAYS[4:]}},
     GRUWeights: {"w_ru": ("I+H", "2H"), "w_c": ("I+H", "H"), "b_ru": ("2H",), "b_c": ("C",)},
     RNNWeights: {"w": ("I+H", "H"), "b": ("H",)},
 }
@@ -111,6 +125,13 @@ class OpSpec:
     def arrays(self) -> tuple[str, ...]:
         """The forward's array arguments in signature order (weights as their fields)."""
         return ("x", *self.states, *self.weights._fields)
+
+    @property
+    def flat_arrays(self) -> tuple[str, ...]:
+        """``arrays`` with ``layer_norm`` read as its six arrays (``NORM_ARRAYS``): every
+        array a call can hold, each one name."""
+        return tuple(flat for name in self.arrays
+                     for flat in (NORM_ARRAYS if name == "layer_norm" else (name,)))
 
 
 OPS: dict[str, OpSpec] = {spec.name: spec for spec in (

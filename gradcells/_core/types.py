@@ -31,7 +31,10 @@ class LSTMSettings:
     ``forget_bias``: a float; ``cell_clip``: None (no clipping) or a positive float;
     ``peepholes``: whether ``wci, wcf, wco`` were given; ``seq_len``: None (every row ran all
     T steps; always None for a cell) or the integer lengths ``[B]``; ``projection``: whether
-    ``w_proj`` was given; ``proj_clip``: None or a positive float, as ``cell_clip``.
+    ``w_proj`` was given; ``proj_clip``: None or a positive float, as ``cell_clip``;
+    ``layer_norm``: whether an ``LSTMNorm`` was given; ``ln_epsilon``: the layer norms'
+    positive ε; ``ln_carry``: "raw" or "normalized", which cell state the step carries
+    (docs/spec.md §9.2). Without layer norm the last two keep their defaults.
     """
 
     forget_bias: float = 1.0
@@ -40,6 +43,9 @@ class LSTMSettings:
     seq_len: Array | None = None
     projection: bool = False
     proj_clip: float | None = None
+    layer_norm: bool = False
+    ln_epsilon: float = 1e-5
+    ln_carry: str = "raw"
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,10 +91,25 @@ def record_settings(result, settings):
 # Weight sets
 
 
+class LSTMNorm(NamedTuple):
+    """The layer-normalised LSTM's six parameters (docs/spec.md §9.2): gain and shift of the
+    input part's norm ``gamma_x, beta_x [4H]``, of the recurrent part's ``gamma_h, beta_h
+    [4H]`` and of the cell state's ``gamma_c, beta_c [H]``. An LSTM gradient's
+    ``layer_norm`` field is an ``LSTMNorm`` of their gradients."""
+
+    gamma_x: Array
+    beta_x: Array
+    gamma_h: Array
+    beta_h: Array
+    gamma_c: Array
+    beta_c: Array
+
+
 class LSTMWeights(NamedTuple):
     """One LSTM cell's parameters: ``w [I+P, 4H]`` and ``b [4H]`` (gate blocks i, ci, f, o),
-    the peephole vectors ``wci, wcf, wco [H]`` (all three or none), and the projection
-    ``w_proj [H, P]`` (None: no projection, P = H)."""
+    the peephole vectors ``wci, wcf, wco [H]`` (all three or none), the projection
+    ``w_proj [H, P]`` (None: no projection, P = H) and the layer norms' ``LSTMNorm`` (None:
+    no layer norm)."""
 
     w: Array
     b: Array
@@ -96,6 +117,7 @@ class LSTMWeights(NamedTuple):
     wcf: Array | None = None
     wco: Array | None = None
     w_proj: Array | None = None
+    layer_norm: LSTMNorm | None = None
 
 
 class GRUWeights(NamedTuple):
@@ -146,6 +168,7 @@ class LSTMCellGrads(NamedTuple):
     wcf: Array | None = None
     wco: Array | None = None
     w_proj: Array | None = None
+    layer_norm: LSTMNorm | None = None
 
 
 class _GRUCellState(NamedTuple):
@@ -198,6 +221,7 @@ class LSTMSequenceGrads(NamedTuple):
     wcf: Array | None = None
     wco: Array | None = None
     w_proj: Array | None = None
+    layer_norm: LSTMNorm | None = None
 
 
 class _GRUSequence(NamedTuple):

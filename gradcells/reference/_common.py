@@ -25,3 +25,39 @@ def valid_rows(seq_len, t):
 def keep(valid, new, old):
     """``new`` in the running rows, ``old`` in the frozen ones."""
     return new if valid is None else namespace_of(new).where(valid, new, old)
+
+
+def layer_norm(xp, z, gamma, beta, epsilon):
+    """Layer normalisation over the last axis (N columns), biased variance:
+
+        ẑ = (z - mean(z)) · r,   r = 1/sqrt(var(z) + ε);   LN(z; γ, β) = γ∘ẑ + β
+
+    Returns ``(LN(z), ẑ, r)`` (``r`` with a trailing axis of 1), what ``layer_norm_grad``
+    needs."""
+    z_hat, rstd = layer_norm_stats(xp, z, epsilon)
+    return gamma * z_hat + beta, z_hat, rstd
+
+
+def layer_norm_stats(xp, z, epsilon):
+    """``(ẑ, r)`` of ``layer_norm``: the normalised ``z`` and the inverse deviation."""
+    n = max(z.shape[-1], 1)
+    centred = z - z.sum(axis=-1, keepdims=True) / n
+    rstd = 1 / xp.sqrt((centred * centred).sum(axis=-1, keepdims=True) / n + epsilon)
+    return centred * rstd, rstd
+
+
+def layer_norm_grad(dy, gamma, z_hat, rstd):
+    """The layer norm's backward: ``(dz, dγ, dβ)`` from the gradient ``dy`` of ``LN(z)``,
+    with ``g = dy∘γ`` and means over the row:
+
+        dz = r · (g - mean(g) - ẑ∘mean(g∘ẑ))
+        dγ = Σ dy∘ẑ,   dβ = Σ dy           (sums over every axis but the last)
+
+    ``mean(g)`` comes from the mean that LN subtracts, ``ẑ∘mean(g∘ẑ)`` from the variance it
+    divides by; dropping either is the classic layer-norm bug (notebooks/08)."""
+    n = max(z_hat.shape[-1], 1)
+    g = dy * gamma
+    dz = rstd * (g - g.sum(axis=-1, keepdims=True) / n
+                 - z_hat * (g * z_hat).sum(axis=-1, keepdims=True) / n)
+    axes = tuple(range(dy.ndim - 1))
+    return dz, (dy * z_hat).sum(axis=axes), dy.sum(axis=axes)

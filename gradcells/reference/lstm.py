@@ -16,6 +16,18 @@ part.
 
 Every derivative is written in terms of the saved outputs: σ' = σ(1-σ), tanh' = 1-tanh².
 
+The layer-normalised LSTM (docs/spec.md §9.2) normalises the two parts of ``G`` and the cell
+state before its tanh, each over its row with biased variance (``_common.layer_norm``):
+
+    G  = LN(x·w_x; γ_x, β_x) + LN(h_prev·w_h; γ_h, β_h) + b
+    c̃  = clip(i∘ci + f∘cs_prev);   n = LN(c̃; γ_c, β_c);   co = tanh(n)
+    cs = c̃ (ln_carry="raw")  or  n ("normalized");   o = σ(Go + cs∘wco)
+
+Its gradient needs the normalised values ``ẑ`` and the inverse deviations ``r`` of the three
+norms. The result keeps exactly the arrays it keeps without a layer norm, so the gradient
+recomputes them: ``c̃`` from the saved gates (as the clip mask is), ``x·w_x`` and
+``h_prev·w_h`` from the inputs, all steps at once (one matmul each).
+
 The sequence ops follow the matmul plan every backend follows (docs/spec.md §4):
 
 - forward: the input part of every step's pre-activations is one matmul,
@@ -36,20 +48,58 @@ the arrays, an ``LSTMWeights`` and an ``LSTMSettings``.
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 from .._core import plan
 from .._core.arrays import namespace_of
-from .._core.types import LSTMCellGrads, LSTMCellState, LSTMSequence, LSTMSequenceGrads
-from ._common import blocks, keep, sigmoid, valid_rows
+from .._core.types import (
+    LSTMCellGrads,
+    LSTMCellState,
+    LSTMNorm,
+    LSTMSequence,
+    LSTMSequenceGrads,
+)
+from ._common import blocks, keep, layer_norm_grad, layer_norm_stats, sigmoid, valid_rows
+from ._common import layer_norm as _layer_norm  # the keyword layer_norm is the parameters
 
 
 def lstm_cell(x, cs_prev, h_prev, weights, settings):
     """One LSTM step; returns ``LSTMCellState(i, cs, f, o, ci, co, h)`` (``h [B, P]``)."""
     xp = namespace_of(x)
-    w, b, wci, wcf, wco, w_proj = weights
-    gates = xp.concatenate([x, h_prev], axis=1) @ w + b
+    w, b, wci, wcf, wco, w_proj, norm = weights
+    n_in = x.shape[1]
+    if norm is None:
+        gates = xp.concatenate([x, h_prev], axis=1) @ w + b
+    else:
+        gates = (lstm_input_gates(xp, x[None], w[:n_in], b, norm, settings.ln_epsilon)[0]
+                 + lstm_recurrent_gates(xp, h_prev @ w[n_in:], norm, settings.ln_epsilon))
     state = lstm_activations(gates, cs_prev, wci=wci, wcf=wcf, wco=wco,
-                             forget_bias=settings.forget_bias, cell_clip=settings.cell_clip)
+                             forget_bias=settings.forget_bias, cell_clip=settings.cell_clip,
+                             **_norm_keywords(weights, settings))
     return state._replace(h=lstm_project(xp, state.h, w_proj, settings.proj_clip))
+
+
+def lstm_input_gates(xp, x, w_x, b, norm, epsilon):
+    """The input part of every step's pre-activations, one matmul for ``x [T, B, I]``:
+    ``x·W_x + b``, or with a layer norm ``LN(x·W_x; γ_x, β_x) + b``."""
+    if norm is None:
+        return plan.input_projection(x, w_x, b)
+    z = plan.input_projection(x, w_x, xp.zeros((), dtype=x.dtype))
+    return _layer_norm(xp, z, norm.gamma_x, norm.beta_x, epsilon)[0] + b
+
+
+def lstm_recurrent_gates(xp, z_h, norm, epsilon):
+    """The recurrent part ``z_h = h_prev·W_h`` of the pre-activations as they enter ``G``:
+    itself, or with a layer norm ``LN(z_h; γ_h, β_h)``."""
+    return z_h if norm is None else _layer_norm(xp, z_h, norm.gamma_h, norm.beta_h, epsilon)[0]
+
+
+def _norm_keywords(weights, settings):
+    """The layer-norm keywords of ``lstm_activations`` and ``lstm_gate_grads``."""
+    if weights.layer_norm is None:
+        return {}
+    return {"layer_norm": weights.layer_norm, "ln_epsilon": settings.ln_epsilon,
+            "ln_carry": settings.ln_carry}
 
 
 def lstm_project(xp, m, w_proj, proj_clip):
@@ -82,11 +132,15 @@ def lstm_projection_grad(xp, state, d_h, w_proj, proj_clip, clip_grad):
 
 
 def lstm_activations(gates, cs_prev, *, wci=None, wcf=None, wco=None, forget_bias=1.0,
-                     cell_clip=None):
+                     cell_clip=None, layer_norm=None, ln_epsilon=1e-5, ln_carry="raw"):
     """The LSTM cell's elementwise step from its pre-activations ``G [B, 4H]`` (icfo):
 
         i = σ(Gi + cs_prev∘wci);  ci = tanh(Gc);  f = σ(Gf + forget_bias + cs_prev∘wcf)
         cs = clip(i∘ci + f∘cs_prev);  co = tanh(cs);  o = σ(Go + cs∘wco);  h = o∘co
+
+    With ``layer_norm`` (an ``LSTMNorm``; its ``gamma_c, beta_c`` act here) the clipped
+    ``c̃`` is normalised first, ``co = tanh(LN(c̃))``, and ``cs`` is ``c̃`` or ``LN(c̃)`` as
+    ``ln_carry`` says.
     """
     xp = namespace_of(gates)
     gi, gc, gf, go = blocks(gates, 4)
@@ -97,7 +151,12 @@ def lstm_activations(gates, cs_prev, *, wci=None, wcf=None, wco=None, forget_bia
     cs = i * ci + f * cs_prev
     if cell_clip is not None:
         cs = xp.clip(cs, -cell_clip, cell_clip)
-    co = xp.tanh(cs)
+    if layer_norm is None:
+        co = xp.tanh(cs)
+    else:
+        normed = _layer_norm(xp, cs, layer_norm.gamma_c, layer_norm.beta_c, ln_epsilon)[0]
+        co = xp.tanh(normed)
+        cs = normed if ln_carry == "normalized" else cs
     o = sigmoid(xp, go + cs * wco if peephole else go)
     return LSTMCellState(i, cs, f, o, ci, co, o * co)
 
@@ -112,16 +171,33 @@ def clip_pass_mask(state, cs_prev, cell_clip):
     return abs(cs_raw) <= cell_clip
 
 
-def lstm_gate_grads(cs_prev, state, *, d_h=None, d_cs=None, wci=None, wcf=None, wco=None,
-                    cell_clip=None, clip_grad="exact"):
-    """The elementwise backward step: dL/dG ``[B, 4H]`` (icfo), dL/dcs_prev and the peephole
-    gradients ``(dwci, dwcf, dwco)`` (None without peepholes).
+class GateGrads(NamedTuple):
+    """What ``lstm_gate_grads`` returns: dL/dG ``gates [B, 4H]`` (icfo), dL/d``cs_prev``, the
+    peephole gradients and the cell norm's ``gamma_c, beta_c`` (None where absent)."""
 
-        do      = d_h∘co∘o(1-o)
-        dcs     = d_h∘o∘(1-co²) + d_cs + do∘wco          (dL/d clipped cs)
+    gates: Any
+    cs_prev: Any
+    wci: Any = None
+    wcf: Any = None
+    wco: Any = None
+    gamma_c: Any = None
+    beta_c: Any = None
+
+
+def lstm_gate_grads(cs_prev, state, *, d_h=None, d_cs=None, wci=None, wcf=None, wco=None,
+                    cell_clip=None, clip_grad="exact", layer_norm=None, ln_epsilon=1e-5,
+                    ln_carry="raw"):
+    """The elementwise backward step, a ``GateGrads``:
+
+        do      = d_h∘co∘o(1-o);   dco = d_h∘o∘(1-co²)     (dco: through co's tanh)
+        dcs     = dco + d_cs + do∘wco                       (dL/d clipped cs)
         dcs_raw = dcs, zeroed where the clip was active (clip_grad="exact")
         di = dcs_raw∘ci∘i(1-i);  dci = dcs_raw∘i∘(1-ci²);  df = dcs_raw∘cs_prev∘f(1-f)
         dcs_prev = dcs_raw∘f + di∘wci + df∘wcf
+
+    With a layer norm, ``dco`` reaches the clipped ``c̃`` through ``LN(c̃)`` instead
+    (``lstm_cell_norm_grad``), and so does the carried state's gradient when ``ln_carry``
+    is "normalized".
     """
     xp = namespace_of(cs_prev)
     i, cs, f, o, ci, co, _ = state
@@ -131,9 +207,14 @@ def lstm_gate_grads(cs_prev, state, *, d_h=None, d_cs=None, wci=None, wcf=None, 
     peephole = wci is not None
 
     do = d_h * co * o * (1 - o)
-    dcs = d_h * o * (1 - co * co) + d_cs
-    if peephole:
-        dcs = dcs + do * wco
+    dco = d_h * o * (1 - co * co)
+    dcs = d_cs + do * wco if peephole else d_cs  # the carried cs's gradient
+    d_norm = (None, None)
+    if layer_norm is None:
+        dcs = dco + dcs
+    else:
+        dcs, *d_norm = lstm_cell_norm_grad(xp, cs_prev, state, dco, dcs, layer_norm,
+                                           ln_epsilon, ln_carry, cell_clip)
     if cell_clip is not None and clip_grad == "exact":
         dcs = xp.where(clip_pass_mask(state, cs_prev, cell_clip), dcs, zeros)
     di = dcs * ci * i * (1 - i)
@@ -143,12 +224,31 @@ def lstm_gate_grads(cs_prev, state, *, d_h=None, d_cs=None, wci=None, wcf=None, 
 
     dcs_prev = dcs * f
     if not peephole:
-        return d_gates, dcs_prev, None, None, None
+        return GateGrads(d_gates, dcs_prev, None, None, None, *d_norm)
     dcs_prev = dcs_prev + di * wci + df * wcf
     dwci = (di * cs_prev).sum(axis=0)
     dwcf = (df * cs_prev).sum(axis=0)
     dwco = (do * cs).sum(axis=0)
-    return d_gates, dcs_prev, dwci, dwcf, dwco
+    return GateGrads(d_gates, dcs_prev, dwci, dwcf, dwco, *d_norm)
+
+
+def lstm_cell_norm_grad(xp, cs_prev, state, dco, dcs, norm, epsilon, carry, cell_clip):
+    """The cell norm's backward: ``(dc̃, dγ_c, dβ_c)`` from ``dco`` (through ``co =
+    tanh(n)``, ``n = LN(c̃)``) and the carried state's gradient ``dcs``:
+
+        raw:         dn = dco;         dc̃ = dcs + LN'ᵀ·(dn)
+        normalized:  dn = dco + dcs;   dc̃ = LN'ᵀ·(dn)
+        dγ_c = Σ_batch dn∘ĉ;   dβ_c = Σ_batch dn
+
+    ``ĉ`` and ``r`` are recomputed from the clipped ``c̃ = clip(i∘ci + f∘cs_prev)``.
+    """
+    c_tilde = state.i * state.ci + state.f * cs_prev
+    if cell_clip is not None:
+        c_tilde = xp.clip(c_tilde, -cell_clip, cell_clip)
+    _, c_hat, rstd = _layer_norm(xp, c_tilde, norm.gamma_c, norm.beta_c, epsilon)
+    dn = dco + dcs if carry == "normalized" else dco
+    d_tilde, dgamma, dbeta = layer_norm_grad(dn, norm.gamma_c, c_hat, rstd)
+    return (d_tilde if carry == "normalized" else d_tilde + dcs), dgamma, dbeta
 
 
 def lstm_cell_grad(x, cs_prev, h_prev, weights, state, settings, *, d_h=None, d_cs=None,
@@ -157,20 +257,46 @@ def lstm_cell_grad(x, cs_prev, h_prev, weights, state, settings, *, d_h=None, d_
 
         dm, dw_proj = lstm_projection_grad(...)      (dm = d_h without a projection)
         dG = lstm_gate_grads(..., d_h=dm)
-        d[x, h_prev] = dG·wᵀ;   dw = [x, h_prev]ᵀ·dG;   db = Σ_batch dG
+        dz_x = dz_h = dG      (a layer norm: each through its norm, lstm_gate_norm_grads)
+        dx = dz_x·W_xᵀ;   dh_prev = dz_h·W_hᵀ;   dw = [xᵀ·dz_x ; h_prevᵀ·dz_h];   db = Σ dG
     """
     xp = namespace_of(x)
-    w, _, wci, wcf, wco, w_proj = weights
-    d_m, dw_proj = lstm_projection_grad(xp, state, d_h, w_proj, settings.proj_clip, clip_grad)
-    d_gates, dcs_prev, dwci, dwcf, dwco = lstm_gate_grads(
-        cs_prev, state, d_h=d_m, d_cs=d_cs, wci=wci, wcf=wcf, wco=wco,
-        cell_clip=settings.cell_clip, clip_grad=clip_grad)
-    xh = xp.concatenate([x, h_prev], axis=1)
-    dxh = d_gates @ w.T
+    w, _, wci, wcf, wco, w_proj, norm = weights
     n_in = x.shape[1]
+    d_m, dw_proj = lstm_projection_grad(xp, state, d_h, w_proj, settings.proj_clip, clip_grad)
+    gg = lstm_gate_grads(cs_prev, state, d_h=d_m, d_cs=d_cs, wci=wci, wcf=wcf, wco=wco,
+                         cell_clip=settings.cell_clip, clip_grad=clip_grad,
+                         **_norm_keywords(weights, settings))
+    dz_x = dz_h = gg.gates
+    d_norm = None
+    if norm is not None:
+        dz_x, dz_h, *d_norm = lstm_gate_norm_grads(
+            gg.gates, norm, *lstm_gate_norm_stats(xp, x, h_prev, w, settings.ln_epsilon))
+        d_norm = LSTMNorm(*d_norm, gg.gamma_c, gg.beta_c)
     return LSTMCellGrads(
-        x=dxh[:, :n_in], cs_prev=dcs_prev, h_prev=dxh[:, n_in:], w=xh.T @ d_gates,
-        b=d_gates.sum(axis=0), wci=dwci, wcf=dwcf, wco=dwco, w_proj=dw_proj)
+        x=dz_x @ w[:n_in].T, cs_prev=gg.cs_prev, h_prev=dz_h @ w[n_in:].T,
+        w=xp.concatenate([x.T @ dz_x, h_prev.T @ dz_h], axis=0), b=gg.gates.sum(axis=0),
+        wci=gg.wci, wcf=gg.wcf, wco=gg.wco, w_proj=dw_proj, layer_norm=d_norm)
+
+
+def lstm_gate_norm_stats(xp, x, h_prev, w, epsilon):
+    """``(x̂, r_x), (ĥ, r_h)`` of the gate norms ``LN(x·W_x)`` and ``LN(h_prev·W_h)``,
+    recomputed from the inputs (``[B, ·]``, or ``[T, B, ·]`` for every step at once)."""
+    n_in = x.shape[-1]
+    return (layer_norm_stats(xp, x @ w[:n_in], epsilon),
+            layer_norm_stats(xp, h_prev @ w[n_in:], epsilon))
+
+
+def lstm_gate_norm_grads(d_gates, norm, x_stats, h_stats):
+    """The gate norms' backward from ``dG``, which reaches both parts of ``G``:
+
+        dz_x, dγ_x, dβ_x = layer_norm_grad(dG, γ_x, x̂, r_x)      (dz_x: of x·W_x)
+        dz_h, dγ_h, dβ_h = layer_norm_grad(dG, γ_h, ĥ, r_h)      (dz_h: of h_prev·W_h)
+
+    Returns ``(dz_x, dz_h, dγ_x, dβ_x, dγ_h, dβ_h)``."""
+    dz_x, dgamma_x, dbeta_x = layer_norm_grad(d_gates, norm.gamma_x, *x_stats)
+    dz_h, dgamma_h, dbeta_h = layer_norm_grad(d_gates, norm.gamma_h, *h_stats)
+    return dz_x, dz_h, dgamma_x, dbeta_x, dgamma_h, dbeta_h
 
 
 def lstm_sequence(x, cs0, h0, weights, settings):
@@ -180,18 +306,20 @@ def lstm_sequence(x, cs0, h0, weights, settings):
     outputs ``[T, B, H]`` (zero past a row's length) and the final states ``[B, H]``.
     """
     xp = namespace_of(x)
-    w, b, wci, wcf, wco, w_proj = weights
-    seq_len = settings.seq_len
+    w, b, wci, wcf, wco, w_proj, norm = weights
+    seq_len, epsilon = settings.seq_len, settings.ln_epsilon
     x = plan.running_inputs(xp, x, seq_len)
     n_steps, n_batch, n_in = x.shape
     w_h = w[n_in:]
-    x_gates = plan.input_projection(x, w[:n_in], b)
+    x_gates = lstm_input_gates(xp, x, w[:n_in], b, norm, epsilon)
     steps = [xp.zeros((n_steps, n_batch, (h0 if field == "h" else cs0).shape[1]), dtype=x.dtype)
              for field in LSTMCellState._fields]
     cs, h = cs0, h0
     for t in range(n_steps):
-        state = lstm_activations(x_gates[t] + h @ w_h, cs, wci=wci, wcf=wcf, wco=wco,
-                                 forget_bias=settings.forget_bias, cell_clip=settings.cell_clip)
+        gates = x_gates[t] + lstm_recurrent_gates(xp, h @ w_h, norm, epsilon)
+        state = lstm_activations(gates, cs, wci=wci, wcf=wcf, wco=wco,
+                                 forget_bias=settings.forget_bias, cell_clip=settings.cell_clip,
+                                 **_norm_keywords(weights, settings))
         state = state._replace(h=lstm_project(xp, state.h, w_proj, settings.proj_clip))
         valid = valid_rows(seq_len, t)
         for out, value in zip(steps, state):
@@ -210,22 +338,27 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
 
         dm_t, dw_proj_t = lstm_projection_grad(step t, dh_next + d_h[t])   (dm_t = d_h without)
         dG_t = lstm_gate_grads(cs_prev_t, step t, d_h = dm_t, d_cs = dcs_next + d_cs[t])
-        dh_next = dG_t·W_hᵀ;   dcs_next = dcs_prev from the same call;   dw_proj = Σ_t dw_proj_t
-        dx = dG·W_xᵀ;  dw = [x_flatᵀ·dG ; h_prev_flatᵀ·dG];  db = Σ_{t,b} dG
+        dz_h_t = dG_t   (a layer norm: layer_norm_grad(dG_t, γ_h, ĥ_t, r_t))
+        dh_next = dz_h_t·W_hᵀ;  dcs_next = dcs_prev from the same call;  dw_proj = Σ_t dw_proj_t
+
+    and after the loop the weight gradients (``_weight_grads``).
     """
     xp = namespace_of(x)
-    w, _, wci, wcf, wco, w_proj = weights
+    w, _, wci, wcf, wco, w_proj, norm = weights
     seq_len = settings.seq_len
     x = plan.running_inputs(xp, x, seq_len)
     n_steps, n_batch, n_in = x.shape
     w_h = w[n_in:]
     cs_prev = plan.previous_states(xp, cs0, seq.cs)
+    h_prev = plan.previous_states(xp, h0, seq.h)
     zeros, cs_zeros = xp.zeros_like(h0), xp.zeros_like(cs0)
     dh_next = zeros if d_h_final is None else d_h_final.copy()
     dcs_next = cs_zeros if d_cs_final is None else d_cs_final.copy()
     d_gates = xp.zeros((n_steps, n_batch, w.shape[1]), dtype=x.dtype)
-    # The peephole and projection gradients, summed over the steps.
-    sums = [xp.zeros(cs0.shape[1], dtype=x.dtype) for _ in range(3)]
+    stats = None if norm is None else lstm_gate_norm_stats(xp, x, h_prev, w, settings.ln_epsilon)
+    dz_h = d_gates if norm is None else xp.zeros_like(d_gates)
+    # The peephole, cell-norm and projection gradients, summed over the steps.
+    sums = [xp.zeros(cs0.shape[1], dtype=x.dtype) for _ in range(5)]
     dw_proj = None if w_proj is None else xp.zeros_like(w_proj)
 
     for t in reversed(range(n_steps)):
@@ -235,27 +368,41 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
         step = LSTMCellState(*(a[t] for a in seq[:7]))
         d_m, dw_proj_t = lstm_projection_grad(xp, step, dh_t, w_proj, settings.proj_clip,
                                               clip_grad)
-        d_gates[t], dcs_prev, *d_peepholes = lstm_gate_grads(
+        gg = lstm_gate_grads(
             cs_prev[t], step, d_h=d_m, d_cs=keep(valid, dcs_t, cs_zeros),
-            wci=wci, wcf=wcf, wco=wco, cell_clip=settings.cell_clip, clip_grad=clip_grad)
-        dh_next = keep(valid, d_gates[t] @ w_h.T, dh_next)
-        dcs_next = keep(valid, dcs_prev, dcs_next)
-        if wci is not None:
-            sums = [acc + g for acc, g in zip(sums, d_peepholes)]
+            wci=wci, wcf=wcf, wco=wco, cell_clip=settings.cell_clip, clip_grad=clip_grad,
+            **_norm_keywords(weights, settings))
+        d_gates[t] = gg.gates
+        if norm is not None:  # the recurrent part's norm, step by step
+            dz_h[t] = layer_norm_grad(gg.gates, norm.gamma_h, *(a[t] for a in stats[1]))[0]
+        dh_next = keep(valid, dz_h[t] @ w_h.T, dh_next)
+        dcs_next = keep(valid, gg.cs_prev, dcs_next)
+        sums = [acc if g is None else acc + g for acc, g in zip(sums, gg[2:])]
         if w_proj is not None:
             dw_proj = dw_proj + dw_proj_t
 
-    dx, dw, db = _weight_grads(xp, x, plan.previous_states(xp, h0, seq.h), w, d_gates)
-    dwci, dwcf, dwco = sums if wci is not None else (None, None, None)
-    return LSTMSequenceGrads(x=dx, cs0=dcs_next, h0=dh_next, w=dw, b=db,
-                             wci=dwci, wcf=dwcf, wco=dwco, w_proj=dw_proj)
+    dx, dw, db, d_norm = _weight_grads(xp, x, h_prev, w, d_gates, dz_h, norm, stats)
+    dwci, dwcf, dwco = sums[:3] if wci is not None else (None, None, None)
+    return LSTMSequenceGrads(x=dx, cs0=dcs_next, h0=dh_next, w=dw, b=db, wci=dwci, wcf=dwcf,
+                             wco=dwco, w_proj=dw_proj,
+                             layer_norm=d_norm and LSTMNorm(*d_norm, *sums[3:]))
 
 
-def _weight_grads(xp, x, h_prev, w, d_gates):
-    """After the backward loop, from every step's gate gradients ``dG [T, B, 4H]``:
-    ``dx = dG·W_xᵀ``, ``dw = [x_flatᵀ·dG ; h_prev_flatᵀ·dG]`` and ``db = Σ_{t,b} dG``."""
+def _weight_grads(xp, x, h_prev, w, d_gates, dz_h, norm, stats):
+    """After the backward loop, from every step's gate gradients ``dG [T, B, 4H]`` and the
+    recurrent part's ``dz_h`` (``dG`` without a layer norm):
+
+        dz_x = dG   (a layer norm: lstm_gate_norm_grads, every step at once)
+        dx = dz_x·W_xᵀ;  dw = [x_flatᵀ·dz_x ; h_prev_flatᵀ·dz_h];  db = Σ_{t,b} dG
+
+    Returns ``(dx, dw, db, d_norm)``, ``d_norm`` the gate norms' ``(dγ_x, dβ_x, dγ_h, dβ_h)``
+    (None without a layer norm)."""
     n_steps, n_batch, n_in = x.shape
-    d_flat = plan.flat(d_gates)
-    dx = (d_flat @ w[:n_in].T).reshape(n_steps, n_batch, n_in)
-    dw = xp.concatenate([plan.flat(x).T @ d_flat, plan.flat(h_prev).T @ d_flat], axis=0)
-    return dx, dw, d_flat.sum(axis=0)
+    dz_x, d_norm = d_gates, None
+    if norm is not None:
+        dz_x, _, *d_norm = lstm_gate_norm_grads(d_gates, norm, *stats)
+    dx_flat = plan.flat(dz_x)
+    dx = (dx_flat @ w[:n_in].T).reshape(n_steps, n_batch, n_in)
+    dw = xp.concatenate([plan.flat(x).T @ dx_flat, plan.flat(h_prev).T @ plan.flat(dz_h)],
+                        axis=0)
+    return dx, dw, plan.flat(d_gates).sum(axis=0), d_norm

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import cells, sequences
 from .._core.specs import ACTIVATIONS, PEEPHOLES
+from .._core.types import LSTMNorm
 
 CLIP_MARGIN = 1e-2
 FORGET_BIASES = (0.0, 1.0, -0.5, 2.5)
@@ -29,6 +30,26 @@ Case = dict[str, Any]
 
 def _normal(rng, shape, scale, dtype):
     return (scale * rng.standard_normal(shape)).astype(dtype)
+
+
+def _as_float64(case):
+    """``case`` with every float array (those of a ``layer_norm`` too) in float64."""
+    def convert(v):
+        if isinstance(v, LSTMNorm):
+            return LSTMNorm(*map(convert, v))
+        return v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v
+    return {k: convert(v) for k, v in case.items()}
+
+
+def _norm_parameters(rng, hidden, dtype, ln_carry):
+    """A layer norm for an LSTM case: gains ``1 + 0.2·N(0, 1)``, shifts ``0.1·N(0, 1)``
+    (``[4H]`` for the gate norms, ``[H]`` for the cell's), its ``ln_carry`` and the default
+    ``ln_epsilon``."""
+    arrays = []
+    for width in (4 * hidden, 4 * hidden, hidden):
+        arrays += [(1 + 0.2 * rng.standard_normal(width)).astype(dtype),
+                   _normal(rng, (width,), 0.1, dtype)]
+    return {"layer_norm": LSTMNorm(*arrays), "ln_carry": ln_carry, "ln_epsilon": 1e-5}
 
 
 def clip_levels(values: Any, margin: float = CLIP_MARGIN) -> list[float]:
@@ -82,32 +103,87 @@ def _gru_parameters(rng, input_size, hidden, dtype, reset_after, scale):
 def lstm_cell_case(rng: np.random.Generator, *, batch: int = 3, input_size: int = 4,
                    hidden: int = 5, dtype: Any = np.float64, peephole: bool = False,
                    clip: bool = False, forget_bias: float = 1.0, scale: float = 1.0,
-                   proj_size: int | None = None, proj_clip: bool = False) -> Case:
+                   proj_size: int | None = None, proj_clip: bool = False,
+                   layer_norm: bool = False, ln_carry: str = "raw") -> Case:
     """Keyword arguments for ``lstm_cell``: weights scaled by ``scale/sqrt(I+P)``, states and
     inputs standard normal; ``clip=True`` picks a ``cell_clip`` that clips part of ``cs``.
     ``proj_size=P`` adds a projection ``w_proj [H, P]`` (``h_prev`` then ``[B, P]``), and
-    ``proj_clip=True`` a ``proj_clip`` that clips part of it, likewise away from the kink."""
+    ``proj_clip=True`` a ``proj_clip`` that clips part of it, likewise away from the kink.
+    ``layer_norm=True`` adds a layer norm (``_norm_parameters``) carrying ``ln_carry``, and
+    keeps every row it normalises ``LN_MARGIN`` away from constant."""
     width = hidden if proj_size is None else proj_size
-    case = {
-        "x": _normal(rng, (batch, input_size), 1.0, dtype),
-        "cs_prev": _normal(rng, (batch, hidden), 1.0, dtype),
-        "h_prev": _normal(rng, (batch, width), 0.5, dtype),
-        **_lstm_parameters(rng, input_size, hidden, dtype, peephole, scale, width),
-        "forget_bias": float(forget_bias), "cell_clip": None,
-    }
-    if proj_size is not None:
-        case["w_proj"] = _normal(rng, (hidden, proj_size), 1.0 / np.sqrt(max(1, hidden)), dtype)
-        case["proj_clip"] = None
-    as64 = {k: (v.astype(np.float64) if isinstance(v, np.ndarray) else v)
-            for k, v in case.items()}
-    if clip:
-        state = cells.lstm_cell(**as64, backend="reference")
-        case["cell_clip"] = as64["cell_clip"] = clip_away_from(
-            state.i * state.ci + state.f * as64["cs_prev"])
-    if proj_clip and proj_size is not None:
-        state = cells.lstm_cell(**as64, backend="reference")
-        case["proj_clip"] = clip_away_from((state.o * state.co) @ as64["w_proj"])
-    return case
+
+    def draw():
+        case = {
+            "x": _normal(rng, (batch, input_size), 1.0, dtype),
+            "cs_prev": _normal(rng, (batch, hidden), 1.0, dtype),
+            "h_prev": _normal(rng, (batch, width), 0.5, dtype),
+            **_lstm_parameters(rng, input_size, hidden, dtype, peephole, scale, width),
+            "forget_bias": float(forget_bias), "cell_clip": None,
+        }
+        if proj_size is not None:
+            case["w_proj"] = _normal(rng, (hidden, proj_size), 1.0 / np.sqrt(max(1, hidden)),
+                                     dtype)
+            case["proj_clip"] = None
+        if layer_norm:
+            case.update(_norm_parameters(rng, hidden, dtype, ln_carry))
+        as64 = _as_float64(case)
+        if clip:
+            state = cells.lstm_cell(**as64, backend="reference")
+            case["cell_clip"] = as64["cell_clip"] = clip_away_from(
+                state.i * state.ci + state.f * as64["cs_prev"])
+        if proj_clip and proj_size is not None:
+            state = cells.lstm_cell(**as64, backend="reference")
+            case["proj_clip"] = clip_away_from((state.o * state.co) @ as64["w_proj"])
+        return case
+
+    return _spread_rows(draw) if layer_norm else draw()
+
+
+LN_MARGIN = 0.1
+"""A layer-norm case keeps ``sqrt(var + ln_epsilon)`` of every row it normalises (of two
+columns or more) at least this large. ``LN(z)`` follows the direction of ``z - mean(z)``,
+which turns fast where that is small (with two columns, ``LN(z) ≈ ±1`` flips sign): a
+difference quotient over a nearly constant row measures the curvature, not the
+derivative."""
+
+
+def _normalised_rows(case):
+    """Every row that the case's three layer norms normalise, at the valid steps: ``x·W_x``,
+    ``h_prev·W_h`` and the clipped ``c̃`` (float64, from the reference)."""
+    as64 = _as_float64(case)
+    x, w = as64["x"], as64["w"]
+    if x.ndim == 2:
+        result = cells.lstm_cell(**as64, backend="reference")
+        x, h_prev, cs_prev = x[None], as64["h_prev"][None], as64["cs_prev"][None]
+        steps = [a[None] for a in result]
+        valid = np.ones(x.shape[:2], dtype=bool)
+    else:
+        result = sequences.lstm_sequence(**as64, backend="reference")
+        h_prev = np.concatenate([as64["h0"][None], result.h[:-1]])
+        cs_prev = np.concatenate([as64["cs0"][None], result.cs[:-1]])
+        steps = result
+        lengths = as64["seq_len"] if as64["seq_len"] is not None else np.full(x.shape[1], len(x))
+        valid = np.arange(x.shape[0])[:, None] < lengths
+    i, _, f, _, ci = steps[:5]
+    c_tilde = i * ci + f * cs_prev
+    if as64["cell_clip"] is not None:
+        c_tilde = np.clip(c_tilde, -as64["cell_clip"], as64["cell_clip"])
+    n_in = x.shape[-1]
+    return [a[valid] for a in (x @ w[:n_in], h_prev @ w[n_in:], c_tilde)]
+
+
+def _spread_rows(draw, attempts=10):
+    """``draw()`` again until every normalised row of two columns or more keeps
+    ``sqrt(var + ln_epsilon) >= LN_MARGIN``; when ``attempts`` draws do not, the last one
+    with ``ln_epsilon = LN_MARGIN²``, which keeps every row so."""
+    for _ in range(attempts):
+        case = draw()
+        if all(rows.shape[-1] < 2 or rows.size == 0
+               or rows.var(axis=-1).min() + case["ln_epsilon"] >= LN_MARGIN**2
+               for rows in _normalised_rows(case)):
+            return case
+    return {**case, "ln_epsilon": LN_MARGIN**2}
 
 
 def gru_cell_case(rng: np.random.Generator, *, batch: int = 3, input_size: int = 4,
@@ -133,9 +209,10 @@ def random_lstm_cell_case(rng: np.random.Generator, dtype: Any = np.float64) -> 
 
 def _random_projection(rng):
     """A projection for a third of the random LSTM cases (P from 1 to 5), clipped or not."""
-    if rng.integers(3):
-        return {}
-    return {"proj_size": int(rng.integers(1, 6)), "proj_clip": bool(rng.integers(2))}
+    options = {}
+    if not rng.integers(3):
+        options = {"proj_size": int(rng.integers(1, 6)), "proj_clip": bool(rng.integers(2))}
+    return options
 
 
 def random_gru_cell_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
@@ -152,7 +229,11 @@ def on_library(case: Case, library: str) -> Case:
         return case
     import cupy
 
-    return {k: cupy.asarray(v) if isinstance(v, np.ndarray) else v for k, v in case.items()}
+    def move(v):
+        if isinstance(v, LSTMNorm):
+            return LSTMNorm(*map(cupy.asarray, v))
+        return cupy.asarray(v) if isinstance(v, np.ndarray) else v
+    return {k: move(v) for k, v in case.items()}
 
 
 # --------------------------------------------------------------------------------------
@@ -178,8 +259,7 @@ def _sequence_clip(case, margin=CLIP_MARGIN, attempts=6, name="cell_clip"):
     accept it when the rerun's raw values keep the margin, else move to the level
     ``clip_away_from`` picks for them.
     """
-    as64 = {k: (v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype.kind == "f"
-                else v) for k, v in case.items()}
+    as64 = _as_float64(case)
     steps, batch = as64["x"].shape[:2]
     if steps == 0 or batch == 0:
         return None
@@ -223,25 +303,33 @@ def lstm_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int =
                        input_size: int = 4, hidden: int = 5, dtype: Any = np.float64,
                        peephole: bool = False, clip: bool = False, forget_bias: float = 1.0,
                        scale: float = 1.0, ragged: bool = False, proj_size: int | None = None,
-                       proj_clip: bool = False) -> Case:
+                       proj_clip: bool = False, layer_norm: bool = False,
+                       ln_carry: str = "raw") -> Case:
     """Keyword arguments for ``lstm_sequence``, drawn like ``lstm_cell_case``; ``ragged=True``
     adds ``seq_len`` from ``ragged_lengths``. ``clip=True`` picks a ``cell_clip`` that clips
     part of the cell states and stays ``CLIP_MARGIN`` away from every unclipped one (None
-    when no such level exists); ``proj_size`` and ``proj_clip`` as for ``lstm_cell_case``."""
+    when no such level exists); ``proj_size``, ``proj_clip``, ``layer_norm`` and
+    ``ln_carry`` as for ``lstm_cell_case``."""
     width = hidden if proj_size is None else proj_size
-    case = {
-        "x": _normal(rng, (steps, batch, input_size), 1.0, dtype),
-        "cs0": _normal(rng, (batch, hidden), 1.0, dtype),
-        "h0": _normal(rng, (batch, width), 0.5, dtype),
-        **_lstm_parameters(rng, input_size, hidden, dtype, peephole, scale, width),
-        "forget_bias": float(forget_bias), "cell_clip": None,
-        "seq_len": ragged_lengths(rng, steps, batch) if ragged else None,
-    }
-    if proj_size is None:
-        return _sequence_clips(case, clip, False)
-    case["w_proj"] = _normal(rng, (hidden, proj_size), 1.0 / np.sqrt(max(1, hidden)), dtype)
-    case["proj_clip"] = None
-    return _sequence_clips(case, clip, proj_clip)
+
+    def draw():
+        case = {
+            "x": _normal(rng, (steps, batch, input_size), 1.0, dtype),
+            "cs0": _normal(rng, (batch, hidden), 1.0, dtype),
+            "h0": _normal(rng, (batch, width), 0.5, dtype),
+            **_lstm_parameters(rng, input_size, hidden, dtype, peephole, scale, width),
+            "forget_bias": float(forget_bias), "cell_clip": None,
+            "seq_len": ragged_lengths(rng, steps, batch) if ragged else None,
+        }
+        if proj_size is not None:
+            case["w_proj"] = _normal(rng, (hidden, proj_size), 1.0 / np.sqrt(max(1, hidden)),
+                                     dtype)
+            case["proj_clip"] = None
+        if layer_norm:
+            case.update(_norm_parameters(rng, hidden, dtype, ln_carry))
+        return _sequence_clips(case, clip, proj_clip and proj_size is not None)
+
+    return _spread_rows(draw) if layer_norm else draw()
 
 
 def gru_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int = 3,
@@ -296,8 +384,7 @@ def _rnn_parameters(rng, input_size, hidden, dtype, activation, scale):
 def _preactivations(case):
     """Every pre-activation ``z`` the case's forward computes (float64, steps past a row's
     length included: they are not differentiated, but a kink there is harmless too)."""
-    as64 = {k: v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype.kind == "f"
-            else v for k, v in case.items()}
+    as64 = _as_float64(case)
     x = as64["x"] if as64["x"].ndim == 3 else as64["x"][None]
     h = as64.get("h0", as64.get("h_prev"))
     zs = []

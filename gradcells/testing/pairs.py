@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import cells, sequences
+from .._core.specs import NORM_ARRAYS, OPTIONAL_WEIGHTS
 from .._core.specs import OPS as SPECS
-from .._core.specs import OPTIONAL_WEIGHTS
+from .._core.types import LSTMNorm
 from ..oracle import VJPReport, check_vjp
 from .cases import (
     random_gru_cell_case,
@@ -24,11 +25,11 @@ from .cases import (
     random_rnn_sequence_case,
 )
 
-# The arrays of a case (an LSTM case has no w_proj unless a projection is drawn; the pairs
+# The arrays of a case (an LSTM case has no w_proj or layer_norm unless drawn; the pairs
 # take every array the case has, from the specs).
-LSTM_ARG_NAMES: tuple[str, ...] = SPECS["lstm_cell"].arrays[:-1]
+LSTM_ARG_NAMES: tuple[str, ...] = SPECS["lstm_cell"].arrays[:-2]
 GRU_ARG_NAMES: tuple[str, ...] = SPECS["gru_cell"].arrays
-LSTM_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["lstm_sequence"].arrays[:-1]
+LSTM_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["lstm_sequence"].arrays[:-2]
 GRU_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["gru_sequence"].arrays
 RNN_ARG_NAMES: tuple[str, ...] = SPECS["rnn_cell"].arrays
 RNN_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["rnn_sequence"].arrays
@@ -40,18 +41,49 @@ Pair = tuple[Callable[..., Any], Callable[..., Any], tuple, tuple[str, ...]]
 """``(f, vjp, args, names)`` for ``check_vjp``."""
 
 
+def _flat_case(case, names):
+    """``(names, arrays)``: the case's arrays among ``names``, the optional ones only when
+    given, its ``layer_norm`` as the six arrays ``layer_norm.gamma_x``, ..."""
+    flat = {}
+    for name in names:
+        value = case.get(name)
+        if name == "layer_norm" and value is not None:
+            flat.update(zip(NORM_ARRAYS, value))
+        elif name not in OPTIONAL_WEIGHTS or value is not None:
+            flat[name] = value
+    return tuple(flat), tuple(flat.values())
+
+
+def _gradient_of(grads, name):
+    """The gradient named like the input ``name`` (``layer_norm.gamma_x``: a field of the
+    gradient's ``layer_norm``)."""
+    if name in NORM_ARRAYS:
+        return getattr(grads.layer_norm, name.removeprefix("layer_norm."))
+    return getattr(grads, name)
+
+
+def _norm_attrs(case):
+    """The layer-norm settings of an LSTM case that has a layer norm."""
+    if case.get("layer_norm") is None:
+        return {}
+    return {"ln_epsilon": case["ln_epsilon"], "ln_carry": case["ln_carry"]}
+
+
 def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backend) -> Pair:
     """``(f, vjp, args, names)`` for the oracle: ``f`` maps the arrays named ``names`` to
     the ``outputs`` fields of ``forward``'s result; ``vjp`` feeds the cotangents to
-    ``gradient`` as ``d_<output>``. The LSTM's optional weights (peepholes, projection; the
-    last names) are passed by keyword, and dropped when the case has none."""
-    names = tuple(n for n in names if n not in OPTIONAL_WEIGHTS or case.get(n) is not None)
-    args = tuple(case[n] for n in names)
+    ``gradient`` as ``d_<output>``. The LSTM's optional weights (peepholes, projection,
+    layer norm; the last names) are passed by keyword, and dropped when the case has none;
+    a layer norm's six arrays are checked one by one."""
+    names, args = _flat_case(case, names)
     outputs = tuple(outputs)
     n_positional = sum(n not in OPTIONAL_WEIGHTS for n in names)
 
     def split(arrays):
-        return arrays[:n_positional], dict(zip(names[n_positional:], arrays[n_positional:]))
+        optional = dict(zip(names[n_positional:], arrays[n_positional:]))
+        if NORM_ARRAYS[0] in optional:
+            optional["layer_norm"] = LSTMNorm(*(optional.pop(n) for n in NORM_ARRAYS))
+        return arrays[:n_positional], optional
 
     def run(*arrays):
         positional, peepholes = split(arrays)
@@ -66,7 +98,7 @@ def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backen
         upstream = {f"d_{k}": c for k, c in zip(outputs, ct)}
         grads = gradient(*positional, run(*arrays), **upstream, **peepholes, **grad_attrs,
                          backend=backend)
-        return tuple(getattr(grads, n) for n in names)  # gradients are named as the inputs
+        return tuple(_gradient_of(grads, n) for n in names)  # named as the inputs
 
     return f, vjp, args, names
 
@@ -79,9 +111,9 @@ def lstm_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
     return _vjp_pair(
         cells.lstm_cell, cells.lstm_cell_grad, case, SPECS["lstm_cell"].arrays, outputs,
         {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"],
-         "proj_clip": case.get("proj_clip")},
+         "proj_clip": case.get("proj_clip"), **_norm_attrs(case)},
         {"cell_clip": case["cell_clip"], "proj_clip": case.get("proj_clip"),
-         "clip_grad": clip_grad}, backend)
+         "clip_grad": clip_grad, **_norm_attrs(case)}, backend)
 
 
 def gru_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None) -> Pair:
@@ -102,9 +134,10 @@ def lstm_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
         sequences.lstm_sequence, sequences.lstm_sequence_grad, case,
         SPECS["lstm_sequence"].arrays,
         outputs, {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"],
-                  "proj_clip": case.get("proj_clip"), "seq_len": case["seq_len"]},
+                  "proj_clip": case.get("proj_clip"), "seq_len": case["seq_len"],
+                  **_norm_attrs(case)},
         {"cell_clip": case["cell_clip"], "proj_clip": case.get("proj_clip"),
-         "clip_grad": clip_grad, "seq_len": case["seq_len"]},
+         "clip_grad": clip_grad, "seq_len": case["seq_len"], **_norm_attrs(case)},
         backend)
 
 

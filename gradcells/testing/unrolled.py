@@ -20,7 +20,7 @@ from typing import Any
 from .. import cells
 from .._core.arrays import namespace_of
 from .._core.specs import OPS, PEEPHOLES
-from .._core.types import Array
+from .._core.types import Array, LSTMNorm
 
 LSTM_STEP_FIELDS: tuple[str, ...] = OPS["lstm_cell"].result._fields
 
@@ -76,19 +76,22 @@ def lstm_forward(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
                  wci: Array | None = None, wcf: Array | None = None, wco: Array | None = None,
                  forget_bias: float = 1.0, cell_clip: float | None = None,
                  w_proj: Array | None = None, proj_clip: float | None = None,
-                 seq_len: Array | None = None, backend: str | None = None) -> Unrolled:
+                 layer_norm: LSTMNorm | None = None, ln_epsilon: float = 1e-5,
+                 ln_carry: str = "raw", seq_len: Array | None = None,
+                 backend: str | None = None) -> Unrolled:
     """``lstm_cell`` over ``x [T, B, I]`` from ``(cs0, h0)``; see the module docstring.
     With a projection ``w_proj [H, P]`` (and ``proj_clip``) ``h0`` and every ``h`` are
-    ``[B, P]``."""
+    ``[B, P]``; ``layer_norm``, ``ln_epsilon`` and ``ln_carry`` as for ``lstm_cell``."""
     xp = namespace_of(x)
-    weights = {"w": w, "b": b, **dict(zip(PEEPHOLES, (wci, wcf, wco))), "w_proj": w_proj}
-    run = Unrolled("lstm", x, weights, {"forget_bias": forget_bias, "cell_clip": cell_clip,
-                                        "proj_clip": proj_clip}, seq_len, backend)
+    weights = {"w": w, "b": b, **dict(zip(PEEPHOLES, (wci, wcf, wco))), "w_proj": w_proj,
+               "layer_norm": layer_norm}
+    attrs = {"forget_bias": forget_bias, "cell_clip": cell_clip, "proj_clip": proj_clip,
+             "ln_epsilon": ln_epsilon, "ln_carry": ln_carry}
+    run = Unrolled("lstm", x, weights, attrs, seq_len, backend)
     cs, h = cs0, h0
     for t in range(x.shape[0]):
-        state = cells.lstm_cell(x[t], cs, h, w, b, wci=wci, wcf=wcf, wco=wco,
-                                forget_bias=forget_bias, cell_clip=cell_clip, w_proj=w_proj,
-                                proj_clip=proj_clip, backend=backend)
+        state = cells.lstm_cell(x[t], cs, h, w, b, wci=wci, wcf=wcf, wco=wco, w_proj=w_proj,
+                                layer_norm=layer_norm, **attrs, backend=backend)
         run.steps.append(state)
         run.starts.append((cs, h))
         running = _running(xp, t, seq_len)
@@ -107,20 +110,31 @@ def _zeros_or(xp, a, like):
     return xp.zeros_like(like) if a is None else a
 
 
+def _zeros_like(xp, a):
+    """Zeros like an array, or like each array of an ``LSTMNorm``."""
+    return LSTMNorm(*map(xp.zeros_like, a)) if isinstance(a, LSTMNorm) else xp.zeros_like(a)
+
+
+def _plus(total, g):
+    """``total + g`` for arrays, fieldwise for ``LSTMNorm`` gradients."""
+    return LSTMNorm(*(t + d for t, d in zip(total, g))) if isinstance(g, LSTMNorm) else total + g
+
+
 def lstm_backprop(run: Unrolled, *, d_h: Array | None = None, d_cs: Array | None = None,
                   d_h_final: Array | None = None, d_cs_final: Array | None = None,
                   clip_grad: str = "exact") -> dict[str, Array]:
     """Backpropagation through time over ``lstm_forward``'s ``run`` for upstream gradients
     of every step's ``h`` and ``cs`` (``[T, B, H]``) and of the final states (``[B, H]``),
     each optional. Returns the gradients by name: ``x, cs0, h0, w, b``, with peepholes
-    ``wci, wcf, wco`` and with a projection ``w_proj``."""
+    ``wci, wcf, wco``, with a projection ``w_proj`` and with a layer norm ``layer_norm`` (an
+    ``LSTMNorm``)."""
     xp, x, weights = namespace_of(run.x), run.x, run.weights
     cs0, h0 = run.starts[0] if run.starts else (run.outputs["cs_final"], run.outputs["h_final"])
     carry_h, carry_cs = _zeros_or(xp, d_h_final, h0), _zeros_or(xp, d_cs_final, cs0)
     d_x = xp.zeros(x.shape, dtype=xp.result_type(x, weights["w"]))
     names = ["w", "b"] + (list(PEEPHOLES) if weights["wci"] is not None else [])
-    names += ["w_proj"] if weights.get("w_proj") is not None else []
-    totals = {k: xp.zeros_like(weights[k]) for k in names}
+    names += [k for k in ("w_proj", "layer_norm") if weights.get(k) is not None]
+    totals = {k: _zeros_like(xp, weights[k]) for k in names}
     for t in reversed(range(len(run.steps))):
         running = _running(xp, t, run.seq_len)
         g = cells.lstm_cell_grad(
@@ -129,9 +143,9 @@ def lstm_backprop(run: Unrolled, *, d_h: Array | None = None, d_cs: Array | None
             d_cs=_upstream(xp, carry_cs, d_cs, t, running),
             **{k: weights[k] for k in PEEPHOLES}, cell_clip=run.attrs["cell_clip"],
             w_proj=weights.get("w_proj"), proj_clip=run.attrs.get("proj_clip"),
-            clip_grad=clip_grad, backend=run.backend)
+            layer_norm=weights.get("layer_norm"), clip_grad=clip_grad, backend=run.backend)
         d_x[t] = g.x
-        totals = {k: totals[k] + getattr(g, k) for k in names}
+        totals = {k: _plus(totals[k], getattr(g, k)) for k in names}
         carry_h = _keep(xp, running, g.h_prev, carry_h)
         carry_cs = _keep(xp, running, g.cs_prev, carry_cs)
     return {"x": d_x, "cs0": carry_cs, "h0": carry_h, **totals}

@@ -112,7 +112,7 @@ show(ref.lstm_gate_grads, "do = d_h")
 # $$d_{cs} = \bar h\circ o\circ(1-\mathrm{co}^2) + \overline{\mathrm{cs}} + d_o\circ w_{co}$$
 
 # %%
-show(ref.lstm_gate_grads, "dcs = d_h", "dcs = dcs + do")
+show(ref.lstm_gate_grads, "dco = d_h *", "dcs = d_cs +", "dcs = dco + dcs")
 
 # %% [markdown]
 # **Step 3: the clip.** With $\mathrm{cs} = \operatorname{clip}(\mathrm{cs}_{raw})$, the derivative
@@ -172,11 +172,14 @@ show(ref.lstm_gate_grads, "dwci = (", "dwcf = (", "dwco = (")
 #   \frac{\partial L}{\partial W} = A^\top d_G, \qquad
 #   \frac{\partial L}{\partial b} = \sum_{batch} d_G,$$
 #
-# and $\partial L/\partial A$ splits back into its $x$ part (first $I$ columns) and $h_{prev}$ part.
+# and $\partial L/\partial A$ splits into its $x$ part ($d_G W_x^\top$, with $W_x$ the first
+# $I$ rows of $W$) and its $h_{prev}$ part ($d_G W_h^\top$). (The layer-normalised LSTM of
+# notebook 08 puts a layer norm between each part and $G$; then the two parts get different
+# gradients, $d_{z_x}$ and $d_{z_h}$, which is why the code names them apart.)
 
 # %%
 show(ref.lstm_gate_grads, "d_gates = xp.concatenate")
-show(ref.lstm_cell_grad, "dxh = d_gates @ w.T", "x=dxh[:, :n_in]", "w=xh.T @ d_gates")
+show(ref.lstm_cell_grad, "dz_x = dz_h = gg.gates", "x=dz_x @ w[:n_in].T", "w=xp.concatenate(")
 
 # %% [markdown]
 # ## Checking the derivation
