@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import cells, sequences
-from .._core.specs import ACTIVATIONS, PEEPHOLES
+from .._core.specs import ACTIVATIONS, LN_CARRIES, PEEPHOLES
 from .._core.types import LSTMNorm
 
 CLIP_MARGIN = 1e-2
@@ -204,14 +204,17 @@ def random_lstm_cell_case(rng: np.random.Generator, dtype: Any = np.float64) -> 
         rng, batch=int(rng.integers(1, 5)), input_size=int(rng.integers(1, 6)),
         hidden=int(rng.integers(1, 6)), dtype=dtype, peephole=bool(rng.integers(2)),
         clip=bool(rng.integers(2)), forget_bias=float(rng.choice(FORGET_BIASES)),
-        scale=float(rng.choice(SCALES)), **_random_projection(rng))
+        scale=float(rng.choice(SCALES)), **_random_options(rng))
 
 
-def _random_projection(rng):
-    """A projection for a third of the random LSTM cases (P from 1 to 5), clipped or not."""
+def _random_options(rng):
+    """A projection for a third of the random LSTM cases (P from 1 to 5), clipped or not,
+    and a layer norm for a third of them, either carry."""
     options = {}
     if not rng.integers(3):
         options = {"proj_size": int(rng.integers(1, 6)), "proj_clip": bool(rng.integers(2))}
+    if not rng.integers(3):
+        options.update(layer_norm=True, ln_carry=str(rng.choice(LN_CARRIES)))
     return options
 
 
@@ -354,7 +357,7 @@ def random_lstm_sequence_case(rng: np.random.Generator, dtype: Any = np.float64)
         peephole=bool(rng.integers(2)), clip=bool(rng.integers(2)),
         forget_bias=float(rng.choice(FORGET_BIASES)),
         scale=float(rng.choice(SCALES)), ragged=bool(rng.integers(2)),
-        **_random_projection(rng))
+        **_random_options(rng))
 
 
 def random_gru_sequence_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._core.specs import ACTIVATIONS
+from .._core.specs import ACTIVATIONS, LN_CARRIES
 from .cases import (
     FORGET_BIASES,
     SCALES,
@@ -43,6 +43,21 @@ def _activation(st, value):
     return st.sampled_from(ACTIVATIONS) if value is None else st.just(value)
 
 
+def _lstm_options(st, projection, layer_norm, max_hidden):
+    """The strategies of the LSTM's optional parts: a projection (``proj_size`` from 1 to
+    ``max_hidden + 1``, its clip drawn) and a layer norm (either carry), each drawn when its
+    flag is None, always there when True, never when False."""
+    options = {}
+    if projection is not False:
+        sizes = st.integers(1, max_hidden + 1)
+        options["proj_size"] = sizes if projection else st.none() | sizes
+        options["proj_clip"] = st.booleans()
+    if layer_norm is not False:
+        options["layer_norm"] = _flag(st, layer_norm)
+        options["ln_carry"] = st.sampled_from(LN_CARRIES)
+    return options
+
+
 def _seeded(st, make, dtype, **strategies):
     """Cases from ``make(rng, dtype=dtype, **drawn)`` with a drawn seed for ``rng``."""
     return st.builds(lambda seed, **kw: make(np.random.default_rng(seed), dtype=dtype, **kw),
@@ -50,16 +65,20 @@ def _seeded(st, make, dtype, **strategies):
 
 
 def lstm_cell_inputs(*, dtype: Any = np.float64, peephole: bool | None = None,
-                     clip: bool | None = None, min_size: int = 1, max_batch: int = 4,
+                     clip: bool | None = None, projection: bool | None = False,
+                     layer_norm: bool | None = False, min_size: int = 1, max_batch: int = 4,
                      max_input: int = 5, max_hidden: int = 5) -> SearchStrategy[Case]:
-    """Hypothesis strategy for ``lstm_cell`` keyword arguments (``peephole``/``clip`` None:
-    drawn). ``min_size=0`` admits empty batches and inputs."""
+    """Hypothesis strategy for ``lstm_cell`` keyword arguments (``peephole``, ``clip``,
+    ``projection``, ``layer_norm`` None: drawn; the last two are off by default, so that a
+    test written for the block cell gets block-cell cases). ``min_size=0`` admits empty
+    batches and inputs."""
     from hypothesis import strategies as st
 
     batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
     return _seeded(st, lstm_cell_case, dtype, batch=batch, input_size=input_size,
                    hidden=hidden, peephole=_flag(st, peephole), clip=_flag(st, clip),
-                   forget_bias=st.sampled_from(FORGET_BIASES), scale=st.sampled_from(SCALES))
+                   forget_bias=st.sampled_from(FORGET_BIASES), scale=st.sampled_from(SCALES),
+                   **_lstm_options(st, projection, layer_norm, max_hidden))
 
 
 def gru_cell_inputs(*, dtype: Any = np.float64, reset_after: bool | None = None,
@@ -76,11 +95,13 @@ def gru_cell_inputs(*, dtype: Any = np.float64, reset_after: bool | None = None,
 
 def lstm_sequence_inputs(*, dtype: Any = np.float64, peephole: bool | None = None,
                          clip: bool | None = None, ragged: bool | None = None,
+                         projection: bool | None = False, layer_norm: bool | None = False,
                          min_size: int = 1, max_steps: int = 4, max_batch: int = 4,
                          max_input: int = 4,
                          max_hidden: int = 4) -> SearchStrategy[Case]:
     """Hypothesis strategy for ``lstm_sequence`` keyword arguments (``peephole``, ``clip``,
-    ``ragged`` None: drawn). ``min_size=0`` admits empty sequences, batches and inputs."""
+    ``ragged``, ``projection``, ``layer_norm`` None: drawn; the last two off by default, as
+    for ``lstm_cell_inputs``). ``min_size=0`` admits empty sequences, batches and inputs."""
     from hypothesis import strategies as st
 
     batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
@@ -88,7 +109,8 @@ def lstm_sequence_inputs(*, dtype: Any = np.float64, peephole: bool | None = Non
                    batch=batch, input_size=input_size, hidden=hidden,
                    peephole=_flag(st, peephole), clip=_flag(st, clip),
                    ragged=_flag(st, ragged), forget_bias=st.sampled_from(FORGET_BIASES),
-                   scale=st.sampled_from(SCALES))
+                   scale=st.sampled_from(SCALES),
+                   **_lstm_options(st, projection, layer_norm, max_hidden))
 
 
 def gru_sequence_inputs(*, dtype: Any = np.float64, reset_after: bool | None = None,
