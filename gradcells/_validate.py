@@ -111,15 +111,15 @@ _EXPECTED_SHAPES: dict = {}  # (layout key, x's shape, H) -> every array's expec
 
 def _expected_shapes(key, labels, x_shape, n_hidden, n_proj):
     """The shape each of ``labels`` (a tuple of label tuples, named by the small hashable
-    ``key``) stands for, given x's shape (``[B, I]`` or ``[T, B, I]``), H and P. A program's
+    ``key``) stands for, given x's shape (``[B, I]``, ``[T, B, I]`` or ``[B, T, I]`` as
+    ``labels[0]``, x's labels, says), H and P. A program's
     calls repeat a few shapes, so the answer is kept (up to a few thousand of them)."""
     cached = _EXPECTED_SHAPES.get((key, x_shape, n_hidden, n_proj))
     if cached is not None:
         return cached
     n_in = x_shape[-1]
-    sizes = {"B": x_shape[-2], "I": n_in, "H": n_hidden, "I+H": n_in + n_hidden,
-             "2H": 2 * n_hidden, "4H": 4 * n_hidden, "T": x_shape[0], "P": n_proj,
-             "I+P": n_in + n_proj}
+    sizes = {**dict(zip(labels[0], x_shape)), "H": n_hidden, "I+H": n_in + n_hidden,
+             "2H": 2 * n_hidden, "4H": 4 * n_hidden, "P": n_proj, "I+P": n_in + n_proj}
     if len(_EXPECTED_SHAPES) >= 4096:
         _EXPECTED_SHAPES.clear()
     shapes = tuple(tuple([sizes[label] for label in each]) for each in labels)
@@ -223,11 +223,16 @@ def activation_value(activation):
     return activation
 
 
+def bool_value(name, value):
+    """``value`` of the flag ``name`` as a bool (a bool or NumPy bool only)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return bool(value)
+
+
 def reset_after_value(reset_after):
-    """``reset_after`` as a bool (a bool or NumPy bool only)."""
-    if not isinstance(reset_after, (bool, np.bool_)):
-        raise TypeError(f"reset_after must be a bool, got {type(reset_after).__name__}")
-    return bool(reset_after)
+    """``reset_after`` as a bool."""
+    return bool_value("reset_after", reset_after)
 
 
 def peepholes_given(wci, wcf, wco):
@@ -267,7 +272,7 @@ def _require_arrays(specs):
             raise TypeError(f"{name} must be an array, got None")
 
 
-def seq_len_value(seq_len, library, x):
+def seq_len_value(seq_len, library, x, batch_first=False):
     """Check ``seq_len``: None, a list or tuple of integers, or an integer array ``[B]`` of
     ``library`` (on ``x``'s device), with values in ``[0, T]``. Returns None when it is None
     or every row runs all T steps, else the lengths as an array of ``library``.
@@ -289,7 +294,7 @@ def seq_len_value(seq_len, library, x):
     if lib == "cupy" and seq_len.device.id != x.device.id:
         raise ValueError(f"seq_len is on CUDA device {seq_len.device.id} but x is on device "
                          f"{x.device.id}; pass arrays on one device")
-    n_steps, n_batch = x.shape[:2]
+    n_steps, n_batch = x.shape[1::-1] if batch_first else x.shape[:2]
     if seq_len.dtype.kind not in "iu":
         raise TypeError(f"seq_len must have an integer dtype, got {seq_len.dtype}")
     if tuple(seq_len.shape) != (n_batch,):
@@ -328,7 +333,8 @@ class _Layout(NamedTuple):
 
 
 @functools.cache
-def _layout(op: str, reset_after: bool, projection: bool = False) -> _Layout:
+def _layout(op: str, reset_after: bool, projection: bool = False,
+            batch_first: bool = False) -> _Layout:
     spec = OPS[op]
     names = spec.flat_arrays
     labels = ((spec.x_labels,) + spec.state_labels
@@ -340,6 +346,9 @@ def _layout(op: str, reset_after: bool, projection: bool = False) -> _Layout:
     if not projection:  # P is H: the messages say so
         labels, result_labels, upstream_labels = (
             _without_projection(group) for group in (labels, result_labels, upstream_labels))
+    if batch_first:  # every per-step array is [B, T, ·]
+        labels, result_labels, upstream_labels = (
+            _batch_first(group) for group in (labels, result_labels, upstream_labels))
     return _Layout(names, labels, n_required,
                    _qualified_names(spec.result_arg, spec.result._fields),
                    result_labels, spec.upstream, upstream_labels,
@@ -351,6 +360,11 @@ def _without_projection(group):
     """Label tuples with ``P`` read as ``H`` (an LSTM without a projection)."""
     renamed = {"P": "H", "I+P": "I+H"}
     return tuple(tuple(renamed.get(label, label) for label in each) for each in group)
+
+
+def _batch_first(group):
+    """Label tuples with ``[T, B, ·]`` read as ``[B, T, ·]``."""
+    return tuple(("B", "T", *each[2:]) if each[:2] == ("T", "B") else each for each in group)
 
 
 def _weight_labels(spec, name, reset_after):
@@ -378,12 +392,13 @@ def _flat_weights(spec, weights):
     return (*weights[:6], *norm)
 
 
-def _checked_library(spec, x, states, weights, *, reset_after, result=None, upstream=None):
+def _checked_library(spec, x, states, weights, *, reset_after, batch_first=False, result=None,
+                     upstream=None):
     """Check every array of a forward call (and of its gradient when ``upstream`` is given);
     return the arrays' library. The optional arrays (the peepholes, the projection, the
     layer norm) come last in ``spec.flat_arrays``."""
     projection = spec.settings is LSTMSettings and weights[5] is not None
-    layout = _layout(spec.name, reset_after, projection)
+    layout = _layout(spec.name, reset_after, projection, batch_first)
     specs = list(zip(layout.names, (x, *states, *_flat_weights(spec, weights)), layout.labels))
     n_required = layout.n_required
     if upstream is not None:
@@ -395,7 +410,7 @@ def _checked_library(spec, x, states, weights, *, reset_after, result=None, upst
     grad = upstream is not None
     proj = _proj_index(layout, grad) if projection else None
     library = _check_arrays(specs, n_required, layout.grad_labels if grad else layout.labels,
-                            (spec.name, reset_after, projection, grad), proj)
+                            (spec.name, reset_after, projection, batch_first, grad), proj)
     if spec.settings is LSTMSettings:
         peepholes_given(*weights[2:5])
     return library
@@ -409,7 +424,7 @@ def _proj_index(layout, grad):
 
 def forward_args(op: str, x, states, weights, *, forget_bias=1.0, cell_clip=None,
                  proj_clip=None, ln_epsilon=1e-5, ln_carry="raw", reset_after=False,
-                 activation="tanh", seq_len=None):
+                 activation="tanh", seq_len=None, reverse=False, batch_first=False):
     """Check a forward call of ``op``; return ``(library, settings)``. The keywords are the
     op's attributes as the caller gave them (those the op does not have keep their
     defaults)."""
@@ -418,17 +433,33 @@ def forward_args(op: str, x, states, weights, *, forget_bias=1.0, cell_clip=None
     reset_after = reset_after_value(reset_after) if kind is GRUSettings else False
     if kind is RNNSettings:
         activation = activation_value(activation)
-    library = _checked_library(spec, x, states, weights, reset_after=reset_after)
-    seq_len = _recorded_lengths(seq_len_value(seq_len, library, x)) if spec.sequence else None
+    order = ((bool_value("reverse", reverse), bool_value("batch_first", batch_first))
+             if spec.sequence else (False, False))
+    library = _checked_library(spec, x, states, weights, reset_after=reset_after,
+                               batch_first=order[1])
+    seq_len = (_recorded_lengths(seq_len_value(seq_len, library, x, order[1]))
+               if spec.sequence else None)
+    settings = _settings(spec, x, weights, seq_len, reset_after=reset_after,
+                         activation=activation, forget_bias=forget_bias, cell_clip=cell_clip,
+                         proj_clip=proj_clip, ln_epsilon=ln_epsilon, ln_carry=ln_carry)
+    if order != (False, False):
+        settings = dataclasses.replace(settings, reverse=order[0], batch_first=order[1])
+    return library, settings
+
+
+def _settings(spec, x, weights, seq_len, *, reset_after, activation, forget_bias, cell_clip,
+              proj_clip, ln_epsilon, ln_carry):
+    """The settings record of a forward call of ``spec`` (time order and layout aside)."""
+    kind = spec.settings
     if kind is GRUSettings:
-        return library, GRUSettings(reset_after, seq_len)
+        return GRUSettings(reset_after, seq_len)
     if kind is RNNSettings:
-        return library, RNNSettings(activation, seq_len)
+        return RNNSettings(activation, seq_len)
     values = (forget_bias_value(forget_bias, x.dtype), cell_clip_value(cell_clip, x.dtype),
               weights[2] is not None, _proj_clip_value(proj_clip, weights, x.dtype),
               _norm_values(weights, ln_epsilon, ln_carry, x.dtype))
-    return library, (_lstm_settings(*values) if seq_len is None
-                     else dataclasses.replace(_lstm_settings(*values), seq_len=seq_len))
+    return (_lstm_settings(*values) if seq_len is None
+            else dataclasses.replace(_lstm_settings(*values), seq_len=seq_len))
 
 
 @functools.lru_cache(maxsize=256)
@@ -492,7 +523,7 @@ def _recorded_lengths(seq_len):
 
 def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
               proj_clip=None, ln_epsilon=None, ln_carry=None, reset_after=None,
-              activation=None, seq_len=None):
+              activation=None, seq_len=None, reverse=None, batch_first=None):
     """Check a gradient call of ``op``; return ``(library, settings)``: the forward's record,
     each setting given again (None: not given) checked against it; for a result that
     records nothing, the record the keywords make.
@@ -507,33 +538,33 @@ def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
                                  projection=weights[5] is not None,
                                  layer_norm=weights[6] is not None)
                     if spec.settings is LSTMSettings else spec.settings())
-    if reset_after is not None:
-        settings = _agreeing(spec, recorded, settings, "reset_after",
-                             reset_after_value(reset_after))
-    if activation is not None:
-        settings = _agreeing(spec, recorded, settings, "activation",
-                             activation_value(activation))
+    settings = _given_again(spec, recorded, settings, {  # the shapes depend on these
+        "reset_after": (reset_after, reset_after_value),
+        "activation": (activation, activation_value),
+        "reverse": (reverse, functools.partial(bool_value, "reverse")),
+        "batch_first": (batch_first, functools.partial(bool_value, "batch_first"))})
     if spec.settings is LSTMSettings:  # before the shapes, which depend on the projection
         _check_optional(spec, recorded, weights)
     library = _checked_library(spec, x, states, weights,
                                reset_after=getattr(settings, "reset_after", False),
-                               result=result, upstream=upstream)
-    if spec.sequence and seq_len is not None:
-        settings = _agreeing(spec, recorded, settings, "seq_len",
-                             seq_len_value(seq_len, library, x))
-    if spec.settings is LSTMSettings:
-        if cell_clip is not None:
-            settings = _agreeing(spec, recorded, settings, "cell_clip",
-                                 cell_clip_value(cell_clip, x.dtype))
-        if proj_clip is not None:
-            settings = _agreeing(spec, recorded, settings, "proj_clip",
-                                 _proj_clip_value(proj_clip, weights, x.dtype)[1])
-        if ln_epsilon is not None:
-            settings = _agreeing(spec, recorded, settings, "ln_epsilon",
-                                 ln_epsilon_value(ln_epsilon, x.dtype))
-        if ln_carry is not None:
-            settings = _agreeing(spec, recorded, settings, "ln_carry", ln_carry_value(ln_carry))
-    return library, settings
+                               batch_first=settings.batch_first, result=result,
+                               upstream=upstream)
+    batch_first = settings.batch_first
+    return library, _given_again(spec, recorded, settings, {
+        "seq_len": (seq_len, lambda value: seq_len_value(value, library, x, batch_first)),
+        "cell_clip": (cell_clip, lambda value: cell_clip_value(value, x.dtype)),
+        "proj_clip": (proj_clip, lambda value: _proj_clip_value(value, weights, x.dtype)[1]),
+        "ln_epsilon": (ln_epsilon, lambda value: ln_epsilon_value(value, x.dtype)),
+        "ln_carry": (ln_carry, ln_carry_value)})
+
+
+def _given_again(spec, recorded, settings, given):
+    """``settings`` with each setting of ``given`` (name: (value or None, its
+    normalisation)) that the call gives again checked against the record (``_agreeing``)."""
+    for name, (value, normalised) in given.items():
+        if value is not None:
+            settings = _agreeing(spec, recorded, settings, name, normalised(value))
+    return settings
 
 
 def _check_optional(spec, recorded, weights):

@@ -10,8 +10,9 @@ so its gradient needs only the arrays, the result and the upstream gradients (§
 
 from __future__ import annotations
 
-from . import _dispatch
+from . import _dispatch, _order
 from . import _validate as v
+from ._core.specs import OPS
 from ._core.types import (
     Array,
     GRUSequence,
@@ -28,6 +29,8 @@ from ._core.types import (
 )
 from ._interop import accepts_any_array
 
+_LSTM, _GRU, _RNN = OPS["lstm_sequence"], OPS["gru_sequence"], OPS["rnn_sequence"]
+
 
 @accepts_any_array
 def lstm_sequence(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
@@ -36,7 +39,8 @@ def lstm_sequence(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
                   cell_clip: float | None = None, w_proj: Array | None = None,
                   proj_clip: float | None = None, seq_len: Array | None = None,
                   layer_norm: LSTMNorm | None = None, ln_epsilon: float = 1e-5,
-                  ln_carry: str = "raw", backend: str | None = None) -> LSTMSequence:
+                  ln_carry: str = "raw", reverse: bool = False, batch_first: bool = False,
+                  backend: str | None = None) -> LSTMSequence:
     """The LSTM block cell (``lstm_cell``) run over ``x [T, B, I]`` from ``cs0 [B, H]`` and
     ``h0 [B, P]``.
 
@@ -60,9 +64,11 @@ def lstm_sequence(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
     library, settings = v.forward_args("lstm_sequence", x, (cs0, h0), weights,
                                        forget_bias=forget_bias, cell_clip=cell_clip,
                                        proj_clip=proj_clip, ln_epsilon=ln_epsilon,
-                                       ln_carry=ln_carry, seq_len=seq_len)
+                                       ln_carry=ln_carry, seq_len=seq_len, reverse=reverse,
+                                       batch_first=batch_first)
     impl = _dispatch.backend_for(backend, library)
-    return record_settings(impl.lstm_sequence(x, cs0, h0, weights, settings), settings)
+    return record_settings(_order.forward(_LSTM, impl.lstm_sequence, x, (cs0, h0), weights,
+                                          settings), settings)
 
 
 @accepts_any_array
@@ -75,6 +81,7 @@ def lstm_sequence_grad(x: Array, cs0: Array, h0: Array, w: Array, b: Array,
                        proj_clip: float | None = None, layer_norm: LSTMNorm | None = None,
                        ln_epsilon: float | None = None, ln_carry: str | None = None,
                        clip_grad: str = "exact", seq_len: Array | None = None,
+                       reverse: bool | None = None, batch_first: bool | None = None,
                        backend: str | None = None) -> LSTMSequenceGrads:
     """Backpropagation through time for ``lstm_sequence``, given its result ``seq``.
 
@@ -96,16 +103,18 @@ def lstm_sequence_grad(x: Array, cs0: Array, h0: Array, w: Array, b: Array,
     upstream = {"d_h": d_h, "d_cs": d_cs, "d_h_final": d_h_final, "d_cs_final": d_cs_final}
     library, settings = v.grad_args("lstm_sequence", x, (cs0, h0), weights, seq, upstream,
                                     cell_clip=cell_clip, proj_clip=proj_clip,
-                                    ln_epsilon=ln_epsilon, ln_carry=ln_carry, seq_len=seq_len)
+                                    ln_epsilon=ln_epsilon, ln_carry=ln_carry, seq_len=seq_len,
+                                    reverse=reverse, batch_first=batch_first)
     clip_grad = v.clip_grad_value(clip_grad)
     impl = _dispatch.backend_for(backend, library)
-    return impl.lstm_sequence_grad(x, cs0, h0, weights, LSTMSequence(*seq), settings,
-                                   clip_grad=clip_grad, **upstream)
+    return _order.grad(_LSTM, impl.lstm_sequence_grad, x, (cs0, h0), weights, seq, settings,
+                       upstream, clip_grad=clip_grad)
 
 
 @accepts_any_array
 def gru_sequence(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array, *,
                  reset_after: bool = False, seq_len: Array | None = None,
+                 reverse: bool = False, batch_first: bool = False,
                  backend: str | None = None) -> GRUSequence:
     """The GRU block cell (``gru_cell``) run over ``x [T, B, I]`` from ``h0 [B, H]``.
 
@@ -119,16 +128,19 @@ def gru_sequence(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c:
     """
     weights = GRUWeights(w_ru, w_c, b_ru, b_c)
     library, settings = v.forward_args("gru_sequence", x, (h0,), weights,
-                                       reset_after=reset_after, seq_len=seq_len)
+                                       reset_after=reset_after, seq_len=seq_len,
+                                       reverse=reverse, batch_first=batch_first)
     impl = _dispatch.backend_for(backend, library)
-    return record_settings(impl.gru_sequence(x, h0, weights, settings), settings)
+    return record_settings(_order.forward(_GRU, impl.gru_sequence, x, (h0,), weights,
+                                          settings), settings)
 
 
 @accepts_any_array
 def gru_sequence_grad(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array,
                       seq: GRUSequence, *, d_h: Array | None = None,
                       d_h_final: Array | None = None, reset_after: bool | None = None,
-                      seq_len: Array | None = None,
+                      seq_len: Array | None = None, reverse: bool | None = None,
+                      batch_first: bool | None = None,
                       backend: str | None = None) -> GRUSequenceGrads:
     """Backpropagation through time for ``gru_sequence``, given its result ``seq``.
 
@@ -143,14 +155,17 @@ def gru_sequence_grad(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array,
     weights = GRUWeights(w_ru, w_c, b_ru, b_c)
     upstream = {"d_h": d_h, "d_h_final": d_h_final}
     library, settings = v.grad_args("gru_sequence", x, (h0,), weights, seq, upstream,
-                                    reset_after=reset_after, seq_len=seq_len)
+                                    reset_after=reset_after, seq_len=seq_len, reverse=reverse,
+                                    batch_first=batch_first)
     impl = _dispatch.backend_for(backend, library)
-    return impl.gru_sequence_grad(x, h0, weights, GRUSequence(*seq), settings, **upstream)
+    return _order.grad(_GRU, impl.gru_sequence_grad, x, (h0,), weights, seq, settings,
+                       upstream)
 
 
 @accepts_any_array
 def rnn_sequence(x: Array, h0: Array, w: Array, b: Array, *, activation: str = "tanh",
-                 seq_len: Array | None = None, backend: str | None = None) -> RNNSequence:
+                 seq_len: Array | None = None, reverse: bool = False,
+                 batch_first: bool = False, backend: str | None = None) -> RNNSequence:
     """The plain RNN cell (``rnn_cell``) run over ``x [T, B, I]`` from ``h0 [B, H]``.
 
     Weights as for ``rnn_cell``; ``seq_len`` as for ``lstm_sequence``.
@@ -162,15 +177,18 @@ def rnn_sequence(x: Array, h0: Array, w: Array, b: Array, *, activation: str = "
     """
     weights = RNNWeights(w, b)
     library, settings = v.forward_args("rnn_sequence", x, (h0,), weights,
-                                       activation=activation, seq_len=seq_len)
+                                       activation=activation, seq_len=seq_len,
+                                       reverse=reverse, batch_first=batch_first)
     impl = _dispatch.backend_for(backend, library)
-    return record_settings(impl.rnn_sequence(x, h0, weights, settings), settings)
+    return record_settings(_order.forward(_RNN, impl.rnn_sequence, x, (h0,), weights,
+                                          settings), settings)
 
 
 @accepts_any_array
 def rnn_sequence_grad(x: Array, h0: Array, w: Array, b: Array, seq: RNNSequence, *,
                       d_h: Array | None = None, d_h_final: Array | None = None,
                       activation: str | None = None, seq_len: Array | None = None,
+                      reverse: bool | None = None, batch_first: bool | None = None,
                       backend: str | None = None) -> RNNSequenceGrads:
     """Backpropagation through time for ``rnn_sequence``, given its result ``seq``.
 
@@ -185,6 +203,8 @@ def rnn_sequence_grad(x: Array, h0: Array, w: Array, b: Array, seq: RNNSequence,
     weights = RNNWeights(w, b)
     upstream = {"d_h": d_h, "d_h_final": d_h_final}
     library, settings = v.grad_args("rnn_sequence", x, (h0,), weights, seq, upstream,
-                                    activation=activation, seq_len=seq_len)
+                                    activation=activation, seq_len=seq_len, reverse=reverse,
+                                    batch_first=batch_first)
     impl = _dispatch.backend_for(backend, library)
-    return impl.rnn_sequence_grad(x, h0, weights, RNNSequence(*seq), settings, **upstream)
+    return _order.grad(_RNN, impl.rnn_sequence_grad, x, (h0,), weights, seq, settings,
+                       upstream)

@@ -35,6 +35,9 @@ class LSTMSettings:
     ``layer_norm``: whether an ``LSTMNorm`` was given; ``ln_epsilon``: the layer norms'
     positive ε; ``ln_carry``: "raw" or "normalized", which cell state the step carries
     (docs/spec.md §9.2). Without layer norm the last two keep their defaults.
+    ``reverse`` and ``batch_first``: a sequence's time order and layout (docs/spec.md §11.1,
+    §11.2); always False for a cell, and for what a backend is given (``gradcells._order``
+    hands it the sequence time-major in the order it runs).
     """
 
     forget_bias: float = 1.0
@@ -46,24 +49,30 @@ class LSTMSettings:
     layer_norm: bool = False
     ln_epsilon: float = 1e-5
     ln_carry: str = "raw"
+    reverse: bool = False
+    batch_first: bool = False
 
 
 @dataclass(frozen=True, eq=False)
 class GRUSettings:
-    """What a GRU forward was computed with: ``reset_after`` and ``seq_len`` (as for
-    ``LSTMSettings``)."""
+    """What a GRU forward was computed with: ``reset_after``, ``seq_len``, ``reverse`` and
+    ``batch_first`` (as for ``LSTMSettings``)."""
 
     reset_after: bool = False
     seq_len: Array | None = None
+    reverse: bool = False
+    batch_first: bool = False
 
 
 @dataclass(frozen=True, eq=False)
 class RNNSettings:
-    """What a plain RNN forward was computed with: ``activation`` ("tanh" or "relu") and
-    ``seq_len`` (as for ``LSTMSettings``)."""
+    """What a plain RNN forward was computed with: ``activation`` ("tanh" or "relu"),
+    ``seq_len``, ``reverse`` and ``batch_first`` (as for ``LSTMSettings``)."""
 
     activation: str = "tanh"
     seq_len: Array | None = None
+    reverse: bool = False
+    batch_first: bool = False
 
 
 Settings = TypeVar("Settings", LSTMSettings, GRUSettings, RNNSettings)

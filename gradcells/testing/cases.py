@@ -159,12 +159,10 @@ def _normalised_rows(case):
         steps = [a[None] for a in result]
         valid = np.ones(x.shape[:2], dtype=bool)
     else:
-        result = sequences.lstm_sequence(**as64, backend="reference")
-        h_prev = np.concatenate([as64["h0"][None], result.h[:-1]])
-        cs_prev = np.concatenate([as64["cs0"][None], result.cs[:-1]])
-        steps = result
-        lengths = as64["seq_len"] if as64["seq_len"] is not None else np.full(x.shape[1], len(x))
-        valid = np.arange(x.shape[0])[:, None] < lengths
+        steps = sequences.lstm_sequence(**as64, backend="reference")
+        valid = _valid_steps(as64)
+        cs_prev, h_prev = (_starts(as64[first], getattr(steps, field), as64)
+                           for first, field in (("cs0", "cs"), ("h0", "h")))
     i, _, f, _, ci = steps[:5]
     c_tilde = i * ci + f * cs_prev
     if as64["cell_clip"] is not None:
@@ -198,8 +196,8 @@ def gru_cell_case(rng: np.random.Generator, *, batch: int = 3, input_size: int =
 
 
 def random_lstm_cell_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
-    """An ``lstm_cell`` case with sizes, peepholes, clipping, forget_bias and a projection
-    drawn from ``rng``."""
+    """An ``lstm_cell`` case with sizes, peepholes, clipping, forget_bias, a projection and
+    a layer norm drawn from ``rng``."""
     return lstm_cell_case(
         rng, batch=int(rng.integers(1, 5)), input_size=int(rng.integers(1, 6)),
         hidden=int(rng.integers(1, 6)), dtype=dtype, peephole=bool(rng.integers(2)),
@@ -216,6 +214,15 @@ def _random_options(rng):
     if not rng.integers(3):
         options.update(layer_norm=True, ln_carry=str(rng.choice(LN_CARRIES)))
     return options
+
+
+def _random_order(rng, order):
+    """With ``order``: ``reverse`` for half the random sequence cases, ``batch_first`` for a
+    quarter (``python -m gradcells check`` draws them; a case for a caller that runs the
+    backends directly, time-major and forward, leaves them out)."""
+    if not order:
+        return {}
+    return {"reverse": bool(rng.integers(2)), "batch_first": not rng.integers(4)}
 
 
 def random_gru_cell_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
@@ -242,6 +249,21 @@ def on_library(case: Case, library: str) -> Case:
 # --------------------------------------------------------------------------------------
 # Sequences
 
+def _order(reverse):
+    """The ``reverse`` keyword of a sequence case: present only when True, so that a case
+    for a forward sequence holds the keywords it always held."""
+    return {"reverse": True} if reverse else {}
+
+
+def _in_layout(case, batch_first):
+    """``case`` (built time-major) with ``batch_first``: ``x`` as ``[B, T, I]`` (a C-contiguous
+    copy) and the keyword set; unchanged otherwise. A case is drawn and its clips chosen
+    time-major, so the two layouts of one seed are the same case."""
+    if not batch_first:
+        return case
+    return {**case, "x": np.ascontiguousarray(case["x"].transpose(1, 0, 2)), "batch_first": True}
+
+
 def ragged_lengths(rng: np.random.Generator, steps: int, batch: int) -> np.ndarray:
     """Per-row lengths in [0, T] (int64): the first row runs all T steps, the second none
     (when the batch has two rows), the others are drawn."""
@@ -266,14 +288,13 @@ def _sequence_clip(case, margin=CLIP_MARGIN, attempts=6, name="cell_clip"):
     steps, batch = as64["x"].shape[:2]
     if steps == 0 or batch == 0:
         return None
-    lengths = np.full(batch, steps) if as64["seq_len"] is None else as64["seq_len"]
-    valid = np.arange(steps)[:, None] < lengths
+    valid = _valid_steps(as64)
 
     def raw_values(level):
         seq = sequences.lstm_sequence(**{**as64, name: level}, backend="reference")
         if name == "proj_clip":
             return np.abs((seq.o * seq.co) @ as64["w_proj"])[valid]
-        cs_prev = np.concatenate([as64["cs0"][None], seq.cs[:-1]])
+        cs_prev = _starts(as64["cs0"], seq.cs, as64)
         return np.abs(seq.i * seq.ci + seq.f * cs_prev)[valid]
 
     for level in clip_levels(raw_values(None), margin)[:attempts]:
@@ -285,6 +306,25 @@ def _sequence_clip(case, margin=CLIP_MARGIN, attempts=6, name="cell_clip"):
             if level is None:
                 break
     return None
+
+
+def _valid_steps(case):
+    """``[T, B]``: whether row b runs at time t in a (time-major) sequence case."""
+    steps, batch = case["x"].shape[:2]
+    lengths = np.full(batch, steps) if case["seq_len"] is None else case["seq_len"]
+    return np.arange(steps)[:, None] < lengths
+
+
+def _starts(first, steps, case):
+    """The state each valid step of a (time-major) sequence case started from, at its time
+    position: the previous time's state, or, with ``reverse``, the next time's (``first`` at
+    each row's first step in run order)."""
+    if not case.get("reverse"):
+        return np.concatenate([first[None], steps])[:-1]
+    later = np.concatenate([steps, first[None]])[1:]
+    has_later = np.roll(_valid_steps(case), -1, axis=0)
+    has_later[-1:] = False
+    return np.where(has_later[:, :, None], later, first[None])
 
 
 def _sequence_clips(case, cell_clip, proj_clip, rounds=3):
@@ -307,12 +347,14 @@ def lstm_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int =
                        peephole: bool = False, clip: bool = False, forget_bias: float = 1.0,
                        scale: float = 1.0, ragged: bool = False, proj_size: int | None = None,
                        proj_clip: bool = False, layer_norm: bool = False,
-                       ln_carry: str = "raw") -> Case:
+                       ln_carry: str = "raw", reverse: bool = False,
+                       batch_first: bool = False) -> Case:
     """Keyword arguments for ``lstm_sequence``, drawn like ``lstm_cell_case``; ``ragged=True``
     adds ``seq_len`` from ``ragged_lengths``. ``clip=True`` picks a ``cell_clip`` that clips
     part of the cell states and stays ``CLIP_MARGIN`` away from every unclipped one (None
     when no such level exists); ``proj_size``, ``proj_clip``, ``layer_norm`` and
-    ``ln_carry`` as for ``lstm_cell_case``."""
+    ``ln_carry`` as for ``lstm_cell_case``; ``reverse`` and ``batch_first`` as
+    ``_order`` and ``_in_layout`` say."""
     width = hidden if proj_size is None else proj_size
 
     def draw():
@@ -323,6 +365,7 @@ def lstm_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int =
             **_lstm_parameters(rng, input_size, hidden, dtype, peephole, scale, width),
             "forget_bias": float(forget_bias), "cell_clip": None,
             "seq_len": ragged_lengths(rng, steps, batch) if ragged else None,
+            **_order(reverse),
         }
         if proj_size is not None:
             case["w_proj"] = _normal(rng, (hidden, proj_size), 1.0 / np.sqrt(max(1, hidden)),
@@ -332,42 +375,48 @@ def lstm_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int =
             case.update(_norm_parameters(rng, hidden, dtype, ln_carry))
         return _sequence_clips(case, clip, proj_clip and proj_size is not None)
 
-    return _spread_rows(draw) if layer_norm else draw()
+    return _in_layout(_spread_rows(draw) if layer_norm else draw(), batch_first)
 
 
 def gru_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int = 3,
                       input_size: int = 4, hidden: int = 5, dtype: Any = np.float64,
                       reset_after: bool = False, scale: float = 1.0,
-                      ragged: bool = False) -> Case:
-    """Keyword arguments for ``gru_sequence``, drawn like ``gru_cell_case``."""
-    return {
+                      ragged: bool = False, reverse: bool = False,
+                      batch_first: bool = False) -> Case:
+    """Keyword arguments for ``gru_sequence``, drawn like ``gru_cell_case``; ``reverse`` and
+    ``batch_first`` as ``_order`` and ``_in_layout`` say."""
+    return _in_layout({
         "x": _normal(rng, (steps, batch, input_size), 1.0, dtype),
         "h0": _normal(rng, (batch, hidden), 0.5, dtype),
         **_gru_parameters(rng, input_size, hidden, dtype, reset_after, scale),
         "seq_len": ragged_lengths(rng, steps, batch) if ragged else None,
-    }
+        **_order(reverse),
+    }, batch_first)
 
 
-def random_lstm_sequence_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
+def random_lstm_sequence_case(rng: np.random.Generator, dtype: Any = np.float64, *,
+                              order: bool = False) -> Case:
     """An ``lstm_sequence`` case (T <= 4) with sizes, peepholes, clipping, forget_bias,
-    ragged lengths and a projection drawn from ``rng``."""
+    ragged lengths, a projection and a layer norm drawn from ``rng``, and with ``order`` the
+    time order and the layout."""
     return lstm_sequence_case(
         rng, steps=int(rng.integers(1, 5)), batch=int(rng.integers(1, 5)),
         input_size=int(rng.integers(1, 5)), hidden=int(rng.integers(1, 5)), dtype=dtype,
         peephole=bool(rng.integers(2)), clip=bool(rng.integers(2)),
         forget_bias=float(rng.choice(FORGET_BIASES)),
         scale=float(rng.choice(SCALES)), ragged=bool(rng.integers(2)),
-        **_random_options(rng))
+        **_random_options(rng), **_random_order(rng, order))
 
 
-def random_gru_sequence_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
+def random_gru_sequence_case(rng: np.random.Generator, dtype: Any = np.float64, *,
+                             order: bool = False) -> Case:
     """A ``gru_sequence`` case (T <= 4) with sizes, ``reset_after`` and ragged lengths drawn
-    from ``rng``."""
+    from ``rng``, and with ``order`` the time order and the layout."""
     return gru_sequence_case(
         rng, steps=int(rng.integers(1, 5)), batch=int(rng.integers(1, 5)),
         input_size=int(rng.integers(1, 5)), hidden=int(rng.integers(1, 5)), dtype=dtype,
         reset_after=bool(rng.integers(2)), scale=float(rng.choice(SCALES)),
-        ragged=bool(rng.integers(2)))
+        ragged=bool(rng.integers(2)), **_random_order(rng, order))
 
 
 # --------------------------------------------------------------------------------------
@@ -385,17 +434,15 @@ def _rnn_parameters(rng, input_size, hidden, dtype, activation, scale):
 
 
 def _preactivations(case):
-    """Every pre-activation ``z`` the case's forward computes (float64, steps past a row's
-    length included: they are not differentiated, but a kink there is harmless too)."""
+    """Every pre-activation ``z`` of a valid step of the case's forward (float64)."""
     as64 = _as_float64(case)
-    x = as64["x"] if as64["x"].ndim == 3 else as64["x"][None]
-    h = as64.get("h0", as64.get("h_prev"))
-    zs = []
-    for x_t in x:
-        z = np.concatenate([x_t, h], axis=1) @ as64["w"] + as64["b"]
-        zs.append(z)
-        h = np.maximum(z, 0) if case["activation"] == "relu" else np.tanh(z)
-    return np.concatenate([z.ravel() for z in zs]) if zs else np.zeros(0)
+    if as64["x"].ndim == 2:
+        z = np.concatenate([as64["x"], as64["h_prev"]], axis=1) @ as64["w"] + as64["b"]
+        return z.ravel()
+    seq = sequences.rnn_sequence(**as64, backend="reference")
+    h_prev = _starts(as64["h0"], seq.h, as64)
+    z = np.concatenate([as64["x"], h_prev], axis=2) @ as64["w"] + as64["b"]
+    return z[_valid_steps(as64)].ravel()
 
 
 def _away_from_the_kink(draw, attempts=20):
@@ -423,13 +470,16 @@ def rnn_cell_case(rng: np.random.Generator, *, batch: int = 3, input_size: int =
 def rnn_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int = 3,
                       input_size: int = 4, hidden: int = 5, dtype: Any = np.float64,
                       activation: str = "tanh", scale: float = 1.0,
-                      ragged: bool = False) -> Case:
-    """Keyword arguments for ``rnn_sequence``, drawn like ``rnn_cell_case``."""
-    return _away_from_the_kink(lambda: {
+                      ragged: bool = False, reverse: bool = False,
+                      batch_first: bool = False) -> Case:
+    """Keyword arguments for ``rnn_sequence``, drawn like ``rnn_cell_case``; ``reverse`` and
+    ``batch_first`` as ``_order`` and ``_in_layout`` say."""
+    return _in_layout(_away_from_the_kink(lambda: {
         "x": _normal(rng, (steps, batch, input_size), 1.0, dtype),
         "h0": _normal(rng, (batch, hidden), 0.5, dtype),
         **_rnn_parameters(rng, input_size, hidden, dtype, activation, scale),
-        "seq_len": ragged_lengths(rng, steps, batch) if ragged else None})
+        "seq_len": ragged_lengths(rng, steps, batch) if ragged else None,
+        **_order(reverse)}), batch_first)
 
 
 def random_rnn_cell_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
@@ -440,11 +490,12 @@ def random_rnn_cell_case(rng: np.random.Generator, dtype: Any = np.float64) -> C
         activation=str(rng.choice(ACTIVATIONS)), scale=float(rng.choice(SCALES)))
 
 
-def random_rnn_sequence_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
+def random_rnn_sequence_case(rng: np.random.Generator, dtype: Any = np.float64, *,
+                             order: bool = False) -> Case:
     """An ``rnn_sequence`` case (T <= 4) with sizes, ``activation`` and ragged lengths drawn
-    from ``rng``."""
+    from ``rng``, and with ``order`` the time order and the layout."""
     return rnn_sequence_case(
         rng, steps=int(rng.integers(1, 5)), batch=int(rng.integers(1, 5)),
         input_size=int(rng.integers(1, 5)), hidden=int(rng.integers(1, 5)), dtype=dtype,
         activation=str(rng.choice(ACTIVATIONS)), scale=float(rng.choice(SCALES)),
-        ragged=bool(rng.integers(2)))
+        ragged=bool(rng.integers(2)), **_random_order(rng, order))

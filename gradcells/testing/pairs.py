@@ -8,6 +8,7 @@ explicitly, so a pair means the same whether or not the result records them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -67,6 +68,11 @@ def _norm_attrs(case):
     if case.get("layer_norm") is None:
         return {}
     return {"ln_epsilon": case["ln_epsilon"], "ln_carry": case["ln_carry"]}
+
+
+def _order_attrs(case):
+    """The time order and layout of a sequence case (the keywords it has)."""
+    return {k: case[k] for k in ("reverse", "batch_first") if k in case}
 
 
 def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backend) -> Pair:
@@ -135,9 +141,10 @@ def lstm_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
         SPECS["lstm_sequence"].arrays,
         outputs, {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"],
                   "proj_clip": case.get("proj_clip"), "seq_len": case["seq_len"],
-                  **_norm_attrs(case)},
+                  **_norm_attrs(case), **_order_attrs(case)},
         {"cell_clip": case["cell_clip"], "proj_clip": case.get("proj_clip"),
-         "clip_grad": clip_grad, "seq_len": case["seq_len"], **_norm_attrs(case)},
+         "clip_grad": clip_grad, "seq_len": case["seq_len"], **_norm_attrs(case),
+         **_order_attrs(case)},
         backend)
 
 
@@ -145,7 +152,8 @@ def gru_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
                           outputs: Sequence[str] = GRU_SEQUENCE_OUTPUTS) -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``gru_sequence``: ``f`` maps the case's
     arrays to the chosen ``outputs`` ("h", "h_final")."""
-    attrs = {"reset_after": case["reset_after"], "seq_len": case["seq_len"]}
+    attrs = {"reset_after": case["reset_after"], "seq_len": case["seq_len"],
+             **_order_attrs(case)}
     return _vjp_pair(sequences.gru_sequence, sequences.gru_sequence_grad, case,
                      GRU_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend)
 
@@ -162,19 +170,24 @@ def rnn_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
                           outputs: Sequence[str] = RNN_SEQUENCE_OUTPUTS) -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``rnn_sequence``: ``f`` maps the case's
     arrays to the chosen ``outputs`` ("h", "h_final")."""
-    attrs = {"activation": case["activation"], "seq_len": case["seq_len"]}
+    attrs = {"activation": case["activation"], "seq_len": case["seq_len"],
+             **_order_attrs(case)}
     return _vjp_pair(sequences.rnn_sequence, sequences.rnn_sequence_grad, case,
                      RNN_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend)
 
 
-# Every public differentiable operation: (random case drawer, oracle pair builder).
+# Every public differentiable operation: (random case drawer, oracle pair builder); the
+# sequences' drawers draw the time order and the layout too.
 OPS: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., Pair]]] = {
     "lstm_cell": (random_lstm_cell_case, lstm_cell_vjp_pair),
     "gru_cell": (random_gru_cell_case, gru_cell_vjp_pair),
-    "lstm_sequence": (random_lstm_sequence_case, lstm_sequence_vjp_pair),
-    "gru_sequence": (random_gru_sequence_case, gru_sequence_vjp_pair),
+    "lstm_sequence": (functools.partial(random_lstm_sequence_case, order=True),
+                      lstm_sequence_vjp_pair),
+    "gru_sequence": (functools.partial(random_gru_sequence_case, order=True),
+                     gru_sequence_vjp_pair),
     "rnn_cell": (random_rnn_cell_case, rnn_cell_vjp_pair),
-    "rnn_sequence": (random_rnn_sequence_case, rnn_sequence_vjp_pair),
+    "rnn_sequence": (functools.partial(random_rnn_sequence_case, order=True),
+                     rnn_sequence_vjp_pair),
 }
 
 

@@ -58,6 +58,13 @@ def _lstm_options(st, projection, layer_norm, max_hidden):
     return options
 
 
+def _order_options(st, reverse, batch_first):
+    """The strategies of a sequence's time order and layout: each drawn when None, fixed
+    when True, left out (the defaults) when False."""
+    return {name: _flag(st, value) for name, value in
+            (("reverse", reverse), ("batch_first", batch_first)) if value is not False}
+
+
 def _seeded(st, make, dtype, **strategies):
     """Cases from ``make(rng, dtype=dtype, **drawn)`` with a drawn seed for ``rng``."""
     return st.builds(lambda seed, **kw: make(np.random.default_rng(seed), dtype=dtype, **kw),
@@ -96,12 +103,14 @@ def gru_cell_inputs(*, dtype: Any = np.float64, reset_after: bool | None = None,
 def lstm_sequence_inputs(*, dtype: Any = np.float64, peephole: bool | None = None,
                          clip: bool | None = None, ragged: bool | None = None,
                          projection: bool | None = False, layer_norm: bool | None = False,
+                         reverse: bool | None = False, batch_first: bool | None = False,
                          min_size: int = 1, max_steps: int = 4, max_batch: int = 4,
                          max_input: int = 4,
                          max_hidden: int = 4) -> SearchStrategy[Case]:
     """Hypothesis strategy for ``lstm_sequence`` keyword arguments (``peephole``, ``clip``,
-    ``ragged``, ``projection``, ``layer_norm`` None: drawn; the last two off by default, as
-    for ``lstm_cell_inputs``). ``min_size=0`` admits empty sequences, batches and inputs."""
+    ``ragged``, ``projection``, ``layer_norm``, ``reverse``, ``batch_first`` None: drawn; the
+    last four off by default, as for ``lstm_cell_inputs``). ``min_size=0`` admits empty
+    sequences, batches and inputs."""
     from hypothesis import strategies as st
 
     batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
@@ -110,21 +119,24 @@ def lstm_sequence_inputs(*, dtype: Any = np.float64, peephole: bool | None = Non
                    peephole=_flag(st, peephole), clip=_flag(st, clip),
                    ragged=_flag(st, ragged), forget_bias=st.sampled_from(FORGET_BIASES),
                    scale=st.sampled_from(SCALES),
-                   **_lstm_options(st, projection, layer_norm, max_hidden))
+                   **_lstm_options(st, projection, layer_norm, max_hidden),
+                   **_order_options(st, reverse, batch_first))
 
 
 def gru_sequence_inputs(*, dtype: Any = np.float64, reset_after: bool | None = None,
-                        ragged: bool | None = None, min_size: int = 1, max_steps: int = 4,
-                        max_batch: int = 4, max_input: int = 4,
+                        ragged: bool | None = None, reverse: bool | None = False,
+                        batch_first: bool | None = False, min_size: int = 1,
+                        max_steps: int = 4, max_batch: int = 4, max_input: int = 4,
                         max_hidden: int = 4) -> SearchStrategy[Case]:
-    """Hypothesis strategy for ``gru_sequence`` keyword arguments."""
+    """Hypothesis strategy for ``gru_sequence`` keyword arguments (``reverse`` and
+    ``batch_first`` off by default, None: drawn)."""
     from hypothesis import strategies as st
 
     batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
     return _seeded(st, gru_sequence_case, dtype, steps=st.integers(min_size, max_steps),
                    batch=batch, input_size=input_size, hidden=hidden,
                    reset_after=_flag(st, reset_after), ragged=_flag(st, ragged),
-                   scale=st.sampled_from(SCALES))
+                   scale=st.sampled_from(SCALES), **_order_options(st, reverse, batch_first))
 
 
 def rnn_cell_inputs(*, dtype: Any = np.float64, activation: str | None = None,
@@ -141,15 +153,16 @@ def rnn_cell_inputs(*, dtype: Any = np.float64, activation: str | None = None,
 
 
 def rnn_sequence_inputs(*, dtype: Any = np.float64, activation: str | None = None,
-                        ragged: bool | None = None, min_size: int = 1, max_steps: int = 4,
-                        max_batch: int = 4, max_input: int = 4,
+                        ragged: bool | None = None, reverse: bool | None = False,
+                        batch_first: bool | None = False, min_size: int = 1,
+                        max_steps: int = 4, max_batch: int = 4, max_input: int = 4,
                         max_hidden: int = 4) -> SearchStrategy[Case]:
     """Hypothesis strategy for ``rnn_sequence`` keyword arguments (``activation``,
-    ``ragged`` None: drawn)."""
+    ``ragged`` None: drawn; ``reverse``, ``batch_first`` off by default, None: drawn)."""
     from hypothesis import strategies as st
 
     batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
     return _seeded(st, rnn_sequence_case, dtype, steps=st.integers(min_size, max_steps),
                    batch=batch, input_size=input_size, hidden=hidden,
                    activation=_activation(st, activation), ragged=_flag(st, ragged),
-                   scale=st.sampled_from(SCALES))
+                   scale=st.sampled_from(SCALES), **_order_options(st, reverse, batch_first))

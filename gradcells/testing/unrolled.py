@@ -6,8 +6,11 @@
 that record with the cells' gradient functions.
 With per-example lengths ``seq_len [B]`` a row that has stopped keeps its state, its outputs
 are zero, and its state gradient passes through unchanged (PyTorch's packed sequences, as
-the sequence operations define them). Nothing here depends on the sequence backends, which
-is the point: the sequence operations are tested against it.
+the sequence operations define them). ``reverse=True`` runs the same loop with time
+descending: row b runs at time t when ``t < seq_len[b]``, so it starts from the initial
+state at its own last step and ends at time 0 (docs/spec.md §11.1). Nothing here depends
+on the sequence backends, which is the point: the sequence operations are tested against
+it.
 
 The arrays may be NumPy or CuPy (one library per call); ``backend`` goes to every cell call.
 """
@@ -41,6 +44,12 @@ class Unrolled:
     steps: list = field(default_factory=list)
     starts: list = field(default_factory=list)
     outputs: dict[str, Array] = field(default_factory=dict)
+    reverse: bool = False
+
+
+def _times(n_steps: int, reverse: bool):
+    """The time positions in the order the steps run."""
+    return range(n_steps - 1, -1, -1) if reverse else range(n_steps)
 
 
 def _running(xp, t: int, seq_len):
@@ -78,7 +87,7 @@ def lstm_forward(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
                  w_proj: Array | None = None, proj_clip: float | None = None,
                  layer_norm: LSTMNorm | None = None, ln_epsilon: float = 1e-5,
                  ln_carry: str = "raw", seq_len: Array | None = None,
-                 backend: str | None = None) -> Unrolled:
+                 reverse: bool = False, backend: str | None = None) -> Unrolled:
     """``lstm_cell`` over ``x [T, B, I]`` from ``(cs0, h0)``; see the module docstring.
     With a projection ``w_proj [H, P]`` (and ``proj_clip``) ``h0`` and every ``h`` are
     ``[B, P]``; ``layer_norm``, ``ln_epsilon`` and ``ln_carry`` as for ``lstm_cell``."""
@@ -87,13 +96,13 @@ def lstm_forward(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
                "layer_norm": layer_norm}
     attrs = {"forget_bias": forget_bias, "cell_clip": cell_clip, "proj_clip": proj_clip,
              "ln_epsilon": ln_epsilon, "ln_carry": ln_carry}
-    run = Unrolled("lstm", x, weights, attrs, seq_len, backend)
+    run = Unrolled("lstm", x, weights, attrs, seq_len, backend, [None] * x.shape[0],
+                   [None] * x.shape[0], reverse=reverse)
     cs, h = cs0, h0
-    for t in range(x.shape[0]):
+    for t in _times(x.shape[0], reverse):
         state = cells.lstm_cell(x[t], cs, h, w, b, wci=wci, wcf=wcf, wco=wco, w_proj=w_proj,
                                 layer_norm=layer_norm, **attrs, backend=backend)
-        run.steps.append(state)
-        run.starts.append((cs, h))
+        run.steps[t], run.starts[t] = state, (cs, h)
         running = _running(xp, t, seq_len)
         cs, h = _keep(xp, running, state.cs, cs), _keep(xp, running, state.h, h)
     return _finish(run, LSTM_STEP_FIELDS, {"cs_final": cs, "h_final": h})
@@ -135,7 +144,7 @@ def lstm_backprop(run: Unrolled, *, d_h: Array | None = None, d_cs: Array | None
     names = ["w", "b"] + (list(PEEPHOLES) if weights["wci"] is not None else [])
     names += [k for k in ("w_proj", "layer_norm") if weights.get(k) is not None]
     totals = {k: _zeros_like(xp, weights[k]) for k in names}
-    for t in reversed(range(len(run.steps))):
+    for t in reversed(_times(len(run.steps), run.reverse)):
         running = _running(xp, t, run.seq_len)
         g = cells.lstm_cell_grad(
             x[t], *run.starts[t], weights["w"], weights["b"], run.steps[t],
@@ -151,16 +160,16 @@ def lstm_backprop(run: Unrolled, *, d_h: Array | None = None, d_cs: Array | None
     return {"x": d_x, "cs0": carry_cs, "h0": carry_h, **totals}
 
 
-def _forward_h(cell, x, h0, weights, attrs, seq_len, backend) -> Unrolled:
+def _forward_h(cell, x, h0, weights, attrs, seq_len, reverse, backend) -> Unrolled:
     """A one-state cell (GRU, plain RNN) over ``x`` from ``h0``: ``cell`` is the public
     cell function, called with the weights in order and the attributes."""
     xp = namespace_of(x)
-    run = Unrolled(cell.__name__.split("_")[0], x, weights, attrs, seq_len, backend)
+    run = Unrolled(cell.__name__.split("_")[0], x, weights, attrs, seq_len, backend,
+                   [None] * x.shape[0], [None] * x.shape[0], reverse=reverse)
     h = h0
-    for t in range(x.shape[0]):
+    for t in _times(x.shape[0], reverse):
         state = cell(x[t], h, *weights.values(), **attrs, backend=backend)
-        run.steps.append(state)
-        run.starts.append(h)
+        run.steps[t], run.starts[t] = state, h
         h = _keep(xp, _running(xp, t, seq_len), state.h, h)
     return _finish(run, OPS[cell.__name__].result._fields, {"h_final": h})
 
@@ -173,7 +182,7 @@ def _backprop_h(cell_grad, run, d_h, d_h_final) -> dict[str, Array]:
     carry = _zeros_or(xp, d_h_final, h0)
     d_x = xp.zeros(x.shape, dtype=xp.result_type(x, next(iter(weights.values()))))
     totals = {k: xp.zeros_like(v) for k, v in weights.items()}
-    for t in reversed(range(len(run.steps))):
+    for t in reversed(_times(len(run.steps), run.reverse)):
         running = _running(xp, t, run.seq_len)
         g = cell_grad(x[t], run.starts[t], *weights.values(), run.steps[t],
                       d_h=_upstream(xp, carry, d_h, t, running), **run.attrs,
@@ -186,11 +195,11 @@ def _backprop_h(cell_grad, run, d_h, d_h_final) -> dict[str, Array]:
 
 def gru_forward(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array, *,
                 reset_after: bool = False, seq_len: Array | None = None,
-                backend: str | None = None) -> Unrolled:
+                reverse: bool = False, backend: str | None = None) -> Unrolled:
     """``gru_cell`` over ``x [T, B, I]`` from ``h0``; see the module docstring."""
     weights = {"w_ru": w_ru, "w_c": w_c, "b_ru": b_ru, "b_c": b_c}
     return _forward_h(cells.gru_cell, x, h0, weights, {"reset_after": reset_after}, seq_len,
-                      backend)
+                      reverse, backend)
 
 
 def gru_backprop(run: Unrolled, *, d_h: Array | None = None,
@@ -202,10 +211,11 @@ def gru_backprop(run: Unrolled, *, d_h: Array | None = None,
 
 
 def rnn_forward(x: Array, h0: Array, w: Array, b: Array, *, activation: str = "tanh",
-                seq_len: Array | None = None, backend: str | None = None) -> Unrolled:
+                seq_len: Array | None = None, reverse: bool = False,
+                backend: str | None = None) -> Unrolled:
     """``rnn_cell`` over ``x [T, B, I]`` from ``h0``; see the module docstring."""
     return _forward_h(cells.rnn_cell, x, h0, {"w": w, "b": b}, {"activation": activation},
-                      seq_len, backend)
+                      seq_len, reverse, backend)
 
 
 def rnn_backprop(run: Unrolled, *, d_h: Array | None = None,

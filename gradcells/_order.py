@@ -1,0 +1,90 @@
+"""Time order and layout of the sequence operations (docs/spec.md §11.1, §11.2): the public
+layer hands every backend a time-major sequence that runs forward; ``reverse`` and
+``batch_first`` are a reordering of the per-step arrays around that call, written once here
+for every cell and backend.
+
+``batch_first``: ``[B, T, ·]`` arrays are swapped to ``[T, B, ·]`` (views) and back.
+
+``reverse``: row b runs its own valid steps from last to first. With ``L = seq_len[b]``, the
+per-row time reversal ``π_b(t) = L - 1 - t`` for ``t < L`` (and ``π_b(t) = t`` past the
+row's length, where nothing is read or written) turns that into a forward run: the backend
+runs ``x[π(t)]`` forward with the same lengths, and its per-step outputs go back through
+``π`` (an involution) to their time positions. The final states are the backend's: the
+state after the row's last step in run order, which is time 0. Without lengths ``π`` is the
+flip ``T - 1 - t``, applied as a view; with lengths it is a gather.
+
+The gradient is the same reordering: the result's per-step fields and the per-step upstream
+gradients go into run order, the backend's gradient runs, and ``dx`` comes back; the
+weights' and the initial states' gradients need no reordering.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ._core.arrays import namespace_of
+
+
+class _RunOrder:
+    """The reordering of one call: ``to_run`` takes a per-step array of the caller's order and
+    layout into the backend's, ``from_run`` back."""
+
+    def __init__(self, x, settings):
+        self.batch_first, self.reverse = settings.batch_first, settings.reverse
+        self.xp = namespace_of(x)
+        n_steps = x.shape[1] if self.batch_first else x.shape[0]
+        self.index = None
+        if self.reverse and settings.seq_len is not None:
+            xp, lengths = self.xp, settings.seq_len
+            t = xp.arange(n_steps)[:, None]
+            self.index = xp.where(t < lengths[None, :], lengths[None, :] - 1 - t, t)
+
+    def _reversed(self, a):
+        """``a [T, B, ·]`` with each row's valid steps in the reverse order."""
+        if self.index is None:
+            return a[::-1]
+        return self.xp.take_along_axis(a, self.index[:, :, None], axis=0)
+
+    def to_run(self, a):
+        if a is None:
+            return None
+        if self.batch_first:
+            a = a.transpose(1, 0, 2)
+        return self._reversed(a) if self.reverse else a
+
+    def from_run(self, a):
+        if self.reverse:
+            a = self._reversed(a)
+        return a.transpose(1, 0, 2) if self.batch_first else a
+
+
+def _in_run_order(settings):
+    """``settings`` as the backend is given them: time-major and forward."""
+    return dataclasses.replace(settings, reverse=False, batch_first=False)
+
+
+def forward(spec, op, x, states, weights, settings):
+    """``op(x, *states, weights, settings)`` (a backend's sequence op) in the order and layout
+    ``settings`` ask for; returns its result with every per-step field in that order."""
+    if not (settings.reverse or settings.batch_first):
+        return op(x, *states, weights, settings)
+    order = _RunOrder(x, settings)
+    result = op(order.to_run(x), *states, weights, _in_run_order(settings))
+    return type(result)(*(order.from_run(a) if labels[0] == "T" else a
+                          for a, labels in zip(result, spec.result_labels())))
+
+
+def grad(spec, op, x, states, weights, result, settings, upstream, **options):
+    """``op`` (a backend's sequence gradient) on ``result`` and the ``upstream`` gradients in
+    the order and layout ``settings`` ask for; returns the gradients, ``x``'s in that order."""
+    seq = spec.result(*result)
+    if not (settings.reverse or settings.batch_first):
+        return op(x, *states, weights, seq, settings, **upstream, **options)
+    order = _RunOrder(x, settings)
+    seq = spec.result(*(order.to_run(a) if labels[0] == "T" else a
+                        for a, labels in zip(seq, spec.result_labels())))
+    upstream = {name: order.to_run(g) if spec.upstream_labels(name)[0] == "T" else g
+                for name, g in upstream.items()}
+    grads = op(order.to_run(x), *states, weights, seq, _in_run_order(settings), **upstream,
+               **options)
+    return grads._replace(x=order.from_run(grads.x))
