@@ -27,34 +27,48 @@ from ._core.arrays import namespace_of
 
 class _RunOrder:
     """The reordering of one call: ``to_run`` takes a per-step array of the caller's order and
-    layout into the backend's, ``from_run`` back."""
+    layout into the backend's (C-contiguous, time-major, in run order), ``from_run`` back.
+
+    A reordering with lengths is one row gather (``take`` over the ``T·B`` rows of the
+    array as a ``[T·B, width]`` matrix, whole rows copied), which does the transpose of
+    ``batch_first`` in the same pass; the others are views (``from_run``) or one copy of a
+    view (``to_run``).
+    """
 
     def __init__(self, x, settings):
         self.batch_first, self.reverse = settings.batch_first, settings.reverse
-        self.xp = namespace_of(x)
-        n_steps = x.shape[1] if self.batch_first else x.shape[0]
-        self.index = None
+        self.xp = xp = namespace_of(x)
+        n_steps, n_batch = x.shape[1::-1] if self.batch_first else x.shape[:2]
+        self.rows = None
         if self.reverse and settings.seq_len is not None:
-            xp, lengths = self.xp, settings.seq_len
-            t = xp.arange(n_steps)[:, None]
-            self.index = xp.where(t < lengths[None, :], lengths[None, :] - 1 - t, t)
+            lengths, t = settings.seq_len[None, :], xp.arange(n_steps)[:, None]
+            source_time = xp.where(t < lengths, lengths - 1 - t, t)    # π, [T, B]
+            # The row of a time-major [T·B, ·] matrix that run position (t, b) reads:
+            self.rows = source_time * n_batch + xp.arange(n_batch)[None, :]
+            # ... and of a batch-major [B·T, ·] one:
+            self.rows_bt = xp.arange(n_batch)[None, :] * n_steps + source_time
 
-    def _reversed(self, a):
-        """``a [T, B, ·]`` with each row's valid steps in the reverse order."""
-        if self.index is None:
-            return a[::-1]
-        return self.xp.take_along_axis(a, self.index[:, :, None], axis=0)
+    def _gather(self, a, rows, shape):
+        return self.xp.take(a.reshape(-1, a.shape[2]), rows.reshape(-1), axis=0).reshape(shape)
 
     def to_run(self, a):
         if a is None:
             return None
+        xp = self.xp
+        if self.rows is not None:
+            shape = (a.shape[1], a.shape[0], a.shape[2]) if self.batch_first else a.shape
+            return self._gather(a, self.rows_bt if self.batch_first else self.rows, shape)
         if self.batch_first:
             a = a.transpose(1, 0, 2)
-        return self._reversed(a) if self.reverse else a
+        return xp.ascontiguousarray(a[::-1] if self.reverse else a)
 
     def from_run(self, a):
+        if self.rows is not None:  # π is an involution: the same rows take it back
+            if self.batch_first:
+                return self._gather(a, self.rows.T, (a.shape[1], a.shape[0], a.shape[2]))
+            return self._gather(a, self.rows, a.shape)
         if self.reverse:
-            a = self._reversed(a)
+            a = a[::-1]
         return a.transpose(1, 0, 2) if self.batch_first else a
 
 
