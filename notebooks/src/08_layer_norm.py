@@ -122,8 +122,9 @@ print("Σ_k dz_k ẑ_k per row (the variance term, ~ ε):  ", (dz * z_hat).sum(a
 #
 # Two backward passes with one term each left out, both plausible at a glance: the one
 # that treats $\mu$ as a constant (the mean term missing), and the one that treats $r$ as a
-# constant (the variance term dropped, as if the norm only subtracted the mean). The oracle
-# compares each with central differences of $L = \langle \bar y, \mathrm{LN}(z)\rangle$:
+# constant (the variance term dropped, as if each row were divided by a fixed number).
+# The oracle compares each with central differences of
+# $L = \langle \bar y, \mathrm{LN}(z)\rangle$:
 
 # %%
 def ln_forward(z, gamma, beta):
@@ -225,8 +226,8 @@ show(ref.lstm_activations, "normed = _layer_norm(xp, cs", "co = xp.tanh(normed)"
 #
 # * `ln_carry="raw"`: the cell carries $\mathrm{cs} = \tilde c$ and only the output sees the
 #   norm, $h = o \circ \tanh(\mathrm{LN}(\tilde c))$. This is the layer-normalised LSTM of
-#   Ba, Kiros and Hinton (2016, §3.1: $c_t$ unnormalised, $h_t = \sigma(o_t) \odot
-#   \tanh(\mathrm{LN}(c_t))$) and of Haste's `LayerNormLSTM`.
+#   Ba, Kiros and Hinton (2016), whose equations keep $c_t$ unnormalised and write
+#   $h_t = \sigma(o_t) \odot \tanh(\mathrm{LN}(c_t))$, and of Haste's `LayerNormLSTM`.
 # * `ln_carry="normalized"`: the cell carries $\mathrm{cs} = n = \mathrm{LN}(\tilde c)$, so
 #   the next step's forget gate multiplies the normalised state. This is TF Addons'
 #   `LayerNormLSTMCell` (its `call` applies `state_norm` to `c` and returns that `c` as the
@@ -282,11 +283,11 @@ show(ref.lstm_cell_norm_grad, "dn = dco + dcs if carry", "layer_norm_grad(dn, no
      "return (d_tilde if carry")
 
 # %% [markdown]
-# **What is saved.** The forward result keeps the same seven arrays with and without the
-# norm; nothing is added for the backward. The gradient recomputes what the norms'
-# backward needs: $\hat z_x, r_x$ and $\hat z_h, r_h$ from the inputs, by one matmul each
-# (over all steps at once for a sequence), and $\tilde c$ from the saved gates, as the clip
-# mask already was, with $\hat c, r_c$ from it:
+# **What is saved.** The forward result keeps the same arrays with and without the norm
+# (the seven of `LSTMCellState`); nothing is added for the backward. The gradient
+# recomputes what the norms' backward needs: $\hat z_x, r_x$ and $\hat z_h, r_h$ from the
+# inputs, by one matmul each (over all steps at once for a sequence), and $\tilde c$ from
+# the saved gates, as the clip mask already was, with $\hat c, r_c$ from it:
 
 # %%
 show(ref.lstm_gate_norm_stats, "return (layer_norm_stats(xp, x @ w[:n_in]",
