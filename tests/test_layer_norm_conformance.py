@@ -484,17 +484,27 @@ def test_tf_addons_rnn_layer_forward_and_every_gradient(keras, backend, ragged):
         close(ours, theirs, f"d{name}")
 
 
-def test_tf_addons_is_the_normalized_carry_only(keras):
-    """TF Addons' cell carries ``LN(c̃)``: gradcells in ``raw`` mode is a different model
-    (the carried state differs at once, the output from the second step on)."""
+def test_tf_addons_conventions_matter(keras):
+    """Each conversion above is needed: TF Addons' cell carries ``LN(c̃)`` (gradcells in
+    ``raw`` mode is a different model: the carried state differs at once), adds no forget
+    bias (gradcells's default is 1.0), and normalises with its ``norm_epsilon`` (gradcells's
+    default ``ln_epsilon`` is 1e-5, Keras' 1e-3)."""
     import tensorflow as tf
 
     rng = np.random.default_rng(3)
     case = _keras_case(rng)
+    assert case["ln_epsilon"] == 1e-3
     cell = _keras_cell(keras, case, 3)
-    _, (_, c) = cell(tf.constant(case["x"]), [tf.constant(case["h_prev"]),
+    assert cell.kernel_norm.epsilon == cell.state_norm.epsilon == 1e-3
+    h, (_, c) = cell(tf.constant(case["x"]), [tf.constant(case["h_prev"]),
                                               tf.constant(case["cs_prev"])])
+    h, c = np.asarray(h), np.asarray(c)
+    right = gc.lstm_cell(**case, backend="reference")
+    close(right.h, h, "h", FORWARD_TOL)
+    close(right.cs, c, "cs", FORWARD_TOL)
     raw = gc.lstm_cell(**{**case, "ln_carry": "raw"}, backend="reference")
-    assert np.abs(raw.cs - np.asarray(c)).max() > 1e-2
-    normalized = gc.lstm_cell(**case, backend="reference")
-    close(normalized.cs, np.asarray(c), "cs", FORWARD_TOL)
+    assert np.abs(raw.cs - c).max() > 1e-2
+    default_bias = gc.lstm_cell(**{**case, "forget_bias": 1.0}, backend="reference")
+    assert np.abs(default_bias.h - h).max() > 1e-3
+    default_eps = gc.lstm_cell(**{**case, "ln_epsilon": 1e-5}, backend="reference")
+    assert np.abs(default_eps.h - h).max() > 1e-6
