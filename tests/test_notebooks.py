@@ -79,10 +79,10 @@ def _execute(path, monkeypatch, env):
     return build.execute(nb)
 
 
-def test_there_are_seven_notebooks_and_five_plot():
-    assert [s.stem[:2] for s in SOURCES] == ["01", "02", "03", "04", "05", "06", "07"]
+def test_there_are_eight_notebooks_and_six_plot():
+    assert [s.stem[:2] for s in SOURCES] == ["01", "02", "03", "04", "05", "06", "07", "08"]
     stored = [nbformat.read(build.notebook_path(s), as_version=4) for s in SOURCES]
-    assert sum(bool(_png_cells(nb)) for nb in stored) >= 5
+    assert sum(bool(_png_cells(nb)) for nb in stored) >= 6
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
