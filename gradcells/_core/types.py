@@ -292,6 +292,84 @@ class RNNSequenceGrads(NamedTuple):
 
 
 # --------------------------------------------------------------------------------------
+# Stacks (docs/spec.md §11.4): layers of sequences, composed by the public layer
+
+
+@dataclass(frozen=True, eq=False)
+class StackSettings:
+    """What a stack's forward was computed with beyond its layers' own records (each
+    sequence in ``stack.layers`` records its cell's settings): ``bidirectional``,
+    ``batch_first`` and the inter-layer ``dropout_masks`` (a tuple of ``num_layers - 1``
+    arrays, or None)."""
+
+    bidirectional: bool = False
+    batch_first: bool = False
+    dropout_masks: tuple | None = None
+
+
+class _LSTMStack(NamedTuple):
+    h: Array
+    cs_final: Array
+    h_final: Array
+    layers: tuple
+
+
+class LSTMStack(_Recorded, _LSTMStack):
+    """An LSTM stack's top-layer outputs ``h [T, B, D·P]`` (both directions, forward first),
+    the final states ``cs_final [L·D, B, H]``, ``h_final [L·D, B, P]`` in PyTorch's order,
+    and ``layers``: the ``LSTMSequence`` of each (layer, direction), what the gradient
+    needs."""
+
+
+class LSTMStackGrads(NamedTuple):
+    """Gradient of the loss with respect to every input of ``lstm_stack``: ``weights`` is a
+    list of ``LSTMWeights`` of gradients, in the order of the weights."""
+
+    x: Array
+    cs0: Array
+    h0: Array
+    weights: list
+
+
+class _GRUStack(NamedTuple):
+    h: Array
+    h_final: Array
+    layers: tuple
+
+
+class GRUStack(_Recorded, _GRUStack):
+    """A GRU stack's top-layer outputs ``h [T, B, D·H]``, the final states ``h_final
+    [L·D, B, H]`` and the ``GRUSequence`` of each (layer, direction)."""
+
+
+class GRUStackGrads(NamedTuple):
+    """Gradient of the loss with respect to every input of ``gru_stack``."""
+
+    x: Array
+    h0: Array
+    weights: list
+
+
+class _RNNStack(NamedTuple):
+    h: Array
+    h_final: Array
+    layers: tuple
+
+
+class RNNStack(_Recorded, _RNNStack):
+    """A plain RNN stack's top-layer outputs ``h [T, B, D·H]``, the final states
+    ``h_final [L·D, B, H]`` and the ``RNNSequence`` of each (layer, direction)."""
+
+
+class RNNStackGrads(NamedTuple):
+    """Gradient of the loss with respect to every input of ``rnn_stack``."""
+
+    x: Array
+    h0: Array
+    weights: list
+
+
+# --------------------------------------------------------------------------------------
 # The backend protocol: every backend has one module per cell with these functions, names
 # and signatures (tests/test_architecture.py holds every backend to them). Arguments arrive
 # validated and normalised by the public layer; results are plain result tuples (the public

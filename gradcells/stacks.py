@@ -1,0 +1,235 @@
+"""The stacks (docs/spec.md §11.4): layers of sequences, each direction of each layer one call
+of the public sequence operation, composed here. No math of their own: a layer's input is the
+layer below's outputs, both directions concatenated (forward first) on the feature axis, times
+that boundary's dropout mask when one is given; the gradient walks the layers down, summing
+the two directions' input gradients.
+
+``weights`` lists one weight set per (layer, direction) in PyTorch's order (layer 0, layer 0
+reverse, layer 1, ...), and the initial and final states are ``[L·D, B, ·]`` in that order,
+so a PyTorch module's states carry over (``gc.layouts.stack_from_torch``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from . import _validate as v
+from . import sequences
+from ._core.arrays import namespace_of
+from ._core.specs import OPS, OPTIONAL_WEIGHTS
+from ._core.types import (
+    Array,
+    GRUStack,
+    GRUStackGrads,
+    GRUWeights,
+    LSTMStack,
+    LSTMStackGrads,
+    LSTMWeights,
+    RNNStack,
+    RNNStackGrads,
+    RNNWeights,
+    StackSettings,
+    record_settings,
+)
+from ._interop import accepts_any_array
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cell:
+    """What a stack of one cell calls: its sequence op and gradient and its types."""
+
+    op: str
+    weights: type
+    result: type
+    grads: type
+
+    @property
+    def states(self) -> tuple[str, ...]:
+        return OPS[self.op].states
+
+    def forward(self, x, states, weights, **keywords):
+        positional, optional = _split(weights)
+        return getattr(sequences, self.op)(x, *states, *positional, **optional, **keywords)
+
+    def gradient(self, x, states, weights, seq, **keywords):
+        positional, optional = _split(weights)
+        return getattr(sequences, f"{self.op}_grad")(x, *states, *positional, seq,
+                                                     **optional, **keywords)
+
+
+_LSTM = _Cell("lstm_sequence", LSTMWeights, LSTMStack, LSTMStackGrads)
+_GRU = _Cell("gru_sequence", GRUWeights, GRUStack, GRUStackGrads)
+_RNN = _Cell("rnn_sequence", RNNWeights, RNNStack, RNNStackGrads)
+
+
+def _split(weights):
+    """A weight set as the sequence op takes it: the required arrays, the optional ones."""
+    named = weights._asdict()
+    return ([a for n, a in named.items() if n not in OPTIONAL_WEIGHTS],
+            {n: a for n, a in named.items() if n in OPTIONAL_WEIGHTS and a is not None})
+
+
+def _forward(cell, x, states, weights, *, bidirectional, seq_len, batch_first, dropout_masks,
+             backend, **attrs):
+    """Every layer and direction in turn; returns the stack's result, recorded."""
+    directions, widths, masks = v.stack_args(
+        cell.weights, x, dict(zip(cell.states, states)), weights, bidirectional=bidirectional,
+        batch_first=batch_first, dropout_masks=dropout_masks)
+    xp = namespace_of(x)
+    layers, layer_input = [], x
+    for layer in range(len(widths)):
+        runs = [cell.forward(layer_input, [s[k] for s in states], weights[k],
+                             reverse=k % 2 == 1, seq_len=seq_len, batch_first=batch_first,
+                             backend=backend, **attrs)
+                for k in range(layer * directions, (layer + 1) * directions)]
+        layers += runs
+        layer_input = _joined(xp, runs)
+        if masks is not None and layer < len(widths) - 1:
+            layer_input = layer_input * masks[layer]
+    finals = [xp.stack([getattr(run, f"{name.removesuffix('0')}_final") for run in layers])
+              for name in cell.states]
+    result = cell.result(_joined(xp, layers[-directions:]), *finals, tuple(layers))
+    return record_settings(result, StackSettings(directions == 2, batch_first, masks))
+
+
+def _joined(xp, runs):
+    """The per-step outputs of a layer's directions, concatenated (forward first)."""
+    return runs[0].h if len(runs) == 1 else xp.concatenate([r.h for r in runs], axis=-1)
+
+
+def _backward(cell, x, states, weights, stack, upstream, backend, **options):
+    """The layers from the top down; returns the stack's gradients."""
+    record = stack.settings or StackSettings()
+    directions = 2 if record.bidirectional else 1
+    layers, masks = stack.layers, record.dropout_masks
+    n_layers = len(layers) // directions
+    d_out, finals = upstream["d_h"], {k: upstream.get(f"d_{k}_final") for k in ("h", "cs")}
+    state_grads = {name: [None] * len(layers) for name in cell.states}
+    weight_grads = [None] * len(layers)
+    for layer in reversed(range(n_layers)):
+        below = layers[(layer - 1) * directions:layer * directions]
+        layer_input = x if layer == 0 else _joined(namespace_of(x), below)
+        if masks is not None and layer > 0:
+            layer_input = layer_input * masks[layer - 1]
+        d_input = None
+        for k in range(layer * directions, (layer + 1) * directions):
+            width = layers[k].h.shape[-1]
+            part = None if d_out is None else d_out[..., (k % directions) * width:
+                                                    (k % directions + 1) * width]
+            g = cell.gradient(layer_input, [s[k] for s in states], weights[k], layers[k],
+                              d_h=part, backend=backend, **_final_grads(finals, k, cell),
+                              **options)
+            d_input = g.x if d_input is None else d_input + g.x
+            for name in cell.states:
+                state_grads[name][k] = getattr(g, name)
+            weight_grads[k] = cell.weights(*g[1 + len(cell.states):])
+        d_out = d_input if masks is None or layer == 0 else d_input * masks[layer - 1]
+    xp = namespace_of(x)
+    return cell.grads(d_out, *(xp.stack(state_grads[n]) for n in cell.states), weight_grads)
+
+
+def _final_grads(finals, k, cell):
+    """The upstream gradients of direction ``k``'s final states, by the gradient's names."""
+    names = {"h0": "h", "cs0": "cs"}
+    return {f"d_{names[s]}_final": None if finals[names[s]] is None else finals[names[s]][k]
+            for s in cell.states}
+
+
+# --------------------------------------------------------------------------------------
+# The public stacks
+
+
+@accepts_any_array
+def lstm_stack(x: Array, cs0: Array, h0: Array, weights: list[LSTMWeights], *,
+               bidirectional: bool = False, seq_len: Array | None = None,
+               batch_first: bool = False, dropout_masks: list | None = None,
+               forget_bias: float = 1.0, cell_clip: float | None = None,
+               proj_clip: float | None = None, ln_epsilon: float = 1e-5, ln_carry: str = "raw",
+               backend: str | None = None) -> LSTMStack:
+    """A stack of LSTM layers (``lstm_sequence`` per layer and direction) over ``x [T, B, I]``.
+
+    ``weights``: one ``LSTMWeights`` per (layer, direction), PyTorch's order; each may have
+    peepholes, a projection (``w_proj``) and a layer norm; layer 0's ``w`` has ``I + P``
+    rows, a higher layer's ``D·P + P`` (D = 2 when ``bidirectional``). ``cs0 [L·D, B, H]``
+    and ``h0 [L·D, B, P]``. The attributes (``forget_bias``, the clips, the layer norm's
+    settings) are every layer's; ``seq_len`` and ``batch_first`` as for ``lstm_sequence``;
+    the reverse direction runs with ``reverse=True``. ``dropout_masks``: ``L - 1`` arrays,
+    each broadcastable to a layer's outputs ``[T, B, D·P]``, multiplying the input of the
+    layer above (no random numbers inside: pass the masks you drew).
+
+    Returns ``LSTMStack(h [T, B, D·P], cs_final [L·D, B, H], h_final [L·D, B, P], layers)``.
+    """
+    return _forward(_LSTM, x, (cs0, h0), weights, bidirectional=bidirectional,
+                    seq_len=seq_len, batch_first=batch_first, dropout_masks=dropout_masks,
+                    backend=backend, forget_bias=forget_bias, cell_clip=cell_clip,
+                    proj_clip=proj_clip, ln_epsilon=ln_epsilon, ln_carry=ln_carry)
+
+
+@accepts_any_array
+def lstm_stack_grad(x: Array, cs0: Array, h0: Array, weights: list[LSTMWeights],
+                    stack: LSTMStack, *, d_h: Array | None = None,
+                    d_h_final: Array | None = None, d_cs_final: Array | None = None,
+                    clip_grad: str = "exact", backend: str | None = None) -> LSTMStackGrads:
+    """Backpropagation through ``lstm_stack``, given its result ``stack`` (its layers record
+    their settings, the stack its directions, layout and masks). Upstream gradients (None:
+    zeros): ``d_h [T, B, D·P]`` of the top outputs, ``d_h_final [L·D, B, P]`` and
+    ``d_cs_final [L·D, B, H]`` of the final states.
+
+    Returns ``LSTMStackGrads(x, cs0, h0, weights)``, ``weights`` a list of ``LSTMWeights`` of
+    gradients in the order of ``weights``.
+    """
+    return _backward(_LSTM, x, (cs0, h0), weights, _checked(stack, LSTMStack),
+                     {"d_h": d_h, "d_h_final": d_h_final, "d_cs_final": d_cs_final}, backend,
+                     clip_grad=clip_grad)
+
+
+@accepts_any_array
+def gru_stack(x: Array, h0: Array, weights: list[GRUWeights], *, bidirectional: bool = False,
+              seq_len: Array | None = None, batch_first: bool = False,
+              dropout_masks: list | None = None, reset_after: bool = True,
+              backend: str | None = None) -> GRUStack:
+    """A stack of GRU layers, as ``lstm_stack`` (``h0 [L·D, B, H]``); ``reset_after``
+    defaults to True, PyTorch's and Keras's GRU. Returns ``GRUStack(h, h_final, layers)``."""
+    return _forward(_GRU, x, (h0,), weights, bidirectional=bidirectional, seq_len=seq_len,
+                    batch_first=batch_first, dropout_masks=dropout_masks, backend=backend,
+                    reset_after=reset_after)
+
+
+@accepts_any_array
+def gru_stack_grad(x: Array, h0: Array, weights: list[GRUWeights], stack: GRUStack, *,
+                   d_h: Array | None = None, d_h_final: Array | None = None,
+                   backend: str | None = None) -> GRUStackGrads:
+    """Backpropagation through ``gru_stack``, as ``lstm_stack_grad``. Returns
+    ``GRUStackGrads(x, h0, weights)``."""
+    return _backward(_GRU, x, (h0,), weights, _checked(stack, GRUStack),
+                     {"d_h": d_h, "d_h_final": d_h_final}, backend)
+
+
+@accepts_any_array
+def rnn_stack(x: Array, h0: Array, weights: list[RNNWeights], *, bidirectional: bool = False,
+              seq_len: Array | None = None, batch_first: bool = False,
+              dropout_masks: list | None = None, activation: str = "tanh",
+              backend: str | None = None) -> RNNStack:
+    """A stack of plain RNN layers, as ``lstm_stack`` (``h0 [L·D, B, H]``). Returns
+    ``RNNStack(h, h_final, layers)``."""
+    return _forward(_RNN, x, (h0,), weights, bidirectional=bidirectional, seq_len=seq_len,
+                    batch_first=batch_first, dropout_masks=dropout_masks, backend=backend,
+                    activation=activation)
+
+
+@accepts_any_array
+def rnn_stack_grad(x: Array, h0: Array, weights: list[RNNWeights], stack: RNNStack, *,
+                   d_h: Array | None = None, d_h_final: Array | None = None,
+                   backend: str | None = None) -> RNNStackGrads:
+    """Backpropagation through ``rnn_stack``, as ``lstm_stack_grad``. Returns
+    ``RNNStackGrads(x, h0, weights)``."""
+    return _backward(_RNN, x, (h0,), weights, _checked(stack, RNNStack),
+                     {"d_h": d_h, "d_h_final": d_h_final}, backend)
+
+
+def _checked(stack, kind):
+    """TypeError unless ``stack`` is the result of the stack's forward."""
+    if not isinstance(stack, kind):
+        raise TypeError(f"stack must be the {kind.__name__} its forward returned, got "
+                        f"{type(stack).__name__}")
+    return stack
