@@ -14,6 +14,9 @@ device). ``benchmarks/gpu_check.sh`` runs it on a GPU machine.
 - Bad input (NumPy mixed with CuPy, NumPy float16), purity (inputs never modified, results
   never alias them), layouts, empty sizes, extreme pre-activations, the clip boundary.
 - The device and the host emulation of the same kernels agree (when a C++ compiler exists).
+- The layer-normalised LSTM (its own section): agreement on a grid of its options, both
+  carries, the three dtypes (against the reference in long double on the host), finite
+  differences, and device against host emulation.
 """
 
 import numpy as np
@@ -585,3 +588,152 @@ def test_lstm_projection_agrees_with_reference(dtype, ragged, clip_grad):
     expected = backend_calls.grad(reference, "lstm_sequence", case64, as64(seq), **up64(up),
                                   clip_grad=clip_grad)
     assert_close(grads, expected, dtype, "gradient ")
+
+
+# --------------------------------------------------------------------------------------
+# The layer-normalised LSTM (docs/spec.md §9.2)
+#
+# As in tests/test_cuda_emulation.py: a layer norm amplifies rounding errors by up to 1/0.1
+# per norm (the cases keep every normalised row's deviation >= 0.1), so the device is
+# compared with the reference in NumPy long double on the host ("exact"), allowing 16
+# eps(dtype) (1 + max |exact|) plus twice the error of the reference run in the dtype
+# itself (float32, float64; none for float16).
+
+LN_OPTIONS = [  # (peephole, clip, projection)
+    (False, False, False), (True, False, False), (False, True, False), (False, False, True),
+    (True, True, True)]
+
+
+def _ln_case(case, dtype):
+    """An LN case (NumPy) with its float arrays, the norm's too, cast to ``dtype``."""
+    def convert(v):
+        if isinstance(v, gc.LSTMNorm):
+            return gc.LSTMNorm(*map(convert, v))
+        return v.astype(dtype) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v
+    return {k: convert(v) for k, v in case.items()}
+
+
+def _ln_fields(result, prefix=""):
+    for field, value in zip(result._fields, result):
+        if isinstance(value, gc.LSTMNorm):
+            yield from _ln_fields(value, f"{prefix}{field}.")
+        else:
+            yield prefix + field, value
+
+
+def _on_host(result, dtype):
+    """A result of CuPy arrays (or a NumPy one) as NumPy arrays of ``dtype``."""
+    def convert(a):
+        if a is None:
+            return None
+        if isinstance(a, gc.LSTMNorm):
+            return gc.LSTMNorm(*map(convert, a))
+        return (a.get() if isinstance(a, cp.ndarray) else a).astype(dtype)
+    return type(result)(*map(convert, result))
+
+
+def _assert_close_ln(actual, run_reference, dtype, what=""):
+    exact = run_reference(np.longdouble)
+    own = exact if dtype == np.float16 else run_reference(np.dtype(dtype))
+    tolerance = 16 * np.finfo(dtype).eps
+    for (field, a), (_, e), (_, o) in zip(_ln_fields(actual), _ln_fields(exact),
+                                          _ln_fields(own)):
+        if e is None:
+            assert a is None, f"{what}{field}"
+            continue
+        assert isinstance(a, cp.ndarray), f"{what}{field}: {type(a).__name__}"
+        assert a.dtype == np.dtype(dtype) and a.shape == e.shape, f"{what}{field}"
+        if e.size == 0:
+            continue
+        a = a.get().astype(np.longdouble)
+        error = np.max(np.abs(a - e))
+        allowed = tolerance * (1 + np.max(np.abs(e))) + 2 * np.max(np.abs(o - e))
+        assert np.all(np.isfinite(a)) and error <= allowed, (
+            f"{what}{field}: max error {float(error):.3g} "
+            f"({float(error) / np.finfo(dtype).eps:.1f} eps, allowed {float(allowed):.3g})")
+
+
+def _check_ln_on_device(rng, op, case, dtype):
+    """One LN op on the device, forward and both gradient modes, against the reference."""
+    from gradcells import reference
+
+    case = _ln_case(case, dtype)
+    on_device = on_library(case, "cupy")
+    result = backend_calls.forward(gradcells.gpu, op, on_device)
+    _assert_close_ln(result, lambda d: backend_calls.forward(reference, op, _ln_case(case, d)),
+                     dtype, f"{op} forward ")
+    fields = ("h", "cs") if op == "lstm_cell" else ("h", "cs", "h_final", "cs_final")
+    up = {f"d_{k}": rng.standard_normal(getattr(result, k).shape).astype(dtype)
+          for k in fields}
+    for clip_grad in ("exact", "straight_through"):
+        grads = backend_calls.grad(gradcells.gpu, op, on_device, result,
+                                   **{k: cp.asarray(v) for k, v in up.items()},
+                                   clip_grad=clip_grad)
+        assert isinstance(grads.layer_norm, gc.LSTMNorm)
+
+        def expected(d, clip_grad=clip_grad):  # the reference at the device's forward
+            return backend_calls.grad(reference, op, _ln_case(case, d), _on_host(result, d),
+                                      **{k: v.astype(d) for k, v in up.items()},
+                                      clip_grad=clip_grad)
+
+        _assert_close_ln(grads, expected, dtype, f"{op} gradient ({clip_grad}) ")
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("ln_carry", ["raw", "normalized"])
+@pytest.mark.parametrize("peephole, clip, projection", LN_OPTIONS)
+@pytest.mark.parametrize("ragged", [False, True])
+def test_layer_norm_lstm_agrees_with_reference(dtype, ln_carry, peephole, clip, projection,
+                                               ragged):
+    rng = np.random.default_rng(90)
+    options = {"peephole": peephole, "clip": clip, "layer_norm": True, "ln_carry": ln_carry}
+    if projection:
+        options.update(proj_size=3, proj_clip=True)
+    _check_ln_on_device(rng, "lstm_cell", lstm_cell_case(rng, batch=4, hidden=5, **options),
+                        dtype)
+    _check_ln_on_device(rng, "lstm_sequence",
+                        lstm_sequence_case(rng, steps=4, batch=4, input_size=3, hidden=5,
+                                           ragged=ragged, **options), dtype)
+
+
+@pytest.mark.parametrize("op", ["lstm_cell", "lstm_sequence"])
+@pytest.mark.parametrize("ln_carry", ["raw", "normalized"])
+@pytest.mark.parametrize("everything", [False, True])
+def test_layer_norm_gradients_match_finite_differences(op, ln_carry, everything):
+    rng = np.random.default_rng(91)
+    options = {"layer_norm": True, "ln_carry": ln_carry}
+    if everything:
+        options.update(peephole=True, clip=True, proj_size=3, proj_clip=True)
+    case = (lstm_cell_case(rng, **options) if op == "lstm_cell" else
+            lstm_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=3, ragged=True,
+                               **options))
+    report = vjp_check(op, on_library(case, "cupy"), backend="gpu")
+    assert report.passed, f"\n{report}"
+
+
+def test_layer_norm_device_and_host_emulation_agree():
+    cuda_host = pytest.importorskip("cuda_host")
+    if cuda_host.compiler() is None:
+        pytest.skip("no C++ compiler for the host emulation")
+    rng = np.random.default_rng(92)
+    gpu = gradcells.gpu
+    cases = [lstm_sequence_case(rng, peephole=True, clip=True, ragged=True, layer_norm=True,
+                                ln_carry=carry, proj_size=3, proj_clip=True)
+             for carry in ("raw", "normalized")]
+
+    def run(case):
+        seq = backend_calls.forward(gpu, "lstm_sequence", case)
+        xp = cp if isinstance(case["x"], cp.ndarray) else np
+        grads = backend_calls.grad(gpu, "lstm_sequence", case, seq, d_h=xp.ones_like(seq.h),
+                                   d_cs=xp.ones_like(seq.cs))
+        return [a for _, a in (*_ln_fields(seq), *_ln_fields(grads)) if a is not None]
+
+    device = [a for case in cases for a in run(on_library(case, "cupy"))]
+    saved = _launch.use_runtime(cuda_host.HostRuntime())
+    try:
+        host = [a for case in cases for a in run(case)]
+    finally:
+        _launch.use_runtime(saved)
+    for a, b in zip(device, host):
+        np.testing.assert_allclose(a.get(), b, rtol=64 * np.finfo(np.float64).eps,
+                                   atol=64 * np.finfo(np.float64).eps)

@@ -1,6 +1,7 @@
 // LSTM block cell, one time step per launch: the fused elementwise forward and backward.
 // Gate order i, ci, f, o (TensorFlow's "icfo"); all [B, H] arrays C-contiguous; one thread
-// per element k = b*H + j of a [B, H] array, in a grid-stride loop.
+// per element k = b*H + j of a [B, H] array, in a grid-stride loop. The layer-normalised
+// LSTM's kernels (at the end of the file) give one thread a whole row instead.
 //
 // T is the storage type (float, double or gc_half); A the arithmetic type (float for
 // gc_half). The parameter lists are mirrored, in order, by gradcells/gpu/_kernels.py,
