@@ -910,10 +910,10 @@ class _WideIndexRuntime(cuda_host.HostRuntime):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_64_bit_index_path_gives_the_same_results(dtype):
     with emulated_gpu() as backend:
-        narrow = _run_everything(backend, dtype)
+        narrow = _run_everything(backend, dtype) + _run_ln(backend, dtype)
     saved = _launch.use_runtime(_WideIndexRuntime())
     try:
-        wide = _run_everything(gpu, dtype)
+        wide = _run_everything(gpu, dtype) + _run_ln(gpu, dtype)
     finally:
         _launch.use_runtime(saved)
     for a, b in zip(narrow, wide):
