@@ -160,7 +160,7 @@ def _forward(rt, x, cs0, h0, weights, settings):
         m_state = xp.empty((n_batch, n_hidden), dtype=dtype)
     cell_clip = settings.cell_clip
     name, n_threads, extra = _step_kernel("lstm_forward", rt, weights, settings, n_batch,
-                                             n_hidden)
+                                          n_hidden)
     forward = Launcher(
         rt, name, dtype, n_threads, **extra, b=b, wci=wci, wcf=wcf, wco=wco,
         seq_len=_launch.lengths_argument(xp, lengths), forget_bias=settings.forget_bias,
