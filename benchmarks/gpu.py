@@ -17,7 +17,12 @@ the peer:
 2. **sequence**, forward over T steps + backpropagation through time from an upstream
    gradient on every step's h: ``gc.lstm_sequence(_grad)`` against ``torch.nn.LSTM``
    (cuDNN), ``gc.gru_sequence(_grad)`` (reset-after) against ``torch.nn.GRU`` (cuDNN),
-   ``gc.rnn_sequence(_grad)`` (tanh) against ``torch.nn.RNN`` (cuDNN).
+   ``gc.rnn_sequence(_grad)`` (tanh) against ``torch.nn.RNN`` (cuDNN), and the
+   layer-normalised LSTM (``layer_norm=gc.LSTMNorm(...)``, docs/spec.md §9.2) against the
+   same LN-LSTM written with PyTorch ops (``torch.nn.functional.layer_norm`` in a step
+   loop, autograd for the gradient: what a PyTorch user must write), with gradcells's
+   plain LSTM beside it (the price of the norms: their kernels give one thread a row), at
+   the first sequence size only (``LN_SEQUENCE_SIZES``).
 3. **bandwidth** of the fused elementwise kernels alone (launched back to back through the
    backend's own runtime): bytes each launch must read and write divided by its median
    time, against a device-to-device ``cudaMemcpyAsync`` moving the same number of bytes.
@@ -56,6 +61,10 @@ from gradcells.gpu._runtime import CupyRuntime
 
 CELL_SIZES = [(64, 256, 256), (256, 512, 512), (1024, 1024, 1024)]  # (B, I, H)
 SEQUENCE_SIZES = [(100, 32, 256, 256), (100, 64, 512, 512), (50, 256, 1024, 1024)]  # T,B,I,H
+# The layer-normalised LSTM at the smallest sequence size only: its norm kernels give one
+# thread a whole row (docs/backends.md), so at H = 1024 one call could take seconds and
+# push benchmarks/gpu_check.sh past its time limit.
+LN_SEQUENCE_SIZES = SEQUENCE_SIZES[:1]
 BANDWIDTH_SIZES = [(1024, 1024), (8192, 1024)]  # (B, H): B·H = 2^20 and 2^23
 
 
@@ -246,6 +255,56 @@ def rnn_sequence_contestants(steps, batch, n_in, hidden, dtype, torch):
 
         rows["torch nn.RNN (cuDNN)"] = torch_rnn
     return rows
+
+
+def ln_sequence_contestants(steps, batch, n_in, hidden, dtype, torch):
+    """The layer-normalised LSTM over T steps (``ln_carry="raw"``): gradcells with and
+    without the norms, and a PyTorch LN-LSTM of torch ops."""
+    rng = np.random.default_rng(5)
+    x = normal(rng, (steps, batch, n_in), dtype)
+    cs0, h0 = normal(rng, (batch, hidden), dtype), normal(rng, (batch, hidden), dtype, 0.5)
+    w = normal(rng, (n_in + hidden, 4 * hidden), dtype, 1.0 / np.sqrt(n_in + hidden))
+    b, d_h = normal(rng, 4 * hidden, dtype), normal(rng, (steps, batch, hidden), dtype)
+    norm = gc.LSTMNorm(*(normal(rng, width, dtype, 0.1) + 1 if k % 2 == 0
+                         else normal(rng, width, dtype, 0.1)
+                         for k, width in enumerate((4 * hidden,) * 4 + (hidden,) * 2)))
+
+    def ln_lstm():
+        seq = gc.lstm_sequence(x, cs0, h0, w, b, layer_norm=norm)
+        return gc.lstm_sequence_grad(x, cs0, h0, w, b, seq, d_h=d_h, layer_norm=norm)
+
+    def plain_lstm():
+        return gc.lstm_sequence_grad(x, cs0, h0, w, b, gc.lstm_sequence(x, cs0, h0, w, b),
+                                     d_h=d_h)
+
+    rows = {"gradcells": ln_lstm, "gradcells without LN": plain_lstm}
+    if torch is not None:
+        rows["torch ops LN-LSTM"] = _torch_ln_lstm(torch, x, cs0, h0, w, b, norm, d_h)
+    return rows
+
+
+def _torch_ln_lstm(torch, x, cs0, h0, w, b, norm, d_h):
+    """A layer-normalised LSTM (raw carry, forget bias 1) of PyTorch ops, forward and
+    autograd backward for every input."""
+    fn = torch.nn.functional
+    n_in, hidden = x.shape[2], cs0.shape[1]
+    tx, tc0, th0, tw, tb, *tnorm = (torch.as_tensor(a, device="cuda").requires_grad_()
+                                    for a in (x, cs0, h0, w, b, *norm))
+    gx_, bx, gh_, bh, gc_, bc = tnorm
+    tdh = torch.as_tensor(d_h, device="cuda")
+
+    def run():
+        zx = fn.layer_norm(tx @ tw[:n_in], (4 * hidden,), gx_, bx)
+        cs, h, hs = tc0, th0, []
+        for t in range(tx.shape[0]):
+            g = zx[t] + fn.layer_norm(h @ tw[n_in:], (4 * hidden,), gh_, bh) + tb
+            i, ci, f, o = g.split(hidden, dim=1)
+            cs = torch.sigmoid(i) * torch.tanh(ci) + torch.sigmoid(f + 1.0) * cs
+            h = torch.sigmoid(o) * torch.tanh(fn.layer_norm(cs, (hidden,), gc_, bc))
+            hs.append(h)
+        return torch.autograd.grad(torch.stack(hs), [tx, tc0, th0, tw, tb, *tnorm], tdh)
+
+    return run
 
 
 # -- 3. bandwidth -----------------------------------------------------------------------
@@ -441,6 +500,10 @@ def _sequence_table(args, dtype, torch):
         rows += rows_with_ratio(f"RNN  {size}", timed(
             rnn_sequence_contestants(steps, batch, n_in, hidden, dtype, torch), args.repeats,
             inner), "torch nn.RNN (cuDNN)")
+        if (steps, batch, n_in, hidden) in LN_SEQUENCE_SIZES:
+            rows += rows_with_ratio(f"LN-LSTM {size}", timed(
+                ln_sequence_contestants(steps, batch, n_in, hidden, dtype, torch),
+                args.repeats, inner), "torch ops LN-LSTM")
     return table("2. sequence, forward + backpropagation through time", _HEADER, rows)
 
 

@@ -89,7 +89,10 @@ def test_every_ld_parameter_follows_its_array():
 def test_entry_points_cover_every_dtype():
     assert _kernels.source_entries("lstm.cu") == (
         "lstm_forward__float", "lstm_forward__double", "lstm_forward__gc_half",
-        "lstm_backward__float", "lstm_backward__double", "lstm_backward__gc_half")
+        "lstm_backward__float", "lstm_backward__double", "lstm_backward__gc_half",
+        *(f"{name}__{c}" for name in ("layer_norm_rows", "layer_norm_grad_rows",
+                                      "lstm_forward_ln", "lstm_backward_ln")
+          for c in ("float", "double", "gc_half")))
     assert len(_kernels.source_entries("gru.cu")) == 5 * 3
     assert _kernels.source_entries("rnn.cu") == (
         "rnn_forward__float", "rnn_forward__double", "rnn_forward__gc_half",

@@ -13,10 +13,13 @@ from its cases), against the reference in float64 on the same (rounded) inputs (
 backends called through ``tests/backend_calls.py`` with the cases' public keywords), forward
 and backward, the three cells and their sequences: clipping in both gradient modes,
 peepholes, reset-after, tanh and relu (relu's slope 0 at the kink), ragged lengths, empty
-sizes. Agreement: max |emulated - reference| <= 16 eps(dtype) (1 + max |reference|)
-per output (measured: at most 3 eps). float64 gradients are also checked against finite
-differences with the oracle, launches with tiny and reversed grids must agree, and
-unwritten outputs cannot pass by luck (the emulated ``empty`` fills NaN).
+sizes; the layer-normalised LSTM on a grid of its options (both carries), against the
+reference in long double (see its section: a norm amplifies rounding, so the float64
+reference itself is off by tens of eps there). Agreement: max |emulated - reference| <= 16
+eps(dtype) (1 + max |reference|) per output (measured: at most 3 eps). float64 gradients
+are also checked against finite differences with the oracle, launches with tiny and
+reversed grids must agree, and unwritten outputs cannot pass by luck (the emulated
+``empty`` fills NaN).
 """
 
 import contextlib
@@ -40,7 +43,7 @@ from hypothesis import strategies as st
 import gradcells.gpu as gpu
 from gradcells import reference
 from gradcells._core.specs import ACTIVATIONS, PEEPHOLES
-from gradcells._core.types import CELL_PROTOCOLS, LSTMSequence, RNNSequence
+from gradcells._core.types import CELL_PROTOCOLS, LSTMNorm, LSTMSequence, RNNSequence
 from gradcells.gpu import _kernels, _launch, _sources
 from gradcells.oracle import check_vjp
 from gradcells.testing import (
@@ -93,8 +96,11 @@ def grad(backend, op, case, result, **upstream):
 
 
 def cast(case, dtype):
-    return {k: v.astype(dtype) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v
-            for k, v in case.items()}
+    def convert(v):
+        if isinstance(v, LSTMNorm):
+            return LSTMNorm(*map(convert, v))
+        return v.astype(dtype) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v
+    return {k: convert(v) for k, v in case.items()}
 
 
 def assert_close(actual, expected, dtype, what=""):
@@ -104,6 +110,10 @@ def assert_close(actual, expected, dtype, what=""):
                            expected):
         if e is None:
             assert a is None, f"{what}{field}: expected None"
+            continue
+        if isinstance(e, LSTMNorm):
+            assert isinstance(a, LSTMNorm), f"{what}{field}: expected an LSTMNorm"
+            assert_close(a, e, dtype, f"{what}{field}.")
             continue
         assert a.dtype == np.dtype(dtype), f"{what}{field}: dtype {a.dtype}"
         assert a.shape == e.shape, f"{what}{field}: shape {a.shape} != {e.shape}"
@@ -119,8 +129,9 @@ def upstream(rng, dtype, shapes, wanted):
             for (name, shape), on in zip(shapes.items(), wanted)}
 
 
-def as64(arrays):
-    return type(arrays)(*(None if a is None else a.astype(np.float64) for a in arrays))
+def as64(arrays, dtype=np.float64):
+    return type(arrays)(*(None if a is None else as64(a, dtype) if isinstance(a, LSTMNorm)
+                          else a.astype(dtype) for a in arrays))
 
 
 def up64(up):
@@ -899,10 +910,10 @@ class _WideIndexRuntime(cuda_host.HostRuntime):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_64_bit_index_path_gives_the_same_results(dtype):
     with emulated_gpu() as backend:
-        narrow = _run_everything(backend, dtype)
+        narrow = _run_everything(backend, dtype) + _run_ln(backend, dtype)
     saved = _launch.use_runtime(_WideIndexRuntime())
     try:
-        wide = _run_everything(gpu, dtype)
+        wide = _run_everything(gpu, dtype) + _run_ln(gpu, dtype)
     finally:
         _launch.use_runtime(saved)
     for a, b in zip(narrow, wide):
@@ -1196,3 +1207,267 @@ def test_lstm_projection_empty_sizes():
             for got, want in zip(grads, expected):
                 if want is not None:
                     np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+# --------------------------------------------------------------------------------------
+# The layer-normalised LSTM (docs/spec.md §9.2)
+#
+# A layer norm divides by the row's deviation (down to LN_MARGIN = 0.1 in the cases) and
+# its gradient subtracts nearly equal terms (with two columns, almost all of g), so rounding
+# errors grow through each norm and compound over a sequence's steps: the float64 reference
+# itself is off by tens of eps in places. So the LN checks compare with the reference in
+# long double ("exact"), and allow 16 eps(dtype) (1 + max |exact|) plus 4 times the
+# sensitivity of the output at the dtype's rounding level: the largest deviation from
+# "exact" of the float64 reference run on inputs (upstream gradients and saved forward
+# state included) perturbed by eps(dtype) relative, three draws (``_perturbed``). Measured
+# on the fixed grid below, the emulation stays within 14 eps of the exact values.
+
+LN_OPTIONS = [  # (peephole, clip, projection)
+    (False, False, False), (True, False, False), (False, True, False), (False, False, True),
+    (True, True, True)]
+_EXACT = np.longdouble
+
+
+def _flat_fields(result, prefix=""):
+    """``(name, array or None)`` of a result, a layer norm's fields one by one."""
+    for field, value in zip(result._fields, result):
+        if isinstance(value, LSTMNorm):
+            yield from _flat_fields(value, f"{prefix}{field}.")
+        else:
+            yield prefix + field, value
+
+
+def _ln_cases(rng, dtype, peephole, clip, projection, ln_carry, ragged):
+    options = {"peephole": peephole, "clip": clip, "layer_norm": True, "ln_carry": ln_carry}
+    if projection:
+        options.update(proj_size=3, proj_clip=True)
+    cell = lstm_cell_case(rng, batch=4, hidden=5, **options)
+    seq = lstm_sequence_case(rng, steps=4, batch=4, input_size=3, hidden=5, ragged=ragged,
+                             **options)
+    return cast(cell, dtype), cast(seq, dtype)
+
+
+def _map_arrays(value, function):
+    """``value`` (an array, None, a result or a case dict) with ``function`` applied to
+    every float array in it."""
+    if isinstance(value, dict):
+        return {k: _map_arrays(v, function) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return type(value)(*(_map_arrays(v, function) for v in value))
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        return function(value)
+    return value
+
+
+def _perturbed(dtype, draw):
+    """``function(a)``: ``a`` in float64 times ``1 + eps(dtype)·u``, u in {-1, 0, 1} drawn
+    (draw 0: ``a`` in float64 unperturbed)."""
+    rng = np.random.default_rng(draw)
+    eps = np.finfo(dtype).eps if draw else 0.0
+
+    def function(a):
+        return a.astype(np.float64) * (1 + eps * rng.integers(-1, 2, a.shape))
+    return function
+
+
+def _assert_close_ln(actual, run_reference, dtype, what=""):
+    """``actual`` against ``run_reference(function)`` (the reference on its inputs mapped by
+    ``function``), to the tolerance above."""
+    exact = run_reference(lambda a: a.astype(_EXACT))
+    runs = [run_reference(_perturbed(dtype, draw)) for draw in range(4)]
+    tolerance = 16 * np.finfo(dtype).eps
+    for (field, a), (_, e), *others in zip(_flat_fields(actual), _flat_fields(exact),
+                                           *(_flat_fields(r) for r in runs)):
+        if e is None:
+            assert a is None, f"{what}{field}: expected None"
+            continue
+        assert a.dtype == np.dtype(dtype) and a.shape == e.shape, f"{what}{field}"
+        if e.size == 0:
+            continue
+        error = np.max(np.abs(a.astype(_EXACT) - e))
+        sensitivity = max(np.max(np.abs(o.astype(_EXACT) - e)) for _, o in others)
+        allowed = tolerance * (1 + np.max(np.abs(e))) + 4 * sensitivity
+        assert np.all(np.isfinite(a)) and error <= allowed, (
+            f"{what}{field}: max error {float(error):.3g} "
+            f"({float(error) / np.finfo(dtype).eps:.1f} eps, allowed {float(allowed):.3g})")
+
+
+def _ln_upstream(rng, dtype, op, result):
+    fields = ("h", "cs") if op == "lstm_cell" else ("h", "cs", "h_final", "cs_final")
+    return {f"d_{k}": rng.standard_normal(getattr(result, k).shape).astype(dtype)
+            for k in fields}
+
+
+def _check_ln_op(backend, rng, op, case, dtype):
+    """One op's forward and both gradient modes against the reference."""
+    result = forward(backend, op, case)
+    _assert_close_ln(result, lambda f: forward(reference, op, _map_arrays(case, f)), dtype,
+                     f"{op} forward ")
+    up = _ln_upstream(rng, dtype, op, result)
+    for clip_grad in ("exact", "straight_through"):
+        grads = grad(backend, op, case, result, **up, clip_grad=clip_grad)
+        assert isinstance(grads.layer_norm, LSTMNorm)
+
+        def expected(f, clip_grad=clip_grad):  # the reference at the emulated forward
+            return grad(reference, op, _map_arrays(case, f), _map_arrays(result, f),
+                        **_map_arrays(up, f), clip_grad=clip_grad)
+
+        _assert_close_ln(grads, expected, dtype, f"{op} gradient ({clip_grad}) ")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("ln_carry", ["raw", "normalized"])
+@pytest.mark.parametrize("peephole, clip, projection", LN_OPTIONS)
+@pytest.mark.parametrize("ragged", [False, True])
+def test_layer_norm_lstm_matches_reference(dtype, ln_carry, peephole, clip, projection,
+                                           ragged):
+    rng = np.random.default_rng(80)
+    cell, seq = _ln_cases(rng, dtype, peephole, clip, projection, ln_carry, ragged)
+    assert (seq["cell_clip"] is not None) == clip and (seq["seq_len"] is not None) == ragged
+    with emulated_gpu() as backend:
+        _check_ln_op(backend, rng, "lstm_cell", cell, dtype)
+        _check_ln_op(backend, rng, "lstm_sequence", seq, dtype)
+        launches = _launch.runtime().launches
+        assert launches["lstm_forward_ln"] and launches["lstm_backward_ln"]
+        assert "lstm_forward" not in launches and "lstm_backward" not in launches
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(sizes=st.tuples(*[st.integers(0, 4)] * 4),
+       options=st.tuples(*[st.booleans()] * 4, st.sampled_from(["raw", "normalized"])),
+       seed=st.integers(0, 2**16))
+def test_layer_norm_lstm_matches_reference_on_drawn_cases(dtype, sizes, options, seed):
+    """Drawn sizes (any of them 0) and options: the cell and the sequence."""
+    steps, batch, n_in, hidden = sizes
+    peephole, clip, projection, ragged, ln_carry = options
+    rng = np.random.default_rng(seed)
+    keywords = {"batch": batch, "input_size": n_in, "hidden": hidden, "peephole": peephole,
+                "clip": clip, "layer_norm": True, "ln_carry": ln_carry}
+    if projection:
+        keywords.update(proj_size=2, proj_clip=True)
+    cell = cast(lstm_cell_case(rng, **keywords), dtype)
+    seq = cast(lstm_sequence_case(rng, steps=steps, ragged=ragged, **keywords), dtype)
+    with emulated_gpu() as backend:
+        _check_ln_op(backend, rng, "lstm_cell", cell, dtype)
+        _check_ln_op(backend, rng, "lstm_sequence", seq, dtype)
+
+
+def _ln_pair(backend, op, case):
+    """``(f, vjp, args, names)`` over every array of an LN case, the norm's six included."""
+    names = [k for k in (*LSTM_ARRAYS, *PEEPHOLES, "w_proj") if case.get(k) is not None]
+    if op == "lstm_sequence":
+        names = [{"cs_prev": "cs0", "h_prev": "h0"}.get(k, k) for k in names]
+    n_plain = len(names)
+    fields = ("h", "cs") if op == "lstm_cell" else ("h", "cs", "h_final", "cs_final")
+
+    def with_arrays(arrays):
+        return {**case, **dict(zip(names, arrays)), "layer_norm": LSTMNorm(*arrays[n_plain:])}
+
+    def f(*arrays):
+        result = forward(backend, op, with_arrays(arrays))
+        return tuple(getattr(result, k) for k in fields)
+
+    def vjp(ct, *arrays):
+        grads = grad(backend, op, with_arrays(arrays), forward(backend, op, with_arrays(arrays)),
+                     **{f"d_{k}": c for k, c in zip(fields, ct)})
+        return (*(getattr(grads, k) for k in names), *grads.layer_norm)
+
+    args = (*(case[k] for k in names), *case["layer_norm"])
+    return f, vjp, args, (*names, *(f"layer_norm.{k}" for k in LSTMNorm._fields))
+
+
+@pytest.mark.parametrize("ln_carry", ["raw", "normalized"])
+@pytest.mark.parametrize("peephole, clip, projection", [(False, False, False),
+                                                        (True, True, True)])
+def test_layer_norm_gradients_match_finite_differences(ln_carry, peephole, clip, projection):
+    rng = np.random.default_rng(81)
+    cell, seq = _ln_cases(rng, np.float64, peephole, clip, projection, ln_carry, True)
+    with emulated_gpu(TINY) as backend:
+        for op, case in (("lstm_cell", cell), ("lstm_sequence", seq)):
+            f, vjp, args, names = _ln_pair(backend, op, case)
+            report = check_vjp(f, vjp, args, names=names, seed=4)
+            # (No absolute bound as above: through the norms the difference quotients
+            # themselves are off by up to ~4e-7 here, the reference's exactly as much.)
+            assert report.passed, f"\n{op}\n{report}"
+
+
+def _run_ln(backend, dtype):
+    """Both LN ops with every option on fixed ragged cases; all outputs, flattened."""
+    rng = np.random.default_rng(82)
+    outputs = []
+    for ln_carry in ("raw", "normalized"):
+        cell, seq = _ln_cases(rng, dtype, True, True, True, ln_carry, True)
+        for op, case in (("lstm_cell", cell), ("lstm_sequence", seq)):
+            result = forward(backend, op, case)
+            up = _ln_upstream(np.random.default_rng(83), dtype, op, result)
+            grads = grad(backend, op, case, result, **up)
+            outputs += [a for _, a in (*_flat_fields(result), *_flat_fields(grads))]
+    return outputs
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_layer_norm_does_not_depend_on_launch_shape_or_thread_order(dtype):
+    """As for the plain cells: the row kernels' results bit for bit, the column sums (bias,
+    peephole and norm parameter gradients) up to their summation order."""
+    runs = []
+    for policy, reverse in ((_kernels.DEFAULT_POLICY, False), (TINY, False), (TINY, True)):
+        with emulated_gpu(policy, reverse) as backend:
+            runs.append(_run_ln(backend, dtype))
+    for a, b, c in zip(*runs):
+        if a is None:
+            continue
+        assert not np.isnan(a).any()
+        np.testing.assert_array_equal(b, c)
+        if a.ndim == 1:
+            np.testing.assert_allclose(b.astype(np.float64), a, rtol=16 * np.finfo(dtype).eps,
+                                       atol=16 * np.finfo(dtype).eps)
+        else:
+            np.testing.assert_array_equal(a, b)
+
+
+def test_layer_norm_never_reads_padding_nor_modifies_inputs():
+    rng = np.random.default_rng(84)
+    _, case = _ln_cases(rng, np.float64, True, False, False, "normalized", False)
+    lengths = np.array([4, 0, 1, 3])
+    past = np.arange(4)[:, None] >= lengths
+    zero, poisoned = case["x"].copy(), case["x"].copy()
+    zero[past] = 0.0
+    poisoned[past] = np.resize([np.nan, np.inf, -np.inf], (int(past.sum()), 3))
+    runs = []
+    with emulated_gpu() as backend:
+        for x in (zero, poisoned):
+            padded = {**case, "x": x, "seq_len": lengths}
+            before = {k: v.copy() for k, v in padded.items() if isinstance(v, np.ndarray)}
+            before.update({f"layer_norm.{k}": v.copy()
+                           for k, v in case["layer_norm"]._asdict().items()})
+            seq = forward(backend, "lstm_sequence", padded)
+            grads = grad(backend, "lstm_sequence", padded, seq, d_h=np.ones_like(seq.h),
+                         d_h_final=np.ones_like(seq.h_final))
+            runs.append([a for _, a in (*_flat_fields(seq), *_flat_fields(grads))])
+            after = {**padded, **{f"layer_norm.{k}": v
+                                  for k, v in case["layer_norm"]._asdict().items()}}
+            for k, v in before.items():
+                np.testing.assert_array_equal(after[k], v, err_msg=k)
+    for want, got in zip(*runs):
+        if want is not None:
+            np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(runs[0][7][1], case["cs0"][1])  # cs_final, length 0
+
+
+def test_layer_norm_empty_sizes():
+    rng = np.random.default_rng(85)
+    with emulated_gpu() as backend:
+        for steps, batch, n_in, proj in ((0, 3, 2, None), (3, 0, 2, None), (2, 3, 0, None),
+                                         (0, 0, 2, 3), (3, 2, 2, 3)):
+            case = lstm_sequence_case(rng, steps=steps, batch=batch, input_size=n_in, hidden=4,
+                                      peephole=True, layer_norm=True, proj_size=proj)
+            width = 4 if proj is None else proj
+            seq = forward(backend, "lstm_sequence", case)
+            assert seq.h.shape == (steps, batch, width) and seq.cs.shape == (steps, batch, 4)
+            up = {"d_h_final": np.ones((batch, width)), "d_cs_final": np.ones((batch, 4))}
+            grads = grad(backend, "lstm_sequence", case, seq, **up)
+            expected = grad(reference, "lstm_sequence", case, seq, **up)
+            for (field, got), (_, want) in zip(_flat_fields(grads), _flat_fields(expected)):
+                if want is not None:
+                    assert got.shape == want.shape, field
+                    np.testing.assert_allclose(got, want, atol=1e-12, err_msg=field)

@@ -14,6 +14,9 @@ device). ``benchmarks/gpu_check.sh`` runs it on a GPU machine.
 - Bad input (NumPy mixed with CuPy, NumPy float16), purity (inputs never modified, results
   never alias them), layouts, empty sizes, extreme pre-activations, the clip boundary.
 - The device and the host emulation of the same kernels agree (when a C++ compiler exists).
+- The layer-normalised LSTM (its own section): agreement on a grid of its options, both
+  carries, the three dtypes (against the reference in long double on the host), finite
+  differences, and device against host emulation.
 """
 
 import numpy as np
@@ -585,3 +588,161 @@ def test_lstm_projection_agrees_with_reference(dtype, ragged, clip_grad):
     expected = backend_calls.grad(reference, "lstm_sequence", case64, as64(seq), **up64(up),
                                   clip_grad=clip_grad)
     assert_close(grads, expected, dtype, "gradient ")
+
+
+# --------------------------------------------------------------------------------------
+# The layer-normalised LSTM (docs/spec.md §9.2)
+#
+# As in tests/test_cuda_emulation.py (see there): a layer norm amplifies rounding errors,
+# so the device is compared with the reference in NumPy long double on the host ("exact"),
+# allowing 16 eps(dtype) (1 + max |exact|) plus 4 times the output's sensitivity at the
+# dtype's rounding level (the float64 reference on inputs perturbed by eps(dtype)).
+
+LN_OPTIONS = [  # (peephole, clip, projection)
+    (False, False, False), (True, False, False), (False, True, False), (False, False, True),
+    (True, True, True)]
+
+
+def _map_arrays(value, function):
+    """``value`` (an array, None, a result or a case dict) with ``function`` applied to
+    every float array in it (CuPy arrays moved to the host first)."""
+    if isinstance(value, dict):
+        return {k: _map_arrays(v, function) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return type(value)(*(_map_arrays(v, function) for v in value))
+    if isinstance(value, cp.ndarray):
+        value = value.get()
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        return function(value)
+    return value
+
+
+def _ln_case(case, dtype):
+    """An LN case (NumPy) with its float arrays, the norm's too, cast to ``dtype``."""
+    return _map_arrays(case, lambda a: a.astype(dtype))
+
+
+def _perturbed(dtype, draw):
+    """``a`` in float64 times ``1 + eps(dtype)·u``, u in {-1, 0, 1} (draw 0: unperturbed)."""
+    rng = np.random.default_rng(draw)
+    eps = np.finfo(dtype).eps if draw else 0.0
+    return lambda a: a.astype(np.float64) * (1 + eps * rng.integers(-1, 2, a.shape))
+
+
+def _ln_fields(result, prefix=""):
+    for field, value in zip(result._fields, result):
+        if isinstance(value, gc.LSTMNorm):
+            yield from _ln_fields(value, f"{prefix}{field}.")
+        else:
+            yield prefix + field, value
+
+
+def _assert_close_ln(actual, run_reference, dtype, what=""):
+    """``actual`` (CuPy) against ``run_reference(function)``, the reference on its inputs
+    mapped by ``function``, to the tolerance above."""
+    exact = run_reference(lambda a: a.astype(np.longdouble))
+    runs = [run_reference(_perturbed(dtype, draw)) for draw in range(4)]
+    tolerance = 16 * np.finfo(dtype).eps
+    for (field, a), (_, e), *others in zip(_ln_fields(actual), _ln_fields(exact),
+                                           *(_ln_fields(r) for r in runs)):
+        if e is None:
+            assert a is None, f"{what}{field}"
+            continue
+        assert isinstance(a, cp.ndarray), f"{what}{field}: {type(a).__name__}"
+        assert a.dtype == np.dtype(dtype) and a.shape == e.shape, f"{what}{field}"
+        if e.size == 0:
+            continue
+        a = a.get().astype(np.longdouble)
+        error = np.max(np.abs(a - e))
+        sensitivity = max(np.max(np.abs(o.astype(np.longdouble) - e)) for _, o in others)
+        allowed = tolerance * (1 + np.max(np.abs(e))) + 4 * sensitivity
+        assert np.all(np.isfinite(a)) and error <= allowed, (
+            f"{what}{field}: max error {float(error):.3g} "
+            f"({float(error) / np.finfo(dtype).eps:.1f} eps, allowed {float(allowed):.3g})")
+
+
+def _check_ln_on_device(rng, op, case, dtype):
+    """One LN op on the device, forward and both gradient modes, against the reference."""
+    from gradcells import reference
+
+    case = _ln_case(case, dtype)
+    on_device = on_library(case, "cupy")
+    result = backend_calls.forward(gradcells.gpu, op, on_device)
+    _assert_close_ln(result, lambda f: backend_calls.forward(reference, op,
+                                                             _map_arrays(case, f)),
+                     dtype, f"{op} forward ")
+    fields = ("h", "cs") if op == "lstm_cell" else ("h", "cs", "h_final", "cs_final")
+    up = {f"d_{k}": rng.standard_normal(getattr(result, k).shape).astype(dtype)
+          for k in fields}
+    for clip_grad in ("exact", "straight_through"):
+        grads = backend_calls.grad(gradcells.gpu, op, on_device, result,
+                                   **{k: cp.asarray(v) for k, v in up.items()},
+                                   clip_grad=clip_grad)
+        assert isinstance(grads.layer_norm, gc.LSTMNorm)
+
+        def expected(f, clip_grad=clip_grad):  # the reference at the device's forward
+            return backend_calls.grad(reference, op, _map_arrays(case, f),
+                                      _map_arrays(result, f), **_map_arrays(up, f),
+                                      clip_grad=clip_grad)
+
+        _assert_close_ln(grads, expected, dtype, f"{op} gradient ({clip_grad}) ")
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("ln_carry", ["raw", "normalized"])
+@pytest.mark.parametrize("peephole, clip, projection", LN_OPTIONS)
+@pytest.mark.parametrize("ragged", [False, True])
+def test_layer_norm_lstm_agrees_with_reference(dtype, ln_carry, peephole, clip, projection,
+                                               ragged):
+    rng = np.random.default_rng(90)
+    options = {"peephole": peephole, "clip": clip, "layer_norm": True, "ln_carry": ln_carry}
+    if projection:
+        options.update(proj_size=3, proj_clip=True)
+    _check_ln_on_device(rng, "lstm_cell", lstm_cell_case(rng, batch=4, hidden=5, **options),
+                        dtype)
+    _check_ln_on_device(rng, "lstm_sequence",
+                        lstm_sequence_case(rng, steps=4, batch=4, input_size=3, hidden=5,
+                                           ragged=ragged, **options), dtype)
+
+
+@pytest.mark.parametrize("op", ["lstm_cell", "lstm_sequence"])
+@pytest.mark.parametrize("ln_carry", ["raw", "normalized"])
+@pytest.mark.parametrize("everything", [False, True])
+def test_layer_norm_gradients_match_finite_differences(op, ln_carry, everything):
+    rng = np.random.default_rng(91)
+    options = {"layer_norm": True, "ln_carry": ln_carry}
+    if everything:
+        options.update(peephole=True, clip=True, proj_size=3, proj_clip=True)
+    case = (lstm_cell_case(rng, **options) if op == "lstm_cell" else
+            lstm_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=3, ragged=True,
+                               **options))
+    report = vjp_check(op, on_library(case, "cupy"), backend="gpu")
+    assert report.passed, f"\n{report}"
+
+
+def test_layer_norm_device_and_host_emulation_agree():
+    cuda_host = pytest.importorskip("cuda_host")
+    if cuda_host.compiler() is None:
+        pytest.skip("no C++ compiler for the host emulation")
+    rng = np.random.default_rng(92)
+    gpu = gradcells.gpu
+    cases = [lstm_sequence_case(rng, peephole=True, clip=True, ragged=True, layer_norm=True,
+                                ln_carry=carry, proj_size=3, proj_clip=True)
+             for carry in ("raw", "normalized")]
+
+    def run(case):
+        seq = backend_calls.forward(gpu, "lstm_sequence", case)
+        xp = cp if isinstance(case["x"], cp.ndarray) else np
+        grads = backend_calls.grad(gpu, "lstm_sequence", case, seq, d_h=xp.ones_like(seq.h),
+                                   d_cs=xp.ones_like(seq.cs))
+        return [a for _, a in (*_ln_fields(seq), *_ln_fields(grads)) if a is not None]
+
+    device = [a for case in cases for a in run(on_library(case, "cupy"))]
+    saved = _launch.use_runtime(cuda_host.HostRuntime())
+    try:
+        host = [a for case in cases for a in run(case)]
+    finally:
+        _launch.use_runtime(saved)
+    for a, b in zip(device, host):
+        np.testing.assert_allclose(a.get(), b, rtol=64 * np.finfo(np.float64).eps,
+                                   atol=64 * np.finfo(np.float64).eps)

@@ -3,7 +3,8 @@
 The kernels are the ``.cu`` files beside this module (``lstm.cu``, ``gru.cu``, ``rnn.cu``:
 one fused elementwise kernel per cell step forward, one for its gate gradients;
 ``reduce.cu``: a deterministic column-sum kernel for the bias and peephole gradients;
-``common.cuh``), compiled by NVRTC through CuPy on first use, for float32, float64 and
+``common.cuh``; the layer-normalised LSTM adds row kernels, one thread per row, for its
+norms), compiled by NVRTC through CuPy on first use, for float32, float64 and
 float16 (float16 storage, float32 arithmetic). Matmuls are CuPy's (cuBLAS).
 
 One module per cell, with the backend protocol's names and signatures

@@ -97,6 +97,29 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
         int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
         long long step, long long n_steps, long long batch, long long hidden,
         T* d_gates, T* dcs_prev, T* peephole_terms"""),
+    _kernel("layer_norm_rows", "lstm.cu", ("T",), """
+        const T* z, const T* gamma, const T* beta, A epsilon, long long rows, long long cols,
+        T* y"""),
+    _kernel("layer_norm_grad_rows", "lstm.cu", ("T",), """
+        const T* dy, const T* z, const T* gamma, A epsilon, long long rows, long long cols,
+        T* dz, T* dgamma_terms"""),
+    _kernel("lstm_forward_ln", "lstm.cu", ("T",), """
+        const T* gx, const T* gh, const T* b, const T* cs_prev,
+        const T* wci, const T* wcf, const T* wco, const T* gamma_c, const T* beta_c,
+        const int* seq_len, A forget_bias, A cell_clip, A epsilon, int use_peephole,
+        int use_clip, int use_seq_len, int carry_normalized,
+        long long step, long long batch, long long hidden,
+        T* i, T* cs, T* f, T* o, T* ci, T* co, T* h,
+        T* cs_state, T* h_state"""),
+    _kernel("lstm_backward_ln", "lstm.cu", ("T",), """
+        const T* cs_prev, const T* i, const T* cs, const T* f, const T* o, const T* ci,
+        const T* co, const T* wci, const T* wcf, const T* wco, const T* gamma_c,
+        const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
+        const T* d_h_final, const T* d_cs_final, const int* seq_len,
+        A cell_clip, A epsilon, int use_peephole, int use_clip, int mask_clip,
+        int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
+        int carry_normalized, long long step, long long n_steps, long long batch,
+        long long hidden, T* d_gates, T* dcs_prev, T* peephole_terms, T* norm_terms"""),
     _kernel("gru_gates", "gru.cu", ("T",), """
         const T* gx_ru, long long ld_gx_ru, const T* gh_ru, long long ld_gh_ru, const T* b_ru,
         const T* h_prev, const int* seq_len, int use_seq_len,

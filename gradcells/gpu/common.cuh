@@ -81,6 +81,9 @@ __device__ __forceinline__ float gc_tanh(float z) { return tanhf(z); }
 __device__ __forceinline__ double gc_tanh(double z) { return tanh(z); }
 __device__ __forceinline__ float gc_sigmoid(float z) { return 0.5f * tanhf(0.5f * z) + 0.5f; }
 __device__ __forceinline__ double gc_sigmoid(double z) { return 0.5 * tanh(0.5 * z) + 0.5; }
+// Correctly rounded square roots (no fast math): the layer norms' deviations.
+__device__ __forceinline__ float gc_sqrt(float a) { return sqrtf(a); }
+__device__ __forceinline__ double gc_sqrt(double a) { return sqrt(a); }
 __device__ __forceinline__ float gc_abs(float a) { return fabsf(a); }
 __device__ __forceinline__ double gc_abs(double a) { return fabs(a); }
 

@@ -1,6 +1,7 @@
 // LSTM block cell, one time step per launch: the fused elementwise forward and backward.
 // Gate order i, ci, f, o (TensorFlow's "icfo"); all [B, H] arrays C-contiguous; one thread
-// per element k = b*H + j of a [B, H] array, in a grid-stride loop.
+// per element k = b*H + j of a [B, H] array, in a grid-stride loop. The layer-normalised
+// LSTM's kernels (at the end of the file) give one thread a whole row instead.
 //
 // T is the storage type (float, double or gc_half); A the arithmetic type (float for
 // gc_half). The parameter lists are mirrored, in order, by gradcells/gpu/_kernels.py,
@@ -207,5 +208,387 @@ GC_KERNEL void lstm_backward(
             has_d_cs, has_d_h_final, has_d_cs_final, use_seq_len, step, n_steps,
             (unsigned long long)n, (unsigned long long)hidden, d_gates, dcs_prev,
             peephole_terms);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The layer-normalised LSTM (docs/spec.md, section 9.2). A layer norm reduces over a whole row (the
+// 4H gate columns, or the H cell columns), and the kernels must not let threads talk (no
+// shared memory, no shuffles: see common.cuh), so each kernel below gives ONE THREAD A WHOLE
+// ROW and loops over its columns: two passes for the mean and the (biased, centred)
+// variance, accumulated in the arithmetic type A, then the pass that writes. Such a launch
+// has only B (or T*B) threads instead of B*H; the price is parallelism on small batches
+// (a real GPU would want a warp or a block per row), in exchange for results that do not
+// depend on launch shape or thread order and run unchanged in the host emulation.
+//
+//   LN(z) = gamma*(z - mean)*r + beta,   r = 1/sqrt(var + epsilon)
+
+// The mean and r of the row z[0 .. cols) (the mean over max(cols, 1) columns).
+template <class T, class A, class Index>
+__device__ __forceinline__ void gc_row_stats(const T* z, Index cols, A epsilon, A* mean, A* r)
+{
+    const A count = (A)(cols > 0 ? cols : 1);
+    A sum = (A)0;
+    for (Index j = 0; j < cols; ++j) sum = sum + gc_load(z[j]);
+    const A mu = sum / count;
+    A squares = (A)0;
+    for (Index j = 0; j < cols; ++j) {
+        const A c = gc_load(z[j]) - mu;
+        squares = gc_fma(c, c, squares);
+    }
+    *mean = mu;
+    *r = (A)1 / gc_sqrt(squares / count + epsilon);
+}
+
+// y = LN(z; gamma, beta) over each row of a C-contiguous [rows, cols] array: the gate norms
+// of x@W_x (every step at once) and of h_prev@W_h (one step). One thread per row.
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void layer_norm_rows(
+    const T* z, const T* gamma, const T* beta, A epsilon, long long rows, long long cols,
+    T* y)
+{
+    for (long long row = gc_first_x<long long>(); row < rows; row += gc_stride_x<long long>()) {
+        const T* zr = z + row * cols;
+        A mean, r;
+        gc_row_stats<T, A, long long>(zr, cols, epsilon, &mean, &r);
+        for (long long j = 0; j < cols; ++j) {
+            const A z_hat = (gc_load(zr[j]) - mean) * r;
+            y[row * cols + j] = gc_store<T>::from(
+                gc_fma(gc_load(gamma[j]), z_hat, gc_load(beta[j])));
+        }
+    }
+}
+
+// The layer norm's backward over each row, from dy = dL/dLN(z) and the raw z (its mean and
+// r recomputed as the forward computed them), with g = dy*gamma:
+//   dz = r*(g - mean(g) - z_hat*mean(g*z_hat))        dgamma_terms = dy*z_hat
+// (column sums of dgamma_terms give dgamma; dbeta is the column sum of dy itself). For the
+// gate norms dy is dG: of every step after the backward loop (x part) or of one step inside
+// it (h part). One thread per row.
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void layer_norm_grad_rows(
+    const T* dy, const T* z, const T* gamma, A epsilon, long long rows, long long cols,
+    T* dz, T* dgamma_terms)
+{
+    const A count = (A)(cols > 0 ? cols : 1);
+    for (long long row = gc_first_x<long long>(); row < rows; row += gc_stride_x<long long>()) {
+        const T* zr = z + row * cols;
+        const T* dyr = dy + row * cols;
+        A mean, r;
+        gc_row_stats<T, A, long long>(zr, cols, epsilon, &mean, &r);
+        A sum_g = (A)0, sum_gz = (A)0;
+        for (long long j = 0; j < cols; ++j) {
+            const A g = gc_load(dyr[j]) * gc_load(gamma[j]);
+            sum_g = sum_g + g;
+            sum_gz = gc_fma(g, (gc_load(zr[j]) - mean) * r, sum_gz);
+        }
+        const A mean_g = sum_g / count, mean_gz = sum_gz / count;
+        for (long long j = 0; j < cols; ++j) {
+            const A d = gc_load(dyr[j]);
+            const A z_hat = (gc_load(zr[j]) - mean) * r;
+            const A g = d * gc_load(gamma[j]);
+            dz[row * cols + j] = gc_store<T>::from(r * (g - mean_g - z_hat * mean_gz));
+            dgamma_terms[row * cols + j] = gc_store<T>::from(d * z_hat);
+        }
+    }
+}
+
+// The clipped cell value c~ = clip(i*ci + f*cs_prev) of one element, rounded to T: the
+// forward forms it from the rounded gates it stores, and the backward recomputes it from
+// them with the same fma, bit for bit (so its mean and r are the forward's too).
+template <class T, class A>
+__device__ __forceinline__ A gc_lstm_c_tilde(A i, A ci, A f, A c_prev, int use_clip, A cell_clip)
+{
+    A c = gc_fma(i, ci, f * c_prev);
+    if (use_clip) c = gc_clip(c, cell_clip);
+    return gc_rounded<T>(c);
+}
+
+// The step of the layer-normalised cell, ONE THREAD PER ROW b (see above); gx and gh are
+// the gate norms' outputs LN(x@W_x) and LN(h_prev@W_h) ([B, 4H], layer_norm_rows):
+//   pre = gx + gh + b;   i, ci, f as lstm_forward;   c~ = clip(i*ci + f*cs_prev)
+//   n  = LN(c~; gamma_c, beta_c);   co = tanh(n)
+//   cs = c~ (carry_normalized = 0, "raw") or n (1, "normalized");   o = sigmoid(pre_o + cs*wco)
+//   h  = o*co
+// Pass 1 writes i, ci, f and sums c~; pass 2 the variance; pass 3 the rest. Lengths,
+// cs_state and h_state as lstm_forward (cs_state may be cs_prev: each element is read by the
+// row's thread before that thread writes it).
+template <class T, class A, class Index>
+__device__ __forceinline__ void lstm_forward_ln_body(
+    const T* gx, const T* gh, const T* b, const T* cs_prev,
+    const T* wci, const T* wcf, const T* wco, const T* gamma_c, const T* beta_c,
+    const int* seq_len, A forget_bias, A cell_clip, A epsilon, int use_peephole,
+    int use_clip, int use_seq_len, int carry_normalized, long long step, Index batch,
+    Index hidden, T* i_out, T* cs_out, T* f_out, T* o_out, T* ci_out, T* co_out, T* h_out,
+    T* cs_state, T* h_state)
+{
+    const T zero = gc_store<T>::from((A)0);
+    const A count = (A)(hidden > 0 ? hidden : 1);
+    for (Index row = gc_first_x<Index>(); row < batch; row += gc_stride_x<Index>()) {
+        const Index base = row * hidden;
+        if (use_seq_len && step >= (long long)seq_len[row]) {
+            for (Index k = base; k < base + hidden; ++k) {
+                i_out[k] = zero; cs_out[k] = zero; f_out[k] = zero; o_out[k] = zero;
+                ci_out[k] = zero; co_out[k] = zero; h_out[k] = zero;
+            }
+            continue;
+        }
+        A sum = (A)0;
+        for (Index col = 0; col < hidden; ++col) {
+            const Index k = base + col;
+            const Index g = row * 4 * hidden + col;
+            const A c_prev = gc_load(cs_prev[k]);
+            A pre_i = gc_load(gx[g]) + gc_load(gh[g]) + gc_load(b[col]);
+            A pre_c = gc_load(gx[g + hidden]) + gc_load(gh[g + hidden])
+                      + gc_load(b[col + hidden]);
+            A pre_f = gc_load(gx[g + 2 * hidden]) + gc_load(gh[g + 2 * hidden])
+                      + gc_load(b[col + 2 * hidden]) + forget_bias;
+            if (use_peephole) {
+                pre_i = pre_i + c_prev * gc_load(wci[col]);
+                pre_f = pre_f + c_prev * gc_load(wcf[col]);
+            }
+            const A i = gc_rounded<T>(gc_sigmoid(pre_i));
+            const A ci = gc_rounded<T>(gc_tanh(pre_c));
+            const A f = gc_rounded<T>(gc_sigmoid(pre_f));
+            i_out[k] = gc_store<T>::from(i);
+            ci_out[k] = gc_store<T>::from(ci);
+            f_out[k] = gc_store<T>::from(f);
+            sum = sum + gc_lstm_c_tilde<T, A>(i, ci, f, c_prev, use_clip, cell_clip);
+        }
+        // The stored gates are reloaded: c~ below is pass 1's, bit for bit.
+        const A mean = sum / count;
+        A squares = (A)0;
+        for (Index k = base; k < base + hidden; ++k) {
+            const A c = gc_lstm_c_tilde<T, A>(gc_load(i_out[k]), gc_load(ci_out[k]),
+                                              gc_load(f_out[k]), gc_load(cs_prev[k]),
+                                              use_clip, cell_clip) - mean;
+            squares = gc_fma(c, c, squares);
+        }
+        const A r = (A)1 / gc_sqrt(squares / count + epsilon);
+        for (Index col = 0; col < hidden; ++col) {
+            const Index k = base + col;
+            const Index g = row * 4 * hidden + col;
+            const A c_tilde = gc_lstm_c_tilde<T, A>(gc_load(i_out[k]), gc_load(ci_out[k]),
+                                                    gc_load(f_out[k]), gc_load(cs_prev[k]),
+                                                    use_clip, cell_clip);
+            const A n = gc_rounded<T>(
+                gc_fma(gc_load(gamma_c[col]), (c_tilde - mean) * r, gc_load(beta_c[col])));
+            const A co = gc_rounded<T>(gc_tanh(n));
+            const A cs = carry_normalized ? n : c_tilde;
+            A pre_o = gc_load(gx[g + 3 * hidden]) + gc_load(gh[g + 3 * hidden])
+                      + gc_load(b[col + 3 * hidden]);
+            if (use_peephole) pre_o = pre_o + cs * gc_load(wco[col]);
+            const A o = gc_rounded<T>(gc_sigmoid(pre_o));
+            const A h = o * co;
+            cs_out[k] = gc_store<T>::from(cs);
+            o_out[k] = gc_store<T>::from(o);
+            co_out[k] = gc_store<T>::from(co);
+            h_out[k] = gc_store<T>::from(h);
+            if (use_seq_len) {
+                cs_state[k] = gc_store<T>::from(cs);
+                h_state[k] = gc_store<T>::from(h);
+            }
+        }
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void lstm_forward_ln(
+    const T* gx, const T* gh, const T* b, const T* cs_prev,
+    const T* wci, const T* wcf, const T* wco, const T* gamma_c, const T* beta_c,
+    const int* seq_len, A forget_bias, A cell_clip, A epsilon, int use_peephole,
+    int use_clip, int use_seq_len, int carry_normalized,
+    long long step, long long batch, long long hidden,
+    T* i, T* cs, T* f, T* o, T* ci, T* co, T* h,
+    T* cs_state, T* h_state)
+{
+    if (batch * hidden <= GC_UINT32_SAFE_COUNT) {
+        lstm_forward_ln_body<T, A, unsigned int>(
+            gx, gh, b, cs_prev, wci, wcf, wco, gamma_c, beta_c, seq_len, forget_bias,
+            cell_clip, epsilon, use_peephole, use_clip, use_seq_len, carry_normalized, step,
+            (unsigned int)batch, (unsigned int)hidden, i, cs, f, o, ci, co, h, cs_state,
+            h_state);
+    } else {
+        lstm_forward_ln_body<T, A, unsigned long long>(
+            gx, gh, b, cs_prev, wci, wcf, wco, gamma_c, beta_c, seq_len, forget_bias,
+            cell_clip, epsilon, use_peephole, use_clip, use_seq_len, carry_normalized, step,
+            (unsigned long long)batch, (unsigned long long)hidden, i, cs, f, o, ci, co, h,
+            cs_state, h_state);
+    }
+}
+
+// What the backward of the layer-normalised step needs of one element before the cell
+// norm: do, the gradient dn of n = LN(c~) and the carried state's gradient dcs_c.
+template <class A>
+struct gc_lstm_ln_up {
+    A d_o, dn, dcs_c;
+};
+
+template <class T, class A, class Index>
+__device__ __forceinline__ gc_lstm_ln_up<A> gc_lstm_ln_upstream(
+    Index k, Index col, const T* o_in, const T* co_in, const T* wco,
+    const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next, const T* d_h_final,
+    const T* d_cs_final, int use_peephole, int has_d_h, int has_d_cs, int has_d_h_final,
+    int has_d_cs_final, int last, int carry_normalized)
+{
+    A dh = has_d_h ? gc_load(d_h[k]) : (A)0;
+    A dcs_up = has_d_cs ? gc_load(d_cs[k]) : (A)0;
+    if (last) {
+        if (has_d_h_final) dh = dh + gc_load(d_h_final[k]);
+        if (has_d_cs_final) dcs_up = dcs_up + gc_load(d_cs_final[k]);
+    } else {
+        dh = dh + gc_load(dh_next[k]);
+        dcs_up = dcs_up + gc_load(dcs_next[k]);
+    }
+    const A o = gc_load(o_in[k]);
+    const A co = gc_load(co_in[k]);
+    gc_lstm_ln_up<A> up;
+    up.d_o = dh * co * o * ((A)1 - o);
+    up.dcs_c = use_peephole ? dcs_up + up.d_o * gc_load(wco[col]) : dcs_up;
+    const A dco = dh * o * ((A)1 - co * co);
+    up.dn = carry_normalized ? dco + up.dcs_c : dco;
+    return up;
+}
+
+// Backward of the layer-normalised step, ONE THREAD PER ROW b (see above), from the saved
+// outputs; upstream gradients, lengths and the carries as lstm_backward:
+//   do = dh*co*o(1-o);   dcs_c = dcs_up + do*wco          (the carried cs's gradient)
+//   dn = dh*o*(1-co^2)  (+ dcs_c when carry_normalized)
+//   dc~ = r*(g - mean(g) - c_hat*mean(g*c_hat)), g = dn*gamma_c  (+ dcs_c when raw)
+//   dc~ = 0 where |i*ci + f*cs_prev| > cell_clip                 (mask_clip)
+//   di, dci, df, d_gates, dcs_prev and peephole_terms from dc~ as lstm_backward
+//   norm_terms = [dn*c_hat, dn] ([B, 2H]; column sums: dgamma_c, dbeta_c)
+// c~, its mean and r are recomputed from the saved gates (use_clip: c~ is clipped).
+// Pass 1 and 2: mean and r; pass 3: the sums of g and g*c_hat; pass 4 writes. dcs_prev may
+// be dcs_next (each element read by the row's thread before it writes it).
+template <class T, class A, class Index>
+__device__ __forceinline__ void lstm_backward_ln_body(
+    const T* cs_prev, const T* i_in, const T* cs_in, const T* f_in, const T* o_in,
+    const T* ci_in, const T* co_in, const T* wci, const T* wcf, const T* wco,
+    const T* gamma_c, const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
+    const T* d_h_final, const T* d_cs_final, const int* seq_len,
+    A cell_clip, A epsilon, int use_peephole, int use_clip, int mask_clip,
+    int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
+    int carry_normalized, long long step, long long n_steps, Index batch, Index hidden,
+    T* d_gates, T* dcs_prev, T* peephole_terms, T* norm_terms)
+{
+    const A zero = (A)0;
+    const A one = (A)1;
+    const A count = (A)(hidden > 0 ? hidden : 1);
+    for (Index row = gc_first_x<Index>(); row < batch; row += gc_stride_x<Index>()) {
+        const Index base = row * hidden;
+        const long long length = use_seq_len ? (long long)seq_len[row] : n_steps;
+        if (step >= length) {
+            const T z = gc_store<T>::from(zero);
+            for (Index col = 0; col < hidden; ++col) {
+                const Index k = base + col;
+                const Index g = row * 4 * hidden + col;
+                const Index p = row * 3 * hidden + col;
+                d_gates[g] = z; d_gates[g + hidden] = z;
+                d_gates[g + 2 * hidden] = z; d_gates[g + 3 * hidden] = z;
+                if (use_peephole) {
+                    peephole_terms[p] = z; peephole_terms[p + hidden] = z;
+                    peephole_terms[p + 2 * hidden] = z;
+                }
+                norm_terms[row * 2 * hidden + col] = z;
+                norm_terms[row * 2 * hidden + hidden + col] = z;
+                dcs_prev[k] = has_d_cs_final ? d_cs_final[k] : z;
+            }
+            continue;
+        }
+        const int last = step + 1 >= length;
+        A sum = zero;
+        for (Index k = base; k < base + hidden; ++k)
+            sum = sum + gc_lstm_c_tilde<T, A>(gc_load(i_in[k]), gc_load(ci_in[k]),
+                                              gc_load(f_in[k]), gc_load(cs_prev[k]),
+                                              use_clip, cell_clip);
+        const A mean = sum / count;
+        A squares = zero;
+        for (Index k = base; k < base + hidden; ++k) {
+            const A c = gc_lstm_c_tilde<T, A>(gc_load(i_in[k]), gc_load(ci_in[k]),
+                                              gc_load(f_in[k]), gc_load(cs_prev[k]),
+                                              use_clip, cell_clip) - mean;
+            squares = gc_fma(c, c, squares);
+        }
+        const A r = one / gc_sqrt(squares / count + epsilon);
+        A sum_g = zero, sum_gc = zero;
+        for (Index col = 0; col < hidden; ++col) {
+            const Index k = base + col;
+            const gc_lstm_ln_up<A> up = gc_lstm_ln_upstream<T, A, Index>(
+                k, col, o_in, co_in, wco, d_h, d_cs, dh_next, dcs_next, d_h_final,
+                d_cs_final, use_peephole, has_d_h, has_d_cs, has_d_h_final, has_d_cs_final,
+                last, carry_normalized);
+            const A c_hat = (gc_lstm_c_tilde<T, A>(gc_load(i_in[k]), gc_load(ci_in[k]),
+                                                   gc_load(f_in[k]), gc_load(cs_prev[k]),
+                                                   use_clip, cell_clip) - mean) * r;
+            const A g = up.dn * gc_load(gamma_c[col]);
+            sum_g = sum_g + g;
+            sum_gc = gc_fma(g, c_hat, sum_gc);
+        }
+        const A mean_g = sum_g / count, mean_gc = sum_gc / count;
+        for (Index col = 0; col < hidden; ++col) {
+            const Index k = base + col;
+            const Index g_at = row * 4 * hidden + col;
+            const Index p = row * 3 * hidden + col;
+            const gc_lstm_ln_up<A> up = gc_lstm_ln_upstream<T, A, Index>(
+                k, col, o_in, co_in, wco, d_h, d_cs, dh_next, dcs_next, d_h_final,
+                d_cs_final, use_peephole, has_d_h, has_d_cs, has_d_h_final, has_d_cs_final,
+                last, carry_normalized);
+            const A c_prev = gc_load(cs_prev[k]);
+            const A i = gc_load(i_in[k]);
+            const A f = gc_load(f_in[k]);
+            const A ci = gc_load(ci_in[k]);
+            const A c_hat = (gc_lstm_c_tilde<T, A>(i, ci, f, c_prev, use_clip, cell_clip)
+                             - mean) * r;
+            const A g = up.dn * gc_load(gamma_c[col]);
+            A dcs = r * (g - mean_g - c_hat * mean_gc);
+            if (!carry_normalized) dcs = dcs + up.dcs_c;
+            if (mask_clip && !(gc_abs(gc_fma(i, ci, f * c_prev)) <= cell_clip)) dcs = zero;
+            const A di = dcs * ci * i * (one - i);
+            const A dci = dcs * i * (one - ci * ci);
+            const A df = dcs * c_prev * f * (one - f);
+            d_gates[g_at] = gc_store<T>::from(di);
+            d_gates[g_at + hidden] = gc_store<T>::from(dci);
+            d_gates[g_at + 2 * hidden] = gc_store<T>::from(df);
+            d_gates[g_at + 3 * hidden] = gc_store<T>::from(up.d_o);
+            A d_prev = dcs * f;
+            if (use_peephole) {
+                d_prev = d_prev + di * gc_load(wci[col]) + df * gc_load(wcf[col]);
+                peephole_terms[p] = gc_store<T>::from(di * c_prev);
+                peephole_terms[p + hidden] = gc_store<T>::from(df * c_prev);
+                peephole_terms[p + 2 * hidden] = gc_store<T>::from(up.d_o * gc_load(cs_in[k]));
+            }
+            norm_terms[row * 2 * hidden + col] = gc_store<T>::from(up.dn * c_hat);
+            norm_terms[row * 2 * hidden + hidden + col] = gc_store<T>::from(up.dn);
+            dcs_prev[k] = gc_store<T>::from(d_prev);
+        }
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void lstm_backward_ln(
+    const T* cs_prev, const T* i, const T* cs, const T* f, const T* o, const T* ci,
+    const T* co, const T* wci, const T* wcf, const T* wco, const T* gamma_c,
+    const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
+    const T* d_h_final, const T* d_cs_final, const int* seq_len,
+    A cell_clip, A epsilon, int use_peephole, int use_clip, int mask_clip,
+    int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
+    int carry_normalized, long long step, long long n_steps, long long batch,
+    long long hidden, T* d_gates, T* dcs_prev, T* peephole_terms, T* norm_terms)
+{
+    if (batch * hidden <= GC_UINT32_SAFE_COUNT) {
+        lstm_backward_ln_body<T, A, unsigned int>(
+            cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, gamma_c, d_h, d_cs, dh_next,
+            dcs_next, d_h_final, d_cs_final, seq_len, cell_clip, epsilon, use_peephole,
+            use_clip, mask_clip, has_d_h, has_d_cs, has_d_h_final, has_d_cs_final,
+            use_seq_len, carry_normalized, step, n_steps, (unsigned int)batch,
+            (unsigned int)hidden, d_gates, dcs_prev, peephole_terms, norm_terms);
+    } else {
+        lstm_backward_ln_body<T, A, unsigned long long>(
+            cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, gamma_c, d_h, d_cs, dh_next,
+            dcs_next, d_h_final, d_cs_final, seq_len, cell_clip, epsilon, use_peephole,
+            use_clip, mask_clip, has_d_h, has_d_cs, has_d_h_final, has_d_cs_final,
+            use_seq_len, carry_normalized, step, n_steps, (unsigned long long)batch,
+            (unsigned long long)hidden, d_gates, dcs_prev, peephole_terms, norm_terms);
     }
 }

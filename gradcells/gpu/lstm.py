@@ -6,12 +6,29 @@ forget bias, peepholes, clip, activations and every output; backward: the gate g
 the clip mask, ``dcs_prev`` and the peephole terms); after the backward loop ``dx`` is one
 matmul and ``dW`` two (x part and h part); the bias and peephole gradients are column sums.
 A cell is the same code with T = 1. Each operation runs on its arguments' device.
+
+The layer-normalised LSTM (docs/spec.md §9.2) keeps that plan: the x part's norm
+``LN(x·W_x)`` is one ``layer_norm_rows`` launch over all T·B rows after the input matmul;
+per step, ``LN(h·W_h)`` is one more launch and the cell step is ``lstm_forward_ln``, which
+also normalises ``c̃``. The backward recomputes ``x·W_x`` and ``h_prev·W_h`` of all steps
+(one matmul each; the results keep only the arrays they keep without a norm) and ``c̃``
+from the saved gates: per step ``lstm_backward_ln`` (the cell norm inside) and one
+``layer_norm_grad_rows`` launch for the recurrent part's norm before ``dz_h·W_hᵀ``; after
+the loop one more over all T·B rows for the x part. A row reduction must not let threads
+talk (the host emulation runs them one after another), so these four kernels give one
+thread a whole row (B or T·B threads, not B·H): see ``lstm.cu``.
 """
 
 from __future__ import annotations
 
 from .._core import plan
-from .._core.types import LSTMCellGrads, LSTMCellState, LSTMSequence, LSTMSequenceGrads
+from .._core.types import (
+    LSTMCellGrads,
+    LSTMCellState,
+    LSTMNorm,
+    LSTMSequence,
+    LSTMSequenceGrads,
+)
 from . import _launch
 from ._launch import Launcher, column_sum, contiguous, matmul
 
@@ -69,6 +86,51 @@ def _peepholes(xp, weights, settings, placeholder):
     return [placeholder] * 3
 
 
+def _step_kernel(name, rt, weights, settings, n_batch, n_hidden):
+    """The step kernel's name and thread count, and its layer-norm arguments as a
+    dict: ``name`` over B·H elements without a layer norm; ``name + "_ln"`` over the B rows
+    (one thread per row: the cell norm reduces over it) with one."""
+    norm = weights.layer_norm
+    if norm is None:
+        return name, n_batch * n_hidden, {}
+    xp = rt.xp
+    extra = {"gamma_c": xp.ascontiguousarray(norm.gamma_c), "epsilon": settings.ln_epsilon,
+             "carry_normalized": settings.ln_carry == "normalized"}
+    if name == "lstm_forward":
+        extra["beta_c"] = xp.ascontiguousarray(norm.beta_c)
+    else:
+        extra["use_clip"] = settings.cell_clip is not None
+    return f"{name}_ln", n_batch if n_hidden else 0, extra
+
+
+def _norm_rows(rt, z, gamma, beta, epsilon):
+    """``LN(z; γ, β)`` over the last axis of ``z`` (``layer_norm_rows``, a thread per row)."""
+    xp = rt.xp
+    z = xp.ascontiguousarray(z)
+    cols = z.shape[-1]
+    rows = z.size // cols if cols else 0
+    y = xp.empty_like(z)
+    Launcher(rt, "layer_norm_rows", z.dtype, rows)(
+        z=z, gamma=xp.ascontiguousarray(gamma), beta=xp.ascontiguousarray(beta),
+        epsilon=epsilon, rows=rows, cols=cols, y=y)
+    return y
+
+
+def _norm_grad_rows(rt, dy, z, gamma, epsilon, dz=None, terms=None):
+    """The layer norm's backward over the last axis (``layer_norm_grad_rows``, a thread per
+    row): ``(dz, dy∘ẑ)``, ``z`` the norm's input (written into ``dz`` and ``terms`` when
+    given: C-contiguous)."""
+    xp = rt.xp
+    cols = z.shape[-1]
+    rows = z.size // cols if cols else 0
+    dz = xp.empty_like(dy) if dz is None else dz
+    terms = xp.empty_like(dy) if terms is None else terms
+    Launcher(rt, "layer_norm_grad_rows", dy.dtype, rows)(
+        dy=dy, z=xp.ascontiguousarray(z), gamma=xp.ascontiguousarray(gamma), epsilon=epsilon,
+        rows=rows, cols=cols, dz=dz, dgamma_terms=terms)
+    return dz, terms
+
+
 def _forward(rt, x, cs0, h0, weights, settings):
     """Every step's outputs (an LSTMCellState of ``[T, B, H]`` arrays) and the final
     ``(cs, h)`` (views of the last step when ``seq_len`` is None)."""
@@ -80,6 +142,9 @@ def _forward(rt, x, cs0, h0, weights, settings):
     dtype = x.dtype
     w_h = weights.w[n_in:]
     x_gates = (plan.flat(x) @ weights.w[:n_in]).reshape(n_steps, n_batch, 4 * n_hidden)
+    norm = weights.layer_norm
+    if norm is not None:
+        x_gates = _norm_rows(rt, x_gates, norm.gamma_x, norm.beta_x, settings.ln_epsilon)
     b = xp.ascontiguousarray(weights.b)
     wci, wcf, wco = _peepholes(xp, weights, settings, b)
     steps = LSTMCellState(*(xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
@@ -94,8 +159,10 @@ def _forward(rt, x, cs0, h0, weights, settings):
         steps = steps._replace(h=xp.empty((n_steps, n_batch, h0.shape[1]), dtype=dtype))
         m_state = xp.empty((n_batch, n_hidden), dtype=dtype)
     cell_clip = settings.cell_clip
+    name, n_threads, extra = _step_kernel("lstm_forward", rt, weights, settings, n_batch,
+                                          n_hidden)
     forward = Launcher(
-        rt, "lstm_forward", dtype, n_batch * n_hidden, b=b, wci=wci, wcf=wcf, wco=wco,
+        rt, name, dtype, n_threads, **extra, b=b, wci=wci, wcf=wcf, wco=wco,
         seq_len=_launch.lengths_argument(xp, lengths), forget_bias=settings.forget_bias,
         cell_clip=0.0 if cell_clip is None else cell_clip, use_peephole=settings.peepholes,
         use_clip=cell_clip is not None, use_seq_len=lengths is not None, batch=n_batch,
@@ -105,7 +172,10 @@ def _forward(rt, x, cs0, h0, weights, settings):
         outputs = dict(zip(LSTMCellState._fields, (a[t] for a in steps)))
         if projection:
             outputs["h"] = m_steps[t]
-        forward(gx=x_gates[t], gh=matmul(xp, h, w_h), cs_prev=cs, step=t, **outputs)
+        gh = matmul(xp, h, w_h)
+        if norm is not None:
+            gh = _norm_rows(rt, gh, norm.gamma_h, norm.beta_h, settings.ln_epsilon)
+        forward(gx=x_gates[t], gh=gh, cs_prev=cs, step=t, **outputs)
         if projection:
             h = _project(xp, m_steps[t], weights.w_proj, settings.proj_clip, lengths, t,
                          steps.h[t], h)
@@ -140,9 +210,12 @@ def _backward(rt, x, cs0, h0, weights, steps, settings, *, d_h, d_cs, d_h_final,
                                                                      d_cs_final))
     proj = None if weights.w_proj is None else _ProjectionGrad(
         xp, weights.w_proj, settings.proj_clip, clip_grad, lengths, steps, d_h, d_h_final)
+    norm = None if weights.layer_norm is None else _NormGrad(
+        rt, x, h0, weights, steps, settings.ln_epsilon)
     d_gates, terms, dcs, dh_recurrent = _backward_steps(
         rt, x, cs0, weights, steps, settings, lengths, d_h=d_h, d_cs=d_cs,
-        d_h_final=d_h_final, d_cs_final=d_cs_final, clip_grad=clip_grad, proj=proj)
+        d_h_final=d_h_final, d_cs_final=d_cs_final, clip_grad=clip_grad, proj=proj,
+        norm=norm)
     if x.shape[0] == 0:
         dcs0 = xp.zeros_like(cs0) if d_cs_final is None else d_cs_final.copy()
         dh0 = (xp.zeros_like(cs0) if proj is None else xp.zeros(h0.shape, dtype=x.dtype)
@@ -151,18 +224,24 @@ def _backward(rt, x, cs0, h0, weights, steps, settings, *, d_h, d_cs, d_h_final,
         dcs0, dh0 = dcs, dh_recurrent
         if lengths is not None and d_h_final is not None:  # rows that never ran
             dh0 = dh0 + xp.where((lengths == 0)[:, None], d_h_final, xp.zeros_like(d_h_final))
+    dz_x = dz_h = d_gates
+    if norm is not None:
+        dz_x, dz_h = norm.input_grad(d_gates), norm.dz_h
     dx, dw, db, dwci, dwcf, dwco = _input_and_weight_grads(rt, x, h0, weights.w, steps.h,
-                                                           d_gates, terms)
+                                                           d_gates, terms, dz_x, dz_h)
     dw_proj = None if proj is None else proj.weight_grad()
-    return dx, dcs0, dh0, dw, db, dwci, dwcf, dwco, dw_proj
+    d_norm = None if norm is None else norm.parameter_grads(db)
+    return dx, dcs0, dh0, dw, db, dwci, dwcf, dwco, dw_proj, d_norm
 
 
 def _backward_steps(rt, x, cs0, weights, steps, settings, lengths, *, d_h, d_cs, d_h_final,
-                    d_cs_final, clip_grad, proj=None):
+                    d_cs_final, clip_grad, proj=None, norm=None):
     """The backward loop: every step's gate gradients ``[T, B, 4H]``, the peephole terms
     ``[T, B, 3H]`` (None without peepholes), and the carries before step 0: ``dL/dcs``
     and the matmul part of ``dL/dh`` (None when T = 0). With a projection (``proj``) the
-    kernel's ``d_h`` is ``proj``'s ``dm`` and it reads no ``dh`` carry of its own."""
+    kernel's ``d_h`` is ``proj``'s ``dm`` and it reads no ``dh`` carry of its own. With a
+    layer norm (``norm``, a ``_NormGrad``) the step kernel is ``lstm_backward_ln`` and the
+    carry is ``dz_h·W_hᵀ``, ``dz_h`` through the recurrent part's norm."""
     xp = rt.xp
     n_steps, n_batch, n_in = x.shape
     n_hidden = cs0.shape[1]
@@ -176,8 +255,10 @@ def _backward_steps(rt, x, cs0, weights, steps, settings, lengths, *, d_h, d_cs,
     dh_recurrent = None  # dL/dh before step t through the gates: dG_t·W_hᵀ
     placeholder = cs0
     cell_clip = settings.cell_clip
+    name, n_threads, extra = _step_kernel("lstm_backward", rt, weights, settings, n_batch,
+                                          n_hidden)
     backward = Launcher(
-        rt, "lstm_backward", dtype, n_batch * n_hidden, wci=wci, wcf=wcf, wco=wco,
+        rt, name, dtype, n_threads, **extra, wci=wci, wcf=wcf, wco=wco,
         d_h_final=placeholder if d_h_final is None else d_h_final,
         d_cs_final=placeholder if d_cs_final is None else d_cs_final,
         seq_len=_launch.lengths_argument(xp, lengths),
@@ -194,8 +275,10 @@ def _backward_steps(rt, x, cs0, weights, steps, settings, lengths, *, d_h, d_cs,
                  **{k: getattr(steps, k)[t] for k in saved},
                  **_dh_arguments(proj, t, d_h, dh_recurrent, placeholder),
                  d_cs=placeholder if d_cs is None else d_cs[t], step=t,
-                 d_gates=d_gates[t], peephole_terms=terms[t] if peephole else placeholder)
-        dh_recurrent = matmul(xp, d_gates[t], w_h.T)
+                 d_gates=d_gates[t], peephole_terms=terms[t] if peephole else placeholder,
+                 **({} if norm is None else {"norm_terms": norm.cell_terms[t]}))
+        dz_h = d_gates[t] if norm is None else norm.recurrent_grad(t, d_gates[t])
+        dh_recurrent = matmul(xp, dz_h, w_h.T)
     return d_gates, terms, dcs, dh_recurrent
 
 
@@ -244,17 +327,59 @@ class _ProjectionGrad:
         return plan.flat(self.m).T @ plan.flat(self.dh_raw)
 
 
-def _input_and_weight_grads(rt, x, h0, w, h, d_gates, terms):
-    """``dx`` (one matmul), ``dW`` (its x and h parts), the bias gradient and the peephole
-    gradients (column sums; None when ``terms`` is None)."""
+class _NormGrad:
+    """The gate norms' backward (docs/spec.md §9.2) around the loop, and the cell norm's
+    per-step terms. ``x·W_x`` and ``h_prev·W_h`` of every step are recomputed (one matmul
+    each); per step ``recurrent_grad`` takes ``dG_t`` through ``LN(h_prev·W_h)``, after the
+    loop ``input_grad`` takes every step's ``dG`` through ``LN(x·W_x)`` at once; the γ
+    gradients are column sums of the kernels' ``dy∘ẑ`` terms, and each β gradient is the
+    bias gradient (``dG`` reaches ``b`` and both norms' ``β`` alike)."""
+
+    def __init__(self, rt, x, h0, weights, steps, epsilon):
+        xp = self.xp = rt.xp
+        self.rt, self.norm, self.epsilon = rt, weights.layer_norm, epsilon
+        n_steps, n_batch, n_in = x.shape
+        width = weights.w.shape[1]
+        self.z_x = (plan.flat(x) @ weights.w[:n_in]).reshape(n_steps, n_batch, width)
+        self.z_h = (plan.flat(_launch.previous(xp, h0, steps.h)) @ weights.w[n_in:]).reshape(
+            n_steps, n_batch, width)
+        self.dz_h = xp.empty((n_steps, n_batch, width), dtype=x.dtype)
+        self.h_terms = xp.empty_like(self.dz_h)
+        self.x_terms = None
+        self.cell_terms = xp.empty((n_steps, n_batch, width // 2), dtype=x.dtype)
+
+    def recurrent_grad(self, t, d_gates):
+        """``dz_h`` of step t (kept for ``dW_h``) from its gate gradients ``dG_t``."""
+        return _norm_grad_rows(self.rt, d_gates, self.z_h[t], self.norm.gamma_h, self.epsilon,
+                               self.dz_h[t], self.h_terms[t])[0]
+
+    def input_grad(self, d_gates):
+        """``dz_x`` of every step from every step's ``dG``."""
+        dz_x, self.x_terms = _norm_grad_rows(self.rt, d_gates, self.z_x, self.norm.gamma_x,
+                                             self.epsilon)
+        return dz_x
+
+    def parameter_grads(self, db):
+        """The six parameter gradients, an ``LSTMNorm``, given the bias gradient ``db``."""
+        rt, hidden = self.rt, self.cell_terms.shape[2] // 2
+        cell = column_sum(rt, plan.flat(self.cell_terms))
+        return LSTMNorm(column_sum(rt, plan.flat(self.x_terms)), db.copy(),
+                        column_sum(rt, plan.flat(self.h_terms)), db.copy(),
+                        cell[:hidden].copy(), cell[hidden:].copy())
+
+
+def _input_and_weight_grads(rt, x, h0, w, h, d_gates, terms, dz_x, dz_h):
+    """``dx = dz_x·W_xᵀ`` (one matmul), ``dW`` (its x and h parts, from ``dz_x`` and
+    ``dz_h``: ``d_gates`` itself without a layer norm), the bias gradient and the peephole
+    gradients (column sums of ``d_gates`` and ``terms``; None when ``terms`` is None)."""
     xp = rt.xp
     n_steps, n_batch, n_in = x.shape
     n_hidden = d_gates.shape[2] // 4
-    d_gates_flat = plan.flat(d_gates)
-    dx = (d_gates_flat @ w[:n_in].T).reshape(n_steps, n_batch, n_in)
+    d_gates_flat, dz_x_flat = plan.flat(d_gates), plan.flat(dz_x)
+    dx = (dz_x_flat @ w[:n_in].T).reshape(n_steps, n_batch, n_in)
     dw = xp.empty(w.shape, dtype=x.dtype)
-    xp.matmul(plan.flat(x).T, d_gates_flat, out=dw[:n_in])
-    xp.matmul(plan.flat(_launch.previous(xp, h0, h)).T, d_gates_flat, out=dw[n_in:])
+    xp.matmul(plan.flat(x).T, dz_x_flat, out=dw[:n_in])
+    xp.matmul(plan.flat(_launch.previous(xp, h0, h)).T, plan.flat(dz_h), out=dw[n_in:])
     db = column_sum(rt, d_gates_flat)
     dwci = dwcf = dwco = None
     if terms is not None:
