@@ -11,6 +11,8 @@ from ._core.types import (
     GRUSequence,
     GRUSequenceGrads,
     GRUSettings,
+    GRUStack,
+    GRUStackGrads,
     GRUWeights,
     LSTMCellGrads,
     LSTMCellState,
@@ -18,13 +20,18 @@ from ._core.types import (
     LSTMSequence,
     LSTMSequenceGrads,
     LSTMSettings,
+    LSTMStack,
+    LSTMStackGrads,
     LSTMWeights,
     RNNCellGrads,
     RNNCellState,
     RNNSequence,
     RNNSequenceGrads,
     RNNSettings,
+    RNNStack,
+    RNNStackGrads,
     RNNWeights,
+    StackSettings,
 )
 from .cells import gru_cell, gru_cell_grad, lstm_cell, lstm_cell_grad, rnn_cell, rnn_cell_grad
 from .oracle import GradientCheckError, VJPReport, check_vjp
@@ -36,6 +43,14 @@ from .sequences import (
     rnn_sequence,
     rnn_sequence_grad,
 )
+from .stacks import (
+    gru_stack,
+    gru_stack_grad,
+    lstm_stack,
+    lstm_stack_grad,
+    rnn_stack,
+    rnn_stack_grad,
+)
 
 __version__ = "0.2.0.dev0"
 
@@ -45,11 +60,14 @@ __all__ = [
     "lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad",
     "lstm_sequence", "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad",
     "rnn_cell", "rnn_cell_grad", "rnn_sequence", "rnn_sequence_grad",
+    "lstm_stack", "lstm_stack_grad", "gru_stack", "gru_stack_grad", "rnn_stack",
+    "rnn_stack_grad",
     "LSTMCellState", "LSTMCellGrads", "GRUCellState", "GRUCellGrads",
     "LSTMSequence", "LSTMSequenceGrads", "GRUSequence", "GRUSequenceGrads",
     "RNNCellState", "RNNCellGrads", "RNNSequence", "RNNSequenceGrads",
     "LSTMWeights", "LSTMNorm", "GRUWeights", "RNNWeights",
-    "LSTMSettings", "GRUSettings", "RNNSettings",
+    "LSTMSettings", "GRUSettings", "RNNSettings", "StackSettings",
+    "LSTMStack", "LSTMStackGrads", "GRUStack", "GRUStackGrads", "RNNStack", "RNNStackGrads",
     "check_vjp", "VJPReport", "GradientCheckError",
     "tf_compat", "layouts", "testing",
 ]

@@ -671,10 +671,11 @@ def _stack_widths(weights_type, weights, directions):
         raise ValueError(f"weights holds {len(weights)} weight sets; a bidirectional stack "
                          "needs two per layer (layer 0, layer 0 reverse, layer 1, ...)")
     widths = [_state_width(w) for w in weights]
-    for k in range(1, len(weights), directions):
-        if directions == 2 and widths[k] != widths[k - 1]:
-            raise ValueError(f"weights[{k}] has a state {widths[k]} wide but weights[{k - 1}] "
-                             f"one {widths[k - 1]} wide: a layer's two directions have one size")
+    for k, width in enumerate(widths):
+        if width != widths[0]:
+            raise ValueError(f"weights[{k}] has a state {width} wide but weights[0] one "
+                             f"{widths[0]} wide: the states [L·D, B, ·] give every layer and "
+                             "direction one width")
     return widths[::directions]
 
 

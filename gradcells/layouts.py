@@ -52,12 +52,15 @@ There is no ``gru_{from,to}_tf_v2``: TensorFlow has no second GRU block op (its
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 from . import _interop
 from ._core.arrays import refused_subclass
 from ._core.specs import PEEPHOLES
-from ._core.types import Array
+from ._core.types import Array, GRUWeights, LSTMWeights, RNNWeights
 
 # Gate orders, one letter per block: i input, c candidate (ci / g), f forget, o output.
 _LSTM_GRADCELLS = "icfo"
@@ -74,6 +77,7 @@ __all__ = [
     "gru_from_onnx", "gru_to_onnx",
     "rnn_from_torch", "rnn_to_torch", "rnn_from_keras", "rnn_to_keras",
     "rnn_from_onnx", "rnn_to_onnx",
+    "ConvertedStack", "stack_from_torch", "stack_to_torch",
 ]
 
 
@@ -770,3 +774,111 @@ def rnn_to_onnx(w: Array, b: Array) -> tuple[np.ndarray, ...]:
     w = a["w"]
     bias = np.concatenate([a["b"], _zeros(a["b"].shape, a["b"].dtype)])
     return _new(w[:n_in].T)[None], _new(w[n_in:].T)[None], bias[None]
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole PyTorch modules: stacks (docs/spec.md §11.4)
+
+_TORCH_PARAMETERS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr")
+_STACK_CELLS = {4: "lstm", 3: "gru", 1: "rnn"}  # gate blocks in weight_ih -> cell
+
+
+class ConvertedStack(list):
+    """The weight sets ``stack_from_torch`` returns, one per (layer, direction) in PyTorch's
+    order (a list: pass it as a stack's ``weights``), carrying ``cell`` ("lstm", "gru" or
+    "rnn"), ``options`` (the stack keywords that reproduce the module's forward) and
+    ``state_order``, with ``gradcells_states`` as ``Converted`` has it."""
+
+    def __init__(self, weights, *, cell, options, state_order):
+        super().__init__(weights)
+        self.cell, self.options, self.state_order = cell, dict(options), tuple(state_order)
+
+    gradcells_states = Converted.gradcells_states
+    framework = "torch"
+
+    def __repr__(self):
+        return (f"ConvertedStack(<{len(self)} {self.cell} weight sets>, "
+                f"options={self.options!r}, state_order={self.state_order!r})")
+
+
+def stack_from_torch(module: Any, *, nonlinearity: str | None = None) -> ConvertedStack:
+    """The weight sets of a whole ``nn.LSTM``, ``nn.GRU`` or ``nn.RNN`` (any ``num_layers``,
+    ``bidirectional``, ``proj_size``, ``bias``), from the module or its ``state_dict()``.
+
+    ``gc.lstm_stack(x, *conv.gradcells_states(h0, c0), conv, **conv.options)`` then runs the
+    module's forward (``gru_stack``/``rnn_stack`` with ``(h0,)``). From a state dict the cell
+    is read from the weights' shapes (4, 3 or 1 gate blocks), and a plain RNN's
+    ``nonlinearity`` must be given (a module's own is read from it).
+    """
+    state, activation = _torch_state(module, nonlinearity)
+    suffixes = sorted({name.split("_l", 1)[1] for name in state if "_l" in name},
+                      key=lambda sfx: (int(sfx.split("_")[0]), sfx))
+    first = _numpy(state["weight_ih_l0"])
+    hidden = _numpy(state.get("weight_hr_l0", state["weight_hh_l0"])).shape[1]
+    cell = _STACK_CELLS.get(first.shape[0] // hidden if first.shape[0] % hidden == 0 else 0)
+    if cell is None:
+        raise ValueError(f"weight_ih_l0 of shape {first.shape} for a state {hidden} wide: not "
+                         "an nn.LSTM, nn.GRU or nn.RNN")
+    if cell == "rnn" and activation is None:
+        raise ValueError("an nn.RNN state dict does not say its nonlinearity: pass "
+                         "nonlinearity='tanh' or 'relu'")
+    weights = [_stack_layer(cell, {n: state.get(f"{n}_l{sfx}") for n in _TORCH_PARAMETERS},
+                            activation) for sfx in suffixes]
+    options = {"bidirectional": any(sfx.endswith("_reverse") for sfx in suffixes),
+               **{"lstm": {"forget_bias": 0.0}, "gru": {"reset_after": True},
+                  "rnn": {"activation": activation}}[cell]}
+    return ConvertedStack(weights, cell=cell, options=options,
+                          state_order=_LSTM_STATE_ORDER["torch"] if cell == "lstm" else ("h",))
+
+
+def _torch_state(module, nonlinearity):
+    """``(state dict, the RNN's activation or None)`` from a module or a state dict."""
+    if hasattr(module, "state_dict"):
+        mode = getattr(module, "mode", "")
+        activation = {"RNN_TANH": "tanh", "RNN_RELU": "relu"}.get(mode, nonlinearity)
+        return module.state_dict(), activation
+    if not hasattr(module, "keys"):
+        raise TypeError("module must be an nn.LSTM, nn.GRU or nn.RNN, or its state_dict(), got "
+                        f"{type(module).__name__}")
+    return module, None if nonlinearity is None else _rnn_activation("nonlinearity", nonlinearity)
+
+
+def _numpy(a):
+    return _interop.to_numpy(a)
+
+
+def _stack_layer(cell, p, activation):
+    """One (layer, direction)'s weight set from its PyTorch parameters."""
+    arrays = [None if p[n] is None else _numpy(p[n]) for n in _TORCH_PARAMETERS]
+    if cell == "lstm":
+        conv = lstm_from_torch(*arrays)
+        return LSTMWeights(*conv, w_proj=conv.options.get("w_proj"))
+    if cell == "gru":
+        return GRUWeights(*gru_from_torch(*arrays[:4]))
+    return RNNWeights(*rnn_from_torch(*arrays[:4], nonlinearity=activation))
+
+
+def stack_to_torch(weights: Sequence[LSTMWeights | GRUWeights | RNNWeights], *,
+                   bidirectional: bool = False) -> dict[str, np.ndarray]:
+    """The ``state_dict`` of the ``nn.LSTM``/``nn.GRU``/``nn.RNN`` that computes a stack of
+    these weight sets (PyTorch's names, NumPy arrays: ``module.load_state_dict({k:
+    torch.from_numpy(v) for k, v in sd.items()})``). The biases follow each cell's
+    ``..._to_torch`` (the sum in ``bias_ih``)."""
+    directions = 2 if bidirectional else 1
+    if not isinstance(weights, (list, tuple)) or not weights or len(weights) % directions:
+        raise ValueError("weights must be a non-empty list of weight sets, two per layer when "
+                         "bidirectional")
+    state = {}
+    for k, w in enumerate(weights):
+        suffix = f"_l{k // directions}" + ("_reverse" if k % directions else "")
+        if isinstance(w, LSTMWeights):
+            arrays = lstm_to_torch(w.w, w.b, w.w_proj)
+        elif isinstance(w, GRUWeights):
+            arrays = gru_to_torch(*w)
+        elif isinstance(w, RNNWeights):
+            arrays = rnn_to_torch(*w)
+        else:
+            raise TypeError(f"weights[{k}] must be a gradcells LSTMWeights, GRUWeights or "
+                            f"RNNWeights, got {type(w).__name__}")
+        state.update({f"{n}{suffix}": a for n, a in zip(_TORCH_PARAMETERS, arrays)})
+    return state

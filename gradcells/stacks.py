@@ -79,7 +79,8 @@ def _forward(cell, x, states, weights, *, bidirectional, seq_len, batch_first, d
     layers, layer_input = [], x
     for layer in range(len(widths)):
         runs = [cell.forward(layer_input, [s[k] for s in states], weights[k],
-                             reverse=k % 2 == 1, seq_len=seq_len, batch_first=batch_first,
+                             reverse=k % directions == 1, seq_len=seq_len,
+                             batch_first=batch_first,
                              backend=backend, **attrs)
                 for k in range(layer * directions, (layer + 1) * directions)]
         layers += runs
@@ -155,7 +156,8 @@ def lstm_stack(x: Array, cs0: Array, h0: Array, weights: list[LSTMWeights], *,
     settings) are every layer's; ``seq_len`` and ``batch_first`` as for ``lstm_sequence``;
     the reverse direction runs with ``reverse=True``. ``dropout_masks``: ``L - 1`` arrays,
     each broadcastable to a layer's outputs ``[T, B, D·P]``, multiplying the input of the
-    layer above (no random numbers inside: pass the masks you drew).
+    layer above (no random numbers inside: pass the masks you drew; a mask ``[B, D·P]``, or
+    ``[B, 1, D·P]`` with ``batch_first``, is the same at every step).
 
     Returns ``LSTMStack(h [T, B, D·P], cs_final [L·D, B, H], h_final [L·D, B, P], layers)``.
     """

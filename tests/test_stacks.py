@@ -1,0 +1,255 @@
+"""The stacks (docs/spec.md §11.4): ``lstm_stack``, ``gru_stack``, ``rnn_stack`` and their
+gradients, on every NumPy backend.
+
+- float64 gradients of the whole stack (the input, the initial states, every weight of
+  every layer and direction, eight drawn elements of each) equal central differences: 1 to
+  3 layers, one or two directions, dropout masks of 0/1 and fractional values, ragged lengths with 0 and T,
+  both layouts, and per layer the LSTM's peepholes, projection and layer norm;
+- a stack is its layers: the top outputs and final states are those of the sequences in
+  ``stack.layers``, each layer fed the one below (both directions, forward first, times the
+  boundary's mask);
+- bad input is named (the number of weight sets, the sizes that chain the layers, the
+  states' leading axis, the masks); empty batches and sequences are valid; inputs are
+  never modified.
+
+Conformance with PyTorch's multi-layer modules is ``test_stacks_torch.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import gradcells as gc
+from gradcells._core.types import LSTMNorm
+
+BACKENDS = ["reference", "cpu"]
+CELLS = ["lstm", "gru", "rnn"]
+_CELL_ATTRS = {"lstm": {}, "gru": {"reset_after": True}, "rnn": {"activation": "tanh"}}
+
+
+def _lstm_weights(rng, n_in, hidden, proj, peephole, norm):
+    width = proj or hidden
+    w = gc.LSTMWeights(rng.standard_normal((n_in + width, 4 * hidden)) / np.sqrt(n_in + width),
+                       0.1 * rng.standard_normal(4 * hidden))
+    if peephole:
+        w = w._replace(**{k: 0.5 * rng.standard_normal(hidden) for k in ("wci", "wcf", "wco")})
+    if proj:
+        w = w._replace(w_proj=rng.standard_normal((hidden, proj)) / np.sqrt(hidden))
+    if norm:
+        widths = (4 * hidden,) * 4 + (hidden,) * 2
+        w = w._replace(layer_norm=LSTMNorm(*(
+            (1 + 0.2 * rng.standard_normal(n)) if k % 2 == 0 else 0.1 * rng.standard_normal(n)
+            for k, n in enumerate(widths))))
+    return w, width
+
+
+def _weights(rng, cell, n_in, hidden, layers, directions, lstm_options):
+    """One weight set per (layer, direction) and the states' width."""
+    weights, width = [], hidden
+    for layer in range(layers):
+        for _ in range(directions):
+            layer_in = n_in if layer == 0 else directions * width
+            if cell == "lstm":
+                w, width = _lstm_weights(rng, layer_in, hidden, *lstm_options(layer))
+            elif cell == "gru":
+                fan = np.sqrt(layer_in + hidden)
+                w = gc.GRUWeights(rng.standard_normal((layer_in + hidden, 2 * hidden)) / fan,
+                                  rng.standard_normal((layer_in + hidden, hidden)) / fan,
+                                  0.1 * rng.standard_normal(2 * hidden),
+                                  0.1 * rng.standard_normal(2 * hidden))
+            else:
+                w = gc.RNNWeights(rng.standard_normal((layer_in + hidden, hidden))
+                                  / np.sqrt(layer_in + hidden), 0.1 * rng.standard_normal(hidden))
+            weights.append(w)
+    return weights, width
+
+
+def _case(rng, cell, *, layers=2, bidirectional=True, masks=True, ragged=True,
+          batch_first=False, steps=4, batch=3, n_in=3, hidden=4):
+    directions = 2 if bidirectional else 1
+    # A projection is every layer's (one state width); a layer norm the top layer's when there
+    # is none (the layer norm's own conditioning is test_layer_norm.py's business).
+    proj = 2 if layers == 2 else None
+
+    def options(layer):  # (projection, peepholes, layer norm) of a layer
+        return proj, layer == 0, proj is None and layer == layers - 1
+
+    weights, width = _weights(rng, cell, n_in, hidden, layers, directions, options)
+    leading = (batch, steps) if batch_first else (steps, batch)
+    case = {"x": rng.standard_normal((*leading, n_in)), "weights": weights,
+            "h0": 0.5 * rng.standard_normal((layers * directions, batch, width)),
+            "bidirectional": bidirectional, "batch_first": batch_first,
+            "seq_len": np.minimum([steps, 0, 2], steps)[:batch] if ragged and batch else None}
+    if cell == "lstm":
+        case["cs0"] = rng.standard_normal((layers * directions, batch, hidden))
+    if cell == "rnn":
+        case["activation"] = "tanh"
+    if masks and layers > 1:   # 0/1 and fractional, the same at every step for the first
+        case["dropout_masks"] = [
+            rng.integers(0, 2, (batch, 1, directions * width) if batch_first
+                         else (batch, directions * width)) / 0.8 if k == 0 else
+            rng.uniform(0.5, 1.0, (*leading, directions * width)) for k in range(layers - 1)]
+    return case
+
+
+def _states(cell, case):
+    return (case["cs0"], case["h0"]) if cell == "lstm" else (case["h0"],)
+
+
+def _run(cell, case, backend):
+    keywords = {k: v for k, v in case.items() if k not in ("x", "weights", "h0", "cs0")}
+    return getattr(gc, f"{cell}_stack")(case["x"], *_states(cell, case), case["weights"],
+                                         **keywords, backend=backend)
+
+
+def _grad(cell, case, stack, backend, **upstream):
+    return getattr(gc, f"{cell}_stack_grad")(case["x"], *_states(cell, case), case["weights"],
+                                              stack, **upstream, backend=backend)
+
+
+def _flat_weights(weights):
+    """Every array of a list of weight sets, and how to put them back."""
+    arrays, slots = [], []
+    for k, w in enumerate(weights):
+        for name, value in w._asdict().items():
+            for field, a in (value._asdict().items() if isinstance(value, LSTMNorm)
+                             else [(None, value)]):
+                if a is not None:
+                    arrays.append(a)
+                    slots.append((k, name, field))
+    return arrays, slots
+
+
+def _rebuilt(weights, slots, arrays):
+    rebuilt = [w._asdict() for w in weights]
+    for (k, name, field), a in zip(slots, arrays):
+        if field is None:
+            rebuilt[k][name] = a
+        else:
+            rebuilt[k][name] = rebuilt[k][name]._replace(**{field: a})
+    return [type(w)(**r) for w, r in zip(weights, rebuilt)]
+
+
+def _outputs(cell, stack):
+    return (stack.h, stack.h_final) + ((stack.cs_final,) if cell == "lstm" else ())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("cell", CELLS)
+@given(seed=st.integers(0, 2**32 - 1), layers=st.integers(1, 3), bidirectional=st.booleans(),
+       batch_first=st.booleans(), masks=st.booleans(), ragged=st.booleans())
+def test_gradients_equal_central_differences(backend, cell, seed, layers, bidirectional,
+                                             batch_first, masks, ragged):
+    case = _case(np.random.default_rng(seed), cell, layers=layers, bidirectional=bidirectional,
+                 masks=masks, ragged=ragged, batch_first=batch_first)
+    arrays, slots = _flat_weights(case["weights"])
+    n_states = 2 if cell == "lstm" else 1
+
+    def split(args):
+        states = {"cs0": args[1], "h0": args[2]} if cell == "lstm" else {"h0": args[1]}
+        return {**case, "x": args[0], **states,
+                "weights": _rebuilt(case["weights"], slots, args[1 + n_states:])}
+
+    def f(*args):
+        return _outputs(cell, _run(cell, split(args), backend))
+
+    def vjp(ct, *args):
+        c = split(args)
+        names = ("d_h", "d_h_final", "d_cs_final")
+        g = _grad(cell, c, _run(cell, c, backend), backend, **dict(zip(names, ct)))
+        return (g.x, *g[1:1 + n_states], *_flat_weights(g.weights)[0])
+
+    args = (case["x"], *_states(cell, case), *arrays)
+    gc.check_vjp(f, vjp, args, samples=8, seed=seed % 1000).raise_if_failed()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("cell", CELLS)
+def test_a_stack_is_its_layers(backend, cell):
+    case = _case(np.random.default_rng(3), cell, layers=3)
+    stack = _run(cell, case, backend)
+    assert stack.settings.bidirectional and len(stack.layers) == 6
+    layer_input = case["x"]
+    for layer in range(3):
+        runs = stack.layers[2 * layer:2 * layer + 2]
+        assert not runs[0].settings.reverse and runs[1].settings.reverse
+        op = getattr(gc, f"{cell}_sequence")
+        for d, run in enumerate(runs):
+            k = 2 * layer + d
+            states = [s[k] for s in _states(cell, case)]
+            w = case["weights"][k]
+            positional = [a for n, a in w._asdict().items()
+                          if n in ("w", "b", "w_ru", "w_c", "b_ru", "b_c")]
+            optional = {n: a for n, a in w._asdict().items()
+                        if n not in ("w", "b", "w_ru", "w_c", "b_ru", "b_c") and a is not None}
+            alone = op(layer_input, *states, *positional, **optional, reverse=d == 1,
+                       seq_len=case["seq_len"], **_CELL_ATTRS[cell], backend=backend)
+            for a, b in zip(run, alone):
+                np.testing.assert_array_equal(a, b)
+        layer_input = np.concatenate([r.h for r in runs], axis=-1)
+        if layer < 2:
+            layer_input = layer_input * case["dropout_masks"][layer]
+    np.testing.assert_array_equal(stack.h, layer_input)
+    np.testing.assert_array_equal(stack.h_final, np.stack([r.h_final for r in stack.layers]))
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_one_direction_runs_every_layer_forward(cell):
+    case = _case(np.random.default_rng(6), cell, layers=3, bidirectional=False)
+    stack = _run(cell, case, "reference")
+    assert not stack.settings.bidirectional and len(stack.layers) == 3
+    assert not any(run.settings.reverse for run in stack.layers)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_bad_input_is_named(cell):
+    case = _case(np.random.default_rng(4), cell, layers=2)
+    with pytest.raises(ValueError, match="a bidirectional stack needs two per layer"):
+        _run(cell, {**case, "weights": case["weights"][:3]}, "reference")
+    swapped = [case["weights"][0], case["weights"][1], case["weights"][0], case["weights"][1]]
+    with pytest.raises(ValueError, match=r"weights\[2\]\.w(_ru)? has \d+ rows, but layer 1's "
+                                         r"input is \d+ wide"):
+        _run(cell, {**case, "weights": swapped}, "reference")
+    with pytest.raises(ValueError, match=r"h0 must be a 3-D array \[L·D, B, ·\] with L·D = 4"):
+        _run(cell, {**case, "h0": case["h0"][:2]}, "reference")
+    with pytest.raises(ValueError, match=r"dropout_masks must hold num_layers - 1 = 1"):
+        _run(cell, {**case, "dropout_masks": case["dropout_masks"] * 2}, "reference")
+    with pytest.raises(ValueError, match=r"dropout_masks\[0\] of shape \(2, 3\) does not "
+                                         r"broadcast"):
+        _run(cell, {**case, "dropout_masks": [np.ones((2, 3))]}, "reference")
+    with pytest.raises(TypeError, match=r"dropout_masks\[0\] must have the same dtype as x"):
+        _run(cell, {**case, "dropout_masks": [case["dropout_masks"][0].astype(np.float32)]},
+             "reference")
+    with pytest.raises(TypeError, match=r"weights\[1\] must be a gradcells\."):
+        _run(cell, {**case, "weights": [case["weights"][0], tuple(case["weights"][1]),
+                                        *case["weights"][2:]]}, "reference")
+    with pytest.raises(TypeError, match="bidirectional must be a bool"):
+        _run(cell, {**case, "bidirectional": "yes"}, "reference")
+    if cell == "lstm":
+        widened = case["weights"][:2] + [w._replace(w_proj=None) for w in case["weights"][2:]]
+        with pytest.raises(ValueError, match=r"weights\[2\] has a state 4 wide but weights\[0\] "
+                                             r"one 2 wide"):
+            _run(cell, {**case, "weights": widened}, "reference")
+    with pytest.raises(TypeError, match="stack must be the"):
+        _grad(cell, case, tuple(_run(cell, case, "reference")), "reference")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("cell", CELLS)
+def test_empty_sizes_and_purity(backend, cell):
+    rng = np.random.default_rng(5)
+    for steps, batch in ((0, 3), (3, 0), (4, 3)):
+        case = _case(rng, cell, steps=steps, batch=batch, batch_first=True)
+        before = {k: v.copy() for k, v in case.items() if isinstance(v, np.ndarray)}
+        masks = [m.copy() for m in case.get("dropout_masks", [])]
+        stack = _run(cell, case, backend)
+        assert stack.h.shape == (batch, steps, 2 * case["h0"].shape[2])
+        grads = _grad(cell, case, stack, backend, d_h=np.ones(stack.h.shape))
+        assert grads.x.shape == case["x"].shape and len(grads.weights) == 4
+        for k, v in before.items():
+            np.testing.assert_array_equal(case[k], v, err_msg=k)
+        for a, b in zip(case.get("dropout_masks", []), masks):
+            np.testing.assert_array_equal(a, b)
