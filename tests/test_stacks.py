@@ -3,8 +3,9 @@ gradients, on every NumPy backend.
 
 - float64 gradients of the whole stack (the input, the initial states, every weight of
   every layer and direction, eight drawn elements of each) equal central differences: 1 to
-  3 layers, one or two directions, dropout masks of 0/1 and fractional values, ragged lengths with 0 and T,
-  both layouts, and per layer the LSTM's peepholes, projection and layer norm;
+  3 layers, one or two directions, dropout masks of 0/1 and fractional values, ragged
+  lengths with 0 and T, both layouts, and per layer the LSTM's peepholes, projection and
+  layer norm;
 - a stack is its layers: the top outputs and final states are those of the sequences in
   ``stack.layers``, each layer fed the one below (both directions, forward first, times the
   boundary's mask);
