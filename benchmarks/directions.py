@@ -4,6 +4,8 @@ same call time-major and forward, side by side, float32, on full and on ragged b
 
     python benchmarks/directions.py                    # LSTM, GRU, RNN at the default sizes
     python benchmarks/directions.py --cells lstm --sizes 50,32,128,128 --repeats 15
+    python benchmarks/directions.py --stack            # a 2-layer bidirectional LSTM stack
+                                                       # on a ragged batch against PyTorch
 
 ``reverse`` is a per-row time reversal around the backend's forward run
 (``gradcells._order``): a flip (a view) without lengths, a gather with them; ``batch_first``
@@ -16,7 +18,14 @@ import argparse
 import sys
 
 import numpy as np
-from _harness import limit_threads, summarize, table, time_interleaved
+from _harness import (
+    limit_threads,
+    missing,
+    pin_peer_threads,
+    summarize,
+    table,
+    time_interleaved,
+)
 from sequences import gru_inputs, lstm_inputs, rnn_inputs
 
 SIZES = [(50, 32, 128, 128), (100, 32, 256, 256)]
@@ -53,6 +62,75 @@ def contestant(cell, size, variant, ragged, backend):
     return run
 
 
+STACK_LAYERS = 2
+
+
+def _stack_lengths(size):
+    """Ragged lengths from T down to T/4, in no order (the first row runs all T)."""
+    lengths = np.random.default_rng(1).integers(size[0] // 4, size[0] + 1, size[1])
+    lengths[0] = size[0]
+    return lengths
+
+
+def torch_stack(size):
+    """A 2-layer bidirectional ``nn.LSTM`` on a packed sequence: forward + backward."""
+    import torch
+
+    steps, batch, n_in, hidden = size
+    torch.manual_seed(0)
+    module = torch.nn.LSTM(n_in, hidden, num_layers=STACK_LAYERS, bidirectional=True)
+    a = lstm_inputs(*size)
+    x = torch.tensor(a["x"], requires_grad=True)
+    lengths = torch.tensor(_stack_lengths(size))
+    d_out = torch.randn(steps, batch, 2 * hidden)
+
+    def run():
+        module.zero_grad(set_to_none=True)
+        x.grad = None
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)
+        out, _ = module(packed)
+        out, _ = torch.nn.utils.rnn.pad_packed_sequence(out, total_length=steps)
+        out.backward(d_out)
+        return x.grad
+
+    return run, module
+
+
+def gradcells_stack(size, module, backend):
+    """The same stack in gradcells, its weights converted from the PyTorch module."""
+    import gradcells as gc
+    from gradcells import layouts
+
+    steps, batch, n_in, hidden = size
+    conv = layouts.stack_from_torch(module)
+    weights = [type(w)(*(None if a is None else a.astype(np.float32) for a in w))
+               for w in conv]
+    x = lstm_inputs(*size)["x"]
+    zeros = np.zeros((2 * STACK_LAYERS, batch, hidden), np.float32)
+    lengths, d_out = _stack_lengths(size), np.ones((steps, batch, 2 * hidden), np.float32)
+
+    def run():
+        stack = gc.lstm_stack(x, zeros, zeros, weights, seq_len=lengths, backend=backend,
+                              **conv.options)
+        return gc.lstm_stack_grad(x, zeros, zeros, weights, stack, d_h=d_out,
+                                  backend=backend)
+
+    return run
+
+
+def stack_table(sizes, repeats, backend):
+    """Rows: the stack against PyTorch's packed ``nn.LSTM``, medians and their ratio."""
+    rows = []
+    for size in sizes:
+        peer, module = torch_stack(size)
+        contestants = {"gradcells": gradcells_stack(size, module, backend), "torch": peer}
+        stats = summarize(time_interleaved(contestants, repeats))
+        ours, theirs = stats["gradcells"].median, stats["torch"].median
+        rows.append((str(size), f"{ours * 1e3:.1f}", f"{theirs * 1e3:.1f}",
+                     f"{ours / theirs:.2f}×"))
+    return table(rows, ("(T, B, I, H)", "gradcells ms", "torch packed ms", "ratio"))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="*", default=None, help="T,B,I,H tuples")
@@ -60,8 +138,21 @@ def main(argv=None):
     parser.add_argument("--backend", default="cpu")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--stack", action="store_true",
+                        help="a 2-layer bidirectional LSTM stack against torch's packed nn.LSTM")
     args = parser.parse_args(argv)
     sizes = [tuple(int(v) for v in s.split(",")) for s in args.sizes] if args.sizes else SIZES
+    if args.stack:
+        if missing("torch"):
+            print(missing("torch"))
+            return
+        pin_peer_threads(args.threads, tensorflow=False)
+        limiter = limit_threads(args.threads)  # noqa: F841 - keeps the limits in force
+        print(f"float32, {args.backend}, a {STACK_LAYERS}-layer bidirectional LSTM over a "
+              f"ragged batch, forward + BPTT; {args.threads} thread(s); median of "
+              f"{args.repeats} interleaved rounds\n")
+        print(stack_table(sizes, args.repeats, args.backend))
+        return
     limiter = limit_threads(args.threads)  # noqa: F841 - keeps the limits in force
     print(f"float32, {args.backend}, forward + BPTT; {args.threads} thread(s); median of "
           f"{args.repeats} interleaved rounds; ratios against the forward time-major call\n")

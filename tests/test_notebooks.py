@@ -79,10 +79,10 @@ def _execute(path, monkeypatch, env):
     return build.execute(nb)
 
 
-def test_there_are_eight_notebooks_and_six_plot():
-    assert [s.stem[:2] for s in SOURCES] == ["01", "02", "03", "04", "05", "06", "07", "08"]
+def test_there_are_nine_notebooks_and_seven_plot():
+    assert [s.stem[:2] for s in SOURCES] == [f"{k:02d}" for k in range(1, 10)]
     stored = [nbformat.read(build.notebook_path(s), as_version=4) for s in SOURCES]
-    assert sum(bool(_png_cells(nb)) for nb in stored) >= 6
+    assert sum(bool(_png_cells(nb)) for nb in stored) >= 7
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
