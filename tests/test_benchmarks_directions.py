@@ -1,0 +1,42 @@
+"""``benchmarks/directions.py`` runs and prints its tables (tiny sizes, one round: what is
+checked is that it works, never how fast anything is)."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+
+
+def _rows(text):
+    return [line for line in text.splitlines() if line.startswith("| ")][1:]
+
+
+def test_the_direction_benchmark_prints_a_row_per_cell_size_and_lengths(capsys):
+    import directions
+
+    directions.main(["--sizes", "4,3,2,5", "--repeats", "1", "--cells", "lstm,gru,rnn"])
+    rows = _rows(capsys.readouterr().out)
+    assert [row.split("|")[1].strip() for row in rows] == ["lstm", "lstm", "gru", "gru",
+                                                           "rnn", "rnn"]
+    assert all(row.count("×") == 2 for row in rows)
+
+
+def test_the_stack_contestants_agree_with_each_other():
+    """The gradcells stack and the PyTorch peer compute the same network: the input
+    gradients they return for one upstream gradient (ones) are equal."""
+    torch = pytest.importorskip("torch")
+    import directions
+    import numpy as np
+
+    size = (6, 3, 4, 5)
+    peer, module = directions.torch_stack(size)
+    ours = directions.gradcells_stack(size, module, "cpu")
+    peer()                       # the peer's own upstream gradient is random: use ones
+    x = torch.tensor(directions.lstm_inputs(*size)["x"], requires_grad=True)
+    lengths = torch.tensor(directions._stack_lengths(size))
+    packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)
+    out, _ = torch.nn.utils.rnn.pad_packed_sequence(module(packed)[0], total_length=size[0])
+    out.backward(torch.ones_like(out))
+    np.testing.assert_allclose(ours().x, x.grad.numpy(), rtol=1e-4, atol=1e-5)
