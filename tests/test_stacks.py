@@ -24,6 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import gradcells as gc
+from gradcells._core.specs import PEEPHOLES
 from gradcells._core.types import LSTMNorm
 
 BACKENDS = ["reference", "cpu"]
@@ -36,7 +37,7 @@ def _lstm_weights(rng, n_in, hidden, proj, peephole, norm):
     w = gc.LSTMWeights(rng.standard_normal((n_in + width, 4 * hidden)) / np.sqrt(n_in + width),
                        0.1 * rng.standard_normal(4 * hidden))
     if peephole:
-        w = w._replace(**{k: 0.5 * rng.standard_normal(hidden) for k in ("wci", "wcf", "wco")})
+        w = w._replace(**{k: 0.5 * rng.standard_normal(hidden) for k in PEEPHOLES})
     if proj:
         w = w._replace(w_proj=rng.standard_normal((hidden, proj)) / np.sqrt(hidden))
     if norm:
