@@ -451,8 +451,9 @@ def lstm_ln_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, ha
                             wcf, wco, peephole, state_clip, mask_clip, gamma_c, epsilon,
                             normalized, gamma_h, h_hat, rstd_h, d_gates, dcs_prev, d_bias,
                             d_wci, d_wcf, d_wco, d_gamma_c, d_beta_c, d_gamma_h):
-    """The layer-normalised LSTM's backward step, one pass per row: the gate gradients
-    through the cell norm, then the recurrent part's norm.
+    """The layer-normalised LSTM's backward step, row by row: the gate gradients through
+    the cell norm, then the recurrent part's norm (short loops, as in
+    ``lstm_ln_forward_kernel``).
 
     Arguments (all arrays C-contiguous, one float dtype; B rows, H = ``cs_prev.shape[1]``):
 
@@ -494,52 +495,76 @@ def lstm_ln_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, ha
         dg_i, dg_c = dg[:n_hidden], dg[n_hidden:2 * n_hidden]
         dg_f, dg_o = dg[2 * n_hidden:3 * n_hidden], dg[3 * n_hidden:]
         dcs_prev_r = dcs_prev[row]
-        # c̃ (in dcs_prev_r for now) and its statistics
-        for j in range(n_hidden):
+        for j in range(n_hidden):                         # c̃, in dcs_prev for now
             state = i_r[j] * ci_r[j] + f_r[j] * c_prev[j]
             state = s_clip if state > s_clip else state
-            state = -s_clip if state < -s_clip else state
-            dcs_prev_r[j] = state
+            dcs_prev_r[j] = -s_clip if state < -s_clip else state
         mean_c, rstd_c = _row_stats(dcs_prev_r, eps)
-        # ĉ (in dcs_prev_r), dn (dg_c), the carried state's dcs (dg_f)
-        for j in range(n_hidden):
-            gate_o, state_co = o_r[j], co_r[j]
-            upstream_h = dh_r[j] if has_d_h else zero
-            upstream_cs = dcs_r[j] if has_d_cs else zero
-            d_o = upstream_h * state_co * gate_o * (one - gate_o)
-            d_carried = upstream_cs + d_o * w_o[j] if peephole else upstream_cs
-            d_norm = upstream_h * gate_o * (one - state_co * state_co)
-            d_norm = d_norm + d_carried if normalized else d_norm
+        for j in range(n_hidden):                         # ĉ, in dcs_prev for now
             dcs_prev_r[j] = (dcs_prev_r[j] - mean_c) * rstd_c
-            dg_o[j] = d_o
-            dg_c[j] = d_norm
-            dg_f[j] = d_carried
+        # do (dg_o), the carried state's gradient (dg_f), dn (dg_c)
+        if has_d_h:
+            for j in range(n_hidden):
+                dg_o[j] = dh_r[j] * co_r[j] * o_r[j] * (one - o_r[j])
+        else:
+            for j in range(n_hidden):
+                dg_o[j] = zero
+        if has_d_cs:
+            for j in range(n_hidden):
+                dg_f[j] = dcs_r[j]
+        else:
+            for j in range(n_hidden):
+                dg_f[j] = zero
+        if peephole:
+            for j in range(n_hidden):
+                dg_f[j] = dg_f[j] + dg_o[j] * w_o[j]
+        if has_d_h:
+            for j in range(n_hidden):
+                dg_c[j] = dh_r[j] * o_r[j] * (one - co_r[j] * co_r[j])
+        else:
+            for j in range(n_hidden):
+                dg_c[j] = zero
+        if normalized:
+            for j in range(n_hidden):
+                dg_c[j] = dg_c[j] + dg_f[j]
         sum_g, sum_gc = _row_grad_sums(dg_c, gamma_c, dcs_prev_r)
         mean_g, mean_gc = sum_g / count, sum_gc / count
         for j in range(n_hidden):
             d_gamma_c[j] += dg_c[j] * dcs_prev_r[j]
-            d_beta_c[j] += dg_c[j]
         for j in range(n_hidden):
-            gate_i, gate_f, gate_ci = i_r[j], f_r[j], ci_r[j]
-            d_state = rstd_c * (dg_c[j] * gamma_c[j] - mean_g - dcs_prev_r[j] * mean_gc)
-            d_state = d_state if normalized else d_state + dg_f[j]
-            if masked:
-                raw = gate_i * gate_ci + gate_f * c_prev[j]
-                d_state = d_state if abs(raw) <= m_clip else zero
-            d_i = d_state * gate_ci * gate_i * (one - gate_i)
-            d_f = d_state * c_prev[j] * gate_f * (one - gate_f)
-            dg_i[j] = d_i
-            dg_c[j] = d_state * gate_i * (one - gate_ci * gate_ci)
-            dg_f[j] = d_f
-            d_prev = d_state * gate_f
-            if peephole:
-                d_prev = d_prev + d_i * w_i[j] + d_f * w_f[j]
-            dcs_prev_r[j] = d_prev
+            d_beta_c[j] += dg_c[j]
+        # dc̃ (dg_f): through the cell norm, plus the carried state's gradient when raw
+        if normalized:
+            for j in range(n_hidden):
+                dg_f[j] = rstd_c * (dg_c[j] * gamma_c[j] - mean_g - dcs_prev_r[j] * mean_gc)
+        else:
+            for j in range(n_hidden):
+                dg_f[j] = rstd_c * (dg_c[j] * gamma_c[j] - mean_g - dcs_prev_r[j] * mean_gc) \
+                    + dg_f[j]
+        if masked:
+            for j in range(n_hidden):
+                raw = i_r[j] * ci_r[j] + f_r[j] * c_prev[j]
+                dg_f[j] = dg_f[j] if abs(raw) <= m_clip else zero
+        for j in range(n_hidden):
+            dg_i[j] = dg_f[j] * ci_r[j] * i_r[j] * (one - i_r[j])
+        for j in range(n_hidden):
+            dg_c[j] = dg_f[j] * i_r[j] * (one - ci_r[j] * ci_r[j])
+        if peephole:
+            for j in range(n_hidden):
+                d_f = dg_f[j] * c_prev[j] * f_r[j] * (one - f_r[j])
+                dcs_prev_r[j] = dg_f[j] * f_r[j] + dg_i[j] * w_i[j] + d_f * w_f[j]
+        else:
+            for j in range(n_hidden):
+                dcs_prev_r[j] = dg_f[j] * f_r[j]
+        for j in range(n_hidden):
+            dg_f[j] = dg_f[j] * c_prev[j] * f_r[j] * (one - f_r[j])
         for k in range(4 * n_hidden):
             d_bias[k] += dg[k]
         if peephole:
             for j in range(n_hidden):
                 dw_i[j] += dg_i[j] * c_prev[j]
+            for j in range(n_hidden):
                 dw_f[j] += dg_f[j] * c_prev[j]
+            for j in range(n_hidden):
                 dw_o[j] += dg_o[j] * cs_r[j]
         _row_norm_grad(dg, gamma_h, h_hat[row], rstd_h[row], d_gamma_h)
