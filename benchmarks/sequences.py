@@ -17,10 +17,12 @@ gradient on every step's h (gradients for x, the initial states and all weights)
   and ``torch nn.LSTM(proj_size=P)``; its BLAS bound adds the projection's matmuls);
 - ``lstm-ln``: the layer-normalised LSTM (docs/spec.md §9.2, ``ln_carry="raw"``) on
   ``gradcells cpu`` and ``gradcells reference``, against ``torch LN-LSTM``: what PyTorch
-  users write today, torch ops under autograd (``torch_ln_lstm``: ``F.layer_norm`` of
-  ``x·W_x`` for all steps at once, then per step ``F.layer_norm`` of ``h·W_h``, the gates
-  and ``F.layer_norm`` of the cell state), and against its own BLAS bound, which adds the
-  gradient's recompute of ``x·W_x`` and ``h_prev·W_h`` (one matmul each over all steps);
+  users write today, torch ops under autograd (``torch_ln_lstm``: per step
+  ``F.layer_norm`` of ``x_t·W_x`` and of ``h·W_h``, the gates and ``F.layer_norm`` of the
+  cell state; the ratios are taken against it), ``torch LN-LSTM, x hoisted`` (the input
+  part for all steps at once: a faster peer), and against its own BLAS bound, which adds
+  the gradient's recompute of ``x·W_x`` and ``h_prev·W_h`` (one matmul each over all
+  steps);
 - ``torch nn.LSTM`` / ``torch nn.GRU`` / ``torch nn.RNN`` (tanh): forward and ``backward``
   (x, h0, c0 require grad);
 - ``tf BlockLSTM``: ``tf.raw_ops.BlockLSTM`` under ``tf.GradientTape`` in a ``tf.function``;
@@ -231,11 +233,14 @@ def torch_rnn(kind, size, proj=False):
     return run
 
 
-def torch_ln_lstm(size):
+def torch_ln_lstm(size, hoisted=False):
     """The layer-normalised LSTM as PyTorch users write it, torch ops under autograd (the
     model of ``gradcells_lstm_ln``: gate blocks i, ci, f, o, forget bias 1, the bias ``b``
-    beside the norms' shifts, ``ln_carry="raw"``). The input part's norm is taken for all
-    steps at once, which only makes the peer faster than a per-step cell."""
+    beside the norms' shifts, ``ln_carry="raw"``): per step ``F.layer_norm`` of ``x_t·W_x``
+    and of ``h·W_h``, the gates, ``F.layer_norm`` of the cell state, as PyTorch's own
+    ``benchmarks/fastrnns/custom_lstms.py`` ``LayerNormLSTMCell`` does. ``hoisted``: the
+    input part's matmul and norm for all steps at once before the loop instead (fewer,
+    larger ops: a faster peer)."""
     import torch
     import torch.nn.functional as F
 
@@ -244,14 +249,19 @@ def torch_ln_lstm(size):
     leaf = {k: torch.tensor(v, requires_grad=k != "d_h") for k, v in a.items()}
     gates, cells = (4 * hidden,), (hidden,)
 
+    def input_part(x, w_x):
+        return F.layer_norm(x @ w_x, gates, leaf["gamma_x"], leaf["beta_x"]) + leaf["b"]
+
     def run():
         for value in leaf.values():
             value.grad = None
         w_x, w_h = leaf["w"][:n_in], leaf["w"][n_in:]
-        z_x = F.layer_norm(leaf["x"] @ w_x, gates, leaf["gamma_x"], leaf["beta_x"]) + leaf["b"]
+        # unbind, not z_x[t]: each indexing's backward would add a zero [T, B, 4H] tensor
+        z_x = input_part(leaf["x"], w_x).unbind(0) if hoisted else None
         h, c, out = leaf["h0"], leaf["cs0"], []
         for t in range(steps):
-            g = z_x[t] + F.layer_norm(h @ w_h, gates, leaf["gamma_h"], leaf["beta_h"])
+            g = ((z_x[t] if hoisted else input_part(leaf["x"][t], w_x))
+                 + F.layer_norm(h @ w_h, gates, leaf["gamma_h"], leaf["beta_h"]))
             i, ci, f, o = g.chunk(4, 1)
             c = torch.sigmoid(f + 1.0) * c + torch.sigmoid(i) * torch.tanh(ci)
             h = torch.sigmoid(o) * torch.tanh(F.layer_norm(c, cells, leaf["gamma_c"],
@@ -499,6 +509,7 @@ def lstm_ln_contestants(size, skip):
         out["gradcells reference"] = gradcells_lstm_ln("reference", size)
     if "torch" not in skip:
         out["torch LN-LSTM"] = torch_ln_lstm(size)
+        out["torch LN-LSTM, x hoisted"] = torch_ln_lstm(size, hoisted=True)
     out["BLAS bound"] = blas_bound_lstm_ln(size)
     return out
 

@@ -7,6 +7,17 @@ The math is ``gradcells.reference.lstm`` (gate blocks i, ci, f, o):
     lstm_backward_kernel(...)              one pass over [B, H]: dG [B, 4H], dcs_prev, and the
                                            bias and peephole reductions, accumulated
 
+The layer-normalised LSTM (docs/spec.md §9.2) has its own:
+
+    layer_norm_forward_kernel(Z, ...)      LN(x·W_x) + b in place, every row (every step)
+    lstm_ln_forward_kernel(Z_h, ...)       per row: LN of h_prev·W_h, the gates, the cell
+                                           norm, seven outputs
+    layer_norm_stats_kernel(Z, ...)        ẑ in place and r, every row (the gradient's
+                                           recompute)
+    lstm_ln_backward_kernel(...)           per row: dG through the cell norm, dcs_prev, the
+                                           sums, then dz_h in place of ĥ
+    layer_norm_grad_kernel(dY, ...)        dz in place of ẑ and Σ dY∘ẑ, every row
+
 ``lstm.py`` calls them around its BLAS matmuls: once for a cell, once per time step for a
 sequence. Their contracts are in their docstrings.
 """

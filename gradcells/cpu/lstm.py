@@ -13,6 +13,14 @@ and its gradient:
 
 A sequence projects every step's input at once and runs the kernels once per step
 (``_sequence`` describes the plan, its scratch and per-example lengths).
+
+With a layer norm (``weights.layer_norm``) the same plan runs with the layer-normalised
+kernels: ``x·W_x`` and ``h_prev·W_h`` are separate matmuls, the input part's norm is one pass
+over all steps before the loop, the recurrent part's and the cell's norms are inside the
+step kernel. The results hold what they hold without a layer norm, so the gradient
+recomputes ``x·W_x`` and ``h_prev·W_h`` of every step (one matmul each, ``ẑ`` and ``r`` in
+place), the step's backward kernel also writes ``dz_h`` (which multiplies ``W_hᵀ``), and the
+input part's norm is differentiated for all steps at once after the loop.
 """
 
 from __future__ import annotations
