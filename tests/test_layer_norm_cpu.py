@@ -11,7 +11,7 @@
 - ``clip_grad="straight_through"`` equals the exact gradient where no clip is active and
   differs where the cell clip is;
 - inputs (the layer norm's arrays included), upstream gradients and saved results are
-  never modified; read-only inputs are accepted;
+  never modified; read-only, strided and Fortran-ordered inputs give the same results;
 - empty sizes (B = 0, T = 0, I = 0) give the reference's shapes and values;
 - the new kernels' hot loops are SIMD.
 """
@@ -417,3 +417,43 @@ def test_hot_loops_use_vector_registers(dtype):
         asm = fresh.inspect_asm(signatures[0])
         packed = re.findall(rf"\b{op}\w*{suffix}\s+[^\n]*%[yz]mm", asm)
         assert packed, f"{kernel.__name__}: no packed {op}{suffix} on ymm/zmm"
+
+
+def _strided(a):
+    """A read-only view with the same values, strided in its last axis (neither C- nor
+    Fortran-contiguous once it has two columns)."""
+    wide = np.zeros((*a.shape[:-1], 2 * a.shape[-1]), a.dtype)
+    wide[..., ::2] = a
+    view = wide[..., ::2]
+    view.flags.writeable = False
+    return view
+
+
+@pytest.mark.parametrize("layout", ["strided", "fortran"])
+@pytest.mark.parametrize("kind", ["cell", "sequence"])
+def test_inputs_in_any_layout(layout, kind):
+    """Every layout of the arrays (the layer norm's included), the saved results and the
+    upstream gradients gives the contiguous inputs' results."""
+    change = _strided if layout == "strided" else np.asfortranarray
+
+    def odd(tree):
+        return {k: (LSTMNorm(*map(change, v)) if isinstance(v, LSTMNorm)
+                    else change(v) if isinstance(v, np.ndarray) and v.dtype.kind == "f"
+                    else v) for k, v in tree.items()}
+
+    rng = np.random.default_rng(52)
+    make = lstm_cell_case if kind == "cell" else lstm_sequence_case
+    extra = {} if kind == "cell" else {"ragged": True}
+    case = make(rng, hidden=18, peephole=True, clip=True, proj_size=5, layer_norm=True,
+                ln_carry="normalized", **extra)
+    record = _forward(case, "cpu")
+    up = _upstream(case, record, CELL_STATES + SEQUENCE_STATES)
+    want = {**_fields(record), **{f"d{n}": v for n, v in
+                                  _fields(_grads_at(case, record, up, "cpu", "exact")).items()}}
+    odd_record = type(record)(*map(change, record))
+    got = {**_fields(_forward(odd(case), "cpu")),
+           **{f"d{n}": v for n, v in _fields(_grads_at(odd(case), odd_record, odd(up), "cpu",
+                                                       "exact")).items()}}
+    assert got.keys() == want.keys()
+    for name, value in want.items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-13, atol=1e-14, err_msg=name)
