@@ -4,6 +4,7 @@
     python benchmarks/sequences.py --sizes 50,32,128,128 --cells lstm --repeats 9
     python benchmarks/sequences.py --sizes 50,32,128,128 --cells rnn   # the plain (tanh) RNN
     python benchmarks/sequences.py --sizes 50,32,128,128 --cells lstm-proj   # P = H/2
+    python benchmarks/sequences.py --sizes 50,32,128,128 --cells lstm-ln     # layer norm
 
 Contestants, each doing one forward over all T steps and the full backward from an upstream
 gradient on every step's h (gradients for x, the initial states and all weights):
@@ -14,6 +15,14 @@ gradient on every step's h (gradients for x, the initial states and all weights)
 - ``gradcells reference``: the same on the reference backend;
 - ``lstm-proj``: the LSTM with a projection ``w_proj [H, P]``, P = H/2 (``gradcells cpu``
   and ``torch nn.LSTM(proj_size=P)``; its BLAS bound adds the projection's matmuls);
+- ``lstm-ln``: the layer-normalised LSTM (docs/spec.md §9.2, ``ln_carry="raw"``) on
+  ``gradcells cpu`` and ``gradcells reference``, against ``torch LN-LSTM``: what PyTorch
+  users write today, torch ops under autograd (``torch_ln_lstm``: per step
+  ``F.layer_norm`` of ``x_t·W_x`` and of ``h·W_h``, the gates and ``F.layer_norm`` of the
+  cell state; the ratios are taken against it), ``torch LN-LSTM, x hoisted`` (the input
+  part for all steps at once: a faster peer), and against its own BLAS bound, which adds
+  the gradient's recompute of ``x·W_x`` and ``h_prev·W_h`` (one matmul each over all
+  steps);
 - ``torch nn.LSTM`` / ``torch nn.GRU`` / ``torch nn.RNN`` (tanh): forward and ``backward``
   (x, h0, c0 require grad);
 - ``tf BlockLSTM``: ``tf.raw_ops.BlockLSTM`` under ``tf.GradientTape`` in a ``tf.function``;
@@ -89,6 +98,20 @@ def lstm_proj_inputs(steps, batch, n_in, hidden, seed=0):
     return a
 
 
+def lstm_ln_inputs(steps, batch, n_in, hidden, seed=0):
+    """``lstm_inputs`` with a layer norm's six parameters: gains ``1 + 0.1·N(0, 1)``, shifts
+    ``0.1·N(0, 1)`` (``[4H]`` for the gate norms, ``[H]`` for the cell's)."""
+    rng = np.random.default_rng(seed + 1)
+    a = lstm_inputs(steps, batch, n_in, hidden, seed)
+    for name, width in (("x", 4 * hidden), ("h", 4 * hidden), ("c", hidden)):
+        a[f"gamma_{name}"] = (1 + 0.1 * rng.standard_normal(width)).astype(DTYPE)
+        a[f"beta_{name}"] = 0.1 * rng.standard_normal(width, dtype=DTYPE)
+    return a
+
+
+LN_ARRAYS = tuple(f"{kind}_{name}" for name in "xhc" for kind in ("gamma", "beta"))
+
+
 def rnn_inputs(steps, batch, n_in, hidden, seed=0):
     rng = np.random.default_rng(seed)
     scale = float(1.0 / np.sqrt(n_in + hidden))
@@ -145,6 +168,21 @@ def gradcells_lstm_proj(backend, size):
     return run
 
 
+def gradcells_lstm_ln(backend, size):
+    import gradcells as gc
+
+    a = lstm_ln_inputs(*size)
+    args = (a["x"], a["cs0"], a["h0"], a["w"], a["b"])
+    norm = gc.LSTMNorm(*(a[name] for name in LN_ARRAYS))
+
+    def run():
+        seq = gc.lstm_sequence(*args, layer_norm=norm, backend=backend)
+        return gc.lstm_sequence_grad(*args, seq, d_h=a["d_h"], layer_norm=norm,
+                                     backend=backend)
+
+    return run
+
+
 def gradcells_gru(backend, size, reset_after):
     import gradcells as gc
 
@@ -195,6 +233,46 @@ def torch_rnn(kind, size, proj=False):
     return run
 
 
+def torch_ln_lstm(size, hoisted=False):
+    """The layer-normalised LSTM as PyTorch users write it, torch ops under autograd (the
+    model of ``gradcells_lstm_ln``: gate blocks i, ci, f, o, forget bias 1, the bias ``b``
+    beside the norms' shifts, ``ln_carry="raw"``): per step ``F.layer_norm`` of ``x_t·W_x``
+    and of ``h·W_h``, the gates, ``F.layer_norm`` of the cell state, as PyTorch's own
+    ``benchmarks/fastrnns/custom_lstms.py`` ``LayerNormLSTMCell`` does. ``hoisted``: the
+    input part's matmul and norm for all steps at once before the loop instead (fewer,
+    larger ops: a faster peer)."""
+    import torch
+    import torch.nn.functional as F
+
+    steps, batch, n_in, hidden = size
+    a = lstm_ln_inputs(*size)
+    leaf = {k: torch.tensor(v, requires_grad=k != "d_h") for k, v in a.items()}
+    gates, cells = (4 * hidden,), (hidden,)
+
+    def input_part(x, w_x):
+        return F.layer_norm(x @ w_x, gates, leaf["gamma_x"], leaf["beta_x"]) + leaf["b"]
+
+    def run():
+        for value in leaf.values():
+            value.grad = None
+        w_x, w_h = leaf["w"][:n_in], leaf["w"][n_in:]
+        # unbind, not z_x[t]: each indexing's backward would add a zero [T, B, 4H] tensor
+        z_x = input_part(leaf["x"], w_x).unbind(0) if hoisted else None
+        h, c, out = leaf["h0"], leaf["cs0"], []
+        for t in range(steps):
+            g = ((z_x[t] if hoisted else input_part(leaf["x"][t], w_x))
+                 + F.layer_norm(h @ w_h, gates, leaf["gamma_h"], leaf["beta_h"]))
+            i, ci, f, o = g.chunk(4, 1)
+            c = torch.sigmoid(f + 1.0) * c + torch.sigmoid(i) * torch.tanh(ci)
+            h = torch.sigmoid(o) * torch.tanh(F.layer_norm(c, cells, leaf["gamma_c"],
+                                                           leaf["beta_c"]))
+            out.append(h)
+        torch.stack(out).backward(leaf["d_h"])
+        return leaf["x"].grad
+
+    return run
+
+
 def tf_block_lstm(size):
     import tensorflow as tf
 
@@ -225,10 +303,19 @@ def blas_bound_lstm(size):
     return _matmul_plan(lstm_inputs(*size), size, 4 * size[3])
 
 
-def _matmul_plan(a, size, width):
+def blas_bound_lstm_ln(size):
+    """The matmuls of gradcells's layer-normalised LSTM plan (``gradcells/cpu/lstm.py``):
+    the LSTM's, and before the backward loop the recompute of ``x·W_x`` and ``h_prev·W_h``
+    for every step (the ``ẑ`` and ``r`` of the gate norms; three matmuls)."""
+    return _matmul_plan(lstm_ln_inputs(*size), size, 4 * size[3], recompute=True)
+
+
+def _matmul_plan(a, size, width, recompute=False):
     """The matmul plan of a cell whose pre-activations are ``width`` wide and whose state
     is H wide (the LSTM's 4H, the plain RNN's H): the input projection, one ``h·W_h`` per
-    step forward and one ``dZ_t·W_hᵀ`` back, then ``dx`` and the two weight products."""
+    step forward and one ``dZ_t·W_hᵀ`` back, then ``dx`` and the two weight products;
+    with ``recompute`` also ``x·W_x`` and ``h_prev·W_h`` of every step again before the
+    backward loop."""
     steps, batch, n_in, hidden = size
     w_x, w_h = a["w"][:n_in], a["w"][n_in:]
     flat = steps * batch
@@ -244,12 +331,18 @@ def _matmul_plan(a, size, width):
     dw = np.empty((n_in + hidden, width), DTYPE)
     first = (steps - 1) * batch
 
+    again = np.empty((flat, width), DTYPE) if recompute else None
+
     def run():
         np.matmul(x_flat, w_x, out=gates)
         h = a["h0"]
         for t in range(steps):
             np.matmul(h, w_h, out=h_gates)
             h = h_steps[t]
+        if recompute:
+            np.matmul(x_flat, w_x, out=gates)
+            np.matmul(a["h0"], w_h, out=again[:batch])
+            np.matmul(h_flat[:first], w_h, out=again[batch:])
         w_h_t = np.ascontiguousarray(w_h.T)
         for t in reversed(range(steps)):
             np.matmul(d_gates[t], w_h_t, out=dh_prev)
@@ -378,8 +471,8 @@ def contestants_for(cell, size, skip):
             out["tf BlockLSTM"] = tf_block_lstm(size)
         out["BLAS bound"] = blas_bound_lstm(size)
         return out
-    if cell == "lstm-proj":
-        return lstm_proj_contestants(size, skip)
+    if cell in OWN_CONTESTANTS:
+        return OWN_CONTESTANTS[cell](size, skip)
     if cell == "rnn":
         out["gradcells cpu"] = gradcells_rnn("cpu", size)
         if "reference" not in skip:
@@ -409,10 +502,27 @@ def lstm_proj_contestants(size, skip):
     return out
 
 
+def lstm_ln_contestants(size, skip):
+    """``contestants_for``'s layer-normalised LSTM."""
+    out = {"gradcells cpu": gradcells_lstm_ln("cpu", size)}
+    if "reference" not in skip:
+        out["gradcells reference"] = gradcells_lstm_ln("reference", size)
+    if "torch" not in skip:
+        out["torch LN-LSTM"] = torch_ln_lstm(size)
+        out["torch LN-LSTM, x hoisted"] = torch_ln_lstm(size, hoisted=True)
+    out["BLAS bound"] = blas_bound_lstm_ln(size)
+    return out
+
+
+OWN_CONTESTANTS = {"lstm-proj": lstm_proj_contestants, "lstm-ln": lstm_ln_contestants}
+
+
 def peer_names(cell, name):
     """(torch peer, BLAS bound) that ``name``'s ratios are taken against. ``torch.nn.GRU``
     is the reset-after GRU: the reset-before rows, another model with one matmul fewer, have
     no PyTorch peer (None)."""
+    if cell == "lstm-ln":
+        return "torch LN-LSTM", "BLAS bound"
     if cell in ("lstm", "rnn", "lstm-proj"):
         return f"torch nn.{cell.split('-')[0].upper()}", "BLAS bound"
     if name.endswith("reset-before"):
@@ -425,7 +535,7 @@ def main(argv=None):
     parser.add_argument("--sizes", nargs="*", default=None,
                         help="T,B,I,H tuples (default: the issue's three sizes)")
     parser.add_argument("--cells", default="lstm,gru",
-                        help="comma list of: lstm, gru, rnn, lstm-proj (P = H/2)")
+                        help="comma list of: lstm, gru, rnn, lstm-proj (P = H/2), lstm-ln")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--skip", default="", help="comma list of: reference, torch, tf")

@@ -89,6 +89,38 @@ def test_sequences_benchmark_runs_the_projected_lstm(capsys):
     assert dw.shape == (3 + 3, 24) and dw_proj.shape == (6, 3)
 
 
+def test_sequences_benchmark_runs_the_layer_normalised_lstm(capsys):
+    import sequences
+
+    sequences.main(["--sizes", "3,2,3,5", "--cells", "lstm-ln", "--repeats", "1", "--skip",
+                    "torch,tf"])
+    out = capsys.readouterr().out
+    assert "LSTM-LN (T, B, I, H) = (3, 2, 3, 5)" in out
+    names = [row.split("|")[1].strip() for row in _table_rows(out)]
+    assert {"gradcells cpu", "gradcells reference", "BLAS bound"} <= set(names)
+    assert sequences.peer_names("lstm-ln", "gradcells cpu") == ("torch LN-LSTM", "BLAS bound")
+    assert sequences.blas_bound_lstm_ln((3, 2, 3, 5))().shape == (3 + 5, 20)
+
+
+def test_the_torch_ln_lstm_peer_computes_the_same_model():
+    """The PyTorch LN-LSTM contestant's dx equals gradcells's (``main`` would pin this
+    process's threads), to float32 round-off of the result's size."""
+    pytest.importorskip("torch")
+    import numpy as np
+    import sequences
+
+    import gradcells as gc
+
+    size = (4, 3, 5, 6)
+    a = sequences.lstm_ln_inputs(*size)
+    norm = gc.LSTMNorm(*(a[name] for name in sequences.LN_ARRAYS))
+    args = (a["x"], a["cs0"], a["h0"], a["w"], a["b"])
+    seq = gc.lstm_sequence(*args, layer_norm=norm)
+    want = gc.lstm_sequence_grad(*args, seq, d_h=a["d_h"], layer_norm=norm).x
+    got = sequences.torch_ln_lstm(size)().numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
+
+
 def test_sequences_benchmarks_torch_rnn_peer_runs_forward_and_backward():
     """The ``torch nn.RNN`` contestant alone (``main`` would pin this process's threads)."""
     pytest.importorskip("torch")

@@ -7,6 +7,17 @@ The math is ``gradcells.reference.lstm`` (gate blocks i, ci, f, o):
     lstm_backward_kernel(...)              one pass over [B, H]: dG [B, 4H], dcs_prev, and the
                                            bias and peephole reductions, accumulated
 
+The layer-normalised LSTM (docs/spec.md §9.2) has its own:
+
+    layer_norm_forward_kernel(Z, ...)      LN(x·W_x) + b in place, every row (every step)
+    lstm_ln_forward_kernel(Z_h, ...)       per row: LN of h_prev·W_h, the gates, the cell
+                                           norm, seven outputs
+    layer_norm_stats_kernel(Z, ...)        ẑ in place and r, every row (the gradient's
+                                           recompute)
+    lstm_ln_backward_kernel(...)           per row: dG through the cell norm, dcs_prev, the
+                                           sums, then dz_h in place of ĥ
+    layer_norm_grad_kernel(dY, ...)        dz in place of ẑ and Σ dY∘ẑ, every row
+
 ``lstm.py`` calls them around its BLAS matmuls: once for a cell, once per time step for a
 sequence. Their contracts are in their docstrings.
 """
@@ -15,8 +26,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+from numba import njit, types
+from numba.extending import overload
+
 from ._activations import sigmoid, tanh, typed
 from ._compile import kernel, row_of
+
+# Helpers are compiled with the kernels' flags; LLVM inlines them into the loops.
+_helper = njit(error_model="numpy")
 
 
 @kernel
@@ -159,3 +177,405 @@ def lstm_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, has_d
                 dw_i[j] += dg_i[j] * c_prev[j]
                 dw_f[j] += dg_f[j] * c_prev[j]
                 dw_o[j] += dg_o[j] * cs_r[j]
+
+
+# --------------------------------------------------------------------------------------
+# the layer-normalised LSTM (docs/spec.md §9.2)
+#
+# A row's mean and variance are sums over its 4H (or H) columns. Without fastmath LLVM may
+# not reorder a floating-point sum, so a one-accumulator loop runs at one add per add's
+# latency; ``_row_sum`` and ``_row_centred_squares`` keep eight independent partial sums
+# (a fixed order: the results do not depend on the machine), 3.6x faster at 4H = 512.
+
+
+@_helper
+def _row_sum(z):
+    """Σ z over a row, in eight interleaved partial sums."""
+    n = z.shape[0]
+    zero = typed(0.0, z)
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
+    m = n - n % 8
+    for k in range(0, m, 8):
+        s0 += z[k]
+        s1 += z[k + 1]
+        s2 += z[k + 2]
+        s3 += z[k + 3]
+        s4 += z[k + 4]
+        s5 += z[k + 5]
+        s6 += z[k + 6]
+        s7 += z[k + 7]
+    for k in range(m, n):
+        s0 += z[k]
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+
+
+@_helper
+def _row_dot(a, b):
+    """Σ a∘b over a row, in eight interleaved partial sums."""
+    n = a.shape[0]
+    zero = typed(0.0, a)
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
+    m = n - n % 8
+    for k in range(0, m, 8):
+        s0 += a[k] * b[k]
+        s1 += a[k + 1] * b[k + 1]
+        s2 += a[k + 2] * b[k + 2]
+        s3 += a[k + 3] * b[k + 3]
+        s4 += a[k + 4] * b[k + 4]
+        s5 += a[k + 5] * b[k + 5]
+        s6 += a[k + 6] * b[k + 6]
+        s7 += a[k + 7] * b[k + 7]
+    for k in range(m, n):
+        s0 += a[k] * b[k]
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+
+
+@_helper
+def _row_centred_squares(z, mean):
+    """Σ (z - mean)² over a row, in eight interleaved partial sums."""
+    n = z.shape[0]
+    zero = typed(0.0, z)
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
+    m = n - n % 8
+    for k in range(0, m, 8):
+        d0, d1, d2, d3 = z[k] - mean, z[k + 1] - mean, z[k + 2] - mean, z[k + 3] - mean
+        d4, d5, d6, d7 = z[k + 4] - mean, z[k + 5] - mean, z[k + 6] - mean, z[k + 7] - mean
+        s0 += d0 * d0
+        s1 += d1 * d1
+        s2 += d2 * d2
+        s3 += d3 * d3
+        s4 += d4 * d4
+        s5 += d5 * d5
+        s6 += d6 * d6
+        s7 += d7 * d7
+    for k in range(m, n):
+        d = z[k] - mean
+        s0 += d * d
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+
+
+@_helper
+def _row_stats_two_pass(z, epsilon):
+    """``_row_stats`` for float64: the mean, then the centred squares (as the reference)."""
+    count = float(max(z.shape[0], 1))
+    mean = _row_sum(z) / count
+    return mean, 1.0 / math.sqrt(_row_centred_squares(z, mean) / count + epsilon)
+
+
+@_helper
+def _row_stats_wide(z, epsilon):
+    """``_row_stats`` for float32: Σz and Σz² in one pass, accumulated in float64, which
+    holds the difference ``Σz²/n - mean²`` to far below float32's resolution; the results
+    rounded to float32 once."""
+    n = z.shape[0]
+    s0 = s1 = s2 = s3 = q0 = q1 = q2 = q3 = 0.0
+    m = n - n % 4
+    for k in range(0, m, 4):
+        a0, a1 = np.float64(z[k]), np.float64(z[k + 1])
+        a2, a3 = np.float64(z[k + 2]), np.float64(z[k + 3])
+        s0 += a0
+        s1 += a1
+        s2 += a2
+        s3 += a3
+        q0 += a0 * a0
+        q1 += a1 * a1
+        q2 += a2 * a2
+        q3 += a3 * a3
+    for k in range(m, n):
+        a0 = np.float64(z[k])
+        s0 += a0
+        q0 += a0 * a0
+    count = float(max(n, 1))
+    mean = ((s0 + s1) + (s2 + s3)) / count
+    var = ((q0 + q1) + (q2 + q3)) / count - mean * mean
+    var = 0.0 if var < 0.0 else var                       # NaN passes through unchanged
+    return np.float32(mean), np.float32(1.0 / math.sqrt(var + np.float64(epsilon)))
+
+
+def _row_stats(z, epsilon):
+    """``(mean, r)`` of a row: its mean and ``1/sqrt(var + ε)``, biased variance, in the
+    row's dtype (``gradcells.reference._common.layer_norm_stats``). Jitted code only."""
+    raise NotImplementedError("_row_stats is compiled into the kernels")
+
+
+@overload(_row_stats)
+def _row_stats_impl(z, epsilon):
+    if isinstance(z, types.Array) and z.dtype == types.float32:
+        return lambda z, epsilon: _row_stats_wide(z, epsilon)
+    if isinstance(z, types.Array) and z.dtype == types.float64:
+        return lambda z, epsilon: _row_stats_two_pass(z, epsilon)
+    return None
+
+
+@_helper
+def _row_grad_sums(dy, gamma, z_hat):
+    """``(Σ g, Σ g∘ẑ)`` over a row, ``g = dy∘γ``, in one pass of four interleaved partial
+    sums each."""
+    n = dy.shape[0]
+    zero = typed(0.0, dy)
+    s0 = s1 = s2 = s3 = t0 = t1 = t2 = t3 = zero
+    m = n - n % 4
+    for k in range(0, m, 4):
+        g0, g1 = dy[k] * gamma[k], dy[k + 1] * gamma[k + 1]
+        g2, g3 = dy[k + 2] * gamma[k + 2], dy[k + 3] * gamma[k + 3]
+        s0 += g0
+        s1 += g1
+        s2 += g2
+        s3 += g3
+        t0 += g0 * z_hat[k]
+        t1 += g1 * z_hat[k + 1]
+        t2 += g2 * z_hat[k + 2]
+        t3 += g3 * z_hat[k + 3]
+    for k in range(m, n):
+        g0 = dy[k] * gamma[k]
+        s0 += g0
+        t0 += g0 * z_hat[k]
+    return (s0 + s1) + (s2 + s3), (t0 + t1) + (t2 + t3)
+
+
+@_helper
+def _row_norm_grad(dy, gamma, z_hat, rstd, d_gamma):
+    """The layer norm's backward on one row, in place: ``z_hat`` (``ẑ``) becomes
+    ``dz = r·(g - mean(g) - ẑ∘mean(g∘ẑ))``, ``g = dy∘γ``; ``d_gamma += dy∘ẑ``."""
+    count = typed(max(dy.shape[0], 1), dy)
+    sum_g, sum_gz = _row_grad_sums(dy, gamma, z_hat)
+    mean_g, mean_gz = sum_g / count, sum_gz / count
+    for k in range(dy.shape[0]):
+        z = z_hat[k]
+        d_gamma[k] += dy[k] * z
+        z_hat[k] = rstd * (dy[k] * gamma[k] - mean_g - z * mean_gz)
+
+
+@kernel
+def layer_norm_forward_kernel(z, gamma, beta, addend, epsilon):
+    """Layer normalisation of every row of ``z [N, W]``, in place, plus an addend:
+    ``z = γ∘ẑ + β + addend`` with ``ẑ = (z - mean)·r``, ``r = 1/sqrt(var + ε)`` over the row
+    (biased variance). ``gamma, beta, addend [W]``; ``epsilon`` a float. The sequence's input
+    part ``LN(x·W_x; γ_x, β_x) + b`` for all steps at once."""
+    n_rows, width = z.shape
+    eps = typed(epsilon, z)
+    for row in range(n_rows):
+        z_r = z[row]
+        mean, rstd = _row_stats(z_r, eps)
+        for k in range(width):
+            z_r[k] = gamma[k] * ((z_r[k] - mean) * rstd) + beta[k] + addend[k]
+
+
+@kernel
+def layer_norm_stats_kernel(z, epsilon, rstd):
+    """What the layer norm's backward needs, recomputed: every row of ``z [N, W]`` becomes
+    ``ẑ = (z - mean)·r`` in place and ``rstd[row] = r`` (``rstd [N]``)."""
+    n_rows, width = z.shape
+    eps = typed(epsilon, z)
+    for row in range(n_rows):
+        z_r = z[row]
+        mean, r = _row_stats(z_r, eps)
+        for k in range(width):
+            z_r[k] = (z_r[k] - mean) * r
+        rstd[row] = r
+
+
+@kernel
+def layer_norm_grad_kernel(dy, gamma, z_hat, rstd, d_gamma):
+    """The layer norm's backward over every row (``_row_norm_grad``): ``z_hat [N, W]`` (from
+    ``layer_norm_stats_kernel``) becomes ``dz`` in place, ``d_gamma [W]`` accumulates
+    ``Σ dy∘ẑ``. ``dy [N, W]`` is the gradient of the normalised output; ``rstd [N]``."""
+    for row in range(dy.shape[0]):
+        _row_norm_grad(dy[row], gamma, z_hat[row], rstd[row], d_gamma)
+
+
+@kernel
+def lstm_ln_forward_kernel(z_h, addend, cs_prev, gamma_h, beta_h, gamma_c, beta_c, epsilon,
+                           normalized, wci, wcf, wco, peephole, forget_bias, cell_clip, i, cs,
+                           f, o, ci, co, h):
+    """The layer-normalised LSTM's forward step, one pass per row: the recurrent part's norm,
+    the gates, the cell norm and the outputs; writes ``i, cs, f, o, ci, co, h``.
+
+    Arguments (all arrays C-contiguous, one float dtype; B rows, H = ``cs_prev.shape[1]``):
+
+    - ``z_h [B, 4H]``: ``h_prev·W_h`` (icfo); ``addend [B, 4H]``: the input part as it
+      enters G, ``LN(x·W_x; γ_x, β_x) + b`` (``layer_norm_forward_kernel``);
+    - ``gamma_h, beta_h [4H]``, ``gamma_c, beta_c [H]``; ``epsilon``: float;
+      ``normalized``: True for ``ln_carry="normalized"`` (carry ``n``), False for "raw";
+    - ``cs_prev``, peepholes, ``forget_bias``, ``cell_clip`` and the outputs as for
+      ``lstm_forward_kernel`` (``cs``: the carried state).
+
+    Per row: ``(μ, r)`` of ``z_h``; ``G = addend + γ_h∘(z_h - μ)·r + β_h``; ``i, ci, f`` and
+    ``c̃ = clip(i·ci + f·cs_prev)`` as in ``lstm_forward_kernel`` (``c̃`` kept in ``cs``);
+    ``(μ_c, r_c)`` of ``c̃``; ``n = γ_c∘(c̃ - μ_c)·r_c + β_c``; ``co = tanh(n)``;
+    ``cs = n`` or ``c̃``; ``o = σ(Go + cs·wco)``; ``h = o·co``.
+    """
+    n_batch, n_hidden = cs_prev.shape
+    fb = typed(forget_bias, cs_prev)
+    clip = typed(cell_clip, cs_prev)
+    eps = typed(epsilon, cs_prev)
+    w_i, w_f, w_o = wci[:n_hidden], wcf[:n_hidden], wco[:n_hidden]
+    gh_i, gh_c = gamma_h[:n_hidden], gamma_h[n_hidden:2 * n_hidden]
+    gh_f, gh_o = gamma_h[2 * n_hidden:3 * n_hidden], gamma_h[3 * n_hidden:]
+    bh_i, bh_c = beta_h[:n_hidden], beta_h[n_hidden:2 * n_hidden]
+    bh_f, bh_o = beta_h[2 * n_hidden:3 * n_hidden], beta_h[3 * n_hidden:]
+    for row in range(n_batch):
+        g, a = z_h[row], addend[row]
+        mean, rstd = _row_stats(g, eps)
+        g_i, g_c = g[:n_hidden], g[n_hidden:2 * n_hidden]
+        g_f, g_o = g[2 * n_hidden:3 * n_hidden], g[3 * n_hidden:]
+        a_i, a_c = a[:n_hidden], a[n_hidden:2 * n_hidden]
+        a_f, a_o = a[2 * n_hidden:3 * n_hidden], a[3 * n_hidden:]
+        c_prev = cs_prev[row]
+        i_r, cs_r, f_r, o_r = i[row], cs[row], f[row], o[row]
+        ci_r, co_r, h_r = ci[row], co[row], h[row]
+        for j in range(n_hidden):
+            pre_i = a_i[j] + (gh_i[j] * ((g_i[j] - mean) * rstd) + bh_i[j])
+            pre_c = a_c[j] + (gh_c[j] * ((g_c[j] - mean) * rstd) + bh_c[j])
+            pre_f = a_f[j] + (gh_f[j] * ((g_f[j] - mean) * rstd) + bh_f[j]) + fb
+            if peephole:
+                pre_i = pre_i + c_prev[j] * w_i[j]
+                pre_f = pre_f + c_prev[j] * w_f[j]
+            gate_i = sigmoid(pre_i)
+            gate_ci = tanh(pre_c)
+            gate_f = sigmoid(pre_f)
+            state = gate_i * gate_ci + gate_f * c_prev[j]
+            state = clip if state > clip else state          # NaN passes through unchanged
+            state = -clip if state < -clip else state
+            i_r[j] = gate_i
+            cs_r[j] = state
+            f_r[j] = gate_f
+            ci_r[j] = gate_ci
+        mean_c, rstd_c = _row_stats(cs_r, eps)
+        for j in range(n_hidden):
+            raw = cs_r[j]
+            normed = gamma_c[j] * ((raw - mean_c) * rstd_c) + beta_c[j]
+            state = normed if normalized else raw
+            pre_o = a_o[j] + (gh_o[j] * ((g_o[j] - mean) * rstd) + bh_o[j])
+            if peephole:
+                pre_o = pre_o + state * w_o[j]
+            gate_o = sigmoid(pre_o)
+            state_co = tanh(normed)
+            cs_r[j] = state
+            o_r[j] = gate_o
+            co_r[j] = state_co
+            h_r[j] = gate_o * state_co
+
+
+@kernel
+def lstm_ln_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, has_d_cs, wci,
+                            wcf, wco, peephole, state_clip, mask_clip, gamma_c, epsilon,
+                            normalized, gamma_h, h_hat, rstd_h, d_gates, dcs_prev, d_bias,
+                            d_wci, d_wcf, d_wco, d_gamma_c, d_beta_c, d_gamma_h):
+    """The layer-normalised LSTM's backward step, row by row: the gate gradients through
+    the cell norm, then the recurrent part's norm (short loops, as in
+    ``lstm_ln_forward_kernel``).
+
+    Arguments (all arrays C-contiguous, one float dtype; B rows, H = ``cs_prev.shape[1]``):
+
+    - ``cs_prev``, the forward's saved ``i, cs, f, o, ci, co`` (``cs``: the carried state),
+      ``d_h, has_d_h, d_cs, has_d_cs``, the peepholes and ``mask_clip`` as for
+      ``lstm_backward_kernel``; ``state_clip``: the forward's ``cell_clip`` (``math.inf``
+      for none), with which ``c̃`` is recomputed;
+    - ``gamma_c [H]``, ``epsilon``, ``normalized`` as for ``lstm_ln_forward_kernel``;
+    - ``gamma_h [4H]``; ``h_hat [B, 4H]``, ``rstd_h [B]``: ``ĥ`` and ``r`` of the step's
+      ``h_prev·W_h`` (``layer_norm_stats_kernel``); **overwritten** with ``dz_h``, the
+      gradient of ``h_prev·W_h``;
+    - outputs, overwritten: ``d_gates [B, 4H]`` (dL/dG), ``dcs_prev [B, H]``;
+    - outputs, accumulated: ``d_bias [4H]``, the peepholes' sums (when ``peephole``),
+      ``d_gamma_c, d_beta_c [H]`` and ``d_gamma_h [4H]``.
+
+    Per row (``gradcells.reference.lstm``'s ``lstm_gate_grads``, ``lstm_cell_norm_grad``):
+    ``c̃ = clip(i·ci + f·cs_prev, ±state_clip)``, its ``(μ_c, r_c)`` and ``ĉ``;
+    ``do = d_h·co·o(1-o)``; ``dcs = d_cs + do·wco``; ``dn = d_h·o(1-co²)`` (+ ``dcs`` when
+    normalized); ``dc̃ = r_c·(g - mean(g) - ĉ∘mean(g∘ĉ))``, ``g = dn∘γ_c`` (+ ``dcs`` when
+    raw), zeroed where ``|i·ci + f·cs_prev| > mask_clip``; ``di, dci, df, dcs_prev`` as in
+    ``lstm_backward_kernel``; then ``dz_h = r_h·(g' - mean(g') - ĥ∘mean(g'∘ĥ))``,
+    ``g' = dG∘γ_h``.
+    """
+    n_batch, n_hidden = cs_prev.shape
+    zero = typed(0.0, cs_prev)
+    one = typed(1.0, cs_prev)
+    s_clip = typed(state_clip, cs_prev)
+    m_clip = typed(mask_clip, cs_prev)
+    masked = mask_clip < math.inf
+    eps = typed(epsilon, cs_prev)
+    count = typed(max(n_hidden, 1), cs_prev)
+    w_i, w_f, w_o = wci[:n_hidden], wcf[:n_hidden], wco[:n_hidden]
+    dw_i, dw_f, dw_o = d_wci[:n_hidden], d_wcf[:n_hidden], d_wco[:n_hidden]
+    for row in range(n_batch):
+        c_prev, i_r, cs_r, f_r = cs_prev[row], i[row], cs[row], f[row]
+        o_r, ci_r, co_r = o[row], ci[row], co[row]
+        dh_r, dcs_r = d_h[row], d_cs[row]
+        dg = d_gates[row]
+        dg_i, dg_c = dg[:n_hidden], dg[n_hidden:2 * n_hidden]
+        dg_f, dg_o = dg[2 * n_hidden:3 * n_hidden], dg[3 * n_hidden:]
+        dcs_prev_r = dcs_prev[row]
+        for j in range(n_hidden):                         # c̃, in dcs_prev for now
+            state = i_r[j] * ci_r[j] + f_r[j] * c_prev[j]
+            state = s_clip if state > s_clip else state
+            dcs_prev_r[j] = -s_clip if state < -s_clip else state
+        mean_c, rstd_c = _row_stats(dcs_prev_r, eps)
+        for j in range(n_hidden):                         # ĉ, in dcs_prev for now
+            dcs_prev_r[j] = (dcs_prev_r[j] - mean_c) * rstd_c
+        # do (dg_o), the carried state's gradient (dg_f), dn (dg_c)
+        if has_d_h:
+            for j in range(n_hidden):
+                dg_o[j] = dh_r[j] * co_r[j] * o_r[j] * (one - o_r[j])
+        else:
+            for j in range(n_hidden):
+                dg_o[j] = zero
+        if has_d_cs:
+            for j in range(n_hidden):
+                dg_f[j] = dcs_r[j]
+        else:
+            for j in range(n_hidden):
+                dg_f[j] = zero
+        if peephole:
+            for j in range(n_hidden):
+                dg_f[j] = dg_f[j] + dg_o[j] * w_o[j]
+        if has_d_h:
+            for j in range(n_hidden):
+                dg_c[j] = dh_r[j] * o_r[j] * (one - co_r[j] * co_r[j])
+        else:
+            for j in range(n_hidden):
+                dg_c[j] = zero
+        if normalized:
+            for j in range(n_hidden):
+                dg_c[j] = dg_c[j] + dg_f[j]
+        sum_g, sum_gc = _row_grad_sums(dg_c, gamma_c, dcs_prev_r)
+        mean_g, mean_gc = sum_g / count, sum_gc / count
+        for j in range(n_hidden):
+            d_gamma_c[j] += dg_c[j] * dcs_prev_r[j]
+        for j in range(n_hidden):
+            d_beta_c[j] += dg_c[j]
+        # dc̃ (dg_f): through the cell norm, plus the carried state's gradient when raw
+        if normalized:
+            for j in range(n_hidden):
+                dg_f[j] = rstd_c * (dg_c[j] * gamma_c[j] - mean_g - dcs_prev_r[j] * mean_gc)
+        else:
+            for j in range(n_hidden):
+                dg_f[j] = rstd_c * (dg_c[j] * gamma_c[j] - mean_g - dcs_prev_r[j] * mean_gc) \
+                    + dg_f[j]
+        if masked:
+            for j in range(n_hidden):
+                raw = i_r[j] * ci_r[j] + f_r[j] * c_prev[j]
+                dg_f[j] = dg_f[j] if abs(raw) <= m_clip else zero
+        for j in range(n_hidden):
+            dg_i[j] = dg_f[j] * ci_r[j] * i_r[j] * (one - i_r[j])
+        for j in range(n_hidden):
+            dg_c[j] = dg_f[j] * i_r[j] * (one - ci_r[j] * ci_r[j])
+        if peephole:
+            for j in range(n_hidden):
+                d_f = dg_f[j] * c_prev[j] * f_r[j] * (one - f_r[j])
+                dcs_prev_r[j] = dg_f[j] * f_r[j] + dg_i[j] * w_i[j] + d_f * w_f[j]
+        else:
+            for j in range(n_hidden):
+                dcs_prev_r[j] = dg_f[j] * f_r[j]
+        for j in range(n_hidden):
+            dg_f[j] = dg_f[j] * c_prev[j] * f_r[j] * (one - f_r[j])
+        for k in range(4 * n_hidden):
+            d_bias[k] += dg[k]
+        if peephole:
+            for j in range(n_hidden):
+                dw_i[j] += dg_i[j] * c_prev[j]
+            for j in range(n_hidden):
+                dw_f[j] += dg_f[j] * c_prev[j]
+            for j in range(n_hidden):
+                dw_o[j] += dg_o[j] * cs_r[j]
+        _row_norm_grad(dg, gamma_h, h_hat[row], rstd_h[row], d_gamma_h)

@@ -13,6 +13,14 @@ and its gradient:
 
 A sequence projects every step's input at once and runs the kernels once per step
 (``_sequence`` describes the plan, its scratch and per-example lengths).
+
+With a layer norm (``weights.layer_norm``) the same plan runs with the layer-normalised
+kernels: ``x·W_x`` and ``h_prev·W_h`` are separate matmuls, the input part's norm is one pass
+over all steps before the loop, the recurrent part's and the cell's norms are inside the
+step kernel. The results hold what they hold without a layer norm, so the gradient
+recomputes ``x·W_x`` and ``h_prev·W_h`` of every step (one matmul each, ``ẑ`` and ``r`` in
+place), the step's backward kernel also writes ``dz_h`` (which multiplies ``W_hᵀ``), and the
+input part's norm is differentiated for all steps at once after the loop.
 """
 
 from __future__ import annotations
@@ -22,9 +30,23 @@ import math
 import numpy as np
 
 from .._core.plan import flat
-from .._core.types import LSTMCellGrads, LSTMCellState, LSTMSequence, LSTMSequenceGrads
+from .._core.types import (
+    LSTMCellGrads,
+    LSTMCellState,
+    LSTMNorm,
+    LSTMSequence,
+    LSTMSequenceGrads,
+)
 from ._compile import kernel_array
-from ._lstm_kernels import lstm_backward_kernel, lstm_forward_kernel
+from ._lstm_kernels import (
+    layer_norm_forward_kernel,
+    layer_norm_grad_kernel,
+    layer_norm_stats_kernel,
+    lstm_backward_kernel,
+    lstm_forward_kernel,
+    lstm_ln_backward_kernel,
+    lstm_ln_forward_kernel,
+)
 from ._sequence import (
     contiguous,
     final_state,
@@ -32,6 +54,7 @@ from ._sequence import (
     lengths_of,
     previous_rows_grad,
     projection,
+    recurrent_projection,
     running_inputs,
     step_outputs,
     stopped_rows,
@@ -60,6 +83,8 @@ def _mask_clip(settings, clip_grad):
 
 def lstm_cell(x, cs_prev, h_prev, weights, settings):
     """One LSTM step; returns ``LSTMCellState(i, cs, f, o, ci, co, h)``."""
+    if weights.layer_norm is not None:
+        return _norm_cell(x, cs_prev, h_prev, weights, settings)
     n_batch, n_hidden = cs_prev.shape
     gates = np.dot(np.concatenate((x, h_prev), axis=1), weights.w)
     b = kernel_array(weights.b)
@@ -97,6 +122,9 @@ def _passed(d_h, m, w_proj, settings, clip_grad):
 def lstm_cell_grad(x, cs_prev, h_prev, weights, state, settings, *, d_h=None, d_cs=None,
                    clip_grad="exact"):
     """Gradient of one LSTM step with respect to every input (``LSTMCellGrads``)."""
+    if weights.layer_norm is not None:
+        return _norm_cell_grad(x, cs_prev, h_prev, weights, state, settings, d_h, d_cs,
+                               clip_grad)
     n_batch, n_hidden = cs_prev.shape
     n_in = x.shape[1]
     dtype = cs_prev.dtype
@@ -112,15 +140,7 @@ def lstm_cell_grad(x, cs_prev, h_prev, weights, state, settings, *, d_h=None, d_
         d_wci, d_wcf, d_wco = d_peep
     else:
         wci = wcf = wco = d_wci = d_wcf = d_wco = d_bias
-    w_proj = weights.w_proj
-    d_w_proj = None
-    if w_proj is not None:     # the projection's backward: d_h becomes dm [B, H]
-        m = saved[3] * saved[5]
-        d_w_proj = np.zeros(w_proj.shape, dtype)
-        if d_h is not None:
-            d_h = _passed(d_h, m, w_proj, settings, clip_grad)
-            d_w_proj = np.dot(m.T, d_h)
-            d_h = np.dot(d_h, w_proj.T)
+    d_h, d_w_proj = _cell_projection_grad(d_h, saved, weights.w_proj, settings, clip_grad)
     lstm_backward_kernel(
         cs_prev, *saved,
         cs_prev if d_h is None else kernel_array(d_h), d_h is not None,
@@ -135,6 +155,137 @@ def lstm_cell_grad(x, cs_prev, h_prev, weights, state, settings, *, d_h=None, d_
                          b=d_bias, wci=d_wci, wcf=d_wcf, wco=d_wco, w_proj=d_w_proj)
 
 
+def _cell_projection_grad(d_h, saved, w_proj, settings, clip_grad):
+    """The projection's backward for a cell: ``(dm [B, H], dw_proj)`` from ``d_h [B, P]``
+    and the saved ``i, cs, f, o, ci, co`` (``(d_h, None)`` without a projection)."""
+    if w_proj is None:
+        return d_h, None
+    m = saved[3] * saved[5]
+    d_w_proj = np.zeros(w_proj.shape, m.dtype)
+    if d_h is not None:
+        d_h = _passed(d_h, m, w_proj, settings, clip_grad)
+        d_w_proj = np.dot(m.T, d_h)
+        d_h = np.dot(d_h, w_proj.T)
+    return d_h, d_w_proj
+
+
+# --------------------------------------------------------------------------------------
+# the layer-normalised cell (docs/spec.md §9.2)
+#
+# Forward: z_x = x·W_x and z_h = h_prev·W_h (two BLAS calls), LN(z_x) + b in place
+# (``layer_norm_forward_kernel``), then ``lstm_ln_forward_kernel``. Gradient: z_x and z_h
+# recomputed and turned into (ẑ, r) in place (``layer_norm_stats_kernel``),
+# ``lstm_ln_backward_kernel`` (dG and, in place of ĥ, dz_h), ``layer_norm_grad_kernel``
+# (dz_x in place of x̂), then dx = dz_x·W_xᵀ, dh_prev = dz_h·W_hᵀ, dw = [xᵀ·dz_x; h_prevᵀ·dz_h].
+
+
+def _norm_arrays(weights):
+    """The layer norm's six arrays, C-contiguous."""
+    return LSTMNorm(*(kernel_array(a) for a in weights.layer_norm))
+
+
+def _norm_cell(x, cs_prev, h_prev, weights, settings):
+    """``lstm_cell`` with a layer norm."""
+    n_batch, n_hidden = cs_prev.shape
+    n_in = x.shape[1]
+    norm = _norm_arrays(weights)
+    addend = np.dot(x, weights.w[:n_in])
+    layer_norm_forward_kernel(addend, norm.gamma_x, norm.beta_x, kernel_array(weights.b),
+                              settings.ln_epsilon)
+    z_h = np.dot(h_prev, weights.w[n_in:])
+    outputs = [np.empty((n_batch, n_hidden), addend.dtype) for _ in range(7)]
+    lstm_ln_forward_kernel(z_h, addend, kernel_array(cs_prev),
+                           *_forward_norm_fixed(norm, settings), *_peepholes(weights, settings),
+                           settings.forget_bias, _clip_or_inf(settings.cell_clip), *outputs)
+    if weights.w_proj is not None:       # outputs[6] is m = o∘co [B, H]
+        outputs[6] = _project(outputs[6], weights.w_proj, settings.proj_clip)
+    return LSTMCellState(*outputs)
+
+
+def _forward_norm_fixed(norm, settings):
+    """``lstm_ln_forward_kernel``'s ``(gamma_h, beta_h, gamma_c, beta_c, epsilon,
+    normalized)``."""
+    return (norm.gamma_h, norm.beta_h, norm.gamma_c, norm.beta_c, settings.ln_epsilon,
+            settings.ln_carry == "normalized")
+
+
+def _peepholes(weights, settings, contiguous_as=kernel_array):
+    """``(wci, wcf, wco, peephole)`` for the kernels (the bias stands in without
+    peepholes: never read)."""
+    if settings.peepholes:
+        return (*(contiguous_as(a) for a in weights[2:5]), True)
+    b = contiguous_as(weights.b)
+    return b, b, b, False
+
+
+def _norm_stats(z, epsilon):
+    """``z [.., W]`` turned into ``ẑ`` in place; returns ``r`` (``z``'s shape without its
+    last axis)."""
+    rstd = np.empty(z.shape[:-1], z.dtype)
+    layer_norm_stats_kernel(z.reshape(-1, z.shape[-1]), epsilon, rstd.reshape(-1))
+    return rstd
+
+
+def _norm_cell_grad(x, cs_prev, h_prev, weights, state, settings, d_h, d_cs, clip_grad):
+    """``lstm_cell_grad`` with a layer norm."""
+    n_batch, n_hidden = cs_prev.shape
+    n_in = x.shape[1]
+    dtype = cs_prev.dtype
+    norm = _norm_arrays(weights)
+    w = weights.w
+    dz_x, dz_h = np.dot(x, w[:n_in]), np.dot(h_prev, w[n_in:])   # ẑ first, then dz
+    rstd_x, rstd_h = _norm_stats(dz_x, settings.ln_epsilon), _norm_stats(dz_h, settings.ln_epsilon)
+    saved = [kernel_array(a) for a in state[:6]]
+    d_h, d_w_proj = _cell_projection_grad(d_h, saved, weights.w_proj, settings, clip_grad)
+    cs_prev = kernel_array(cs_prev)
+    d_gates = np.empty((n_batch, 4 * n_hidden), dtype)
+    dcs_prev = np.empty((n_batch, n_hidden), dtype)
+    sums = _norm_sums(4 * n_hidden, n_hidden, settings.peepholes, dtype)
+    lstm_ln_backward_kernel(
+        cs_prev, *saved,
+        cs_prev if d_h is None else kernel_array(d_h), d_h is not None,
+        cs_prev if d_cs is None else kernel_array(d_cs), d_cs is not None,
+        *_backward_norm_fixed(norm, weights, settings, clip_grad), dz_h, rstd_h,
+        d_gates, dcs_prev, *sums[:7])
+    layer_norm_grad_kernel(d_gates, norm.gamma_x, dz_x, rstd_x, sums[7])
+    return LSTMCellGrads(
+        x=np.dot(dz_x, w[:n_in].T), cs_prev=dcs_prev, h_prev=np.dot(dz_h, w[n_in:].T),
+        w=np.concatenate((np.dot(x.T, dz_x), np.dot(h_prev.T, dz_h)), axis=0), b=sums[0],
+        **_peephole_grads(sums, settings), w_proj=d_w_proj, layer_norm=_norm_grads(sums))
+
+
+def _norm_sums(width, n_hidden, peephole, dtype):
+    """The accumulated sums of ``lstm_ln_backward_kernel`` (``d_bias, d_wci, d_wcf, d_wco,
+    d_gamma_c, d_beta_c, d_gamma_h``), zeros, and after them ``d_gamma_x``
+    (``layer_norm_grad_kernel``'s); without peepholes ``d_bias`` stands in for theirs."""
+    d_bias = np.zeros(width, dtype)
+    peepholes = list(np.zeros((3, n_hidden), dtype)) if peephole else [d_bias] * 3
+    cell = np.zeros((2, n_hidden), dtype)
+    return [d_bias, *peepholes, *cell, np.zeros(width, dtype), np.zeros(width, dtype)]
+
+
+def _backward_norm_fixed(norm, weights, settings, clip_grad, contiguous_as=kernel_array):
+    """``lstm_ln_backward_kernel``'s ``(wci, wcf, wco, peephole, state_clip, mask_clip,
+    gamma_c, epsilon, normalized, gamma_h)``."""
+    return (*_peepholes(weights, settings, contiguous_as), _clip_or_inf(settings.cell_clip),
+            _mask_clip(settings, clip_grad), norm.gamma_c, settings.ln_epsilon,
+            settings.ln_carry == "normalized", norm.gamma_h)
+
+
+def _peephole_grads(sums, settings):
+    """The peephole gradients from ``_norm_sums``'s list (None without peepholes)."""
+    if not settings.peepholes:
+        return {"wci": None, "wcf": None, "wco": None}
+    return {"wci": sums[1], "wcf": sums[2], "wco": sums[3]}
+
+
+def _norm_grads(sums):
+    """The gradient's ``LSTMNorm`` from ``_norm_sums``'s list: both gate norms' shifts
+    take ``Σ dG``, the bias's gradient (copies)."""
+    return LSTMNorm(gamma_x=sums[7], beta_x=sums[0].copy(), gamma_h=sums[6],
+                    beta_h=sums[0].copy(), gamma_c=sums[4], beta_c=sums[5])
+
+
 # --------------------------------------------------------------------------------------
 # sequence
 
@@ -145,22 +296,20 @@ def lstm_sequence(x, cs0, h0, weights, settings):
     Per step: ``h_prev·W_h`` (BLAS) and ``lstm_forward_kernel`` with the step's slice of
     ``x·W_x + b`` as its per-row addend. With a projection the kernel writes
     ``m = o∘co`` into a scratch ``[B, H]`` and ``h_t = clip(m·w_proj)`` (BLAS, clip in
-    place) is the step's ``[B, P]`` state.
+    place) is the step's ``[B, P]`` state. With a layer norm the addend is
+    ``LN(x·W_x) + b`` (``layer_norm_forward_kernel`` over all steps at once, in place) and
+    the step's kernel is ``lstm_ln_forward_kernel``, which normalises ``h_prev·W_h`` itself.
     """
     x, cs0, h0, w, b = map(contiguous, (x, cs0, h0, weights.w, weights.b))
     n_steps, n_batch, n_in = x.shape
     n_hidden = cs0.shape[1]
     lengths = lengths_of(settings.seq_len)
     x = running_inputs(x, lengths)
-    peephole = settings.peepholes
-    wci, wcf, wco = map(contiguous, weights[2:5]) if peephole else (b, b, b)
-    clip = _clip_or_inf(settings.cell_clip)
-    forget_bias = settings.forget_bias
     w_proj = weights.w_proj
     x_gates, h_gates, m = scratch(x.dtype, (n_steps, n_batch, 4 * n_hidden),
                                   (n_batch, 4 * n_hidden),
                                   (n_batch, n_hidden if w_proj is not None else 0))
-    projection(x, w[:n_in], b, x_gates)
+    step_kernel, fixed = _forward_step(x, w[:n_in], b, weights, settings, x_gates)
     w_h = w[n_in:]
     if w_proj is None:
         steps = step_outputs(7, (n_steps, n_batch, n_hidden), x.dtype)
@@ -172,14 +321,29 @@ def lstm_sequence(x, cs0, h0, weights, settings):
     for t in range(n_steps):
         cs_prev, h_prev = (cs0, h0) if t == 0 else (cs[t - 1], h[t - 1])
         np.matmul(h_prev, w_h, out=h_gates)
-        lstm_forward_kernel(h_gates, x_gates[t], cs_prev, wci, wcf, wco, peephole,
-                            forget_bias, clip, i[t], cs[t], f[t], o[t], ci[t], co[t],
-                            h[t] if w_proj is None else m)
+        step_kernel(h_gates, x_gates[t], cs_prev, *fixed, i[t], cs[t], f[t], o[t], ci[t],
+                    co[t], h[t] if w_proj is None else m)
         if w_proj is not None:
             _project(m, w_proj, settings.proj_clip, out=h[t])
     finals = final_state(cs, cs0, lengths), final_state(h, h0, lengths)
     zero_stopped(steps, lengths)
     return LSTMSequence(*steps, *finals)
+
+
+def _forward_step(x, w_x, b, weights, settings, x_gates):
+    """Fill ``x_gates`` with every step's input part (``x·W_x + b``, or ``LN(x·W_x) + b``)
+    and return the step kernel with its fixed arguments (those between ``cs_prev`` and the
+    outputs)."""
+    clip = _clip_or_inf(settings.cell_clip)
+    peepholes = _peepholes(weights, settings, contiguous)
+    if weights.layer_norm is None:
+        projection(x, w_x, b, x_gates)
+        return lstm_forward_kernel, (*peepholes, settings.forget_bias, clip)
+    norm = LSTMNorm(*map(contiguous, weights.layer_norm))
+    projection(x, w_x, None, x_gates)
+    layer_norm_forward_kernel(flat(x_gates), norm.gamma_x, norm.beta_x, b, settings.ln_epsilon)
+    return lstm_ln_forward_kernel, (*_forward_norm_fixed(norm, settings), *peepholes,
+                                    settings.forget_bias, clip)
 
 
 def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=None,
@@ -193,6 +357,12 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
     all steps at once (``_input_and_weight_grads``). With a projection ``grad_h`` is
     ``[B, P]`` and each step first goes through the projection (``_projection_step``);
     ``dw_proj = M_flatᵀ·DHraw_flat`` after the loop.
+
+    With a layer norm (``_norm_backward_work``) ``x·W_x`` and ``h_prev·W_h`` of every step
+    are recomputed first (one matmul each) and turned into ``(ẑ, r)``; the step's kernel is
+    ``lstm_ln_backward_kernel``, which also writes ``dz_h,t`` over ``ĥ_t``, and
+    ``dz_h,t·W_hᵀ`` is the new ``grad_h``; after the loop ``layer_norm_grad_kernel`` turns
+    ``x̂`` into ``dz_x`` for all steps at once.
     """
     x, cs0, h0, w = map(contiguous, (x, cs0, h0, weights.w))
     n_steps, n_batch, n_in = x.shape
@@ -205,26 +375,66 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
     d_cs = None if d_cs is None else contiguous(d_cs)
     grad_h = initial_carry(d_h_final, (n_batch, n_state), dtype)
     grad_cs = initial_carry(d_cs_final, (n_batch, n_hidden), dtype)
-    state, h_state = (n_batch, n_hidden), (n_batch, n_state)
+    state, h_state, gates = (n_batch, n_hidden), (n_batch, n_state), (n_steps, n_batch,
+                                                                       4 * n_hidden)
+    norm_shapes = () if weights.layer_norm is None else (gates, gates, (2, n_steps, n_batch))
     proj_shapes = () if weights.w_proj is None else _projection_shapes(seq)
-    buffers = scratch(dtype, h_state, state, h_state, (n_steps, n_batch, 4 * n_hidden),
-                      (4 * n_hidden, n_state), *proj_shapes)
-    proj = _projection_work(weights.w_proj, settings, clip_grad, buffers[5:])
-    d_bias = np.zeros(4 * n_hidden, dtype)
-    peephole = settings.peepholes
-    if peephole:
-        peepholes = tuple(map(contiguous, weights[2:5]))
-        d_peepholes = np.zeros((3, n_hidden), dtype)
-    else:
-        peepholes = d_peepholes = (d_bias, d_bias, d_bias)    # never touched
-    fixed = (*peepholes, peephole, _mask_clip(settings, clip_grad))
+    buffers = scratch(dtype, h_state, state, h_state, gates, (4 * n_hidden, n_state),
+                      *norm_shapes, *proj_shapes)
+    proj = _projection_work(weights.w_proj, settings, clip_grad, buffers[5 + len(norm_shapes):])
+    sums = _norm_sums(4 * n_hidden, n_hidden, settings.peepholes, dtype)
     np.copyto(buffers[4], w[n_in:].T)     # W_hᵀ, C-contiguous: OpenBLAS packs it faster
+    if weights.layer_norm is None:
+        step = _step_grad(seq, lstm_backward_kernel, (*_peepholes(weights, settings, contiguous),
+                          _mask_clip(settings, clip_grad)), (), buffers[3], sums[:4])
+        d_parts = buffers[3], buffers[3]
+    else:
+        step, d_parts, norm = _norm_backward_work(x, h0, seq, weights, settings, clip_grad,
+                                                  (buffers[3], *buffers[5:8]), sums)
     grad_cs, grad_h = _backward_steps(cs0, seq, (d_h, d_cs), grad_h, grad_cs, lengths,
-                                      buffers[:5], fixed, (d_bias, *d_peepholes), proj)
-    dx, dw = _input_and_weight_grads(x, h0, w, seq[6], buffers[3])
-    dwci, dwcf, dwco = d_peepholes if peephole else (None, None, None)
-    return LSTMSequenceGrads(x=dx, cs0=grad_cs, h0=grad_h, w=dw, b=d_bias, wci=dwci,
-                             wcf=dwcf, wco=dwco, w_proj=_projection_weight_grad(proj))
+                                      buffers[:5], step, proj)
+    if weights.layer_norm is not None:   # the input part's norm, every step at once
+        layer_norm_grad_kernel(flat(buffers[3]), norm.gamma_x, flat(d_parts[0]),
+                               buffers[7][0].reshape(-1), sums[7])
+    dx, dw = _input_and_weight_grads(x, h0, w, seq[6], *d_parts)
+    return LSTMSequenceGrads(
+        x=dx, cs0=grad_cs, h0=grad_h, w=dw, b=sums[0], **_peephole_grads(sums, settings),
+        w_proj=_projection_weight_grad(proj),
+        layer_norm=None if weights.layer_norm is None else _norm_grads(sums))
+
+
+def _step_grad(seq, step_kernel, fixed, per_step, d_gates, sums):
+    """The backward step for ``_backward_steps``: ``step(t, cs_prev, up_h, up_cs,
+    dcs_prev)`` runs ``step_kernel`` on step t (writing ``dG_t`` and ``dcs_prev``,
+    accumulating ``sums``) and returns what multiplies ``W_hᵀ``: ``dG_t``, or with a layer
+    norm the ``dz_h,t`` written over ``per_step[0][t]``. ``fixed``: the kernel's arguments
+    after the upstream gradients; ``per_step``: its ``[T, ...]`` arguments after those."""
+    i, cs, f, o, ci, co, _ = seq
+
+    def step(t, cs_prev, up_h, up_cs, dcs_prev):
+        step_kernel(cs_prev, i[t], cs[t], f[t], o[t], ci[t], co[t], up_h, True, up_cs, True,
+                    *fixed, *[a[t] for a in per_step], d_gates[t], dcs_prev, *sums)
+        return per_step[0][t] if per_step else d_gates[t]
+
+    return step
+
+
+def _norm_backward_work(x, h0, seq, weights, settings, clip_grad, buffers, sums):
+    """The layer norm's part of ``lstm_sequence_grad`` before the loop: ``x̂`` and ``ĥ`` of
+    every step recomputed into the scratch and their ``r``; returns the step
+    (``_step_grad``), the arrays that will hold ``(dz_x, dz_h)`` (``x̂``, ``ĥ``) and the
+    layer norm's contiguous arrays. ``buffers``: ``(d_gates, x̂, ĥ, r [2, T, B])``."""
+    d_gates, x_hat, h_hat, rstd = buffers
+    n_in = x.shape[2]
+    norm = LSTMNorm(*map(contiguous, weights.layer_norm))
+    w = contiguous(weights.w)
+    projection(x, w[:n_in], None, x_hat)
+    recurrent_projection(h0, seq[6], w[n_in:], h_hat)
+    for z, r in ((x_hat, rstd[0]), (h_hat, rstd[1])):
+        layer_norm_stats_kernel(flat(z), settings.ln_epsilon, r.reshape(-1))
+    fixed = _backward_norm_fixed(norm, weights, settings, clip_grad, contiguous)
+    step = _step_grad(seq, lstm_ln_backward_kernel, fixed, (h_hat, rstd[1]), d_gates, sums[:7])
+    return step, (x_hat, h_hat), norm
 
 
 def _projection_shapes(seq):
@@ -269,46 +479,44 @@ def _projection_weight_grad(proj):
     return flat(m).T @ flat(dh_raw)
 
 
-def _backward_steps(cs0, seq, d_steps, grad_h, grad_cs, lengths, buffers, fixed, sums,
-                    proj=None):
+def _backward_steps(cs0, seq, d_steps, grad_h, grad_cs, lengths, buffers, step, proj=None):
     """The backward loop over the steps, last first; returns the state gradients
-    ``(grad_cs, grad_h)`` before step 0 (fresh arrays) and leaves every step's ``dG_t`` in
-    ``buffers[3]``.
+    ``(grad_cs, grad_h)`` before step 0 (fresh arrays); ``step`` (``_step_grad``) leaves
+    every step's ``dG_t`` in ``buffers[3]``.
 
     ``buffers``: the scratch ``(upstream_h, upstream_cs, dh_prev [B, P], d_gates
-    [T, B, 4H], w_h_t [4H, P])`` (P = H without a projection); ``fixed``: the kernel's
-    ``(wci, wcf, wco, peephole, cell_clip)``; ``sums``: the accumulated ``(d_bias, d_wci,
-    d_wcf, d_wco)``; ``proj``: ``_projection_work``'s tuple, or None.
+    [T, B, 4H], w_h_t [4H, P])`` (P = H without a projection); ``proj``:
+    ``_projection_work``'s tuple, or None.
     """
-    i, cs, f, o, ci, co, _ = seq
+    o, co = seq[3], seq[5]
     d_h, d_cs = d_steps
     upstream_h, upstream_cs, dh_prev, d_gates, w_h_t = buffers
     dcs_prev = np.empty_like(grad_cs)         # swapped with grad_cs, which is returned
-    for t in reversed(range(i.shape[0])):
+    for t in reversed(range(o.shape[0])):
         stopped = stopped_rows(lengths, t)
         up_h = upstream(grad_h, d_h, t, upstream_h, stopped)
         up_cs = upstream(grad_cs, d_cs, t, upstream_cs, stopped)
         if proj is not None:
             up_h = _projection_step(up_h, o, co, t, proj)
-        lstm_backward_kernel(cs0 if t == 0 else cs[t - 1], i[t], cs[t], f[t], o[t], ci[t],
-                             co[t], up_h, True, up_cs, True, *fixed, d_gates[t], dcs_prev,
-                             *sums)
+        d_z = step(t, cs0 if t == 0 else seq[1][t - 1], up_h, up_cs, dcs_prev)
         if stopped is None:
-            np.matmul(d_gates[t], w_h_t, out=grad_h)
+            np.matmul(d_z, w_h_t, out=grad_h)
             grad_cs, dcs_prev = dcs_prev, grad_cs
         else:                        # stopped rows keep their state gradient
-            np.matmul(d_gates[t], w_h_t, out=dh_prev)
+            np.matmul(d_z, w_h_t, out=dh_prev)
             np.copyto(grad_h, dh_prev, where=~stopped)
             np.copyto(grad_cs, dcs_prev, where=~stopped)
     return grad_cs, grad_h
 
 
-def _input_and_weight_grads(x, h0, w, h, d_gates):
-    """``dx = dG·W_xᵀ`` and ``dw = [x_flatᵀ·dG; h_prev_flatᵀ·dG]`` over all ``T·B`` rows."""
+def _input_and_weight_grads(x, h0, w, h, d_x_part, d_h_part):
+    """``dx = dZx·W_xᵀ`` and ``dw = [x_flatᵀ·dZx; h_prev_flatᵀ·dZh]`` over all ``T·B``
+    rows; ``dZx = dZh = dG`` without a layer norm, else the gradients of ``x·W_x`` and
+    ``h_prev·W_h``."""
     n_steps, n_batch, n_in = x.shape
-    d_flat = flat(d_gates)
+    d_flat = flat(d_x_part)
     dx = (d_flat @ w[:n_in].T).reshape(n_steps, n_batch, n_in)
     dw = np.empty_like(w)
     np.matmul(flat(x).T, d_flat, out=dw[:n_in])
-    previous_rows_grad(h0, h, d_gates, out=dw[n_in:])
+    previous_rows_grad(h0, h, d_h_part, out=dw[n_in:])
     return dx, dw
