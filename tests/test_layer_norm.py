@@ -270,3 +270,24 @@ def test_torch_tensors_travel_inside_the_norm(torch):
     want = _grad("cell", case, gc.lstm_cell(**case), None, d_h=np.ones(state.h.shape))
     for a, b in zip(grads.layer_norm, want.layer_norm):
         np.testing.assert_allclose(a.numpy(), b, rtol=1e-14, atol=1e-15)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["cell", "sequence"])
+def test_constant_rows_and_huge_preactivations_are_finite_without_warnings(backend, kind):
+    import warnings
+
+    case = _case(kind, np.random.default_rng(12), peephole=True, clip=True,
+                 ln_carry="normalized")
+    constant = {**case, "x": np.zeros_like(case["x"]),
+                ("h_prev" if kind == "cell" else "h0"): np.zeros_like(
+                    case["h_prev" if kind == "cell" else "h0"])}   # x·W_x = h·W_h = 0: var 0
+    huge = {**case, "w": 1e4 * case["w"] / np.abs(case["w"]).max()}   # |z| up to ~1e4
+    for variant in (constant, huge):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            result = _forward(kind, variant, backend)
+            grads = _grad(kind, variant, result, backend, **_upstream(result, 0))
+        for a in (*result, *[g for g in grads if g is not None and not isinstance(g, tuple)],
+                  *grads.layer_norm):
+            assert np.all(np.isfinite(a))
