@@ -41,6 +41,19 @@ def _as_float64(case):
     return {k: convert(v) for k, v in case.items()}
 
 
+def _lstm_options(rng, hidden, dtype, proj_size, layer_norm, ln_carry):
+    """An LSTM case's optional parts, drawn after its other arrays: a projection ``w_proj
+    [H, P]`` (its clip off until one is chosen) and a layer norm, when asked for."""
+    options = {}
+    if proj_size is not None:
+        options["w_proj"] = _normal(rng, (hidden, proj_size), 1.0 / np.sqrt(max(1, hidden)),
+                                    dtype)
+        options["proj_clip"] = None
+    if layer_norm:
+        options.update(_norm_parameters(rng, hidden, dtype, ln_carry))
+    return options
+
+
 def _norm_parameters(rng, hidden, dtype, ln_carry):
     """A layer norm for an LSTM case: gains ``1 + 0.2·N(0, 1)``, shifts ``0.1·N(0, 1)``
     (``[4H]`` for the gate norms, ``[H]`` for the cell's), its ``ln_carry`` and the default
@@ -121,12 +134,7 @@ def lstm_cell_case(rng: np.random.Generator, *, batch: int = 3, input_size: int 
             **_lstm_parameters(rng, input_size, hidden, dtype, peephole, scale, width),
             "forget_bias": float(forget_bias), "cell_clip": None,
         }
-        if proj_size is not None:
-            case["w_proj"] = _normal(rng, (hidden, proj_size), 1.0 / np.sqrt(max(1, hidden)),
-                                     dtype)
-            case["proj_clip"] = None
-        if layer_norm:
-            case.update(_norm_parameters(rng, hidden, dtype, ln_carry))
+        case.update(_lstm_options(rng, hidden, dtype, proj_size, layer_norm, ln_carry))
         as64 = _as_float64(case)
         if clip:
             state = cells.lstm_cell(**as64, backend="reference")
@@ -367,12 +375,7 @@ def lstm_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int =
             "seq_len": ragged_lengths(rng, steps, batch) if ragged else None,
             **_order(reverse),
         }
-        if proj_size is not None:
-            case["w_proj"] = _normal(rng, (hidden, proj_size), 1.0 / np.sqrt(max(1, hidden)),
-                                     dtype)
-            case["proj_clip"] = None
-        if layer_norm:
-            case.update(_norm_parameters(rng, hidden, dtype, ln_carry))
+        case.update(_lstm_options(rng, hidden, dtype, proj_size, layer_norm, ln_carry))
         return _sequence_clips(case, clip, proj_clip and proj_size is not None)
 
     return _in_layout(_spread_rows(draw) if layer_norm else draw(), batch_first)
