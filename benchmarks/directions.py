@@ -21,6 +21,7 @@ import numpy as np
 from _harness import (
     limit_threads,
     missing,
+    peak_mib,
     pin_peer_threads,
     summarize,
     table,
@@ -115,20 +116,37 @@ def gradcells_stack(size, module, backend):
         return gc.lstm_stack_grad(x, zeros, zeros, weights, stack, d_h=d_out,
                                   backend=backend)
 
+    def saved_mib():
+        """What the stack's result keeps for its gradient (every layer's sequence)."""
+        stack = gc.lstm_stack(x, zeros, zeros, weights, seq_len=lengths, backend=backend,
+                              **conv.options)
+        return sum(a.nbytes for seq in stack.layers for a in seq) / 2**20
+
+    run.saved_mib = saved_mib
     return run
 
 
 def stack_table(sizes, repeats, backend):
-    """Rows: the stack against PyTorch's packed ``nn.LSTM``, medians and their ratio."""
+    """Rows: the stack against PyTorch's packed ``nn.LSTM``, medians and their ratio, and
+    the stack's peak memory (forward + gradient) in units of what its result keeps."""
+    from gradcells.cpu import release_scratch
+
     rows = []
     for size in sizes:
         peer, module = torch_stack(size)
-        contestants = {"gradcells": gradcells_stack(size, module, backend), "torch": peer}
-        stats = summarize(time_interleaved(contestants, repeats))
+        ours_run = gradcells_stack(size, module, backend)
+        stats = summarize(time_interleaved({"gradcells": ours_run, "torch": peer}, repeats))
         ours, theirs = stats["gradcells"].median, stats["torch"].median
+        release_scratch()
+        peak = peak_mib(ours_run)
+        kept = ours_run.saved_mib()
+        steps, batch, _, hidden = size
+        scratch = (peak - kept) / (steps * batch * 4 * hidden * 4 / 2**20)
         rows.append((str(size), f"{ours * 1e3:.1f}", f"{theirs * 1e3:.1f}",
-                     f"{ours / theirs:.2f}×"))
-    return table(rows, ("(T, B, I, H)", "gradcells ms", "torch packed ms", "ratio"))
+                     f"{ours / theirs:.2f}×", f"{peak:.1f} MiB",
+                     f"{kept:.1f} MiB + {scratch:.1f} T·B·4H"))
+    return table(rows, ("(T, B, I, H)", "gradcells ms", "torch packed ms", "ratio",
+                        "peak memory", "= result kept + scratch"))
 
 
 def main(argv=None):

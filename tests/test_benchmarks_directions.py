@@ -40,3 +40,13 @@ def test_the_stack_contestants_agree_with_each_other():
     out, _ = torch.nn.utils.rnn.pad_packed_sequence(module(packed)[0], total_length=size[0])
     out.backward(torch.ones_like(out))
     np.testing.assert_allclose(ours().x, x.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_the_stack_benchmark_prints_time_and_memory(capsys):
+    pytest.importorskip("torch")
+    import directions
+
+    directions.main(["--stack", "--sizes", "4,3,2,5", "--repeats", "1"])
+    rows = _rows(capsys.readouterr().out)
+    assert len(rows) == 1 and rows[0].startswith("| (4, 3, 2, 5)")
+    assert "MiB" in rows[0] and "T·B·4H" in rows[0]
