@@ -18,10 +18,13 @@ import numpy as np
 
 from . import _dispatch
 from ._core.report import Progress, table
-from ._core.specs import OPS
+from ._core.specs import OPS, STACKS
 from ._dispatch import BACKENDS
 
 DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
+
+# Every op the check runs, with the backend operation it needs (a stack: its sequence's).
+CHECKED = {**{name: name for name in OPS}, **STACKS}
 
 
 def available_backends():
@@ -55,20 +58,20 @@ def _usage_error(message) -> int:
 
 def _op_name(name: str) -> str:
     """An op as named on the command line: a forward, or its ``_grad`` (the same check)."""
-    return name[: -len("_grad")] if name.endswith("_grad") and name[:-5] in OPS else name
+    return name[: -len("_grad")] if name.endswith("_grad") and name[:-5] in CHECKED else name
 
 
 def _ops_help() -> str:
-    listed = ", ".join(f"{name} ({spec.grad_name})" for name, spec in OPS.items())
+    listed = ", ".join(f"{name} ({name}_grad)" for name in CHECKED)
     return f"only these ops, each checked as its forward and its gradient: {listed}"
 
 
 def _selection(args):
     """The ``(op, backend, library, dtype)`` rows to check, or an exit status (int)."""
-    ops = [_op_name(op) for op in args.ops] if args.ops else list(OPS)
-    unknown = sorted(set(ops) - set(OPS))
+    ops = [_op_name(op) for op in args.ops] if args.ops else list(CHECKED)
+    unknown = sorted(set(ops) - set(CHECKED))
     if unknown:
-        return _usage_error(f"unknown op(s): {', '.join(unknown)}; known: {', '.join(OPS)} "
+        return _usage_error(f"unknown op(s): {', '.join(unknown)}; known: {', '.join(CHECKED)} "
                             "(or their _grad)")
     available = available_backends()
     missing = sorted(set(args.backends or ()) - {backend for backend, _, _ in available})
@@ -79,7 +82,7 @@ def _selection(args):
             for op in dict.fromkeys(ops)
             for backend, library, dtypes in available
             if (not args.backends or backend in args.backends)
-            and hasattr(_dispatch.backend_module(backend), op)
+            and hasattr(_dispatch.backend_module(backend), CHECKED[op])
             for dtype in dtypes
             if not args.dtypes or dtype in args.dtypes]
     if not rows:

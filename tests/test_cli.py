@@ -182,11 +182,12 @@ def test_an_op_named_by_its_gradient_runs_the_same_check(capsys):
     assert by_gradient.split()[0] == "gru_cell"
 
 
-def test_the_check_ops_are_the_specified_ops():
-    from gradcells import testing
-    from gradcells._core.specs import OPS
+def test_the_check_ops_are_the_specified_ops_and_the_stacks():
+    from gradcells import cli, testing
+    from gradcells._core.specs import OPS, STACKS
 
-    assert list(testing.OPS) == list(OPS)
+    assert list(testing.OPS) == list(OPS) + list(STACKS) == list(cli.CHECKED)
+    assert all(cli.CHECKED[stack] == sequence for stack, sequence in STACKS.items())
 
 
 class _Stream(io.StringIO):

@@ -24,77 +24,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import gradcells as gc
-from gradcells._core.specs import PEEPHOLES
-from gradcells._core.types import LSTMNorm
+from gradcells.testing import stack_case, stack_vjp_pair
 
 BACKENDS = ["reference", "cpu"]
 CELLS = ["lstm", "gru", "rnn"]
 _CELL_ATTRS = {"lstm": {}, "gru": {"reset_after": True}, "rnn": {"activation": "tanh"}}
 
 
-def _lstm_weights(rng, n_in, hidden, proj, peephole, norm):
-    width = proj or hidden
-    w = gc.LSTMWeights(rng.standard_normal((n_in + width, 4 * hidden)) / np.sqrt(n_in + width),
-                       0.1 * rng.standard_normal(4 * hidden))
-    if peephole:
-        w = w._replace(**{k: 0.5 * rng.standard_normal(hidden) for k in PEEPHOLES})
-    if proj:
-        w = w._replace(w_proj=rng.standard_normal((hidden, proj)) / np.sqrt(hidden))
-    if norm:
-        widths = (4 * hidden,) * 4 + (hidden,) * 2
-        w = w._replace(layer_norm=LSTMNorm(*(
-            (1 + 0.2 * rng.standard_normal(n)) if k % 2 == 0 else 0.1 * rng.standard_normal(n)
-            for k, n in enumerate(widths))))
-    return w, width
-
-
-def _weights(rng, cell, n_in, hidden, layers, directions, lstm_options):
-    """One weight set per (layer, direction) and the states' width."""
-    weights, width = [], hidden
-    for layer in range(layers):
-        for _ in range(directions):
-            layer_in = n_in if layer == 0 else directions * width
-            if cell == "lstm":
-                w, width = _lstm_weights(rng, layer_in, hidden, *lstm_options(layer))
-            elif cell == "gru":
-                fan = np.sqrt(layer_in + hidden)
-                w = gc.GRUWeights(rng.standard_normal((layer_in + hidden, 2 * hidden)) / fan,
-                                  rng.standard_normal((layer_in + hidden, hidden)) / fan,
-                                  0.1 * rng.standard_normal(2 * hidden),
-                                  0.1 * rng.standard_normal(2 * hidden))
-            else:
-                w = gc.RNNWeights(rng.standard_normal((layer_in + hidden, hidden))
-                                  / np.sqrt(layer_in + hidden), 0.1 * rng.standard_normal(hidden))
-            weights.append(w)
-    return weights, width
-
-
-def _case(rng, cell, *, layers=2, bidirectional=True, masks=True, ragged=True,
-          batch_first=False, steps=4, batch=3, n_in=3, hidden=4):
-    directions = 2 if bidirectional else 1
-    # A projection is every layer's (one state width); a layer norm the top layer's when there
-    # is none (the layer norm's own conditioning is test_layer_norm.py's business).
-    proj = 2 if layers == 2 else None
-
-    def options(layer):  # (projection, peepholes, layer norm) of a layer
-        return proj, layer == 0, proj is None and layer == layers - 1
-
-    weights, width = _weights(rng, cell, n_in, hidden, layers, directions, options)
-    leading = (batch, steps) if batch_first else (steps, batch)
-    case = {"x": rng.standard_normal((*leading, n_in)), "weights": weights,
-            "h0": 0.5 * rng.standard_normal((layers * directions, batch, width)),
-            "bidirectional": bidirectional, "batch_first": batch_first,
-            "seq_len": np.minimum([steps, 0, 2], steps)[:batch] if ragged and batch else None}
-    if cell == "lstm":
-        case["cs0"] = rng.standard_normal((layers * directions, batch, hidden))
-    if cell == "rnn":
-        case["activation"] = "tanh"
-    if masks and layers > 1:   # 0/1 and fractional, the same at every step for the first
-        case["dropout_masks"] = [
-            rng.integers(0, 2, (batch, 1, directions * width) if batch_first
-                         else (batch, directions * width)) / 0.8 if k == 0 else
-            rng.uniform(0.5, 1.0, (*leading, directions * width)) for k in range(layers - 1)]
-    return case
+def _case(rng, cell, *, layers=2, **kw):
+    """A stack case: with two layers a projection (every layer's), else a layer norm on an
+    LSTM's top layer."""
+    proj = 2 if layers == 2 and cell == "lstm" else None
+    return stack_case(rng, cell, layers=layers, proj_size=proj, layer_norm=proj is None, **kw)
 
 
 def _states(cell, case):
@@ -112,33 +53,6 @@ def _grad(cell, case, stack, backend, **upstream):
                                               stack, **upstream, backend=backend)
 
 
-def _flat_weights(weights):
-    """Every array of a list of weight sets, and how to put them back."""
-    arrays, slots = [], []
-    for k, w in enumerate(weights):
-        for name, value in w._asdict().items():
-            for field, a in (value._asdict().items() if isinstance(value, LSTMNorm)
-                             else [(None, value)]):
-                if a is not None:
-                    arrays.append(a)
-                    slots.append((k, name, field))
-    return arrays, slots
-
-
-def _rebuilt(weights, slots, arrays):
-    rebuilt = [w._asdict() for w in weights]
-    for (k, name, field), a in zip(slots, arrays):
-        if field is None:
-            rebuilt[k][name] = a
-        else:
-            rebuilt[k][name] = rebuilt[k][name]._replace(**{field: a})
-    return [type(w)(**r) for w, r in zip(weights, rebuilt)]
-
-
-def _outputs(cell, stack):
-    return (stack.h, stack.h_final) + ((stack.cs_final,) if cell == "lstm" else ())
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("cell", CELLS)
 @given(seed=st.integers(0, 2**32 - 1), layers=st.integers(1, 3), bidirectional=st.booleans(),
@@ -147,25 +61,8 @@ def test_gradients_equal_central_differences(backend, cell, seed, layers, bidire
                                              batch_first, masks, ragged):
     case = _case(np.random.default_rng(seed), cell, layers=layers, bidirectional=bidirectional,
                  masks=masks, ragged=ragged, batch_first=batch_first)
-    arrays, slots = _flat_weights(case["weights"])
-    n_states = 2 if cell == "lstm" else 1
-
-    def split(args):
-        states = {"cs0": args[1], "h0": args[2]} if cell == "lstm" else {"h0": args[1]}
-        return {**case, "x": args[0], **states,
-                "weights": _rebuilt(case["weights"], slots, args[1 + n_states:])}
-
-    def f(*args):
-        return _outputs(cell, _run(cell, split(args), backend))
-
-    def vjp(ct, *args):
-        c = split(args)
-        names = ("d_h", "d_h_final", "d_cs_final")
-        g = _grad(cell, c, _run(cell, c, backend), backend, **dict(zip(names, ct)))
-        return (g.x, *g[1:1 + n_states], *_flat_weights(g.weights)[0])
-
-    args = (case["x"], *_states(cell, case), *arrays)
-    gc.check_vjp(f, vjp, args, samples=8, seed=seed % 1000).raise_if_failed()
+    f, vjp, args, names = stack_vjp_pair(cell, case, backend=backend)
+    gc.check_vjp(f, vjp, args, names=names, samples=8, seed=seed % 1000).raise_if_failed()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -152,3 +152,7 @@ OPS: dict[str, OpSpec] = {spec.name: spec for spec in (
 
 CELLS = ("lstm", "gru", "rnn")
 """The cells; every backend has one module per cell (``gradcells.<backend>.<cell>``)."""
+
+STACKS: dict[str, str] = {f"{cell}_stack": f"{cell}_sequence" for cell in CELLS}
+"""The stacks (docs/spec.md §11.4), each with the sequence operation it composes: a backend
+runs a stack when it has that operation."""

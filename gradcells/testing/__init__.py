@@ -3,12 +3,13 @@ for valid cell inputs, oracle pairs and ``vjp_check``, and the sequence loop ove
 cells that the sequence operations are tested against.
 
 * ``cases``: ``lstm_cell_case``, ``gru_cell_case``, ``rnn_cell_case``,
-  ``lstm_sequence_case``, ``gru_sequence_case``, ``rnn_sequence_case`` and their
-  ``random_*`` variants, ``clip_levels``, ``on_library``;
+  ``lstm_sequence_case``, ``gru_sequence_case``, ``rnn_sequence_case``, ``stack_case`` and
+  their ``random_*`` variants, ``clip_levels``, ``on_library``;
 * ``strategies``: ``lstm_cell_inputs``, ``gru_cell_inputs``, ``rnn_cell_inputs``,
   ``lstm_sequence_inputs``, ``gru_sequence_inputs``, ``rnn_sequence_inputs``
   (Hypothesis is imported only when a strategy is built);
-* ``pairs``: ``(f, vjp, args, names)`` for the oracle, ``OPS`` and ``vjp_check``;
+* ``pairs``: ``(f, vjp, args, names)`` for the oracle (``stack_vjp_pair`` for the
+  stacks), ``OPS`` and ``vjp_check``;
 * ``unrolled``: ``lstm_forward``/``lstm_backprop``, ``gru_forward``/``gru_backprop``,
   ``rnn_forward``/``rnn_backprop``.
 
@@ -32,8 +33,10 @@ from .cases import (
     random_lstm_sequence_case,
     random_rnn_cell_case,
     random_rnn_sequence_case,
+    random_stack_case,
     rnn_cell_case,
     rnn_sequence_case,
+    stack_case,
 )
 from .pairs import (
     GRU_ARG_NAMES,
@@ -52,6 +55,7 @@ from .pairs import (
     lstm_sequence_vjp_pair,
     rnn_cell_vjp_pair,
     rnn_sequence_vjp_pair,
+    stack_vjp_pair,
     vjp_check,
 )
 from .strategies import (
@@ -77,7 +81,7 @@ __all__ = [
     "lstm_cell_case", "gru_cell_case", "lstm_sequence_case", "gru_sequence_case",
     "random_lstm_cell_case", "random_gru_cell_case", "random_lstm_sequence_case",
     "random_gru_sequence_case", "rnn_cell_case", "rnn_sequence_case", "random_rnn_cell_case",
-    "random_rnn_sequence_case",
+    "random_rnn_sequence_case", "stack_case", "random_stack_case", "stack_vjp_pair",
     "LSTM_ARG_NAMES", "GRU_ARG_NAMES", "LSTM_SEQUENCE_ARG_NAMES", "GRU_SEQUENCE_ARG_NAMES",
     "RNN_ARG_NAMES", "RNN_SEQUENCE_ARG_NAMES",
     "LSTM_SEQUENCE_OUTPUTS", "GRU_SEQUENCE_OUTPUTS", "RNN_SEQUENCE_OUTPUTS", "OPS",

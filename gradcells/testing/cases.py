@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import cells, sequences
 from .._core.specs import ACTIVATIONS, LN_CARRIES, PEEPHOLES
-from .._core.types import LSTMNorm
+from .._core.types import GRUWeights, LSTMNorm, LSTMWeights, RNNWeights
 
 CLIP_MARGIN = 1e-2
 FORGET_BIASES = (0.0, 1.0, -0.5, 2.5)
@@ -502,3 +502,73 @@ def random_rnn_sequence_case(rng: np.random.Generator, dtype: Any = np.float64, 
         input_size=int(rng.integers(1, 5)), hidden=int(rng.integers(1, 5)), dtype=dtype,
         activation=str(rng.choice(ACTIVATIONS)), scale=float(rng.choice(SCALES)),
         ragged=bool(rng.integers(2)), **_random_order(rng, order))
+
+
+# --------------------------------------------------------------------------------------
+# Stacks (docs/spec.md §11.4)
+
+STACK_CELLS = {"lstm": LSTMWeights, "gru": GRUWeights, "rnn": RNNWeights}
+"""The cells a stack is made of, and their weight sets."""
+
+
+def _stack_layer_weights(rng, cell, n_in, hidden, dtype, proj_size, peephole, layer_norm):
+    """One (layer, direction)'s weight set: a layer's input ``n_in`` wide."""
+    if cell == "gru":
+        params = _gru_parameters(rng, n_in, hidden, dtype, True, 1.0)
+        return GRUWeights(**{k: params[k] for k in GRUWeights._fields})
+    if cell == "rnn":
+        params = _rnn_parameters(rng, n_in, hidden, dtype, "tanh", 1.0)
+        return RNNWeights(params["w"], params["b"])
+    params = _lstm_parameters(rng, n_in, hidden, dtype, peephole, 1.0, proj_size or hidden)
+    options = _lstm_options(rng, hidden, dtype, proj_size, layer_norm, "raw")
+    return LSTMWeights(**{k: params[k] for k in ("w", "b", *PEEPHOLES)},
+                       w_proj=options.get("w_proj"), layer_norm=options.get("layer_norm"))
+
+
+def stack_case(rng: np.random.Generator, cell: str, *, layers: int = 2,
+               bidirectional: bool = True, masks: bool = True, ragged: bool = True,
+               batch_first: bool = False, steps: int = 4, batch: int = 3,
+               input_size: int = 3, hidden: int = 4, dtype: Any = np.float64,
+               proj_size: int | None = None, layer_norm: bool = False) -> Case:
+    """Keyword arguments for ``gc.<cell>_stack`` (``cell`` "lstm", "gru" or "rnn"): one
+    weight set per (layer, direction) in PyTorch's order, initial states ``[L·D, B, ·]``,
+    ragged lengths with a row of 0 (``ragged``), ``dropout_masks`` of 0/1 over 0.8 at the
+    first boundary and fractional ones after (``masks``, two layers or more). An LSTM's
+    layer 0 has peepholes, ``proj_size`` is every layer's projection (the states have one
+    width) and ``layer_norm`` gives its top layer a layer norm (the norm's conditioning is
+    the sequence cases' business: ``LN_MARGIN``); the GRU resets after (PyTorch's), the
+    plain RNN is tanh."""
+    directions = 2 if bidirectional else 1
+    width = proj_size or hidden
+    weights = [_stack_layer_weights(rng, cell, input_size if k < directions
+                                    else directions * width, hidden, dtype, proj_size,
+                                    k < directions, layer_norm and k // directions == layers - 1)
+               for k in range(layers * directions)]
+    leading = (batch, steps) if batch_first else (steps, batch)
+    case = {"x": _normal(rng, (*leading, input_size), 1.0, dtype), "weights": weights,
+            "h0": _normal(rng, (layers * directions, batch, width), 0.5, dtype),
+            "bidirectional": bidirectional, "batch_first": batch_first,
+            "seq_len": (np.minimum(ragged_lengths(rng, steps, batch), steps)
+                        if ragged and batch else None),
+            **{"lstm": {}, "gru": {"reset_after": True}, "rnn": {"activation": "tanh"}}[cell]}
+    if cell == "lstm":
+        case["cs0"] = _normal(rng, (layers * directions, batch, hidden), 1.0, dtype)
+    if masks and layers > 1:
+        per_row = (batch, 1, directions * width) if batch_first else (batch, directions * width)
+        case["dropout_masks"] = [
+            (rng.integers(0, 2, per_row) / 0.8).astype(dtype) if k == 0 else
+            rng.uniform(0.5, 1.0, (*leading, directions * width)).astype(dtype)
+            for k in range(layers - 1)]
+    return case
+
+
+def random_stack_case(rng: np.random.Generator, cell: str, dtype: Any = np.float64) -> Case:
+    """A ``stack_case`` with 1 to 3 layers, directions, masks, lengths, layout and an LSTM's
+    projection drawn from ``rng``."""
+    layers = int(rng.integers(1, 4))
+    proj = int(rng.integers(1, 4)) if cell == "lstm" and not rng.integers(3) else None
+    return stack_case(rng, cell, layers=layers, bidirectional=bool(rng.integers(2)),
+                      masks=bool(rng.integers(2)), ragged=bool(rng.integers(2)),
+                      batch_first=not rng.integers(4), steps=int(rng.integers(1, 5)),
+                      batch=int(rng.integers(1, 4)), input_size=int(rng.integers(1, 4)),
+                      hidden=int(rng.integers(1, 4)), dtype=dtype, proj_size=proj)

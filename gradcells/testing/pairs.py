@@ -12,19 +12,28 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from .. import cells, sequences
 from .._core.specs import NORM_ARRAYS, OPTIONAL_WEIGHTS
 from .._core.specs import OPS as SPECS
 from .._core.types import LSTMNorm
 from ..oracle import VJPReport, check_vjp
 from .cases import (
+    STACK_CELLS,
     random_gru_cell_case,
     random_gru_sequence_case,
     random_lstm_cell_case,
     random_lstm_sequence_case,
     random_rnn_cell_case,
     random_rnn_sequence_case,
+    random_stack_case,
 )
+
+
+def _random_stack(cell, rng, dtype=np.float64):
+    """``random_stack_case`` as the drawers of ``OPS`` are called: ``(rng, dtype)``."""
+    return random_stack_case(rng, cell, dtype)
 
 # The arrays of a case (an LSTM case has no w_proj or layer_norm unless drawn; the pairs
 # take every array the case has, from the specs).
@@ -176,6 +185,65 @@ def rnn_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
                      RNN_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend)
 
 
+def _flat_weights(weights):
+    """Every array of a list of weight sets with its name (``weights[k].w``,
+    ``weights[k].layer_norm.gamma_x``, ...), and where each goes back (``_rebuilt``)."""
+    names, arrays, slots = [], [], []
+    for k, w in enumerate(weights):
+        for name, value in w._asdict().items():
+            nested = value._asdict().items() if isinstance(value, LSTMNorm) else [(None, value)]
+            for field, a in nested:
+                if a is not None:
+                    names.append(f"weights[{k}].{name}" + ("" if field is None else f".{field}"))
+                    arrays.append(a)
+                    slots.append((k, name, field))
+    return names, arrays, slots
+
+
+def _rebuilt(weights, slots, arrays):
+    """``weights`` with the arrays of ``slots`` (from ``_flat_weights``) replaced."""
+    fields = [w._asdict() for w in weights]
+    for (k, name, field), a in zip(slots, arrays):
+        fields[k][name] = a if field is None else fields[k][name]._replace(**{field: a})
+    return [type(w)(**f) for w, f in zip(weights, fields)]
+
+
+def stack_vjp_pair(cell: str, case: dict[str, Any], *, backend: str | None = None,
+                   clip_grad: str = "exact") -> Pair:
+    """The oracle's ``(f, vjp, args, names)`` for ``gc.<cell>_stack``: ``f`` maps the input,
+    the initial states and every array of every weight set to the top outputs and the
+    final states; ``vjp`` is ``<cell>_stack_grad`` (an LSTM's with ``clip_grad``)."""
+    from .. import stacks
+
+    forward, gradient = getattr(stacks, f"{cell}_stack"), getattr(stacks, f"{cell}_stack_grad")
+    states = ("cs0", "h0") if cell == "lstm" else ("h0",)
+    keywords = {k: v for k, v in case.items() if k not in ("x", "weights", *states)}
+    weight_names, arrays, slots = _flat_weights(case["weights"])
+    finals = ("h_final", "cs_final") if cell == "lstm" else ("h_final",)
+    extra = {"clip_grad": clip_grad} if cell == "lstm" else {}
+
+    def run(args):
+        rebuilt = _rebuilt(case["weights"], slots, args[1 + len(states):])
+        fixed = (args[0], *args[1:1 + len(states)], rebuilt)
+        masks = keywords.get("dropout_masks")  # constants, in the dtype f is evaluated in
+        if masks is not None:
+            masks = [m.astype(args[0].dtype, copy=False) for m in masks]
+        return fixed, forward(*fixed, **{**keywords, "dropout_masks": masks}, backend=backend)
+
+    def f(*args):
+        stack = run(args)[1]
+        return (stack.h, *(getattr(stack, k) for k in finals))
+
+    def vjp(ct, *args):
+        fixed, stack = run(args)
+        upstream = dict(zip(("d_h", *(f"d_{k}" for k in finals)), ct))
+        g = gradient(*fixed, stack, **upstream, **extra, backend=backend)
+        return (g.x, *(getattr(g, k) for k in states), *_flat_weights(g.weights)[1])
+
+    args = (case["x"], *(case[k] for k in states), *arrays)
+    return f, vjp, args, ("x", *states, *weight_names)
+
+
 # Every public differentiable operation: (random case drawer, oracle pair builder); the
 # sequences' drawers draw the time order and the layout too.
 OPS: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., Pair]]] = {
@@ -188,6 +256,8 @@ OPS: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., Pair]]] = {
     "rnn_cell": (random_rnn_cell_case, rnn_cell_vjp_pair),
     "rnn_sequence": (functools.partial(random_rnn_sequence_case, order=True),
                      rnn_sequence_vjp_pair),
+    **{f"{cell}_stack": (functools.partial(_random_stack, cell),
+                         functools.partial(stack_vjp_pair, cell)) for cell in STACK_CELLS},
 }
 
 
