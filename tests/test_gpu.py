@@ -746,3 +746,32 @@ def test_layer_norm_device_and_host_emulation_agree():
     for a, b in zip(device, host):
         np.testing.assert_allclose(a.get(), b, rtol=64 * np.finfo(np.float64).eps,
                                    atol=64 * np.finfo(np.float64).eps)
+
+
+# --- direction, layout and stacks (docs/spec.md §11.1, §11.2, §11.4) on CuPy arrays -------
+
+@pytest.mark.parametrize("op", ["lstm_sequence", "gru_sequence", "rnn_sequence"])
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_reverse_and_batch_first_on_the_device(op, batch_first):
+    """The per-row reversal and the layout run on CuPy arrays (``xp.take`` of the rows): the
+    GPU backend equals the reference run on the same CuPy arrays, and the oracle passes it."""
+    make = {"lstm_sequence": lstm_sequence_case, "gru_sequence": gru_sequence_case,
+            "rnn_sequence": rnn_sequence_case}[op]
+    case = on_library(make(np.random.default_rng(3), steps=5, batch=4, ragged=True,
+                           reverse=True, batch_first=batch_first), "cupy")
+    vjp_check(op, case, backend="gpu").raise_if_failed()
+    f_gpu = gc.testing.OPS[op][1](case, backend="gpu")[0]
+    f_ref, _, args, _ = gc.testing.OPS[op][1](case, backend="reference")
+    for a, b in zip(f_gpu(*args), f_ref(*args)):
+        assert isinstance(a, cp.ndarray)
+        cp.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn"])
+def test_stacks_on_the_device(cell):
+    """A 2-layer bidirectional stack with masks and ragged lengths on CuPy arrays: the oracle
+    passes the GPU backend's gradients (eight elements of every argument)."""
+    case = on_library(gc.testing.stack_case(np.random.default_rng(4), cell), "cupy")
+    f, vjp, args, names = gc.testing.stack_vjp_pair(cell, case, backend="gpu")
+    assert isinstance(f(*args)[0], cp.ndarray)
+    gc.check_vjp(f, vjp, args, names=names, samples=8).raise_if_failed()

@@ -248,8 +248,10 @@ def on_library(case: Case, library: str) -> Case:
     import cupy
 
     def move(v):
-        if isinstance(v, LSTMNorm):
-            return LSTMNorm(*map(cupy.asarray, v))
+        if isinstance(v, list):              # a stack's weight sets or dropout masks
+            return [move(a) for a in v]
+        if hasattr(v, "_fields"):            # a weight set or an LSTMNorm
+            return type(v)(*map(move, v))
         return cupy.asarray(v) if isinstance(v, np.ndarray) else v
     return {k: move(v) for k, v in case.items()}
 
