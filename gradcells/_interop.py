@@ -6,7 +6,8 @@ goes straight through after one type test; one whose arguments are all NumPy or 
 (or scalars, strings, None) after one set-membership test per argument. When a PyTorch
 tensor or a JAX array arrives:
 
-* every array argument (inside tuples too, such as a ``state``) is viewed without copying
+* every array argument (inside tuples and lists too, such as a ``state`` or a stack's
+  weight sets) is viewed without copying
   through DLPack: CPU tensors and arrays as NumPy arrays (``numpy.from_dlpack``), CUDA ones
   as CuPy arrays (``cupy.from_dlpack``), so they run on the CPU or GPU backend;
 * PyTorch tensors that require grad are **detached** first: gradcells does not take part in
@@ -51,7 +52,7 @@ def _foreign_library(a) -> str | None:
     """"torch" or "jax" when ``a`` is (or a tuple holding) such an array, else None."""
     if type(a) in _NATIVE_TYPES:
         return None
-    if isinstance(a, tuple):
+    if isinstance(a, (tuple, list)):
         for item in a:
             library = _foreign_library(item)
             if library is not None:
@@ -67,7 +68,7 @@ def _any_foreign(values) -> bool:
     for value in values:
         if type(value) in _NATIVE_TYPES:
             continue
-        if isinstance(value, tuple):
+        if isinstance(value, (tuple, list)):
             for item in value:
                 if type(item) not in _NATIVE_TYPES and _foreign_library(item) is not None:
                     return True
@@ -147,7 +148,7 @@ def _from_backend(a, library):
 
 
 def _convert_results(value, library):
-    if isinstance(value, tuple):
+    if isinstance(value, (tuple, list)):
         return _rebuilt(value, [_convert_results(item, library) for item in value])
     if _library_of(value) in arrays.NATIVE:
         return _from_backend(value, library)
@@ -157,7 +158,7 @@ def _convert_results(value, library):
 def _named_arrays(names, args, kwargs):
     """(name, value) for every argument, tuple items named ``name[k]``/``name.field``."""
     def expand(name, value):
-        if isinstance(value, tuple):
+        if isinstance(value, (tuple, list)):
             fields = getattr(value, "_fields", None)
             for k, item in enumerate(value):
                 label = f"{name}.{fields[k]}" if fields else f"{name}[{k}]"
@@ -185,7 +186,7 @@ def _check_one_library(names, args, kwargs):
 
 
 def _to_backend(value, name, library):
-    if isinstance(value, tuple):
+    if isinstance(value, (tuple, list)):
         fields = getattr(value, "_fields", None)
         return _rebuilt(value, [
             _to_backend(item, f"{name}.{fields[k]}" if fields else f"{name}[{k}]", library)

@@ -100,7 +100,7 @@ def _joined(xp, runs):
 
 def _backward(cell, x, states, weights, stack, upstream, backend, **options):
     """The layers from the top down; returns the stack's gradients."""
-    record = stack.settings or StackSettings()
+    record = stack.settings
     directions = 2 if record.bidirectional else 1
     layers, masks = stack.layers, record.dropout_masks
     n_layers = len(layers) // directions
@@ -230,8 +230,13 @@ def rnn_stack_grad(x: Array, h0: Array, weights: list[RNNWeights], stack: RNNSta
 
 
 def _checked(stack, kind):
-    """TypeError unless ``stack`` is the result of the stack's forward."""
+    """TypeError unless ``stack`` is the result of the stack's forward, with its record (its
+    directions and masks cannot be told from its arrays)."""
     if not isinstance(stack, kind):
         raise TypeError(f"stack must be the {kind.__name__} its forward returned, got "
                         f"{type(stack).__name__}")
+    if stack.settings is None:
+        raise ValueError(f"stack records nothing (a {kind.__name__} rebuilt by hand?): pass "
+                         "the result its forward returned, which records its directions "
+                         "and masks")
     return stack

@@ -152,3 +152,20 @@ def test_empty_sizes_and_purity(backend, cell):
             np.testing.assert_array_equal(case[k], v, err_msg=k)
         for a, b in zip(case.get("dropout_masks", []), masks):
             np.testing.assert_array_equal(a, b)
+
+
+def test_torch_tensors_in_and_out_and_a_rebuilt_stack_is_refused(torch):
+    case = _case(np.random.default_rng(7), "lstm")
+    tensors = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+               for k, v in case.items()}
+    tensors["weights"] = [type(w)(*(None if a is None else torch.from_numpy(a) for a in w))
+                          for w in case["weights"]]
+    tensors["dropout_masks"] = [torch.from_numpy(m) for m in case["dropout_masks"]]
+    stack = _run("lstm", tensors, None)
+    assert isinstance(stack.h, torch.Tensor) and stack.settings.bidirectional
+    grads = _grad("lstm", tensors, stack, None, d_h=torch.ones_like(stack.h))
+    assert isinstance(grads.weights, list) and isinstance(grads.weights[0].w, torch.Tensor)
+    want = _grad("lstm", case, _run("lstm", case, None), None, d_h=np.ones(stack.h.shape))
+    np.testing.assert_array_equal(grads.x.numpy(), want.x)
+    with pytest.raises(ValueError, match="stack records nothing"):
+        _grad("lstm", case, gc.LSTMStack(*_run("lstm", case, None)), None)
