@@ -725,3 +725,16 @@ def _stack_masks(masks, x, widths, directions, batch_first):
             raise ValueError(f"{name} of shape {tuple(mask.shape)} does not broadcast to layer "
                              f"{k}'s outputs [{labels}, D·P] = {outputs}") from None
     return tuple(masks)
+
+
+def stack_upstream(stack, upstream):
+    """ValueError unless each upstream gradient of a stack's gradient call has the shape of
+    what it is the gradient of (``d_h``: the top outputs; ``d_*_final``: the final
+    states)."""
+    for name, g in upstream.items():
+        if g is None:
+            continue
+        like = getattr(stack, name.removeprefix("d_"))
+        if tuple(getattr(g, "shape", ())) != tuple(like.shape):
+            raise ValueError(f"{name} must have the shape of stack.{name.removeprefix('d_')} "
+                             f"{tuple(like.shape)}, got {_described(g)}")

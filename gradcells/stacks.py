@@ -80,8 +80,7 @@ def _forward(cell, x, states, weights, *, bidirectional, seq_len, batch_first, d
     for layer in range(len(widths)):
         runs = [cell.forward(layer_input, [s[k] for s in states], weights[k],
                              reverse=k % directions == 1, seq_len=seq_len,
-                             batch_first=batch_first,
-                             backend=backend, **attrs)
+                             batch_first=batch_first, backend=backend, **attrs)
                 for k in range(layer * directions, (layer + 1) * directions)]
         layers += runs
         layer_input = _joined(xp, runs)
@@ -104,6 +103,7 @@ def _backward(cell, x, states, weights, stack, upstream, backend, **options):
     directions = 2 if record.bidirectional else 1
     layers, masks = stack.layers, record.dropout_masks
     n_layers = len(layers) // directions
+    v.stack_upstream(stack, upstream)
     d_out, finals = upstream["d_h"], {k: upstream.get(f"d_{k}_final") for k in ("h", "cs")}
     state_grads = {name: [None] * len(layers) for name in cell.states}
     weight_grads = [None] * len(layers)

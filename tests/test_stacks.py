@@ -132,6 +132,13 @@ def test_bad_input_is_named(cell):
         with pytest.raises(ValueError, match=r"weights\[2\] has a state 4 wide but weights\[0\] "
                                              r"one 2 wide"):
             _run(cell, {**case, "weights": widened}, "reference")
+    stack = _run(cell, case, "reference")
+    wide = stack.h.shape[:2] + (stack.h.shape[2] + 1,)
+    with pytest.raises(ValueError, match=rf"d_h must have the shape of stack\.h "
+                                         rf"\({stack.h.shape[0]}, {stack.h.shape[1]}, "):
+        _grad(cell, case, stack, "reference", d_h=np.zeros(wide))
+    with pytest.raises(ValueError, match=r"d_h_final must have the shape of stack\.h_final"):
+        _grad(cell, case, stack, "reference", d_h_final=stack.h_final[:2])
     with pytest.raises(TypeError, match="stack must be the"):
         _grad(cell, case, tuple(_run(cell, case, "reference")), "reference")
 
