@@ -247,3 +247,25 @@ def test_inputs_are_never_modified(backend, op):
         np.testing.assert_array_equal(up[name], value, err_msg=name)
     for a, b in zip(seq, saved):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", OPS_)
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_padding_is_never_read_in_either_direction(backend, op, batch_first):
+    import warnings
+
+    case = _case(op, np.random.default_rng(9), steps=5, batch=4, ragged=True, reverse=True,
+                 batch_first=batch_first)
+    lengths = case["seq_len"]
+    valid = np.arange(5)[:, None] < lengths
+    padded = case["x"].copy()
+    (padded.transpose(1, 0, 2) if batch_first else padded)[~valid] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        seq = _forward(op, {**case, "x": padded}, backend)
+        grads = _grad(op, {**case, "x": padded}, seq, backend, **_upstream(op, seq, 1))
+    clean = _forward(op, case, backend)
+    for a, b in zip(seq, clean):
+        np.testing.assert_array_equal(a, b)
+    assert all(np.isfinite(g).all() for g in grads if isinstance(g, np.ndarray))
