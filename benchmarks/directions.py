@@ -6,6 +6,7 @@ same call time-major and forward, side by side, float32, on full and on ragged b
     python benchmarks/directions.py --cells lstm --sizes 50,32,128,128 --repeats 15
     python benchmarks/directions.py --stack            # a 2-layer bidirectional LSTM stack
                                                        # on a ragged batch against PyTorch
+    python benchmarks/directions.py --masks            # what the masks of §11.3 cost
 
 ``reverse`` is a per-row time reversal around the backend's forward run
 (``gradcells._order``): a flip (a view) without lengths, a gather with them; ``batch_first``
@@ -149,6 +150,45 @@ def stack_table(sizes, repeats, backend):
                         "peak memory", "= result kept + scratch"))
 
 
+def masked_contestants(cell, size):
+    """Forward + BPTT of ``cell``: unmasked on the cpu backend and on the reference, and with
+    an input mask, a recurrent mask and zoneout of h (``backend=None``: the reference, which
+    is the backend that runs masks)."""
+    import gradcells as gc
+
+    op, names, inputs = CELLS[cell]
+    a = inputs(*size)
+    keywords = {"reset_after": True} if cell == "gru" else {}
+    arrays = [a[n] for n in names]
+    rng = np.random.default_rng(0)
+    steps, batch, n_in, hidden = size
+    masks = {"input_mask": (rng.integers(0, 2, (batch, n_in)) / 0.75).astype(np.float32),
+             "recurrent_mask": (rng.integers(0, 2, (batch, hidden)) / 0.75).astype(np.float32),
+             "zoneout_h": np.full(hidden, 0.1, np.float32)}
+    forward, gradient = getattr(gc, op), getattr(gc, f"{op}_grad")
+
+    def contestant(backend, extra):
+        def run():
+            seq = forward(*arrays, **keywords, **extra, backend=backend)
+            return gradient(*arrays, seq, d_h=a["d_h"], backend=backend)
+        return run
+
+    return {"cpu": contestant("cpu", {}), "reference": contestant("reference", {}),
+            "masked": contestant(None, masks)}
+
+
+def masks_table(cells, sizes, repeats):
+    rows = []
+    for cell in cells:
+        for size in sizes:
+            stats = summarize(time_interleaved(masked_contestants(cell, size), repeats))
+            cpu, ref, masked = (stats[k].median for k in ("cpu", "reference", "masked"))
+            rows.append((cell, str(size), f"{cpu * 1e3:.1f}", f"{ref * 1e3:.1f}",
+                         f"{masked * 1e3:.1f}", f"{masked / cpu:.2f}×", f"{masked / ref:.2f}×"))
+    return table(rows, ("cell", "(T, B, I, H)", "cpu ms", "reference ms", "masked ms",
+                        "masked vs cpu", "masked vs reference"))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="*", default=None, help="T,B,I,H tuples")
@@ -158,6 +198,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--stack", action="store_true",
                         help="a 2-layer bidirectional LSTM stack against torch's packed nn.LSTM")
+    parser.add_argument("--masks", action="store_true",
+                        help="the sequences with masks (input, recurrent, zoneout of h)")
     args = parser.parse_args(argv)
     sizes = [tuple(int(v) for v in s.split(",")) for s in args.sizes] if args.sizes else SIZES
     if args.stack:
@@ -172,6 +214,11 @@ def main(argv=None):
         print(stack_table(sizes, args.repeats, args.backend))
         return
     limiter = limit_threads(args.threads)  # noqa: F841 - keeps the limits in force
+    if args.masks:
+        print(f"float32, forward + BPTT; {args.threads} thread(s); median of {args.repeats} "
+              "interleaved rounds; masked calls run on the reference\n")
+        print(masks_table(args.cells.split(","), sizes, args.repeats))
+        return
     print(f"float32, {args.backend}, forward + BPTT; {args.threads} thread(s); median of "
           f"{args.repeats} interleaved rounds; ratios against the forward time-major call\n")
     rows = []

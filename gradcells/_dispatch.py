@@ -42,9 +42,13 @@ def backend_library(name: str) -> str | None:
     return _BACKEND_LIBRARY.get(name)
 
 
-def backend_for(backend: str | None, library: str) -> ModuleType:
+def backend_for(backend: str | None, library: str, *, masks: bool = False) -> ModuleType:
     """The backend module serving arrays of ``library`` under the caller's ``backend``;
-    ``ValueError`` for an unknown backend or one that cannot take those arrays."""
+    ``ValueError`` for an unknown backend or one that cannot take those arrays. A call with
+    sequence masks (docs/spec.md §11.3) goes to a backend that runs them: by default the
+    reference, while the fused backends do not."""
+    if masks:
+        return _masked_backend(backend, library)
     if backend is None:
         return backend_module(default_backend(library))
     if not isinstance(backend, str) or backend not in BACKENDS:
@@ -56,3 +60,17 @@ def backend_for(backend: str | None, library: str) -> ModuleType:
         raise ValueError(
             f"backend={backend!r} takes {wanted} arrays, got {library} arrays{converted}")
     return backend_module(backend)
+
+
+def _masked_backend(backend, library):
+    """The backend of a call with masks: the one asked for if it runs them (its package's
+    ``SEQUENCE_MASKS``), the reference when none is asked for."""
+    module = backend_for(backend, library) if backend is not None else None
+    if module is None:
+        module = backend_module(default_backend(library))
+        return module if getattr(module, "SEQUENCE_MASKS", False) else backend_module("reference")
+    if not getattr(module, "SEQUENCE_MASKS", False):
+        raise ValueError(f"backend={backend!r} does not run the sequence masks yet "
+                         "(docs/spec.md §11.3): leave backend out, or pass "
+                         "backend='reference'")
+    return module

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 
 from ._core.arrays import namespace_of
+from ._core.specs import MASKS
 
 
 class _RunOrder:
@@ -62,6 +63,29 @@ class _RunOrder:
             a = a.transpose(1, 0, 2)
         return xp.ascontiguousarray(a[::-1] if self.reverse else a)
 
+    def mask_to_run(self, name, mask):
+        """A mask (``MASKS``) in run order: one with a time axis of T transposed and
+        reversed as the per-step arrays are, one that broadcasts over time (or has no time
+        axis) as it is, transposed to time-major."""
+        if mask is None or MASKS[name][0] != "T" or mask.ndim < 3:
+            return mask
+        if self.batch_first:
+            mask = mask.transpose(1, 0, 2)
+        if mask.shape[0] == 1 or not self.reverse:
+            return mask
+        if self.rows is None:
+            return mask[::-1]
+        full = self.xp.broadcast_to(mask, (self.rows.shape[0], self.rows.shape[1],
+                                           mask.shape[2]))
+        return self._gather(self.xp.ascontiguousarray(full), self.rows, full.shape)
+
+    def settings(self, settings):
+        """``settings`` as the backend is given them: time-major, forward, masks in run
+        order."""
+        masks = {name: self.mask_to_run(name, getattr(settings, name))
+                 for name in MASKS if hasattr(settings, name)}
+        return dataclasses.replace(settings, reverse=False, batch_first=False, **masks)
+
     def from_run(self, a):
         if self.rows is not None:  # π is an involution: the same rows take it back
             if self.batch_first:
@@ -72,18 +96,13 @@ class _RunOrder:
         return a.transpose(1, 0, 2) if self.batch_first else a
 
 
-def _in_run_order(settings):
-    """``settings`` as the backend is given them: time-major and forward."""
-    return dataclasses.replace(settings, reverse=False, batch_first=False)
-
-
 def forward(spec, op, x, states, weights, settings):
     """``op(x, *states, weights, settings)`` (a backend's sequence op) in the order and layout
     ``settings`` ask for; returns its result with every per-step field in that order."""
     if not (settings.reverse or settings.batch_first):
         return op(x, *states, weights, settings)
     order = _RunOrder(x, settings)
-    result = op(order.to_run(x), *states, weights, _in_run_order(settings))
+    result = op(order.to_run(x), *states, weights, order.settings(settings))
     return type(result)(*(order.from_run(a) if labels[0] == "T" else a
                           for a, labels in zip(result, spec.result_labels())))
 
@@ -99,6 +118,6 @@ def grad(spec, op, x, states, weights, result, settings, upstream, **options):
                         for a, labels in zip(seq, spec.result_labels())))
     upstream = {name: order.to_run(g) if spec.upstream_labels(name)[0] == "T" else g
                 for name, g in upstream.items()}
-    grads = op(order.to_run(x), *states, weights, seq, _in_run_order(settings), **upstream,
+    grads = op(order.to_run(x), *states, weights, seq, order.settings(settings), **upstream,
                **options)
     return grads._replace(x=order.from_run(grads.x))

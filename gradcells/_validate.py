@@ -29,6 +29,7 @@ from ._core.specs import (
     ACTIVATIONS,
     CLIP_GRADS,
     LN_CARRIES,
+    MASKS,
     NORM_ARRAYS,
     NORM_FIELDS,
     OPS,
@@ -424,7 +425,8 @@ def _proj_index(layout, grad):
 
 def forward_args(op: str, x, states, weights, *, forget_bias=1.0, cell_clip=None,
                  proj_clip=None, ln_epsilon=1e-5, ln_carry="raw", reset_after=False,
-                 activation="tanh", seq_len=None, reverse=False, batch_first=False):
+                 activation="tanh", seq_len=None, reverse=False, batch_first=False,
+                 masks=None):
     """Check a forward call of ``op``; return ``(library, settings)``. The keywords are the
     op's attributes as the caller gave them (those the op does not have keep their
     defaults)."""
@@ -444,7 +446,35 @@ def forward_args(op: str, x, states, weights, *, forget_bias=1.0, cell_clip=None
                          proj_clip=proj_clip, ln_epsilon=ln_epsilon, ln_carry=ln_carry)
     if order != (False, False):
         settings = dataclasses.replace(settings, reverse=order[0], batch_first=order[1])
+    if masks and any(m is not None for m in masks.values()):
+        settings = dataclasses.replace(settings, **{
+            name: _recorded_lengths(mask_value(name, m, x, states, batch_first=order[1]))
+            for name, m in masks.items() if m is not None})
     return library, settings
+
+
+def mask_value(name, mask, x, states, *, batch_first):
+    """Check a sequence's mask (docs/spec.md §11.3): an array of x's library and dtype that
+    broadcasts to its shape in ``MASKS`` (in the ``batch_first`` layout when it has a time
+    axis). Returns it."""
+    _library_and_dtype([("x", x), (name, mask)])
+    labels = MASKS[name]
+    if states[0].shape[1] == states[-1].shape[1]:  # no projection: P is H
+        labels = tuple("H" if label == "P" else label for label in labels)
+    if batch_first and labels[0] == "T":
+        labels = ("B", "T", *labels[2:])
+    n_steps, n_batch = x.shape[1::-1] if batch_first else x.shape[:2]
+    sizes = {"T": n_steps, "B": n_batch, "I": x.shape[-1], "H": states[0].shape[1],
+             "P": states[-1].shape[1]}
+    target = tuple(sizes[label] for label in labels)
+    try:
+        fits = np.broadcast_shapes(tuple(mask.shape), target) == target
+    except ValueError:
+        fits = False
+    if not fits or mask.ndim > len(target):
+        raise ValueError(f"{name} must broadcast to [{', '.join(labels)}] = {target}, got "
+                         f"shape {tuple(mask.shape)}")
+    return mask
 
 
 def _settings(spec, x, weights, seq_len, *, reset_after, activation, forget_bias, cell_clip,
@@ -523,7 +553,7 @@ def _recorded_lengths(seq_len):
 
 def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
               proj_clip=None, ln_epsilon=None, ln_carry=None, reset_after=None,
-              activation=None, seq_len=None, reverse=None, batch_first=None):
+              activation=None, seq_len=None, reverse=None, batch_first=None, masks=None):
     """Check a gradient call of ``op``; return ``(library, settings)``: the forward's record,
     each setting given again (None: not given) checked against it; for a result that
     records nothing, the record the keywords make.
@@ -555,7 +585,10 @@ def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
         "cell_clip": (cell_clip, lambda value: cell_clip_value(value, x.dtype)),
         "proj_clip": (proj_clip, lambda value: _proj_clip_value(value, weights, x.dtype)[1]),
         "ln_epsilon": (ln_epsilon, lambda value: ln_epsilon_value(value, x.dtype)),
-        "ln_carry": (ln_carry, ln_carry_value)})
+        "ln_carry": (ln_carry, ln_carry_value),
+        **{name: (m, functools.partial(mask_value, name, x=x, states=states,
+                                       batch_first=batch_first))
+           for name, m in (masks or {}).items()}})
 
 
 def _given_again(spec, recorded, settings, given):
@@ -593,7 +626,8 @@ def _agreeing(spec, recorded, settings, name, value):
     if recorded is None:
         return dataclasses.replace(settings, **{name: value})
     before = getattr(recorded, name)
-    agrees = _same_lengths(value, before) if name == "seq_len" else value == before
+    agrees = (_same_lengths(value, before) if name == "seq_len" or name in MASKS
+              else value == before)
     if not agrees:
         raise ValueError(
             f"{name}={_setting_text(value)} contradicts the forward's {name}="
@@ -603,6 +637,7 @@ def _agreeing(spec, recorded, settings, name, value):
 
 
 def _same_lengths(a, b):
+    """Whether two arrays (lengths, masks) or Nones are the same."""
     if a is None or b is None:
         return a is b
     return a is b or (a.shape == b.shape and bool((a == b).all()))
@@ -611,6 +646,8 @@ def _same_lengths(a, b):
 def _setting_text(value):
     if value is None or isinstance(value, (bool, float, int, str)):
         return repr(value)
+    if value.ndim != 1 or value.dtype.kind not in "iu":
+        return f"<an array of shape {tuple(value.shape)}>"
     return f"[{', '.join(str(int(n)) for n in value.tolist())}]"
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from . import _dispatch, _order
 from . import _validate as v
-from ._core.specs import OPS
+from ._core.specs import MASKS, OPS
 from ._core.types import (
     Array,
     GRUSequence,
@@ -32,6 +32,17 @@ from ._interop import accepts_any_array
 _LSTM, _GRU, _RNN = OPS["lstm_sequence"], OPS["gru_sequence"], OPS["rnn_sequence"]
 
 
+def _masks(input_mask, recurrent_mask, zoneout_h):
+    """The masks of a one-state cell's sequence (docs/spec.md §11.3), by name."""
+    return {"input_mask": input_mask, "recurrent_mask": recurrent_mask, "zoneout_h": zoneout_h}
+
+
+def _has_masks(settings):
+    """Whether the call runs with masks (which of the backends run them, ``_dispatch``
+    says)."""
+    return any(getattr(settings, name, None) is not None for name in MASKS)
+
+
 @accepts_any_array
 def lstm_sequence(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
                   wci: Array | None = None, wcf: Array | None = None,
@@ -40,6 +51,8 @@ def lstm_sequence(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
                   proj_clip: float | None = None, seq_len: Array | None = None,
                   layer_norm: LSTMNorm | None = None, ln_epsilon: float = 1e-5,
                   ln_carry: str = "raw", reverse: bool = False, batch_first: bool = False,
+                  input_mask: Array | None = None, recurrent_mask: Array | None = None,
+                  zoneout_cs: Array | None = None, zoneout_h: Array | None = None,
                   backend: str | None = None) -> LSTMSequence:
     """The LSTM block cell (``lstm_cell``) run over ``x [T, B, I]`` from ``cs0 [B, H]`` and
     ``h0 [B, P]``.
@@ -65,8 +78,11 @@ def lstm_sequence(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
                                        forget_bias=forget_bias, cell_clip=cell_clip,
                                        proj_clip=proj_clip, ln_epsilon=ln_epsilon,
                                        ln_carry=ln_carry, seq_len=seq_len, reverse=reverse,
-                                       batch_first=batch_first)
-    impl = _dispatch.backend_for(backend, library)
+                                       batch_first=batch_first, masks={
+                                           "input_mask": input_mask,
+                                           "recurrent_mask": recurrent_mask,
+                                           "zoneout_cs": zoneout_cs, "zoneout_h": zoneout_h})
+    impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings))
     return record_settings(_order.forward(_LSTM, impl.lstm_sequence, x, (cs0, h0), weights,
                                           settings), settings)
 
@@ -82,6 +98,8 @@ def lstm_sequence_grad(x: Array, cs0: Array, h0: Array, w: Array, b: Array,
                        ln_epsilon: float | None = None, ln_carry: str | None = None,
                        clip_grad: str = "exact", seq_len: Array | None = None,
                        reverse: bool | None = None, batch_first: bool | None = None,
+                       input_mask: Array | None = None, recurrent_mask: Array | None = None,
+                       zoneout_cs: Array | None = None, zoneout_h: Array | None = None,
                        backend: str | None = None) -> LSTMSequenceGrads:
     """Backpropagation through time for ``lstm_sequence``, given its result ``seq``.
 
@@ -104,9 +122,12 @@ def lstm_sequence_grad(x: Array, cs0: Array, h0: Array, w: Array, b: Array,
     library, settings = v.grad_args("lstm_sequence", x, (cs0, h0), weights, seq, upstream,
                                     cell_clip=cell_clip, proj_clip=proj_clip,
                                     ln_epsilon=ln_epsilon, ln_carry=ln_carry, seq_len=seq_len,
-                                    reverse=reverse, batch_first=batch_first)
+                                    reverse=reverse, batch_first=batch_first, masks={
+                                        "input_mask": input_mask,
+                                        "recurrent_mask": recurrent_mask,
+                                        "zoneout_cs": zoneout_cs, "zoneout_h": zoneout_h})
     clip_grad = v.clip_grad_value(clip_grad)
-    impl = _dispatch.backend_for(backend, library)
+    impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings))
     return _order.grad(_LSTM, impl.lstm_sequence_grad, x, (cs0, h0), weights, seq, settings,
                        upstream, clip_grad=clip_grad)
 
@@ -115,7 +136,8 @@ def lstm_sequence_grad(x: Array, cs0: Array, h0: Array, w: Array, b: Array,
 def gru_sequence(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array, *,
                  reset_after: bool = False, seq_len: Array | None = None,
                  reverse: bool = False, batch_first: bool = False,
-                 backend: str | None = None) -> GRUSequence:
+                 input_mask: Array | None = None, recurrent_mask: Array | None = None,
+                 zoneout_h: Array | None = None, backend: str | None = None) -> GRUSequence:
     """The GRU block cell (``gru_cell``) run over ``x [T, B, I]`` from ``h0 [B, H]``.
 
     Weights as for ``gru_cell`` (``b_c [2H]`` with ``reset_after=True``); ``seq_len`` as for
@@ -129,8 +151,9 @@ def gru_sequence(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c:
     weights = GRUWeights(w_ru, w_c, b_ru, b_c)
     library, settings = v.forward_args("gru_sequence", x, (h0,), weights,
                                        reset_after=reset_after, seq_len=seq_len,
-                                       reverse=reverse, batch_first=batch_first)
-    impl = _dispatch.backend_for(backend, library)
+                                       reverse=reverse, batch_first=batch_first,
+                                       masks=_masks(input_mask, recurrent_mask, zoneout_h))
+    impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings))
     return record_settings(_order.forward(_GRU, impl.gru_sequence, x, (h0,), weights,
                                           settings), settings)
 
@@ -140,7 +163,8 @@ def gru_sequence_grad(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array,
                       seq: GRUSequence, *, d_h: Array | None = None,
                       d_h_final: Array | None = None, reset_after: bool | None = None,
                       seq_len: Array | None = None, reverse: bool | None = None,
-                      batch_first: bool | None = None,
+                      batch_first: bool | None = None, input_mask: Array | None = None,
+                      recurrent_mask: Array | None = None, zoneout_h: Array | None = None,
                       backend: str | None = None) -> GRUSequenceGrads:
     """Backpropagation through time for ``gru_sequence``, given its result ``seq``.
 
@@ -156,8 +180,9 @@ def gru_sequence_grad(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array,
     upstream = {"d_h": d_h, "d_h_final": d_h_final}
     library, settings = v.grad_args("gru_sequence", x, (h0,), weights, seq, upstream,
                                     reset_after=reset_after, seq_len=seq_len, reverse=reverse,
-                                    batch_first=batch_first)
-    impl = _dispatch.backend_for(backend, library)
+                                    batch_first=batch_first,
+                                    masks=_masks(input_mask, recurrent_mask, zoneout_h))
+    impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings))
     return _order.grad(_GRU, impl.gru_sequence_grad, x, (h0,), weights, seq, settings,
                        upstream)
 
@@ -165,7 +190,9 @@ def gru_sequence_grad(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array,
 @accepts_any_array
 def rnn_sequence(x: Array, h0: Array, w: Array, b: Array, *, activation: str = "tanh",
                  seq_len: Array | None = None, reverse: bool = False,
-                 batch_first: bool = False, backend: str | None = None) -> RNNSequence:
+                 batch_first: bool = False, input_mask: Array | None = None,
+                 recurrent_mask: Array | None = None, zoneout_h: Array | None = None,
+                 backend: str | None = None) -> RNNSequence:
     """The plain RNN cell (``rnn_cell``) run over ``x [T, B, I]`` from ``h0 [B, H]``.
 
     Weights as for ``rnn_cell``; ``seq_len`` as for ``lstm_sequence``.
@@ -178,8 +205,9 @@ def rnn_sequence(x: Array, h0: Array, w: Array, b: Array, *, activation: str = "
     weights = RNNWeights(w, b)
     library, settings = v.forward_args("rnn_sequence", x, (h0,), weights,
                                        activation=activation, seq_len=seq_len,
-                                       reverse=reverse, batch_first=batch_first)
-    impl = _dispatch.backend_for(backend, library)
+                                       reverse=reverse, batch_first=batch_first,
+                                       masks=_masks(input_mask, recurrent_mask, zoneout_h))
+    impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings))
     return record_settings(_order.forward(_RNN, impl.rnn_sequence, x, (h0,), weights,
                                           settings), settings)
 
@@ -189,6 +217,8 @@ def rnn_sequence_grad(x: Array, h0: Array, w: Array, b: Array, seq: RNNSequence,
                       d_h: Array | None = None, d_h_final: Array | None = None,
                       activation: str | None = None, seq_len: Array | None = None,
                       reverse: bool | None = None, batch_first: bool | None = None,
+                      input_mask: Array | None = None, recurrent_mask: Array | None = None,
+                      zoneout_h: Array | None = None,
                       backend: str | None = None) -> RNNSequenceGrads:
     """Backpropagation through time for ``rnn_sequence``, given its result ``seq``.
 
@@ -204,7 +234,8 @@ def rnn_sequence_grad(x: Array, h0: Array, w: Array, b: Array, seq: RNNSequence,
     upstream = {"d_h": d_h, "d_h_final": d_h_final}
     library, settings = v.grad_args("rnn_sequence", x, (h0,), weights, seq, upstream,
                                     activation=activation, seq_len=seq_len, reverse=reverse,
-                                    batch_first=batch_first)
-    impl = _dispatch.backend_for(backend, library)
+                                    batch_first=batch_first,
+                                    masks=_masks(input_mask, recurrent_mask, zoneout_h))
+    impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings))
     return _order.grad(_RNN, impl.rnn_sequence_grad, x, (h0,), weights, seq, settings,
                        upstream)

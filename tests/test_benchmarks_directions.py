@@ -50,3 +50,11 @@ def test_the_stack_benchmark_prints_time_and_memory(capsys):
     rows = _rows(capsys.readouterr().out)
     assert len(rows) == 1 and rows[0].startswith("| (4, 3, 2, 5)")
     assert "MiB" in rows[0] and "T·B·4H" in rows[0]
+
+
+def test_the_masks_benchmark_prints_a_row_per_cell(capsys):
+    import directions
+
+    directions.main(["--masks", "--sizes", "4,3,2,5", "--repeats", "1"])
+    rows = _rows(capsys.readouterr().out)
+    assert [row.split("|")[1].strip() for row in rows] == ["lstm", "gru", "rnn"]

@@ -156,3 +156,9 @@ CELLS = ("lstm", "gru", "rnn")
 STACKS: dict[str, str] = {f"{cell}_stack": f"{cell}_sequence" for cell in CELLS}
 """The stacks (docs/spec.md §11.4), each with the sequence operation it composes: a backend
 runs a stack when it has that operation."""
+
+MASKS: dict[str, tuple[str, ...]] = {
+    "input_mask": ("T", "B", "I"), "recurrent_mask": ("B", "P"),
+    "zoneout_cs": ("T", "B", "H"), "zoneout_h": ("T", "B", "P")}
+"""A sequence's masks (docs/spec.md §11.3) and the shape each broadcasts to (``P``: the
+recurrent width; ``zoneout_cs`` the LSTM's only)."""

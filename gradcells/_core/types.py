@@ -37,7 +37,10 @@ class LSTMSettings:
     (docs/spec.md §9.2). Without layer norm the last two keep their defaults.
     ``reverse`` and ``batch_first``: a sequence's time order and layout (docs/spec.md §11.1,
     §11.2); always False for a cell, and for what a backend is given (``gradcells._order``
-    hands it the sequence time-major in the order it runs).
+    hands it the sequence time-major in the order it runs). ``input_mask``,
+    ``recurrent_mask``, ``zoneout_cs``, ``zoneout_h``: a sequence's masks (§11.3; None: no
+    mask), read-only copies, in the caller's order and layout (and the backend's, in what it
+    is given).
     """
 
     forget_bias: float = 1.0
@@ -51,28 +54,39 @@ class LSTMSettings:
     ln_carry: str = "raw"
     reverse: bool = False
     batch_first: bool = False
+    input_mask: Array | None = None
+    recurrent_mask: Array | None = None
+    zoneout_cs: Array | None = None
+    zoneout_h: Array | None = None
 
 
 @dataclass(frozen=True, eq=False)
 class GRUSettings:
-    """What a GRU forward was computed with: ``reset_after``, ``seq_len``, ``reverse`` and
-    ``batch_first`` (as for ``LSTMSettings``)."""
+    """What a GRU forward was computed with: ``reset_after``, ``seq_len``, ``reverse``,
+    ``batch_first`` and the masks but ``zoneout_cs`` (as for ``LSTMSettings``)."""
 
     reset_after: bool = False
     seq_len: Array | None = None
     reverse: bool = False
     batch_first: bool = False
+    input_mask: Array | None = None
+    recurrent_mask: Array | None = None
+    zoneout_h: Array | None = None
 
 
 @dataclass(frozen=True, eq=False)
 class RNNSettings:
     """What a plain RNN forward was computed with: ``activation`` ("tanh" or "relu"),
-    ``seq_len``, ``reverse`` and ``batch_first`` (as for ``LSTMSettings``)."""
+    ``seq_len``, ``reverse``, ``batch_first`` and the masks but ``zoneout_cs`` (as for
+    ``LSTMSettings``)."""
 
     activation: str = "tanh"
     seq_len: Array | None = None
     reverse: bool = False
     batch_first: bool = False
+    input_mask: Array | None = None
+    recurrent_mask: Array | None = None
+    zoneout_h: Array | None = None
 
 
 Settings = TypeVar("Settings", LSTMSettings, GRUSettings, RNNSettings)

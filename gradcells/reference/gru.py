@@ -25,7 +25,7 @@ from __future__ import annotations
 from .._core import plan
 from .._core.arrays import namespace_of
 from .._core.types import GRUCellGrads, GRUCellState, GRUSequence, GRUSequenceGrads
-from ._common import blocks, keep, sigmoid, valid_rows
+from ._common import at_step, blocks, keep, masked, sigmoid, valid_rows, zoned, zoneout_grad
 
 
 def _recurrent_candidate(h_prev, w_c, b_c):
@@ -142,7 +142,7 @@ def gru_sequence(x, h0, weights, settings):
     xp = namespace_of(x)
     w_ru, w_c, b_ru, b_c = weights
     seq_len = settings.seq_len
-    x = plan.running_inputs(xp, x, seq_len)
+    x = plan.running_inputs(xp, masked(x, settings.input_mask), seq_len)
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
     w_ruh, w_ch = w_ru[n_in:], w_c[n_in:]
@@ -151,12 +151,13 @@ def gru_sequence(x, h0, weights, settings):
     h = h0
     for t in range(n_steps):
         x_ru, x_c = x_gates[t, :, : 2 * n_hidden], x_gates[t, :, 2 * n_hidden :]
-        r, u = blocks(sigmoid(xp, x_ru + h @ w_ruh), 2)
+        h_seen = masked(h, settings.recurrent_mask)   # what the matmuls see (§11.3)
+        r, u = blocks(sigmoid(xp, x_ru + h_seen @ w_ruh), 2)
         if settings.reset_after:
-            c = xp.tanh(x_c + r * (h @ w_ch + b_c[n_hidden:]))
+            c = xp.tanh(x_c + r * (h_seen @ w_ch + b_c[n_hidden:]))
         else:
-            c = xp.tanh(x_c + (r * h) @ w_ch)
-        h_new = u * h + (1 - u) * c
+            c = xp.tanh(x_c + (r * h_seen) @ w_ch)
+        h_new = zoned(at_step(settings.zoneout_h, t), h, u * h + (1 - u) * c)
         valid = valid_rows(seq_len, t)
         for out, value in zip(steps, (r, u, c, h_new)):
             out[t] = keep(valid, value, 0)
@@ -176,6 +177,8 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
         d_n = dc_bar∘r;  dr_bar = dc_bar∘n∘r(1-r)
         dh_prev = [dr_bar, du_bar]·W_ruhᵀ + d_n·W_chᵀ + dh∘u
 
+    Masks (§11.3): the matmuls read ``h_prev∘m_rec`` (their part of ``dh_prev`` and the
+    weight gradients use it), the interpolation ``h_prev``; zoneout splits ``dh``.
     After the loop, with ``dR, dU, dC`` (and ``dN = d_n``) stacked over all steps:
         dx = [dR, dU, dC]·[W_rux, W_cx]ᵀ;   dw_ru = [x_flatᵀ·[dR, dU] ; h_prev_flatᵀ·[dR, dU]]
         dw_c = [x_flatᵀ·dC ; (r∘h_prev)_flatᵀ·dC]   (reset_after: [x_flatᵀ·dC ; h_prev_flatᵀ·dN])
@@ -183,13 +186,14 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     xp = namespace_of(x)
     w_ru, w_c, _, b_c = weights
     seq_len, reset_after = settings.seq_len, settings.reset_after
-    x = plan.running_inputs(xp, x, seq_len)
+    x = plan.running_inputs(xp, masked(x, settings.input_mask), seq_len)
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
     w_ruh, w_ch = w_ru[n_in:], w_c[n_in:]
     h_prev = plan.previous_states(xp, h0, seq.h)
+    h_seen = masked(h_prev, settings.recurrent_mask)   # what the matmuls saw
     if reset_after:
-        recurrent_candidate = (plan.flat(h_prev) @ w_ch + b_c[n_hidden:]).reshape(h_prev.shape)
+        recurrent_candidate = (plan.flat(h_seen) @ w_ch + b_c[n_hidden:]).reshape(h_prev.shape)
     zeros = xp.zeros_like(h0)
     dh_next = zeros if d_h_final is None else d_h_final.copy()
     # Gradients of the pre-activations [r, u, c] of every step, [dR, dU, dC], and dN.
@@ -199,7 +203,9 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     for t in reversed(range(n_steps)):
         valid = valid_rows(seq_len, t)
         r, u, c = seq.r[t], seq.u[t], seq.c[t]
-        dh = keep(valid, dh_next if d_h is None else dh_next + d_h[t], zeros)
+        dh, dh_old = zoneout_grad(at_step(settings.zoneout_h, t),
+                                  dh_next if d_h is None else dh_next + d_h[t])
+        dh = keep(valid, dh, zeros)   # after the split: z past a row's length is unread
         dc_bar = dh * (1 - u) * (1 - c * c)
         du_bar = dh * (h_prev[t] - c) * u * (1 - u)
         if reset_after:
@@ -208,13 +214,15 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
             dh_candidate = d_recurrent[t] @ w_ch.T
         else:
             d_hr = dc_bar @ w_ch.T
-            dr_bar = d_hr * h_prev[t] * r * (1 - r)
+            dr_bar = d_hr * h_seen[t] * r * (1 - r)
             dh_candidate = d_hr * r
         d_gates[t] = xp.concatenate([dr_bar, du_bar, dc_bar], axis=1)
-        dh_prev = d_gates[t, :, : 2 * n_hidden] @ w_ruh.T + dh_candidate + dh * u
-        dh_next = keep(valid, dh_prev, dh_next)
+        dh_prev = masked(d_gates[t, :, : 2 * n_hidden] @ w_ruh.T + dh_candidate,
+                         settings.recurrent_mask) + dh * u
+        dh_next = keep(valid, dh_prev if dh_old is None else dh_prev + dh_old, dh_next)
 
-    grads = _gru_weight_grads(xp, x, h_prev, seq.r, weights, d_gates, d_recurrent, reset_after)
+    grads = _gru_weight_grads(xp, x, h_seen, seq.r, weights, d_gates, d_recurrent, reset_after)
+    grads["x"] = plan.running_inputs(xp, masked(grads["x"], settings.input_mask), seq_len)
     return GRUSequenceGrads(h0=dh_next, **grads)
 
 

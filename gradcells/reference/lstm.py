@@ -59,7 +59,18 @@ from .._core.types import (
     LSTMSequence,
     LSTMSequenceGrads,
 )
-from ._common import blocks, keep, layer_norm_grad, layer_norm_stats, sigmoid, valid_rows
+from ._common import (
+    at_step,
+    blocks,
+    keep,
+    layer_norm_grad,
+    layer_norm_stats,
+    masked,
+    sigmoid,
+    valid_rows,
+    zoned,
+    zoneout_grad,
+)
 from ._common import layer_norm as _layer_norm  # the keyword layer_norm is the parameters
 
 
@@ -308,7 +319,7 @@ def lstm_sequence(x, cs0, h0, weights, settings):
     xp = namespace_of(x)
     w, b, wci, wcf, wco, w_proj, norm = weights
     seq_len, epsilon = settings.seq_len, settings.ln_epsilon
-    x = plan.running_inputs(xp, x, seq_len)
+    x = plan.running_inputs(xp, masked(x, settings.input_mask), seq_len)
     n_steps, n_batch, n_in = x.shape
     w_h = w[n_in:]
     x_gates = lstm_input_gates(xp, x, w[:n_in], b, norm, epsilon)
@@ -316,11 +327,15 @@ def lstm_sequence(x, cs0, h0, weights, settings):
              for field in LSTMCellState._fields]
     cs, h = cs0, h0
     for t in range(n_steps):
-        gates = x_gates[t] + lstm_recurrent_gates(xp, h @ w_h, norm, epsilon)
+        z_h = masked(h, settings.recurrent_mask) @ w_h
+        gates = x_gates[t] + lstm_recurrent_gates(xp, z_h, norm, epsilon)
         state = lstm_activations(gates, cs, wci=wci, wcf=wcf, wco=wco,
                                  forget_bias=settings.forget_bias, cell_clip=settings.cell_clip,
                                  **_norm_keywords(weights, settings))
-        state = state._replace(h=lstm_project(xp, state.h, w_proj, settings.proj_clip))
+        state = state._replace(  # the projection, then zoneout's mix with the old states
+            cs=zoned(at_step(settings.zoneout_cs, t), cs, state.cs),
+            h=zoned(at_step(settings.zoneout_h, t), h,
+                    lstm_project(xp, state.h, w_proj, settings.proj_clip)))
         valid = valid_rows(seq_len, t)
         for out, value in zip(steps, state):
             out[t] = keep(valid, value, 0)
@@ -341,16 +356,19 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
         dz_h_t = dG_t   (a layer norm: layer_norm_grad(dG_t, γ_h, ĥ_t, r_t))
         dh_next = dz_h_t·W_hᵀ;  dcs_next = dcs_prev from the same call;  dw_proj = Σ_t dw_proj_t
 
-    and after the loop the weight gradients (``_weight_grads``).
+    and after the loop the weight gradients (``_weight_grads``). The masks (docs/spec.md
+    §11.3): the matmuls saw ``x∘m_in`` and ``h_prev∘m_rec``, so ``dx`` and the matmul's
+    part of ``dh_next`` are masked the same way; a zoned state's gradient splits into the
+    new state's ``(1-z)∘g`` and the old one's ``z∘g`` (``zoneout_grad``).
     """
     xp = namespace_of(x)
-    w, _, wci, wcf, wco, w_proj, norm = weights
-    seq_len = settings.seq_len
-    x = plan.running_inputs(xp, x, seq_len)
+    w, _, wci, _, _, w_proj, norm = weights
+    seq_len, m_rec = settings.seq_len, settings.recurrent_mask
+    x = plan.running_inputs(xp, masked(x, settings.input_mask), seq_len)
     n_steps, n_batch, n_in = x.shape
     w_h = w[n_in:]
     cs_prev = plan.previous_states(xp, cs0, seq.cs)
-    h_prev = plan.previous_states(xp, h0, seq.h)
+    h_prev = masked(plan.previous_states(xp, h0, seq.h), m_rec)   # what the matmul saw
     zeros, cs_zeros = xp.zeros_like(h0), xp.zeros_like(cs0)
     dh_next = zeros if d_h_final is None else d_h_final.copy()
     dcs_next = cs_zeros if d_cs_final is None else d_cs_final.copy()
@@ -363,29 +381,62 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
 
     for t in reversed(range(n_steps)):
         valid = valid_rows(seq_len, t)
-        dh_t = keep(valid, dh_next if d_h is None else dh_next + d_h[t], zeros)
-        dcs_t = dcs_next if d_cs is None else dcs_next + d_cs[t]
-        step = LSTMCellState(*(a[t] for a in seq[:7]))
-        d_m, dw_proj_t = lstm_projection_grad(xp, step, dh_t, w_proj, settings.proj_clip,
-                                              clip_grad)
-        gg = lstm_gate_grads(
-            cs_prev[t], step, d_h=d_m, d_cs=keep(valid, dcs_t, cs_zeros),
-            wci=wci, wcf=wcf, wco=wco, cell_clip=settings.cell_clip, clip_grad=clip_grad,
-            **_norm_keywords(weights, settings))
+        dh_t, dh_old = zoneout_grad(at_step(settings.zoneout_h, t),
+                                    dh_next if d_h is None else dh_next + d_h[t])
+        dcs_t, dcs_old = zoneout_grad(at_step(settings.zoneout_cs, t),
+                                      dcs_next if d_cs is None else dcs_next + d_cs[t])
+        # After the split: a zoneout mask past a row's length is never read.
+        gg, dw_proj_t = _step_grads(
+            xp, LSTMCellState(*(a[t] for a in seq[:7])), cs_prev[t], keep(valid, dh_t, zeros),
+            keep(valid, dcs_t, cs_zeros), weights, settings, clip_grad)
         d_gates[t] = gg.gates
         if norm is not None:  # the recurrent part's norm, step by step
             dz_h[t] = layer_norm_grad(gg.gates, norm.gamma_h, *(a[t] for a in stats[1]))[0]
-        dh_next = keep(valid, dz_h[t] @ w_h.T, dh_next)
-        dcs_next = keep(valid, gg.cs_prev, dcs_next)
+        dh_next = keep(valid, _plus(masked(dz_h[t] @ w_h.T, m_rec), dh_old), dh_next)
+        dcs_next = keep(valid, _plus(gg.cs_prev, dcs_old), dcs_next)
         sums = [acc if g is None else acc + g for acc, g in zip(sums, gg[2:])]
-        if w_proj is not None:
-            dw_proj = dw_proj + dw_proj_t
+        dw_proj = None if w_proj is None else dw_proj + dw_proj_t
 
     dx, dw, db, d_norm = _weight_grads(xp, x, h_prev, w, d_gates, dz_h, norm, stats)
     dwci, dwcf, dwco = sums[:3] if wci is not None else (None, None, None)
-    return LSTMSequenceGrads(x=dx, cs0=dcs_next, h0=dh_next, w=dw, b=db, wci=dwci, wcf=dwcf,
-                             wco=dwco, w_proj=dw_proj,
+    dx = plan.running_inputs(xp, masked(dx, settings.input_mask), seq_len)
+    return LSTMSequenceGrads(x=dx, cs0=dcs_next, h0=dh_next,
+                             w=dw, b=db, wci=dwci, wcf=dwcf, wco=dwco, w_proj=dw_proj,
                              layer_norm=d_norm and LSTMNorm(*d_norm, *sums[3:]))
+
+
+def _step_grads(xp, step, cs_prev, d_h, d_cs, weights, settings, clip_grad):
+    """One step's backward from the gradients of its new (unzoned) states: the projection's,
+    then the gates' (``lstm_projection_grad``, ``lstm_gate_grads``). Returns ``(GateGrads,
+    dw_proj)``."""
+    step = _unzoned(xp, step, cs_prev, weights, settings)
+    d_m, dw_proj = lstm_projection_grad(xp, step, d_h, weights.w_proj, settings.proj_clip,
+                                        clip_grad)
+    gg = lstm_gate_grads(cs_prev, step, d_h=d_m, d_cs=d_cs, wci=weights.wci, wcf=weights.wcf,
+                         wco=weights.wco, cell_clip=settings.cell_clip, clip_grad=clip_grad,
+                         **_norm_keywords(weights, settings))
+    return gg, dw_proj
+
+
+def _plus(a, b):
+    """``a + b``, or ``a`` when ``b`` is None."""
+    return a if b is None else a + b
+
+
+def _unzoned(xp, step, cs_prev, weights, settings):
+    """A step's saved state with the cell state the step itself computed, before zoneout
+    mixed it with the old one (recomputed from the gates as the clip mask is; with a
+    normalising carry, its layer norm): what the gate gradients read. Without
+    ``zoneout_cs`` the saved state is that already."""
+    if settings.zoneout_cs is None:
+        return step
+    c_tilde = step.i * step.ci + step.f * cs_prev
+    if settings.cell_clip is not None:
+        c_tilde = xp.clip(c_tilde, -settings.cell_clip, settings.cell_clip)
+    norm = weights.layer_norm
+    if norm is not None and settings.ln_carry == "normalized":
+        c_tilde = _layer_norm(xp, c_tilde, norm.gamma_c, norm.beta_c, settings.ln_epsilon)[0]
+    return step._replace(cs=c_tilde)
 
 
 def _weight_grads(xp, x, h_prev, w, d_gates, dz_h, norm, stats):

@@ -24,7 +24,7 @@ from __future__ import annotations
 from .._core import plan
 from .._core.arrays import namespace_of
 from .._core.types import RNNCellGrads, RNNCellState, RNNSequence, RNNSequenceGrads
-from ._common import keep, valid_rows
+from ._common import at_step, keep, masked, valid_rows, zoned, zoneout_grad
 
 
 def rnn_activation(xp, z, activation):
@@ -73,14 +73,16 @@ def rnn_sequence(x, h0, weights, settings):
     xp = namespace_of(x)
     w, b = weights
     seq_len = settings.seq_len
-    x = plan.running_inputs(xp, x, seq_len)
+    x = plan.running_inputs(xp, masked(x, settings.input_mask), seq_len)
     n_steps, n_batch, n_in = x.shape
     w_h = w[n_in:]
     x_z = plan.input_projection(x, w[:n_in], b)
     steps = xp.zeros((n_steps, n_batch, h0.shape[1]), dtype=x.dtype)
     h = h0
     for t in range(n_steps):
-        h_new = rnn_activation(xp, x_z[t] + h @ w_h, settings.activation)
+        h_new = rnn_activation(xp, x_z[t] + masked(h, settings.recurrent_mask) @ w_h,
+                               settings.activation)
+        h_new = zoned(at_step(settings.zoneout_h, t), h, h_new)
         valid = valid_rows(seq_len, t)
         steps[t] = keep(valid, h_new, 0)
         h = keep(valid, h_new, h)
@@ -96,23 +98,33 @@ def rnn_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
 
         dz_t = (dh_next + d_h[t])∘act'(z_t);   dh_next = dz_t·W_hᵀ
         dx = dZ·W_xᵀ;  dw = [x_flatᵀ·dZ ; h_prev_flatᵀ·dZ];  db = Σ_{t,b} dZ
+
+    With masks (docs/spec.md §11.3): the matmul saw ``x∘m_in`` and ``h_prev∘m_rec``, and
+    with zoneout the saved ``h`` is the zoned state, so ``act'`` reads the step's own
+    output ``act(z_t)``, recomputed for all steps at once (one matmul).
     """
     xp = namespace_of(x)
     w, _ = weights
     seq_len = settings.seq_len
-    x = plan.running_inputs(xp, x, seq_len)
+    x = plan.running_inputs(xp, masked(x, settings.input_mask), seq_len)
     n_steps, n_batch, n_in = x.shape
     w_h = w[n_in:]
     zeros = xp.zeros_like(h0)
     dh_next = zeros if d_h_final is None else d_h_final.copy()
     d_z = xp.zeros((n_steps, n_batch, h0.shape[1]), dtype=x.dtype)
+    h_prev = masked(plan.previous_states(xp, h0, seq.h), settings.recurrent_mask)
+    outputs = seq.h if settings.zoneout_h is None else rnn_activation(
+        xp, plan.input_projection(x, w[:n_in], weights.b) + h_prev @ w_h, settings.activation)
     for t in reversed(range(n_steps)):
         valid = valid_rows(seq_len, t)
-        dh_t = keep(valid, dh_next if d_h is None else dh_next + d_h[t], zeros)
-        d_z[t] = rnn_preactivation_grad(seq.h[t], dh_t, settings.activation)
-        dh_next = keep(valid, d_z[t] @ w_h.T, dh_next)
-    h_prev = plan.previous_states(xp, h0, seq.h)
+        dh_t, dh_old = zoneout_grad(at_step(settings.zoneout_h, t),
+                                    dh_next if d_h is None else dh_next + d_h[t])
+        dh_t = keep(valid, dh_t, zeros)   # after the split: z past a row's length is unread
+        d_z[t] = rnn_preactivation_grad(outputs[t], dh_t, settings.activation)
+        dh_prev = masked(d_z[t] @ w_h.T, settings.recurrent_mask)
+        dh_next = keep(valid, dh_prev if dh_old is None else dh_prev + dh_old, dh_next)
     d_flat = plan.flat(d_z)
-    dx = (d_flat @ w[:n_in].T).reshape(n_steps, n_batch, n_in)
+    dx = plan.running_inputs(xp, masked((d_flat @ w[:n_in].T).reshape(n_steps, n_batch, n_in),
+                                        settings.input_mask), seq_len)
     dw = xp.concatenate([plan.flat(x).T @ d_flat, plan.flat(h_prev).T @ d_flat], axis=0)
     return RNNSequenceGrads(x=dx, h0=dh_next, w=dw, b=d_flat.sum(axis=0))

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .. import cells, sequences
-from .._core.specs import NORM_ARRAYS, OPTIONAL_WEIGHTS
+from .._core.specs import MASKS, NORM_ARRAYS, OPTIONAL_WEIGHTS
 from .._core.specs import OPS as SPECS
 from .._core.types import LSTMNorm
 from ..oracle import VJPReport, check_vjp
@@ -80,8 +80,8 @@ def _norm_attrs(case):
 
 
 def _order_attrs(case):
-    """The time order and layout of a sequence case (the keywords it has)."""
-    return {k: case[k] for k in ("reverse", "batch_first") if k in case}
+    """The time order, layout and masks of a sequence case (the keywords it has)."""
+    return {k: case[k] for k in ("reverse", "batch_first", *MASKS) if k in case}
 
 
 def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backend) -> Pair:
