@@ -166,3 +166,28 @@ def test_the_record_dispatch_and_bad_input(op):
         _forward(op, {**case, "input_mask": np.ones((2, 1, 1, 1))})
     with pytest.raises(TypeError, match="zoneout_h must have the same dtype as x"):
         _forward(op, {**case, "zoneout_h": masks["zoneout_h"].astype(np.float32)})
+
+
+@pytest.mark.parametrize("op", OPS_)
+def test_the_strategies_draw_masked_cases_the_oracle_passes(op):
+    """``gc.testing``'s sequence strategies with ``masks=True`` (every other option drawn):
+    the masks are in the case before its clips are chosen, so the oracle's steps stay away
+    from the clips' kinks under the masked run."""
+    from hypothesis import settings
+
+    from gradcells.testing import gru_sequence_inputs, lstm_sequence_inputs, rnn_sequence_inputs
+
+    options = {"reverse": None, "batch_first": None, "masks": True, "ragged": None}
+    strategy = {"lstm_sequence": lstm_sequence_inputs(projection=None, layer_norm=None,
+                                                      **options),
+                "gru_sequence": gru_sequence_inputs(**options),
+                "rnn_sequence": rnn_sequence_inputs(**options)}[op]
+
+    @settings(max_examples=15, deadline=None, database=None)
+    @given(case=strategy)
+    def check(case):
+        assert all(case.get(name) is not None for name in ("input_mask", "recurrent_mask",
+                                                             "zoneout_h"))
+        vjp_check(op, case).raise_if_failed()
+
+    check()

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import cells, sequences
-from .._core.specs import ACTIVATIONS, LN_CARRIES, PEEPHOLES
+from .._core.specs import ACTIVATIONS, LN_CARRIES, MASKS, PEEPHOLES
 from .._core.types import GRUWeights, LSTMNorm, LSTMWeights, RNNWeights
 
 CLIP_MARGIN = 1e-2
@@ -266,12 +266,38 @@ def _order(reverse):
 
 
 def _in_layout(case, batch_first):
-    """``case`` (built time-major) with ``batch_first``: ``x`` as ``[B, T, I]`` (a C-contiguous
-    copy) and the keyword set; unchanged otherwise. A case is drawn and its clips chosen
-    time-major, so the two layouts of one seed are the same case."""
+    """``case`` (built time-major) with ``batch_first``: ``x`` and the per-step masks as
+    ``[B, T, ·]`` (C-contiguous copies; a mask of every row, the same at every step, as
+    ``[B, 1, ·]``) and the keyword set; unchanged otherwise. A case is drawn and its clips
+    chosen time-major, so the two layouts of one seed are the same case."""
     if not batch_first:
         return case
-    return {**case, "x": np.ascontiguousarray(case["x"].transpose(1, 0, 2)), "batch_first": True}
+    moved = {"x": np.ascontiguousarray(case["x"].transpose(1, 0, 2)), "batch_first": True}
+    for name in MASKS:
+        mask = case.get(name)
+        if mask is not None and MASKS[name][0] == "T" and mask.ndim >= 2:
+            moved[name] = (np.ascontiguousarray(mask.transpose(1, 0, 2)) if mask.ndim == 3
+                           else mask[:, None, :])
+    return {**case, **moved}
+
+
+def _draw_masks(rng, steps, batch, n_in, hidden, width, dtype, lstm):
+    """Every mask of a sequence case (docs/spec.md §11.3), each either per step and
+    fractional or the same at every step and 0/1 over the keep probability (drawn); a zoneout
+    mask of the cell state for an LSTM."""
+    def mask(n, low, high, binary_keep=None):
+        if rng.integers(2):
+            return rng.uniform(low, high, (steps, batch, n)).astype(dtype)
+        if binary_keep is None:
+            return rng.uniform(low, high, n).astype(dtype)
+        return (rng.integers(0, 2, (batch, n)) / binary_keep).astype(dtype)
+
+    masks = {"input_mask": mask(n_in, 0.5, 1.0, 0.8),
+             "recurrent_mask": (rng.integers(0, 2, (batch, width)) / 0.8).astype(dtype),
+             "zoneout_h": mask(width, 0.0, 0.5)}
+    if lstm:
+        masks["zoneout_cs"] = mask(hidden, 0.0, 0.5)
+    return masks
 
 
 def ragged_lengths(rng: np.random.Generator, steps: int, batch: int) -> np.ndarray:
@@ -358,13 +384,13 @@ def lstm_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int =
                        scale: float = 1.0, ragged: bool = False, proj_size: int | None = None,
                        proj_clip: bool = False, layer_norm: bool = False,
                        ln_carry: str = "raw", reverse: bool = False,
-                       batch_first: bool = False) -> Case:
+                       batch_first: bool = False, masks: bool = False) -> Case:
     """Keyword arguments for ``lstm_sequence``, drawn like ``lstm_cell_case``; ``ragged=True``
     adds ``seq_len`` from ``ragged_lengths``. ``clip=True`` picks a ``cell_clip`` that clips
     part of the cell states and stays ``CLIP_MARGIN`` away from every unclipped one (None
     when no such level exists); ``proj_size``, ``proj_clip``, ``layer_norm`` and
     ``ln_carry`` as for ``lstm_cell_case``; ``reverse`` and ``batch_first`` as
-    ``_order`` and ``_in_layout`` say."""
+    ``_order`` and ``_in_layout`` say; ``masks=True`` adds every mask (``_draw_masks``)."""
     width = hidden if proj_size is None else proj_size
 
     def draw():
@@ -378,6 +404,8 @@ def lstm_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int =
             **_order(reverse),
         }
         case.update(_lstm_options(rng, hidden, dtype, proj_size, layer_norm, ln_carry))
+        if masks:  # before the clips are chosen: the clips see the masked run
+            case.update(_draw_masks(rng, steps, batch, input_size, hidden, width, dtype, True))
         return _sequence_clips(case, clip, proj_clip and proj_size is not None)
 
     return _in_layout(_spread_rows(draw) if layer_norm else draw(), batch_first)
@@ -387,15 +415,17 @@ def gru_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int = 
                       input_size: int = 4, hidden: int = 5, dtype: Any = np.float64,
                       reset_after: bool = False, scale: float = 1.0,
                       ragged: bool = False, reverse: bool = False,
-                      batch_first: bool = False) -> Case:
-    """Keyword arguments for ``gru_sequence``, drawn like ``gru_cell_case``; ``reverse`` and
-    ``batch_first`` as ``_order`` and ``_in_layout`` say."""
+                      batch_first: bool = False, masks: bool = False) -> Case:
+    """Keyword arguments for ``gru_sequence``, drawn like ``gru_cell_case``; ``reverse``,
+    ``batch_first`` and ``masks`` as for ``lstm_sequence_case``."""
     return _in_layout({
         "x": _normal(rng, (steps, batch, input_size), 1.0, dtype),
         "h0": _normal(rng, (batch, hidden), 0.5, dtype),
         **_gru_parameters(rng, input_size, hidden, dtype, reset_after, scale),
         "seq_len": ragged_lengths(rng, steps, batch) if ragged else None,
         **_order(reverse),
+        **(_draw_masks(rng, steps, batch, input_size, hidden, hidden, dtype, False)
+           if masks else {}),
     }, batch_first)
 
 
@@ -476,15 +506,17 @@ def rnn_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int = 
                       input_size: int = 4, hidden: int = 5, dtype: Any = np.float64,
                       activation: str = "tanh", scale: float = 1.0,
                       ragged: bool = False, reverse: bool = False,
-                      batch_first: bool = False) -> Case:
-    """Keyword arguments for ``rnn_sequence``, drawn like ``rnn_cell_case``; ``reverse`` and
-    ``batch_first`` as ``_order`` and ``_in_layout`` say."""
+                      batch_first: bool = False, masks: bool = False) -> Case:
+    """Keyword arguments for ``rnn_sequence``, drawn like ``rnn_cell_case``; ``reverse``,
+    ``batch_first`` and ``masks`` as for ``lstm_sequence_case``."""
     return _in_layout(_away_from_the_kink(lambda: {
         "x": _normal(rng, (steps, batch, input_size), 1.0, dtype),
         "h0": _normal(rng, (batch, hidden), 0.5, dtype),
         **_rnn_parameters(rng, input_size, hidden, dtype, activation, scale),
         "seq_len": ragged_lengths(rng, steps, batch) if ragged else None,
-        **_order(reverse)}), batch_first)
+        **_order(reverse),
+        **(_draw_masks(rng, steps, batch, input_size, hidden, hidden, dtype, False)
+           if masks else {})}), batch_first)
 
 
 def random_rnn_cell_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:

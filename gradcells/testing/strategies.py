@@ -58,11 +58,12 @@ def _lstm_options(st, projection, layer_norm, max_hidden):
     return options
 
 
-def _order_options(st, reverse, batch_first):
-    """The strategies of a sequence's time order and layout: each drawn when None, fixed
-    when True, left out (the defaults) when False."""
+def _order_options(st, reverse, batch_first, masks=False):
+    """The strategies of a sequence's time order, layout and masks: each drawn when None,
+    fixed when True, left out (the defaults) when False."""
     return {name: _flag(st, value) for name, value in
-            (("reverse", reverse), ("batch_first", batch_first)) if value is not False}
+            (("reverse", reverse), ("batch_first", batch_first), ("masks", masks))
+            if value is not False}
 
 
 def _seeded(st, make, dtype, **strategies):
@@ -104,12 +105,14 @@ def lstm_sequence_inputs(*, dtype: Any = np.float64, peephole: bool | None = Non
                          clip: bool | None = None, ragged: bool | None = None,
                          projection: bool | None = False, layer_norm: bool | None = False,
                          reverse: bool | None = False, batch_first: bool | None = False,
-                         min_size: int = 1, max_steps: int = 4, max_batch: int = 4,
+                         masks: bool | None = False, min_size: int = 1, max_steps: int = 4,
+                         max_batch: int = 4,
                          max_input: int = 4,
                          max_hidden: int = 4) -> SearchStrategy[Case]:
     """Hypothesis strategy for ``lstm_sequence`` keyword arguments (``peephole``, ``clip``,
-    ``ragged``, ``projection``, ``layer_norm``, ``reverse``, ``batch_first`` None: drawn; the
-    last four off by default, as for ``lstm_cell_inputs``). ``min_size=0`` admits empty
+    ``ragged``, ``projection``, ``layer_norm``, ``reverse``, ``batch_first``, ``masks``
+    None: drawn; the last five off by default, as for ``lstm_cell_inputs``; cases with
+    masks run on the reference backend, docs/spec.md §11.3). ``min_size=0`` admits empty
     sequences, batches and inputs."""
     from hypothesis import strategies as st
 
@@ -120,23 +123,24 @@ def lstm_sequence_inputs(*, dtype: Any = np.float64, peephole: bool | None = Non
                    ragged=_flag(st, ragged), forget_bias=st.sampled_from(FORGET_BIASES),
                    scale=st.sampled_from(SCALES),
                    **_lstm_options(st, projection, layer_norm, max_hidden),
-                   **_order_options(st, reverse, batch_first))
+                   **_order_options(st, reverse, batch_first, masks))
 
 
 def gru_sequence_inputs(*, dtype: Any = np.float64, reset_after: bool | None = None,
                         ragged: bool | None = None, reverse: bool | None = False,
-                        batch_first: bool | None = False, min_size: int = 1,
-                        max_steps: int = 4, max_batch: int = 4, max_input: int = 4,
-                        max_hidden: int = 4) -> SearchStrategy[Case]:
-    """Hypothesis strategy for ``gru_sequence`` keyword arguments (``reverse`` and
-    ``batch_first`` off by default, None: drawn)."""
+                        batch_first: bool | None = False, masks: bool | None = False,
+                        min_size: int = 1, max_steps: int = 4, max_batch: int = 4,
+                        max_input: int = 4, max_hidden: int = 4) -> SearchStrategy[Case]:
+    """Hypothesis strategy for ``gru_sequence`` keyword arguments (``reverse``,
+    ``batch_first`` and ``masks`` off by default, None: drawn)."""
     from hypothesis import strategies as st
 
     batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
     return _seeded(st, gru_sequence_case, dtype, steps=st.integers(min_size, max_steps),
                    batch=batch, input_size=input_size, hidden=hidden,
                    reset_after=_flag(st, reset_after), ragged=_flag(st, ragged),
-                   scale=st.sampled_from(SCALES), **_order_options(st, reverse, batch_first))
+                   scale=st.sampled_from(SCALES),
+                   **_order_options(st, reverse, batch_first, masks))
 
 
 def rnn_cell_inputs(*, dtype: Any = np.float64, activation: str | None = None,
@@ -154,15 +158,17 @@ def rnn_cell_inputs(*, dtype: Any = np.float64, activation: str | None = None,
 
 def rnn_sequence_inputs(*, dtype: Any = np.float64, activation: str | None = None,
                         ragged: bool | None = None, reverse: bool | None = False,
-                        batch_first: bool | None = False, min_size: int = 1,
-                        max_steps: int = 4, max_batch: int = 4, max_input: int = 4,
-                        max_hidden: int = 4) -> SearchStrategy[Case]:
+                        batch_first: bool | None = False, masks: bool | None = False,
+                        min_size: int = 1, max_steps: int = 4, max_batch: int = 4,
+                        max_input: int = 4, max_hidden: int = 4) -> SearchStrategy[Case]:
     """Hypothesis strategy for ``rnn_sequence`` keyword arguments (``activation``,
-    ``ragged`` None: drawn; ``reverse``, ``batch_first`` off by default, None: drawn)."""
+    ``ragged`` None: drawn; ``reverse``, ``batch_first``, ``masks`` off by default, None:
+    drawn)."""
     from hypothesis import strategies as st
 
     batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
     return _seeded(st, rnn_sequence_case, dtype, steps=st.integers(min_size, max_steps),
                    batch=batch, input_size=input_size, hidden=hidden,
                    activation=_activation(st, activation), ragged=_flag(st, ragged),
-                   scale=st.sampled_from(SCALES), **_order_options(st, reverse, batch_first))
+                   scale=st.sampled_from(SCALES),
+                   **_order_options(st, reverse, batch_first, masks))
