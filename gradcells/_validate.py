@@ -439,7 +439,7 @@ def forward_args(op: str, x, states, weights, *, forget_bias=1.0, cell_clip=None
              if spec.sequence else (False, False))
     library = _checked_library(spec, x, states, weights, reset_after=reset_after,
                                batch_first=order[1])
-    seq_len = (_recorded_lengths(seq_len_value(seq_len, library, x, order[1]))
+    seq_len = (_recorded_copy(seq_len_value(seq_len, library, x, order[1]))
                if spec.sequence else None)
     settings = _settings(spec, x, weights, seq_len, reset_after=reset_after,
                          activation=activation, forget_bias=forget_bias, cell_clip=cell_clip,
@@ -448,7 +448,7 @@ def forward_args(op: str, x, states, weights, *, forget_bias=1.0, cell_clip=None
         settings = dataclasses.replace(settings, reverse=order[0], batch_first=order[1])
     if masks and any(m is not None for m in masks.values()):
         settings = dataclasses.replace(settings, **{
-            name: _recorded_lengths(mask_value(name, m, x, states, batch_first=order[1]))
+            name: _recorded_copy(mask_value(name, m, x, states, batch_first=order[1]))
             for name, m in masks.items() if m is not None})
     return library, settings
 
@@ -540,12 +540,13 @@ def _proj_clip_value(proj_clip, weights, dtype):
     return weights[5] is not None, clip
 
 
-def _recorded_lengths(seq_len):
-    """The lengths as the record keeps them: a copy (a caller who changes their array later
-    does not change what the forward was computed with), read-only where NumPy allows."""
-    if seq_len is None:
+def _recorded_copy(array):
+    """An array (lengths, a mask) as the record keeps it: a copy (a caller who changes their
+    array later does not change what the forward was computed with), read-only where NumPy
+    allows."""
+    if array is None:
         return None
-    kept = seq_len.copy()
+    kept = array.copy()
     if isinstance(kept, np.ndarray):
         kept.flags.writeable = False
     return kept
@@ -626,7 +627,7 @@ def _agreeing(spec, recorded, settings, name, value):
     if recorded is None:
         return dataclasses.replace(settings, **{name: value})
     before = getattr(recorded, name)
-    agrees = (_same_lengths(value, before) if name == "seq_len" or name in MASKS
+    agrees = (_same_arrays(value, before) if name == "seq_len" or name in MASKS
               else value == before)
     if not agrees:
         raise ValueError(
@@ -636,7 +637,7 @@ def _agreeing(spec, recorded, settings, name, value):
     return settings
 
 
-def _same_lengths(a, b):
+def _same_arrays(a, b):
     """Whether two arrays (lengths, masks) or Nones are the same."""
     if a is None or b is None:
         return a is b

@@ -32,9 +32,11 @@ from ._interop import accepts_any_array
 _LSTM, _GRU, _RNN = OPS["lstm_sequence"], OPS["gru_sequence"], OPS["rnn_sequence"]
 
 
-def _masks(input_mask, recurrent_mask, zoneout_h):
-    """The masks of a one-state cell's sequence (docs/spec.md §11.3), by name."""
-    return {"input_mask": input_mask, "recurrent_mask": recurrent_mask, "zoneout_h": zoneout_h}
+def _masks(input_mask, recurrent_mask, zoneout_h, zoneout_cs=None):
+    """A sequence's masks (docs/spec.md §11.3) by name; ``zoneout_cs`` the LSTM's only."""
+    masks = {"input_mask": input_mask, "recurrent_mask": recurrent_mask,
+             "zoneout_h": zoneout_h}
+    return masks if zoneout_cs is None else {**masks, "zoneout_cs": zoneout_cs}
 
 
 def _has_masks(settings):
@@ -67,21 +69,30 @@ def lstm_sequence(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
 
         for t in 0..T-1:   (i, cs, f, o, ci, co, h)[t] = lstm_cell(x[t], cs, h, w, b, ...)
 
+    ``reverse=True`` runs each row over its own valid steps from last to first (PyTorch's
+    packed reverse direction; outputs stay at their time positions, the final states are
+    those after time 0); ``batch_first=True`` takes and returns ``[B, T, ·]`` per-step
+    arrays (docs/spec.md §11.1, §11.2). The masks (§11.3; None: none) are arrays of ``x``'s
+    dtype, constants to the gradient: ``input_mask`` (broadcast to ``x``) multiplies the
+    input, ``recurrent_mask [B, P]`` the state the recurrent matmul reads,
+    ``zoneout_cs``/``zoneout_h`` (broadcast to ``[T, B, H]``/``[T, B, P]``) mix each new
+    state with the old, ``z∘old + (1-z)∘new``. A call with masks runs on the reference
+    backend (naming ``cpu`` or ``gpu`` is a ``ValueError`` until they run them).
+
     Returns ``LSTMSequence(i, cs, f, o, ci, co, h, cs_final, h_final)``: steps ``[T, B, H]``
     (``h [T, B, P]``), final states ``cs_final [B, H]``, ``h_final [B, P]`` (each row's state
     after its last valid step), recording its settings (``seq.settings``: forget_bias,
     cell_clip, proj_clip, ln_epsilon, ln_carry, peepholes, projection, layer_norm,
-    seq_len).
+    seq_len, reverse, batch_first and the masks).
     """
     weights = LSTMWeights(w, b, wci, wcf, wco, w_proj, layer_norm)
     library, settings = v.forward_args("lstm_sequence", x, (cs0, h0), weights,
                                        forget_bias=forget_bias, cell_clip=cell_clip,
                                        proj_clip=proj_clip, ln_epsilon=ln_epsilon,
                                        ln_carry=ln_carry, seq_len=seq_len, reverse=reverse,
-                                       batch_first=batch_first, masks={
-                                           "input_mask": input_mask,
-                                           "recurrent_mask": recurrent_mask,
-                                           "zoneout_cs": zoneout_cs, "zoneout_h": zoneout_h})
+                                       batch_first=batch_first,
+                                       masks=_masks(input_mask, recurrent_mask, zoneout_h,
+                                                    zoneout_cs))
     impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings))
     return record_settings(_order.forward(_LSTM, impl.lstm_sequence, x, (cs0, h0), weights,
                                           settings), settings)
@@ -106,8 +117,9 @@ def lstm_sequence_grad(x: Array, cs0: Array, h0: Array, w: Array, b: Array,
     Upstream gradients (each optional, None meaning zeros): ``d_h [T, B, P]``, ``d_cs
     [T, B, H]`` for the per-step ``h`` and ``cs``, ``d_h_final [B, P]``, ``d_cs_final
     [B, H]`` for the final states. ``cell_clip``, ``proj_clip``, ``ln_epsilon``,
-    ``ln_carry``, ``seq_len``, the peepholes, the projection and the layer norm are the
-    forward's, as ``seq`` records them: passing them again is
+    ``ln_carry``, ``seq_len``, ``reverse``, ``batch_first``, the masks, the peepholes, the
+    projection and the layer norm are the forward's, as ``seq`` records them (the per-step
+    arrays in the forward's layout): passing them again is
     allowed, a contradicting value raises ``ValueError`` naming it (for a ``seq`` that
     records nothing, the keywords decide as for ``lstm_sequence``).
     ``clip_grad`` as for ``lstm_cell_grad`` ("exact": zero through an active clip;
@@ -122,10 +134,9 @@ def lstm_sequence_grad(x: Array, cs0: Array, h0: Array, w: Array, b: Array,
     library, settings = v.grad_args("lstm_sequence", x, (cs0, h0), weights, seq, upstream,
                                     cell_clip=cell_clip, proj_clip=proj_clip,
                                     ln_epsilon=ln_epsilon, ln_carry=ln_carry, seq_len=seq_len,
-                                    reverse=reverse, batch_first=batch_first, masks={
-                                        "input_mask": input_mask,
-                                        "recurrent_mask": recurrent_mask,
-                                        "zoneout_cs": zoneout_cs, "zoneout_h": zoneout_h})
+                                    reverse=reverse, batch_first=batch_first,
+                                    masks=_masks(input_mask, recurrent_mask, zoneout_h,
+                                                 zoneout_cs))
     clip_grad = v.clip_grad_value(clip_grad)
     impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings))
     return _order.grad(_LSTM, impl.lstm_sequence_grad, x, (cs0, h0), weights, seq, settings,
@@ -140,8 +151,8 @@ def gru_sequence(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c:
                  zoneout_h: Array | None = None, backend: str | None = None) -> GRUSequence:
     """The GRU block cell (``gru_cell``) run over ``x [T, B, I]`` from ``h0 [B, H]``.
 
-    Weights as for ``gru_cell`` (``b_c [2H]`` with ``reset_after=True``); ``seq_len`` as for
-    ``lstm_sequence``.
+    Weights as for ``gru_cell`` (``b_c [2H]`` with ``reset_after=True``); ``seq_len``,
+    ``reverse``, ``batch_first`` and the masks (no ``zoneout_cs``) as for ``lstm_sequence``.
 
         for t in 0..T-1:   (r, u, c, h)[t] = gru_cell(x[t], h, w_ru, w_c, b_ru, b_c, ...)
 
@@ -169,8 +180,9 @@ def gru_sequence_grad(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array,
     """Backpropagation through time for ``gru_sequence``, given its result ``seq``.
 
     Upstream gradients (each optional, None meaning zeros): ``d_h [T, B, H]`` for the
-    per-step ``h``, ``d_h_final [B, H]`` for the final state. ``reset_after`` and ``seq_len``
-    are the forward's, as ``seq`` records them (a contradicting value raises ``ValueError``;
+    per-step ``h``, ``d_h_final [B, H]`` for the final state. ``reset_after``, ``seq_len``,
+    ``reverse``, ``batch_first`` and the masks are the forward's, as ``seq`` records them
+    (a contradicting value raises ``ValueError``;
     for a ``seq`` that records nothing, ``reset_after`` None means False). Entries of ``x``
     and ``d_h`` past a row's length are never read.
 
@@ -195,7 +207,8 @@ def rnn_sequence(x: Array, h0: Array, w: Array, b: Array, *, activation: str = "
                  backend: str | None = None) -> RNNSequence:
     """The plain RNN cell (``rnn_cell``) run over ``x [T, B, I]`` from ``h0 [B, H]``.
 
-    Weights as for ``rnn_cell``; ``seq_len`` as for ``lstm_sequence``.
+    Weights as for ``rnn_cell``; ``seq_len``, ``reverse``, ``batch_first`` and the masks (no
+    ``zoneout_cs``) as for ``lstm_sequence``.
 
         for t in 0..T-1:   h[t] = act([x[t], h]·w + b)
 
@@ -223,8 +236,9 @@ def rnn_sequence_grad(x: Array, h0: Array, w: Array, b: Array, seq: RNNSequence,
     """Backpropagation through time for ``rnn_sequence``, given its result ``seq``.
 
     Upstream gradients (each optional, None meaning zeros): ``d_h [T, B, H]`` for the
-    per-step ``h``, ``d_h_final [B, H]`` for the final state. ``activation`` and ``seq_len``
-    are the forward's, as ``seq`` records them (a contradicting value raises ``ValueError``;
+    per-step ``h``, ``d_h_final [B, H]`` for the final state. ``activation``, ``seq_len``,
+    ``reverse``, ``batch_first`` and the masks are the forward's, as ``seq`` records them
+    (a contradicting value raises ``ValueError``;
     for a ``seq`` that records nothing, ``activation`` None means "tanh"). Entries of ``x``
     and ``d_h`` past a row's length are never read.
 

@@ -76,16 +76,13 @@ def _forward(cell, x, states, weights, *, bidirectional, seq_len, batch_first, d
         cell.weights, x, dict(zip(cell.states, states)), weights, bidirectional=bidirectional,
         batch_first=batch_first, dropout_masks=dropout_masks)
     xp = namespace_of(x)
-    layers, layer_input = [], x
+    layers = []
     for layer in range(len(widths)):
-        runs = [cell.forward(layer_input, [s[k] for s in states], weights[k],
-                             reverse=k % directions == 1, seq_len=seq_len,
-                             batch_first=batch_first, backend=backend, **attrs)
-                for k in range(layer * directions, (layer + 1) * directions)]
-        layers += runs
-        layer_input = _joined(xp, runs)
-        if masks is not None and layer < len(widths) - 1:
-            layer_input = layer_input * masks[layer]
+        layer_input = _layer_input(x, layers, layer, directions, masks)
+        layers += [cell.forward(layer_input, [s[k] for s in states], weights[k],
+                                reverse=k % directions == 1, seq_len=seq_len,
+                                batch_first=batch_first, backend=backend, **attrs)
+                   for k in range(layer * directions, (layer + 1) * directions)]
     finals = [xp.stack([getattr(run, f"{name.removesuffix('0')}_final") for run in layers])
               for name in cell.states]
     result = cell.result(_joined(xp, layers[-directions:]), *finals, tuple(layers))
@@ -95,6 +92,15 @@ def _forward(cell, x, states, weights, *, bidirectional, seq_len, batch_first, d
 def _joined(xp, runs):
     """The per-step outputs of a layer's directions, concatenated (forward first)."""
     return runs[0].h if len(runs) == 1 else xp.concatenate([r.h for r in runs], axis=-1)
+
+
+def _layer_input(x, layers, layer, directions, masks):
+    """What layer ``layer`` reads: ``x`` for layer 0, else the layer below's outputs
+    (``layers``: the sequence results so far) times that boundary's mask."""
+    if layer == 0:
+        return x
+    below = _joined(namespace_of(x), layers[(layer - 1) * directions:layer * directions])
+    return below if masks is None else below * masks[layer - 1]
 
 
 def _backward(cell, x, states, weights, stack, upstream, backend, **options):
@@ -108,10 +114,7 @@ def _backward(cell, x, states, weights, stack, upstream, backend, **options):
     state_grads = {name: [None] * len(layers) for name in cell.states}
     weight_grads = [None] * len(layers)
     for layer in reversed(range(n_layers)):
-        below = layers[(layer - 1) * directions:layer * directions]
-        layer_input = x if layer == 0 else _joined(namespace_of(x), below)
-        if masks is not None and layer > 0:
-            layer_input = layer_input * masks[layer - 1]
+        layer_input = _layer_input(x, layers, layer, directions, masks)
         d_input = None
         for k in range(layer * directions, (layer + 1) * directions):
             width = layers[k].h.shape[-1]

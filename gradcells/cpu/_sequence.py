@@ -78,6 +78,20 @@ def previous_rows_grad(h0, steps, d_steps, out=None):
     return out
 
 
+def input_and_weight_grads(x, h0, w, h, d_x_part, d_h_part=None):
+    """``dx = dZx·W_xᵀ`` and ``dw = [x_flatᵀ·dZx; h_prev_flatᵀ·dZh]`` over all ``T·B`` rows,
+    ``h_prev = [h0, h[0], ..., h[T-2]]``: ``dZx`` and ``dZh`` the gradients of ``x·W_x`` and
+    ``h_prev·W_h`` (one array, ``d_h_part`` None, when they are the same, as without a layer
+    norm)."""
+    n_steps, n_batch, n_in = x.shape
+    d_flat = flat(d_x_part)
+    dx = (d_flat @ w[:n_in].T).reshape(n_steps, n_batch, n_in)
+    dw = np.empty_like(w)
+    np.matmul(flat(x).T, d_flat, out=dw[:n_in])
+    previous_rows_grad(h0, h, d_x_part if d_h_part is None else d_h_part, out=dw[n_in:])
+    return dx, dw
+
+
 def recurrent_projection(h0, steps, w, out):
     """``h_prev·W`` for every step at once (two matmuls, no stacking), into ``out [T, B, ·]``."""
     n_steps, n_batch, n_hidden = steps.shape

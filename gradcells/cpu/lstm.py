@@ -51,8 +51,8 @@ from ._sequence import (
     contiguous,
     final_state,
     initial_carry,
+    input_and_weight_grads,
     lengths_of,
-    previous_rows_grad,
     projection,
     recurrent_projection,
     running_inputs,
@@ -354,7 +354,7 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
     gradients before the loop). Per step (``_backward_steps``): ``lstm_backward_kernel``
     from ``grad + d[t]`` writes ``dG_t`` and ``dcs_prev`` and accumulates the bias and
     peephole sums; ``dG_t·W_hᵀ`` (BLAS) is the new ``grad_h``. Then ``dx`` and ``dw`` over
-    all steps at once (``_input_and_weight_grads``). With a projection ``grad_h`` is
+    all steps at once (``_sequence.input_and_weight_grads``). With a projection ``grad_h`` is
     ``[B, P]`` and each step first goes through the projection (``_projection_step``);
     ``dw_proj = M_flatᵀ·DHraw_flat`` after the loop.
 
@@ -396,7 +396,7 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
     if weights.layer_norm is not None:   # the input part's norm, every step at once
         layer_norm_grad_kernel(flat(buffers[3]), norm.gamma_x, flat(d_parts[0]),
                                buffers[7][0].reshape(-1), sums[7])
-    dx, dw = _input_and_weight_grads(x, h0, w, seq[6], *d_parts)
+    dx, dw = input_and_weight_grads(x, h0, w, seq[6], *d_parts)
     return LSTMSequenceGrads(
         x=dx, cs0=grad_cs, h0=grad_h, w=dw, b=sums[0], **_peephole_grads(sums, settings),
         w_proj=_projection_weight_grad(proj),
@@ -507,16 +507,3 @@ def _backward_steps(cs0, seq, d_steps, grad_h, grad_cs, lengths, buffers, step, 
             np.copyto(grad_h, dh_prev, where=~stopped)
             np.copyto(grad_cs, dcs_prev, where=~stopped)
     return grad_cs, grad_h
-
-
-def _input_and_weight_grads(x, h0, w, h, d_x_part, d_h_part):
-    """``dx = dZx·W_xᵀ`` and ``dw = [x_flatᵀ·dZx; h_prev_flatᵀ·dZh]`` over all ``T·B``
-    rows; ``dZx = dZh = dG`` without a layer norm, else the gradients of ``x·W_x`` and
-    ``h_prev·W_h``."""
-    n_steps, n_batch, n_in = x.shape
-    d_flat = flat(d_x_part)
-    dx = (d_flat @ w[:n_in].T).reshape(n_steps, n_batch, n_in)
-    dw = np.empty_like(w)
-    np.matmul(flat(x).T, d_flat, out=dw[:n_in])
-    previous_rows_grad(h0, h, d_h_part, out=dw[n_in:])
-    return dx, dw

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._core.plan import flat
 from .._core.types import RNNCellGrads, RNNCellState, RNNSequence, RNNSequenceGrads
 from ._compile import kernel_array
 from ._rnn_kernels import rnn_backward_kernel, rnn_forward_kernel
@@ -27,8 +26,8 @@ from ._sequence import (
     contiguous,
     final_state,
     initial_carry,
+    input_and_weight_grads,
     lengths_of,
-    previous_rows_grad,
     projection,
     running_inputs,
     step_outputs,
@@ -104,7 +103,8 @@ def rnn_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     ``grad_h``: the gradient of the state after the current step (``d_h_final`` before the
     loop). Per step (``_backward_steps``): ``rnn_backward_kernel`` from ``grad_h + d_h[t]``
     writes ``dz_t`` and accumulates the bias sum; ``dz_t·W_hᵀ`` (BLAS) is the new
-    ``grad_h``. Then ``dx`` and ``dw`` over all steps at once (``_input_and_weight_grads``).
+    ``grad_h``. Then ``dx`` and ``dw`` over all steps at once
+    (``_sequence.input_and_weight_grads``).
     """
     x, h0, w = map(contiguous, (x, h0, weights.w))
     n_steps, n_batch, n_in = x.shape
@@ -120,7 +120,7 @@ def rnn_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     np.copyto(buffers[3], w[n_in:].T)     # W_hᵀ, C-contiguous: OpenBLAS packs it faster
     d_bias = np.zeros(n_hidden, dtype)
     _backward_steps(h, d_h, grad_h, lengths, buffers, _is_relu(settings), d_bias)
-    dx, dw = _input_and_weight_grads(x, h0, w, h, buffers[2])
+    dx, dw = input_and_weight_grads(x, h0, w, h, buffers[2])
     return RNNSequenceGrads(x=dx, h0=grad_h, w=dw, b=d_bias)
 
 
@@ -144,14 +144,3 @@ def _backward_steps(h, d_h, grad_h, lengths, buffers, relu, d_bias):
             rnn_backward_kernel(h[t], up, up, False, relu, d_z[t], d_bias)
             np.matmul(d_z[t], w_h_t, out=dh_prev)
             np.copyto(grad_h, dh_prev, where=~stopped)
-
-
-def _input_and_weight_grads(x, h0, w, h, d_z):
-    """``dx = dZ·W_xᵀ`` and ``dw = [x_flatᵀ·dZ; h_prev_flatᵀ·dZ]`` over all ``T·B`` rows."""
-    n_steps, n_batch, n_in = x.shape
-    d_flat = flat(d_z)
-    dx = (d_flat @ w[:n_in].T).reshape(n_steps, n_batch, n_in)
-    dw = np.empty_like(w)
-    np.matmul(flat(x).T, d_flat, out=dw[:n_in])
-    previous_rows_grad(h0, h, d_z, out=dw[n_in:])
-    return dx, dw

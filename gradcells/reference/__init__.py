@@ -6,9 +6,9 @@ Like every backend it has one module per cell (``lstm``, ``gru``, ``rnn``) whose
 take the backend protocol's arguments (``gradcells._core.types``): the arrays, a weight set and a
 settings record, validated and normalised by the public layer. ``lstm_activations``,
 ``lstm_gate_grads``, ``clip_pass_mask``, ``layer_norm``, ``layer_norm_grad``,
-``lstm_cell_norm_grad``, ``lstm_gate_norm_grads``, ``gru_gate_grads``, ``rnn_activation`` and
-``rnn_preactivation_grad`` are the reference's own building blocks, which ``tf_compat`` and
-the notebooks also use.
+``lstm_cell_candidate``, ``lstm_cell_norm_grad``, ``lstm_gate_norm_grads``,
+``gru_gate_grads``, ``rnn_activation`` and ``rnn_preactivation_grad`` are the reference's
+own building blocks, which ``tf_compat`` and the notebooks also use.
 """
 
 from ._common import layer_norm, layer_norm_grad
@@ -17,6 +17,7 @@ from .lstm import (
     clip_pass_mask,
     lstm_activations,
     lstm_cell,
+    lstm_cell_candidate,
     lstm_cell_grad,
     lstm_cell_norm_grad,
     lstm_gate_grads,
@@ -41,4 +42,5 @@ __all__ = ["lstm_cell", "lstm_cell_grad", "lstm_sequence", "lstm_sequence_grad",
            "rnn_cell", "rnn_cell_grad", "rnn_sequence", "rnn_sequence_grad",
            "rnn_activation", "rnn_preactivation_grad",
            "lstm_activations", "lstm_gate_grads", "clip_pass_mask", "gru_gate_grads",
-           "layer_norm", "layer_norm_grad", "lstm_cell_norm_grad", "lstm_gate_norm_grads"]
+           "layer_norm", "layer_norm_grad", "lstm_cell_candidate", "lstm_cell_norm_grad",
+           "lstm_gate_norm_grads"]

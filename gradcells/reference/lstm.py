@@ -243,6 +243,13 @@ def lstm_gate_grads(cs_prev, state, *, d_h=None, d_cs=None, wci=None, wcf=None, 
     return GateGrads(d_gates, dcs_prev, dwci, dwcf, dwco, *d_norm)
 
 
+def lstm_cell_candidate(xp, state, cs_prev, cell_clip):
+    """The step's clipped cell state before any layer norm or zoneout, recomputed from the
+    saved gates with the forward's expression: ``c̃ = clip(i∘ci + f∘cs_prev)``."""
+    c_tilde = state.i * state.ci + state.f * cs_prev
+    return c_tilde if cell_clip is None else xp.clip(c_tilde, -cell_clip, cell_clip)
+
+
 def lstm_cell_norm_grad(xp, cs_prev, state, dco, dcs, norm, epsilon, carry, cell_clip):
     """The cell norm's backward: ``(dc̃, dγ_c, dβ_c)`` from ``dco`` (through ``co =
     tanh(n)``, ``n = LN(c̃)``) and the carried state's gradient ``dcs``:
@@ -253,9 +260,7 @@ def lstm_cell_norm_grad(xp, cs_prev, state, dco, dcs, norm, epsilon, carry, cell
 
     ``ĉ`` and ``r`` are recomputed from the clipped ``c̃ = clip(i∘ci + f∘cs_prev)``.
     """
-    c_tilde = state.i * state.ci + state.f * cs_prev
-    if cell_clip is not None:
-        c_tilde = xp.clip(c_tilde, -cell_clip, cell_clip)
+    c_tilde = lstm_cell_candidate(xp, state, cs_prev, cell_clip)
     _, c_hat, rstd = _layer_norm(xp, c_tilde, norm.gamma_c, norm.beta_c, epsilon)
     dn = dco + dcs if carry == "normalized" else dco
     d_tilde, dgamma, dbeta = layer_norm_grad(dn, norm.gamma_c, c_hat, rstd)
@@ -430,9 +435,7 @@ def _unzoned(xp, step, cs_prev, weights, settings):
     ``zoneout_cs`` the saved state is that already."""
     if settings.zoneout_cs is None:
         return step
-    c_tilde = step.i * step.ci + step.f * cs_prev
-    if settings.cell_clip is not None:
-        c_tilde = xp.clip(c_tilde, -settings.cell_clip, settings.cell_clip)
+    c_tilde = lstm_cell_candidate(xp, step, cs_prev, settings.cell_clip)
     norm = weights.layer_norm
     if norm is not None and settings.ln_carry == "normalized":
         c_tilde = _layer_norm(xp, c_tilde, norm.gamma_c, norm.beta_c, settings.ln_epsilon)[0]

@@ -79,7 +79,7 @@ def _norm_attrs(case):
     return {"ln_epsilon": case["ln_epsilon"], "ln_carry": case["ln_carry"]}
 
 
-def _order_attrs(case):
+def _sequence_attrs(case):
     """The time order, layout and masks of a sequence case (the keywords it has)."""
     return {k: case[k] for k in ("reverse", "batch_first", *MASKS) if k in case}
 
@@ -150,10 +150,10 @@ def lstm_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
         SPECS["lstm_sequence"].arrays,
         outputs, {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"],
                   "proj_clip": case.get("proj_clip"), "seq_len": case["seq_len"],
-                  **_norm_attrs(case), **_order_attrs(case)},
+                  **_norm_attrs(case), **_sequence_attrs(case)},
         {"cell_clip": case["cell_clip"], "proj_clip": case.get("proj_clip"),
          "clip_grad": clip_grad, "seq_len": case["seq_len"], **_norm_attrs(case),
-         **_order_attrs(case)},
+         **_sequence_attrs(case)},
         backend)
 
 
@@ -162,7 +162,7 @@ def gru_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
     """The oracle's ``(f, vjp, args, names)`` for ``gru_sequence``: ``f`` maps the case's
     arrays to the chosen ``outputs`` ("h", "h_final")."""
     attrs = {"reset_after": case["reset_after"], "seq_len": case["seq_len"],
-             **_order_attrs(case)}
+             **_sequence_attrs(case)}
     return _vjp_pair(sequences.gru_sequence, sequences.gru_sequence_grad, case,
                      GRU_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend)
 
@@ -180,7 +180,7 @@ def rnn_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
     """The oracle's ``(f, vjp, args, names)`` for ``rnn_sequence``: ``f`` maps the case's
     arrays to the chosen ``outputs`` ("h", "h_final")."""
     attrs = {"activation": case["activation"], "seq_len": case["seq_len"],
-             **_order_attrs(case)}
+             **_sequence_attrs(case)}
     return _vjp_pair(sequences.rnn_sequence, sequences.rnn_sequence_grad, case,
                      RNN_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend)
 

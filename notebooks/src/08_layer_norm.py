@@ -292,8 +292,8 @@ show(ref.lstm_cell_norm_grad, "dn = dco + dcs if carry", "layer_norm_grad(dn, no
 # %%
 show(ref.lstm_gate_norm_stats, "return (layer_norm_stats(xp, x @ w[:n_in]",
      "layer_norm_stats(xp, h_prev @ w[n_in:]")
-show(ref.lstm_cell_norm_grad, "c_tilde = state.i * state.ci + state.f * cs_prev",
-     "_, c_hat, rstd = _layer_norm(")
+show(ref.lstm_cell_candidate, "c_tilde = state.i * state.ci + state.f * cs_prev")
+show(ref.lstm_cell_norm_grad, "c_tilde = lstm_cell_candidate(", "_, c_hat, rstd = _layer_norm(")
 
 # %% [markdown]
 # ## The oracle on the whole layer-normalised LSTM
