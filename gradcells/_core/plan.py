@@ -46,3 +46,30 @@ def input_projection(x, w_x, b):
     """``x·W_x + b`` for all T steps at once, one matmul, as ``[T, B, width]``."""
     n_steps, n_batch, _ = x.shape
     return (flat(x) @ w_x + b).reshape(n_steps, n_batch, w_x.shape[1])
+
+
+# The masks of a sequence (docs/spec.md §11.3), in run order: None, or arrays that
+# broadcast to their shapes (a time axis of T or 1, or none).
+
+
+def at_step(mask, t):
+    """Step ``t``'s slice of a mask that broadcasts to ``[T, B, ·]`` (None stays None)."""
+    if mask is None or mask.ndim < 3:
+        return mask
+    return mask[t if mask.shape[0] > 1 else 0]
+
+
+def masked(a, mask):
+    """``a∘mask``, or ``a`` without a mask."""
+    return a if mask is None else a * mask
+
+
+def zoned(z, old, new):
+    """Zoneout (Krueger et al. 2016): ``z∘old + (1-z)∘new`` (``new`` without a mask)."""
+    return new if z is None else z * old + (1 - z) * new
+
+
+def zoneout_grad(z, grad):
+    """The two parts of the gradient ``grad`` of a zoned state: ``((1-z)∘grad, z∘grad)``,
+    the new state's and the old one's (``(grad, None)`` without a mask)."""
+    return (grad, None) if z is None else ((1 - z) * grad, z * grad)

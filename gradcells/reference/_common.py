@@ -1,9 +1,12 @@
 """What the reference cells share, for any array namespace: the overflow-free sigmoid, gate
-blocks, and the per-row bookkeeping of sequences with lengths."""
+blocks, and the per-row bookkeeping of sequences with lengths and masks."""
 
 from __future__ import annotations
 
 from .._core.arrays import namespace_of
+
+# The masks of a sequence (docs/spec.md §11.3) are plumbing every backend shares.
+from .._core.plan import at_step, masked, zoned, zoneout_grad  # noqa: F401
 
 
 def sigmoid(xp, z):
@@ -61,30 +64,3 @@ def layer_norm_grad(dy, gamma, z_hat, rstd):
                  - z_hat * (g * z_hat).sum(axis=-1, keepdims=True) / n)
     axes = tuple(range(dy.ndim - 1))
     return dz, (dy * z_hat).sum(axis=axes), dy.sum(axis=axes)
-
-
-# The masks of a sequence (docs/spec.md §11.3), in run order: None, or arrays that
-# broadcast to their shapes (a time axis of T or 1, or none).
-
-
-def at_step(mask, t):
-    """Step ``t``'s slice of a mask that broadcasts to ``[T, B, ·]`` (None stays None)."""
-    if mask is None or mask.ndim < 3:
-        return mask
-    return mask[t if mask.shape[0] > 1 else 0]
-
-
-def masked(a, mask):
-    """``a∘mask``, or ``a`` without a mask."""
-    return a if mask is None else a * mask
-
-
-def zoned(z, old, new):
-    """Zoneout (Krueger et al. 2016): ``z∘old + (1-z)∘new`` (``new`` without a mask)."""
-    return new if z is None else z * old + (1 - z) * new
-
-
-def zoneout_grad(z, grad):
-    """The two parts of the gradient ``grad`` of a zoned state: ``((1-z)∘grad, z∘grad)``,
-    the new state's and the old one's (``(grad, None)`` without a mask)."""
-    return (grad, None) if z is None else ((1 - z) * grad, z * grad)
