@@ -34,7 +34,7 @@ from ._core.types import (
     StackSettings,
 )
 from .cells import gru_cell, gru_cell_grad, lstm_cell, lstm_cell_grad, rnn_cell, rnn_cell_grad
-from .oracle import GradientCheckError, VJPReport, check_vjp
+from .oracle import GradientCheckError, JVPReport, VJPReport, check_jvp, check_vjp
 from .sequences import (
     gru_sequence,
     gru_sequence_grad,
@@ -68,7 +68,7 @@ __all__ = [
     "LSTMWeights", "LSTMNorm", "GRUWeights", "RNNWeights",
     "LSTMSettings", "GRUSettings", "RNNSettings", "StackSettings",
     "LSTMStack", "LSTMStackGrads", "GRUStack", "GRUStackGrads", "RNNStack", "RNNStackGrads",
-    "check_vjp", "VJPReport", "GradientCheckError",
+    "check_vjp", "VJPReport", "check_jvp", "JVPReport", "GradientCheckError",
     "tf_compat", "layouts", "testing",
 ]
 

@@ -41,7 +41,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -101,6 +101,11 @@ class VJPReport:
     atol: float
     floor: bool = False    # whether each bound includes the round-off floor
 
+    _subject: ClassVar[str] = "argument"   # what each check is of, for the table
+    _claim: ClassVar[str] = "gradient"
+    _floor_note: ClassVar[str] = ("(floor: the rounding of the outputs the step moves, "
+                                  "eps·Σ|ct_i·f_i|/step over them)")
+
     @property
     def passed(self) -> bool:
         return all(c.passed for c in self.checks)
@@ -121,11 +126,11 @@ class VJPReport:
 
     def raise_if_failed(self) -> VJPReport:
         if not self.passed:
-            raise GradientCheckError(f"gradient check failed\n{self}")
+            raise GradientCheckError(f"{self._claim} check failed\n{self}")
         return self
 
     def __str__(self) -> str:
-        header = ("argument", "checked", "worst index", "analytic", "numeric", "abs err",
+        header = (self._subject, "checked", "worst index", "analytic", "numeric", "abs err",
                   "bound", "max rel err", "result")
         rows = [(c.name, str(c.checked), "-" if c.index is None else str(c.index),
                  f"{c.analytic:.10g}", f"{c.numeric:.10g}", f"{c.abs_error:.2e}",
@@ -147,8 +152,7 @@ class VJPReport:
             lines = [f"(pass: |analytic - numeric| <= atol + rtol·|numeric|{floor}, the bound "
                      f"at the worst element; {rules})"]
         if self.floor:
-            lines.append("(floor: the rounding of the outputs the step moves, "
-                         "eps·Σ|ct_i·f_i|/step over them)")
+            lines.append(self._floor_note)
         return lines
 
     __repr__ = __str__
@@ -335,6 +339,155 @@ def check_vjp(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[Any
                    for k in wrt)
     loosest = max(tolerances.values(), default=_tolerances(np.float64, rtol, atol))
     return VJPReport(checks, *loosest, floor_used)
+
+
+@dataclass(frozen=True)
+class JVPReport(VJPReport):
+    """Per-output results of ``check_jvp``, one ``ArgumentCheck`` per output of ``f``:
+    ``analytic`` is the claimed tangent, ``numeric`` the central difference along the
+    tangents; ``str(report)`` is a table."""
+
+    _subject: ClassVar[str] = "output"
+    _claim: ClassVar[str] = "JVP"
+    _floor_note: ClassVar[str] = "(floor: the rounding of the output itself, eps·|f_i|/step)"
+
+
+def check_jvp(f: Callable[..., Any], jvp: Callable[..., Any], args: Sequence[Any], *,
+              tangents: Sequence[Any] | None = None, wrt: Sequence[int] | None = None,
+              names: Sequence[str] | None = None, rtol: float | None = None,
+              atol: float | None = None, seed: int = 0) -> JVPReport:
+    """Check a claimed Jacobian-vector product ``jvp`` of ``f`` at ``args`` by central
+    differences along the tangents, in float64.
+
+    ``jvp(tangents, *args)`` returns the tangent of ``f``'s output, in its structure (an
+    array, or a tuple, NamedTuple or list of arrays; None counts as zero). ``tangents`` is
+    one entry per argument, None for a zero tangent (and for every argument that is not a
+    float array); by default standard normal draws (``numpy.random.default_rng(seed)``) for
+    the arguments ``wrt`` (default every float array). ``jvp`` gets them in each
+    argument's own library, device and dtype; ``args``, ``rtol`` and ``atol`` are as for
+    ``check_vjp``. ``names`` names ``f``'s outputs (default a NamedTuple's fields, else
+    ``out0, out1, ...``).
+
+    Every element of every output is checked at once, against
+
+        numeric = (f(a + h·v) - f(a - h·v)) / (2h),   h = cbrt(eps)·max(1, |a|_max)/|v|_max
+
+    over the perturbed arguments (the largest element moves as ``check_vjp``'s step); an
+    element it does not pass is judged again on the Richardson extrapolation
+    ``(4·D(h) - D(2h))/3``. The floor (with the default ``atol``) is each output's own
+    rounding, ``eps·max|f_i(a ± h·v)|/h``. Returns a ``JVPReport``.
+    """
+    args = _arguments(args)
+    wrt = _check_selection(args, _names(args, None), wrt, None)
+    directions = _tangents(args, tangents, wrt, np.random.default_rng(seed))
+    value = f(*args)
+    outputs = _as_outputs(value)
+    claimed = _claimed_tangents(jvp, value, directions, args)
+    names = _output_names(value, names)
+    moved = [k for k, v in enumerate(directions) if v is not None]
+    args64 = [_float64_copy(a) if k in moved else a for k, a in enumerate(args)]
+    step = _step_along(args64, directions)
+    along = functools.partial(_outputs_along, f, args64, directions)
+    numeric, floor = _directional(along, step, atol is None)
+    analytic = [np.zeros(np.shape(o)).ravel() if t is None
+                else _to_numpy(t).astype(np.float64).ravel() for o, t in zip(outputs, claimed)]
+    tolerances = [_tolerances(_tolerance_dtype(o if t is None else t), rtol, atol)
+                  for o, t in zip(outputs, claimed)]
+    with np.errstate(all="ignore"):
+        failing = [~(np.abs(an - d) <= a + r * np.abs(d) + fl)
+                   for an, d, fl, (r, a) in zip(analytic, numeric, floor, tolerances)]
+    if any(m.any() for m in failing):   # Richardson, from the differences with 2·step
+        wide, wide_floor = _directional(along, 2 * step, atol is None)
+        for k, m in enumerate(failing):
+            numeric[k][m] = (4 * numeric[k][m] - wide[k][m]) / 3
+            floor[k][m] = (4 * floor[k][m] + wide_floor[k][m]) / 3
+    checks = tuple(_compare(name, *(v.reshape(np.shape(o)) for v in (an, d, fl)),
+                            np.ones(np.shape(o), dtype=bool), r, a)
+                   for name, o, an, d, fl, (r, a)
+                   in zip(names, outputs, analytic, numeric, floor, tolerances))
+    loosest = max(tolerances, default=_tolerances(np.float64, rtol, atol))
+    return JVPReport(checks, *loosest, atol is None)
+
+
+def _tangents(args, tangents, wrt, rng):
+    """The tangent of each argument as a float64 NumPy array, or None (zero): drawn from
+    ``rng`` for the arguments ``wrt`` when ``tangents`` is None, else the caller's, checked
+    (``ValueError``/``TypeError`` naming the argument)."""
+    if tangents is None:
+        return [rng.standard_normal(tuple(a.shape)) if k in wrt else None
+                for k, a in enumerate(args)]
+    if not isinstance(tangents, (tuple, list)) or len(tangents) != len(args):
+        raise ValueError(f"tangents must give one entry per argument ({len(args)}), got "
+                         f"{type(tangents).__name__}")
+    out = []
+    for k, (a, t) in enumerate(zip(args, tangents)):
+        if t is None:
+            out.append(None)
+            continue
+        if not _is_float_array(a):
+            raise TypeError(f"tangents[{k}] is given for argument {k}, which is not a float "
+                            "array (pass None)")
+        t = _to_numpy(t).astype(np.float64)
+        if t.shape != tuple(a.shape):
+            raise ValueError(f"tangents[{k}] has shape {t.shape}, argument {k} has shape "
+                             f"{tuple(a.shape)}")
+        out.append(t)
+    return out
+
+
+def _claimed_tangents(jvp, value, directions, args) -> tuple:
+    """The claimed output tangents, one per output of ``f`` (None: zero): ``jvp`` called
+    once with the tangents in each argument's library, device and dtype."""
+    native = tuple(None if v is None else _like(a, v) for a, v in zip(args, directions))
+    claimed = jvp(native, *args)
+    outputs = _as_outputs(value)
+    claimed = (claimed,) if not isinstance(value, (tuple, list)) else tuple(claimed)
+    if len(claimed) != len(outputs):
+        raise ValueError(f"jvp returned {len(claimed)} tangents for {len(outputs)} outputs")
+    for k, (t, o) in enumerate(zip(claimed, outputs)):
+        if t is not None and tuple(np.shape(t)) != tuple(np.shape(o)):
+            raise ValueError(f"the tangent of output {k} has shape {tuple(np.shape(t))}, "
+                             f"expected {tuple(np.shape(o))}")
+    return claimed
+
+
+def _output_names(value, names) -> tuple[str, ...]:
+    """One name per output of ``f``: the caller's, a NamedTuple's fields, or ``out<k>``."""
+    outputs = _as_outputs(value)
+    if names is None:
+        fields = getattr(value, "_fields", None)
+        return tuple(fields) if fields else tuple(f"out{k}" for k in range(len(outputs)))
+    if isinstance(names, str) or len(names) != len(outputs):
+        raise ValueError(f"names must give one name per output ({len(outputs)}), got "
+                         f"{names!r}")
+    return tuple(names)
+
+
+def _step_along(args64, directions):
+    """``h = cbrt(eps)·max(1, |a|_max)/|v|_max`` over the arguments with a tangent (1 when
+    none has one): the largest element moves by ``check_vjp``'s step."""
+    moved = [k for k, v in enumerate(directions) if v is not None]
+    size = max([1.0] + [float(np.max(np.abs(_to_numpy(args64[k])), initial=0)) for k in moved])
+    largest = max([float(np.max(np.abs(directions[k]), initial=0)) for k in moved] + [0.0])
+    return np.cbrt(np.finfo(np.float64).eps) * size / (largest or 1.0)
+
+
+def _outputs_along(f, args64, directions, step):
+    """Every output of ``f`` at ``args64 + step·directions``, one float64 vector each."""
+    shifted = [a if v is None else a + step * _like(a, v) for a, v in zip(args64, directions)]
+    return [_to_numpy(o).astype(np.float64).ravel() for o in _as_outputs(f(*shifted))]
+
+
+def _directional(along, step, with_floor):
+    """Per output, the central difference along the tangents with ``step`` and its
+    round-off floor (zeros without ``with_floor``)."""
+    plus, minus = along(step), along(-step)
+    eps = np.finfo(np.float64).eps
+    with np.errstate(invalid="ignore", over="ignore"):
+        numeric = [(p - m) / (2 * step) for p, m in zip(plus, minus)]
+        floor = [eps * np.maximum(np.abs(p), np.abs(m)) / step if with_floor
+                 else np.zeros_like(p) for p, m in zip(plus, minus)]
+    return numeric, floor
 
 
 def _claimed(vjp, value, cts_native, args) -> tuple:

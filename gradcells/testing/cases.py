@@ -226,11 +226,13 @@ def _random_options(rng):
 
 def _random_order(rng, order):
     """With ``order``: ``reverse`` for half the random sequence cases, ``batch_first`` for a
-    quarter (``python -m gradcells check`` draws them; a case for a caller that runs the
-    backends directly, time-major and forward, leaves them out)."""
+    quarter and every mask for a third (``python -m gradcells check`` draws them; a case for
+    a caller that runs the backends directly, time-major, forward and unmasked, leaves them
+    out)."""
     if not order:
         return {}
-    return {"reverse": bool(rng.integers(2)), "batch_first": not rng.integers(4)}
+    return {"reverse": bool(rng.integers(2)), "batch_first": not rng.integers(4),
+            "masks": not rng.integers(3)}
 
 
 def random_gru_cell_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
@@ -433,7 +435,7 @@ def random_lstm_sequence_case(rng: np.random.Generator, dtype: Any = np.float64,
                               order: bool = False) -> Case:
     """An ``lstm_sequence`` case (T <= 4) with sizes, peepholes, clipping, forget_bias,
     ragged lengths, a projection and a layer norm drawn from ``rng``, and with ``order`` the
-    time order and the layout."""
+    time order, the layout and the masks."""
     return lstm_sequence_case(
         rng, steps=int(rng.integers(1, 5)), batch=int(rng.integers(1, 5)),
         input_size=int(rng.integers(1, 5)), hidden=int(rng.integers(1, 5)), dtype=dtype,
@@ -446,7 +448,7 @@ def random_lstm_sequence_case(rng: np.random.Generator, dtype: Any = np.float64,
 def random_gru_sequence_case(rng: np.random.Generator, dtype: Any = np.float64, *,
                              order: bool = False) -> Case:
     """A ``gru_sequence`` case (T <= 4) with sizes, ``reset_after`` and ragged lengths drawn
-    from ``rng``, and with ``order`` the time order and the layout."""
+    from ``rng``, and with ``order`` the time order, the layout and the masks."""
     return gru_sequence_case(
         rng, steps=int(rng.integers(1, 5)), batch=int(rng.integers(1, 5)),
         input_size=int(rng.integers(1, 5)), hidden=int(rng.integers(1, 5)), dtype=dtype,
@@ -530,7 +532,7 @@ def random_rnn_cell_case(rng: np.random.Generator, dtype: Any = np.float64) -> C
 def random_rnn_sequence_case(rng: np.random.Generator, dtype: Any = np.float64, *,
                              order: bool = False) -> Case:
     """An ``rnn_sequence`` case (T <= 4) with sizes, ``activation`` and ragged lengths drawn
-    from ``rng``, and with ``order`` the time order and the layout."""
+    from ``rng``, and with ``order`` the time order, the layout and the masks."""
     return rnn_sequence_case(
         rng, steps=int(rng.integers(1, 5)), batch=int(rng.integers(1, 5)),
         input_size=int(rng.integers(1, 5)), hidden=int(rng.integers(1, 5)), dtype=dtype,

@@ -84,6 +84,18 @@ def _sequence_attrs(case):
     return {k: case[k] for k in ("reverse", "batch_first", *MASKS) if k in case}
 
 
+def _masks_as(keywords, x):
+    """``keywords`` with their masks (constants to the gradient: the sequence masks and a
+    stack's ``dropout_masks``) in the dtype of ``x``, the one ``f`` is evaluated in."""
+    def cast(m):
+        return None if m is None else m.astype(x.dtype, copy=False)
+
+    out = {k: cast(v) if k in MASKS else v for k, v in keywords.items()}
+    if out.get("dropout_masks") is not None:
+        out["dropout_masks"] = [cast(m) for m in out["dropout_masks"]]
+    return out
+
+
 def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backend) -> Pair:
     """``(f, vjp, args, names)`` for the oracle: ``f`` maps the arrays named ``names`` to
     the ``outputs`` fields of ``forward``'s result; ``vjp`` feeds the cotangents to
@@ -102,7 +114,7 @@ def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backen
 
     def run(*arrays):
         positional, peepholes = split(arrays)
-        return forward(*positional, **peepholes, **attrs, backend=backend)
+        return forward(*positional, **peepholes, **_masks_as(attrs, arrays[0]), backend=backend)
 
     def f(*arrays):
         result = run(*arrays)
@@ -111,8 +123,8 @@ def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backen
     def vjp(ct, *arrays):
         positional, peepholes = split(arrays)
         upstream = {f"d_{k}": c for k, c in zip(outputs, ct)}
-        grads = gradient(*positional, run(*arrays), **upstream, **peepholes, **grad_attrs,
-                         backend=backend)
+        grads = gradient(*positional, run(*arrays), **upstream, **peepholes,
+                         **_masks_as(grad_attrs, arrays[0]), backend=backend)
         return tuple(_gradient_of(grads, n) for n in names)  # named as the inputs
 
     return f, vjp, args, names
@@ -225,10 +237,7 @@ def stack_vjp_pair(cell: str, case: dict[str, Any], *, backend: str | None = Non
     def run(args):
         rebuilt = _rebuilt(case["weights"], slots, args[1 + len(states):])
         fixed = (args[0], *args[1:1 + len(states)], rebuilt)
-        masks = keywords.get("dropout_masks")  # constants, in the dtype f is evaluated in
-        if masks is not None:
-            masks = [m.astype(args[0].dtype, copy=False) for m in masks]
-        return fixed, forward(*fixed, **{**keywords, "dropout_masks": masks}, backend=backend)
+        return fixed, forward(*fixed, **_masks_as(keywords, args[0]), backend=backend)
 
     def f(*args):
         stack = run(args)[1]
