@@ -76,10 +76,11 @@ def _grad(op, case, seq, **kw):
 
 
 @pytest.mark.parametrize("op", OPS_)
-@given(seed=st.integers(0, 2**32 - 1), full=st.booleans(), ragged=st.booleans(),
-       reverse=st.booleans(), batch_first=st.booleans(), variant=st.booleans())
-def test_gradients_equal_central_differences(op, seed, full, ragged, reverse, batch_first,
-                                             variant):
+@given(seed=st.integers(0, 2**32 - 1), ragged=st.booleans(), reverse=st.booleans(),
+       batch_first=st.booleans(), variant=st.booleans())
+def test_gradients_equal_central_differences(op, seed, ragged, reverse, batch_first, variant):
+    """The cases' own masks (each per step or broadcast, drawn), drawn before the clips are
+    chosen: a clip chosen without them may sit at a kink of the masked run."""
     rng = np.random.default_rng(seed)
     options = {"lstm_sequence": {"peephole": True, "clip": variant, "layer_norm": variant,
                                  "ln_carry": "normalized" if seed % 2 else "raw",
@@ -87,8 +88,7 @@ def test_gradients_equal_central_differences(op, seed, full, ragged, reverse, ba
                "gru_sequence": {"reset_after": variant},
                "rnn_sequence": {"activation": "tanh"}}[op]
     case = _CASES[op](rng, steps=4, batch=3, ragged=ragged, reverse=reverse,
-                      batch_first=batch_first, **options)
-    case.update(_masks(rng, op, case, full=full))
+                      batch_first=batch_first, masks=True, **options)
     vjp_check(op, case).raise_if_failed()
 
 
