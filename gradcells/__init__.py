@@ -33,15 +33,28 @@ from ._core.types import (
     RNNWeights,
     StackSettings,
 )
-from .cells import gru_cell, gru_cell_grad, lstm_cell, lstm_cell_grad, rnn_cell, rnn_cell_grad
+from .cells import (
+    gru_cell,
+    gru_cell_grad,
+    gru_cell_jvp,
+    lstm_cell,
+    lstm_cell_grad,
+    lstm_cell_jvp,
+    rnn_cell,
+    rnn_cell_grad,
+    rnn_cell_jvp,
+)
 from .oracle import GradientCheckError, JVPReport, VJPReport, check_jvp, check_vjp
 from .sequences import (
     gru_sequence,
     gru_sequence_grad,
+    gru_sequence_jvp,
     lstm_sequence,
     lstm_sequence_grad,
+    lstm_sequence_jvp,
     rnn_sequence,
     rnn_sequence_grad,
+    rnn_sequence_jvp,
 )
 from .stacks import (
     gru_stack,
@@ -62,6 +75,8 @@ __all__ = [
     "rnn_cell", "rnn_cell_grad", "rnn_sequence", "rnn_sequence_grad",
     "lstm_stack", "lstm_stack_grad", "gru_stack", "gru_stack_grad", "rnn_stack",
     "rnn_stack_grad",
+    "lstm_cell_jvp", "gru_cell_jvp", "rnn_cell_jvp", "lstm_sequence_jvp", "gru_sequence_jvp",
+    "rnn_sequence_jvp",
     "LSTMCellState", "LSTMCellGrads", "GRUCellState", "GRUCellGrads",
     "LSTMSequence", "LSTMSequenceGrads", "GRUSequence", "GRUSequenceGrads",
     "RNNCellState", "RNNCellGrads", "RNNSequence", "RNNSequenceGrads",

@@ -42,13 +42,16 @@ def backend_library(name: str) -> str | None:
     return _BACKEND_LIBRARY.get(name)
 
 
-def backend_for(backend: str | None, library: str, *, masks: bool = False) -> ModuleType:
+def backend_for(backend: str | None, library: str, *, masks: bool = False,
+                op: str | None = None) -> ModuleType:
     """The backend module serving arrays of ``library`` under the caller's ``backend``;
-    ``ValueError`` for an unknown backend or one that cannot take those arrays. A call with
-    sequence masks (docs/spec.md §11.3) goes to a backend that runs them: by default the
-    reference, while the fused backends do not."""
-    if masks:
-        return _masked_backend(backend, library)
+    ``ValueError`` for an unknown backend or one that cannot take those arrays. A call that
+    needs what not every backend has, sequence masks (docs/spec.md §11.3, a backend
+    package's ``SEQUENCE_MASKS``) or the operation ``op`` (such as the forward-mode ops,
+    §12), goes to a backend that has it: by default the library's own when it does, else
+    the reference."""
+    if masks or op is not None:
+        return _capable_backend(backend, library, masks, op)
     if backend is None:
         return backend_module(default_backend(library))
     if not isinstance(backend, str) or backend not in BACKENDS:
@@ -62,15 +65,24 @@ def backend_for(backend: str | None, library: str, *, masks: bool = False) -> Mo
     return backend_module(backend)
 
 
-def _masked_backend(backend, library):
-    """The backend of a call with masks: the one asked for if it runs them (its package's
-    ``SEQUENCE_MASKS``), the reference when none is asked for."""
-    module = backend_for(backend, library) if backend is not None else None
-    if module is None:
+def _capable_backend(backend, library, masks, op):
+    """The backend of a call with masks or of the operation ``op``: the one asked for if it
+    has what the call needs, the library's default when none is asked for and it has it,
+    else the reference."""
+    if backend is None:
         module = backend_module(default_backend(library))
-        return module if getattr(module, "SEQUENCE_MASKS", False) else backend_module("reference")
-    if not getattr(module, "SEQUENCE_MASKS", False):
-        raise ValueError(f"backend={backend!r} does not run the sequence masks yet "
-                         "(docs/spec.md §11.3): leave backend out, or pass "
-                         "backend='reference'")
+        return backend_module("reference") if _lacking(module, masks, op) else module
+    module = backend_for(backend, library)
+    lacking = _lacking(module, masks, op)
+    if lacking:
+        raise ValueError(f"backend={backend!r} does not run {' with '.join(lacking)} yet: "
+                         "leave backend out, or pass backend='reference'")
     return module
+
+
+def _lacking(module, masks, op):
+    """What of ``op`` and the sequence masks the backend ``module`` does not run."""
+    return [what for what, missing in (
+        (op, op is not None and not hasattr(module, op)),
+        ("the sequence masks (docs/spec.md §11.3)",
+         masks and not getattr(module, "SEQUENCE_MASKS", False))) if missing]

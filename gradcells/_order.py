@@ -103,6 +103,23 @@ def forward(spec, op, x, states, weights, settings):
         return op(x, *states, weights, settings)
     order = _RunOrder(x, settings)
     result = op(order.to_run(x), *states, weights, order.settings(settings))
+    return _result_from_run(spec, order, result)
+
+
+def jvp(spec, op, x, states, weights, tangents, settings):
+    """``op(x, *states, weights, tangents, settings)`` (a backend's sequence JVP) in the
+    order and layout ``settings`` ask for: ``x``'s tangent goes into run order with ``x``,
+    and the result and its tangent come back as ``forward``'s result does."""
+    if not (settings.reverse or settings.batch_first):
+        return op(x, *states, weights, tangents, settings)
+    order = _RunOrder(x, settings)
+    pair = op(order.to_run(x), *states, weights, tangents._replace(x=order.to_run(tangents.x)),
+              order.settings(settings))
+    return tuple(_result_from_run(spec, order, result) for result in pair)
+
+
+def _result_from_run(spec, order, result):
+    """A sequence result with every per-step field back from run order."""
     return type(result)(*(order.from_run(a) if labels[0] == "T" else a
                           for a, labels in zip(result, spec.result_labels())))
 

@@ -776,3 +776,39 @@ def stack_upstream(stack, upstream):
         if tuple(getattr(g, "shape", ())) != tuple(like.shape):
             raise ValueError(f"{name} must have the shape of stack.{name.removeprefix('d_')} "
                              f"{tuple(like.shape)}, got {_described(g)}")
+
+
+def tangents_value(op: str, tangents, primals):
+    """Check the ``tangents`` of a JVP call of ``op`` (docs/spec.md §12) against its
+    ``primals``, the op's gradient fields' values in order (``x``, the states, the weights'
+    fields): None (every tangent zero) or a sequence of the op's gradient type's length,
+    each entry None (zero) or an array of its primal's library, dtype and shape (an
+    ``LSTMNorm``'s fields one by one). A tangent for an absent primal is a ``ValueError``.
+    Returns the tangents as the op's gradient type."""
+    grads = OPS[op].grads
+    if tangents is None:
+        return grads(*(None for _ in grads._fields))
+    if not isinstance(tangents, (tuple, list)) or len(tangents) != len(grads._fields):
+        raise TypeError(f"tangents must be a {grads.__name__} (or None: every tangent zero), "
+                        f"got {_described(tangents)}")
+    checked = [_tangent(f"tangents.{name}", t, p)
+               for name, t, p in zip(grads._fields, tangents, primals)]
+    return grads(*checked)
+
+
+def _tangent(name, tangent, primal):
+    """One field of ``tangents_value``: None, or checked against its primal."""
+    if tangent is None:
+        return None
+    if primal is None:
+        raise ValueError(f"{name} is given, but the call has no {name.split('.')[-1]}")
+    if isinstance(primal, LSTMNorm):
+        if not isinstance(tangent, (tuple, list)) or len(tangent) != len(primal):
+            raise TypeError(f"{name} must be an LSTMNorm (or None), got {_described(tangent)}")
+        return LSTMNorm(*(_tangent(f"{name}.{field}", t, p)
+                          for field, t, p in zip(NORM_FIELDS, tangent, primal)))
+    _library_and_dtype([(name.split(".", 1)[1], primal), (name, tangent)])
+    if tuple(tangent.shape) != tuple(primal.shape):
+        raise ValueError(f"{name} must have its primal's shape {tuple(primal.shape)}, got "
+                         f"{tuple(tangent.shape)}")
+    return tangent

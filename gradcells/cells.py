@@ -27,6 +27,12 @@ from ._core.types import (
 from ._interop import accepts_any_array
 
 
+def _jvp(op, impl, arrays, weights, tangents, settings):
+    """A cell's JVP on its backend: the state (recording ``settings``) and its tangent."""
+    state, d_state = getattr(impl, f"{op}_jvp")(*arrays, weights, tangents, settings)
+    return record_settings(state, settings), d_state
+
+
 @accepts_any_array
 def lstm_cell(x: Array, cs_prev: Array, h_prev: Array, w: Array, b: Array, *,
               wci: Array | None = None, wcf: Array | None = None, wco: Array | None = None,
@@ -65,6 +71,37 @@ def lstm_cell(x: Array, cs_prev: Array, h_prev: Array, w: Array, b: Array, *,
                                        ln_carry=ln_carry)
     impl = _dispatch.backend_for(backend, library)
     return record_settings(impl.lstm_cell(x, cs_prev, h_prev, weights, settings), settings)
+
+
+@accepts_any_array
+def lstm_cell_jvp(x: Array, cs_prev: Array, h_prev: Array, w: Array, b: Array,
+                  tangents: LSTMCellGrads | None, *, wci: Array | None = None,
+                  wcf: Array | None = None, wco: Array | None = None,
+                  forget_bias: float = 1.0, cell_clip: float | None = None,
+                  w_proj: Array | None = None, proj_clip: float | None = None,
+                  layer_norm: LSTMNorm | None = None, ln_epsilon: float = 1e-5,
+                  ln_carry: str = "raw",
+                  backend: str | None = None) -> tuple[LSTMCellState, LSTMCellState]:
+    """Forward mode of ``lstm_cell`` (docs/spec.md §12): the step and its directional
+    derivative along ``tangents``.
+
+    ``tangents`` is an ``LSTMCellGrads`` of the inputs' tangents, each with its input's
+    shape, library and dtype (None: zero; ``layer_norm`` an ``LSTMNorm``, or None); None
+    for all of them zero. Arguments and keywords are ``lstm_cell``'s. The tangents of the
+    gates follow their chain rule (``gradcells.reference.lstm.lstm_activations_jvp``),
+    exact through an active clip: zero there, as the exact gradient is.
+
+    Returns ``(state, d_state)``: ``lstm_cell``'s ``LSTMCellState`` and one of the tangents
+    of its fields.
+    """
+    weights = LSTMWeights(w, b, wci, wcf, wco, w_proj, layer_norm)
+    library, settings = v.forward_args("lstm_cell", x, (cs_prev, h_prev), weights,
+                                       forget_bias=forget_bias, cell_clip=cell_clip,
+                                       proj_clip=proj_clip, ln_epsilon=ln_epsilon,
+                                       ln_carry=ln_carry)
+    tangents = v.tangents_value("lstm_cell", tangents, (x, cs_prev, h_prev, *weights))
+    impl = _dispatch.backend_for(backend, library, op="lstm_cell_jvp")
+    return _jvp("lstm_cell", impl, (x, cs_prev, h_prev), weights, tangents, settings)
 
 
 @accepts_any_array
@@ -128,6 +165,27 @@ def gru_cell(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c:
 
 
 @accepts_any_array
+def gru_cell_jvp(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array,
+                 tangents: GRUCellGrads | None, *, reset_after: bool = False,
+                 backend: str | None = None) -> tuple[GRUCellState, GRUCellState]:
+    """Forward mode of ``gru_cell`` (docs/spec.md §12): the step and its directional
+    derivative along ``tangents``, a ``GRUCellGrads`` of the inputs' tangents (None:
+    zero), each with its input's shape, library and dtype.
+
+        d[r_pre, u_pre] = [dx, dh_prev]·w_ru + [x, h_prev]·dw_ru + db_ru
+        dc = (1-c²)∘dc_pre;   dh = du∘(h_prev - c) + u∘dh_prev + (1-u)∘dc
+
+    Returns ``(state, d_state)``: ``gru_cell``'s ``GRUCellState`` and one of its tangents.
+    """
+    weights = GRUWeights(w_ru, w_c, b_ru, b_c)
+    library, settings = v.forward_args("gru_cell", x, (h_prev,), weights,
+                                       reset_after=reset_after)
+    tangents = v.tangents_value("gru_cell", tangents, (x, h_prev, *weights))
+    impl = _dispatch.backend_for(backend, library, op="gru_cell_jvp")
+    return _jvp("gru_cell", impl, (x, h_prev), weights, tangents, settings)
+
+
+@accepts_any_array
 def gru_cell_grad(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array,
                   state: GRUCellState, *, d_h: Array | None = None,
                   reset_after: bool | None = None,
@@ -164,6 +222,25 @@ def rnn_cell(x: Array, h_prev: Array, w: Array, b: Array, *, activation: str = "
     library, settings = v.forward_args("rnn_cell", x, (h_prev,), weights, activation=activation)
     impl = _dispatch.backend_for(backend, library)
     return record_settings(impl.rnn_cell(x, h_prev, weights, settings), settings)
+
+
+@accepts_any_array
+def rnn_cell_jvp(x: Array, h_prev: Array, w: Array, b: Array, tangents: RNNCellGrads | None,
+                 *, activation: str = "tanh",
+                 backend: str | None = None) -> tuple[RNNCellState, RNNCellState]:
+    """Forward mode of ``rnn_cell`` (docs/spec.md §12): the step and its directional
+    derivative along ``tangents``, an ``RNNCellGrads`` of the inputs' tangents (None:
+    zero), each with its input's shape, library and dtype.
+
+        dz = [dx, dh_prev]·w + [x, h_prev]·dw + db;   dh = act'(z)∘dz
+
+    Returns ``(state, d_state)``: ``rnn_cell``'s ``RNNCellState`` and one of its tangent (``h``'s).
+    """
+    weights = RNNWeights(w, b)
+    library, settings = v.forward_args("rnn_cell", x, (h_prev,), weights, activation=activation)
+    tangents = v.tangents_value("rnn_cell", tangents, (x, h_prev, *weights))
+    impl = _dispatch.backend_for(backend, library, op="rnn_cell_jvp")
+    return _jvp("rnn_cell", impl, (x, h_prev), weights, tangents, settings)
 
 
 @accepts_any_array

@@ -45,6 +45,17 @@ def _has_masks(settings):
     return any(getattr(settings, name, None) is not None for name in MASKS)
 
 
+def _jvp(spec, library, settings, x, states, weights, tangents, backend):
+    """A sequence's JVP: the tangents checked against the primals, the backend that runs
+    it, the time order and layout (``_order.jvp``); the result records ``settings``."""
+    tangents = v.tangents_value(spec.name, tangents, (x, *states, *weights))
+    op = f"{spec.name}_jvp"
+    impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings), op=op)
+    result, d_result = _order.jvp(spec, getattr(impl, op), x, states, weights, tangents,
+                                  settings)
+    return record_settings(result, settings), d_result
+
+
 @accepts_any_array
 def lstm_sequence(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
                   wci: Array | None = None, wcf: Array | None = None,
@@ -96,6 +107,39 @@ def lstm_sequence(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
     impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings))
     return record_settings(_order.forward(_LSTM, impl.lstm_sequence, x, (cs0, h0), weights,
                                           settings), settings)
+
+
+@accepts_any_array
+def lstm_sequence_jvp(x: Array, cs0: Array, h0: Array, w: Array, b: Array,
+                      tangents: LSTMSequenceGrads | None, *, wci: Array | None = None,
+                      wcf: Array | None = None, wco: Array | None = None,
+                      forget_bias: float = 1.0, cell_clip: float | None = None,
+                      w_proj: Array | None = None, proj_clip: float | None = None,
+                      seq_len: Array | None = None, layer_norm: LSTMNorm | None = None,
+                      ln_epsilon: float = 1e-5, ln_carry: str = "raw", reverse: bool = False,
+                      batch_first: bool = False, input_mask: Array | None = None,
+                      recurrent_mask: Array | None = None, zoneout_cs: Array | None = None,
+                      zoneout_h: Array | None = None,
+                      backend: str | None = None) -> tuple[LSTMSequence, LSTMSequence]:
+    """Forward mode of ``lstm_sequence`` (docs/spec.md §12): the sequence and its
+    directional derivative along ``tangents``, an ``LSTMSequenceGrads`` of the inputs'
+    tangents (None: zero; ``x``'s in ``x``'s layout), each with its input's shape, library
+    and dtype. Arguments and keywords are ``lstm_sequence``'s; each step's tangent is
+    ``lstm_cell_jvp``'s, carried through the steps with the states (the masks, zoneout and
+    the frozen rows are linear in them, constants to the tangent).
+
+    Returns ``(seq, d_seq)``: ``lstm_sequence``'s result and an ``LSTMSequence`` of the
+    tangents of its fields.
+    """
+    weights = LSTMWeights(w, b, wci, wcf, wco, w_proj, layer_norm)
+    library, settings = v.forward_args("lstm_sequence", x, (cs0, h0), weights,
+                                       forget_bias=forget_bias, cell_clip=cell_clip,
+                                       proj_clip=proj_clip, ln_epsilon=ln_epsilon,
+                                       ln_carry=ln_carry, seq_len=seq_len, reverse=reverse,
+                                       batch_first=batch_first,
+                                       masks=_masks(input_mask, recurrent_mask, zoneout_h,
+                                                    zoneout_cs))
+    return _jvp(_LSTM, library, settings, x, (cs0, h0), weights, tangents, backend)
 
 
 @accepts_any_array
@@ -170,6 +214,27 @@ def gru_sequence(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c:
 
 
 @accepts_any_array
+def gru_sequence_jvp(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array,
+                     tangents: GRUSequenceGrads | None, *, reset_after: bool = False,
+                     seq_len: Array | None = None, reverse: bool = False,
+                     batch_first: bool = False, input_mask: Array | None = None,
+                     recurrent_mask: Array | None = None, zoneout_h: Array | None = None,
+                     backend: str | None = None) -> tuple[GRUSequence, GRUSequence]:
+    """Forward mode of ``gru_sequence`` (docs/spec.md §12): the sequence and its
+    directional derivative along ``tangents``, a ``GRUSequenceGrads`` of the inputs'
+    tangents (None: zero), as for ``lstm_sequence_jvp``; each step's is ``gru_cell_jvp``'s.
+
+    Returns ``(seq, d_seq)``: ``gru_sequence``'s result and a ``GRUSequence`` of tangents.
+    """
+    weights = GRUWeights(w_ru, w_c, b_ru, b_c)
+    library, settings = v.forward_args("gru_sequence", x, (h0,), weights,
+                                       reset_after=reset_after, seq_len=seq_len,
+                                       reverse=reverse, batch_first=batch_first,
+                                       masks=_masks(input_mask, recurrent_mask, zoneout_h))
+    return _jvp(_GRU, library, settings, x, (h0,), weights, tangents, backend)
+
+
+@accepts_any_array
 def gru_sequence_grad(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array,
                       seq: GRUSequence, *, d_h: Array | None = None,
                       d_h_final: Array | None = None, reset_after: bool | None = None,
@@ -223,6 +288,27 @@ def rnn_sequence(x: Array, h0: Array, w: Array, b: Array, *, activation: str = "
     impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings))
     return record_settings(_order.forward(_RNN, impl.rnn_sequence, x, (h0,), weights,
                                           settings), settings)
+
+
+@accepts_any_array
+def rnn_sequence_jvp(x: Array, h0: Array, w: Array, b: Array,
+                     tangents: RNNSequenceGrads | None, *, activation: str = "tanh",
+                     seq_len: Array | None = None, reverse: bool = False,
+                     batch_first: bool = False, input_mask: Array | None = None,
+                     recurrent_mask: Array | None = None, zoneout_h: Array | None = None,
+                     backend: str | None = None) -> tuple[RNNSequence, RNNSequence]:
+    """Forward mode of ``rnn_sequence`` (docs/spec.md §12): the sequence and its
+    directional derivative along ``tangents``, an ``RNNSequenceGrads`` of the inputs'
+    tangents (None: zero), as for ``lstm_sequence_jvp``; each step's is ``rnn_cell_jvp``'s.
+
+    Returns ``(seq, d_seq)``: ``rnn_sequence``'s result and an ``RNNSequence`` of tangents.
+    """
+    weights = RNNWeights(w, b)
+    library, settings = v.forward_args("rnn_sequence", x, (h0,), weights,
+                                       activation=activation, seq_len=seq_len,
+                                       reverse=reverse, batch_first=batch_first,
+                                       masks=_masks(input_mask, recurrent_mask, zoneout_h))
+    return _jvp(_RNN, library, settings, x, (h0,), weights, tangents, backend)
 
 
 @accepts_any_array

@@ -64,3 +64,35 @@ def layer_norm_grad(dy, gamma, z_hat, rstd):
                  - z_hat * (g * z_hat).sum(axis=-1, keepdims=True) / n)
     axes = tuple(range(dy.ndim - 1))
     return dz, (dy * z_hat).sum(axis=axes), dy.sum(axis=axes)
+
+
+# Forward mode (docs/spec.md §12): a tangent travels beside each primal value.
+
+
+def filled(xp, tangents, primals):
+    """``tangents`` (a gradient-type NamedTuple, fields aligned with ``primals``) with every
+    None a zero tangent of its primal (None where the primal is None; an ``LSTMNorm``
+    field by field)."""
+    def fill(t, p):
+        if p is None:
+            return None
+        if hasattr(p, "_fields"):
+            return type(p)(*(fill(a, b) for a, b in zip(t or (None,) * len(p), p)))
+        return xp.zeros_like(p) if t is None else t
+
+    return type(tangents)(*(fill(t, p) for t, p in zip(tangents, primals)))
+
+
+def layer_norm_jvp(xp, z, dz, gamma, d_gamma, beta, d_beta, epsilon):
+    """``(LN(z), its tangent)`` for the tangents ``dz``, ``dγ``, ``dβ``: with ``ẑ``, ``r``
+    of ``layer_norm`` and means over the row,
+
+        dẑ = r · (dz - mean(dz) - ẑ∘mean(ẑ∘dz));   dLN = dγ∘ẑ + γ∘dẑ + dβ
+
+    (the mean's tangent gives ``mean(dz)``, the variance's ``ẑ∘mean(ẑ∘dz)``: the same two
+    terms as ``layer_norm_grad``, for the same reasons)."""
+    y, z_hat, rstd = layer_norm(xp, z, gamma, beta, epsilon)
+    n = max(z.shape[-1], 1)
+    d_hat = rstd * (dz - dz.sum(axis=-1, keepdims=True) / n
+                    - z_hat * (z_hat * dz).sum(axis=-1, keepdims=True) / n)
+    return y, d_gamma * z_hat + gamma * d_hat + d_beta

@@ -25,7 +25,17 @@ from __future__ import annotations
 from .._core import plan
 from .._core.arrays import namespace_of
 from .._core.types import GRUCellGrads, GRUCellState, GRUSequence, GRUSequenceGrads
-from ._common import at_step, blocks, keep, masked, sigmoid, valid_rows, zoned, zoneout_grad
+from ._common import (
+    at_step,
+    blocks,
+    filled,
+    keep,
+    masked,
+    sigmoid,
+    valid_rows,
+    zoned,
+    zoneout_grad,
+)
 
 
 def _recurrent_candidate(h_prev, w_c, b_c):
@@ -247,3 +257,76 @@ def _gru_weight_grads(xp, x, h_prev, r, weights, d_gates, d_recurrent, reset_aft
             "w_ru": xp.concatenate([dw_x[:, : 2 * n_hidden], h_prev_flat.T @ d_ru_flat], axis=0),
             "w_c": xp.concatenate([dw_x[:, 2 * n_hidden :], dw_c_h], axis=0),
             "b_ru": d_ru_flat.sum(axis=0), "b_c": db_c}
+
+
+# --------------------------------------------------------------------------------------
+# Forward mode (docs/spec.md §12)
+
+
+def gru_cell_jvp(x, h_prev, weights, tangents, settings):
+    """One GRU step and its tangent for ``tangents``, a ``GRUCellGrads`` of the inputs'
+    tangents (None: zero). Returns ``(GRUCellState(r, u, c, h), GRUCellState(dr, du, dc,
+    dh))``; the formulas are ``_gru_step_jvp``'s."""
+    xp = namespace_of(x)
+    t = filled(xp, tangents, (x, h_prev, *weights))
+    return _gru_step_jvp(xp, (x, t.x), (h_prev, t.h_prev), (h_prev, t.h_prev), weights, t,
+                         settings.reset_after)
+
+
+def _gru_step_jvp(xp, x, h_prev, h_seen, weights, t, reset_after):
+    """One step, each of ``x``, ``h_prev`` and ``h_seen`` a ``(primal, tangent)`` pair:
+    ``h_seen`` is the state the matmuls see (``h_prev∘m_rec`` in a masked sequence),
+    ``h_prev`` the one the update interpolates. With ``dp = σ'∘d(pre-activation)``:
+
+        d[r_pre, u_pre] = [dx, dh_seen]·w_ru + [x, h_seen]·dw_ru + db_ru
+        dc_pre = [dx, dr∘h_seen + r∘dh_seen]·w_c + [x, r∘h_seen]·dw_c + db_c
+        reset_after: dn = dh_seen·W_ch + h_seen·dW_ch + db_ch,
+                     dc_pre = dx·W_cx + x·dW_cx + db_cx + dr∘n + r∘dn
+        dc = (1-c²)∘dc_pre;   dh = du∘(h_prev - c) + u∘dh_prev + (1-u)∘dc
+    """
+    (x, dx), (h_prev, dh_prev), (h_seen, dh_seen) = x, h_prev, h_seen
+    w_ru, w_c, b_ru, b_c = weights
+    n_in, n_hidden = x.shape[1], h_prev.shape[1]
+    xh, dxh = xp.concatenate([x, h_seen], axis=1), xp.concatenate([dx, dh_seen], axis=1)
+    ru = sigmoid(xp, xh @ w_ru + b_ru)
+    d_ru = ru * (1 - ru) * (dxh @ w_ru + xh @ t.w_ru + t.b_ru)
+    (r, u), (dr, du) = blocks(ru, 2), blocks(d_ru, 2)
+    if reset_after:
+        w_cx, w_ch, b_cx, b_ch = w_c[:n_in], w_c[n_in:], b_c[:n_hidden], b_c[n_hidden:]
+        n = h_seen @ w_ch + b_ch
+        dn = dh_seen @ w_ch + h_seen @ t.w_c[n_in:] + t.b_c[n_hidden:]
+        c = xp.tanh(x @ w_cx + b_cx + r * n)
+        dc_pre = dx @ w_cx + x @ t.w_c[:n_in] + t.b_c[:n_hidden] + dr * n + r * dn
+    else:
+        xr = xp.concatenate([x, r * h_seen], axis=1)
+        c = xp.tanh(xr @ w_c + b_c)
+        dc_pre = (xp.concatenate([dx, dr * h_seen + r * dh_seen], axis=1) @ w_c
+                  + xr @ t.w_c + t.b_c)
+    dc = (1 - c * c) * dc_pre
+    state = GRUCellState(r, u, c, u * h_prev + (1 - u) * c)
+    return state, GRUCellState(dr, du, dc, du * (h_prev - c) + u * dh_prev + (1 - u) * dc)
+
+
+def gru_sequence_jvp(x, h0, weights, tangents, settings):
+    """``gru_sequence`` and its tangent for ``tangents``, a ``GRUSequenceGrads`` of the
+    inputs' tangents (None: zero). Returns ``(GRUSequence, GRUSequence of tangents)``.
+
+    Each step is ``_gru_step_jvp``, the matmuls seeing ``h∘m_rec``; the masks, zoneout and
+    the frozen rows are linear in the state, so the tangent takes them as the state does."""
+    xp = namespace_of(x)
+    t = filled(xp, tangents, (x, h0, *weights))
+    seq_len, m_rec = settings.seq_len, settings.recurrent_mask
+    x, dx = (plan.running_inputs(xp, masked(a, settings.input_mask), seq_len) for a in (x, t.x))
+    outs = xp.zeros((4, *x.shape[:2], h0.shape[1]), dtype=x.dtype)   # r, u, c, h
+    d_outs = xp.zeros_like(outs)
+    h, dh = h0, t.h0
+    for step in range(x.shape[0]):
+        state, d_state = _gru_step_jvp(xp, (x[step], dx[step]), (h, dh),
+                                       (masked(h, m_rec), masked(dh, m_rec)), weights, t,
+                                       settings.reset_after)
+        z, valid = at_step(settings.zoneout_h, step), valid_rows(seq_len, step)
+        h_new, dh_new = zoned(z, h, state.h), zoned(z, dh, d_state.h)
+        for k, (a, da) in enumerate(zip((*state[:3], h_new), (*d_state[:3], dh_new))):
+            outs[k, step], d_outs[k, step] = keep(valid, a, 0), keep(valid, da, 0)
+        h, dh = keep(valid, h_new, h), keep(valid, dh_new, dh)
+    return GRUSequence(*outs, h_final=h.copy()), GRUSequence(*d_outs, h_final=dh.copy())

@@ -62,8 +62,10 @@ from .._core.types import (
 from ._common import (
     at_step,
     blocks,
+    filled,
     keep,
     layer_norm_grad,
+    layer_norm_jvp,
     layer_norm_stats,
     masked,
     sigmoid,
@@ -460,3 +462,126 @@ def _weight_grads(xp, x, h_prev, w, d_gates, dz_h, norm, stats):
     dw = xp.concatenate([plan.flat(x).T @ dx_flat, plan.flat(h_prev).T @ plan.flat(dz_h)],
                         axis=0)
     return dx, dw, plan.flat(d_gates).sum(axis=0), d_norm
+
+
+# --------------------------------------------------------------------------------------
+# Forward mode (docs/spec.md §12): each function beside the forward one it differentiates.
+# Tangents are exact through active clips: zero where the clip is active, as the exact
+# gradient is (on the boundary itself they pass, as the gradient does).
+
+
+def lstm_cell_jvp(x, cs_prev, h_prev, weights, tangents, settings):
+    """One LSTM step and its tangent for ``tangents``, an ``LSTMCellGrads`` of the inputs'
+    tangents (None: zero). Returns ``(LSTMCellState, LSTMCellState of tangents)``: the
+    pre-activations' tangent (``lstm_gates_jvp``), the elementwise step's
+    (``lstm_activations_jvp``) and the projection's (``lstm_project_jvp``)."""
+    xp = namespace_of(x)
+    t = filled(xp, tangents, (x, cs_prev, h_prev, *weights))
+    gates = lstm_gates_jvp(xp, (x, t.x), (h_prev, t.h_prev), weights, t, settings.ln_epsilon)
+    state, d_state = lstm_activations_jvp(xp, gates, (cs_prev, t.cs_prev), weights, t, settings)
+    h, dh = lstm_project_jvp(xp, (state.h, d_state.h), weights.w_proj, t.w_proj,
+                             settings.proj_clip)
+    return state._replace(h=h), d_state._replace(h=dh)
+
+
+def lstm_gates_jvp(xp, x, h_prev, weights, t, epsilon):
+    """The pre-activations ``G`` and their tangent, from ``(primal, tangent)`` pairs ``x``
+    and ``h_prev`` and the weights' tangents ``t``:
+
+        dG = [dx, dh_prev]·w + [x, h_prev]·dw + db
+        layer norm: dG = dLN(z_x) + dLN(z_h) + db,  dz_x = dx·W_x + x·dW_x  (and z_h alike)
+    """
+    (x, dx), (h_prev, dh_prev) = x, h_prev
+    w, b, norm = weights.w, weights.b, weights.layer_norm
+    if norm is None:
+        xh = xp.concatenate([x, h_prev], axis=1)
+        return (xh @ w + b,
+                xp.concatenate([dx, dh_prev], axis=1) @ w + xh @ t.w + t.b)
+    n_in, dn = x.shape[1], t.layer_norm
+    g_x, dg_x = layer_norm_jvp(xp, x @ w[:n_in], dx @ w[:n_in] + x @ t.w[:n_in],
+                               norm.gamma_x, dn.gamma_x, norm.beta_x, dn.beta_x, epsilon)
+    g_h, dg_h = layer_norm_jvp(xp, h_prev @ w[n_in:], dh_prev @ w[n_in:] + h_prev @ t.w[n_in:],
+                               norm.gamma_h, dn.gamma_h, norm.beta_h, dn.beta_h, epsilon)
+    return g_x + g_h + b, dg_x + dg_h + t.b
+
+
+def lstm_activations_jvp(xp, gates, cs_prev, weights, t, settings):
+    """``lstm_activations`` and its tangent, from ``(primal, tangent)`` pairs ``gates`` and
+    ``cs_prev`` and the weights' tangents ``t``. With σ' = σ(1-σ), tanh' = 1-tanh²:
+
+        di = σ'(i)∘(dGi + dcs_prev∘wci + cs_prev∘dwci);   dci = tanh'(ci)∘dGc
+        df = σ'(f)∘(dGf + dcs_prev∘wcf + cs_prev∘dwcf)
+        dc̃ = di∘ci + i∘dci + df∘cs_prev + f∘dcs_prev, zero where the clip is active
+        dco = tanh'(co)∘dn, dn = dc̃ (a layer norm: dLN(c̃));  dcs = dc̃ (or dn, normalized)
+        do = σ'(o)∘(dGo + dcs∘wco + cs∘dwco);   dh = do∘co + o∘dco
+    """
+    (gates, d_gates), (cs_prev, d_cs_prev) = gates, cs_prev
+    state = lstm_activations(gates, cs_prev, wci=weights.wci, wcf=weights.wcf,
+                             wco=weights.wco, forget_bias=settings.forget_bias,
+                             cell_clip=settings.cell_clip, **_norm_keywords(weights, settings))
+    i, cs, f, o, ci, co, _ = state
+    dgi, dgc, dgf, dgo = blocks(d_gates, 4)
+    if weights.wci is not None:
+        dgi = dgi + d_cs_prev * weights.wci + cs_prev * t.wci
+        dgf = dgf + d_cs_prev * weights.wcf + cs_prev * t.wcf
+    di, dci, df = i * (1 - i) * dgi, (1 - ci * ci) * dgc, f * (1 - f) * dgf
+    d_tilde = di * ci + i * dci + df * cs_prev + f * d_cs_prev
+    if settings.cell_clip is not None:
+        d_tilde = xp.where(clip_pass_mask(state, cs_prev, settings.cell_clip), d_tilde,
+                           xp.zeros((), dtype=d_tilde.dtype))
+    norm, d_norm = weights.layer_norm, t.layer_norm
+    d_n = d_cs = d_tilde
+    if norm is not None:
+        _, d_n = layer_norm_jvp(xp, lstm_cell_candidate(xp, state, cs_prev, settings.cell_clip),
+                                d_tilde, norm.gamma_c, d_norm.gamma_c, norm.beta_c,
+                                d_norm.beta_c, settings.ln_epsilon)
+        d_cs = d_n if settings.ln_carry == "normalized" else d_tilde
+    dco = (1 - co * co) * d_n
+    if weights.wco is not None:
+        dgo = dgo + d_cs * weights.wco + cs * t.wco
+    do = o * (1 - o) * dgo
+    return state, LSTMCellState(di, d_cs, df, do, dci, dco, do * co + o * dco)
+
+
+def lstm_project_jvp(xp, m, w_proj, d_w_proj, proj_clip):
+    """``lstm_project`` and its tangent from the pair ``m = (o∘co, its tangent)``:
+    ``dh = dm·w_proj + m·dw_proj``, zero where the projection's clip is active."""
+    m, dm = m
+    if w_proj is None:
+        return m, dm
+    raw, d_raw = m @ w_proj, dm @ w_proj + m @ d_w_proj
+    if proj_clip is None:
+        return raw, d_raw
+    return (xp.clip(raw, -proj_clip, proj_clip),
+            xp.where(abs(raw) <= proj_clip, d_raw, xp.zeros((), dtype=d_raw.dtype)))
+
+
+def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
+    """``lstm_sequence`` and its tangent for ``tangents``, an ``LSTMSequenceGrads`` of the
+    inputs' tangents (None: zero). Returns ``(LSTMSequence, LSTMSequence of tangents)``.
+
+    Each step is ``lstm_cell_jvp`` on the masked input and ``h_prev∘m_rec`` (the state
+    enters the step through its matmul only); the masks, zoneout and the frozen rows past a
+    row's length are linear in the state, so the tangent takes them as the state does."""
+    xp = namespace_of(x)
+    t = filled(xp, tangents, (x, cs0, h0, *weights))
+    seq_len, m_rec = settings.seq_len, settings.recurrent_mask
+    x, dx = (plan.running_inputs(xp, masked(a, settings.input_mask), seq_len) for a in (x, t.x))
+    shapes = [(h0 if name == "h" else cs0).shape[1] for name in LSTMCellState._fields]
+    outs = [xp.zeros((*x.shape[:2], n), dtype=x.dtype) for n in shapes]
+    d_outs = [xp.zeros_like(a) for a in outs]
+    cs, h, dcs, dh = cs0, h0, t.cs0, t.h0
+    for step in range(x.shape[0]):
+        state, d_state = lstm_cell_jvp(
+            x[step], cs, masked(h, m_rec), weights,
+            LSTMCellGrads(dx[step], dcs, masked(dh, m_rec), *t[3:]), settings)
+        z_cs, z_h = at_step(settings.zoneout_cs, step), at_step(settings.zoneout_h, step)
+        state = state._replace(cs=zoned(z_cs, cs, state.cs), h=zoned(z_h, h, state.h))
+        d_state = d_state._replace(cs=zoned(z_cs, dcs, d_state.cs), h=zoned(z_h, dh, d_state.h))
+        valid = valid_rows(seq_len, step)
+        for out, d_out, a, da in zip(outs, d_outs, state, d_state):
+            out[step], d_out[step] = keep(valid, a, 0), keep(valid, da, 0)
+        cs, h = keep(valid, state.cs, cs), keep(valid, state.h, h)
+        dcs, dh = keep(valid, d_state.cs, dcs), keep(valid, d_state.h, dh)
+    return (LSTMSequence(*outs, cs_final=cs.copy(), h_final=h.copy()),
+            LSTMSequence(*d_outs, cs_final=dcs.copy(), h_final=dh.copy()))

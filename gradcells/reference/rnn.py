@@ -24,7 +24,7 @@ from __future__ import annotations
 from .._core import plan
 from .._core.arrays import namespace_of
 from .._core.types import RNNCellGrads, RNNCellState, RNNSequence, RNNSequenceGrads
-from ._common import at_step, keep, masked, valid_rows, zoned, zoneout_grad
+from ._common import at_step, filled, keep, masked, valid_rows, zoned, zoneout_grad
 
 
 def rnn_activation(xp, z, activation):
@@ -128,3 +128,50 @@ def rnn_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
                                         settings.input_mask), seq_len)
     dw = xp.concatenate([plan.flat(x).T @ d_flat, plan.flat(h_prev).T @ d_flat], axis=0)
     return RNNSequenceGrads(x=dx, h0=dh_next, w=dw, b=d_flat.sum(axis=0))
+
+
+# --------------------------------------------------------------------------------------
+# Forward mode (docs/spec.md §12)
+
+
+def rnn_cell_jvp(x, h_prev, weights, tangents, settings):
+    """One RNN step and its tangent for ``tangents``, an ``RNNCellGrads`` of the inputs'
+    tangents (None: zero). Returns ``(RNNCellState(h), RNNCellState(dh))``:
+
+        dz = [dx, dh_prev]·w + [x, h_prev]·dw + db;   dh = act'(z)∘dz
+
+    ``act'`` from the output, as the gradient reads it (``rnn_preactivation_grad``: the
+    same diagonal Jacobian, applied to a tangent instead of a cotangent)."""
+    xp = namespace_of(x)
+    w, b = weights
+    t = filled(xp, tangents, (x, h_prev, w, b))
+    xh = xp.concatenate([x, h_prev], axis=1)
+    z = xh @ w + b
+    dz = xp.concatenate([t.x, t.h_prev], axis=1) @ w + xh @ t.w + t.b
+    h = rnn_activation(xp, z, settings.activation)
+    return RNNCellState(h), RNNCellState(rnn_preactivation_grad(h, dz, settings.activation))
+
+
+def rnn_sequence_jvp(x, h0, weights, tangents, settings):
+    """``rnn_sequence`` and its tangent for ``tangents``, an ``RNNSequenceGrads`` of the
+    inputs' tangents (None: zero). Returns ``(RNNSequence, RNNSequence of tangents)``.
+
+    Each step is ``rnn_cell_jvp`` on the masked input and state; the masks, zoneout and the
+    frozen rows past a row's length are linear in the state, so the tangent takes them
+    exactly as the state does."""
+    xp = namespace_of(x)
+    t = filled(xp, tangents, (x, h0, *weights))
+    seq_len = settings.seq_len
+    x, dx = (plan.running_inputs(xp, masked(a, settings.input_mask), seq_len) for a in (x, t.x))
+    steps, d_steps = xp.zeros((2, *x.shape[:2], h0.shape[1]), dtype=x.dtype)
+    h, dh = h0, t.h0
+    for step in range(x.shape[0]):
+        m_rec, z = settings.recurrent_mask, at_step(settings.zoneout_h, step)
+        (h_new,), (dh_new,) = rnn_cell_jvp(
+            x[step], masked(h, m_rec), weights,
+            RNNCellGrads(dx[step], masked(dh, m_rec), t.w, t.b), settings)
+        h_new, dh_new = zoned(z, h, h_new), zoned(z, dh, dh_new)
+        valid = valid_rows(seq_len, step)
+        steps[step], d_steps[step] = keep(valid, h_new, 0), keep(valid, dh_new, 0)
+        h, dh = keep(valid, h_new, h), keep(valid, dh_new, dh)
+    return RNNSequence(steps, h.copy()), RNNSequence(d_steps, dh.copy())

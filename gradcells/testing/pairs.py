@@ -1,5 +1,6 @@
 """Oracle pairs for the public operations: ``(f, vjp, args, names)`` for ``check_vjp``, and
-``vjp_check``, which runs the oracle on one operation for one case.
+``vjp_check``, which runs the oracle on one operation for one case; with ``forward_mode``
+the pairs are ``(f, jvp, args, outputs)`` for ``check_jvp`` (``jvp_check``).
 
 ``f`` maps a case's arrays to chosen fields of the forward's result; ``vjp`` feeds the
 cotangents to the operation's gradient as ``d_<field>``. Settings are passed to the gradient
@@ -18,7 +19,7 @@ from .. import cells, sequences
 from .._core.specs import MASKS, NORM_ARRAYS, OPTIONAL_WEIGHTS
 from .._core.specs import OPS as SPECS
 from .._core.types import LSTMNorm
-from ..oracle import VJPReport, check_vjp
+from ..oracle import JVPReport, VJPReport, check_jvp, check_vjp
 from .cases import (
     STACK_CELLS,
     random_gru_cell_case,
@@ -96,12 +97,15 @@ def _masks_as(keywords, x):
     return out
 
 
-def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backend) -> Pair:
+def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backend,
+              forward_mode=False) -> Pair:
     """``(f, vjp, args, names)`` for the oracle: ``f`` maps the arrays named ``names`` to
     the ``outputs`` fields of ``forward``'s result; ``vjp`` feeds the cotangents to
     ``gradient`` as ``d_<output>``. The LSTM's optional weights (peepholes, projection,
     layer norm; the last names) are passed by keyword, and dropped when the case has none;
-    a layer norm's six arrays are checked one by one."""
+    a layer norm's six arrays are checked one by one. With ``forward_mode``, ``(f, jvp,
+    args, outputs)`` for ``check_jvp`` instead: ``jvp`` gives the tangents, one per array,
+    to ``forward``'s ``_jvp`` op as its gradient type."""
     names, args = _flat_case(case, names)
     outputs = tuple(outputs)
     n_positional = sum(n not in OPTIONAL_WEIGHTS for n in names)
@@ -127,11 +131,21 @@ def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backen
                          **_masks_as(grad_attrs, arrays[0]), backend=backend)
         return tuple(_gradient_of(grads, n) for n in names)  # named as the inputs
 
-    return f, vjp, args, names
+    def jvp(tangents, *arrays):
+        positional, peepholes = split(arrays)
+        t_positional, t_optional = split(tangents)
+        spec = SPECS[forward.__name__]
+        given = spec.grads(**dict(zip(spec.grads._fields, t_positional)), **t_optional)
+        _, d_result = getattr(sequences if spec.sequence else cells, f"{spec.name}_jvp")(
+            *positional, given, **peepholes, **_masks_as(attrs, arrays[0]), backend=backend)
+        return tuple(getattr(d_result, k) for k in outputs)
+
+    return (f, jvp, args, outputs) if forward_mode else (f, vjp, args, names)
 
 
 def lstm_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
-                       clip_grad: str = "exact", d_h: bool = True, d_cs: bool = True) -> Pair:
+                       clip_grad: str = "exact", d_h: bool = True, d_cs: bool = True,
+                       forward_mode: bool = False) -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``lstm_cell``: ``f`` maps the case's arrays
     to ``(cs, h)`` (or the one of them that has an upstream gradient)."""
     outputs = [k for k, on in (("cs", d_cs), ("h", d_h)) if on]
@@ -140,20 +154,22 @@ def lstm_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
         {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"],
          "proj_clip": case.get("proj_clip"), **_norm_attrs(case)},
         {"cell_clip": case["cell_clip"], "proj_clip": case.get("proj_clip"),
-         "clip_grad": clip_grad, **_norm_attrs(case)}, backend)
+         "clip_grad": clip_grad, **_norm_attrs(case)}, backend, forward_mode)
 
 
-def gru_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None) -> Pair:
+def gru_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
+                      forward_mode: bool = False) -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``gru_cell``: ``f`` maps the case's arrays
     to ``(h,)``."""
     attrs = {"reset_after": case["reset_after"]}
     return _vjp_pair(cells.gru_cell, cells.gru_cell_grad, case, GRU_ARG_NAMES, ("h",), attrs,
-                     attrs, backend)
+                     attrs, backend, forward_mode)
 
 
 def lstm_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
                            clip_grad: str = "exact",
-                           outputs: Sequence[str] = LSTM_SEQUENCE_OUTPUTS) -> Pair:
+                           outputs: Sequence[str] = LSTM_SEQUENCE_OUTPUTS,
+                           forward_mode: bool = False) -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``lstm_sequence``: ``f`` maps the case's
     arrays to the chosen ``outputs`` (any of "h", "cs", "h_final", "cs_final"); the others
     get no upstream gradient (None)."""
@@ -166,35 +182,38 @@ def lstm_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
         {"cell_clip": case["cell_clip"], "proj_clip": case.get("proj_clip"),
          "clip_grad": clip_grad, "seq_len": case["seq_len"], **_norm_attrs(case),
          **_sequence_attrs(case)},
-        backend)
+        backend, forward_mode)
 
 
 def gru_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
-                          outputs: Sequence[str] = GRU_SEQUENCE_OUTPUTS) -> Pair:
+                          outputs: Sequence[str] = GRU_SEQUENCE_OUTPUTS,
+                          forward_mode: bool = False) -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``gru_sequence``: ``f`` maps the case's
     arrays to the chosen ``outputs`` ("h", "h_final")."""
     attrs = {"reset_after": case["reset_after"], "seq_len": case["seq_len"],
              **_sequence_attrs(case)}
     return _vjp_pair(sequences.gru_sequence, sequences.gru_sequence_grad, case,
-                     GRU_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend)
+                     GRU_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend, forward_mode)
 
 
-def rnn_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None) -> Pair:
+def rnn_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
+                      forward_mode: bool = False) -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``rnn_cell``: ``f`` maps the case's arrays
     to ``(h,)``."""
     attrs = {"activation": case["activation"]}
     return _vjp_pair(cells.rnn_cell, cells.rnn_cell_grad, case, RNN_ARG_NAMES, ("h",), attrs,
-                     attrs, backend)
+                     attrs, backend, forward_mode)
 
 
 def rnn_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
-                          outputs: Sequence[str] = RNN_SEQUENCE_OUTPUTS) -> Pair:
+                          outputs: Sequence[str] = RNN_SEQUENCE_OUTPUTS,
+                          forward_mode: bool = False) -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``rnn_sequence``: ``f`` maps the case's
     arrays to the chosen ``outputs`` ("h", "h_final")."""
     attrs = {"activation": case["activation"], "seq_len": case["seq_len"],
              **_sequence_attrs(case)}
     return _vjp_pair(sequences.rnn_sequence, sequences.rnn_sequence_grad, case,
-                     RNN_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend)
+                     RNN_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend, forward_mode)
 
 
 def _flat_weights(weights):
@@ -268,6 +287,18 @@ OPS: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., Pair]]] = {
     **{f"{cell}_stack": (functools.partial(_random_stack, cell),
                          functools.partial(stack_vjp_pair, cell)) for cell in STACK_CELLS},
 }
+
+
+def jvp_check(op: str, case: dict[str, Any], *, seed: int = 0, rtol: float | None = None,
+              atol: float | None = None, **options: Any) -> JVPReport:
+    """Run ``check_jvp`` on the forward mode of the public cell or sequence operation ``op``
+    (a key of ``OPS``; its ``<op>_jvp``) for ``case``: every output the oracle pair names,
+    along seeded random tangents of every array of the case. ``options`` go to the op's
+    pair builder (``backend``, ``outputs``, ...). Returns the ``JVPReport``."""
+    if op.endswith("_stack"):
+        raise ValueError(f"jvp_check takes the cell and sequence ops, got {op!r}")
+    f, jvp, args, outputs = OPS[op][1](case, forward_mode=True, **options)
+    return check_jvp(f, jvp, args, names=outputs, seed=seed, rtol=rtol, atol=atol)
 
 
 def vjp_check(op: str, case: dict[str, Any], *, seed: int = 0, rtol: float | None = None,
