@@ -59,10 +59,13 @@ from .sequences import (
 from .stacks import (
     gru_stack,
     gru_stack_grad,
+    gru_stack_jvp,
     lstm_stack,
     lstm_stack_grad,
+    lstm_stack_jvp,
     rnn_stack,
     rnn_stack_grad,
+    rnn_stack_jvp,
 )
 
 __version__ = "0.2.0.dev0"
@@ -76,7 +79,7 @@ __all__ = [
     "lstm_stack", "lstm_stack_grad", "gru_stack", "gru_stack_grad", "rnn_stack",
     "rnn_stack_grad",
     "lstm_cell_jvp", "gru_cell_jvp", "rnn_cell_jvp", "lstm_sequence_jvp", "gru_sequence_jvp",
-    "rnn_sequence_jvp",
+    "rnn_sequence_jvp", "lstm_stack_jvp", "gru_stack_jvp", "rnn_stack_jvp",
     "LSTMCellState", "LSTMCellGrads", "GRUCellState", "GRUCellGrads",
     "LSTMSequence", "LSTMSequenceGrads", "GRUSequence", "GRUSequenceGrads",
     "RNNCellState", "RNNCellGrads", "RNNSequence", "RNNSequenceGrads",

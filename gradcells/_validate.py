@@ -812,3 +812,25 @@ def _tangent(name, tangent, primal):
         raise ValueError(f"{name} must have its primal's shape {tuple(primal.shape)}, got "
                          f"{tuple(tangent.shape)}")
     return tangent
+
+
+def stack_tangents(grads_type, tangents, x, states, weights):
+    """Check a stack JVP's ``tangents`` (None, or a ``grads_type``: ``x``'s, the states' and
+    a list of weight sets of tangents, one per weight set or None) against its primals; each
+    layer's weight tangents are checked by its sequence JVP. Returns ``(dx, d_states,
+    d_weights)``, ``d_weights`` one entry per weight set (None: zero)."""
+    if tangents is None:
+        return None, [None] * len(states), [None] * len(weights)
+    if not isinstance(tangents, (tuple, list)) or len(tangents) != len(grads_type._fields):
+        raise TypeError(f"tangents must be a {grads_type.__name__} (or None: every tangent "
+                        f"zero), got {_described(tangents)}")
+    names = grads_type._fields
+    checked = [_tangent(f"tangents.{n}", t, p) for n, t, p in zip(names, tangents, (x, *states))]
+    d_weights = tangents[-1]
+    if d_weights is None:
+        return checked[0], checked[1:], [None] * len(weights)
+    if not isinstance(d_weights, (tuple, list)) or len(d_weights) != len(weights):
+        raise ValueError(f"tangents.weights must list one weight set of tangents (or None) per "
+                         f"weight set ({len(weights)}), got {_described(d_weights)}")
+    return checked[0], checked[1:], [None if d is None else type(w)(*d)
+                                     for d, w in zip(d_weights, weights)]

@@ -23,8 +23,10 @@ from ._dispatch import BACKENDS
 
 DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
 
-# Every op the check runs, with the backend operation it needs (a stack: its sequence's).
-CHECKED = {**{name: name for name in OPS}, **STACKS}
+# Every op the check runs, with the backend operation it needs (a stack: its sequence's):
+# each forward with its gradient (check_vjp), and its forward mode, ``<op>_jvp`` (check_jvp).
+_FIRST_ORDER = {**{name: name for name in OPS}, **STACKS}
+CHECKED = {**_FIRST_ORDER, **{f"{op}_jvp": f"{needs}_jvp" for op, needs in _FIRST_ORDER.items()}}
 
 
 def available_backends():
@@ -62,8 +64,9 @@ def _op_name(name: str) -> str:
 
 
 def _ops_help() -> str:
-    listed = ", ".join(f"{name} ({name}_grad)" for name in CHECKED)
-    return f"only these ops, each checked as its forward and its gradient: {listed}"
+    listed = ", ".join(f"{name} ({name}_grad, {name}_jvp)" for name in _FIRST_ORDER)
+    return ("only these ops: each forward checked with its gradient (or its forward mode, "
+            f"named <op>_jvp): {listed}")
 
 
 def _selection(args):
@@ -120,13 +123,15 @@ def _check_row(row, row_index, args, progress: Progress) -> _Result:
     from . import testing
 
     result = _Result(*row)
-    drawer = testing.OPS[result.op][0]
+    op = result.op.removesuffix("_jvp")
+    check = testing.vjp_check if op == result.op else testing.jvp_check
+    drawer = testing.OPS[op][0]
     rng = np.random.default_rng([args.seed, row_index])
     for _ in range(args.examples):
         progress.step(result.label)
         case = testing.on_library(drawer(rng, DTYPES[result.dtype]), result.library)
         try:
-            report = testing.vjp_check(result.op, case, backend=result.backend, seed=args.seed)
+            report = check(op, case, backend=result.backend, seed=args.seed)
         except Exception as exc:  # an exception is a failed check, reported as such
             result.error = f"{type(exc).__name__}: {exc}"
             result.failures += 1
@@ -158,7 +163,7 @@ def _run_check(args) -> int:
     elapsed = time.perf_counter() - start
     print(f"\n{len(results) - failed} of {len(results)} combinations pass "
           f"({sum(r.cases for r in results)} cases, seed {args.seed}, {elapsed:.1f} s); "
-          "gradients against float64 central differences.")
+          "derivatives against float64 central differences.")
     return 1 if failed else 0
 
 

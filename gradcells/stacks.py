@@ -51,6 +51,15 @@ class _Cell:
         positional, optional = _split(weights)
         return getattr(sequences, self.op)(x, *states, *positional, **optional, **keywords)
 
+    def jvp(self, x, states, weights, tangents, **keywords):
+        """The sequence's JVP, ``tangents`` a ``(dx, d_states, d_weights)`` triple."""
+        positional, optional = _split(weights)
+        dx, d_states, d_weights = tangents
+        d_weights = self.weights(*(None,) * len(weights)) if d_weights is None else d_weights
+        given = OPS[self.op].grads(dx, *d_states, *d_weights)
+        return getattr(sequences, f"{self.op}_jvp")(x, *states, *positional, given,
+                                                    **optional, **keywords)
+
     def gradient(self, x, states, weights, seq, **keywords):
         positional, optional = _split(weights)
         return getattr(sequences, f"{self.op}_grad")(x, *states, *positional, seq,
@@ -83,10 +92,42 @@ def _forward(cell, x, states, weights, *, bidirectional, seq_len, batch_first, d
                                 reverse=k % directions == 1, seq_len=seq_len,
                                 batch_first=batch_first, backend=backend, **attrs)
                    for k in range(layer * directions, (layer + 1) * directions)]
-    finals = [xp.stack([getattr(run, f"{name.removesuffix('0')}_final") for run in layers])
+    return record_settings(_stacked(cell, xp, layers, directions),
+                           StackSettings(directions == 2, batch_first, masks))
+
+
+def _stacked(cell, xp, runs, directions):
+    """A stack's result from its sequence results ``runs``: the top layer's outputs, the
+    final states ``[L·D, B, ·]`` and the runs."""
+    finals = [xp.stack([getattr(run, f"{name.removesuffix('0')}_final") for run in runs])
               for name in cell.states]
-    result = cell.result(_joined(xp, layers[-directions:]), *finals, tuple(layers))
-    return record_settings(result, StackSettings(directions == 2, batch_first, masks))
+    return cell.result(_joined(xp, runs[-directions:]), *finals, tuple(runs))
+
+
+def _forward_jvp(cell, x, states, weights, tangents, *, bidirectional, seq_len, batch_first,
+                 dropout_masks, backend, **attrs):
+    """``_forward`` and its tangent: each layer's input and its tangent (the masks are
+    constants) through the layer's sequence JVPs. Returns ``(result, result_tangent)``."""
+    directions, widths, masks = v.stack_args(
+        cell.weights, x, dict(zip(cell.states, states)), weights, bidirectional=bidirectional,
+        batch_first=batch_first, dropout_masks=dropout_masks)
+    dx, d_states, d_weights = v.stack_tangents(cell.grads, tangents, x, states, weights)
+    xp = namespace_of(x)
+    layers, d_layers = [], []
+    for layer in range(len(widths)):
+        pair = (_layer_input(x, layers, layer, directions, masks),
+                _layer_input(dx, d_layers, layer, directions, masks))
+        for k in range(layer * directions, (layer + 1) * directions):
+            run, d_run = cell.jvp(pair[0], [s[k] for s in states], weights[k],
+                                  (pair[1], [None if d is None else d[k] for d in d_states],
+                                   d_weights[k]),
+                                  reverse=k % directions == 1, seq_len=seq_len,
+                                  batch_first=batch_first, backend=backend, **attrs)
+            layers.append(run)
+            d_layers.append(d_run)
+    return (record_settings(_stacked(cell, xp, layers, directions),
+                            StackSettings(directions == 2, batch_first, masks)),
+            _stacked(cell, xp, d_layers, directions))
 
 
 def _joined(xp, runs):
@@ -99,7 +140,7 @@ def _layer_input(x, layers, layer, directions, masks):
     (``layers``: the sequence results so far) times that boundary's mask."""
     if layer == 0:
         return x
-    below = _joined(namespace_of(x), layers[(layer - 1) * directions:layer * directions])
+    below = _joined(namespace_of(layers[0].h), layers[(layer - 1) * directions:layer * directions])
     return below if masks is None else below * masks[layer - 1]
 
 
@@ -171,6 +212,31 @@ def lstm_stack(x: Array, cs0: Array, h0: Array, weights: list[LSTMWeights], *,
 
 
 @accepts_any_array
+def lstm_stack_jvp(x: Array, cs0: Array, h0: Array, weights: list[LSTMWeights],
+                   tangents: LSTMStackGrads | None, *, bidirectional: bool = False,
+                   seq_len: Array | None = None, batch_first: bool = False,
+                   dropout_masks: list | None = None, forget_bias: float = 1.0,
+                   cell_clip: float | None = None, proj_clip: float | None = None,
+                   ln_epsilon: float = 1e-5, ln_carry: str = "raw",
+                   backend: str | None = None) -> tuple[LSTMStack, LSTMStack]:
+    """Forward mode of ``lstm_stack`` (docs/spec.md §12): the stack and its directional
+    derivative along ``tangents``, an ``LSTMStackGrads(x, cs0, h0, weights)`` of the
+    inputs' tangents (None: zero; ``weights`` a list of ``LSTMWeights`` of tangents, each
+    entry or field None for zero). Arguments and keywords are ``lstm_stack``'s; each layer
+    and direction is one ``lstm_sequence_jvp``, its input's tangent the layer below's
+    output tangents times the boundary's dropout mask.
+
+    Returns ``(stack, d_stack)``: ``lstm_stack``'s result and an ``LSTMStack`` of the
+    tangents (its ``layers`` the per-layer sequence tangents).
+    """
+    return _forward_jvp(_LSTM, x, (cs0, h0), weights, tangents, bidirectional=bidirectional,
+                        seq_len=seq_len, batch_first=batch_first,
+                        dropout_masks=dropout_masks, backend=backend,
+                        forget_bias=forget_bias, cell_clip=cell_clip, proj_clip=proj_clip,
+                        ln_epsilon=ln_epsilon, ln_carry=ln_carry)
+
+
+@accepts_any_array
 def lstm_stack_grad(x: Array, cs0: Array, h0: Array, weights: list[LSTMWeights],
                     stack: LSTMStack, *, d_h: Array | None = None,
                     d_h_final: Array | None = None, d_cs_final: Array | None = None,
@@ -201,6 +267,19 @@ def gru_stack(x: Array, h0: Array, weights: list[GRUWeights], *, bidirectional: 
 
 
 @accepts_any_array
+def gru_stack_jvp(x: Array, h0: Array, weights: list[GRUWeights],
+                  tangents: GRUStackGrads | None, *, bidirectional: bool = False,
+                  seq_len: Array | None = None, batch_first: bool = False,
+                  dropout_masks: list | None = None, reset_after: bool = True,
+                  backend: str | None = None) -> tuple[GRUStack, GRUStack]:
+    """Forward mode of ``gru_stack``, as ``lstm_stack_jvp`` (``tangents`` a
+    ``GRUStackGrads``). Returns ``(stack, d_stack)``."""
+    return _forward_jvp(_GRU, x, (h0,), weights, tangents, bidirectional=bidirectional,
+                        seq_len=seq_len, batch_first=batch_first,
+                        dropout_masks=dropout_masks, backend=backend, reset_after=reset_after)
+
+
+@accepts_any_array
 def gru_stack_grad(x: Array, h0: Array, weights: list[GRUWeights], stack: GRUStack, *,
                    d_h: Array | None = None, d_h_final: Array | None = None,
                    backend: str | None = None) -> GRUStackGrads:
@@ -220,6 +299,19 @@ def rnn_stack(x: Array, h0: Array, weights: list[RNNWeights], *, bidirectional: 
     return _forward(_RNN, x, (h0,), weights, bidirectional=bidirectional, seq_len=seq_len,
                     batch_first=batch_first, dropout_masks=dropout_masks, backend=backend,
                     activation=activation)
+
+
+@accepts_any_array
+def rnn_stack_jvp(x: Array, h0: Array, weights: list[RNNWeights],
+                  tangents: RNNStackGrads | None, *, bidirectional: bool = False,
+                  seq_len: Array | None = None, batch_first: bool = False,
+                  dropout_masks: list | None = None, activation: str = "tanh",
+                  backend: str | None = None) -> tuple[RNNStack, RNNStack]:
+    """Forward mode of ``rnn_stack``, as ``lstm_stack_jvp`` (``tangents`` an
+    ``RNNStackGrads``). Returns ``(stack, d_stack)``."""
+    return _forward_jvp(_RNN, x, (h0,), weights, tangents, bidirectional=bidirectional,
+                        seq_len=seq_len, batch_first=batch_first,
+                        dropout_masks=dropout_masks, backend=backend, activation=activation)
 
 
 @accepts_any_array

@@ -182,12 +182,32 @@ def test_an_op_named_by_its_gradient_runs_the_same_check(capsys):
     assert by_gradient.split()[0] == "gru_cell"
 
 
-def test_the_check_ops_are_the_specified_ops_and_the_stacks():
+def test_the_check_ops_are_the_specified_ops_and_the_stacks_and_their_forward_modes():
     from gradcells import cli, testing
     from gradcells._core.specs import OPS, STACKS
 
-    assert list(testing.OPS) == list(OPS) + list(STACKS) == list(cli.CHECKED)
+    first_order = list(OPS) + list(STACKS)
+    assert list(testing.OPS) == first_order
+    assert list(cli.CHECKED) == first_order + [f"{op}_jvp" for op in first_order]
     assert all(cli.CHECKED[stack] == sequence for stack, sequence in STACKS.items())
+    assert all(cli.CHECKED[f"{stack}_jvp"] == f"{sequence}_jvp"
+               for stack, sequence in STACKS.items())
+
+
+def test_check_runs_the_forward_mode_and_fails_a_wrong_tangent(monkeypatch, capsys):
+    assert cli.main(["check", "--examples", "2", "--ops", "rnn_cell_jvp"]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:4]
+    assert [r.split()[:2] for r in rows] == [["rnn_cell_jvp", "reference"]] * 2
+    right = gradcells.reference.rnn_cell_jvp
+
+    def wrong(*args, **kwargs):
+        state, d_state = right(*args, **kwargs)
+        return state, d_state._replace(h=d_state.h + 1e-3)
+
+    monkeypatch.setattr(gradcells.reference, "rnn_cell_jvp", wrong)
+    assert cli.main(["check", "--examples", "2", "--ops", "rnn_cell_jvp", "--dtypes",
+                     "float64"]) == 1
+    assert "FAIL (2 of 2)" in capsys.readouterr().out
 
 
 class _Stream(io.StringIO):

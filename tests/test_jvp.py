@@ -1,6 +1,7 @@
 """Forward mode of the cell and sequence operations (docs/spec.md §12): ``op_jvp`` returns the
 forward's result and its directional derivative along the inputs' tangents.
 
+- the stacks' (``op_jvp`` of every layer and direction) too;
 - the tangents equal central differences along them (``check_jvp``, float64 and float32)
   on random cases with every option: peepholes, clips, projection, layer norm and both
   carries, reset-after, relu, ragged lengths, both directions and layouts, every mask;
@@ -24,13 +25,14 @@ from gradcells._core.specs import OPS, OPTIONAL_WEIGHTS
 
 FORWARD_OPS = ["lstm_cell", "gru_cell", "rnn_cell", "lstm_sequence", "gru_sequence",
                "rnn_sequence"]
+STACKS = ["lstm_stack", "gru_stack", "rnn_stack"]
 
 
 def _jvp_pair(op, case, **options):
     return testing.OPS[op][1](case, forward_mode=True, **options)
 
 
-@pytest.mark.parametrize("op", FORWARD_OPS)
+@pytest.mark.parametrize("op", FORWARD_OPS + STACKS)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_tangents_equal_central_differences(op, seed):
     case = testing.OPS[op][0](np.random.default_rng(seed))
@@ -46,7 +48,7 @@ def test_float32_tangents_are_held_to_float32(op, rng):
         assert report.rtol == 1e-3
 
 
-@pytest.mark.parametrize("op", FORWARD_OPS)
+@pytest.mark.parametrize("op", FORWARD_OPS + STACKS)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_the_tangent_and_the_gradient_are_one_linear_map(op, seed):
     """<ct, J·t> (the JVP) equals <Jᵀ·ct, t> (the VJP) for random t and ct: the forward and
@@ -159,3 +161,18 @@ def test_torch_tensors_come_back_as_tensors(rng):
     assert isinstance(seq.h, torch.Tensor) and isinstance(d_seq.h, torch.Tensor)
     _, expected = _lstm_jvp(case, tangents._replace(x=np.ones_like(case["x"])))
     np.testing.assert_array_equal(d_seq.h.numpy(), expected.h)
+
+
+def test_a_stacks_tangents_are_checked(rng):
+    case = testing.stack_case(rng, "gru")
+    keywords = {k: v for k, v in case.items() if k not in ("x", "h0", "weights")}
+    args = (case["x"], case["h0"], case["weights"])
+    stack, d_stack = gc.gru_stack_jvp(*args, None, **keywords)
+    np.testing.assert_allclose(stack.h, gc.gru_stack(*args, **keywords).h, rtol=1e-13, atol=1e-15)
+    assert not np.any(d_stack.h) and len(d_stack.layers) == len(case["weights"])
+    with pytest.raises(ValueError, match="one weight set of tangents"):
+        gc.gru_stack_jvp(*args, gc.GRUStackGrads(None, None, [None]), **keywords)
+    with pytest.raises(ValueError, match=r"tangents.h0 must have its primal's shape"):
+        gc.gru_stack_jvp(*args, gc.GRUStackGrads(None, case["h0"][:1], None), **keywords)
+    with pytest.raises(TypeError, match="tangents must be a GRUStackGrads"):
+        gc.gru_stack_jvp(*args, (None,), **keywords)

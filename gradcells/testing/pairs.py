@@ -18,7 +18,7 @@ import numpy as np
 from .. import cells, sequences
 from .._core.specs import MASKS, NORM_ARRAYS, OPTIONAL_WEIGHTS
 from .._core.specs import OPS as SPECS
-from .._core.types import LSTMNorm
+from .._core.types import GRUStackGrads, LSTMNorm, LSTMStackGrads, RNNStackGrads
 from ..oracle import JVPReport, VJPReport, check_jvp, check_vjp
 from .cases import (
     STACK_CELLS,
@@ -239,11 +239,16 @@ def _rebuilt(weights, slots, arrays):
     return [type(w)(**f) for w, f in zip(weights, fields)]
 
 
+_STACK_GRADS = {"lstm": LSTMStackGrads, "gru": GRUStackGrads, "rnn": RNNStackGrads}
+
+
 def stack_vjp_pair(cell: str, case: dict[str, Any], *, backend: str | None = None,
-                   clip_grad: str = "exact") -> Pair:
+                   clip_grad: str = "exact", forward_mode: bool = False) -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``gc.<cell>_stack``: ``f`` maps the input,
     the initial states and every array of every weight set to the top outputs and the
-    final states; ``vjp`` is ``<cell>_stack_grad`` (an LSTM's with ``clip_grad``)."""
+    final states; ``vjp`` is ``<cell>_stack_grad`` (an LSTM's with ``clip_grad``). With
+    ``forward_mode``, ``(f, jvp, args, outputs)`` for ``check_jvp``, ``jvp`` from
+    ``<cell>_stack_jvp``."""
     from .. import stacks
 
     forward, gradient = getattr(stacks, f"{cell}_stack"), getattr(stacks, f"{cell}_stack_grad")
@@ -268,7 +273,17 @@ def stack_vjp_pair(cell: str, case: dict[str, Any], *, backend: str | None = Non
         g = gradient(*fixed, stack, **upstream, **extra, backend=backend)
         return (g.x, *(getattr(g, k) for k in states), *_flat_weights(g.weights)[1])
 
+    def jvp(tangents, *args):
+        fixed = run(args)[0]
+        d_weights = _rebuilt(case["weights"], slots, tangents[1 + len(states):])
+        given = _STACK_GRADS[cell](tangents[0], *tangents[1:1 + len(states)], d_weights)
+        _, d_stack = getattr(stacks, f"{cell}_stack_jvp")(
+            *fixed, given, **_masks_as(keywords, args[0]), backend=backend)
+        return (d_stack.h, *(getattr(d_stack, k) for k in finals))
+
     args = (case["x"], *(case[k] for k in states), *arrays)
+    if forward_mode:
+        return f, jvp, args, ("h", *finals)
     return f, vjp, args, ("x", *states, *weight_names)
 
 
@@ -291,12 +306,10 @@ OPS: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., Pair]]] = {
 
 def jvp_check(op: str, case: dict[str, Any], *, seed: int = 0, rtol: float | None = None,
               atol: float | None = None, **options: Any) -> JVPReport:
-    """Run ``check_jvp`` on the forward mode of the public cell or sequence operation ``op``
-    (a key of ``OPS``; its ``<op>_jvp``) for ``case``: every output the oracle pair names,
+    """Run ``check_jvp`` on the forward mode of the public operation ``op`` (a key of
+    ``OPS``; its ``<op>_jvp``) for ``case``: every output the oracle pair names,
     along seeded random tangents of every array of the case. ``options`` go to the op's
     pair builder (``backend``, ``outputs``, ...). Returns the ``JVPReport``."""
-    if op.endswith("_stack"):
-        raise ValueError(f"jvp_check takes the cell and sequence ops, got {op!r}")
     f, jvp, args, outputs = OPS[op][1](case, forward_mode=True, **options)
     return check_jvp(f, jvp, args, names=outputs, seed=seed, rtol=rtol, atol=atol)
 
