@@ -36,24 +36,30 @@ from ._core.types import (
 from .cells import (
     gru_cell,
     gru_cell_grad,
+    gru_cell_grad_jvp,
     gru_cell_jvp,
     lstm_cell,
     lstm_cell_grad,
+    lstm_cell_grad_jvp,
     lstm_cell_jvp,
     rnn_cell,
     rnn_cell_grad,
+    rnn_cell_grad_jvp,
     rnn_cell_jvp,
 )
 from .oracle import GradientCheckError, JVPReport, VJPReport, check_jvp, check_vjp
 from .sequences import (
     gru_sequence,
     gru_sequence_grad,
+    gru_sequence_grad_jvp,
     gru_sequence_jvp,
     lstm_sequence,
     lstm_sequence_grad,
+    lstm_sequence_grad_jvp,
     lstm_sequence_jvp,
     rnn_sequence,
     rnn_sequence_grad,
+    rnn_sequence_grad_jvp,
     rnn_sequence_jvp,
 )
 from .stacks import (
@@ -80,6 +86,8 @@ __all__ = [
     "rnn_stack_grad",
     "lstm_cell_jvp", "gru_cell_jvp", "rnn_cell_jvp", "lstm_sequence_jvp", "gru_sequence_jvp",
     "rnn_sequence_jvp", "lstm_stack_jvp", "gru_stack_jvp", "rnn_stack_jvp",
+    "lstm_cell_grad_jvp", "gru_cell_grad_jvp", "rnn_cell_grad_jvp", "lstm_sequence_grad_jvp",
+    "gru_sequence_grad_jvp", "rnn_sequence_grad_jvp",
     "LSTMCellState", "LSTMCellGrads", "GRUCellState", "GRUCellGrads",
     "LSTMSequence", "LSTMSequenceGrads", "GRUSequence", "GRUSequenceGrads",
     "RNNCellState", "RNNCellGrads", "RNNSequence", "RNNSequenceGrads",

@@ -118,6 +118,25 @@ def jvp(spec, op, x, states, weights, tangents, settings):
     return tuple(_result_from_run(spec, order, result) for result in pair)
 
 
+def grad_jvp(spec, op, x, states, weights, result, tangents, settings, upstream, **options):
+    """``op`` (a backend's sequence gradient JVP) in the order and layout ``settings`` ask
+    for, as ``grad``: the result, the upstream gradients and their tangents
+    (``upstream``, by their keywords: ``d_h``, ``d_h_tangent``, ...) and ``x``'s tangent
+    go into run order; both ``x`` gradients come back."""
+    seq = spec.result(*result)
+    if not (settings.reverse or settings.batch_first):
+        return op(x, *states, weights, seq, tangents, settings, **upstream, **options)
+    order = _RunOrder(x, settings)
+    seq = spec.result(*(order.to_run(a) if labels[0] == "T" else a
+                        for a, labels in zip(seq, spec.result_labels())))
+    upstream = {name: order.to_run(g) if spec.upstream_labels(
+        name.removesuffix("_tangent"))[0] == "T" else g for name, g in upstream.items()}
+    pair = op(order.to_run(x), *states, weights, seq,
+              tangents._replace(x=order.to_run(tangents.x)), order.settings(settings),
+              **upstream, **options)
+    return tuple(g._replace(x=order.from_run(g.x)) for g in pair)
+
+
 def _result_from_run(spec, order, result):
     """A sequence result with every per-step field back from run order."""
     return type(result)(*(order.from_run(a) if labels[0] == "T" else a

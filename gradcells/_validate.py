@@ -796,18 +796,20 @@ def tangents_value(op: str, tangents, primals):
     return grads(*checked)
 
 
-def _tangent(name, tangent, primal):
-    """One field of ``tangents_value``: None, or checked against its primal."""
+def _tangent(name, tangent, primal, of=None):
+    """One field of ``tangents_value``: None, or checked against its primal (named ``of``;
+    by default ``name`` without its first part, ``tangents.x`` -> ``x``)."""
+    of = name.split(".", 1)[-1] if of is None else of
     if tangent is None:
         return None
     if primal is None:
-        raise ValueError(f"{name} is given, but the call has no {name.split('.')[-1]}")
+        raise ValueError(f"{name} is given, but the call has no {of}")
     if isinstance(primal, LSTMNorm):
         if not isinstance(tangent, (tuple, list)) or len(tangent) != len(primal):
             raise TypeError(f"{name} must be an LSTMNorm (or None), got {_described(tangent)}")
         return LSTMNorm(*(_tangent(f"{name}.{field}", t, p)
                           for field, t, p in zip(NORM_FIELDS, tangent, primal)))
-    _library_and_dtype([(name.split(".", 1)[1], primal), (name, tangent)])
+    _library_and_dtype([(of, primal), (name, tangent)])
     if tuple(tangent.shape) != tuple(primal.shape):
         raise ValueError(f"{name} must have its primal's shape {tuple(primal.shape)}, got "
                          f"{tuple(tangent.shape)}")
@@ -834,3 +836,14 @@ def stack_tangents(grads_type, tangents, x, states, weights):
                          f"weight set ({len(weights)}), got {_described(d_weights)}")
     return checked[0], checked[1:], [None if d is None else type(w)(*d)
                                      for d, w in zip(d_weights, weights)]
+
+
+def upstream_tangents(op: str, result, given):
+    """Check the upstream gradients' tangents of a gradient JVP call of ``op``: ``given``
+    maps ``d_h_tangent``, ... to None or an array of the result field's (``h``, ...)
+    library, dtype and shape. Returns ``given``."""
+    fields = dict(zip(OPS[op].result._fields, result))
+    for name, tangent in given.items():
+        field = name.removeprefix("d_").removesuffix("_tangent")
+        _tangent(name, tangent, fields[field], f"the result's {field}")
+    return given

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from . import _dispatch
 from . import _validate as v
+from ._core.specs import OPS
 from ._core.types import (
     Array,
     GRUCellGrads,
@@ -25,6 +26,18 @@ from ._core.types import (
     record_settings,
 )
 from ._interop import accepts_any_array
+
+
+def _grad_jvp(op, library, settings, arrays, weights, result, tangents, upstream, backend,
+              **options):
+    """A cell gradient's JVP: the tangents and the upstream gradients' tangents checked, the
+    backend that runs it, the call. ``upstream``: every upstream keyword, ``d_h`` and
+    ``d_h_tangent`` alike."""
+    tangents = v.tangents_value(op, tangents, (*arrays, *weights))
+    v.upstream_tangents(op, result, {k: t for k, t in upstream.items() if k.endswith("_tangent")})
+    impl = _dispatch.backend_for(backend, library, op=f"{op}_grad_jvp")
+    return getattr(impl, f"{op}_grad_jvp")(*arrays, weights, OPS[op].result(*result), tangents,
+                                           settings, **upstream, **options)
 
 
 def _jvp(op, impl, arrays, weights, tangents, settings):
@@ -144,6 +157,40 @@ def lstm_cell_grad(x: Array, cs_prev: Array, h_prev: Array, w: Array, b: Array,
 
 
 @accepts_any_array
+def lstm_cell_grad_jvp(x: Array, cs_prev: Array, h_prev: Array, w: Array, b: Array,
+                       state: LSTMCellState, tangents: LSTMCellGrads | None, *,
+                       d_h: Array | None = None, d_cs: Array | None = None,
+                       d_h_tangent: Array | None = None, d_cs_tangent: Array | None = None,
+                       wci: Array | None = None, wcf: Array | None = None,
+                       wco: Array | None = None, cell_clip: float | None = None,
+                       w_proj: Array | None = None, proj_clip: float | None = None,
+                       layer_norm: LSTMNorm | None = None, ln_epsilon: float | None = None,
+                       ln_carry: str | None = None, clip_grad: str = "exact",
+                       backend: str | None = None) -> tuple[LSTMCellGrads, LSTMCellGrads]:
+    """Second order (docs/spec.md §12): the JVP of ``lstm_cell_grad`` in all its array
+    inputs, along ``tangents`` (an ``LSTMCellGrads`` of the inputs' tangents, as for
+    ``lstm_cell_jvp``) and the upstream gradients' tangents ``d_h_tangent``,
+    ``d_cs_tangent`` (None: zero). Arguments and keywords are ``lstm_cell_grad``'s; the
+    saved ``state`` moves with the inputs, by ``lstm_cell_jvp``.
+
+    With ``d_h``, ``d_cs`` the gradient of a loss and their tangents its Hessian applied to
+    the state's tangent, the second result is the Hessian-vector product of the loss; by
+    the symmetry of second derivatives it is also the double backward.
+
+    Returns ``(grads, grads_tangent)``: ``lstm_cell_grad``'s result and its tangent.
+    """
+    weights = LSTMWeights(w, b, wci, wcf, wco, w_proj, layer_norm)
+    library, settings = v.grad_args("lstm_cell", x, (cs_prev, h_prev), weights, state,
+                                    {"d_h": d_h, "d_cs": d_cs}, cell_clip=cell_clip,
+                                    proj_clip=proj_clip, ln_epsilon=ln_epsilon,
+                                    ln_carry=ln_carry)
+    return _grad_jvp("lstm_cell", library, settings, (x, cs_prev, h_prev), weights, state,
+                     tangents, {"d_h": d_h, "d_cs": d_cs, "d_h_tangent": d_h_tangent,
+                                "d_cs_tangent": d_cs_tangent}, backend,
+                     clip_grad=v.clip_grad_value(clip_grad))
+
+
+@accepts_any_array
 def gru_cell(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array, *,
              reset_after: bool = False, backend: str | None = None) -> GRUCellState:
     """One step of TensorFlow's GRU block cell.
@@ -206,6 +253,21 @@ def gru_cell_grad(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array,
 
 
 @accepts_any_array
+def gru_cell_grad_jvp(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array,
+                      b_c: Array, state: GRUCellState, tangents: GRUCellGrads | None, *,
+                      d_h: Array | None = None, d_h_tangent: Array | None = None,
+                      reset_after: bool | None = None,
+                      backend: str | None = None) -> tuple[GRUCellGrads, GRUCellGrads]:
+    """Second order: the JVP of ``gru_cell_grad`` along ``tangents`` (a ``GRUCellGrads``)
+    and ``d_h_tangent``, as ``lstm_cell_grad_jvp``. Returns ``(grads, grads_tangent)``."""
+    weights = GRUWeights(w_ru, w_c, b_ru, b_c)
+    library, settings = v.grad_args("gru_cell", x, (h_prev,), weights, state, {"d_h": d_h},
+                                    reset_after=reset_after)
+    return _grad_jvp("gru_cell", library, settings, (x, h_prev), weights, state, tangents,
+                     {"d_h": d_h, "d_h_tangent": d_h_tangent}, backend)
+
+
+@accepts_any_array
 def rnn_cell(x: Array, h_prev: Array, w: Array, b: Array, *, activation: str = "tanh",
              backend: str | None = None) -> RNNCellState:
     """One step of the plain (Elman) RNN cell: PyTorch's ``nn.RNNCell``, Keras' ``SimpleRNN``,
@@ -263,3 +325,17 @@ def rnn_cell_grad(x: Array, h_prev: Array, w: Array, b: Array, state: RNNCellSta
                                     activation=activation)
     impl = _dispatch.backend_for(backend, library)
     return impl.rnn_cell_grad(x, h_prev, weights, RNNCellState(*state), settings, d_h=d_h)
+
+
+@accepts_any_array
+def rnn_cell_grad_jvp(x: Array, h_prev: Array, w: Array, b: Array, state: RNNCellState,
+                      tangents: RNNCellGrads | None, *, d_h: Array | None = None,
+                      d_h_tangent: Array | None = None, activation: str | None = None,
+                      backend: str | None = None) -> tuple[RNNCellGrads, RNNCellGrads]:
+    """Second order: the JVP of ``rnn_cell_grad`` along ``tangents`` (an ``RNNCellGrads``)
+    and ``d_h_tangent``, as ``lstm_cell_grad_jvp``. Returns ``(grads, grads_tangent)``."""
+    weights = RNNWeights(w, b)
+    library, settings = v.grad_args("rnn_cell", x, (h_prev,), weights, state, {"d_h": d_h},
+                                    activation=activation)
+    return _grad_jvp("rnn_cell", library, settings, (x, h_prev), weights, state, tangents,
+                     {"d_h": d_h, "d_h_tangent": d_h_tangent}, backend)

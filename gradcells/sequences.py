@@ -56,6 +56,20 @@ def _jvp(spec, library, settings, x, states, weights, tangents, backend):
     return record_settings(result, settings), d_result
 
 
+def _grad_jvp(spec, library, settings, arrays, weights, seq, tangents, upstream, backend,
+              **options):
+    """A sequence gradient's JVP: the tangents and the upstream gradients' tangents checked
+    (``upstream``: every upstream keyword, ``d_h`` and ``d_h_tangent`` alike), the backend
+    that runs it, the time order and layout (``_order.grad_jvp``)."""
+    tangents = v.tangents_value(spec.name, tangents, (*arrays, *weights))
+    v.upstream_tangents(spec.name, seq, {k: t for k, t in upstream.items()
+                                         if k.endswith("_tangent")})
+    op = f"{spec.grad_name}_jvp"
+    impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings), op=op)
+    return _order.grad_jvp(spec, getattr(impl, op), arrays[0], arrays[1:], weights, seq,
+                           tangents, settings, upstream, **options)
+
+
 @accepts_any_array
 def lstm_sequence(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
                   wci: Array | None = None, wcf: Array | None = None,
@@ -188,6 +202,51 @@ def lstm_sequence_grad(x: Array, cs0: Array, h0: Array, w: Array, b: Array,
 
 
 @accepts_any_array
+def lstm_sequence_grad_jvp(x: Array, cs0: Array, h0: Array, w: Array, b: Array,
+                           seq: LSTMSequence, tangents: LSTMSequenceGrads | None, *,
+                           d_h: Array | None = None, d_cs: Array | None = None,
+                           d_h_final: Array | None = None, d_cs_final: Array | None = None,
+                           d_h_tangent: Array | None = None, d_cs_tangent: Array | None = None,
+                           d_h_final_tangent: Array | None = None,
+                           d_cs_final_tangent: Array | None = None, wci: Array | None = None,
+                           wcf: Array | None = None, wco: Array | None = None,
+                           cell_clip: float | None = None, w_proj: Array | None = None,
+                           proj_clip: float | None = None, layer_norm: LSTMNorm | None = None,
+                           ln_epsilon: float | None = None, ln_carry: str | None = None,
+                           clip_grad: str = "exact", seq_len: Array | None = None,
+                           reverse: bool | None = None, batch_first: bool | None = None,
+                           input_mask: Array | None = None,
+                           recurrent_mask: Array | None = None,
+                           zoneout_cs: Array | None = None, zoneout_h: Array | None = None,
+                           backend: str | None = None
+                           ) -> tuple[LSTMSequenceGrads, LSTMSequenceGrads]:
+    """Second order (docs/spec.md §12): the JVP of ``lstm_sequence_grad`` in all its array
+    inputs, along ``tangents`` (an ``LSTMSequenceGrads`` of the inputs' tangents, as for
+    ``lstm_sequence_jvp``) and the upstream gradients' tangents ``d_h_tangent``, ...
+    (None: zero; in the forward's layout). Arguments and keywords are
+    ``lstm_sequence_grad``'s; the saved ``seq`` moves with the inputs, by
+    ``lstm_sequence_jvp``.
+
+    With the upstream gradients a loss's gradient and their tangents its Hessian applied
+    to the result's tangent, the second result is the loss's Hessian-vector product.
+
+    Returns ``(grads, grads_tangent)``: ``lstm_sequence_grad``'s result and its tangent.
+    """
+    weights = LSTMWeights(w, b, wci, wcf, wco, w_proj, layer_norm)
+    upstream = {"d_h": d_h, "d_cs": d_cs, "d_h_final": d_h_final, "d_cs_final": d_cs_final}
+    library, settings = v.grad_args("lstm_sequence", x, (cs0, h0), weights, seq, upstream,
+                                    cell_clip=cell_clip, proj_clip=proj_clip,
+                                    ln_epsilon=ln_epsilon, ln_carry=ln_carry, seq_len=seq_len,
+                                    reverse=reverse, batch_first=batch_first,
+                                    masks=_masks(input_mask, recurrent_mask, zoneout_h,
+                                                 zoneout_cs))
+    upstream.update(d_h_tangent=d_h_tangent, d_cs_tangent=d_cs_tangent,
+                    d_h_final_tangent=d_h_final_tangent, d_cs_final_tangent=d_cs_final_tangent)
+    return _grad_jvp(_LSTM, library, settings, (x, cs0, h0), weights, seq, tangents, upstream,
+                     backend, clip_grad=v.clip_grad_value(clip_grad))
+
+
+@accepts_any_array
 def gru_sequence(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array, *,
                  reset_after: bool = False, seq_len: Array | None = None,
                  reverse: bool = False, batch_first: bool = False,
@@ -265,6 +324,30 @@ def gru_sequence_grad(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array,
 
 
 @accepts_any_array
+def gru_sequence_grad_jvp(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array,
+                          b_c: Array, seq: GRUSequence, tangents: GRUSequenceGrads | None, *,
+                          d_h: Array | None = None, d_h_final: Array | None = None,
+                          d_h_tangent: Array | None = None,
+                          d_h_final_tangent: Array | None = None,
+                          reset_after: bool | None = None, seq_len: Array | None = None,
+                          reverse: bool | None = None, batch_first: bool | None = None,
+                          input_mask: Array | None = None,
+                          recurrent_mask: Array | None = None, zoneout_h: Array | None = None,
+                          backend: str | None = None) -> tuple[GRUSequenceGrads, GRUSequenceGrads]:
+    """Second order: the JVP of ``gru_sequence_grad`` along ``tangents`` (a
+    ``GRUSequenceGrads``) and the upstream gradients' tangents, as
+    ``lstm_sequence_grad_jvp``. Returns ``(grads, grads_tangent)``."""
+    weights = GRUWeights(w_ru, w_c, b_ru, b_c)
+    upstream = {"d_h": d_h, "d_h_final": d_h_final}
+    library, settings = v.grad_args("gru_sequence", x, (h0,), weights, seq, upstream,
+                                    reset_after=reset_after, seq_len=seq_len, reverse=reverse,
+                                    batch_first=batch_first,
+                                    masks=_masks(input_mask, recurrent_mask, zoneout_h))
+    upstream.update(d_h_tangent=d_h_tangent, d_h_final_tangent=d_h_final_tangent)
+    return _grad_jvp(_GRU, library, settings, (x, h0), weights, seq, tangents, upstream, backend)
+
+
+@accepts_any_array
 def rnn_sequence(x: Array, h0: Array, w: Array, b: Array, *, activation: str = "tanh",
                  seq_len: Array | None = None, reverse: bool = False,
                  batch_first: bool = False, input_mask: Array | None = None,
@@ -339,3 +422,27 @@ def rnn_sequence_grad(x: Array, h0: Array, w: Array, b: Array, seq: RNNSequence,
     impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings))
     return _order.grad(_RNN, impl.rnn_sequence_grad, x, (h0,), weights, seq, settings,
                        upstream)
+
+
+@accepts_any_array
+def rnn_sequence_grad_jvp(x: Array, h0: Array, w: Array, b: Array, seq: RNNSequence,
+                          tangents: RNNSequenceGrads | None, *,
+                          d_h: Array | None = None, d_h_final: Array | None = None,
+                          d_h_tangent: Array | None = None,
+                          d_h_final_tangent: Array | None = None,
+                          activation: str | None = None, seq_len: Array | None = None,
+                          reverse: bool | None = None, batch_first: bool | None = None,
+                          input_mask: Array | None = None,
+                          recurrent_mask: Array | None = None, zoneout_h: Array | None = None,
+                          backend: str | None = None) -> tuple[RNNSequenceGrads, RNNSequenceGrads]:
+    """Second order: the JVP of ``rnn_sequence_grad`` along ``tangents`` (a
+    ``RNNSequenceGrads``) and the upstream gradients' tangents, as
+    ``lstm_sequence_grad_jvp``. Returns ``(grads, grads_tangent)``."""
+    weights = RNNWeights(w, b)
+    upstream = {"d_h": d_h, "d_h_final": d_h_final}
+    library, settings = v.grad_args("rnn_sequence", x, (h0,), weights, seq, upstream,
+                                    activation=activation, seq_len=seq_len, reverse=reverse,
+                                    batch_first=batch_first,
+                                    masks=_masks(input_mask, recurrent_mask, zoneout_h))
+    upstream.update(d_h_tangent=d_h_tangent, d_h_final_tangent=d_h_final_tangent)
+    return _grad_jvp(_RNN, library, settings, (x, h0), weights, seq, tangents, upstream, backend)

@@ -29,7 +29,7 @@ STACKS = ["lstm_stack", "gru_stack", "rnn_stack"]
 
 
 def _jvp_pair(op, case, **options):
-    return testing.OPS[op][1](case, forward_mode=True, **options)
+    return testing.OPS[op][1](case, mode="jvp", **options)
 
 
 @pytest.mark.parametrize("op", FORWARD_OPS + STACKS)

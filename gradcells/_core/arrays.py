@@ -12,6 +12,8 @@ from types import ModuleType
 
 import numpy as np
 
+from .dual import Dual
+
 LIBRARIES = ("numpy", "cupy", "torch", "jax")
 """Every array library gradcells recognises; the backends compute on the first two."""
 NATIVE = ("numpy", "cupy")
@@ -33,11 +35,13 @@ def library_of(a) -> str | None:
 
 def namespace_of(a) -> ModuleType:
     """The array namespace (``numpy`` or ``cupy``) that owns ``a``, an array the backends
-    compute on."""
+    compute on (a ``Dual``'s: ``gradcells._core.dual``'s namespace over its library)."""
     if isinstance(a, np.ndarray):
         return np
     if library_of(a) == "cupy":
         return sys.modules["cupy"]
+    if isinstance(a, Dual):                     # forward mode over the reference
+        return a.__array_namespace__()
     raise TypeError(f"expected a NumPy or CuPy array, got {type(a).__name__}")
 
 

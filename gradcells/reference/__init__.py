@@ -15,10 +15,12 @@ from ._common import layer_norm, layer_norm_grad
 from .gru import (
     gru_cell,
     gru_cell_grad,
+    gru_cell_grad_jvp,
     gru_cell_jvp,
     gru_gate_grads,
     gru_sequence,
     gru_sequence_grad,
+    gru_sequence_grad_jvp,
     gru_sequence_jvp,
 )
 from .lstm import (
@@ -27,22 +29,26 @@ from .lstm import (
     lstm_cell,
     lstm_cell_candidate,
     lstm_cell_grad,
+    lstm_cell_grad_jvp,
     lstm_cell_jvp,
     lstm_cell_norm_grad,
     lstm_gate_grads,
     lstm_gate_norm_grads,
     lstm_sequence,
     lstm_sequence_grad,
+    lstm_sequence_grad_jvp,
     lstm_sequence_jvp,
 )
 from .rnn import (
     rnn_activation,
     rnn_cell,
     rnn_cell_grad,
+    rnn_cell_grad_jvp,
     rnn_cell_jvp,
     rnn_preactivation_grad,
     rnn_sequence,
     rnn_sequence_grad,
+    rnn_sequence_grad_jvp,
     rnn_sequence_jvp,
 )
 
@@ -56,4 +62,6 @@ __all__ = ["lstm_cell", "lstm_cell_grad", "lstm_sequence", "lstm_sequence_grad",
            "lstm_activations", "lstm_gate_grads", "clip_pass_mask", "gru_gate_grads",
            "layer_norm", "layer_norm_grad", "lstm_cell_candidate", "lstm_cell_norm_grad",
            "lstm_gate_norm_grads", "lstm_cell_jvp", "gru_cell_jvp", "rnn_cell_jvp",
-           "lstm_sequence_jvp", "gru_sequence_jvp", "rnn_sequence_jvp"]
+           "lstm_sequence_jvp", "gru_sequence_jvp", "rnn_sequence_jvp",
+           "lstm_cell_grad_jvp", "gru_cell_grad_jvp", "rnn_cell_grad_jvp",
+           "lstm_sequence_grad_jvp", "gru_sequence_grad_jvp", "rnn_sequence_grad_jvp"]

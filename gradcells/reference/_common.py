@@ -4,6 +4,7 @@ blocks, and the per-row bookkeeping of sequences with lengths and masks."""
 from __future__ import annotations
 
 from .._core.arrays import namespace_of
+from .._core.dual import Dual, parts
 
 # The masks of a sequence (docs/spec.md §11.3) are plumbing every backend shares.
 from .._core.plan import at_step, masked, zoned, zoneout_grad  # noqa: F401
@@ -96,3 +97,58 @@ def layer_norm_jvp(xp, z, dz, gamma, d_gamma, beta, d_beta, epsilon):
     d_hat = rstd * (dz - dz.sum(axis=-1, keepdims=True) / n
                     - z_hat * (z_hat * dz).sum(axis=-1, keepdims=True) / n)
     return y, d_gamma * z_hat + gamma * d_hat + d_beta
+
+
+def gradient_jvp(forward_jvp, gradient, arrays, weights, result, tangents, settings, upstream,
+                 **options):
+    """The JVP of a gradient op (docs/spec.md §12): ``(grads, grads_tangent)`` of
+    ``gradient(*arrays, weights, result, settings, **upstream, **options)`` along
+    ``tangents`` (the gradient type's tangents of ``arrays`` and ``weights``) and the
+    upstream gradients' own tangents (``upstream``: name -> ``(gradient, tangent)``, None
+    for zero).
+
+    The result's tangent is ``forward_jvp``'s; then the gradient itself runs on dual numbers
+    (``gradcells._core.dual``), every input with its tangent, so each line of the
+    hand-derived backward is differentiated exactly as written: what reaches the gradient
+    through the saved result, the weights and the upstream gradients alike. Branches (the
+    clips' masks, a ReLU's) follow the primals, so the tangent is zero through an active
+    clip, as the gradient is."""
+    xp = namespace_of(arrays[0])
+    t = filled(xp, tangents, (*arrays, *weights))
+    d_result = forward_jvp(*arrays, weights, t, settings)[1]
+    n = len(arrays)
+    duals = [_dual(a, da) for a, da in zip(arrays, t[:n])]
+    dual_weights = type(weights)(*(_dual(w, dw) for w, dw in zip(weights, t[n:])))
+    dual_result = type(result)(*(Dual(a, da) for a, da in zip(result, d_result)))
+    dual_upstream = {name: _upstream_dual(xp, g, dg, like)
+                     for name, (g, dg, like) in upstream.items()}
+    grads = gradient(*duals, dual_weights, dual_result, settings, **dual_upstream, **options)
+    return (type(grads)(*(_part(g, 0) for g in grads)),
+            type(grads)(*(_part(g, 1) for g in grads)))
+
+
+def _dual(a, da):
+    """``a`` with its tangent ``da`` (a weight set's ``LSTMNorm`` field by field)."""
+    if a is None:
+        return None
+    if hasattr(a, "_fields"):
+        return type(a)(*(_dual(p, t) for p, t in zip(a, da)))
+    return Dual(a, da)
+
+
+def _upstream_dual(xp, g, dg, like):
+    """An upstream gradient with its tangent (None when both are; a missing one is zeros
+    of the result field ``like``)."""
+    if g is None and dg is None:
+        return None
+    return Dual(xp.zeros_like(like) if g is None else g,
+                xp.zeros_like(like) if dg is None else dg)
+
+
+def _part(g, k):
+    """The primal (``k = 0``) or tangent (1) of a gradient field of duals."""
+    if g is None:
+        return None
+    if hasattr(g, "_fields"):
+        return type(g)(*(_part(a, k) for a in g))
+    return parts(g)[k] if isinstance(g, Dual) else (g if k == 0 else namespace_of(g).zeros_like(g))

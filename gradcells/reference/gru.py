@@ -29,6 +29,7 @@ from ._common import (
     at_step,
     blocks,
     filled,
+    gradient_jvp,
     keep,
     masked,
     sigmoid,
@@ -330,3 +331,20 @@ def gru_sequence_jvp(x, h0, weights, tangents, settings):
             outs[k, step], d_outs[k, step] = keep(valid, a, 0), keep(valid, da, 0)
         h, dh = keep(valid, h_new, h), keep(valid, dh_new, dh)
     return GRUSequence(*outs, h_final=h.copy()), GRUSequence(*d_outs, h_final=dh.copy())
+
+
+def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None,
+                      d_h_tangent=None):
+    """The JVP of ``gru_cell_grad`` along ``tangents`` (a ``GRUCellGrads`` of the inputs'
+    tangents) and ``d_h_tangent``: ``(grads, grads_tangent)``, by ``gradient_jvp``."""
+    return gradient_jvp(gru_cell_jvp, gru_cell_grad, (x, h_prev), weights, state, tangents,
+                        settings, {"d_h": (d_h, d_h_tangent, state.h)})
+
+
+def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
+                          d_h_final=None, d_h_tangent=None, d_h_final_tangent=None):
+    """The JVP of ``gru_sequence_grad`` along ``tangents`` (a ``GRUSequenceGrads``) and the
+    upstream gradients' tangents: ``(grads, grads_tangent)``, by ``gradient_jvp``."""
+    return gradient_jvp(gru_sequence_jvp, gru_sequence_grad, (x, h0), weights, seq, tangents,
+                        settings, {"d_h": (d_h, d_h_tangent, seq.h),
+                                   "d_h_final": (d_h_final, d_h_final_tangent, seq.h_final)})

@@ -63,6 +63,7 @@ from ._common import (
     at_step,
     blocks,
     filled,
+    gradient_jvp,
     keep,
     layer_norm_grad,
     layer_norm_jvp,
@@ -585,3 +586,27 @@ def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
         dcs, dh = keep(valid, d_state.cs, dcs), keep(valid, d_state.h, dh)
     return (LSTMSequence(*outs, cs_final=cs.copy(), h_final=h.copy()),
             LSTMSequence(*d_outs, cs_final=dcs.copy(), h_final=dh.copy()))
+
+
+def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *, d_h=None,
+                       d_cs=None, d_h_tangent=None, d_cs_tangent=None, clip_grad="exact"):
+    """The JVP of ``lstm_cell_grad`` along ``tangents`` (an ``LSTMCellGrads`` of the inputs'
+    tangents) and the upstream gradients' tangents: ``(grads, grads_tangent)``, by
+    ``gradient_jvp``."""
+    return gradient_jvp(lstm_cell_jvp, lstm_cell_grad, (x, cs_prev, h_prev), weights, state,
+                        tangents, settings, {"d_h": (d_h, d_h_tangent, state.h),
+                                             "d_cs": (d_cs, d_cs_tangent, state.cs)},
+                        clip_grad=clip_grad)
+
+
+def lstm_sequence_grad_jvp(x, cs0, h0, weights, seq, tangents, settings, *, d_h=None,
+                           d_cs=None, d_h_final=None, d_cs_final=None, d_h_tangent=None,
+                           d_cs_tangent=None, d_h_final_tangent=None, d_cs_final_tangent=None,
+                           clip_grad="exact"):
+    """The JVP of ``lstm_sequence_grad`` along ``tangents`` (an ``LSTMSequenceGrads``) and
+    the upstream gradients' tangents: ``(grads, grads_tangent)``, by ``gradient_jvp``."""
+    upstream = {"d_h": (d_h, d_h_tangent, seq.h), "d_cs": (d_cs, d_cs_tangent, seq.cs),
+                "d_h_final": (d_h_final, d_h_final_tangent, seq.h_final),
+                "d_cs_final": (d_cs_final, d_cs_final_tangent, seq.cs_final)}
+    return gradient_jvp(lstm_sequence_jvp, lstm_sequence_grad, (x, cs0, h0), weights, seq,
+                        tangents, settings, upstream, clip_grad=clip_grad)

@@ -24,7 +24,16 @@ from __future__ import annotations
 from .._core import plan
 from .._core.arrays import namespace_of
 from .._core.types import RNNCellGrads, RNNCellState, RNNSequence, RNNSequenceGrads
-from ._common import at_step, filled, keep, masked, valid_rows, zoned, zoneout_grad
+from ._common import (
+    at_step,
+    filled,
+    gradient_jvp,
+    keep,
+    masked,
+    valid_rows,
+    zoned,
+    zoneout_grad,
+)
 
 
 def rnn_activation(xp, z, activation):
@@ -175,3 +184,20 @@ def rnn_sequence_jvp(x, h0, weights, tangents, settings):
         steps[step], d_steps[step] = keep(valid, h_new, 0), keep(valid, dh_new, 0)
         h, dh = keep(valid, h_new, h), keep(valid, dh_new, dh)
     return RNNSequence(steps, h.copy()), RNNSequence(d_steps, dh.copy())
+
+
+def rnn_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None,
+                      d_h_tangent=None):
+    """The JVP of ``rnn_cell_grad`` along ``tangents`` (an ``RNNCellGrads`` of the inputs'
+    tangents) and ``d_h_tangent``: ``(grads, grads_tangent)``, by ``gradient_jvp``."""
+    return gradient_jvp(rnn_cell_jvp, rnn_cell_grad, (x, h_prev), weights, state, tangents,
+                        settings, {"d_h": (d_h, d_h_tangent, state.h)})
+
+
+def rnn_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
+                          d_h_final=None, d_h_tangent=None, d_h_final_tangent=None):
+    """The JVP of ``rnn_sequence_grad`` along ``tangents`` (an ``RNNSequenceGrads``) and the
+    upstream gradients' tangents: ``(grads, grads_tangent)``, by ``gradient_jvp``."""
+    return gradient_jvp(rnn_sequence_jvp, rnn_sequence_grad, (x, h0), weights, seq, tangents,
+                        settings, {"d_h": (d_h, d_h_tangent, seq.h),
+                                   "d_h_final": (d_h_final, d_h_final_tangent, seq.h_final)})

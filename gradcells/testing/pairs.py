@@ -1,6 +1,7 @@
 """Oracle pairs for the public operations: ``(f, vjp, args, names)`` for ``check_vjp``, and
-``vjp_check``, which runs the oracle on one operation for one case; with ``forward_mode``
-the pairs are ``(f, jvp, args, outputs)`` for ``check_jvp`` (``jvp_check``).
+``vjp_check``, which runs the oracle on one operation for one case; with ``mode="jvp"``
+the pairs are ``(f, jvp, args, outputs)`` for ``check_jvp`` (``jvp_check``), with
+``mode="grad_jvp"`` those of the gradient's JVP (``grad_jvp_check``).
 
 ``f`` maps a case's arrays to chosen fields of the forward's result; ``vjp`` feeds the
 cotangents to the operation's gradient as ``d_<field>``. Settings are passed to the gradient
@@ -98,14 +99,18 @@ def _masks_as(keywords, x):
 
 
 def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backend,
-              forward_mode=False) -> Pair:
+              mode="vjp") -> Pair:
     """``(f, vjp, args, names)`` for the oracle: ``f`` maps the arrays named ``names`` to
     the ``outputs`` fields of ``forward``'s result; ``vjp`` feeds the cotangents to
     ``gradient`` as ``d_<output>``. The LSTM's optional weights (peepholes, projection,
     layer norm; the last names) are passed by keyword, and dropped when the case has none;
-    a layer norm's six arrays are checked one by one. With ``forward_mode``, ``(f, jvp,
-    args, outputs)`` for ``check_jvp`` instead: ``jvp`` gives the tangents, one per array,
-    to ``forward``'s ``_jvp`` op as its gradient type."""
+    a layer norm's six arrays are checked one by one.
+
+    ``mode="jvp"``: ``(f, jvp, args, outputs)`` for ``check_jvp`` instead, ``jvp`` giving
+    the tangents, one per array, to ``forward``'s ``_jvp`` op as its gradient type.
+    ``mode="grad_jvp"``: the same for the gradient (second order): ``f`` maps the arrays
+    and one fixed cotangent per output (seeded draws, then arguments with tangents of their
+    own) to the gradients, its ``jvp`` is the gradient op's ``_grad_jvp``."""
     names, args = _flat_case(case, names)
     outputs = tuple(outputs)
     n_positional = sum(n not in OPTIONAL_WEIGHTS for n in names)
@@ -140,12 +145,43 @@ def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backen
             *positional, given, **peepholes, **_masks_as(attrs, arrays[0]), backend=backend)
         return tuple(getattr(d_result, k) for k in outputs)
 
-    return (f, jvp, args, outputs) if forward_mode else (f, vjp, args, names)
+    if mode == "jvp":
+        return f, jvp, args, outputs
+    if mode == "grad_jvp":
+        return _second_order(f, vjp, args, names, split, gradient, run, outputs,
+                             lambda a: {**_masks_as(grad_attrs, a), "backend": backend})
+    return f, vjp, args, names
+
+
+def _second_order(f, vjp, args, names, split, gradient, run, outputs, keywords) -> Pair:
+    """``_vjp_pair``'s ``mode="grad_jvp"``: the gradient as a function of the arrays and
+    the cotangents, and its JVP from the gradient op's ``_grad_jvp``."""
+    rng = np.random.default_rng(0)
+    cotangents = tuple(rng.standard_normal(np.shape(o)).astype(o.dtype) for o in f(*args))
+    n = len(args)
+
+    def gradient_of(*a):
+        grads = vjp(a[n:], *a[:n])
+        return tuple(np.zeros_like(x) if g is None else g for g, x in zip(grads, a[:n]))
+
+    def grad_jvp(tangents, *a):
+        arrays, cts = a[:n], a[n:]
+        positional, peepholes = split(arrays)
+        t_positional, t_optional = split(tangents[:n])
+        spec = SPECS[gradient.__name__.removesuffix("_grad")]
+        given = spec.grads(**dict(zip(spec.grads._fields, t_positional)), **t_optional)
+        upstream = {**{f"d_{k}": c for k, c in zip(outputs, cts)},
+                    **{f"d_{k}_tangent": t for k, t in zip(outputs, tangents[n:])}}
+        _, d_grads = getattr(sequences if spec.sequence else cells, f"{gradient.__name__}_jvp")(
+            *positional, run(*arrays), given, **upstream, **peepholes, **keywords(arrays[0]))
+        return tuple(_gradient_of(d_grads, name) for name in names)
+
+    return gradient_of, grad_jvp, args + cotangents, tuple(names)
 
 
 def lstm_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
                        clip_grad: str = "exact", d_h: bool = True, d_cs: bool = True,
-                       forward_mode: bool = False) -> Pair:
+                       mode: str = "vjp") -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``lstm_cell``: ``f`` maps the case's arrays
     to ``(cs, h)`` (or the one of them that has an upstream gradient)."""
     outputs = [k for k, on in (("cs", d_cs), ("h", d_h)) if on]
@@ -154,22 +190,22 @@ def lstm_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
         {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"],
          "proj_clip": case.get("proj_clip"), **_norm_attrs(case)},
         {"cell_clip": case["cell_clip"], "proj_clip": case.get("proj_clip"),
-         "clip_grad": clip_grad, **_norm_attrs(case)}, backend, forward_mode)
+         "clip_grad": clip_grad, **_norm_attrs(case)}, backend, mode)
 
 
 def gru_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
-                      forward_mode: bool = False) -> Pair:
+                      mode: str = "vjp") -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``gru_cell``: ``f`` maps the case's arrays
     to ``(h,)``."""
     attrs = {"reset_after": case["reset_after"]}
     return _vjp_pair(cells.gru_cell, cells.gru_cell_grad, case, GRU_ARG_NAMES, ("h",), attrs,
-                     attrs, backend, forward_mode)
+                     attrs, backend, mode)
 
 
 def lstm_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
                            clip_grad: str = "exact",
                            outputs: Sequence[str] = LSTM_SEQUENCE_OUTPUTS,
-                           forward_mode: bool = False) -> Pair:
+                           mode: str = "vjp") -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``lstm_sequence``: ``f`` maps the case's
     arrays to the chosen ``outputs`` (any of "h", "cs", "h_final", "cs_final"); the others
     get no upstream gradient (None)."""
@@ -182,38 +218,38 @@ def lstm_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
         {"cell_clip": case["cell_clip"], "proj_clip": case.get("proj_clip"),
          "clip_grad": clip_grad, "seq_len": case["seq_len"], **_norm_attrs(case),
          **_sequence_attrs(case)},
-        backend, forward_mode)
+        backend, mode)
 
 
 def gru_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
                           outputs: Sequence[str] = GRU_SEQUENCE_OUTPUTS,
-                          forward_mode: bool = False) -> Pair:
+                          mode: str = "vjp") -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``gru_sequence``: ``f`` maps the case's
     arrays to the chosen ``outputs`` ("h", "h_final")."""
     attrs = {"reset_after": case["reset_after"], "seq_len": case["seq_len"],
              **_sequence_attrs(case)}
     return _vjp_pair(sequences.gru_sequence, sequences.gru_sequence_grad, case,
-                     GRU_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend, forward_mode)
+                     GRU_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend, mode)
 
 
 def rnn_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
-                      forward_mode: bool = False) -> Pair:
+                      mode: str = "vjp") -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``rnn_cell``: ``f`` maps the case's arrays
     to ``(h,)``."""
     attrs = {"activation": case["activation"]}
     return _vjp_pair(cells.rnn_cell, cells.rnn_cell_grad, case, RNN_ARG_NAMES, ("h",), attrs,
-                     attrs, backend, forward_mode)
+                     attrs, backend, mode)
 
 
 def rnn_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
                           outputs: Sequence[str] = RNN_SEQUENCE_OUTPUTS,
-                          forward_mode: bool = False) -> Pair:
+                          mode: str = "vjp") -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``rnn_sequence``: ``f`` maps the case's
     arrays to the chosen ``outputs`` ("h", "h_final")."""
     attrs = {"activation": case["activation"], "seq_len": case["seq_len"],
              **_sequence_attrs(case)}
     return _vjp_pair(sequences.rnn_sequence, sequences.rnn_sequence_grad, case,
-                     RNN_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend, forward_mode)
+                     RNN_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend, mode)
 
 
 def _flat_weights(weights):
@@ -243,11 +279,11 @@ _STACK_GRADS = {"lstm": LSTMStackGrads, "gru": GRUStackGrads, "rnn": RNNStackGra
 
 
 def stack_vjp_pair(cell: str, case: dict[str, Any], *, backend: str | None = None,
-                   clip_grad: str = "exact", forward_mode: bool = False) -> Pair:
+                   clip_grad: str = "exact", mode: str = "vjp") -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``gc.<cell>_stack``: ``f`` maps the input,
     the initial states and every array of every weight set to the top outputs and the
     final states; ``vjp`` is ``<cell>_stack_grad`` (an LSTM's with ``clip_grad``). With
-    ``forward_mode``, ``(f, jvp, args, outputs)`` for ``check_jvp``, ``jvp`` from
+    ``mode="jvp"``, ``(f, jvp, args, outputs)`` for ``check_jvp``, ``jvp`` from
     ``<cell>_stack_jvp``."""
     from .. import stacks
 
@@ -282,7 +318,7 @@ def stack_vjp_pair(cell: str, case: dict[str, Any], *, backend: str | None = Non
         return (d_stack.h, *(getattr(d_stack, k) for k in finals))
 
     args = (case["x"], *(case[k] for k in states), *arrays)
-    if forward_mode:
+    if mode == "jvp":
         return f, jvp, args, ("h", *finals)
     return f, vjp, args, ("x", *states, *weight_names)
 
@@ -310,8 +346,19 @@ def jvp_check(op: str, case: dict[str, Any], *, seed: int = 0, rtol: float | Non
     ``OPS``; its ``<op>_jvp``) for ``case``: every output the oracle pair names,
     along seeded random tangents of every array of the case. ``options`` go to the op's
     pair builder (``backend``, ``outputs``, ...). Returns the ``JVPReport``."""
-    f, jvp, args, outputs = OPS[op][1](case, forward_mode=True, **options)
+    f, jvp, args, outputs = OPS[op][1](case, mode="jvp", **options)
     return check_jvp(f, jvp, args, names=outputs, seed=seed, rtol=rtol, atol=atol)
+
+
+def grad_jvp_check(op: str, case: dict[str, Any], *, seed: int = 0,
+                   rtol: float | None = None, atol: float | None = None,
+                   **options: Any) -> JVPReport:
+    """Run ``check_jvp`` on the second order of the public cell or sequence operation
+    ``op``: its gradient as a function of the case's arrays and a fixed cotangent of every
+    output, against ``<op>_grad_jvp``, along seeded random tangents of all of them (the
+    cotangents' included). Returns the ``JVPReport`` (one row per gradient)."""
+    f, jvp, args, names = OPS[op][1](case, mode="grad_jvp", **options)
+    return check_jvp(f, jvp, args, names=names, seed=seed, rtol=rtol, atol=atol)
 
 
 def vjp_check(op: str, case: dict[str, Any], *, seed: int = 0, rtol: float | None = None,
