@@ -47,6 +47,7 @@ from .cells import (
     rnn_cell_grad_jvp,
     rnn_cell_jvp,
 )
+from .curvature import gauss_newton_vector_product, hessian_vector_product
 from .oracle import GradientCheckError, JVPReport, VJPReport, check_jvp, check_vjp
 from .sequences import (
     gru_sequence,
@@ -87,7 +88,8 @@ __all__ = [
     "lstm_cell_jvp", "gru_cell_jvp", "rnn_cell_jvp", "lstm_sequence_jvp", "gru_sequence_jvp",
     "rnn_sequence_jvp", "lstm_stack_jvp", "gru_stack_jvp", "rnn_stack_jvp",
     "lstm_cell_grad_jvp", "gru_cell_grad_jvp", "rnn_cell_grad_jvp", "lstm_sequence_grad_jvp",
-    "gru_sequence_grad_jvp", "rnn_sequence_grad_jvp",
+    "gru_sequence_grad_jvp", "rnn_sequence_grad_jvp", "hessian_vector_product",
+    "gauss_newton_vector_product",
     "LSTMCellState", "LSTMCellGrads", "GRUCellState", "GRUCellGrads",
     "LSTMSequence", "LSTMSequenceGrads", "GRUSequence", "GRUSequenceGrads",
     "RNNCellState", "RNNCellGrads", "RNNSequence", "RNNSequenceGrads",
