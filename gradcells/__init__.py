@@ -48,7 +48,15 @@ from .cells import (
     rnn_cell_jvp,
 )
 from .curvature import gauss_newton_vector_product, hessian_vector_product
-from .oracle import GradientCheckError, JVPReport, VJPReport, check_jvp, check_vjp
+from .oracle import (
+    GradientCheckError,
+    JVPReport,
+    TaylorReport,
+    VJPReport,
+    check_jvp,
+    check_vjp,
+    taylor_test,
+)
 from .sequences import (
     gru_sequence,
     gru_sequence_grad,
@@ -96,7 +104,8 @@ __all__ = [
     "LSTMWeights", "LSTMNorm", "GRUWeights", "RNNWeights",
     "LSTMSettings", "GRUSettings", "RNNSettings", "StackSettings",
     "LSTMStack", "LSTMStackGrads", "GRUStack", "GRUStackGrads", "RNNStack", "RNNStackGrads",
-    "check_vjp", "VJPReport", "check_jvp", "JVPReport", "GradientCheckError",
+    "check_vjp", "VJPReport", "check_jvp", "JVPReport", "taylor_test", "TaylorReport",
+    "GradientCheckError",
     "tf_compat", "layouts", "testing",
 ]
 

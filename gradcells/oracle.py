@@ -34,6 +34,7 @@ an ``atol`` given is the whole absolute tolerance.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import numbers
@@ -85,10 +86,13 @@ class ArgumentCheck:
     max_abs_error: float = 0.0
     rtol: float = 0.0
     atol: float = 0.0
+    kinks: int = 0                 # elements judged non-differentiable, not failed
+    max_ulp: float | None = None   # the largest error in ulps of a float16/32 claim
+    deterministic: bool = True     # the claim computed twice was the same, bit for bit
 
     @property
     def passed(self) -> bool:
-        return self.failures == 0
+        return self.failures == 0 and self.deterministic
 
 
 @dataclass(frozen=True)
@@ -130,11 +134,14 @@ class VJPReport:
         return self
 
     def __str__(self) -> str:
+        ulps = any(c.max_ulp is not None for c in self.checks)
         header = (self._subject, "checked", "worst index", "analytic", "numeric", "abs err",
-                  "bound", "max rel err", "result")
+                  "bound", "max rel err", *(("max ulps",) if ulps else ()), "result")
         rows = [(c.name, str(c.checked), "-" if c.index is None else str(c.index),
                  f"{c.analytic:.10g}", f"{c.numeric:.10g}", f"{c.abs_error:.2e}",
-                 f"{c.bound:.2e}", f"{c.rel_error:.2e}", _verdict(c)) for c in self.checks]
+                 f"{c.bound:.2e}", f"{c.rel_error:.2e}",
+                 *((("-" if c.max_ulp is None else f"{c.max_ulp:.3g}"),) if ulps else ()),
+                 _verdict(c)) for c in self.checks]
         return "\n".join(table(header, rows) + self._legend())
 
     def _legend(self) -> list[str]:
@@ -159,10 +166,14 @@ class VJPReport:
 
 
 def _verdict(c: ArgumentCheck) -> str:
-    """``pass``, or ``FAIL`` with how many of the checked elements failed."""
-    if c.passed:
-        return "pass"
-    return f"FAIL ({c.failures} of {c.checked} elements)"
+    """``pass``, or ``FAIL`` with how many of the checked elements failed; the kinks (not
+    failures) and a claim that differed when computed again (one) said too."""
+    if not c.deterministic:
+        return "FAIL (not deterministic: a second call differed)"
+    kinks = f"; {c.kinks} kink{'s' * (c.kinks != 1)}, not differentiable" if c.kinks else ""
+    if c.failures == 0:
+        return f"pass{' (' + kinks[2:] + ')' if kinks else ''}"
+    return f"FAIL ({c.failures} of {c.checked} elements{kinks})"
 
 
 def _to_numpy(a):
@@ -282,7 +293,8 @@ def _check_selection(args, names, wrt, samples):
 def check_vjp(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[Any], *,
               wrt: Sequence[int] | None = None, cotangent: Any = None,
               names: Sequence[str] | None = None, rtol: float | None = None,
-              atol: float | None = None, seed: int = 0, samples: int | None = None) -> VJPReport:
+              atol: float | None = None, seed: int = 0, samples: int | None = None,
+              fast: bool = False, repeat: bool = True) -> VJPReport:
     """Check a claimed vector-Jacobian product ``vjp`` of ``f`` at ``args`` by central
     differences in float64.
 
@@ -314,11 +326,21 @@ def check_vjp(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[Any
         gradient is held to float64 tolerances even beside a float32 one.
     samples : int, optional
         Check at most this many elements per argument, chosen at random (seeded); default all.
+    fast : bool
+        First check one random direction ``u`` of all the arguments at once, ``<vjp(ct), u>``
+        against the central difference of ``L`` along ``u`` (two evaluations of ``f``); the
+        report is that one row when it passes, the full per-element report when it fails.
+    repeat : bool
+        Call ``vjp`` a second time; a gradient that differs, bit for bit, fails as not
+        deterministic.
 
     Returns a ``VJPReport``; call ``.raise_if_failed()`` to turn a failure into an exception.
     An element whose numeric or analytic derivative is not finite (``f`` gives NaN or inf
     near ``args``, or the claimed gradient does) fails: the oracle never vouches for what it
-    could not compare.
+    could not compare. An element that fails where ``L`` has a kink (its one-sided
+    differences converge to two different values, as at an active clip's boundary, and the
+    claim lies between them) is counted as a kink, not a failure. A float16 or float32
+    gradient's largest error is also given in its own ulps.
     """
     args = _arguments(args)
     names = _names(args, names)
@@ -333,12 +355,154 @@ def check_vjp(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[Any
     args64 = [_float64_copy(a) if k in analytic else a for k, a in enumerate(args)]
     cotangent_vector = np.concatenate([c.ravel() for c in cts]) if cts else np.zeros(0)
     outputs_at = functools.partial(_flat_outputs, f, args64)
+    loosest = max(tolerances.values(), default=_tolerances(np.float64, rtol, atol))
+    if fast and wrt:
+        directional = _directional_vjp(f, args64, cotangent_vector, analytic, rng, floor_used,
+                                       *loosest)
+        if directional.passed:
+            return VJPReport((directional,), *loosest, floor_used)
     checks = tuple(_checked_argument(names[k], analytic[k].astype(np.float64), outputs_at,
                                      cotangent_vector, args64, k, rng, samples, floor_used,
-                                     *tolerances[k])
+                                     *tolerances[k], claim_dtype=_claim_dtype(grads[k]))
                    for k in wrt)
-    loosest = max(tolerances.values(), default=_tolerances(np.float64, rtol, atol))
+    if repeat:
+        again = _claimed(vjp, value, cts_native, args)
+        checks = tuple(dataclasses.replace(c, deterministic=_same(grads[k], again[k]))
+                       for c, k in zip(checks, wrt))
     return VJPReport(checks, *loosest, floor_used)
+
+
+@dataclass(frozen=True)
+class TaylorReport:
+    """What ``taylor_test`` saw: per step ``h``, the Taylor remainders of first order,
+    ``|L(a + h·u) - L(a)|``, and of second, ``|L(a + h·u) - L(a) - h·<g, u>|``; the slopes
+    of the second between successive steps (in powers of two: 2 for a right gradient, 1 for a
+    wrong one) and the median of the last three, ``slope``. ``str(report)`` is a table."""
+
+    steps: tuple
+    first_order: tuple
+    remainders: tuple
+    slopes: tuple
+    slope: float
+    noise: float
+    passed: bool
+
+    def raise_if_failed(self) -> TaylorReport:
+        if not self.passed:
+            raise GradientCheckError(f"Taylor test failed\n{self}")
+        return self
+
+    def __str__(self) -> str:
+        rows = [(f"{h:.3e}", f"{r1:.3e}", f"{r2:.3e}",
+                 "-" if k == 0 or self.slopes[k - 1] is None else f"{self.slopes[k - 1]:.2f}")
+                for k, (h, r1, r2) in enumerate(zip(self.steps, self.first_order,
+                                                    self.remainders))]
+        verdict = "pass" if self.passed else "FAIL"
+        return "\n".join(table(("h", "|L(a+hu) - L(a)|", "|... - h<g, u>|", "slope"), rows) + [
+            f"(slope {self.slope:.2f} at the smallest steps, 2 for a right gradient; noise "
+            f"{self.noise:.1e}, remainders below 1000x it not used): {verdict}"])
+
+    __repr__ = __str__
+
+
+def taylor_test(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[Any], *,
+                direction: Sequence[Any] | None = None, cotangent: Any = None,
+                wrt: Sequence[int] | None = None, seed: int = 0,
+                steps: int = 20) -> TaylorReport:
+    """The Taylor test of a claimed gradient (Farrell et al., dolfin-adjoint): with
+    ``L = <ct, f>`` and ``g = vjp(ct, *args)``, the remainder
+
+        r(h) = |L(a + h·u) - L(a) - h·<g, u>|
+
+    falls as h² when ``g`` is right and only as h when it is wrong, whatever the function's
+    scale: the test reads the slope of ``log r`` against ``log h`` over ``steps`` halvings of
+    ``h`` (from ``0.1·max(1, |a|_max)/|u|_max``), with no step size to tune. An error ``e``
+    in ``<g, u>`` adds ``e·h``, which wins over the ``h²`` term as ``h`` shrinks, so the
+    test passes when the median of the last three slopes, over the remainders above 1000
+    times the rounding noise of ``L``, is at least 1.8 (or when every remainder is below
+    that: nothing shows an error). ``u`` is
+    ``direction`` (one entry per argument, None for zero) or seeded normal draws for the
+    arguments ``wrt``; ``args`` and ``cotangent`` as for ``check_vjp``. Returns a
+    ``TaylorReport``."""
+    args = _arguments(args)
+    wrt = _check_selection(args, _names(args, None), wrt, None)
+    rng = np.random.default_rng(seed)
+    value = f(*args)
+    cts, cts_native = _cotangents(value, cotangent, rng)
+    grads = _claimed(vjp, value, cts_native, args)
+    directions = _tangents(args, direction, wrt, rng)
+    moved = [k for k, u in enumerate(directions) if u is not None]
+    args64 = [_float64_copy(a) if k in moved else a for k, a in enumerate(args)]
+    claimed = sum(float(np.sum(np.zeros(1) if grads[k] is None
+                               else _to_numpy(grads[k]).astype(np.float64) * directions[k]))
+                  for k in moved)
+    ct = np.concatenate([c.ravel() for c in cts]) if cts else np.zeros(0)
+
+    def loss(h):
+        return float(np.dot(ct, np.concatenate(
+            _outputs_along(f, args64, directions, h) or [np.zeros(0)])))
+
+    base = loss(0.0)
+    noise = np.finfo(np.float64).eps * (abs(base) + float(np.dot(np.abs(ct), np.abs(
+        np.concatenate(_outputs_along(f, args64, directions, 0.0) or [np.zeros(0)])))))
+    hs = [0.1 * _step_along(args64, directions) / np.cbrt(np.finfo(np.float64).eps) / 2 ** j
+          for j in range(steps)]
+    first = [abs(loss(h) - base) for h in hs]
+    second = [abs(loss(h) - base - h * claimed) for h in hs]
+    return _taylor_report(hs, first, second, noise)
+
+
+def _taylor_report(hs, first, second, noise):
+    """The slopes of ``second`` between successive halvings and the verdict."""
+    usable = [r > 1e3 * noise for r in second]
+    slopes = [float(np.log2(a / b)) if ok_a and ok_b else None
+              for a, b, ok_a, ok_b in zip(second, second[1:], usable, usable[1:])]
+    measured = [v for v in slopes if v is not None][-3:]   # the smallest steps tell
+    slope = float(np.median(measured)) if measured else float("nan")
+    passed = (not any(usable)) or (len(measured) >= 2 and slope >= 1.8)
+    return TaylorReport(tuple(hs), tuple(first), tuple(second), tuple(slopes), slope, noise,
+                        passed)
+
+
+def _claim_dtype(g):
+    """The NumPy dtype of a claimed derivative (None for None or one NumPy lacks)."""
+    return None if g is None else _tolerance_dtype(g)
+
+
+def _same(a, b) -> bool:
+    """Whether two claims of one derivative are equal bit for bit (NaN equal to NaN)."""
+    if a is None or b is None:
+        return a is None and b is None
+    a, b = _to_numpy(a), _to_numpy(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def _directional_vjp(f, args64, cotangent, analytic, rng, with_floor, rtol, atol):
+    """``check_vjp``'s fast mode: ``<vjp(ct), u> = Σ_k <g_k, u_k>`` for a random direction
+    ``u`` of the checked arguments against ``<ct, f(a + h·u) - f(a - h·u)>/(2h)`` (the step
+    of ``check_jvp``), judged again on the Richardson extrapolation when it does not pass.
+    One ``ArgumentCheck``, named ``<g, u>``."""
+    directions = [rng.standard_normal(a.shape) if k in analytic else None
+                  for k, a in enumerate(args64)]
+    claimed = np.array([sum(float(np.dot(analytic[k].astype(np.float64).ravel(), u.ravel()))
+                            for k, u in enumerate(directions) if u is not None)])
+    step = _step_along(args64, directions)
+    along = functools.partial(_outputs_along, f, args64, directions)
+    eps = np.finfo(np.float64).eps
+
+    def difference(h):
+        plus, minus = (np.concatenate(along(s) or [np.zeros(0)]) for s in (h, -h))
+        floor = eps * float(np.dot(np.abs(cotangent), np.maximum(np.abs(plus), np.abs(minus))))
+        with np.errstate(invalid="ignore", over="ignore"):
+            return float(np.dot(cotangent, plus - minus)) / (2 * h), floor / h
+
+    numeric, floor = difference(step)
+    if not abs(claimed[0] - numeric) <= atol + rtol * abs(numeric) + floor:
+        wide, wide_floor = difference(2 * step)
+        numeric, floor = (4 * numeric - wide) / 3, (4 * floor + wide_floor) / 3
+    return _compare("<g, u>", claimed, np.array([numeric]),
+                    np.array([floor if with_floor else 0.0]), np.ones(1, dtype=bool), rtol,
+                    atol)
 
 
 @dataclass(frozen=True)
@@ -355,7 +519,7 @@ class JVPReport(VJPReport):
 def check_jvp(f: Callable[..., Any], jvp: Callable[..., Any], args: Sequence[Any], *,
               tangents: Sequence[Any] | None = None, wrt: Sequence[int] | None = None,
               names: Sequence[str] | None = None, rtol: float | None = None,
-              atol: float | None = None, seed: int = 0) -> JVPReport:
+              atol: float | None = None, seed: int = 0, repeat: bool = True) -> JVPReport:
     """Check a claimed Jacobian-vector product ``jvp`` of ``f`` at ``args`` by central
     differences along the tangents, in float64.
 
@@ -375,7 +539,9 @@ def check_jvp(f: Callable[..., Any], jvp: Callable[..., Any], args: Sequence[Any
     over the perturbed arguments (the largest element moves as ``check_vjp``'s step); an
     element it does not pass is judged again on the Richardson extrapolation
     ``(4·D(h) - D(2h))/3``. The floor (with the default ``atol``) is each output's own
-    rounding, ``eps·max|f_i(a ± h·v)|/h``. Returns a ``JVPReport``.
+    rounding, ``eps·max|f_i(a ± h·v)|/h``. As for ``check_vjp``: a float16 or float32
+    claim's largest error is given in its ulps, and with ``repeat`` a claim that differs
+    when computed again fails as not deterministic. Returns a ``JVPReport``.
     """
     args = _arguments(args)
     wrt = _check_selection(args, _names(args, None), wrt, None)
@@ -402,9 +568,14 @@ def check_jvp(f: Callable[..., Any], jvp: Callable[..., Any], args: Sequence[Any
             numeric[k][m] = (4 * numeric[k][m] - wide[k][m]) / 3
             floor[k][m] = (4 * floor[k][m] + wide_floor[k][m]) / 3
     checks = tuple(_compare(name, *(v.reshape(np.shape(o)) for v in (an, d, fl)),
-                            np.ones(np.shape(o), dtype=bool), r, a)
-                   for name, o, an, d, fl, (r, a)
-                   in zip(names, outputs, analytic, numeric, floor, tolerances))
+                            np.ones(np.shape(o), dtype=bool), r, a,
+                            claim_dtype=_claim_dtype(t))
+                   for name, o, t, an, d, fl, (r, a)
+                   in zip(names, outputs, claimed, analytic, numeric, floor, tolerances))
+    if repeat:
+        again = _claimed_tangents(jvp, value, directions, args)
+        checks = tuple(dataclasses.replace(c, deterministic=_same(t, t2))
+                       for c, t, t2 in zip(checks, claimed, again))
     loosest = max(tolerances, default=_tolerances(np.float64, rtol, atol))
     return JVPReport(checks, *loosest, atol is None)
 
@@ -581,30 +752,39 @@ def _numeric_gradient(outputs_at, cotangent, args64, k, rng, samples, with_floor
     return numeric, floor, differenced
 
 
-def _differences(outputs_at, cotangent, args64, k, indices, scale, with_floor):
-    """``(difference, floor)`` for each element ``index`` of ``args64[k]``, differenced with
-    ``scale`` times the step (``_numeric_gradient``); the argument is restored after."""
+def _stepped(outputs_at, args64, k, index, scale):
+    """``f``'s outputs with element ``index`` of ``args64[k]`` stepped up and down by
+    ``scale·cbrt(eps)·max(1, |x0|)``, and ``(x0, x0 + h, x0 - h)`` as represented; the
+    argument is restored after (a JAX array, immutable, is replaced by perturbed copies and
+    then put back)."""
     base = args64[k]
-    mutable = _library(base) != "jax"
-    eps = np.finfo(np.float64).eps
-    weights = np.abs(cotangent)
 
-    def put(index, value):
-        if mutable:
+    def put(value):
+        if _library(base) != "jax":
             base[index] = value
         else:
             args64[k] = base.at[index].set(value)
 
+    x0 = float(base[index])
+    step = scale * np.cbrt(np.finfo(np.float64).eps) * max(1.0, abs(x0))
+    x_plus, x_minus = x0 + step, x0 - step
+    put(x_plus)
+    plus = outputs_at()
+    put(x_minus)
+    minus = outputs_at()
+    put(x0)
+    args64[k] = base
+    return plus, minus, x0, x_plus, x_minus
+
+
+def _differences(outputs_at, cotangent, args64, k, indices, scale, with_floor):
+    """``(difference, floor)`` for each element ``index`` of ``args64[k]``, differenced with
+    ``scale`` times the step (``_numeric_gradient``); the argument is restored after."""
+    eps = np.finfo(np.float64).eps
+    weights = np.abs(cotangent)
     results = []
     for index in indices:
-        x0 = float(base[index])
-        step = scale * np.cbrt(eps) * max(1.0, abs(x0))
-        x_plus, x_minus = x0 + step, x0 - step
-        put(index, x_plus)
-        plus = outputs_at()
-        put(index, x_minus)
-        minus = outputs_at()
-        put(index, x0)
+        plus, minus, _, x_plus, x_minus = _stepped(outputs_at, args64, k, index, scale)
         taken = x_plus - x_minus
         rounding = 0.0
         with np.errstate(invalid="ignore", over="ignore"):
@@ -615,7 +795,6 @@ def _differences(outputs_at, cotangent, args64, k, indices, scale, with_floor):
                 magnitude = np.maximum(np.abs(plus[changed]), np.abs(minus[changed]))
                 rounding = eps * float(np.dot(weights[changed], magnitude)) / (taken / 2)
         results.append((value, rounding))
-    args64[k] = base
     return results
 
 
@@ -637,37 +816,87 @@ def _extrapolated(outputs_at, cotangent, args64, k, numeric, floor, indices, wit
 
 
 def _checked_argument(name, analytic, outputs_at, cotangent, args64, k, rng, samples,
-                      with_floor, rtol, atol) -> ArgumentCheck:
-    """The verdict on argument ``k``: its central differences, and for the elements they do
-    not pass, the Richardson-extrapolated ones (``_extrapolated``)."""
+                      with_floor, rtol, atol, claim_dtype=None) -> ArgumentCheck:
+    """The verdict on argument ``k``: its central differences, for the elements they do not
+    pass the Richardson-extrapolated ones (``_extrapolated``), and for those still failing
+    the test for a kink (``_kinks``)."""
     numeric, floor, differenced = _numeric_gradient(outputs_at, cotangent, args64, k, rng,
                                                     samples, with_floor)
-    with np.errstate(all="ignore"):
-        passing = np.abs(analytic - numeric) <= atol + rtol * np.abs(numeric) + floor
-    failing = [tuple(int(i) for i in index) for index in np.argwhere(differenced & ~passing)]
+    failing = _failing(analytic, numeric, floor, differenced, rtol, atol)
+    kinks = None
     if failing:
         numeric, floor = _extrapolated(outputs_at, cotangent, args64, k, numeric, floor,
                                        failing, with_floor)
-    return _compare(name, analytic, numeric, floor, differenced, rtol, atol)
+        failing = _failing(analytic, numeric, floor, differenced, rtol, atol)
+    if failing:
+        kinks = _kinks(outputs_at, cotangent, args64, k, analytic, floor, failing, rtol, atol)
+    return _compare(name, analytic, numeric, floor, differenced, rtol, atol, kinks,
+                    claim_dtype)
 
 
-def _compare(name, analytic, numeric, floor, differenced, rtol, atol) -> ArgumentCheck:
+def _failing(analytic, numeric, floor, differenced, rtol, atol):
+    """The indices of the ``differenced`` elements outside their bound."""
+    with np.errstate(all="ignore"):
+        passing = np.abs(analytic - numeric) <= atol + rtol * np.abs(numeric) + floor
+    return [tuple(int(i) for i in index) for index in np.argwhere(differenced & ~passing)]
+
+
+def _kinks(outputs_at, cotangent, args64, k, analytic, floor, indices, rtol, atol):
+    """The mask of the elements ``indices`` (failing the central differences) that sit at a
+    kink: ``L`` is not differentiable there, as at an active clip's boundary or ReLU(0).
+
+    At a kink the one-sided differences converge to two different limits, so their gap
+    stays as the step halves; on a smooth function that merely curves, the gap is the
+    truncation error ``h·L''`` and halves with the step. An element is a kink when the gap
+    at step h/2 is at least 3/4 of the one at h and above the bound, and the claimed value
+    lies between the two one-sided derivatives (within the bound and their own change from
+    h to h/2): the claim is one of the one-sided derivatives, or between them."""
+    mask = np.zeros(analytic.shape, dtype=bool)
+    wide, narrow = (_one_sided(outputs_at, cotangent, args64, k, indices, scale)
+                    for scale in (1.0, 0.5))
+    for index, (p1, m1), (p2, m2) in zip(indices, wide, narrow):
+        bound = atol + rtol * max(abs(p2), abs(m2)) + 2 * floor[index]
+        slack = bound + abs(p1 - p2) + abs(m1 - m2)
+        gap1, gap2 = abs(p1 - m1), abs(p2 - m2)
+        mask[index] = bool(gap2 >= 0.75 * gap1 and gap2 > 2 * bound
+                           and min(p2, m2) - slack <= analytic[index] <= max(p2, m2) + slack)
+    return mask
+
+
+def _one_sided(outputs_at, cotangent, args64, k, indices, scale):
+    """``(D+, D-)`` for each element: ``<ct, f(a + h) - f(a)>/h`` and ``<ct, f(a) - f(a -
+    h)>/h`` with ``scale`` times the central differences' step."""
+    base_outputs = outputs_at()
+    results = []
+    for index in indices:
+        plus, minus, x0, x_plus, x_minus = _stepped(outputs_at, args64, k, index, scale)
+        with np.errstate(invalid="ignore", over="ignore"):
+            results.append((float(np.dot(cotangent, plus - base_outputs)) / (x_plus - x0),
+                            float(np.dot(cotangent, base_outputs - minus)) / (x0 - x_minus)))
+    return results
+
+
+def _compare(name, analytic, numeric, floor, differenced, rtol, atol, kinks=None,
+             claim_dtype=None) -> ArgumentCheck:
     """The verdict on one argument's ``differenced`` elements, each within
-    ``atol + rtol·|numeric| + floor``. One whose analytic or numeric value is not finite
-    fails (a NaN output, say, leaves nothing to vouch for)."""
+    ``atol + rtol·|numeric| + floor``, but the ``kinks`` (counted, not failed). One whose
+    analytic or numeric value is not finite fails (a NaN output, say, leaves nothing to
+    vouch for). For a float16 or float32 claim, the largest error in its own ulps."""
     n_checked = int(differenced.sum())
     if n_checked == 0:
         return ArgumentCheck(name, 0, 0, None, 0.0, 0.0, 0.0, 0.0, rtol=rtol, atol=atol)
     shape = numeric.shape
-    analytic, numeric, floor, differenced = (
-        np.ravel(v) for v in (analytic, numeric, floor, differenced))
+    kinks = np.zeros(shape, dtype=bool) if kinks is None else kinks
+    analytic, numeric, floor, differenced, kinks = (
+        np.ravel(v) for v in (analytic, numeric, floor, differenced, kinks))
+    judged = differenced & ~kinks
     with np.errstate(all="ignore"):
         abs_err = np.abs(analytic - numeric)
         finite = np.isfinite(abs_err)
         abs_err[~finite] = np.inf
-        abs_err[~differenced] = 0.0
+        abs_err[~judged] = 0.0
         bound = atol + rtol * np.abs(numeric) + floor
-        failing = differenced & ~(abs_err <= bound)
+        failing = judged & ~(abs_err <= bound)
         scale = np.maximum(np.abs(analytic), np.abs(numeric))
         rel_err = np.divide(abs_err, scale, out=np.zeros_like(abs_err), where=scale > 0)
         rel_err[~finite] = np.inf
@@ -675,12 +904,25 @@ def _compare(name, analytic, numeric, floor, differenced, rtol, atol) -> Argumen
         badness = np.divide(abs_err, bound, out=np.where(abs_err > 0, np.inf, 0.0),
                             where=bound > 0)
     badness[~finite] = np.inf
-    badness[~differenced] = -1.0
+    badness[~judged] = -1.0
     worst = int(np.argmax(badness))
     return ArgumentCheck(
         name=name, checked=n_checked, failures=int(failing.sum()),
         index=tuple(int(i) for i in np.unravel_index(worst, shape)),
         analytic=float(analytic[worst]), numeric=float(numeric[worst]),
-        abs_error=float(abs_err[worst]), rel_error=float(rel_err[differenced].max()),
-        bound=float(bound[worst]), max_abs_error=float(abs_err[differenced].max()),
-        rtol=rtol, atol=atol)
+        abs_error=float(abs_err[worst]), rel_error=float(rel_err[judged].max(initial=0)),
+        bound=float(bound[worst]), max_abs_error=float(abs_err[judged].max(initial=0)),
+        rtol=rtol, atol=atol, kinks=int(kinks.sum()),
+        max_ulp=_max_ulp(abs_err[judged], numeric[judged], claim_dtype))
+
+
+def _max_ulp(abs_err, numeric, claim_dtype):
+    """The largest of ``abs_err`` in ulps of ``claim_dtype`` at ``numeric`` (None unless the
+    claim is float16 or float32): what a float32 kernel's error is in its own terms."""
+    if claim_dtype is None or np.dtype(claim_dtype) not in (np.float16, np.float32):
+        return None
+    if abs_err.size == 0:
+        return 0.0
+    with np.errstate(all="ignore"):
+        spacing = np.spacing(np.abs(numeric).astype(claim_dtype)).astype(np.float64)
+        return float(np.max(abs_err / spacing))
