@@ -74,12 +74,15 @@ from .sequences import (
 from .stacks import (
     gru_stack,
     gru_stack_grad,
+    gru_stack_grad_jvp,
     gru_stack_jvp,
     lstm_stack,
     lstm_stack_grad,
+    lstm_stack_grad_jvp,
     lstm_stack_jvp,
     rnn_stack,
     rnn_stack_grad,
+    rnn_stack_grad_jvp,
     rnn_stack_jvp,
 )
 
@@ -96,7 +99,8 @@ __all__ = [
     "lstm_cell_jvp", "gru_cell_jvp", "rnn_cell_jvp", "lstm_sequence_jvp", "gru_sequence_jvp",
     "rnn_sequence_jvp", "lstm_stack_jvp", "gru_stack_jvp", "rnn_stack_jvp",
     "lstm_cell_grad_jvp", "gru_cell_grad_jvp", "rnn_cell_grad_jvp", "lstm_sequence_grad_jvp",
-    "gru_sequence_grad_jvp", "rnn_sequence_grad_jvp", "hessian_vector_product",
+    "gru_sequence_grad_jvp", "rnn_sequence_grad_jvp", "lstm_stack_grad_jvp",
+    "gru_stack_grad_jvp", "rnn_stack_grad_jvp", "hessian_vector_product",
     "gauss_newton_vector_product",
     "LSTMCellState", "LSTMCellGrads", "GRUCellState", "GRUCellGrads",
     "LSTMSequence", "LSTMSequenceGrads", "GRUSequence", "GRUSequenceGrads",

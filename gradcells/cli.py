@@ -24,9 +24,12 @@ from ._dispatch import BACKENDS
 DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
 
 # Every op the check runs, with the backend operation it needs (a stack: its sequence's):
-# each forward with its gradient (check_vjp), and its forward mode, ``<op>_jvp`` (check_jvp).
+# each forward with its gradient (check_vjp), its forward mode ``<op>_jvp`` and its second
+# order ``<op>_grad_jvp`` (check_jvp), by the suffix that names the check.
 _FIRST_ORDER = {**{name: name for name in OPS}, **STACKS}
-CHECKED = {**_FIRST_ORDER, **{f"{op}_jvp": f"{needs}_jvp" for op, needs in _FIRST_ORDER.items()}}
+_CHECKS = {"_grad_jvp": "grad_jvp_check", "_jvp": "jvp_check", "": "vjp_check"}
+CHECKED = {f"{op}{suffix}": f"{needs}{suffix}" for suffix in ("", "_jvp", "_grad_jvp")
+           for op, needs in _FIRST_ORDER.items()}
 
 
 def available_backends():
@@ -64,9 +67,10 @@ def _op_name(name: str) -> str:
 
 
 def _ops_help() -> str:
-    listed = ", ".join(f"{name} ({name}_grad, {name}_jvp)" for name in _FIRST_ORDER)
-    return ("only these ops: each forward checked with its gradient (or its forward mode, "
-            f"named <op>_jvp): {listed}")
+    listed = ", ".join(f"{name} ({name}_grad, {name}_jvp, {name}_grad_jvp)"
+                       for name in _FIRST_ORDER)
+    return ("only these ops: each forward checked with its gradient, or its forward mode "
+            f"(<op>_jvp) or second order (<op>_grad_jvp): {listed}")
 
 
 def _selection(args):
@@ -123,8 +127,8 @@ def _check_row(row, row_index, args, progress: Progress) -> _Result:
     from . import testing
 
     result = _Result(*row)
-    op = result.op.removesuffix("_jvp")
-    check = testing.vjp_check if op == result.op else testing.jvp_check
+    suffix = next(s for s in _CHECKS if result.op.endswith(s))
+    op, check = result.op.removesuffix(suffix), getattr(testing, _CHECKS[suffix])
     drawer = testing.OPS[op][0]
     rng = np.random.default_rng([args.seed, row_index])
     for _ in range(args.examples):

@@ -1,6 +1,6 @@
 """Curvature products under a user's loss (docs/spec.md §12): the Hessian-vector and the
-Gauss-Newton-vector product of ``L(a) = ℓ(op(a))`` for a cell or sequence op, built from the
-op's forward mode (``op_jvp``), its gradient (``op_grad``) and the gradient's JVP
+Gauss-Newton-vector product of ``L(a) = ℓ(op(a))`` for a cell, sequence or stack op, built
+from the op's forward mode (``op_jvp``), its gradient (``op_grad``) and the gradient's JVP
 (``op_grad_jvp``). No math of their own beyond the chain rule:
 
     J·t                          = op_jvp(a, t)                    (the result's tangent)
@@ -17,42 +17,59 @@ in any library, will do.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from ._core.specs import OPS, OPTIONAL_WEIGHTS
+from ._core.specs import OPS, OPTIONAL_WEIGHTS, STACKS
 from ._core.types import LSTMSettings
 
 LossGrad = Callable[[Any], Mapping[str, Any]]
 LossHVP = Callable[[Any, Any], Mapping[str, Any]]
 
 
-def _ops(op):
-    """The spec, forward-mode, gradient and gradient-JVP ops of the public op ``op``."""
-    from . import cells, sequences
+class _Ops(NamedTuple):
+    """What a curvature product calls for one public op."""
+
+    upstream: tuple[str, ...]     # its gradient's upstream names
+    jvp: Callable[..., Any]
+    grad: Callable[..., Any]
+    grad_jvp: Callable[..., Any]
+    keywords: tuple[str, ...]     # the forward's keywords its gradient takes too
+
+
+def _ops(op) -> _Ops:
+    """The forward-mode, gradient and gradient-JVP ops of the public op ``op`` (a cell,
+    sequence or stack op, or its name)."""
+    from . import cells, sequences, stacks
 
     name = getattr(op, "__name__", op)
-    if name not in OPS:
-        raise TypeError(f"op must be one of the cell or sequence ops ({', '.join(OPS)}), got "
-                        f"{name!r}")
-    spec = OPS[name]
-    module = sequences if spec.sequence else cells
-    return spec, *(getattr(module, f"{name}{suffix}") for suffix in ("_jvp", "_grad",
-                                                                     "_grad_jvp"))
+    if name in STACKS:
+        module, spec = stacks, OPS[STACKS[name]]
+        upstream = tuple(n for n in spec.upstream if n.endswith("_final") or n == "d_h")
+        keywords = ("backend", "clip_grad") if spec.settings is LSTMSettings else ("backend",)
+    elif name in OPS:
+        spec = OPS[name]
+        module, upstream = (sequences if spec.sequence else cells), spec.upstream
+        keywords = (*OPTIONAL_WEIGHTS, "backend",
+                    *(("clip_grad",) if spec.settings is LSTMSettings else ()))
+    else:
+        raise TypeError(f"op must be a cell, sequence or stack op ({', '.join(OPS)}, "
+                        f"{', '.join(STACKS)}), got {name!r}")
+    return _Ops(upstream, *(getattr(module, f"{name}{suffix}")
+                            for suffix in ("_jvp", "_grad", "_grad_jvp")), keywords)
 
 
-def _grad_keywords(spec, keywords, clip_grad):
-    """The forward's keywords its gradient takes too: the optional weights and ``backend``
-    (the result records every setting), and an LSTM's ``clip_grad``."""
-    given = {k: v for k, v in keywords.items() if k in OPTIONAL_WEIGHTS or k == "backend"}
-    return {**given, "clip_grad": clip_grad} if spec.settings is LSTMSettings else given
+def _grad_keywords(ops, keywords, clip_grad):
+    """The forward's keywords its gradient takes too (the result records every setting),
+    and an LSTM's ``clip_grad``."""
+    return {k: v for k, v in {**keywords, "clip_grad": clip_grad}.items() if k in ops.keywords}
 
 
-def _upstream(spec, values, what):
+def _upstream(ops, values, what):
     """The loss's mapping checked: keys among the gradient's upstream names."""
-    unknown = sorted(set(values) - set(spec.upstream))
+    unknown = sorted(set(values) - set(ops.upstream))
     if unknown:
         raise ValueError(f"{what} must map the gradient's upstream names "
-                         f"({', '.join(spec.upstream)}) to arrays, got {', '.join(unknown)}")
+                         f"({', '.join(ops.upstream)}) to arrays, got {', '.join(unknown)}")
     return dict(values)
 
 
@@ -64,17 +81,17 @@ def hessian_vector_product(op: Callable[..., Any] | str, arrays: Sequence[Any],
 
     ``loss_grad(result)`` returns ``ℓ``'s gradient by the gradient op's upstream names
     (``{"d_h": ..., "d_h_final": ...}``); ``loss_hvp(result, d_result)`` its Hessian applied
-    to the result's tangent, by the same names. ``op`` is a public cell or sequence op (the
-    function or its name); ``keywords`` are its keywords; ``clip_grad`` as for an LSTM's
+    to the result's tangent, by the same names. ``op`` is a public cell, sequence or stack
+    op (the function or its name); ``keywords`` are its keywords; ``clip_grad`` as for an LSTM's
     gradient. Both results have the op's gradient type.
     """
-    spec, forward_jvp, _, grad_jvp = _ops(op)
-    result, d_result = forward_jvp(*arrays, tangents, **keywords)
-    upstream = _upstream(spec, loss_grad(result), "loss_grad")
-    curvature = _upstream(spec, loss_hvp(result, d_result), "loss_hvp")
-    return grad_jvp(*arrays, result, tangents, **upstream,
-                    **{f"{name}_tangent": v for name, v in curvature.items()},
-                    **_grad_keywords(spec, keywords, clip_grad))
+    ops = _ops(op)
+    result, d_result = ops.jvp(*arrays, tangents, **keywords)
+    upstream = _upstream(ops, loss_grad(result), "loss_grad")
+    curvature = _upstream(ops, loss_hvp(result, d_result), "loss_hvp")
+    return ops.grad_jvp(*arrays, result, tangents, **upstream,
+                        **{f"{name}_tangent": v for name, v in curvature.items()},
+                        **_grad_keywords(ops, keywords, clip_grad))
 
 
 def gauss_newton_vector_product(op: Callable[..., Any] | str, arrays: Sequence[Any],
@@ -85,7 +102,7 @@ def gauss_newton_vector_product(op: Callable[..., Any] | str, arrays: Sequence[A
     applied to it, by the gradient's upstream names) and the gradient of that
     (``op_grad``). Arguments as for ``hessian_vector_product``; returns the op's gradient
     type."""
-    spec, forward_jvp, gradient, _ = _ops(op)
-    result, d_result = forward_jvp(*arrays, tangents, **keywords)
-    curvature = _upstream(spec, loss_hvp(result, d_result), "loss_hvp")
-    return gradient(*arrays, result, **curvature, **_grad_keywords(spec, keywords, clip_grad))
+    ops = _ops(op)
+    result, d_result = ops.jvp(*arrays, tangents, **keywords)
+    curvature = _upstream(ops, loss_hvp(result, d_result), "loss_hvp")
+    return ops.grad(*arrays, result, **curvature, **_grad_keywords(ops, keywords, clip_grad))

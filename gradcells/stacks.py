@@ -42,6 +42,7 @@ class _Cell:
     weights: type
     result: type
     grads: type
+    attrs: tuple[str, ...]       # the forward's settings every layer shares, by keyword
 
     @property
     def states(self) -> tuple[str, ...]:
@@ -54,10 +55,8 @@ class _Cell:
     def jvp(self, x, states, weights, tangents, **keywords):
         """The sequence's JVP, ``tangents`` a ``(dx, d_states, d_weights)`` triple."""
         positional, optional = _split(weights)
-        dx, d_states, d_weights = tangents
-        d_weights = self.weights(*(None,) * len(weights)) if d_weights is None else d_weights
-        given = OPS[self.op].grads(dx, *d_states, *d_weights)
-        return getattr(sequences, f"{self.op}_jvp")(x, *states, *positional, given,
+        return getattr(sequences, f"{self.op}_jvp")(x, *states, *positional,
+                                                    self._given(weights, tangents),
                                                     **optional, **keywords)
 
     def gradient(self, x, states, weights, seq, **keywords):
@@ -65,10 +64,25 @@ class _Cell:
         return getattr(sequences, f"{self.op}_grad")(x, *states, *positional, seq,
                                                      **optional, **keywords)
 
+    def grad_jvp(self, x, states, weights, seq, tangents, **keywords):
+        """The sequence gradient's JVP, ``tangents`` a ``(dx, d_states, d_weights)``
+        triple."""
+        positional, optional = _split(weights)
+        return getattr(sequences, f"{self.op}_grad_jvp")(
+            x, *states, *positional, seq, self._given(weights, tangents), **optional,
+            **keywords)
 
-_LSTM = _Cell("lstm_sequence", LSTMWeights, LSTMStack, LSTMStackGrads)
-_GRU = _Cell("gru_sequence", GRUWeights, GRUStack, GRUStackGrads)
-_RNN = _Cell("rnn_sequence", RNNWeights, RNNStack, RNNStackGrads)
+    def _given(self, weights, tangents):
+        """``(dx, d_states, d_weights)`` as the sequence op's gradient type."""
+        dx, d_states, d_weights = tangents
+        d_weights = self.weights(*(None,) * len(weights)) if d_weights is None else d_weights
+        return OPS[self.op].grads(dx, *d_states, *d_weights)
+
+
+_LSTM = _Cell("lstm_sequence", LSTMWeights, LSTMStack, LSTMStackGrads,
+              ("forget_bias", "cell_clip", "proj_clip", "ln_epsilon", "ln_carry"))
+_GRU = _Cell("gru_sequence", GRUWeights, GRUStack, GRUStackGrads, ("reset_after",))
+_RNN = _Cell("rnn_sequence", RNNWeights, RNNStack, RNNStackGrads, ("activation",))
 
 
 def _split(weights):
@@ -158,12 +172,9 @@ def _backward(cell, x, states, weights, stack, upstream, backend, **options):
         layer_input = _layer_input(x, layers, layer, directions, masks)
         d_input = None
         for k in range(layer * directions, (layer + 1) * directions):
-            width = layers[k].h.shape[-1]
-            part = None if d_out is None else d_out[..., (k % directions) * width:
-                                                    (k % directions + 1) * width]
             g = cell.gradient(layer_input, [s[k] for s in states], weights[k], layers[k],
-                              d_h=part, backend=backend, **_final_grads(finals, k, cell),
-                              **options)
+                              d_h=_direction_part(d_out, layers[k], k, directions),
+                              backend=backend, **_final_grads(finals, k, cell), **options)
             d_input = g.x if d_input is None else d_input + g.x
             for name in cell.states:
                 state_grads[name][k] = getattr(g, name)
@@ -173,11 +184,69 @@ def _backward(cell, x, states, weights, stack, upstream, backend, **options):
     return cell.grads(d_out, *(xp.stack(state_grads[n]) for n in cell.states), weight_grads)
 
 
-def _final_grads(finals, k, cell):
-    """The upstream gradients of direction ``k``'s final states, by the gradient's names."""
+def _backward_jvp(cell, x, states, weights, stack, tangents, upstream, backend, **options):
+    """``_backward`` and its tangent: the layers' input tangents from the forward JVP (its
+    settings from the record), then from the top down each direction's sequence gradient
+    JVP, its upstream gradient's tangent the slice of the one above. Returns ``(grads,
+    grads_tangent)``."""
+    record = stack.settings
+    directions = 2 if record.bidirectional else 1
+    layers, masks = stack.layers, record.dropout_masks
+    v.stack_upstream(stack, {k: g for k, g in upstream.items() if not k.endswith("_tangent")})
+    shared = {a: getattr(layers[0].settings, a) for a in cell.attrs}
+    _, d_stack = _forward_jvp(cell, x, states, weights, tangents,
+                              bidirectional=record.bidirectional,
+                              seq_len=layers[0].settings.seq_len,
+                              batch_first=record.batch_first, dropout_masks=masks,
+                              backend=backend, **shared)
+    dx, d_states, d_weights = v.stack_tangents(cell.grads, tangents, x, states, weights)
+    d_out, d_out_t = upstream["d_h"], upstream["d_h_tangent"]
+    state_grads = {name: [[None] * len(layers) for _ in range(2)] for name in cell.states}
+    weight_grads = [[None] * len(layers) for _ in range(2)]
+    for layer in reversed(range(len(layers) // directions)):
+        inputs = (_layer_input(x, layers, layer, directions, masks),
+                  _layer_input(dx, d_stack.layers, layer, directions, masks))
+        d_input = [None, None]
+        for k in range(layer * directions, (layer + 1) * directions):
+            part = [_direction_part(g, layers[k], k, directions) for g in (d_out, d_out_t)]
+            pair = cell.grad_jvp(inputs[0], [s[k] for s in states], weights[k], layers[k],
+                                 (inputs[1], [None if d is None else d[k] for d in d_states],
+                                  d_weights[k]),
+                                 d_h=part[0], d_h_tangent=part[1], backend=backend,
+                                 **_final_grads(upstream, k, cell, tangents=True), **options)
+            for j, g in enumerate(pair):
+                d_input[j] = g.x if d_input[j] is None else d_input[j] + g.x
+                for name in cell.states:
+                    state_grads[name][j][k] = getattr(g, name)
+                weight_grads[j][k] = cell.weights(*g[1 + len(cell.states):])
+        d_out, d_out_t = (d if masks is None or layer == 0 else d * masks[layer - 1]
+                          for d in d_input)
+    xp = namespace_of(x)
+    return tuple(cell.grads((d_out, d_out_t)[j], *(xp.stack(state_grads[n][j])
+                                                     for n in cell.states), weight_grads[j])
+                 for j in range(2))
+
+
+def _direction_part(d_out, run, k, directions):
+    """Direction ``k``'s columns of the gradient of a layer's joined outputs (None: none)."""
+    if d_out is None:
+        return None
+    width = run.h.shape[-1]
+    return d_out[..., (k % directions) * width:(k % directions + 1) * width]
+
+
+def _final_grads(finals, k, cell, tangents=False):
+    """The upstream gradients of direction ``k``'s final states, by the gradient's names
+    (``finals``: by state, ``h`` and ``cs``; with ``tangents``, the upstream keywords
+    ``d_h_final``, ``d_h_final_tangent``, ... and both are given)."""
     names = {"h0": "h", "cs0": "cs"}
-    return {f"d_{names[s]}_final": None if finals[names[s]] is None else finals[names[s]][k]
-            for s in cell.states}
+    suffixes = ("_final", "_final_tangent") if tangents else ("_final",)
+    out = {}
+    for s in cell.states:
+        for suffix in suffixes:
+            given = finals.get(f"d_{names[s]}{suffix}") if tangents else finals[names[s]]
+            out[f"d_{names[s]}{suffix}"] = None if given is None else given[k]
+    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -255,6 +324,25 @@ def lstm_stack_grad(x: Array, cs0: Array, h0: Array, weights: list[LSTMWeights],
 
 
 @accepts_any_array
+def lstm_stack_grad_jvp(x: Array, cs0: Array, h0: Array, weights: list[LSTMWeights],
+                        stack: LSTMStack, tangents: LSTMStackGrads | None, *,
+                        d_h: Array | None = None, d_h_final: Array | None = None,
+                        d_cs_final: Array | None = None, d_h_tangent: Array | None = None,
+                        d_h_final_tangent: Array | None = None,
+                        d_cs_final_tangent: Array | None = None, clip_grad: str = "exact",
+                        backend: str | None = None) -> tuple[LSTMStackGrads, LSTMStackGrads]:
+    """Second order (docs/spec.md §12): the JVP of ``lstm_stack_grad`` along ``tangents``
+    (as for ``lstm_stack_jvp``) and the upstream gradients' tangents (None: zero). Each
+    layer and direction is one ``lstm_sequence_grad_jvp``, the layers' input tangents from
+    the stack's forward JVP. Returns ``(grads, grads_tangent)``, ``LSTMStackGrads`` both."""
+    return _backward_jvp(_LSTM, x, (cs0, h0), weights, _checked(stack, LSTMStack), tangents,
+                         {"d_h": d_h, "d_h_final": d_h_final, "d_cs_final": d_cs_final,
+                          "d_h_tangent": d_h_tangent, "d_h_final_tangent": d_h_final_tangent,
+                          "d_cs_final_tangent": d_cs_final_tangent}, backend,
+                         clip_grad=clip_grad)
+
+
+@accepts_any_array
 def gru_stack(x: Array, h0: Array, weights: list[GRUWeights], *, bidirectional: bool = False,
               seq_len: Array | None = None, batch_first: bool = False,
               dropout_masks: list | None = None, reset_after: bool = True,
@@ -290,6 +378,18 @@ def gru_stack_grad(x: Array, h0: Array, weights: list[GRUWeights], stack: GRUSta
 
 
 @accepts_any_array
+def gru_stack_grad_jvp(x: Array, h0: Array, weights: list[GRUWeights], stack: GRUStack,
+                       tangents: GRUStackGrads | None, *, d_h: Array | None = None,
+                       d_h_final: Array | None = None, d_h_tangent: Array | None = None,
+                       d_h_final_tangent: Array | None = None,
+                       backend: str | None = None) -> tuple[GRUStackGrads, GRUStackGrads]:
+    """Second order: the JVP of ``gru_stack_grad``, as ``lstm_stack_grad_jvp``."""
+    return _backward_jvp(_GRU, x, (h0,), weights, _checked(stack, GRUStack), tangents,
+                         {"d_h": d_h, "d_h_final": d_h_final, "d_h_tangent": d_h_tangent,
+                          "d_h_final_tangent": d_h_final_tangent}, backend)
+
+
+@accepts_any_array
 def rnn_stack(x: Array, h0: Array, weights: list[RNNWeights], *, bidirectional: bool = False,
               seq_len: Array | None = None, batch_first: bool = False,
               dropout_masks: list | None = None, activation: str = "tanh",
@@ -322,6 +422,18 @@ def rnn_stack_grad(x: Array, h0: Array, weights: list[RNNWeights], stack: RNNSta
     ``RNNStackGrads(x, h0, weights)``."""
     return _backward(_RNN, x, (h0,), weights, _checked(stack, RNNStack),
                      {"d_h": d_h, "d_h_final": d_h_final}, backend)
+
+
+@accepts_any_array
+def rnn_stack_grad_jvp(x: Array, h0: Array, weights: list[RNNWeights], stack: RNNStack,
+                       tangents: RNNStackGrads | None, *, d_h: Array | None = None,
+                       d_h_final: Array | None = None, d_h_tangent: Array | None = None,
+                       d_h_final_tangent: Array | None = None,
+                       backend: str | None = None) -> tuple[RNNStackGrads, RNNStackGrads]:
+    """Second order: the JVP of ``rnn_stack_grad``, as ``lstm_stack_grad_jvp``."""
+    return _backward_jvp(_RNN, x, (h0,), weights, _checked(stack, RNNStack), tangents,
+                         {"d_h": d_h, "d_h_final": d_h_final, "d_h_tangent": d_h_tangent,
+                          "d_h_final_tangent": d_h_final_tangent}, backend)
 
 
 def _checked(stack, kind):

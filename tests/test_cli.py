@@ -188,7 +188,8 @@ def test_the_check_ops_are_the_specified_ops_and_the_stacks_and_their_forward_mo
 
     first_order = list(OPS) + list(STACKS)
     assert list(testing.OPS) == first_order
-    assert list(cli.CHECKED) == first_order + [f"{op}_jvp" for op in first_order]
+    assert list(cli.CHECKED) == (first_order + [f"{op}_jvp" for op in first_order]
+                                 + [f"{op}_grad_jvp" for op in first_order])
     assert all(cli.CHECKED[stack] == sequence for stack, sequence in STACKS.items())
     assert all(cli.CHECKED[f"{stack}_jvp"] == f"{sequence}_jvp"
                for stack, sequence in STACKS.items())

@@ -147,6 +147,36 @@ def test_names_that_are_not_upstream_gradients_are_refused(rng):
     with pytest.raises(ValueError, match="loss_hvp must map the gradient's upstream names"):
         gc.gauss_newton_vector_product(gc.rnn_sequence, arrays, None,
                                        loss_hvp=lambda r, d: {"d_cs": d.h}, **keywords)
-    with pytest.raises(TypeError, match="op must be one of the cell or sequence ops"):
-        gc.hessian_vector_product(gc.rnn_stack, arrays, None, loss_grad=dict,
+    with pytest.raises(TypeError, match="op must be a cell, sequence or stack op"):
+        gc.hessian_vector_product(gc.check_vjp, arrays, None, loss_grad=dict,
                                   loss_hvp=dict, **keywords)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn"])
+def test_a_stacks_hessian_vector_product_is_its_gradients_derivative(cell, rng):
+    """A 2-layer bidirectional stack with dropout masks and ragged lengths: H·t against
+    central differences of the gradient of ½|h - y|² along t (every weight's tangent)."""
+    case = testing.stack_case(rng, cell)
+    states = ("cs0", "h0") if cell == "lstm" else ("h0",)
+    keywords = {k: v for k, v in case.items() if k not in ("x", "weights", *states)}
+    f, vjp, args, _ = testing.stack_vjp_pair(cell, case)
+    y = rng.standard_normal(f(*args)[0].shape)
+    _, jvp, _, _ = testing.stack_vjp_pair(cell, case, mode="jvp")
+    tangents = [rng.standard_normal(a.shape) for a in args]
+    weights_t = testing.pairs._rebuilt(case["weights"], testing.pairs._flat_weights(
+        case["weights"])[2], tangents[1 + len(states):])
+    given = testing.pairs._STACK_GRADS[cell](tangents[0], *tangents[1:1 + len(states)],
+                                             weights_t)
+    arrays = (case["x"], *(case[k] for k in states), case["weights"])
+    _, hvp = gc.hessian_vector_product(getattr(gc, f"{cell}_stack"), arrays, given,
+                                       loss_grad=lambda r: {"d_h": r.h - y},
+                                       loss_hvp=lambda r, d: {"d_h": d.h}, **keywords)
+    flat_hvp = (hvp.x, *(getattr(hvp, k) for k in states),
+                *testing.pairs._flat_weights(hvp.weights)[1])
+
+    def gradient(*a):
+        outputs = f(*a)
+        return vjp((outputs[0] - y, *(np.zeros_like(o) for o in outputs[1:])), *a)
+
+    report = gc.check_jvp(gradient, lambda t, *a: flat_hvp, args, tangents=tangents)
+    assert report.passed, report

@@ -3,7 +3,7 @@ array inputs, and the dual numbers it runs on (``gradcells._core.dual``).
 
 - the gradient's tangent equals central differences of the gradient (``check_jvp`` in
   float64) along random tangents of every array and of every upstream gradient, with every
-  option, direction, layout and mask;
+  option, direction, layout and mask, for the cells, the sequences and whole stacks;
 - it is symmetric, as a Hessian is: ``<u, H·v> = <v, H·u>`` for the scalar ``<ct, f>``;
 - PyTorch's double backward of a transcription (``torch.func.jvp`` over ``torch.func.grad``)
   gives the same Hessian-vector product;
@@ -27,7 +27,7 @@ FORWARD_OPS = ["lstm_cell", "gru_cell", "rnn_cell", "lstm_sequence", "gru_sequen
                "rnn_sequence"]
 
 
-@pytest.mark.parametrize("op", FORWARD_OPS)
+@pytest.mark.parametrize("op", FORWARD_OPS + ["lstm_stack", "gru_stack", "rnn_stack"])
 @given(seed=st.integers(0, 2**32 - 1))
 def test_the_gradients_tangent_equals_central_differences(op, seed):
     case = testing.OPS[op][0](np.random.default_rng(seed))

@@ -153,11 +153,17 @@ def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backen
     return f, vjp, args, names
 
 
+def _fixed_cotangents(outputs):
+    """One cotangent per output of ``f`` (seeded normal draws in its dtype): the upstream
+    gradients a second-order pair differentiates the gradient at, and along."""
+    rng = np.random.default_rng(0)
+    return tuple(rng.standard_normal(np.shape(o)).astype(o.dtype) for o in outputs)
+
+
 def _second_order(f, vjp, args, names, split, gradient, run, outputs, keywords) -> Pair:
     """``_vjp_pair``'s ``mode="grad_jvp"``: the gradient as a function of the arrays and
     the cotangents, and its JVP from the gradient op's ``_grad_jvp``."""
-    rng = np.random.default_rng(0)
-    cotangents = tuple(rng.standard_normal(np.shape(o)).astype(o.dtype) for o in f(*args))
+    cotangents = _fixed_cotangents(f(*args))
     n = len(args)
 
     def gradient_of(*a):
@@ -317,10 +323,27 @@ def stack_vjp_pair(cell: str, case: dict[str, Any], *, backend: str | None = Non
             *fixed, given, **_masks_as(keywords, args[0]), backend=backend)
         return (d_stack.h, *(getattr(d_stack, k) for k in finals))
 
+    def grad_jvp(tangents, *a):
+        n = len(a) - 1 - len(finals)
+        fixed, stack = run(a[:n])
+        d_weights = _rebuilt(case["weights"], slots, tangents[1 + len(states):n])
+        given = _STACK_GRADS[cell](tangents[0], *tangents[1:1 + len(states)], d_weights)
+        upstream = dict(zip(("d_h", *(f"d_{k}" for k in finals)), a[n:]))
+        upstream.update({f"{k}_tangent": t for k, t in zip(upstream, tangents[n:])})
+        _, d_grads = getattr(stacks, f"{cell}_stack_grad_jvp")(*fixed, stack, given,
+                                                                **upstream, **extra,
+                                                                backend=backend)
+        return (d_grads.x, *(getattr(d_grads, k) for k in states),
+                *_flat_weights(d_grads.weights)[1])
+
     args = (case["x"], *(case[k] for k in states), *arrays)
+    names = ("x", *states, *weight_names)
     if mode == "jvp":
         return f, jvp, args, ("h", *finals)
-    return f, vjp, args, ("x", *states, *weight_names)
+    if mode == "grad_jvp":
+        return (lambda *a: vjp(a[len(args):], *a[:len(args)]), grad_jvp,
+                args + _fixed_cotangents(f(*args)), names)
+    return f, vjp, args, names
 
 
 # Every public differentiable operation: (random case drawer, oracle pair builder); the
@@ -353,8 +376,8 @@ def jvp_check(op: str, case: dict[str, Any], *, seed: int = 0, rtol: float | Non
 def grad_jvp_check(op: str, case: dict[str, Any], *, seed: int = 0,
                    rtol: float | None = None, atol: float | None = None,
                    **options: Any) -> JVPReport:
-    """Run ``check_jvp`` on the second order of the public cell or sequence operation
-    ``op``: its gradient as a function of the case's arrays and a fixed cotangent of every
+    """Run ``check_jvp`` on the second order of the public operation ``op``: its gradient
+    as a function of the case's arrays and a fixed cotangent of every
     output, against ``<op>_grad_jvp``, along seeded random tangents of all of them (the
     cotangents' included). Returns the ``JVPReport`` (one row per gradient)."""
     f, jvp, args, names = OPS[op][1](case, mode="grad_jvp", **options)
