@@ -1,6 +1,8 @@
-"""``benchmarks/directions.py`` runs and prints its tables (tiny sizes, one round: what is
-checked is that it works, never how fast anything is)."""
+"""``benchmarks/directions.py`` and ``benchmarks/second_order.py`` run and print their
+tables (tiny sizes, one round: what is checked is that it works, never how fast anything
+is)."""
 
+import importlib.util
 import os
 import sys
 
@@ -58,3 +60,12 @@ def test_the_masks_benchmark_prints_a_row_per_cell(capsys):
     directions.main(["--masks", "--sizes", "4,3,2,5", "--repeats", "1"])
     rows = _rows(capsys.readouterr().out)
     assert [row.split("|")[1].strip() for row in rows] == ["lstm", "gru", "rnn"]
+
+
+def test_the_second_order_benchmark_prints_a_row_per_size(capsys):
+    import second_order
+
+    second_order.main(["--sizes", "4,3,2,5", "--repeats", "1"])
+    rows = _rows(capsys.readouterr().out)
+    assert [row.split("|")[1].strip() for row in rows] == ["(4, 3, 2, 5)"]
+    assert rows[0].count("×") == (3 if importlib.util.find_spec("torch") else 2)
