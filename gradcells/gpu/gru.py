@@ -6,6 +6,15 @@ kernels, since the candidate's matmul ``(r∘h)·W_ch`` needs r first; reset aft
 ``h·[W_ruh, W_ch]``); after the backward loop ``dx`` is one matmul and the weight gradients
 are two per weight (x part and h part); the bias gradients are column sums. A cell is the
 same code with T = 1. Each operation runs on its arguments' device.
+
+The masks (docs/spec.md §11.3, ``gradcells.reference.gru.gru_sequence``): the input mask
+multiplies ``x`` once (and ``dx``); the matmuls read ``h_seen = h∘m_rec`` while the
+interpolation reads ``h`` itself, so the reset-before gates kernel gets ``h_seen`` (for
+``r∘h_seen``) and the candidate kernel ``h``; in the backward the matmuls' part of the carry
+is masked (reset before: ``d_hr∘m_rec`` enters ``gru_backward_reset``, whose ``dr`` and
+``dh`` terms then read ``h_prev``), and ``dW`` reads ``h_seen``. Zoneout is the kernels'
+that form ``h`` (the mix) and ``gru_backward_candidate`` (the split: ``z∘g`` joins
+``dh_direct``).
 """
 
 from __future__ import annotations

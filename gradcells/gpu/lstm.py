@@ -17,6 +17,16 @@ from the saved gates: per step ``lstm_backward_ln`` (the cell norm inside) and o
 the loop one more over all T·B rows for the x part. A row reduction must not let threads
 talk (the host emulation runs them one after another), so these four kernels give one
 thread a whole row (B or T·B threads, not B·H): see ``lstm.cu``.
+
+The masks (docs/spec.md §11.3, ``gradcells.reference.lstm.lstm_sequence``): the input mask
+multiplies ``x`` once before the input matmul (and ``dx`` after the gradient's); the
+recurrent mask multiplies each step's ``h`` before ``h·W_h`` and the matmul's part of the
+``dh`` carry after ``dz_h·W_hᵀ`` (``dW_h`` and the norm's recompute read ``h_prev∘m_rec``);
+``zoneout_cs`` and ``zoneout_h`` are the step kernels' (the forward stores the zoned states,
+``co`` and the o-peephole read the unzoned ``c̃``; the backward splits the zoned states'
+gradients, adds ``z_cs∘g`` to ``dcs_prev`` and writes ``z_h∘g`` for the ``dh`` carry, and
+recomputes the unzoned ``c̃``, or with a normalising carry its norm, for ``dwco``). With a
+projection ``h``'s zoneout is the projection step's (``_project``, ``_ProjectionGrad``).
 """
 
 from __future__ import annotations

@@ -7,6 +7,14 @@ from the saved h, masked); after the backward loop ``dx`` is one matmul and ``dW
 part and h part); the bias gradient is a column sum. The activation (tanh or relu) is the
 kernels' ``use_relu`` argument. A cell is the same code with T = 1. Each operation runs on
 its arguments' device.
+
+The masks (docs/spec.md §11.3, ``gradcells.reference.rnn.rnn_sequence``): the input mask
+multiplies ``x`` once (and ``dx``), the recurrent mask each step's ``h`` before ``h·W_h``
+and the carry after ``dZ·W_hᵀ``; zoneout is the kernels' (the forward's mix, the
+backward's split, whose ``z∘g`` joins the carry). With zoneout the saved h is the zoned
+state, so ``act'`` needs the step's own output: the backward recomputes ``act(z_t)`` of all
+steps, one matmul ``h_prev∘m_rec·W_h`` and one ``rnn_forward`` launch over T·B rows
+(``_unzoned``).
 """
 
 from __future__ import annotations
