@@ -158,6 +158,20 @@ def test_arguments_come_out_in_cu_order_with_exact_types():
         assert by_name["gx"].dtype == dtype and by_name["seq_len"].dtype == np.int32
 
 
+def test_a_launch_may_leave_the_zoneout_arguments_out():
+    """``Kernel.optional``: left out, the flags are 0 and the arrays one of the launch's."""
+    for kernel in _kernels.KERNELS.values():
+        assert kernel.optional <= set(kernel.param_names), kernel.name
+    kernel = _kernels.KERNELS["lstm_forward"]
+    values = {k: v for k, v in _forward_values().items() if k not in kernel.optional}
+    by_name = dict(zip(kernel.param_names, _kernels.arguments(kernel, (np.float32,), **values)))
+    assert by_name["use_zoneout_cs"] == 0 and by_name["use_zoneout_h"] == 0
+    assert by_name["zoneout_h"] is values["gx"] and by_name["h_prev"] is values["gx"]
+    del values["gx"]
+    with pytest.raises(TypeError, match=re.escape("missing arguments ['gx']")):
+        _kernels.arguments(kernel, (np.float32,), **values)
+
+
 @pytest.mark.parametrize("change, error, words", [
     ({"gx": np.zeros((2, 12), np.float64)}, TypeError, "gx must have dtype float32"),
     ({"cs_prev": np.zeros((3, 2), np.float32).T}, ValueError, "cs_prev must be C-contiguous"),

@@ -279,7 +279,7 @@ def _backward_steps(rt, x, cs0, weights, steps, settings, lengths, masks, *, d_h
     d_gates = xp.empty((n_steps, n_batch, 4 * n_hidden), dtype=dtype)
     terms = xp.empty((n_steps, n_batch, 3 * n_hidden), dtype=dtype) if peephole else None
     dcs = xp.empty((n_batch, n_hidden), dtype=dtype)  # carry: dL/dcs before step t
-    dh_recurrent = None  # dL/dh before step t through the gates: dG_t·W_hᵀ
+    dh_recurrent = None  # dL/dh before step t: (dz_h·W_hᵀ)∘m_rec (+ z_h∘g with zoneout)
     placeholder = cs0
     m_rec, z_cs, z_h = masks
     zone_h = z_h is not None and proj is None  # the kernel splits the zoned h's gradient
