@@ -180,10 +180,10 @@ def _backward(rt, x, h0, weights, steps, settings, *, d_h, d_h_final):
     d_h, d_h_final = contiguous(xp, d_h), contiguous(xp, d_h_final)
     h_prev = _launch.previous(xp, h0, h)
     masks = _masks(xp, settings, *h.shape)
-    d_gates, d_n, rh, dh0 = _backward_steps(rt, x, h0, weights, settings, lengths,
-                                            (r, u, c, h_prev), masks, d_h=d_h,
-                                            d_h_final=d_h_final)
     h_seen = plan.masked(h_prev, masks[0])  # what the matmuls saw
+    d_gates, d_n, rh, dh0 = _backward_steps(rt, x, h0, weights, settings, lengths,
+                                            (r, u, c, h_prev, h_seen), masks, d_h=d_h,
+                                            d_h_final=d_h_final)
     if rh is not None:  # the kernel's r∘h_prev; the matmul saw r∘h_seen
         rh = plan.masked(rh, masks[0])
     dx, dw_ru, dw_c, db_ru, db_c = _weight_grads(rt, x, weights, h_seen, d_gates, d_n, rh)
@@ -192,14 +192,15 @@ def _backward(rt, x, h0, weights, steps, settings, *, d_h, d_h_final):
 
 
 def _backward_steps(rt, x, h0, weights, settings, lengths, steps, masks, *, d_h, d_h_final):
-    """The backward loop over ``steps = (r, u, c, h_prev)``: every step's gate gradients
+    """The backward loop over ``steps = (r, u, c, h_prev, h_seen)`` (``h_seen``: what the
+    matmuls saw, ``h_prev∘m_rec``): every step's gate gradients
     ``[T, B, 3H]`` (dR, dU, dC), reset after ``dN = dL/dn`` (else None), reset before
     ``r∘h_prev`` (else None), and ``dL/dh0``. The masks ``(m_rec, z_h)`` (``_masks``): the
-    matmuls saw ``h_prev∘m_rec``, so their part of the carry is masked (reset before:
+    matmuls saw ``h_seen``, so their part of the carry is masked (reset before:
     ``d_hr∘m_rec`` enters ``gru_backward_reset``, which then reads ``h_prev`` itself); the
     candidate kernel splits the zoned h's gradient."""
     xp = rt.xp
-    r, u, c, h_prev = steps
+    r, u, c, h_prev, h_seen = steps
     m_rec, z_h = masks
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
@@ -210,7 +211,7 @@ def _backward_steps(rt, x, h0, weights, settings, lengths, steps, masks, *, d_h,
     d_gates = xp.empty((n_steps, n_batch, 3 * n_hidden), dtype=dtype)  # [dR, dU, dC]
     n_pre = d_n = rh = None
     if reset_after:  # n - b_ch for every step at once; dN = dL/dn
-        n_pre = matmul(xp, plan.flat(plan.masked(h_prev, m_rec)), w_ch).reshape(shape)
+        n_pre = matmul(xp, plan.flat(h_seen), w_ch).reshape(shape)
         d_n = xp.empty(shape, dtype=dtype)
     else:  # r∘h_prev, the input of the h-rows of w_c
         rh = xp.empty(shape, dtype=dtype)
