@@ -113,16 +113,19 @@ def test_an_entry_point_runs_its_template_with_concrete_types():
     assert point.startswith("__global__ void lstm_forward__gc_half(const gc_half* gx, ")
     assert "float forget_bias, float cell_clip, int use_peephole" in point
     assert point.endswith("{ lstm_forward<gc_half>(gx, gh, b, cs_prev, wci, wcf, wco, seq_len, "
-                          "forget_bias, cell_clip, use_peephole, use_clip, use_seq_len, step, "
-                          "batch, hidden, i, cs, f, o, ci, co, h, cs_state, h_state); }")
+                          "h_prev, zoneout_cs, zoneout_h, forget_bias, cell_clip, use_peephole, "
+                          "use_clip, use_seq_len, use_zoneout_cs, use_zoneout_h, step, batch, "
+                          "hidden, i, cs, f, o, ci, co, h, cs_state, h_state); }")
     point = _kernels.entry_point(_kernels.KERNELS["rnn_backward"], (np.float16,))
     assert point == (
         "__global__ void rnn_backward__gc_half(const gc_half* h, const gc_half* d_h, "
-        "const gc_half* dh_next, const gc_half* d_h_final, const int* seq_len, int use_relu, "
-        "int has_d_h, int has_d_h_final, int use_seq_len, long long step, long long n_steps, "
-        "long long batch, long long hidden, gc_half* d_z)\n"
-        "{ rnn_backward<gc_half>(h, d_h, dh_next, d_h_final, seq_len, use_relu, has_d_h, "
-        "has_d_h_final, use_seq_len, step, n_steps, batch, hidden, d_z); }")
+        "const gc_half* dh_next, const gc_half* d_h_final, const int* seq_len, "
+        "const gc_half* zoneout_h, int use_relu, int has_d_h, int has_d_h_final, "
+        "int use_seq_len, int use_zoneout_h, long long step, long long n_steps, "
+        "long long batch, long long hidden, gc_half* d_z, gc_half* dh_zoned)\n"
+        "{ rnn_backward<gc_half>(h, d_h, dh_next, d_h_final, seq_len, zoneout_h, use_relu, "
+        "has_d_h, has_d_h_final, use_seq_len, use_zoneout_h, step, n_steps, batch, hidden, "
+        "d_z, dh_zoned); }")
     point = _kernels.entry_point(_kernels.KERNELS["column_sum"], (np.float16, np.float32))
     assert point.startswith("__global__ void column_sum__gc_half__float(const gc_half* in, ")
     assert "float* out)" in point and "column_sum<gc_half, float>(in, " in point
@@ -131,12 +134,13 @@ def test_an_entry_point_runs_its_template_with_concrete_types():
 def _forward_values(n_batch=2, n_hidden=3, dtype=np.float32):
     gates = np.zeros((n_batch, 4 * n_hidden), dtype)
     state = np.zeros((n_batch, n_hidden), dtype)
-    values = {name: state for name in ("cs_prev", "wci", "wcf", "wco", "i", "cs", "f", "o",
-                                       "ci", "co", "h", "cs_state", "h_state")}
+    values = {name: state for name in ("cs_prev", "wci", "wcf", "wco", "h_prev", "zoneout_cs",
+                                       "zoneout_h", "i", "cs", "f", "o", "ci", "co", "h",
+                                       "cs_state", "h_state")}
     values.update(gx=gates, gh=gates, b=np.zeros(4 * n_hidden, dtype),
                   seq_len=np.zeros(0, np.int32), forget_bias=1.0, cell_clip=0.0,
-                  use_peephole=True, use_clip=0, use_seq_len=np.int64(0), step=0,
-                  batch=n_batch, hidden=n_hidden)
+                  use_peephole=True, use_clip=0, use_seq_len=np.int64(0), use_zoneout_cs=0,
+                  use_zoneout_h=0, step=0, batch=n_batch, hidden=n_hidden)
     return values
 
 
@@ -152,6 +156,20 @@ def test_arguments_come_out_in_cu_order_with_exact_types():
         assert type(by_name["use_seq_len"]) is np.int32
         assert type(by_name["step"]) is np.int64 and type(by_name["hidden"]) is np.int64
         assert by_name["gx"].dtype == dtype and by_name["seq_len"].dtype == np.int32
+
+
+def test_a_launch_may_leave_the_zoneout_arguments_out():
+    """``Kernel.optional``: left out, the flags are 0 and the arrays one of the launch's."""
+    for kernel in _kernels.KERNELS.values():
+        assert kernel.optional <= set(kernel.param_names), kernel.name
+    kernel = _kernels.KERNELS["lstm_forward"]
+    values = {k: v for k, v in _forward_values().items() if k not in kernel.optional}
+    by_name = dict(zip(kernel.param_names, _kernels.arguments(kernel, (np.float32,), **values)))
+    assert by_name["use_zoneout_cs"] == 0 and by_name["use_zoneout_h"] == 0
+    assert by_name["zoneout_h"] is values["gx"] and by_name["h_prev"] is values["gx"]
+    del values["gx"]
+    with pytest.raises(TypeError, match=re.escape("missing arguments ['gx']")):
+        _kernels.arguments(kernel, (np.float32,), **values)
 
 
 @pytest.mark.parametrize("change, error, words", [

@@ -13,7 +13,9 @@ from its cases), against the reference in float64 on the same (rounded) inputs (
 backends called through ``tests/backend_calls.py`` with the cases' public keywords), forward
 and backward, the three cells and their sequences: clipping in both gradient modes,
 peepholes, reset-after, tanh and relu (relu's slope 0 at the kink), ragged lengths, empty
-sizes; the layer-normalised LSTM on a grid of its options (both carries), against the
+sizes; the sequence masks (docs/spec.md §11.3) with every option, both directions and
+layouts, each mask alone and all together, never read past a row's length; the
+layer-normalised LSTM on a grid of its options (both carries, also masked), against the
 reference in long double (see its section: a norm amplifies rounding, so the float64
 reference itself is off by tens of eps there). Agreement: max |emulated - reference| <= 16
 eps(dtype) (1 + max |reference|) per output (measured: at most 3 eps). float64 gradients
@@ -31,6 +33,7 @@ import re
 import subprocess
 import sys
 import types
+import warnings
 from pathlib import Path
 
 import backend_calls
@@ -40,9 +43,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import gradcells as gc
 import gradcells.gpu as gpu
-from gradcells import reference
-from gradcells._core.specs import ACTIVATIONS, PEEPHOLES
+from gradcells import _dispatch, _order, reference
+from gradcells._core.specs import ACTIVATIONS, OPTIONAL_WEIGHTS, PEEPHOLES
+from gradcells._core.specs import OPS as OPS_SPECS
 from gradcells._core.types import CELL_PROTOCOLS, LSTMNorm, LSTMSequence, RNNSequence
 from gradcells.gpu import _kernels, _launch, _sources
 from gradcells.oracle import check_vjp
@@ -59,6 +64,7 @@ from gradcells.testing import (
     rnn_cell_inputs,
     rnn_sequence_case,
     rnn_sequence_inputs,
+    vjp_check,
 )
 
 pytestmark = pytest.mark.skipif(cuda_host.compiler() is None,
@@ -1471,3 +1477,263 @@ def test_layer_norm_empty_sizes():
                 if want is not None:
                     assert got.shape == want.shape, field
                     np.testing.assert_allclose(got, want, atol=1e-12, err_msg=field)
+
+
+# --------------------------------------------------------------------------------------
+# The sequence masks (docs/spec.md §11.3): input_mask, recurrent_mask, zoneout_h and the
+# LSTM's zoneout_cs. The comparisons with the reference call both backends below the public
+# layer, through its own reordering for reverse and batch_first (``gradcells._order``), in
+# every dtype; the oracle and the unread padding go through the public layer itself, with
+# backend="gpu" on NumPy arrays (float64), the emulated backend serving them.
+
+SEQUENCE_OPS = ("lstm_sequence", "gru_sequence", "rnn_sequence")
+_SEQUENCE_CASES = {"lstm_sequence": lstm_sequence_case, "gru_sequence": gru_sequence_case,
+                   "rnn_sequence": rnn_sequence_case}
+_STRATEGIES = {"lstm_sequence": (lstm_sequence_inputs, {"projection": None}),
+               "gru_sequence": (gru_sequence_inputs, {}), "rnn_sequence": (rnn_sequence_inputs, {})}
+
+
+def _masked_inputs(op):
+    """Cases with every mask in either layout, with empty sizes forward or with both
+    directions at sizes >= 1 (the reversal with lengths cannot reshape an input of width 0,
+    whatever the backend: gradcells/_order.py, not the masks)."""
+    strategy, options = _STRATEGIES[op]
+    return st.one_of(strategy(min_size=0, batch_first=None, masks=True, **options),
+                     strategy(reverse=None, batch_first=None, masks=True, **options))
+
+
+_MASK_NAMES = ("input_mask", "recurrent_mask", "zoneout_h", "zoneout_cs")
+
+
+@contextlib.contextmanager
+def public_gpu(policy=_kernels.DEFAULT_POLICY, reverse=False):
+    """The public operations with ``backend="gpu"`` taking NumPy arrays, served by the
+    emulated ``gradcells.gpu`` (the dispatcher's table of which library a backend takes is
+    patched for the duration)."""
+    libraries = _dispatch._BACKEND_LIBRARY
+    saved = libraries["gpu"]
+    libraries["gpu"] = "numpy"
+    try:
+        with emulated_gpu(policy, reverse) as backend:
+            yield backend
+    finally:
+        libraries["gpu"] = saved
+
+
+def _split_case(op, case):
+    """The public op's positional arrays and its keywords."""
+    names = [n for n in OPS_SPECS[op].arrays if n not in OPTIONAL_WEIGHTS]
+    return [case[n] for n in names], {k: v for k, v in case.items() if k not in names}
+
+
+def public_forward(op, case, backend):
+    positional, keywords = _split_case(op, case)
+    return getattr(gc, op)(*positional, **keywords, backend=backend)
+
+
+def recorded_grad(op, case, result, backend, **upstream):
+    """``gc.<op>_grad`` with the settings ``result`` records (the case's optional weights
+    passed)."""
+    positional, keywords = _split_case(op, case)
+    weights = {k: v for k, v in keywords.items() if k in OPTIONAL_WEIGHTS}
+    return getattr(gc, f"{op}_grad")(*positional, result, **weights, **upstream,
+                                     backend=backend)
+
+
+def _ordered(op, case):
+    """``(spec, x, states, weights, settings)`` of a sequence case for ``_order``."""
+    spec = OPS_SPECS[op]
+    weights, settings = backend_calls.weights_and_settings(op, case)
+    return spec, case["x"], tuple(case[name] for name in spec.states), weights, settings
+
+
+def ordered_forward(backend, op, case):
+    """``backend.<op>`` on the case, in its time order and layout (the public layer's
+    reordering around the time-major forward run)."""
+    spec, x, states, weights, settings = _ordered(op, case)
+    return _order.forward(spec, getattr(backend, op), x, states, weights, settings)
+
+
+def ordered_grad(backend, op, case, result, *, clip_grad=None, **upstream):
+    spec, x, states, weights, settings = _ordered(op, case)
+    options = {} if clip_grad is None else {"clip_grad": clip_grad}
+    return _order.grad(spec, getattr(backend, spec.grad_name), x, states, weights, result,
+                       settings, upstream, **options)
+
+
+def _upstream_of(op, result, rng, dtype, wanted):
+    fields = ("h", "cs", "h_final", "cs_final") if op == "lstm_sequence" else ("h", "h_final")
+    return upstream(rng, dtype, {f"d_{k}": getattr(result, k).shape for k in fields},
+                    wanted[:len(fields)])
+
+
+def _check_masked(op, case, dtype, seed, wanted=(True,) * 4, clip_grad=None):
+    """The emulated GPU against the float64 reference on ``case`` (cast to ``dtype``):
+    forward, then every gradient at the emulated forward, the file's agreement rule."""
+    case, case64 = cast(case, dtype), cast(case, np.float64)
+    with emulated_gpu() as backend:
+        seq = ordered_forward(backend, op, case)
+        up = _upstream_of(op, seq, np.random.default_rng(seed), dtype, wanted)
+        grads = ordered_grad(backend, op, case, seq, clip_grad=clip_grad, **up)
+    assert_close(seq, ordered_forward(reference, op, case64), dtype, f"{op} forward ")
+    expected = ordered_grad(reference, op, case64, as64(seq), clip_grad=clip_grad, **up64(up))
+    assert_close(grads, expected, dtype, f"{op} gradient ")
+
+
+def test_the_gpu_backend_runs_the_masks():
+    assert gpu.SEQUENCE_MASKS is True
+    assert _dispatch.backend_for("gpu", "cupy", masks=True) is gpu
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", SEQUENCE_OPS)
+@given(data=st.data(), clip_grad=st.sampled_from(["exact", "straight_through"]),
+       wanted=st.tuples(*[st.booleans()] * 4), seed=st.integers(0, 2**16))
+def test_masked_sequences_match_reference(op, dtype, data, clip_grad, wanted, seed):
+    """Drawn cases with every mask (per step and fractional, or the same at every step;
+    binary recurrent masks), both directions and layouts, ragged lengths, empty sizes and
+    (LSTM) peepholes, clips and projections."""
+    case = data.draw(_masked_inputs(op))
+    _check_masked(op, case, dtype, seed, wanted,
+                  clip_grad if op == "lstm_sequence" else None)
+
+
+def _mask_variants(op):
+    """(name, case options) of every option of ``op`` worth crossing with the masks."""
+    if op == "gru_sequence":
+        return [("reset_before", {}), ("reset_after", {"reset_after": True})]
+    if op == "rnn_sequence":
+        return [(a, {"activation": a}) for a in ACTIVATIONS]
+    return [("plain", {}), ("peephole_clip", {"peephole": True, "clip": True}),
+            ("forget_bias", {"forget_bias": 0.0}),
+            ("projection", {"proj_size": 3, "proj_clip": True, "peephole": True})]
+
+
+_MASK_CASES = [(op, name, options, only) for op in SEQUENCE_OPS
+               for name, options in _mask_variants(op)
+               for only in (*_MASK_NAMES[:3 + (op == "lstm_sequence")], "all")]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op, variant, options, only", _MASK_CASES,
+                         ids=[f"{op}-{name}-{only}" for op, name, _, only in _MASK_CASES])
+def test_each_mask_alone_and_all_together(op, variant, options, only, dtype):
+    """Each mask alone and all four (three) together, with each option of the cell."""
+    rng = np.random.default_rng(len(variant) + 7 * len(only))
+    case = _SEQUENCE_CASES[op](rng, steps=4, batch=4, input_size=3, hidden=4, ragged=True,
+                               masks=True, **options)
+    if only != "all":
+        case = {k: v for k, v in case.items() if k not in _MASK_NAMES or k == only}
+    grad_modes = ["exact", "straight_through"] if options.get("clip") else ["exact"]
+    for clip_grad in grad_modes:
+        _check_masked(op, case, dtype, 1, clip_grad=clip_grad if op == "lstm_sequence" else None)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("ln_carry", ["raw", "normalized"])
+@pytest.mark.parametrize("peephole, clip, projection", [(False, False, False),
+                                                        (True, True, True)])
+def test_masked_layer_norm_lstm_matches_reference(dtype, ln_carry, peephole, clip,
+                                                  projection):
+    """With a layer norm, against the long-double reference as above (both clip modes)."""
+    rng = np.random.default_rng(80)
+    options = {"peephole": peephole, "clip": clip, "layer_norm": True, "ln_carry": ln_carry}
+    if projection:
+        options.update(proj_size=3, proj_clip=True)
+    case = cast(lstm_sequence_case(rng, steps=4, batch=4, input_size=3, hidden=5,
+                                   ragged=True, masks=True, **options), dtype)
+    with emulated_gpu() as backend:
+        _check_ln_op(backend, rng, "lstm_sequence", case, dtype)
+        assert _launch.runtime().launches["lstm_backward_ln"]
+
+
+_ORACLE_VARIANTS = [
+    ("lstm_sequence", {"peephole": True, "clip": True}),
+    ("lstm_sequence", {"proj_size": 2, "proj_clip": True, "peephole": True}),
+    ("lstm_sequence", {"layer_norm": True, "ln_carry": "normalized", "peephole": True}),
+    ("lstm_sequence", {"layer_norm": True, "ln_carry": "raw", "proj_size": 2}),
+    ("gru_sequence", {}), ("gru_sequence", {"reset_after": True}),
+    ("rnn_sequence", {"activation": "tanh"}), ("rnn_sequence", {"activation": "relu"})]
+
+
+@pytest.mark.parametrize("op, options", _ORACLE_VARIANTS)
+@pytest.mark.parametrize("reverse, batch_first", [(False, False), (True, True)])
+def test_masked_gradients_match_finite_differences(op, options, reverse, batch_first):
+    """float64, every mask, ragged lengths: the emulated gradients against the oracle."""
+    rng = np.random.default_rng(87)
+    case = _SEQUENCE_CASES[op](rng, steps=3, batch=3, input_size=2, hidden=3, ragged=True,
+                               reverse=reverse, batch_first=batch_first, masks=True, **options)
+    with public_gpu(TINY):
+        report = vjp_check(op, case, backend="gpu")
+        assert _launch.runtime().launches
+    assert report.passed, f"\n{report}"
+
+
+@pytest.mark.parametrize("op, options", _ORACLE_VARIANTS)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_masks_past_a_rows_length_are_never_read(op, options, reverse):
+    """NaN in the input and zoneout masks past each row's length changes nothing, bit for
+    bit, with no warning."""
+    rng = np.random.default_rng(88)
+    case = _SEQUENCE_CASES[op](rng, steps=5, batch=4, input_size=2, hidden=3, ragged=True,
+                               reverse=reverse, masks=True, **options)
+    valid = np.arange(5)[:, None] < case["seq_len"]  # either direction, as the public layout
+    poisoned = dict(case)
+    for name in ("input_mask", "zoneout_h", "zoneout_cs"):
+        if name in case:  # every step's mask, NaN past each row's length
+            poisoned[name] = np.array(np.broadcast_to(case[name], (5, 4, case[name].shape[-1])))
+            poisoned[name][~valid] = np.nan
+    runs = []
+    with public_gpu(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for c in (case, poisoned):
+            seq = public_forward(op, c, "gpu")
+            up = {"d_h": np.ones(seq.h.shape), "d_h_final": np.ones(seq.h_final.shape)}
+            grads = recorded_grad(op, c, seq, "gpu", **up)
+            runs.append([a for _, a in (*_flat_fields(seq), *_flat_fields(grads))])
+    for want, got in zip(*runs):
+        if want is not None:
+            assert not np.isnan(want).any()
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", SEQUENCE_OPS)
+def test_masked_empty_sizes(op):
+    """T = 0, an empty batch, an empty input, each with every mask, as the reference."""
+    rng = np.random.default_rng(89)
+    for steps, batch, n_in in ((0, 3, 2), (3, 0, 2), (2, 3, 0), (0, 0, 0)):
+        case = _SEQUENCE_CASES[op](rng, steps=steps, batch=batch, input_size=n_in, hidden=3,
+                                   masks=True)
+        _check_masked(op, case, np.float64, 2)
+
+
+def _run_masked(dtype):
+    """Every cell with every mask on fixed ragged cases; all outputs, flattened."""
+    rng = np.random.default_rng(90)
+    outputs = []
+    for op, options in _ORACLE_VARIANTS:
+        case = cast(_SEQUENCE_CASES[op](rng, steps=3, batch=4, input_size=3, hidden=4,
+                                        ragged=True, masks=True, **options), dtype)
+        seq = ordered_forward(gpu, op, case)
+        up = _upstream_of(op, seq, np.random.default_rng(91), dtype, (True,) * 4)
+        grads = ordered_grad(gpu, op, case, seq, **up)
+        outputs += [a for _, a in (*_flat_fields(seq), *_flat_fields(grads))]
+    return outputs
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_masked_results_do_not_depend_on_launch_shape_or_thread_order(dtype):
+    runs = []
+    for policy, reverse in ((_kernels.DEFAULT_POLICY, False), (TINY, False), (TINY, True)):
+        with emulated_gpu(policy, reverse):
+            runs.append(_run_masked(dtype))
+    for a, b, c in zip(*runs):
+        if a is None:
+            continue
+        assert not np.isnan(a).any()
+        np.testing.assert_array_equal(b, c)
+        if a.ndim == 1:  # column sums, up to their summation order
+            np.testing.assert_allclose(b.astype(np.float64), a, rtol=16 * np.finfo(dtype).eps,
+                                       atol=16 * np.finfo(dtype).eps)
+        else:
+            np.testing.assert_array_equal(a, b)

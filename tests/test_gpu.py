@@ -17,7 +17,12 @@ device). ``benchmarks/gpu_check.sh`` runs it on a GPU machine.
 - The layer-normalised LSTM (its own section): agreement on a grid of its options, both
   carries, the three dtypes (against the reference in long double on the host), finite
   differences, and device against host emulation.
+- The sequence masks (docs/spec.md §11.3): masked sequences of the three cells (drawn masks,
+  directions, layouts and options) against the reference on CuPy, the three dtypes; finite
+  differences with every option; masks past a row's length never read.
 """
+
+import inspect
 
 import numpy as np
 import pytest
@@ -44,7 +49,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 import gradcells as gc  # noqa: E402
 import gradcells.gpu  # noqa: E402
-from gradcells._core.specs import ACTIVATIONS, PEEPHOLES  # noqa: E402
+from gradcells._core.specs import ACTIVATIONS, OPTIONAL_WEIGHTS, PEEPHOLES  # noqa: E402
 from gradcells.gpu import _launch  # noqa: E402
 from gradcells.testing import (  # noqa: E402
     OPS,
@@ -775,3 +780,95 @@ def test_stacks_on_the_device(cell):
     f, vjp, args, names = gc.testing.stack_vjp_pair(cell, case, backend="gpu")
     assert isinstance(f(*args)[0], cp.ndarray)
     gc.check_vjp(f, vjp, args, names=names, samples=8).raise_if_failed()
+
+
+# --- the sequence masks (docs/spec.md §11.3) on CuPy arrays ----------------------------------
+
+_MASKED = {  # sizes >= 1: the reversal with lengths cannot reshape an input of width 0
+    "lstm_sequence": (lstm_sequence_inputs(projection=None, reverse=None, batch_first=None,
+                                           masks=True), LSTM_SEQ),
+    "gru_sequence": (gru_sequence_inputs(reverse=None, batch_first=None, masks=True), GRU_SEQ),
+    "rnn_sequence": (rnn_sequence_inputs(reverse=None, batch_first=None, masks=True), RNN_SEQ)}
+_MASKED_CASES = {"lstm_sequence": lstm_sequence_case, "gru_sequence": gru_sequence_case,
+                 "rnn_sequence": rnn_sequence_case}
+
+
+def _masked_call(op, case, arrays, backend=None):
+    """``gc.<op>`` on a case; CuPy arrays with masks go to the GPU backend by default."""
+    return getattr(gc, op)(*(case[k] for k in arrays),
+                           **{k: v for k, v in case.items() if k not in arrays},
+                           backend=backend)
+
+
+def _masked_grad(op, case, arrays, seq, backend=None, **upstream):
+    """``gc.<op>_grad`` with the case's settings passed explicitly (``seq`` need not record
+    them: the reference's is the device's forward in float64)."""
+    function = getattr(gc, f"{op}_grad")
+    accepted = inspect.signature(function).parameters
+    settings = {k: v for k, v in case.items() if k not in arrays and k in accepted}
+    return function(*(case[k] for k in arrays), seq, **settings, **upstream, backend=backend)
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("op", sorted(_MASKED))
+@given(data=st.data(), wanted=st.tuples(*[st.booleans()] * 4), seed=st.integers(0, 2**16))
+def test_masked_sequences_agree_with_reference(op, dtype, data, wanted, seed):
+    """Every mask (per step or broadcast over time), both directions and layouts, ragged
+    lengths and the cells' options: the GPU backend, chosen by default for CuPy arrays with
+    masks, against the reference on CuPy in float64, forward and every gradient."""
+    strategy, arrays = _MASKED[op]
+    case = on_gpu(data.draw(strategy), dtype)
+    case64 = float64(case)
+    assert gc._dispatch.backend_for(None, "cupy", masks=True) is gradcells.gpu
+    seq = _masked_call(op, case, arrays)
+    assert_close(seq, _masked_call(op, case64, arrays, "reference"), dtype, "forward ")
+    fields = ("h", "cs", "h_final", "cs_final") if op == "lstm_sequence" else ("h", "h_final")
+    up = upstream(seed, dtype, {f"d_{k}": getattr(seq, k).shape for k in fields},
+                  wanted[:len(fields)])
+    grads = _masked_grad(op, case, arrays, seq, **up)
+    expected = _masked_grad(op, case64, arrays, as64(seq), "reference", **up64(up))
+    assert_close(grads, expected, dtype, "gradient ")
+
+
+_MASKED_ORACLE = [
+    ("lstm_sequence", {"peephole": True, "clip": True}),
+    ("lstm_sequence", {"proj_size": 2, "proj_clip": True, "peephole": True}),
+    ("lstm_sequence", {"layer_norm": True, "ln_carry": "normalized", "peephole": True}),
+    ("lstm_sequence", {"layer_norm": True, "ln_carry": "raw", "proj_size": 2}),
+    ("gru_sequence", {}), ("gru_sequence", {"reset_after": True}),
+    ("rnn_sequence", {"activation": "tanh"}), ("rnn_sequence", {"activation": "relu"})]
+
+
+@pytest.mark.parametrize("op, options", _MASKED_ORACLE)
+@pytest.mark.parametrize("reverse, batch_first", [(False, False), (True, True)])
+def test_masked_gradients_match_finite_differences(op, options, reverse, batch_first):
+    case = on_library(_MASKED_CASES[op](np.random.default_rng(5), steps=3, batch=3,
+                                        input_size=2, hidden=3, ragged=True, reverse=reverse,
+                                        batch_first=batch_first, masks=True, **options),
+                      "cupy")
+    vjp_check(op, case, backend="gpu").raise_if_failed()
+
+
+@pytest.mark.parametrize("op, options", _MASKED_ORACLE)
+def test_masks_past_a_rows_length_are_never_read_on_the_device(op, options):
+    """NaN in the input and zoneout masks past each row's length changes nothing."""
+    arrays = _MASKED[op][1]
+    case = on_library(_MASKED_CASES[op](np.random.default_rng(6), steps=5, batch=4,
+                                        input_size=2, hidden=3, ragged=True, masks=True,
+                                        **options), "cupy")
+    valid = cp.arange(5)[:, None] < case["seq_len"]
+    poisoned = dict(case)
+    for name in ("input_mask", "zoneout_h", "zoneout_cs"):
+        if name in case:
+            full = cp.array(cp.broadcast_to(case[name], (5, 4, case[name].shape[-1])))
+            poisoned[name] = cp.where(valid[:, :, None], full, cp.nan)
+    runs = []
+    for c in (case, poisoned):
+        seq = _masked_call(op, c, arrays)
+        up = {"d_h": cp.ones(seq.h.shape), "d_h_final": cp.ones(seq.h_final.shape)}
+        weights = {k: v for k, v in c.items() if k in OPTIONAL_WEIGHTS}
+        grads = getattr(gc, f"{op}_grad")(*(c[k] for k in arrays), seq, **weights, **up)
+        runs.append([*seq, *(g for g in grads if isinstance(g, cp.ndarray))])
+    for want, got in zip(*runs):
+        assert not bool(cp.isnan(want).any())
+        cp.testing.assert_array_equal(got, want)

@@ -13,6 +13,10 @@ and ``rnn`` hold the operations and their matmul plans; ``_launch`` the runtime 
 and the helpers they share; ``_kernels`` the one table of kernel names, argument lists and
 launch shapes; ``_sources`` the source text the compilers get; ``_runtime`` CuPy and NVRTC.
 Arguments arrive validated by the public layer, as one weight set and one settings record.
+The sequence masks (docs/spec.md §11.3) run inside that plan: the input mask is one multiply
+of the whole input, the recurrent mask one of each step's matmul input (and of its gradient),
+and zoneout's mix and split happen inside the step kernels (the step's mask and a flag); the
+masks are materialised once per call (``_launch.sequence_mask``).
 Importing this package imports no CuPy and compiles nothing: CuPy is imported on the first
 call.
 """
@@ -22,6 +26,9 @@ from __future__ import annotations
 from .gru import gru_cell, gru_cell_grad, gru_sequence, gru_sequence_grad
 from .lstm import lstm_cell, lstm_cell_grad, lstm_sequence, lstm_sequence_grad
 from .rnn import rnn_cell, rnn_cell_grad, rnn_sequence, rnn_sequence_grad
+
+SEQUENCE_MASKS = True
+"""The GPU backend's sequence operations run the masks of docs/spec.md §11.3."""
 
 __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_sequence",
            "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad", "rnn_cell",

@@ -16,6 +16,10 @@ exact C type (``np.int32`` for ``int``, ``np.int64`` for ``long long``, ``np.flo
 ``np.float64`` for ``A``); arrays as C-contiguous arrays of the exact dtype, except that an
 array followed by ``long long ld_<name>`` may be a 2-D view with unit column stride and row
 stride ``ld_<name>`` elements.
+
+A kernel's ``optional`` parameters are the zoneout ones (docs/spec.md §11.3) and those only
+zoneout reads: a launch may leave them out, and then runs without zoneout (its flags 0, its
+mask and output arrays any array of the launch's, never read nor written).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ class Kernel:
     source: str
     template: tuple[str, ...]
     params: tuple[Param, ...]
+    optional: frozenset[str] = frozenset()
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -75,28 +80,37 @@ def _params(text: str) -> tuple[Param, ...]:
     return tuple(params)
 
 
-def _kernel(name, source, template, params):
-    return Kernel(name, source, template, _params(params))
+def _kernel(name, source, template, params, optional=""):
+    return Kernel(name, source, template, _params(params), frozenset(optional.split()))
+
+
+# What zoneout adds to a step kernel (see ``Kernel.optional``; with the names below).
+_ZONEOUT = "zoneout_h use_zoneout_h"
+_ZONEOUT_LSTM = f"{_ZONEOUT} zoneout_cs use_zoneout_cs"
 
 
 # The parameter lists below are the .cu signatures, in order (checked by a test).
 KERNELS: dict[str, Kernel] = {k.name: k for k in (
     _kernel("lstm_forward", "lstm.cu", ("T",), """
         const T* gx, const T* gh, const T* b, const T* cs_prev,
-        const T* wci, const T* wcf, const T* wco, const int* seq_len,
+        const T* wci, const T* wcf, const T* wco, const int* seq_len, const T* h_prev,
+        const T* zoneout_cs, const T* zoneout_h,
         A forget_bias, A cell_clip, int use_peephole, int use_clip, int use_seq_len,
-        long long step, long long batch, long long hidden,
+        int use_zoneout_cs, int use_zoneout_h, long long step, long long batch, long long hidden,
         T* i, T* cs, T* f, T* o, T* ci, T* co, T* h,
-        T* cs_state, T* h_state"""),
+        T* cs_state, T* h_state""", f"h_prev {_ZONEOUT_LSTM}"),
     _kernel("lstm_backward", "lstm.cu", ("T",), """
         const T* cs_prev, const T* i, const T* cs, const T* f, const T* o, const T* ci,
         const T* co, const T* wci, const T* wcf, const T* wco,
         const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
         const T* d_h_final, const T* d_cs_final, const int* seq_len,
-        A cell_clip, int use_peephole, int mask_clip,
+        const T* zoneout_cs, const T* zoneout_h,
+        A cell_clip, int use_peephole, int use_clip, int mask_clip,
         int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
-        long long step, long long n_steps, long long batch, long long hidden,
-        T* d_gates, T* dcs_prev, T* peephole_terms"""),
+        int use_zoneout_cs, int use_zoneout_h, long long step, long long n_steps,
+        long long batch, long long hidden,
+        T* d_gates, T* dcs_prev, T* peephole_terms, T* dh_zoned""",
+        f"use_clip dh_zoned {_ZONEOUT_LSTM}"),
     _kernel("layer_norm_rows", "lstm.cu", ("T",), """
         const T* z, const T* gamma, const T* beta, A epsilon, long long rows, long long cols,
         T* y"""),
@@ -106,20 +120,24 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     _kernel("lstm_forward_ln", "lstm.cu", ("T",), """
         const T* gx, const T* gh, const T* b, const T* cs_prev,
         const T* wci, const T* wcf, const T* wco, const T* gamma_c, const T* beta_c,
-        const int* seq_len, A forget_bias, A cell_clip, A epsilon, int use_peephole,
-        int use_clip, int use_seq_len, int carry_normalized,
+        const int* seq_len, const T* h_prev, const T* zoneout_cs, const T* zoneout_h,
+        A forget_bias, A cell_clip, A epsilon, int use_peephole, int use_clip, int use_seq_len,
+        int carry_normalized, int use_zoneout_cs, int use_zoneout_h,
         long long step, long long batch, long long hidden,
         T* i, T* cs, T* f, T* o, T* ci, T* co, T* h,
-        T* cs_state, T* h_state"""),
+        T* cs_state, T* h_state""", f"h_prev {_ZONEOUT_LSTM}"),
     _kernel("lstm_backward_ln", "lstm.cu", ("T",), """
         const T* cs_prev, const T* i, const T* cs, const T* f, const T* o, const T* ci,
         const T* co, const T* wci, const T* wcf, const T* wco, const T* gamma_c,
         const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
-        const T* d_h_final, const T* d_cs_final, const int* seq_len,
+        const T* d_h_final, const T* d_cs_final, const int* seq_len, const T* beta_c,
+        const T* zoneout_cs, const T* zoneout_h,
         A cell_clip, A epsilon, int use_peephole, int use_clip, int mask_clip,
         int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
-        int carry_normalized, long long step, long long n_steps, long long batch,
-        long long hidden, T* d_gates, T* dcs_prev, T* peephole_terms, T* norm_terms"""),
+        int carry_normalized, int use_zoneout_cs, int use_zoneout_h, long long step,
+        long long n_steps, long long batch, long long hidden,
+        T* d_gates, T* dcs_prev, T* peephole_terms, T* norm_terms, T* dh_zoned""",
+        f"beta_c dh_zoned {_ZONEOUT_LSTM}"),
     _kernel("gru_gates", "gru.cu", ("T",), """
         const T* gx_ru, long long ld_gx_ru, const T* gh_ru, long long ld_gh_ru, const T* b_ru,
         const T* h_prev, const int* seq_len, int use_seq_len,
@@ -127,33 +145,33 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
         T* r, T* u, T* rh"""),
     _kernel("gru_candidate", "gru.cu", ("T",), """
         const T* gx_c, long long ld_gx_c, const T* gh_c, long long ld_gh_c, const T* b_c,
-        const T* u, const T* h_prev, const int* seq_len, int use_seq_len,
-        long long step, long long batch, long long hidden,
-        T* c, T* h, T* h_state"""),
+        const T* u, const T* h_prev, const int* seq_len, const T* zoneout_h, int use_seq_len,
+        int use_zoneout_h, long long step, long long batch, long long hidden,
+        T* c, T* h, T* h_state""", _ZONEOUT),
     _kernel("gru_forward_reset_after", "gru.cu", ("T",), """
         const T* gx_ru, long long ld_gx_ru, const T* gx_c, long long ld_gx_c,
         const T* gh_ru, long long ld_gh_ru, const T* gh_c, long long ld_gh_c,
-        const T* b_ru, const T* b_c, const T* h_prev, const int* seq_len, int use_seq_len,
-        long long step, long long batch, long long hidden,
-        T* r, T* u, T* c, T* h, T* h_state"""),
+        const T* b_ru, const T* b_c, const T* h_prev, const int* seq_len, const T* zoneout_h,
+        int use_seq_len, int use_zoneout_h, long long step, long long batch, long long hidden,
+        T* r, T* u, T* c, T* h, T* h_state""", _ZONEOUT),
     _kernel("gru_backward_candidate", "gru.cu", ("T",), """
         const T* r, const T* u, const T* c, const T* h_prev, const T* n_pre, const T* b_c,
         const T* d_h, const T* dh_next_a, const T* dh_next_b, const T* d_h_final,
-        const int* seq_len, int reset_after, int has_d_h, int has_d_h_final, int use_seq_len,
-        long long step, long long n_steps, long long batch, long long hidden,
-        T* d_gates, T* d_n, T* dh_direct, T* rh"""),
+        const int* seq_len, const T* zoneout_h, int reset_after, int has_d_h, int has_d_h_final,
+        int use_seq_len, int use_zoneout_h, long long step, long long n_steps, long long batch,
+        long long hidden, T* d_gates, T* d_n, T* dh_direct, T* rh""", _ZONEOUT),
     _kernel("gru_backward_reset", "gru.cu", ("T",), """
         const T* d_hr, const T* r, const T* h_prev, long long batch, long long hidden,
         T* d_gates, T* dh_direct"""),
     _kernel("rnn_forward", "rnn.cu", ("T",), """
-        const T* gx, const T* gh, const T* b, const int* seq_len, int use_relu,
-        int use_seq_len, long long step, long long batch, long long hidden,
-        T* h, T* h_state"""),
+        const T* gx, const T* gh, const T* b, const int* seq_len, const T* h_prev,
+        const T* zoneout_h, int use_relu, int use_seq_len, int use_zoneout_h, long long step,
+        long long batch, long long hidden, T* h, T* h_state""", f"h_prev {_ZONEOUT}"),
     _kernel("rnn_backward", "rnn.cu", ("T",), """
         const T* h, const T* d_h, const T* dh_next, const T* d_h_final, const int* seq_len,
-        int use_relu, int has_d_h, int has_d_h_final, int use_seq_len,
-        long long step, long long n_steps, long long batch, long long hidden,
-        T* d_z"""),
+        const T* zoneout_h, int use_relu, int has_d_h, int has_d_h_final, int use_seq_len,
+        int use_zoneout_h, long long step, long long n_steps, long long batch, long long hidden,
+        T* d_z, T* dh_zoned""", f"dh_zoned {_ZONEOUT}"),
     _kernel("column_sum", "reduce.cu", ("TIn", "TOut"), """
         const TIn* in, long long rows, long long cols, long long rows_per_part,
         long long parts, TOut* out"""),
@@ -264,9 +282,7 @@ class Binding:
         converted to exact NumPy types. TypeError/ValueError name the kernel and parameter."""
         name = self.kernel.name
         if len(values) != len(self._plan):
-            missing = [p for p in self.kernel.param_names if p not in values]
-            extra = sorted(set(values) - set(self.kernel.param_names))
-            raise TypeError(f"{name}: missing arguments {missing}, unknown {extra}")
+            values = self._without_zoneout(values)
         args = []
         for param, array_dtype, scalar, limits, ld in self._plan:
             try:
@@ -286,6 +302,23 @@ class Binding:
                 _scalars[key] = converted
             args.append(converted)
         return tuple(args)
+
+    def _without_zoneout(self, values: dict) -> dict:
+        """``values`` with the optional parameters it leaves out filled in (``Kernel.
+        optional``); TypeError for any other missing or an unknown parameter."""
+        kernel = self.kernel
+        missing = [p for p in kernel.param_names if p not in values]
+        extra = sorted(set(values) - set(kernel.param_names))
+        if extra or not kernel.optional.issuperset(missing):
+            missing = [p for p in missing if p not in kernel.optional]
+            raise TypeError(f"{kernel.name}: missing arguments {missing}, unknown {extra}")
+        some_array = next(values[p.name] for p in kernel.params
+                          if p.is_pointer and p.base == "T" and p.name in values)
+        filled = dict(values)
+        for param in kernel.params:
+            if param.name not in values:
+                filled[param.name] = some_array if param.is_pointer else 0
+        return filled
 
 
 # NumPy scalars already made, by (type, Python type, value): making one costs ~1 us, and a

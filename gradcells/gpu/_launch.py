@@ -9,12 +9,16 @@ first call. The host emulation (``tests/cuda_host``) installs its own with ``use
 NumPy with the same kernel source compiled for the CPU, so every line of the operations (the
 matmul plan, the step loops, the kernel arguments) runs in CI without a GPU.
 
+The sequence masks (docs/spec.md §11.3) reach the kernels through ``sequence_mask`` (each
+materialised once per call) and ``at_step`` (step t's ``[B, W]`` slice, or the placeholder).
+
 Bias and peephole gradients are column sums (``column_sum``: the ``column_sum`` kernel,
 deterministic, accumulating in the arithmetic type, in one pass or two).
 """
 
 from __future__ import annotations
 
+from .._core import plan
 from . import _kernels
 
 _active = None
@@ -120,3 +124,20 @@ def previous(xp, first, steps):
 def row_stride(a):
     """Row stride, in elements, of a 2-D view with unit column stride."""
     return a.strides[0] // a.itemsize if a.shape[0] > 1 else a.shape[1]
+
+
+def sequence_mask(xp, mask, shape):
+    """A sequence's mask as the kernels read it, materialised once per call (``shape`` is
+    ``(T, B, W)``, what the mask broadcasts to): a C-contiguous ``[T, B, W]`` array when it
+    has a time axis of T != 1, else ``[B, W]``, the same at every step; None stays None."""
+    if mask is None:
+        return None
+    if mask.ndim == 3 and mask.shape[0] != 1:
+        return xp.ascontiguousarray(xp.broadcast_to(mask, shape))
+    return xp.ascontiguousarray(xp.broadcast_to(mask if mask.ndim < 3 else mask[0], shape[1:]))
+
+
+def at_step(mask, t, placeholder):
+    """The kernels' argument for step t of a ``sequence_mask``: its ``[B, W]`` slice (C-
+    contiguous), or ``placeholder`` (any array of the dtype; never read) without a mask."""
+    return placeholder if mask is None else plan.at_step(mask, t)

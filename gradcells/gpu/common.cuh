@@ -98,6 +98,12 @@ __device__ __forceinline__ A gc_clip(A a, A limit) {
     return a > limit ? limit : (a < -limit ? -limit : a);
 }
 
+// Zoneout's mix of a state (docs/spec.md, section 11.3): z*old + (1-z)*new.
+template <class A>
+__device__ __forceinline__ A gc_zoned(A z, A old_value, A new_value) {
+    return z * old_value + ((A)1 - z) * new_value;
+}
+
 // First index and stride of a grid-stride loop over the x dimension.
 template <class Index>
 __device__ __forceinline__ Index gc_first_x() {

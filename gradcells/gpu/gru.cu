@@ -11,6 +11,12 @@
 // Rows past their length (use_seq_len, step >= seq_len[b]) write zeros to the step's
 // outputs and leave the state alone; running rows also write their new h to h_state,
 // which may be the h_prev buffer itself (read, then written, by one thread).
+// Masks (docs/spec.md, section 11.3): the matmuls' inputs are masked around the kernels
+// (h_prev here is the state itself, what the interpolation reads; gru_gates' h_prev is what
+// the matmul (r*h)@W_ch sees). Zoneout (use_zoneout_h, zoneout_h: the step's [B, H] mask)
+// mixes the new state with the old one, h = z*h_prev + (1-z)*h, in the kernel that forms h;
+// its backward splits the upstream gradient g of the zoned state into (1-z)*g, the new
+// state's, and z*g, added to dh_direct (the old state's).
 
 #include "common.cuh"
 
@@ -67,8 +73,9 @@ GC_KERNEL void gru_gates(
 template <class T, class A, class Index>
 __device__ __forceinline__ void gru_candidate_body(
     const T* gx_c, Index ld_gx_c, const T* gh_c, Index ld_gh_c, const T* b_c,
-    const T* u_in, const T* h_prev, const int* seq_len, int use_seq_len, long long step,
-    Index n, Index hidden, T* c_out, T* h_out, T* h_state)
+    const T* u_in, const T* h_prev, const int* seq_len, const T* zoneout_h, int use_seq_len,
+    int use_zoneout_h, long long step, Index n, Index hidden, T* c_out, T* h_out,
+    T* h_state)
 {
     for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
         const Index row = k / hidden;
@@ -82,7 +89,9 @@ __device__ __forceinline__ void gru_candidate_body(
             gc_load(gx_c[row * ld_gx_c + col]) + gc_load(gh_c[row * ld_gh_c + col])
             + gc_load(b_c[col])));
         const A u = gc_load(u_in[k]);
-        const A h = u * gc_load(h_prev[k]) + ((A)1 - u) * c;
+        const A hp = gc_load(h_prev[k]);
+        A h = u * hp + ((A)1 - u) * c;
+        if (use_zoneout_h) h = gc_zoned(gc_load(zoneout_h[k]), hp, h);
         c_out[k] = gc_store<T>::from(c);
         h_out[k] = gc_store<T>::from(h);
         if (use_seq_len) h_state[k] = gc_store<T>::from(h);
@@ -92,19 +101,20 @@ __device__ __forceinline__ void gru_candidate_body(
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void gru_candidate(
     const T* gx_c, long long ld_gx_c, const T* gh_c, long long ld_gh_c, const T* b_c,
-    const T* u, const T* h_prev, const int* seq_len, int use_seq_len,
-    long long step, long long batch, long long hidden,
+    const T* u, const T* h_prev, const int* seq_len, const T* zoneout_h, int use_seq_len,
+    int use_zoneout_h, long long step, long long batch, long long hidden,
     T* c, T* h, T* h_state)
 {
     const long long n = batch * hidden;
     if (n <= GC_UINT32_SAFE_COUNT) {
         gru_candidate_body<T, A, unsigned int>(
             gx_c, (unsigned int)ld_gx_c, gh_c, (unsigned int)ld_gh_c, b_c, u, h_prev,
-            seq_len, use_seq_len, step, (unsigned int)n, (unsigned int)hidden, c, h, h_state);
+            seq_len, zoneout_h, use_seq_len, use_zoneout_h, step, (unsigned int)n,
+            (unsigned int)hidden, c, h, h_state);
     } else {
         gru_candidate_body<T, A, unsigned long long>(
             gx_c, (unsigned long long)ld_gx_c, gh_c, (unsigned long long)ld_gh_c, b_c, u,
-            h_prev, seq_len, use_seq_len, step, (unsigned long long)n,
+            h_prev, seq_len, zoneout_h, use_seq_len, use_zoneout_h, step, (unsigned long long)n,
             (unsigned long long)hidden, c, h, h_state);
     }
 }
@@ -117,8 +127,8 @@ template <class T, class A, class Index>
 __device__ __forceinline__ void gru_forward_reset_after_body(
     const T* gx_ru, Index ld_gx_ru, const T* gx_c, Index ld_gx_c,
     const T* gh_ru, Index ld_gh_ru, const T* gh_c, Index ld_gh_c,
-    const T* b_ru, const T* b_c, const T* h_prev, const int* seq_len, int use_seq_len,
-    long long step, Index n, Index hidden,
+    const T* b_ru, const T* b_c, const T* h_prev, const int* seq_len, const T* zoneout_h,
+    int use_seq_len, int use_zoneout_h, long long step, Index n, Index hidden,
     T* r_out, T* u_out, T* c_out, T* h_out, T* h_state)
 {
     for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
@@ -139,7 +149,9 @@ __device__ __forceinline__ void gru_forward_reset_after_body(
         const A recurrent = gc_load(gh_c[row * ld_gh_c + col]) + gc_load(b_c[col + hidden]);
         const A c = gc_rounded<T>(gc_tanh(
             gc_load(gx_c[row * ld_gx_c + col]) + gc_load(b_c[col]) + r * recurrent));
-        const A h = u * gc_load(h_prev[k]) + ((A)1 - u) * c;
+        const A hp = gc_load(h_prev[k]);
+        A h = u * hp + ((A)1 - u) * c;
+        if (use_zoneout_h) h = gc_zoned(gc_load(zoneout_h[k]), hp, h);
         r_out[k] = gc_store<T>::from(r);
         u_out[k] = gc_store<T>::from(u);
         c_out[k] = gc_store<T>::from(c);
@@ -152,8 +164,8 @@ template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void gru_forward_reset_after(
     const T* gx_ru, long long ld_gx_ru, const T* gx_c, long long ld_gx_c,
     const T* gh_ru, long long ld_gh_ru, const T* gh_c, long long ld_gh_c,
-    const T* b_ru, const T* b_c, const T* h_prev, const int* seq_len, int use_seq_len,
-    long long step, long long batch, long long hidden,
+    const T* b_ru, const T* b_c, const T* h_prev, const int* seq_len, const T* zoneout_h,
+    int use_seq_len, int use_zoneout_h, long long step, long long batch, long long hidden,
     T* r, T* u, T* c, T* h, T* h_state)
 {
     const long long n = batch * hidden;
@@ -161,12 +173,12 @@ GC_KERNEL void gru_forward_reset_after(
         gru_forward_reset_after_body<T, A, unsigned int>(
             gx_ru, (unsigned int)ld_gx_ru, gx_c, (unsigned int)ld_gx_c, gh_ru,
             (unsigned int)ld_gh_ru, gh_c, (unsigned int)ld_gh_c, b_ru, b_c, h_prev, seq_len,
-            use_seq_len, step, (unsigned int)n, (unsigned int)hidden, r, u, c, h, h_state);
+            zoneout_h, use_seq_len, use_zoneout_h, step, (unsigned int)n, (unsigned int)hidden, r, u, c, h, h_state);
     } else {
         gru_forward_reset_after_body<T, A, unsigned long long>(
             gx_ru, (unsigned long long)ld_gx_ru, gx_c, (unsigned long long)ld_gx_c, gh_ru,
             (unsigned long long)ld_gh_ru, gh_c, (unsigned long long)ld_gh_c, b_ru, b_c,
-            h_prev, seq_len, use_seq_len, step, (unsigned long long)n,
+            h_prev, seq_len, zoneout_h, use_seq_len, use_zoneout_h, step, (unsigned long long)n,
             (unsigned long long)hidden, r, u, c, h, h_state);
     }
 }
@@ -186,9 +198,9 @@ template <class T, class A, class Index>
 __device__ __forceinline__ void gru_backward_candidate_body(
     const T* r_in, const T* u_in, const T* c_in, const T* h_prev, const T* n_pre,
     const T* b_c, const T* d_h, const T* dh_next_a, const T* dh_next_b,
-    const T* d_h_final, const int* seq_len, int reset_after, int has_d_h,
-    int has_d_h_final, int use_seq_len, long long step, long long n_steps, Index n,
-    Index hidden, T* d_gates, T* d_n, T* dh_direct, T* rh)
+    const T* d_h_final, const int* seq_len, const T* zoneout_h, int reset_after,
+    int has_d_h, int has_d_h_final, int use_seq_len, int use_zoneout_h, long long step,
+    long long n_steps, Index n, Index hidden, T* d_gates, T* d_n, T* dh_direct, T* rh)
 {
     const A zero = (A)0;
     const A one = (A)1;
@@ -210,6 +222,12 @@ __device__ __forceinline__ void gru_backward_candidate_body(
         } else {
             dh = dh + (gc_load(dh_next_a[k]) + gc_load(dh_next_b[k]));
         }
+        A dh_old = zero;
+        if (use_zoneout_h) {
+            const A z = gc_load(zoneout_h[k]);
+            dh_old = z * dh;
+            dh = (one - z) * dh;
+        }
         const A r = gc_load(r_in[k]);
         const A u = gc_load(u_in[k]);
         const A c = gc_load(c_in[k]);
@@ -225,7 +243,7 @@ __device__ __forceinline__ void gru_backward_candidate_body(
         }
         d_gates[g + hidden] = gc_store<T>::from(du_bar);
         d_gates[g + 2 * hidden] = gc_store<T>::from(dc_bar);
-        dh_direct[k] = gc_store<T>::from(dh * u);
+        dh_direct[k] = gc_store<T>::from(dh * u + dh_old);
     }
 }
 
@@ -233,20 +251,22 @@ template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void gru_backward_candidate(
     const T* r, const T* u, const T* c, const T* h_prev, const T* n_pre, const T* b_c,
     const T* d_h, const T* dh_next_a, const T* dh_next_b, const T* d_h_final,
-    const int* seq_len, int reset_after, int has_d_h, int has_d_h_final, int use_seq_len,
-    long long step, long long n_steps, long long batch, long long hidden,
-    T* d_gates, T* d_n, T* dh_direct, T* rh)
+    const int* seq_len, const T* zoneout_h, int reset_after, int has_d_h, int has_d_h_final,
+    int use_seq_len, int use_zoneout_h, long long step, long long n_steps, long long batch,
+    long long hidden, T* d_gates, T* d_n, T* dh_direct, T* rh)
 {
     const long long n = batch * hidden;
     if (n <= GC_UINT32_SAFE_COUNT) {
         gru_backward_candidate_body<T, A, unsigned int>(
             r, u, c, h_prev, n_pre, b_c, d_h, dh_next_a, dh_next_b, d_h_final, seq_len,
-            reset_after, has_d_h, has_d_h_final, use_seq_len, step, n_steps,
+            zoneout_h, reset_after, has_d_h, has_d_h_final, use_seq_len, use_zoneout_h, step,
+            n_steps,
             (unsigned int)n, (unsigned int)hidden, d_gates, d_n, dh_direct, rh);
     } else {
         gru_backward_candidate_body<T, A, unsigned long long>(
             r, u, c, h_prev, n_pre, b_c, d_h, dh_next_a, dh_next_b, d_h_final, seq_len,
-            reset_after, has_d_h, has_d_h_final, use_seq_len, step, n_steps,
+            zoneout_h, reset_after, has_d_h, has_d_h_final, use_seq_len, use_zoneout_h, step,
+            n_steps,
             (unsigned long long)n, (unsigned long long)hidden, d_gates, d_n, dh_direct, rh);
     }
 }

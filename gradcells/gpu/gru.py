@@ -6,6 +6,15 @@ kernels, since the candidate's matmul ``(r∘h)·W_ch`` needs r first; reset aft
 ``h·[W_ruh, W_ch]``); after the backward loop ``dx`` is one matmul and the weight gradients
 are two per weight (x part and h part); the bias gradients are column sums. A cell is the
 same code with T = 1. Each operation runs on its arguments' device.
+
+The masks (docs/spec.md §11.3, ``gradcells.reference.gru.gru_sequence``): the input mask
+multiplies ``x`` once (and ``dx``); the matmuls read ``h_seen = h∘m_rec`` while the
+interpolation reads ``h`` itself, so the reset-before gates kernel gets ``h_seen`` (for
+``r∘h_seen``) and the candidate kernel ``h``; in the backward the matmuls' part of the carry
+is masked (reset before: ``d_hr∘m_rec`` enters ``gru_backward_reset``, whose ``dr`` and
+``dh`` terms then read ``h_prev``), and ``dW`` reads ``h_seen``. Zoneout is the kernels'
+that form ``h`` (the mix) and ``gru_backward_candidate`` (the split: ``z∘g`` joins
+``dh_direct``).
 """
 
 from __future__ import annotations
@@ -69,14 +78,21 @@ def _x_projection(xp, x, w_ru, w_c):
             (x_flat @ w_c[:n_in]).reshape(n_steps, n_batch, n_hidden))
 
 
+def _masks(xp, settings, n_steps, n_batch, n_hidden):
+    """The kernels' ``(m_rec, z_h)`` (``_launch.sequence_mask``; None where absent)."""
+    return (_launch.sequence_mask(xp, settings.recurrent_mask, (1, n_batch, n_hidden)),
+            _launch.sequence_mask(xp, settings.zoneout_h, (n_steps, n_batch, n_hidden)))
+
+
 def _forward(rt, x, h0, weights, settings):
     """Every step's outputs (a GRUCellState of ``[T, B, H]`` arrays) and the final h."""
     xp = rt.xp
     lengths = _launch.lengths(xp, settings.seq_len)
-    x = plan.running_inputs(xp, x, lengths)
+    x = plan.running_inputs(xp, plan.masked(x, settings.input_mask), lengths)
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
     dtype = x.dtype
+    m_rec, z_h = _masks(xp, settings, n_steps, n_batch, n_hidden)
     gx_ru, gx_c = _x_projection(xp, x, weights.w_ru, weights.w_c)
     steps = GRUCellState(*(xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
                            for _ in GRUCellState._fields))
@@ -84,65 +100,71 @@ def _forward(rt, x, h0, weights, settings):
     common = {"seq_len": _launch.lengths_argument(xp, lengths),
               "use_seq_len": lengths is not None, "batch": n_batch, "hidden": n_hidden}
     step = (_ResetAfterStep if settings.reset_after else _ResetBeforeStep)(
-        rt, weights, n_in, n_steps, dtype, n_batch * n_hidden, common)
+        rt, weights, n_in, n_steps, dtype, n_batch * n_hidden, common, z_h is not None)
     for t in range(n_steps):
         h_state = h if lengths is not None else steps.h[t]
         h_out = steps.h[t]
-        step(t, gx_ru[t], gx_c[t], h, *(a[t] for a in steps[:3]), h_out, h_state)
+        step(t, gx_ru[t], gx_c[t], h, plan.masked(h, m_rec), _launch.at_step(z_h, t, h),
+             *(a[t] for a in steps[:3]), h_out, h_state)
         if lengths is None:
             h = h_out
     return steps, h
 
 
 class _ResetAfterStep:
-    """One reset-after step: ``h·[W_ruh, W_ch]`` (one matmul when T > 1, viewed as its r, u
-    and c blocks; two when T = 1) and the fused kernel."""
+    """One reset-after step: ``h_seen·[W_ruh, W_ch]`` (one matmul when T > 1, viewed as its
+    r, u and c blocks; two when T = 1) and the fused kernel, which interpolates with ``h``
+    itself and zones with ``z`` (``use_zoneout``). ``h_seen`` is what the matmuls see
+    (``h∘m_rec``)."""
 
-    def __init__(self, rt, weights, n_in, n_steps, dtype, n, common):
+    def __init__(self, rt, weights, n_in, n_steps, dtype, n, common, use_zoneout):
         xp = self.xp = rt.xp
         self.w_ruh, self.w_ch = weights.w_ru[n_in:], weights.w_c[n_in:]
         self.w_h = xp.concatenate([self.w_ruh, self.w_ch], axis=1) if n_steps > 1 else None
         self.kernel = Launcher(rt, "gru_forward_reset_after", dtype, n,
                                b_ru=xp.ascontiguousarray(weights.b_ru),
-                               b_c=xp.ascontiguousarray(weights.b_c), **common)
+                               b_c=xp.ascontiguousarray(weights.b_c),
+                               use_zoneout_h=use_zoneout, **common)
 
-    def __call__(self, t, gx_ru, gx_c, h, r, u, c, h_out, h_state):
+    def __call__(self, t, gx_ru, gx_c, h, h_seen, z, r, u, c, h_out, h_state):
         xp = self.xp
         if self.w_h is not None:
             n_ru = self.w_ruh.shape[1]
-            gh = matmul(xp, h, self.w_h)
+            gh = matmul(xp, h_seen, self.w_h)
             gh_ru, gh_c = gh[:, :n_ru], gh[:, n_ru:]
         else:
-            gh_ru, gh_c = matmul(xp, h, self.w_ruh), matmul(xp, h, self.w_ch)
+            gh_ru, gh_c = matmul(xp, h_seen, self.w_ruh), matmul(xp, h_seen, self.w_ch)
         self.kernel(gx_ru=gx_ru, ld_gx_ru=row_stride(gx_ru), gx_c=gx_c,
                     ld_gx_c=row_stride(gx_c), gh_ru=gh_ru, ld_gh_ru=row_stride(gh_ru),
-                    gh_c=gh_c, ld_gh_c=row_stride(gh_c), h_prev=h, step=t, r=r, u=u, c=c,
-                    h=h_out, h_state=h_state)
+                    gh_c=gh_c, ld_gh_c=row_stride(gh_c), h_prev=h, zoneout_h=z, step=t, r=r,
+                    u=u, c=c, h=h_out, h_state=h_state)
 
 
 class _ResetBeforeStep:
-    """One reset-before step: ``h·W_ruh``, the gates kernel (r, u and r∘h), ``(r∘h)·W_ch``
-    and the candidate kernel."""
+    """One reset-before step: ``h_seen·W_ruh``, the gates kernel (r, u and r∘h_seen),
+    ``(r∘h_seen)·W_ch`` and the candidate kernel, which interpolates with ``h`` itself and
+    zones with ``z`` (``use_zoneout``)."""
 
-    def __init__(self, rt, weights, n_in, n_steps, dtype, n, common):
+    def __init__(self, rt, weights, n_in, n_steps, dtype, n, common, use_zoneout):
         xp = self.xp = rt.xp
         self.dtype = dtype
         self.w_ruh, self.w_ch = weights.w_ru[n_in:], weights.w_c[n_in:]
         self.gates = Launcher(rt, "gru_gates", dtype, n,
                               b_ru=xp.ascontiguousarray(weights.b_ru), **common)
         self.candidate = Launcher(rt, "gru_candidate", dtype, n,
-                                  b_c=xp.ascontiguousarray(weights.b_c), **common)
+                                  b_c=xp.ascontiguousarray(weights.b_c),
+                                  use_zoneout_h=use_zoneout, **common)
 
-    def __call__(self, t, gx_ru, gx_c, h, r, u, c, h_out, h_state):
+    def __call__(self, t, gx_ru, gx_c, h, h_seen, z, r, u, c, h_out, h_state):
         xp = self.xp
         rh = xp.empty(h.shape, dtype=self.dtype)
-        gh_ru = matmul(xp, h, self.w_ruh)
+        gh_ru = matmul(xp, h_seen, self.w_ruh)
         self.gates(gx_ru=gx_ru, ld_gx_ru=row_stride(gx_ru), gh_ru=gh_ru,
-                   ld_gh_ru=row_stride(gh_ru), h_prev=h, step=t, r=r, u=u, rh=rh)
+                   ld_gh_ru=row_stride(gh_ru), h_prev=h_seen, step=t, r=r, u=u, rh=rh)
         gh_c = matmul(xp, rh, self.w_ch)
         self.candidate(gx_c=gx_c, ld_gx_c=row_stride(gx_c), gh_c=gh_c,
-                       ld_gh_c=row_stride(gh_c), u=u, h_prev=h, step=t, c=c, h=h_out,
-                       h_state=h_state)
+                       ld_gh_c=row_stride(gh_c), u=u, h_prev=h, zoneout_h=z, step=t, c=c,
+                       h=h_out, h_state=h_state)
 
 
 # --------------------------------------------------------------------------------------
@@ -153,22 +175,33 @@ def _backward(rt, x, h0, weights, steps, settings, *, d_h, d_h_final):
     """Backpropagation through time; returns the fields of GRUSequenceGrads."""
     xp = rt.xp
     lengths = _launch.lengths(xp, settings.seq_len)
-    x = plan.running_inputs(xp, x, lengths)
+    x = plan.running_inputs(xp, plan.masked(x, settings.input_mask), lengths)
     r, u, c, h = (xp.ascontiguousarray(a) for a in steps)
     d_h, d_h_final = contiguous(xp, d_h), contiguous(xp, d_h_final)
     h_prev = _launch.previous(xp, h0, h)
+    masks = _masks(xp, settings, *h.shape)
+    h_seen = plan.masked(h_prev, masks[0])  # what the matmuls saw
     d_gates, d_n, rh, dh0 = _backward_steps(rt, x, h0, weights, settings, lengths,
-                                            (r, u, c, h_prev), d_h=d_h, d_h_final=d_h_final)
-    dx, dw_ru, dw_c, db_ru, db_c = _weight_grads(rt, x, weights, h_prev, d_gates, d_n, rh)
+                                            (r, u, c, h_prev, h_seen), masks, d_h=d_h,
+                                            d_h_final=d_h_final)
+    if rh is not None:  # the kernel's r∘h_prev; the matmul saw r∘h_seen
+        rh = plan.masked(rh, masks[0])
+    dx, dw_ru, dw_c, db_ru, db_c = _weight_grads(rt, x, weights, h_seen, d_gates, d_n, rh)
+    dx = plan.running_inputs(xp, plan.masked(dx, settings.input_mask), lengths)
     return dx, dh0, dw_ru, dw_c, db_ru, db_c
 
 
-def _backward_steps(rt, x, h0, weights, settings, lengths, steps, *, d_h, d_h_final):
-    """The backward loop over ``steps = (r, u, c, h_prev)``: every step's gate gradients
+def _backward_steps(rt, x, h0, weights, settings, lengths, steps, masks, *, d_h, d_h_final):
+    """The backward loop over ``steps = (r, u, c, h_prev, h_seen)`` (``h_seen``: what the
+    matmuls saw, ``h_prev∘m_rec``): every step's gate gradients
     ``[T, B, 3H]`` (dR, dU, dC), reset after ``dN = dL/dn`` (else None), reset before
-    ``r∘h_prev`` (else None), and ``dL/dh0``."""
+    ``r∘h_prev`` (else None), and ``dL/dh0``. The masks ``(m_rec, z_h)`` (``_masks``): the
+    matmuls saw ``h_seen``, so their part of the carry is masked (reset before:
+    ``d_hr∘m_rec`` enters ``gru_backward_reset``, which then reads ``h_prev`` itself); the
+    candidate kernel splits the zoned h's gradient."""
     xp = rt.xp
-    r, u, c, h_prev = steps
+    r, u, c, h_prev, h_seen = steps
+    m_rec, z_h = masks
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
     dtype = x.dtype
@@ -178,7 +211,7 @@ def _backward_steps(rt, x, h0, weights, settings, lengths, steps, *, d_h, d_h_fi
     d_gates = xp.empty((n_steps, n_batch, 3 * n_hidden), dtype=dtype)  # [dR, dU, dC]
     n_pre = d_n = rh = None
     if reset_after:  # n - b_ch for every step at once; dN = dL/dn
-        n_pre = matmul(xp, plan.flat(h_prev), w_ch).reshape(shape)
+        n_pre = matmul(xp, plan.flat(h_seen), w_ch).reshape(shape)
         d_n = xp.empty(shape, dtype=dtype)
     else:  # r∘h_prev, the input of the h-rows of w_c
         rh = xp.empty(shape, dtype=dtype)
@@ -190,8 +223,8 @@ def _backward_steps(rt, x, h0, weights, settings, lengths, steps, *, d_h, d_h_fi
         d_h_final=placeholder if d_h_final is None else d_h_final, dh_next_b=dh_direct,
         seq_len=_launch.lengths_argument(xp, lengths), reset_after=reset_after,
         has_d_h=d_h is not None, has_d_h_final=d_h_final is not None,
-        use_seq_len=lengths is not None, n_steps=n_steps, batch=n_batch, hidden=n_hidden,
-        dh_direct=dh_direct)
+        use_seq_len=lengths is not None, use_zoneout_h=z_h is not None, n_steps=n_steps,
+        batch=n_batch, hidden=n_hidden, dh_direct=dh_direct)
     reset = Launcher(rt, "gru_backward_reset", dtype, n_batch * n_hidden, batch=n_batch,
                      hidden=n_hidden, dh_direct=dh_direct)
     for t in reversed(range(n_steps)):
@@ -199,15 +232,17 @@ def _backward_steps(rt, x, h0, weights, settings, lengths, steps, *, d_h, d_h_fi
                   n_pre=n_pre[t] if reset_after else placeholder,
                   d_h=placeholder if d_h is None else d_h[t],
                   dh_next_a=placeholder if dh_recurrent is None else dh_recurrent, step=t,
+                  zoneout_h=_launch.at_step(z_h, t, placeholder),
                   d_gates=d_gates[t], d_n=d_n[t] if reset_after else placeholder,
                   rh=placeholder if reset_after else rh[t])
         if reset_after:
             dh_recurrent = matmul(xp, d_gates[t][:, :2 * n_hidden], w_ruh.T)
             dh_recurrent += d_n[t] @ w_ch.T
         else:
-            d_hr = matmul(xp, d_gates[t][:, 2 * n_hidden:], w_ch.T)
+            d_hr = plan.masked(matmul(xp, d_gates[t][:, 2 * n_hidden:], w_ch.T), m_rec)
             reset(d_hr=d_hr, r=r[t], h_prev=h_prev[t], d_gates=d_gates[t])
             dh_recurrent = matmul(xp, d_gates[t][:, :2 * n_hidden], w_ruh.T)
+        dh_recurrent = plan.masked(dh_recurrent, m_rec)
     if n_steps == 0:
         dh0 = xp.zeros_like(h0) if d_h_final is None else d_h_final.copy()
     else:

@@ -9,6 +9,17 @@
 
 #include "common.cuh"
 
+// The clipped cell value c~ = clip(i*ci + f*cs_prev) of one element, rounded to T: the
+// forward forms it from the rounded gates it stores, and the backward recomputes it from
+// them with the same fma, bit for bit (so its mean and r are the forward's too).
+template <class T, class A>
+__device__ __forceinline__ A gc_lstm_c_tilde(A i, A ci, A f, A c_prev, int use_clip, A cell_clip)
+{
+    A c = gc_fma(i, ci, f * c_prev);
+    if (use_clip) c = gc_clip(c, cell_clip);
+    return gc_rounded<T>(c);
+}
+
 // In the comments, @ is a matmul and * an elementwise (or scalar) product.
 //
 // Forward:
@@ -24,12 +35,17 @@
 // and leaves its state alone; a running row also writes its new cs and h to cs_state and
 // h_state, which may be the cs_prev buffer itself (each element is read, then written, by
 // one thread).
+// Zoneout (use_zoneout_cs, use_zoneout_h; zoneout_cs, zoneout_h: the step's [B, H] masks)
+// mixes the new states with the old ones, cs = z_cs*cs_prev + (1-z_cs)*cs and
+// h = z_h*h_prev + (1-z_h)*h, as they are stored and carried; co and o read the step's own
+// (unzoned) cs. h_prev is read only for zoneout (and may be the h_state buffer).
 template <class T, class A, class Index>
 __device__ __forceinline__ void lstm_forward_body(
     const T* gx, const T* gh, const T* b, const T* cs_prev,
-    const T* wci, const T* wcf, const T* wco, const int* seq_len,
+    const T* wci, const T* wcf, const T* wco, const int* seq_len, const T* h_prev,
+    const T* zoneout_cs, const T* zoneout_h,
     A forget_bias, A cell_clip, int use_peephole, int use_clip, int use_seq_len,
-    long long step, Index n, Index hidden,
+    int use_zoneout_cs, int use_zoneout_h, long long step, Index n, Index hidden,
     T* i_out, T* cs_out, T* f_out, T* o_out, T* ci_out, T* co_out, T* h_out,
     T* cs_state, T* h_state)
 {
@@ -63,7 +79,9 @@ __device__ __forceinline__ void lstm_forward_body(
         const A co = gc_rounded<T>(gc_tanh(cs));
         if (use_peephole) pre_o = pre_o + cs * gc_load(wco[col]);
         const A o = gc_rounded<T>(gc_sigmoid(pre_o));
-        const A h = o * co;
+        A h = o * co;
+        if (use_zoneout_cs) cs = gc_zoned(gc_load(zoneout_cs[k]), c_prev, cs);
+        if (use_zoneout_h) h = gc_zoned(gc_load(zoneout_h[k]), gc_load(h_prev[k]), h);
         i_out[k] = gc_store<T>::from(i);
         cs_out[k] = gc_store<T>::from(cs);
         f_out[k] = gc_store<T>::from(f);
@@ -81,22 +99,25 @@ __device__ __forceinline__ void lstm_forward_body(
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void lstm_forward(
     const T* gx, const T* gh, const T* b, const T* cs_prev,
-    const T* wci, const T* wcf, const T* wco, const int* seq_len,
+    const T* wci, const T* wcf, const T* wco, const int* seq_len, const T* h_prev,
+    const T* zoneout_cs, const T* zoneout_h,
     A forget_bias, A cell_clip, int use_peephole, int use_clip, int use_seq_len,
-    long long step, long long batch, long long hidden,
+    int use_zoneout_cs, int use_zoneout_h, long long step, long long batch, long long hidden,
     T* i, T* cs, T* f, T* o, T* ci, T* co, T* h,
     T* cs_state, T* h_state)
 {
     const long long n = batch * hidden;
     if (n <= GC_UINT32_SAFE_COUNT) {
         lstm_forward_body<T, A, unsigned int>(
-            gx, gh, b, cs_prev, wci, wcf, wco, seq_len, forget_bias, cell_clip,
-            use_peephole, use_clip, use_seq_len, step, (unsigned int)n, (unsigned int)hidden,
+            gx, gh, b, cs_prev, wci, wcf, wco, seq_len, h_prev, zoneout_cs, zoneout_h,
+            forget_bias, cell_clip, use_peephole, use_clip, use_seq_len, use_zoneout_cs,
+            use_zoneout_h, step, (unsigned int)n, (unsigned int)hidden,
             i, cs, f, o, ci, co, h, cs_state, h_state);
     } else {
         lstm_forward_body<T, A, unsigned long long>(
-            gx, gh, b, cs_prev, wci, wcf, wco, seq_len, forget_bias, cell_clip,
-            use_peephole, use_clip, use_seq_len, step, (unsigned long long)n,
+            gx, gh, b, cs_prev, wci, wcf, wco, seq_len, h_prev, zoneout_cs, zoneout_h,
+            forget_bias, cell_clip, use_peephole, use_clip, use_seq_len, use_zoneout_cs,
+            use_zoneout_h, step, (unsigned long long)n,
             (unsigned long long)hidden, i, cs, f, o, ci, co, h, cs_state, h_state);
     }
 }
@@ -114,16 +135,23 @@ GC_KERNEL void lstm_forward(
 //   peephole_terms = [di*cs_prev, df*cs_prev, do*cs] ([B, 3H]; column sums: dwci, dwcf, dwco)
 // A row past its length has zero gate gradients and passes its final-state gradient
 // through: dcs_prev = d_cs_final (or 0). dcs_prev may be the dcs_next buffer itself.
+// Zoneout (use_zoneout_h, use_zoneout_cs) splits the upstream gradient g of a zoned state:
+// (1-z)*g is the new state's (dh, dcs_up above), z*g the old one's: dh_zoned = z_h*g_h
+// (added to the carry around the kernel; 0 in a row past its length) and dcs_prev +=
+// z_cs*g_cs. With zoneout_cs the saved cs is the zoned state, so the o-peephole's term reads
+// the step's own c~ = clip(i*ci + f*cs_prev), recomputed (use_clip: clipped) as the forward
+// formed it.
 template <class T, class A, class Index>
 __device__ __forceinline__ void lstm_backward_body(
     const T* cs_prev, const T* i_in, const T* cs_in, const T* f_in, const T* o_in,
     const T* ci_in, const T* co_in, const T* wci, const T* wcf, const T* wco,
     const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
     const T* d_h_final, const T* d_cs_final, const int* seq_len,
-    A cell_clip, int use_peephole, int mask_clip,
+    const T* zoneout_cs, const T* zoneout_h,
+    A cell_clip, int use_peephole, int use_clip, int mask_clip,
     int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
-    long long step, long long n_steps, Index n, Index hidden,
-    T* d_gates, T* dcs_prev, T* peephole_terms)
+    int use_zoneout_cs, int use_zoneout_h, long long step, long long n_steps, Index n,
+    Index hidden, T* d_gates, T* dcs_prev, T* peephole_terms, T* dh_zoned)
 {
     const A zero = (A)0;
     const A one = (A)1;
@@ -142,6 +170,7 @@ __device__ __forceinline__ void lstm_backward_body(
                 peephole_terms[p + 2 * hidden] = z;
             }
             dcs_prev[k] = has_d_cs_final ? d_cs_final[k] : z;
+            if (use_zoneout_h) dh_zoned[k] = z;
             continue;
         }
         A dh = has_d_h ? gc_load(d_h[k]) : zero;
@@ -153,13 +182,25 @@ __device__ __forceinline__ void lstm_backward_body(
             dh = dh + gc_load(dh_next[k]);
             dcs_up = dcs_up + gc_load(dcs_next[k]);
         }
+        if (use_zoneout_h) {
+            const A z = gc_load(zoneout_h[k]);
+            dh_zoned[k] = gc_store<T>::from(z * dh);
+            dh = (one - z) * dh;
+        }
+        A dcs_old = zero;
+        if (use_zoneout_cs) {
+            const A z = gc_load(zoneout_cs[k]);
+            dcs_old = z * dcs_up;
+            dcs_up = (one - z) * dcs_up;
+        }
         const A c_prev = gc_load(cs_prev[k]);
         const A i = gc_load(i_in[k]);
-        const A cs = gc_load(cs_in[k]);
         const A f = gc_load(f_in[k]);
         const A o = gc_load(o_in[k]);
         const A ci = gc_load(ci_in[k]);
         const A co = gc_load(co_in[k]);
+        const A cs = use_zoneout_cs ? gc_lstm_c_tilde<T, A>(i, ci, f, c_prev, use_clip, cell_clip)
+                                    : gc_load(cs_in[k]);
 
         const A d_o = dh * co * o * (one - o);
         A dcs = dh * o * (one - co * co) + dcs_up;
@@ -179,7 +220,7 @@ __device__ __forceinline__ void lstm_backward_body(
             peephole_terms[p + hidden] = gc_store<T>::from(df * c_prev);
             peephole_terms[p + 2 * hidden] = gc_store<T>::from(d_o * cs);
         }
-        dcs_prev[k] = gc_store<T>::from(d_prev);
+        dcs_prev[k] = gc_store<T>::from(d_prev + dcs_old);
     }
 }
 
@@ -189,25 +230,30 @@ GC_KERNEL void lstm_backward(
     const T* co, const T* wci, const T* wcf, const T* wco,
     const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
     const T* d_h_final, const T* d_cs_final, const int* seq_len,
-    A cell_clip, int use_peephole, int mask_clip,
+    const T* zoneout_cs, const T* zoneout_h,
+    A cell_clip, int use_peephole, int use_clip, int mask_clip,
     int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
-    long long step, long long n_steps, long long batch, long long hidden,
-    T* d_gates, T* dcs_prev, T* peephole_terms)
+    int use_zoneout_cs, int use_zoneout_h, long long step, long long n_steps,
+    long long batch, long long hidden,
+    T* d_gates, T* dcs_prev, T* peephole_terms, T* dh_zoned)
 {
     const long long n = batch * hidden;
     if (n <= GC_UINT32_SAFE_COUNT) {
         lstm_backward_body<T, A, unsigned int>(
             cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, d_h, d_cs, dh_next, dcs_next,
-            d_h_final, d_cs_final, seq_len, cell_clip, use_peephole, mask_clip, has_d_h,
-            has_d_cs, has_d_h_final, has_d_cs_final, use_seq_len, step, n_steps,
-            (unsigned int)n, (unsigned int)hidden, d_gates, dcs_prev, peephole_terms);
+            d_h_final, d_cs_final, seq_len, zoneout_cs, zoneout_h, cell_clip, use_peephole,
+            use_clip, mask_clip, has_d_h, has_d_cs, has_d_h_final, has_d_cs_final,
+            use_seq_len, use_zoneout_cs, use_zoneout_h, step, n_steps,
+            (unsigned int)n, (unsigned int)hidden, d_gates, dcs_prev, peephole_terms,
+            dh_zoned);
     } else {
         lstm_backward_body<T, A, unsigned long long>(
             cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, d_h, d_cs, dh_next, dcs_next,
-            d_h_final, d_cs_final, seq_len, cell_clip, use_peephole, mask_clip, has_d_h,
-            has_d_cs, has_d_h_final, has_d_cs_final, use_seq_len, step, n_steps,
+            d_h_final, d_cs_final, seq_len, zoneout_cs, zoneout_h, cell_clip, use_peephole,
+            use_clip, mask_clip, has_d_h, has_d_cs, has_d_h_final, has_d_cs_final,
+            use_seq_len, use_zoneout_cs, use_zoneout_h, step, n_steps,
             (unsigned long long)n, (unsigned long long)hidden, d_gates, dcs_prev,
-            peephole_terms);
+            peephole_terms, dh_zoned);
     }
 }
 
@@ -293,17 +339,6 @@ GC_KERNEL void layer_norm_grad_rows(
     }
 }
 
-// The clipped cell value c~ = clip(i*ci + f*cs_prev) of one element, rounded to T: the
-// forward forms it from the rounded gates it stores, and the backward recomputes it from
-// them with the same fma, bit for bit (so its mean and r are the forward's too).
-template <class T, class A>
-__device__ __forceinline__ A gc_lstm_c_tilde(A i, A ci, A f, A c_prev, int use_clip, A cell_clip)
-{
-    A c = gc_fma(i, ci, f * c_prev);
-    if (use_clip) c = gc_clip(c, cell_clip);
-    return gc_rounded<T>(c);
-}
-
 // The step of the layer-normalised cell, ONE THREAD PER ROW b (see above); gx and gh are
 // the gate norms' outputs LN(x@W_x) and LN(h_prev@W_h) ([B, 4H], layer_norm_rows):
 //   pre = gx + gh + b;   i, ci, f as lstm_forward;   c~ = clip(i*ci + f*cs_prev)
@@ -312,14 +347,15 @@ __device__ __forceinline__ A gc_lstm_c_tilde(A i, A ci, A f, A c_prev, int use_c
 //   h  = o*co
 // Pass 1 writes i, ci, f and sums c~; pass 2 the variance; pass 3 the rest. Lengths,
 // cs_state and h_state as lstm_forward (cs_state may be cs_prev: each element is read by the
-// row's thread before that thread writes it).
+// row's thread before that thread writes it). Zoneout as lstm_forward, on the carried cs.
 template <class T, class A, class Index>
 __device__ __forceinline__ void lstm_forward_ln_body(
     const T* gx, const T* gh, const T* b, const T* cs_prev,
     const T* wci, const T* wcf, const T* wco, const T* gamma_c, const T* beta_c,
-    const int* seq_len, A forget_bias, A cell_clip, A epsilon, int use_peephole,
-    int use_clip, int use_seq_len, int carry_normalized, long long step, Index batch,
-    Index hidden, T* i_out, T* cs_out, T* f_out, T* o_out, T* ci_out, T* co_out, T* h_out,
+    const int* seq_len, const T* h_prev, const T* zoneout_cs, const T* zoneout_h,
+    A forget_bias, A cell_clip, A epsilon, int use_peephole, int use_clip, int use_seq_len,
+    int carry_normalized, int use_zoneout_cs, int use_zoneout_h, long long step,
+    Index batch, Index hidden, T* i_out, T* cs_out, T* f_out, T* o_out, T* ci_out, T* co_out, T* h_out,
     T* cs_state, T* h_state)
 {
     const T zero = gc_store<T>::from((A)0);
@@ -374,12 +410,14 @@ __device__ __forceinline__ void lstm_forward_ln_body(
             const A n = gc_rounded<T>(
                 gc_fma(gc_load(gamma_c[col]), (c_tilde - mean) * r, gc_load(beta_c[col])));
             const A co = gc_rounded<T>(gc_tanh(n));
-            const A cs = carry_normalized ? n : c_tilde;
+            A cs = carry_normalized ? n : c_tilde;
             A pre_o = gc_load(gx[g + 3 * hidden]) + gc_load(gh[g + 3 * hidden])
                       + gc_load(b[col + 3 * hidden]);
             if (use_peephole) pre_o = pre_o + cs * gc_load(wco[col]);
             const A o = gc_rounded<T>(gc_sigmoid(pre_o));
-            const A h = o * co;
+            A h = o * co;
+            if (use_zoneout_cs) cs = gc_zoned(gc_load(zoneout_cs[k]), gc_load(cs_prev[k]), cs);
+            if (use_zoneout_h) h = gc_zoned(gc_load(zoneout_h[k]), gc_load(h_prev[k]), h);
             cs_out[k] = gc_store<T>::from(cs);
             o_out[k] = gc_store<T>::from(o);
             co_out[k] = gc_store<T>::from(co);
@@ -396,22 +434,25 @@ template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void lstm_forward_ln(
     const T* gx, const T* gh, const T* b, const T* cs_prev,
     const T* wci, const T* wcf, const T* wco, const T* gamma_c, const T* beta_c,
-    const int* seq_len, A forget_bias, A cell_clip, A epsilon, int use_peephole,
-    int use_clip, int use_seq_len, int carry_normalized,
+    const int* seq_len, const T* h_prev, const T* zoneout_cs, const T* zoneout_h,
+    A forget_bias, A cell_clip, A epsilon, int use_peephole, int use_clip, int use_seq_len,
+    int carry_normalized, int use_zoneout_cs, int use_zoneout_h,
     long long step, long long batch, long long hidden,
     T* i, T* cs, T* f, T* o, T* ci, T* co, T* h,
     T* cs_state, T* h_state)
 {
     if (batch * hidden <= GC_UINT32_SAFE_COUNT) {
         lstm_forward_ln_body<T, A, unsigned int>(
-            gx, gh, b, cs_prev, wci, wcf, wco, gamma_c, beta_c, seq_len, forget_bias,
-            cell_clip, epsilon, use_peephole, use_clip, use_seq_len, carry_normalized, step,
+            gx, gh, b, cs_prev, wci, wcf, wco, gamma_c, beta_c, seq_len, h_prev, zoneout_cs,
+            zoneout_h, forget_bias, cell_clip, epsilon, use_peephole, use_clip, use_seq_len,
+            carry_normalized, use_zoneout_cs, use_zoneout_h, step,
             (unsigned int)batch, (unsigned int)hidden, i, cs, f, o, ci, co, h, cs_state,
             h_state);
     } else {
         lstm_forward_ln_body<T, A, unsigned long long>(
-            gx, gh, b, cs_prev, wci, wcf, wco, gamma_c, beta_c, seq_len, forget_bias,
-            cell_clip, epsilon, use_peephole, use_clip, use_seq_len, carry_normalized, step,
+            gx, gh, b, cs_prev, wci, wcf, wco, gamma_c, beta_c, seq_len, h_prev, zoneout_cs,
+            zoneout_h, forget_bias, cell_clip, epsilon, use_peephole, use_clip, use_seq_len,
+            carry_normalized, use_zoneout_cs, use_zoneout_h, step,
             (unsigned long long)batch, (unsigned long long)hidden, i, cs, f, o, ci, co, h,
             cs_state, h_state);
     }
@@ -419,17 +460,20 @@ GC_KERNEL void lstm_forward_ln(
 
 // What the backward of the layer-normalised step needs of one element before the cell
 // norm: do, the gradient dn of n = LN(c~) and the carried state's gradient dcs_c.
+// With zoneout, the upstream gradients are split first (as in lstm_backward): dh_old and
+// dcs_old are the old states' parts.
 template <class A>
 struct gc_lstm_ln_up {
-    A d_o, dn, dcs_c;
+    A d_o, dn, dcs_c, dh_old, dcs_old;
 };
 
 template <class T, class A, class Index>
 __device__ __forceinline__ gc_lstm_ln_up<A> gc_lstm_ln_upstream(
     Index k, Index col, const T* o_in, const T* co_in, const T* wco,
     const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next, const T* d_h_final,
-    const T* d_cs_final, int use_peephole, int has_d_h, int has_d_cs, int has_d_h_final,
-    int has_d_cs_final, int last, int carry_normalized)
+    const T* d_cs_final, const T* zoneout_cs, const T* zoneout_h, int use_peephole,
+    int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_zoneout_cs,
+    int use_zoneout_h, int last, int carry_normalized)
 {
     A dh = has_d_h ? gc_load(d_h[k]) : (A)0;
     A dcs_up = has_d_cs ? gc_load(d_cs[k]) : (A)0;
@@ -440,9 +484,21 @@ __device__ __forceinline__ gc_lstm_ln_up<A> gc_lstm_ln_upstream(
         dh = dh + gc_load(dh_next[k]);
         dcs_up = dcs_up + gc_load(dcs_next[k]);
     }
+    gc_lstm_ln_up<A> up;
+    up.dh_old = (A)0;
+    up.dcs_old = (A)0;
+    if (use_zoneout_h) {
+        const A z = gc_load(zoneout_h[k]);
+        up.dh_old = z * dh;
+        dh = ((A)1 - z) * dh;
+    }
+    if (use_zoneout_cs) {
+        const A z = gc_load(zoneout_cs[k]);
+        up.dcs_old = z * dcs_up;
+        dcs_up = ((A)1 - z) * dcs_up;
+    }
     const A o = gc_load(o_in[k]);
     const A co = gc_load(co_in[k]);
-    gc_lstm_ln_up<A> up;
     up.d_o = dh * co * o * ((A)1 - o);
     up.dcs_c = use_peephole ? dcs_up + up.d_o * gc_load(wco[col]) : dcs_up;
     const A dco = dh * o * ((A)1 - co * co);
@@ -461,16 +517,20 @@ __device__ __forceinline__ gc_lstm_ln_up<A> gc_lstm_ln_upstream(
 // c~, its mean and r are recomputed from the saved gates (use_clip: c~ is clipped).
 // Pass 1 and 2: mean and r; pass 3: the sums of g and g*c_hat; pass 4 writes. dcs_prev may
 // be dcs_next (each element read by the row's thread before it writes it).
+// Zoneout as lstm_backward; with zoneout_cs the o-peephole's term reads the step's own
+// carried state, c~ or (carry_normalized) n = LN(c~), recomputed as the forward formed it.
 template <class T, class A, class Index>
 __device__ __forceinline__ void lstm_backward_ln_body(
     const T* cs_prev, const T* i_in, const T* cs_in, const T* f_in, const T* o_in,
     const T* ci_in, const T* co_in, const T* wci, const T* wcf, const T* wco,
     const T* gamma_c, const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
-    const T* d_h_final, const T* d_cs_final, const int* seq_len,
+    const T* d_h_final, const T* d_cs_final, const int* seq_len, const T* beta_c,
+    const T* zoneout_cs, const T* zoneout_h,
     A cell_clip, A epsilon, int use_peephole, int use_clip, int mask_clip,
     int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
-    int carry_normalized, long long step, long long n_steps, Index batch, Index hidden,
-    T* d_gates, T* dcs_prev, T* peephole_terms, T* norm_terms)
+    int carry_normalized, int use_zoneout_cs, int use_zoneout_h, long long step,
+    long long n_steps, Index batch, Index hidden,
+    T* d_gates, T* dcs_prev, T* peephole_terms, T* norm_terms, T* dh_zoned)
 {
     const A zero = (A)0;
     const A one = (A)1;
@@ -493,6 +553,7 @@ __device__ __forceinline__ void lstm_backward_ln_body(
                 norm_terms[row * 2 * hidden + col] = z;
                 norm_terms[row * 2 * hidden + hidden + col] = z;
                 dcs_prev[k] = has_d_cs_final ? d_cs_final[k] : z;
+                if (use_zoneout_h) dh_zoned[k] = z;
             }
             continue;
         }
@@ -516,8 +577,9 @@ __device__ __forceinline__ void lstm_backward_ln_body(
             const Index k = base + col;
             const gc_lstm_ln_up<A> up = gc_lstm_ln_upstream<T, A, Index>(
                 k, col, o_in, co_in, wco, d_h, d_cs, dh_next, dcs_next, d_h_final,
-                d_cs_final, use_peephole, has_d_h, has_d_cs, has_d_h_final, has_d_cs_final,
-                last, carry_normalized);
+                d_cs_final, zoneout_cs, zoneout_h, use_peephole, has_d_h, has_d_cs,
+                has_d_h_final, has_d_cs_final, use_zoneout_cs, use_zoneout_h, last,
+                carry_normalized);
             const A c_hat = (gc_lstm_c_tilde<T, A>(gc_load(i_in[k]), gc_load(ci_in[k]),
                                                    gc_load(f_in[k]), gc_load(cs_prev[k]),
                                                    use_clip, cell_clip) - mean) * r;
@@ -532,8 +594,9 @@ __device__ __forceinline__ void lstm_backward_ln_body(
             const Index p = row * 3 * hidden + col;
             const gc_lstm_ln_up<A> up = gc_lstm_ln_upstream<T, A, Index>(
                 k, col, o_in, co_in, wco, d_h, d_cs, dh_next, dcs_next, d_h_final,
-                d_cs_final, use_peephole, has_d_h, has_d_cs, has_d_h_final, has_d_cs_final,
-                last, carry_normalized);
+                d_cs_final, zoneout_cs, zoneout_h, use_peephole, has_d_h, has_d_cs,
+                has_d_h_final, has_d_cs_final, use_zoneout_cs, use_zoneout_h, last,
+                carry_normalized);
             const A c_prev = gc_load(cs_prev[k]);
             const A i = gc_load(i_in[k]);
             const A f = gc_load(f_in[k]);
@@ -556,11 +619,19 @@ __device__ __forceinline__ void lstm_backward_ln_body(
                 d_prev = d_prev + di * gc_load(wci[col]) + df * gc_load(wcf[col]);
                 peephole_terms[p] = gc_store<T>::from(di * c_prev);
                 peephole_terms[p + hidden] = gc_store<T>::from(df * c_prev);
-                peephole_terms[p + 2 * hidden] = gc_store<T>::from(up.d_o * gc_load(cs_in[k]));
+                A cs = gc_load(cs_in[k]);
+                if (use_zoneout_cs) {
+                    cs = carry_normalized ? gc_rounded<T>(gc_fma(gc_load(gamma_c[col]), c_hat,
+                                                                 gc_load(beta_c[col])))
+                                          : gc_lstm_c_tilde<T, A>(i, ci, f, c_prev, use_clip,
+                                                                  cell_clip);
+                }
+                peephole_terms[p + 2 * hidden] = gc_store<T>::from(up.d_o * cs);
             }
             norm_terms[row * 2 * hidden + col] = gc_store<T>::from(up.dn * c_hat);
             norm_terms[row * 2 * hidden + hidden + col] = gc_store<T>::from(up.dn);
-            dcs_prev[k] = gc_store<T>::from(d_prev);
+            dcs_prev[k] = gc_store<T>::from(d_prev + up.dcs_old);
+            if (use_zoneout_h) dh_zoned[k] = gc_store<T>::from(up.dh_old);
         }
     }
 }
@@ -570,25 +641,31 @@ GC_KERNEL void lstm_backward_ln(
     const T* cs_prev, const T* i, const T* cs, const T* f, const T* o, const T* ci,
     const T* co, const T* wci, const T* wcf, const T* wco, const T* gamma_c,
     const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
-    const T* d_h_final, const T* d_cs_final, const int* seq_len,
+    const T* d_h_final, const T* d_cs_final, const int* seq_len, const T* beta_c,
+    const T* zoneout_cs, const T* zoneout_h,
     A cell_clip, A epsilon, int use_peephole, int use_clip, int mask_clip,
     int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
-    int carry_normalized, long long step, long long n_steps, long long batch,
-    long long hidden, T* d_gates, T* dcs_prev, T* peephole_terms, T* norm_terms)
+    int carry_normalized, int use_zoneout_cs, int use_zoneout_h, long long step,
+    long long n_steps, long long batch, long long hidden,
+    T* d_gates, T* dcs_prev, T* peephole_terms, T* norm_terms, T* dh_zoned)
 {
     if (batch * hidden <= GC_UINT32_SAFE_COUNT) {
         lstm_backward_ln_body<T, A, unsigned int>(
             cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, gamma_c, d_h, d_cs, dh_next,
-            dcs_next, d_h_final, d_cs_final, seq_len, cell_clip, epsilon, use_peephole,
-            use_clip, mask_clip, has_d_h, has_d_cs, has_d_h_final, has_d_cs_final,
-            use_seq_len, carry_normalized, step, n_steps, (unsigned int)batch,
-            (unsigned int)hidden, d_gates, dcs_prev, peephole_terms, norm_terms);
+            dcs_next, d_h_final, d_cs_final, seq_len, beta_c, zoneout_cs, zoneout_h,
+            cell_clip, epsilon, use_peephole, use_clip, mask_clip, has_d_h, has_d_cs,
+            has_d_h_final, has_d_cs_final, use_seq_len, carry_normalized, use_zoneout_cs,
+            use_zoneout_h, step, n_steps, (unsigned int)batch,
+            (unsigned int)hidden, d_gates, dcs_prev, peephole_terms, norm_terms,
+            dh_zoned);
     } else {
         lstm_backward_ln_body<T, A, unsigned long long>(
             cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, gamma_c, d_h, d_cs, dh_next,
-            dcs_next, d_h_final, d_cs_final, seq_len, cell_clip, epsilon, use_peephole,
-            use_clip, mask_clip, has_d_h, has_d_cs, has_d_h_final, has_d_cs_final,
-            use_seq_len, carry_normalized, step, n_steps, (unsigned long long)batch,
-            (unsigned long long)hidden, d_gates, dcs_prev, peephole_terms, norm_terms);
+            dcs_next, d_h_final, d_cs_final, seq_len, beta_c, zoneout_cs, zoneout_h,
+            cell_clip, epsilon, use_peephole, use_clip, mask_clip, has_d_h, has_d_cs,
+            has_d_h_final, has_d_cs_final, use_seq_len, carry_normalized, use_zoneout_cs,
+            use_zoneout_h, step, n_steps, (unsigned long long)batch,
+            (unsigned long long)hidden, d_gates, dcs_prev, peephole_terms, norm_terms,
+            dh_zoned);
     }
 }

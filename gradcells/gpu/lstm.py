@@ -17,6 +17,16 @@ from the saved gates: per step ``lstm_backward_ln`` (the cell norm inside) and o
 the loop one more over all T·B rows for the x part. A row reduction must not let threads
 talk (the host emulation runs them one after another), so these four kernels give one
 thread a whole row (B or T·B threads, not B·H): see ``lstm.cu``.
+
+The masks (docs/spec.md §11.3, ``gradcells.reference.lstm.lstm_sequence``): the input mask
+multiplies ``x`` once before the input matmul (and ``dx`` after the gradient's); the
+recurrent mask multiplies each step's ``h`` before ``h·W_h`` and the matmul's part of the
+``dh`` carry after ``dz_h·W_hᵀ`` (``dW_h`` and the norm's recompute read ``h_prev∘m_rec``);
+``zoneout_cs`` and ``zoneout_h`` are the step kernels' (the forward stores the zoned states,
+``co`` and the o-peephole read the unzoned ``c̃``; the backward splits the zoned states'
+gradients, adds ``z_cs∘g`` to ``dcs_prev`` and writes ``z_h∘g`` for the ``dh`` carry, and
+recomputes the unzoned ``c̃``, or with a normalising carry its norm, for ``dwco``). With a
+projection ``h``'s zoneout is the projection step's (``_project``, ``_ProjectionGrad``).
 """
 
 from __future__ import annotations
@@ -94,12 +104,9 @@ def _step_kernel(name, rt, weights, settings, n_batch, n_hidden):
     if norm is None:
         return name, n_batch * n_hidden, {}
     xp = rt.xp
-    extra = {"gamma_c": xp.ascontiguousarray(norm.gamma_c), "epsilon": settings.ln_epsilon,
+    extra = {"gamma_c": xp.ascontiguousarray(norm.gamma_c),
+             "beta_c": xp.ascontiguousarray(norm.beta_c), "epsilon": settings.ln_epsilon,
              "carry_normalized": settings.ln_carry == "normalized"}
-    if name == "lstm_forward":
-        extra["beta_c"] = xp.ascontiguousarray(norm.beta_c)
-    else:
-        extra["use_clip"] = settings.cell_clip is not None
     return f"{name}_ln", n_batch if n_hidden else 0, extra
 
 
@@ -136,9 +143,10 @@ def _forward(rt, x, cs0, h0, weights, settings):
     ``(cs, h)`` (views of the last step when ``seq_len`` is None)."""
     xp = rt.xp
     lengths = _launch.lengths(xp, settings.seq_len)
-    x = plan.running_inputs(xp, x, lengths)
+    x = plan.running_inputs(xp, plan.masked(x, settings.input_mask), lengths)
     n_steps, n_batch, n_in = x.shape
     n_hidden = cs0.shape[1]
+    m_rec, z_cs, z_h = _masks(xp, settings, n_steps, n_batch, n_hidden, h0.shape[1])
     dtype = x.dtype
     w_h = weights.w[n_in:]
     x_gates = (plan.flat(x) @ weights.w[:n_in]).reshape(n_steps, n_batch, 4 * n_hidden)
@@ -150,7 +158,7 @@ def _forward(rt, x, cs0, h0, weights, settings):
     steps = LSTMCellState(*(xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
                             for _ in LSTMCellState._fields))
     if lengths is None:
-        cs, h = xp.ascontiguousarray(cs0), h0
+        cs, h = xp.ascontiguousarray(cs0), xp.ascontiguousarray(h0)
     else:  # the state buffers the kernel updates in the rows still running
         cs, h = cs0.copy(order="C"), h0.copy(order="C")
     projection = weights.w_proj is not None
@@ -165,31 +173,43 @@ def _forward(rt, x, cs0, h0, weights, settings):
         rt, name, dtype, n_threads, **extra, b=b, wci=wci, wcf=wcf, wco=wco,
         seq_len=_launch.lengths_argument(xp, lengths), forget_bias=settings.forget_bias,
         cell_clip=0.0 if cell_clip is None else cell_clip, use_peephole=settings.peepholes,
-        use_clip=cell_clip is not None, use_seq_len=lengths is not None, batch=n_batch,
-        hidden=n_hidden, cs_state=cs,
+        use_clip=cell_clip is not None, use_seq_len=lengths is not None,
+        use_zoneout_cs=z_cs is not None, use_zoneout_h=z_h is not None and not projection,
+        batch=n_batch, hidden=n_hidden, cs_state=cs,
         h_state=cs if lengths is None else (m_state if projection else h))  # (lengths only)
     for t in range(n_steps):
         outputs = dict(zip(LSTMCellState._fields, (a[t] for a in steps)))
         if projection:
             outputs["h"] = m_steps[t]
-        gh = matmul(xp, h, w_h)
+        gh = matmul(xp, plan.masked(h, m_rec), w_h)
         if norm is not None:
             gh = _norm_rows(rt, gh, norm.gamma_h, norm.beta_h, settings.ln_epsilon)
-        forward(gx=x_gates[t], gh=gh, cs_prev=cs, step=t, **outputs)
+        forward(gx=x_gates[t], gh=gh, cs_prev=cs, step=t, h_prev=b if projection else h,
+                zoneout_cs=_launch.at_step(z_cs, t, b),
+                zoneout_h=b if projection else _launch.at_step(z_h, t, b), **outputs)
         if projection:
-            h = _project(xp, m_steps[t], weights.w_proj, settings.proj_clip, lengths, t,
-                         steps.h[t], h)
+            h = _project(xp, m_steps[t], weights.w_proj, settings.proj_clip,
+                         plan.at_step(z_h, t), lengths, t, steps.h[t], h)
         if lengths is None:
             cs, h = steps.cs[t], steps.h[t]
     return steps, cs, h
 
 
-def _project(xp, m, w_proj, proj_clip, lengths, t, out, h):
-    """Step t's projected ``h = clip(m·w_proj, ±proj_clip)`` into ``out`` (zero in the rows
-    past their length); returns the carried state (``h`` kept in those rows)."""
+def _masks(xp, settings, n_steps, n_batch, n_hidden, width):
+    """The kernels' ``(m_rec, z_cs, z_h)`` (``_launch.sequence_mask``; None where absent)."""
+    return (_launch.sequence_mask(xp, settings.recurrent_mask, (1, n_batch, width)),
+            _launch.sequence_mask(xp, settings.zoneout_cs, (n_steps, n_batch, n_hidden)),
+            _launch.sequence_mask(xp, settings.zoneout_h, (n_steps, n_batch, width)))
+
+
+def _project(xp, m, w_proj, proj_clip, z_h, lengths, t, out, h):
+    """Step t's projected ``h = clip(m·w_proj, ±proj_clip)``, zoned with the carried ``h``
+    by ``z_h`` (None: no zoneout), into ``out`` (zero in the rows past their length);
+    returns the carried state (``h`` kept in those rows)."""
     projected = m @ w_proj
     if proj_clip is not None:
         projected = xp.clip(projected, -proj_clip, proj_clip)
+    projected = plan.zoned(z_h, h, projected)
     if lengths is None:
         out[...] = projected
         return out
@@ -203,17 +223,20 @@ def _backward(rt, x, cs0, h0, weights, steps, settings, *, d_h, d_cs, d_h_final,
     """Backpropagation through time; returns the fields of LSTMSequenceGrads."""
     xp = rt.xp
     lengths = _launch.lengths(xp, settings.seq_len)
-    x = plan.running_inputs(xp, x, lengths)
+    x = plan.running_inputs(xp, plan.masked(x, settings.input_mask), lengths)
     steps = LSTMCellState(*(xp.ascontiguousarray(a) for a in steps))
     cs0 = xp.ascontiguousarray(cs0)
     d_h, d_cs, d_h_final, d_cs_final = (contiguous(xp, a) for a in (d_h, d_cs, d_h_final,
                                                                      d_cs_final))
+    masks = _masks(xp, settings, x.shape[0], x.shape[1], cs0.shape[1], h0.shape[1])
+    h_prev = plan.masked(_launch.previous(xp, h0, steps.h), masks[0])  # the matmul saw this
     proj = None if weights.w_proj is None else _ProjectionGrad(
-        xp, weights.w_proj, settings.proj_clip, clip_grad, lengths, steps, d_h, d_h_final)
+        xp, weights.w_proj, settings.proj_clip, clip_grad, lengths, steps, d_h, d_h_final,
+        masks[2])
     norm = None if weights.layer_norm is None else _NormGrad(
-        rt, x, h0, weights, steps, settings.ln_epsilon)
+        rt, x, h_prev, weights, settings.ln_epsilon)
     d_gates, terms, dcs, dh_recurrent = _backward_steps(
-        rt, x, cs0, weights, steps, settings, lengths, d_h=d_h, d_cs=d_cs,
+        rt, x, cs0, weights, steps, settings, lengths, masks, d_h=d_h, d_cs=d_cs,
         d_h_final=d_h_final, d_cs_final=d_cs_final, clip_grad=clip_grad, proj=proj,
         norm=norm)
     if x.shape[0] == 0:
@@ -227,21 +250,25 @@ def _backward(rt, x, cs0, h0, weights, steps, settings, *, d_h, d_cs, d_h_final,
     dz_x = dz_h = d_gates
     if norm is not None:
         dz_x, dz_h = norm.input_grad(d_gates), norm.dz_h
-    dx, dw, db, dwci, dwcf, dwco = _input_and_weight_grads(rt, x, h0, weights.w, steps.h,
-                                                           d_gates, terms, dz_x, dz_h)
+    dx, dw, db, dwci, dwcf, dwco = _input_and_weight_grads(rt, x, h_prev, weights.w, d_gates,
+                                                           terms, dz_x, dz_h)
+    dx = plan.running_inputs(xp, plan.masked(dx, settings.input_mask), lengths)
     dw_proj = None if proj is None else proj.weight_grad()
     d_norm = None if norm is None else norm.parameter_grads(db)
     return dx, dcs0, dh0, dw, db, dwci, dwcf, dwco, dw_proj, d_norm
 
 
-def _backward_steps(rt, x, cs0, weights, steps, settings, lengths, *, d_h, d_cs, d_h_final,
-                    d_cs_final, clip_grad, proj=None, norm=None):
+def _backward_steps(rt, x, cs0, weights, steps, settings, lengths, masks, *, d_h, d_cs,
+                    d_h_final, d_cs_final, clip_grad, proj=None, norm=None):
     """The backward loop: every step's gate gradients ``[T, B, 4H]``, the peephole terms
     ``[T, B, 3H]`` (None without peepholes), and the carries before step 0: ``dL/dcs``
-    and the matmul part of ``dL/dh`` (None when T = 0). With a projection (``proj``) the
+    and ``dL/dh`` (None when T = 0). With a projection (``proj``) the
     kernel's ``d_h`` is ``proj``'s ``dm`` and it reads no ``dh`` carry of its own. With a
     layer norm (``norm``, a ``_NormGrad``) the step kernel is ``lstm_backward_ln`` and the
-    carry is ``dz_h·W_hᵀ``, ``dz_h`` through the recurrent part's norm."""
+    carry is ``dz_h·W_hᵀ``, ``dz_h`` through the recurrent part's norm. The masks
+    (``(m_rec, z_cs, z_h)``, ``_masks``): the carry is ``(dz_h·W_hᵀ)∘m_rec``, plus the
+    old state's part ``z_h∘g`` of the zoned h's gradient (the kernel's ``dh_zoned``, or
+    ``proj``'s); the kernel splits the zoned cs's itself."""
     xp = rt.xp
     n_steps, n_batch, n_in = x.shape
     n_hidden = cs0.shape[1]
@@ -252,8 +279,11 @@ def _backward_steps(rt, x, cs0, weights, steps, settings, lengths, *, d_h, d_cs,
     d_gates = xp.empty((n_steps, n_batch, 4 * n_hidden), dtype=dtype)
     terms = xp.empty((n_steps, n_batch, 3 * n_hidden), dtype=dtype) if peephole else None
     dcs = xp.empty((n_batch, n_hidden), dtype=dtype)  # carry: dL/dcs before step t
-    dh_recurrent = None  # dL/dh before step t through the gates: dG_t·W_hᵀ
+    dh_recurrent = None  # dL/dh before step t: (dz_h·W_hᵀ)∘m_rec (+ z_h∘g with zoneout)
     placeholder = cs0
+    m_rec, z_cs, z_h = masks
+    zone_h = z_h is not None and proj is None  # the kernel splits the zoned h's gradient
+    dh_zoned = xp.empty((n_batch, n_hidden), dtype=dtype) if zone_h else placeholder
     cell_clip = settings.cell_clip
     name, n_threads, extra = _step_kernel("lstm_backward", rt, weights, settings, n_batch,
                                           n_hidden)
@@ -263,7 +293,8 @@ def _backward_steps(rt, x, cs0, weights, steps, settings, lengths, *, d_h, d_cs,
         d_cs_final=placeholder if d_cs_final is None else d_cs_final,
         seq_len=_launch.lengths_argument(xp, lengths),
         cell_clip=0.0 if cell_clip is None else cell_clip, use_peephole=peephole,
-        mask_clip=cell_clip is not None and clip_grad == "exact",
+        use_clip=cell_clip is not None, mask_clip=cell_clip is not None and clip_grad == "exact",
+        use_zoneout_cs=z_cs is not None, use_zoneout_h=zone_h, dh_zoned=dh_zoned,
         has_d_h=d_h is not None or proj is not None, has_d_cs=d_cs is not None,
         has_d_h_final=d_h_final is not None and proj is None,
         has_d_cs_final=d_cs_final is not None,
@@ -275,10 +306,14 @@ def _backward_steps(rt, x, cs0, weights, steps, settings, lengths, *, d_h, d_cs,
                  **{k: getattr(steps, k)[t] for k in saved},
                  **_dh_arguments(proj, t, d_h, dh_recurrent, placeholder),
                  d_cs=placeholder if d_cs is None else d_cs[t], step=t,
+                 zoneout_cs=_launch.at_step(z_cs, t, placeholder),
+                 zoneout_h=_launch.at_step(z_h if zone_h else None, t, placeholder),
                  d_gates=d_gates[t], peephole_terms=terms[t] if peephole else placeholder,
                  **({} if norm is None else {"norm_terms": norm.cell_terms[t]}))
         dz_h = d_gates[t] if norm is None else norm.recurrent_grad(t, d_gates[t])
-        dh_recurrent = matmul(xp, dz_h, w_h.T)
+        dh_recurrent = plan.masked(matmul(xp, dz_h, w_h.T), m_rec)
+        if z_h is not None:  # the old state's part of the zoned h's gradient
+            dh_recurrent = dh_recurrent + (dh_zoned if proj is None else proj.dh_old)
     return d_gates, terms, dcs, dh_recurrent
 
 
@@ -293,13 +328,17 @@ def _dh_arguments(proj, t, d_h, dh_recurrent, placeholder):
 class _ProjectionGrad:
     """The projection's backward (docs/spec.md §9.1), step by step: the gradient of the
     projected ``h`` (the step's ``d_h``, plus ``d_h_final`` on a row's last step and the
-    carry ``dG_{t+1}·W_hᵀ`` before it; zero past a row's length), masked by the exact clip
+    carry from step t+1 before it; zero past a row's length), masked by the exact clip
     (``dh_raw``; ``|m·w_proj| <= proj_clip`` passes), gives ``dm = dh_raw·w_projᵀ``, the
-    kernel's ``d_h``; ``dw_proj = M_flatᵀ·DHraw_flat`` after the loop."""
+    kernel's ``d_h``; ``dw_proj = M_flatᵀ·DHraw_flat`` after the loop. With zoneout
+    (``z_h``, a ``_launch.sequence_mask``) that gradient g of the zoned h splits first:
+    ``(1-z)∘g`` goes on, ``z∘g`` is ``dh_old``, the old state's part of the carry."""
 
-    def __init__(self, xp, w_proj, proj_clip, clip_grad, lengths, steps, d_h, d_h_final):
-        self.xp, self.w_proj, self.lengths, self.d_h, self.d_h_final = (
-            xp, w_proj, lengths, d_h, d_h_final)
+    def __init__(self, xp, w_proj, proj_clip, clip_grad, lengths, steps, d_h, d_h_final,
+                 z_h):
+        self.xp, self.w_proj, self.lengths, self.d_h, self.d_h_final, self.z_h = (
+            xp, w_proj, lengths, d_h, d_h_final, z_h)
+        self.dh_old = None
         self.mask_clip = proj_clip if proj_clip is not None and clip_grad == "exact" else None
         self.m = steps.o * steps.co  # the kernel's stored m = o∘co, rounded alike
         n_steps, n_batch, _ = self.m.shape
@@ -307,7 +346,7 @@ class _ProjectionGrad:
         self.zero_carry = xp.zeros(self.m.shape[1:], dtype=self.m.dtype)
 
     def step(self, t, carry):
-        """``dm`` of step t from the carry ``dG_{t+1}·W_hᵀ`` (None on the last step)."""
+        """``dm`` of step t from the carry (None on the last step)."""
         xp, n_steps = self.xp, self.m.shape[0]
         zero = xp.zeros((), dtype=self.dh_raw.dtype)
         length = n_steps if self.lengths is None else self.lengths[:, None]
@@ -316,7 +355,11 @@ class _ProjectionGrad:
         dh = xp.where(last, final, zero if carry is None else carry)
         if self.d_h is not None:
             dh = dh + self.d_h[t]
-        dh = xp.where(t < length, dh, zero)
+        running = t < length
+        if self.z_h is not None:  # after the split: z past a row's length is never read
+            dh, dh_old = plan.zoneout_grad(plan.at_step(self.z_h, t), dh)
+            self.dh_old = xp.where(running, dh_old, zero)
+        dh = xp.where(running, dh, zero)
         if self.mask_clip is not None:
             dh = xp.where(abs(self.m[t] @ self.w_proj) <= self.mask_clip, dh, zero)
         self.dh_raw[t] = dh
@@ -333,16 +376,16 @@ class _NormGrad:
     each); per step ``recurrent_grad`` takes ``dG_t`` through ``LN(h_prev·W_h)``, after the
     loop ``input_grad`` takes every step's ``dG`` through ``LN(x·W_x)`` at once; the γ
     gradients are column sums of the kernels' ``dy∘ẑ`` terms, and each β gradient is the
-    bias gradient (``dG`` reaches ``b`` and both norms' ``β`` alike)."""
+    bias gradient (``dG`` reaches ``b`` and both norms' ``β`` alike). ``h_prev`` is what the
+    recurrent matmul saw (``h_prev∘m_rec`` with a recurrent mask)."""
 
-    def __init__(self, rt, x, h0, weights, steps, epsilon):
+    def __init__(self, rt, x, h_prev, weights, epsilon):
         xp = self.xp = rt.xp
         self.rt, self.norm, self.epsilon = rt, weights.layer_norm, epsilon
         n_steps, n_batch, n_in = x.shape
         width = weights.w.shape[1]
         self.z_x = (plan.flat(x) @ weights.w[:n_in]).reshape(n_steps, n_batch, width)
-        self.z_h = (plan.flat(_launch.previous(xp, h0, steps.h)) @ weights.w[n_in:]).reshape(
-            n_steps, n_batch, width)
+        self.z_h = (plan.flat(h_prev) @ weights.w[n_in:]).reshape(n_steps, n_batch, width)
         self.dz_h = xp.empty((n_steps, n_batch, width), dtype=x.dtype)
         self.h_terms = xp.empty_like(self.dz_h)
         self.x_terms = None
@@ -368,10 +411,11 @@ class _NormGrad:
                         cell[:hidden].copy(), cell[hidden:].copy())
 
 
-def _input_and_weight_grads(rt, x, h0, w, h, d_gates, terms, dz_x, dz_h):
+def _input_and_weight_grads(rt, x, h_prev, w, d_gates, terms, dz_x, dz_h):
     """``dx = dz_x·W_xᵀ`` (one matmul), ``dW`` (its x and h parts, from ``dz_x`` and
-    ``dz_h``: ``d_gates`` itself without a layer norm), the bias gradient and the peephole
-    gradients (column sums of ``d_gates`` and ``terms``; None when ``terms`` is None)."""
+    ``dz_h``: ``d_gates`` itself without a layer norm; ``x`` and ``h_prev`` as the matmuls
+    saw them), the bias gradient and the peephole gradients (column sums of ``d_gates``
+    and ``terms``; None when ``terms`` is None)."""
     xp = rt.xp
     n_steps, n_batch, n_in = x.shape
     n_hidden = d_gates.shape[2] // 4
@@ -379,7 +423,7 @@ def _input_and_weight_grads(rt, x, h0, w, h, d_gates, terms, dz_x, dz_h):
     dx = (dz_x_flat @ w[:n_in].T).reshape(n_steps, n_batch, n_in)
     dw = xp.empty(w.shape, dtype=x.dtype)
     xp.matmul(plan.flat(x).T, dz_x_flat, out=dw[:n_in])
-    xp.matmul(plan.flat(_launch.previous(xp, h0, h)).T, plan.flat(dz_h), out=dw[n_in:])
+    xp.matmul(plan.flat(h_prev).T, plan.flat(dz_h), out=dw[n_in:])
     db = column_sum(rt, d_gates_flat)
     dwci = dwcf = dwco = None
     if terms is not None:

@@ -21,12 +21,15 @@ __device__ __forceinline__ A rnn_relu(A z) {
 //   h = act(gx + gh + b)          gx = x@W_x, gh = h_prev@W_h: [B, H];  b: [H]
 // With lengths (use_seq_len), a row with step >= seq_len[b] writes zero to h and leaves
 // its state alone; a running row also writes its new h to h_state, which may be the
-// buffer gh was computed from (each element is written by one thread; h_prev itself is
-// not an argument).
+// buffer gh was computed from (each element is written by one thread).
+// Zoneout (use_zoneout_h, zoneout_h: the step's [B, H] mask; docs/spec.md, section 11.3)
+// mixes the new state with the old one: h = z*h_prev + (1-z)*act(...), stored and carried
+// (h_prev is read only then, and may be the h_state buffer).
 template <class T, class A, class Index>
 __device__ __forceinline__ void rnn_forward_body(
-    const T* gx, const T* gh, const T* b, const int* seq_len, int use_relu,
-    int use_seq_len, long long step, Index n, Index hidden, T* h_out, T* h_state)
+    const T* gx, const T* gh, const T* b, const int* seq_len, const T* h_prev,
+    const T* zoneout_h, int use_relu, int use_seq_len, int use_zoneout_h, long long step,
+    Index n, Index hidden, T* h_out, T* h_state)
 {
     for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
         const Index row = k / hidden;
@@ -36,7 +39,8 @@ __device__ __forceinline__ void rnn_forward_body(
             continue;
         }
         const A z = gc_load(gx[k]) + gc_load(gh[k]) + gc_load(b[col]);
-        const A h = use_relu ? rnn_relu(z) : gc_tanh(z);
+        A h = use_relu ? rnn_relu(z) : gc_tanh(z);
+        if (use_zoneout_h) h = gc_zoned(gc_load(zoneout_h[k]), gc_load(h_prev[k]), h);
         h_out[k] = gc_store<T>::from(h);
         if (use_seq_len) h_state[k] = gc_store<T>::from(h);
     }
@@ -44,18 +48,18 @@ __device__ __forceinline__ void rnn_forward_body(
 
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void rnn_forward(
-    const T* gx, const T* gh, const T* b, const int* seq_len, int use_relu,
-    int use_seq_len, long long step, long long batch, long long hidden,
-    T* h, T* h_state)
+    const T* gx, const T* gh, const T* b, const int* seq_len, const T* h_prev,
+    const T* zoneout_h, int use_relu, int use_seq_len, int use_zoneout_h, long long step,
+    long long batch, long long hidden, T* h, T* h_state)
 {
     const long long n = batch * hidden;
     if (n <= GC_UINT32_SAFE_COUNT) {
         rnn_forward_body<T, A, unsigned int>(
-            gx, gh, b, seq_len, use_relu, use_seq_len, step, (unsigned int)n,
+            gx, gh, b, seq_len, h_prev, zoneout_h, use_relu, use_seq_len, use_zoneout_h, step, (unsigned int)n,
             (unsigned int)hidden, h, h_state);
     } else {
         rnn_forward_body<T, A, unsigned long long>(
-            gx, gh, b, seq_len, use_relu, use_seq_len, step, (unsigned long long)n,
+            gx, gh, b, seq_len, h_prev, zoneout_h, use_relu, use_seq_len, use_zoneout_h, step, (unsigned long long)n,
             (unsigned long long)hidden, h, h_state);
     }
 }
@@ -68,11 +72,15 @@ GC_KERNEL void rnn_forward(
 //   dz = dh*(h > 0 ? 1 : 0)                  relu (relu'(0) = 0)
 // A row past its length has dz = 0 (its final-state gradient passes to h0 around the
 // kernels: gradcells/gpu/rnn.py).
+// Zoneout splits the upstream gradient g of the zoned state: dh = (1-z)*g is the new
+// state's, dh_zoned = z*g the old one's (added to the carry around the kernel; 0 in a row
+// past its length). Then h must be the step's own act(z), not the saved (zoned) state.
 template <class T, class A, class Index>
 __device__ __forceinline__ void rnn_backward_body(
     const T* h_in, const T* d_h, const T* dh_next, const T* d_h_final, const int* seq_len,
-    int use_relu, int has_d_h, int has_d_h_final, int use_seq_len, long long step,
-    long long n_steps, Index n, Index hidden, T* d_z)
+    const T* zoneout_h, int use_relu, int has_d_h, int has_d_h_final, int use_seq_len,
+    int use_zoneout_h, long long step, long long n_steps, Index n, Index hidden, T* d_z,
+    T* dh_zoned)
 {
     const A zero = (A)0;
     const A one = (A)1;
@@ -80,6 +88,7 @@ __device__ __forceinline__ void rnn_backward_body(
         const long long length = use_seq_len ? (long long)seq_len[k / hidden] : n_steps;
         if (step >= length) {
             d_z[k] = gc_store<T>::from(zero);
+            if (use_zoneout_h) dh_zoned[k] = gc_store<T>::from(zero);
             continue;
         }
         A dh = has_d_h ? gc_load(d_h[k]) : zero;
@@ -87,6 +96,11 @@ __device__ __forceinline__ void rnn_backward_body(
             if (has_d_h_final) dh = dh + gc_load(d_h_final[k]);
         } else {
             dh = dh + gc_load(dh_next[k]);
+        }
+        if (use_zoneout_h) {
+            const A z = gc_load(zoneout_h[k]);
+            dh_zoned[k] = gc_store<T>::from(z * dh);
+            dh = (one - z) * dh;
         }
         const A h = gc_load(h_in[k]);
         const A slope = use_relu ? (h > zero ? one : zero) : one - h * h;
@@ -97,19 +111,20 @@ __device__ __forceinline__ void rnn_backward_body(
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void rnn_backward(
     const T* h, const T* d_h, const T* dh_next, const T* d_h_final, const int* seq_len,
-    int use_relu, int has_d_h, int has_d_h_final, int use_seq_len,
-    long long step, long long n_steps, long long batch, long long hidden,
-    T* d_z)
+    const T* zoneout_h, int use_relu, int has_d_h, int has_d_h_final, int use_seq_len,
+    int use_zoneout_h, long long step, long long n_steps, long long batch, long long hidden,
+    T* d_z, T* dh_zoned)
 {
     const long long n = batch * hidden;
     if (n <= GC_UINT32_SAFE_COUNT) {
         rnn_backward_body<T, A, unsigned int>(
-            h, d_h, dh_next, d_h_final, seq_len, use_relu, has_d_h, has_d_h_final,
-            use_seq_len, step, n_steps, (unsigned int)n, (unsigned int)hidden, d_z);
+            h, d_h, dh_next, d_h_final, seq_len, zoneout_h, use_relu, has_d_h, has_d_h_final,
+            use_seq_len, use_zoneout_h, step, n_steps, (unsigned int)n, (unsigned int)hidden,
+            d_z, dh_zoned);
     } else {
         rnn_backward_body<T, A, unsigned long long>(
-            h, d_h, dh_next, d_h_final, seq_len, use_relu, has_d_h, has_d_h_final,
-            use_seq_len, step, n_steps, (unsigned long long)n, (unsigned long long)hidden,
-            d_z);
+            h, d_h, dh_next, d_h_final, seq_len, zoneout_h, use_relu, has_d_h, has_d_h_final,
+            use_seq_len, use_zoneout_h, step, n_steps, (unsigned long long)n,
+            (unsigned long long)hidden, d_z, dh_zoned);
     }
 }

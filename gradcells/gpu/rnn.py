@@ -7,6 +7,14 @@ from the saved h, masked); after the backward loop ``dx`` is one matmul and ``dW
 part and h part); the bias gradient is a column sum. The activation (tanh or relu) is the
 kernels' ``use_relu`` argument. A cell is the same code with T = 1. Each operation runs on
 its arguments' device.
+
+The masks (docs/spec.md §11.3, ``gradcells.reference.rnn.rnn_sequence``): the input mask
+multiplies ``x`` once (and ``dx``), the recurrent mask each step's ``h`` before ``h·W_h``
+and the carry after ``dZ·W_hᵀ``; zoneout is the kernels' (the forward's mix, the
+backward's split, whose ``z∘g`` joins the carry). With zoneout the saved h is the zoned
+state, so ``act'`` needs the step's own output: the backward recomputes ``act(z_t)`` of all
+steps, one matmul ``h_prev∘m_rec·W_h`` and one ``rnn_forward`` launch over T·B rows
+(``_unzoned``).
 """
 
 from __future__ import annotations
@@ -60,30 +68,62 @@ def _use_relu(settings):
     return settings.activation == "relu"
 
 
+def _masks(xp, settings, n_steps, n_batch, n_hidden):
+    """The kernels' ``(m_rec, z_h)`` (``_launch.sequence_mask``; None where absent)."""
+    return (_launch.sequence_mask(xp, settings.recurrent_mask, (1, n_batch, n_hidden)),
+            _launch.sequence_mask(xp, settings.zoneout_h, (n_steps, n_batch, n_hidden)))
+
+
+def _input_part(xp, x, w_x):
+    """``x·W_x`` of every step, one matmul, ``[T, B, H]``."""
+    n_steps, n_batch, _ = x.shape
+    return (plan.flat(x) @ w_x).reshape(n_steps, n_batch, w_x.shape[1])
+
+
 def _forward(rt, x, h0, weights, settings):
     """Every step's ``h`` (``[T, B, H]``) and the final h (a view of the last step, or h0,
     when ``seq_len`` is None; else the state buffer the kernel updated)."""
     xp = rt.xp
     lengths = _launch.lengths(xp, settings.seq_len)
-    x = plan.running_inputs(xp, x, lengths)
+    x = plan.running_inputs(xp, plan.masked(x, settings.input_mask), lengths)
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
+    m_rec, z_h = _masks(xp, settings, n_steps, n_batch, n_hidden)
     w_h = weights.w[n_in:]
-    x_z = (plan.flat(x) @ weights.w[:n_in]).reshape(n_steps, n_batch, n_hidden)
+    x_z = _input_part(xp, x, weights.w[:n_in])
     steps = xp.empty((n_steps, n_batch, n_hidden), dtype=x.dtype)
     # With lengths, the state buffer the kernel updates in the rows still running; without,
     # h_state is never written and any array of the dtype will do.
-    h = h0 if lengths is None else h0.copy(order="C")
+    h = xp.ascontiguousarray(h0) if lengths is None else h0.copy(order="C")
     forward = Launcher(
         rt, "rnn_forward", x.dtype, n_batch * n_hidden, b=xp.ascontiguousarray(weights.b),
         seq_len=_launch.lengths_argument(xp, lengths), use_relu=_use_relu(settings),
-        use_seq_len=lengths is not None, batch=n_batch, hidden=n_hidden,
-        h_state=steps if lengths is None else h)
+        use_seq_len=lengths is not None, use_zoneout_h=z_h is not None, batch=n_batch,
+        hidden=n_hidden, h_state=steps if lengths is None else h)
     for t in range(n_steps):
-        forward(gx=x_z[t], gh=matmul(xp, h, w_h), step=t, h=steps[t])
+        forward(gx=x_z[t], gh=matmul(xp, plan.masked(h, m_rec), w_h), step=t, h_prev=h,
+                zoneout_h=_launch.at_step(z_h, t, h), h=steps[t])
         if lengths is None:
             h = steps[t]
     return steps, h
+
+
+def _unzoned(rt, x, h_seen, weights, settings):
+    """Every step's own output ``act(z_t)`` ``[T, B, H]``, which the saved (zoned) states
+    are not: the input part and ``h_seen·W_h`` (one matmul each, all steps at once) through
+    ``rnn_forward`` over the T·B rows (no lengths: the rows past them are never read)."""
+    xp = rt.xp
+    n_steps, n_batch, n_in = x.shape
+    n_hidden = h_seen.shape[2]
+    out = xp.empty((n_steps, n_batch, n_hidden), dtype=x.dtype)
+    rows = n_steps * n_batch
+    Launcher(rt, "rnn_forward", x.dtype, rows * n_hidden)(
+        gx=_input_part(xp, x, weights.w[:n_in]), b=xp.ascontiguousarray(weights.b),
+        gh=matmul(xp, plan.flat(h_seen), weights.w[n_in:]),
+        seq_len=_launch.lengths_argument(xp, None), h_prev=out, zoneout_h=out,
+        use_relu=_use_relu(settings), use_seq_len=False, use_zoneout_h=False, step=0,
+        batch=rows, hidden=n_hidden, h=out, h_state=out)
+    return out
 
 
 def _backward(rt, x, h0, weights, h, settings, *, d_h, d_h_final):
@@ -91,54 +131,66 @@ def _backward(rt, x, h0, weights, h, settings, *, d_h, d_h_final):
     RNNSequenceGrads."""
     xp = rt.xp
     lengths = _launch.lengths(xp, settings.seq_len)
-    x = plan.running_inputs(xp, x, lengths)
+    x = plan.running_inputs(xp, plan.masked(x, settings.input_mask), lengths)
     h = xp.ascontiguousarray(h)
     d_h, d_h_final = contiguous(xp, d_h), contiguous(xp, d_h_final)
-    d_z, dh_recurrent = _backward_steps(rt, x, h0, weights, h, settings, lengths, d_h=d_h,
-                                        d_h_final=d_h_final)
+    m_rec, z_h = _masks(xp, settings, *h.shape)
+    h_seen = plan.masked(_launch.previous(xp, h0, h), m_rec)  # what the matmul saw
+    outputs = h if z_h is None else _unzoned(rt, x, h_seen, weights, settings)
+    d_z, dh_recurrent = _backward_steps(rt, x, h0, weights, outputs, settings, lengths,
+                                        (m_rec, z_h), d_h=d_h, d_h_final=d_h_final)
     if x.shape[0] == 0:
         dh0 = xp.zeros_like(h0) if d_h_final is None else d_h_final.copy()
     else:
         dh0 = dh_recurrent
         if lengths is not None and d_h_final is not None:  # rows that never ran
             dh0 = dh0 + xp.where((lengths == 0)[:, None], d_h_final, xp.zeros_like(d_h_final))
-    dx, dw, db = _input_and_weight_grads(rt, x, h0, weights.w, h, d_z)
+    dx, dw, db = _input_and_weight_grads(rt, x, h_seen, weights.w, d_z)
+    dx = plan.running_inputs(xp, plan.masked(dx, settings.input_mask), lengths)
     return dx, dh0, dw, db
 
 
-def _backward_steps(rt, x, h0, weights, h, settings, lengths, *, d_h, d_h_final):
-    """The backward loop: every step's ``dz`` ``[T, B, H]`` and the carry before step 0,
-    ``dL/dh0`` through the steps: ``dZ_0·W_hᵀ`` (None when T = 0)."""
+def _backward_steps(rt, x, h0, weights, h, settings, lengths, masks, *, d_h, d_h_final):
+    """The backward loop from every step's own output ``h``: every step's ``dz``
+    ``[T, B, H]`` and the carry before step 0, ``dL/dh0`` through the steps: ``dZ_0·W_hᵀ``
+    (None when T = 0). The masks ``(m_rec, z_h)`` (``_masks``): the carry is
+    ``(dZ_t·W_hᵀ)∘m_rec``, plus the old state's part of the zoned h's gradient (the
+    kernel's ``dh_zoned``)."""
     xp = rt.xp
+    m_rec, z_h = masks
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
     w_h = weights.w[n_in:]
     d_z = xp.empty((n_steps, n_batch, n_hidden), dtype=x.dtype)
     placeholder = h  # an array of the dtype for the arguments a launch never reads
-    dh_recurrent = None  # dL/dh before step t through the matmul: dZ_t·W_hᵀ
+    dh_recurrent = None  # dL/dh before step t: (dZ_t·W_hᵀ)∘m_rec + z_h∘g
+    dh_zoned = placeholder if z_h is None else xp.empty((n_batch, n_hidden), dtype=x.dtype)
     backward = Launcher(
         rt, "rnn_backward", x.dtype, n_batch * n_hidden,
         d_h_final=placeholder if d_h_final is None else d_h_final,
         seq_len=_launch.lengths_argument(xp, lengths), use_relu=_use_relu(settings),
         has_d_h=d_h is not None, has_d_h_final=d_h_final is not None,
-        use_seq_len=lengths is not None, n_steps=n_steps, batch=n_batch, hidden=n_hidden)
+        use_seq_len=lengths is not None, use_zoneout_h=z_h is not None, n_steps=n_steps,
+        batch=n_batch, hidden=n_hidden, dh_zoned=dh_zoned)
     for t in reversed(range(n_steps)):
         backward(h=h[t], d_h=placeholder if d_h is None else d_h[t],
                  dh_next=placeholder if dh_recurrent is None else dh_recurrent, step=t,
-                 d_z=d_z[t])
-        dh_recurrent = matmul(xp, d_z[t], w_h.T)
+                 zoneout_h=_launch.at_step(z_h, t, placeholder), d_z=d_z[t])
+        dh_recurrent = plan.masked(matmul(xp, d_z[t], w_h.T), m_rec)
+        if z_h is not None:
+            dh_recurrent = dh_recurrent + dh_zoned
     return d_z, dh_recurrent
 
 
-def _input_and_weight_grads(rt, x, h0, w, h, d_z):
-    """``dx`` (one matmul), ``dW`` (its x and h parts) and the bias gradient (a column
-    sum)."""
+def _input_and_weight_grads(rt, x, h_prev, w, d_z):
+    """``dx`` (one matmul), ``dW`` (its x and h parts, ``x`` and ``h_prev`` as the matmuls
+    saw them) and the bias gradient (a column sum)."""
     xp = rt.xp
     n_steps, n_batch, n_in = x.shape
-    n_hidden = h0.shape[1]
+    n_hidden = w.shape[1]
     d_flat = plan.flat(d_z)
     dx = (d_flat @ w[:n_in].T).reshape(n_steps, n_batch, n_in)
     dw = xp.empty((n_in + n_hidden, n_hidden), dtype=x.dtype)
     xp.matmul(plan.flat(x).T, d_flat, out=dw[:n_in])
-    xp.matmul(plan.flat(_launch.previous(xp, h0, h)).T, d_flat, out=dw[n_in:])
+    xp.matmul(plan.flat(h_prev).T, d_flat, out=dw[n_in:])
     return dx, dw, column_sum(rt, d_flat)
