@@ -50,7 +50,8 @@ class _RunOrder:
             self.rows_bt = xp.arange(n_batch)[None, :] * n_steps + source_time
 
     def _gather(self, a, rows, shape):
-        return self.xp.take(a.reshape(-1, a.shape[2]), rows.reshape(-1), axis=0).reshape(shape)
+        matrix = a.reshape(a.shape[0] * a.shape[1], a.shape[2])   # no -1: a width may be 0
+        return self.xp.take(matrix, rows.reshape(-1), axis=0).reshape(shape)
 
     def to_run(self, a):
         if a is None:

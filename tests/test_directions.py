@@ -126,6 +126,8 @@ def test_reverse_without_lengths_is_the_flipped_sequence(backend, op):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("op", OPS_)
 def test_rows_of_length_zero_and_t_and_empty_sizes(backend, op):
+    """Rows of length 0 and T, and T = 0, B = 0 and I = 0 (a per-row reversal of an input
+    of width 0 included) in both layouts."""
     rng = np.random.default_rng(8)
     case = _case(op, rng, steps=4, batch=3, reverse=True)
     case["seq_len"] = np.array([0, 4, 2])
@@ -133,12 +135,14 @@ def test_rows_of_length_zero_and_t_and_empty_sizes(backend, op):
     np.testing.assert_array_equal(seq.h[:, 0], 0)          # nothing ran: zeros ...
     np.testing.assert_array_equal(seq.h_final[0], case["h0"][0])   # ... and the initial state
     assert np.all(seq.h[2:, 2] == 0) and np.all(seq.h[:2, 2] != 0)
-    for steps, batch in ((0, 3), (3, 0)):
-        empty = _case(op, rng, steps=steps, batch=batch, reverse=True, batch_first=True)
-        result = _forward(op, empty, backend)
-        assert result.h.shape[:2] == (batch, steps)
-        grads = _grad(op, empty, result, backend, **_upstream(op, result, 0))
-        assert grads.x.shape == empty["x"].shape
+    for steps, batch, n_in in ((0, 3, 2), (3, 0, 2), (3, 2, 0)):
+        for batch_first in (False, True):
+            empty = _case(op, rng, steps=steps, batch=batch, input_size=n_in, reverse=True,
+                          batch_first=batch_first, ragged=batch > 0)
+            result = _forward(op, empty, backend)
+            assert result.h.shape[:2] == ((batch, steps) if batch_first else (steps, batch))
+            grads = _grad(op, empty, result, backend, **_upstream(op, result, 0))
+            assert grads.x.shape == empty["x"].shape
 
 
 # --- batch_first ---------------------------------------------------------------------------
