@@ -1225,8 +1225,12 @@ def test_lstm_projection_empty_sizes():
 # long double ("exact"), and allow 16 eps(dtype) (1 + max |exact|) plus 4 times the
 # sensitivity of the output at the dtype's rounding level: the largest deviation from
 # "exact" of the float64 reference run on inputs (upstream gradients and saved forward
-# state included) perturbed by eps(dtype) relative, three draws (``_perturbed``). Measured
-# on the fixed grid below, the emulation stays within 14 eps of the exact values.
+# state included) perturbed by eps(dtype) relative, three draws (``_perturbed``), or, when
+# larger, the error of the reference itself run in the dtype: perturbing the inputs misses
+# the rounding the norms amplify inside (a row clipped to nearly constant, r up to 10), so a
+# kernel is held to the reference's own accuracy in its dtype. Measured on the fixed grid
+# below, the emulation stays within 14 eps of the exact values; on drawn cases within 4
+# times the reference's own float32 error.
 
 LN_OPTIONS = [  # (peephole, clip, projection)
     (False, False, False), (True, False, False), (False, True, False), (False, False, True),
@@ -1281,6 +1285,7 @@ def _assert_close_ln(actual, run_reference, dtype, what=""):
     ``function``), to the tolerance above."""
     exact = run_reference(lambda a: a.astype(_EXACT))
     runs = [run_reference(_perturbed(dtype, draw)) for draw in range(4)]
+    runs.append(run_reference(lambda a: a.astype(dtype)))   # the reference in the dtype
     tolerance = 16 * np.finfo(dtype).eps
     for (field, a), (_, e), *others in zip(_flat_fields(actual), _flat_fields(exact),
                                            *(_flat_fields(r) for r in runs)):
