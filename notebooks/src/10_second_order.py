@@ -70,7 +70,8 @@ def dot(a, b):
 #
 # Take two links of that chain, the output $h = o\circ\mathrm{co}$ and the input gate's
 # contribution $i\circ\mathrm{ci}$ to $\mathrm{cs}$. **Forward mode** pushes a tangent
-# from the inputs to the outputs, each line the product rule on the line it sits beside:
+# from the inputs to the outputs, each line the product (or chain) rule applied to one line
+# of the forward, in the forward's order:
 #
 # $$dh = do\circ\mathrm{co} + o\circ d\mathrm{co},\qquad
 #   do = \sigma'(o)\circ(dG_o + d\mathrm{cs}\circ w_{co} + \mathrm{cs}\circ dw_{co}),\qquad
@@ -91,11 +92,13 @@ def dot(a, b):
 #   \bar G_c = \overline{\mathrm{cs}}\circ i\circ(1-\mathrm{ci}^2).$$
 #
 # Each local derivative ($\sigma'(o)$, $1-\mathrm{co}^2$, $\mathrm{ci}$, $i$, ...) appears
-# once in each pass. What differs is the bookkeeping: a tangent has the shape of the
-# *input* it came from and fans out, a cotangent has the shape of the *output* and
-# accumulates (the $\mathrel{+}=$: $\mathrm{cs}$ reaches $h$ twice, through $\mathrm{co}$
-# and through the output peephole). In gradcells's reference the forward lines are
-# `lstm_activations_jvp`, the backward ones `lstm_gate_grads`:
+# once in each pass. What differs is the bookkeeping. Forward mode computes each value's
+# tangent as soon as its inputs' tangents are known, and a value used twice simply has its
+# tangent used twice. Reverse mode runs in the opposite order, and before it can go past a
+# value it must add up the cotangents from every use of it (the $\mathrel{+}=$:
+# $\mathrm{cs}$ reaches $h$ twice, through $\mathrm{co}$ and through the output
+# peephole). In gradcells's reference the forward lines are `lstm_activations_jvp`, the
+# backward ones `lstm_gate_grads`:
 
 # %%
 print("forward mode (tangents):")
