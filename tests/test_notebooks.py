@@ -5,7 +5,8 @@ Each notebook is built from ``notebooks/src/NN_*.py`` (jupytext's percent format
 the stored ``.ipynb`` through jupytext) by ``notebooks/_build.py``; the stored ``.ipynb`` holds
 its outputs for the repository page. Figures render through matplotlib's
 inline backend (Agg drawing to PNG; no display needed). Notebook 6 is also run with
-TensorFlow and PyTorch hidden, to check that it skips their parts cleanly.
+TensorFlow and PyTorch hidden, to check that it skips their parts cleanly, and notebook 10
+with PyTorch hidden.
 """
 
 from __future__ import annotations
@@ -79,10 +80,10 @@ def _execute(path, monkeypatch, env):
     return build.execute(nb)
 
 
-def test_there_are_nine_notebooks_and_seven_plot():
-    assert [s.stem[:2] for s in SOURCES] == [f"{k:02d}" for k in range(1, 10)]
+def test_there_are_eleven_notebooks_and_nine_plot():
+    assert [s.stem[:2] for s in SOURCES] == [f"{k:02d}" for k in range(1, 12)]
     stored = [nbformat.read(build.notebook_path(s), as_version=4) for s in SOURCES]
-    assert sum(bool(_png_cells(nb)) for nb in stored) >= 7
+    assert sum(bool(_png_cells(nb)) for nb in stored) >= 9
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
@@ -148,3 +149,18 @@ def test_audit_notebook_skips_absent_frameworks(tmp_path, monkeypatch, kernel_en
     table = text[text.rindex("framework"):]
     assert table.count("skipped: not installed") == 2
     assert "known fault" not in table and "agrees" not in table
+
+
+def test_second_order_notebook_skips_absent_torch(tmp_path, monkeypatch, kernel_env):
+    """Notebook 10 compares its Hessian-vector product with PyTorch's when PyTorch is there;
+    without it that comparison is skipped, with a note, and the rest still runs."""
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "torch.py").write_text("raise ImportError('torch hidden by the test')\n")
+    env = dict(kernel_env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hidden),
+                                                      os.environ.get("PYTHONPATH")]))
+    [source] = [s for s in SOURCES if s.stem.startswith("10")]
+    text = _text(_execute(build.notebook_path(source), monkeypatch, env))
+    assert "PyTorch is not installed: the comparison with torch.autograd.functional.hvp" in text
+    assert "max |torch's H·t" not in text
