@@ -50,7 +50,9 @@ class _RunOrder:
             self.rows_bt = xp.arange(n_batch)[None, :] * n_steps + source_time
 
     def _gather(self, a, rows, shape):
-        return self.xp.take(a.reshape(-1, a.shape[2]), rows.reshape(-1), axis=0).reshape(shape)
+        # The [T·B, width] matrix by its sizes: reshape(-1, 0) cannot infer T·B (I = 0).
+        matrix = a.reshape(a.shape[0] * a.shape[1], a.shape[2])
+        return self.xp.take(matrix, rows.reshape(-1), axis=0).reshape(shape)
 
     def to_run(self, a):
         if a is None:
