@@ -32,10 +32,11 @@ know nothing of them:
   the state gradient is multiplied by it in place, and the weight gradients and any
   recomputed ``h_prev·W`` read the masked states (``seen_states``, one whole-array
   multiply);
-- zoneout: per step ``z∘old + (1-z)∘new`` in place over the kernel's new state
-  (``zone``), ``1-z`` computed once per call; backwards the state gradient splits into
-  ``(1-z)∘g`` for the step's kernel and ``z∘g``, added to the old state's gradient
-  (``zoneout_split``, ``finish_state_grad``).
+- zoneout: per step ``z∘old + (1-z)∘new`` in place over the kernel's new state (``zone``,
+  one fused pass, ``_zoneout_kernels``); backwards the state gradient splits into
+  ``(1-z)∘g`` for the step's kernel and ``z∘g`` (``zoneout_split``, one pass), added to the
+  old state's gradient (``finish_state_grad``). ``z`` and ``1-z`` are laid out once per call
+  as C-contiguous ``[T or 1, B, N]`` arrays (scratch of a mask's size: fresh arrays).
 
 With lengths, every mask with a time axis is first replaced by one that is zero past each
 row's length (``np.where``), so such entries, NaN included, are never read.
@@ -47,8 +48,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._core.plan import at_step, flat, running_mask
+from .._core.plan import flat, running_mask
 from .._core.plan import running_inputs as _running_inputs
+from ._zoneout_kernels import zoneout_grad_kernel, zoneout_kernel
 
 
 def contiguous(a):
@@ -175,22 +177,20 @@ def initial_carry(final, shape, dtype):
 
 class Masks(NamedTuple):
     """A sequence's masks as the CPU loops take them (``sequence_masks``): None, or arrays
-    that broadcast to their shapes; each zoneout as the pair ``(z, 1-z)``."""
+    that broadcast to their shapes; each zoneout as the pair ``(z, 1-z)``, C-contiguous
+    ``[T or 1, B, N]``."""
 
     input: Any = None          # m_in, broadcasting to [T, B, I]
     recurrent: Any = None      # m_rec, broadcasting to [B, H']
-    zoneout_h: Any = None      # (z, 1-z), broadcasting to [T, B, H']
-    zoneout_cs: Any = None     # (z, 1-z), broadcasting to [T, B, H] (the LSTM's)
-
-    @property
-    def any(self):
-        return any(m is not None for m in self)
+    zoneout_h: Any = None      # (z, 1-z) of [T, B, H']
+    zoneout_cs: Any = None     # (z, 1-z) of [T, B, H] (the LSTM's)
 
 
-def sequence_masks(settings, n_steps, lengths):
+def sequence_masks(settings, n_steps, lengths, n_batch, width, n_hidden=0):
     """The masks of ``settings`` (``input_mask``, ``recurrent_mask``, ``zoneout_h``, the
-    LSTM's ``zoneout_cs``) for a sequence of ``n_steps``; with ``lengths``, a mask with a
-    time axis is zero past each row's length (``np.where``: what was there is never read)."""
+    LSTM's ``zoneout_cs``) for a sequence of ``n_steps`` over ``n_batch`` rows, states
+    ``width`` (H') and ``n_hidden`` (the LSTM's H) wide. With ``lengths``, a mask with a time
+    axis is zero past each row's length (``np.where``: what was there is never read)."""
 
     def unread_past_lengths(mask):
         if mask is None or lengths is None or mask.ndim < 3:
@@ -198,12 +198,17 @@ def sequence_masks(settings, n_steps, lengths):
         running = running_mask(np, n_steps, lengths)[:, :, None]
         return np.where(running, mask, np.zeros((), mask.dtype))
 
-    def zoneout(mask):
+    def zoneout(mask, n):
+        if mask is None:
+            return None
         mask = unread_past_lengths(mask)
-        return None if mask is None else (mask, 1 - mask)
+        steps = mask.shape[0] if mask.ndim == 3 else 1
+        z = np.ascontiguousarray(np.broadcast_to(mask, (steps, n_batch, n)))
+        return z, 1 - z
 
     return Masks(unread_past_lengths(settings.input_mask), settings.recurrent_mask,
-                 zoneout(settings.zoneout_h), zoneout(getattr(settings, "zoneout_cs", None)))
+                 zoneout(settings.zoneout_h, width),
+                 zoneout(getattr(settings, "zoneout_cs", None), n_hidden))
 
 
 def masked_input_grad(dx, mask):
@@ -226,27 +231,27 @@ def seen_states(h0, steps, mask):
     return np.multiply(h0, mask), np.multiply(steps, mask)
 
 
-def zone(zoneout, t, old, new, buffer):
+def zone(zoneout, t, old, new):
     """Zoneout at step t in place: ``new ← z_t∘old + (1-z_t)∘new`` (``plan.zoned``'s
-    expression; nothing without it). ``buffer``: a scratch of ``new``'s shape."""
-    if zoneout is None:
-        return
-    z, keep_new = zoneout
-    np.multiply(at_step(z, t), old, out=buffer)
-    np.multiply(at_step(keep_new, t), new, out=new)
-    new += buffer
+    expression, ``zoneout_kernel``; nothing without it)."""
+    if zoneout is not None:
+        zoneout_kernel(zoneout[0][_step(zoneout, t)], zoneout[1][_step(zoneout, t)], old, new)
 
 
 def zoneout_split(zoneout, t, grad, new_out, old_out):
-    """The two parts of the gradient ``grad`` of step t's zoned state (``plan.zoneout_grad``):
-    ``((1-z_t)∘grad, z_t∘grad)`` into ``new_out`` and ``old_out`` (``new_out`` may be
-    ``grad``); ``(grad, None)`` without zoneout."""
+    """The two parts of the gradient ``grad`` of step t's zoned state (``plan.zoneout_grad``,
+    ``zoneout_grad_kernel``): ``((1-z_t)∘grad, z_t∘grad)`` into ``new_out`` and ``old_out``
+    (``new_out`` may be ``grad``); ``(grad, None)`` without zoneout."""
     if zoneout is None:
         return grad, None
-    z, keep_new = zoneout
-    np.multiply(at_step(z, t), grad, out=old_out)
-    np.multiply(at_step(keep_new, t), grad, out=new_out)
+    step = _step(zoneout, t)
+    zoneout_grad_kernel(zoneout[0][step], zoneout[1][step], grad, new_out, old_out)
     return new_out, old_out
+
+
+def _step(zoneout, t):
+    """The index of step t's slice of a zoneout pair (0 when the mask has no time axis)."""
+    return t if zoneout[0].shape[0] > 1 else 0
 
 
 def finish_state_grad(out, mask, old):

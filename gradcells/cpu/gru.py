@@ -173,13 +173,13 @@ def gru_sequence(x, h0, weights, settings):
     n_hidden = h0.shape[1]
     dtype = x.dtype
     lengths = lengths_of(settings.seq_len)
-    masks = sequence_masks(settings, n_steps, lengths)
+    masks = sequence_masks(settings, n_steps, lengths, n_batch, n_hidden)
     x = running_inputs(masked(x, masks.input), lengths)
     w_rux, w_ruh, w_cx, w_ch = _split_weights(weights.w_ru, weights.w_c, n_in)
     state = (n_batch, n_hidden)
-    x_ru, x_c, gates_ru, gates_c, reset_h, h_seen, zoned = scratch(
+    x_ru, x_c, gates_ru, gates_c, reset_h, h_seen = scratch(
         dtype, (n_steps, n_batch, 2 * n_hidden), (n_steps, n_batch, n_hidden),
-        (n_batch, 2 * n_hidden), state, state, state, state)
+        (n_batch, 2 * n_hidden), state, state, state)
     projection(x, w_rux, b_ru, x_ru)
     projection(x, w_cx, None if reset_after else b_c, x_c)
     steps = step_outputs(4, (n_steps, n_batch, n_hidden), dtype)
@@ -197,7 +197,7 @@ def gru_sequence(x, h0, weights, settings):
             gru_gates_kernel(gates_ru, x_ru[t], no_x, h_read, r[t], u[t], reset_h)
             np.matmul(reset_h, w_ch, out=gates_c)
             gru_candidate_kernel(gates_c, x_c[t], h_prev, u[t], c[t], h[t])
-        zone(masks.zoneout_h, t, h_prev, h[t], zoned)
+        zone(masks.zoneout_h, t, h_prev, h[t])
     final = final_state(h, h0, lengths)
     zero_stopped(steps, lengths)
     return GRUSequence(*steps, final)
@@ -250,7 +250,7 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     n_hidden = h0.shape[1]
     dtype = x.dtype
     lengths = lengths_of(settings.seq_len)
-    masks = sequence_masks(settings, n_steps, lengths)
+    masks = sequence_masks(settings, n_steps, lengths, n_batch, n_hidden)
     x = running_inputs(masked(x, masks.input), lengths)
     seq = tuple(map(contiguous, seq[:4]))
     d_h = None if d_h is None else contiguous(d_h)

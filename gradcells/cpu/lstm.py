@@ -316,13 +316,12 @@ def lstm_sequence(x, cs0, h0, weights, settings):
     n_steps, n_batch, n_in = x.shape
     n_hidden, n_state = cs0.shape[1], h0.shape[1]
     lengths = lengths_of(settings.seq_len)
-    masks = sequence_masks(settings, n_steps, lengths)
+    masks = sequence_masks(settings, n_steps, lengths, n_batch, n_state, n_hidden)
     x = running_inputs(masked(x, masks.input), lengths)
     w_proj = weights.w_proj
-    x_gates, h_gates, m, h_seen, zoned_h, zoned_cs = scratch(
+    x_gates, h_gates, m, h_seen = scratch(
         x.dtype, (n_steps, n_batch, 4 * n_hidden), (n_batch, 4 * n_hidden),
-        (n_batch, n_hidden if w_proj is not None else 0), (n_batch, n_state),
-        (n_batch, n_state), (n_batch, n_hidden))
+        (n_batch, n_hidden if w_proj is not None else 0), (n_batch, n_state))
     step_kernel, fixed = _forward_step(x, w[:n_in], b, weights, settings, x_gates)
     w_h = w[n_in:]
     if w_proj is None:
@@ -339,8 +338,8 @@ def lstm_sequence(x, cs0, h0, weights, settings):
                     co[t], h[t] if w_proj is None else m)
         if w_proj is not None:
             _project(m, w_proj, settings.proj_clip, out=h[t])
-        zone(masks.zoneout_cs, t, cs_prev, cs[t], zoned_cs)
-        zone(masks.zoneout_h, t, h_prev, h[t], zoned_h)
+        zone(masks.zoneout_cs, t, cs_prev, cs[t])
+        zone(masks.zoneout_h, t, h_prev, h[t])
     finals = final_state(cs, cs0, lengths), final_state(h, h0, lengths)
     zero_stopped(steps, lengths)
     return LSTMSequence(*steps, *finals)
@@ -391,7 +390,7 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
     n_hidden, n_state = cs0.shape[1], h0.shape[1]      # n_state: P with a projection
     dtype = x.dtype
     lengths = lengths_of(settings.seq_len)
-    masks = sequence_masks(settings, n_steps, lengths)
+    masks = sequence_masks(settings, n_steps, lengths, n_batch, n_state, n_hidden)
     x = running_inputs(masked(x, masks.input), lengths)
     seq = tuple(map(contiguous, seq[:7]))
     d_h = None if d_h is None else contiguous(d_h)

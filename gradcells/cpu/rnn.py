@@ -94,11 +94,10 @@ def rnn_sequence(x, h0, weights, settings):
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
     lengths = lengths_of(settings.seq_len)
-    masks = sequence_masks(settings, n_steps, lengths)
+    masks = sequence_masks(settings, n_steps, lengths, n_batch, n_hidden)
     x = running_inputs(masked(x, masks.input), lengths)
     relu = _is_relu(settings)
-    x_z, h_z, h_seen, zoned = scratch(x.dtype, (n_steps, n_batch, n_hidden),
-                                      *[(n_batch, n_hidden)] * 3)
+    x_z, h_z, h_seen = scratch(x.dtype, (n_steps, n_batch, n_hidden), *[(n_batch, n_hidden)] * 2)
     projection(x, w[:n_in], b, x_z)
     w_h = w[n_in:]
     (h,) = step_outputs(1, (n_steps, n_batch, n_hidden), x.dtype)
@@ -106,7 +105,7 @@ def rnn_sequence(x, h0, weights, settings):
         h_prev = h0 if t == 0 else h[t - 1]
         np.matmul(seen(h_prev, masks.recurrent, h_seen), w_h, out=h_z)
         rnn_forward_kernel(h_z, x_z[t], relu, h[t])
-        zone(masks.zoneout_h, t, h_prev, h[t], zoned)
+        zone(masks.zoneout_h, t, h_prev, h[t])
     final = final_state(h, h0, lengths)
     zero_stopped((h,), lengths)
     return RNNSequence(h, final)
@@ -132,7 +131,7 @@ def rnn_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     n_hidden = h0.shape[1]
     dtype = x.dtype
     lengths = lengths_of(settings.seq_len)
-    masks = sequence_masks(settings, n_steps, lengths)
+    masks = sequence_masks(settings, n_steps, lengths, n_batch, n_hidden)
     x = running_inputs(masked(x, masks.input), lengths)
     h = contiguous(seq.h)
     d_h = None if d_h is None else contiguous(d_h)
