@@ -379,11 +379,10 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
     ``dz_h,t·W_hᵀ`` is the new ``grad_h``; after the loop ``layer_norm_grad_kernel`` turns
     ``x̂`` into ``dz_x`` for all steps at once.
 
-    Masks: the recurrent matmuls saw ``h_prev∘m_rec`` (``_sequence.seen_states``: ``dw_h``
-    and the layer norm's recomputed ``h_prev·W_h`` read it) and ``grad_h``'s matmul part is
-    multiplied by it; zoneout splits each state's gradient (``_sequence.zoneout_split``), the
-    kernel reads the step's own cell state, recomputed before the loop with zoneout of
-    ``cs`` (``_unzoned_cells``, a ``[T, B, H]`` of scratch); ``dx`` is multiplied by ``m_in``.
+    Masks: ``dw_h`` and the norm's ``h_prev·W_h`` read ``h_prev∘m_rec`` (``seen_states``),
+    ``grad_h``'s matmul part is multiplied by it; zoneout splits each state's gradient
+    (``zoneout_split``), the kernel reads the step's own cell state (``_unzoned_cells``, a
+    ``[T, B, H]`` of scratch, with zoneout of ``cs``); ``dx`` is multiplied by ``m_in``.
     """
     x, cs0, h0, w = map(contiguous, (x, cs0, h0, weights.w))
     n_steps, n_batch, n_in = x.shape
@@ -397,21 +396,13 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
     d_cs = None if d_cs is None else contiguous(d_cs)
     grad_h = initial_carry(d_h_final, (n_batch, n_state), dtype)
     grad_cs = initial_carry(d_cs_final, (n_batch, n_hidden), dtype)
-    state, h_state, gates = (n_batch, n_hidden), (n_batch, n_state), (n_steps, n_batch,
-                                                                       4 * n_hidden)
-    norm_shapes = () if weights.layer_norm is None else (gates, gates, (2, n_steps, n_batch))
-    proj_shapes = () if weights.w_proj is None else _projection_shapes(seq)
-    zone_shapes = (h_state, state, (n_steps, n_batch, n_hidden)
-                   if masks.zoneout_cs is not None else (0,))
-    buffers = scratch(dtype, h_state, state, h_state, gates, (4 * n_hidden, n_state),
-                      *zone_shapes, *norm_shapes, *proj_shapes)
-    zone_work, buffers = buffers[5:8], buffers[:5] + buffers[8:]
-    proj = _projection_work(weights.w_proj, settings, clip_grad, buffers[5 + len(norm_shapes):])
+    buffers, zone_work = _backward_scratch(seq, n_state, weights, masks)
+    proj = _projection_work(weights.w_proj, settings, clip_grad,
+                            buffers[5 if weights.layer_norm is None else 8:])
     sums = _norm_sums(4 * n_hidden, n_hidden, settings.peepholes, dtype)
     np.copyto(buffers[4], w[n_in:].T)     # W_hᵀ, C-contiguous: OpenBLAS packs it faster
     h0_seen, h_seen = seen_states(h0, seq[6], masks.recurrent)
-    own = seq if masks.zoneout_cs is None else (
-        seq[0], _unzoned_cells(cs0, seq, weights, settings, zone_work[2]), *seq[2:])
+    own = _unzoned_cells(cs0, seq, weights, settings, masks, zone_work[2])
     if weights.layer_norm is None:
         step = _step_grad(own, lstm_backward_kernel, (*_peepholes(weights, settings, contiguous),
                           _mask_clip(settings, clip_grad)), (), buffers[3], sums[:4])
@@ -430,6 +421,23 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
         **_peephole_grads(sums, settings),
         w_proj=_projection_weight_grad(proj),
         layer_norm=None if weights.layer_norm is None else _norm_grads(sums))
+
+
+def _backward_scratch(seq, n_state, weights, masks):
+    """``lstm_sequence_grad``'s scratch, taken at once: ``(buffers, zone_work)``.
+    ``buffers``: ``_backward_steps``'s five, then the layer norm's three and the projection's
+    five (``_projection_shapes``) where there are; ``zone_work``: zoneout's parts of the old
+    states' gradients ``[B, P]``, ``[B, H]`` and every step's own cell state ``[T, B, H]``
+    (``_unzoned_cells``; empty without zoneout of ``cs``)."""
+    n_steps, n_batch, n_hidden = seq[0].shape
+    state, h_state = (n_batch, n_hidden), (n_batch, n_state)
+    gates = (n_steps, n_batch, 4 * n_hidden)
+    norm_shapes = () if weights.layer_norm is None else (gates, gates, (2, n_steps, n_batch))
+    proj_shapes = () if weights.w_proj is None else _projection_shapes(seq)
+    zone_shapes = (h_state, state, seq[0].shape if masks.zoneout_cs is not None else (0,))
+    buffers = scratch(seq[0].dtype, h_state, state, h_state, gates, (4 * n_hidden, n_state),
+                      *zone_shapes, *norm_shapes, *proj_shapes)
+    return buffers[:5] + buffers[8:], buffers[5:8]
 
 
 def _step_grad(seq, step_kernel, fixed, per_step, d_gates, sums):
@@ -547,14 +555,15 @@ def _backward_steps(cs0, seq, d_steps, grad_h, grad_cs, lengths, buffers, step, 
     return grad_cs, grad_h
 
 
-def _unzoned_cells(cs0, seq, weights, settings, out):
-    """Every step's own cell state before zoneout mixed it with the old one, into ``out
-    [T, B, H]`` (``gradcells.reference.lstm._unzoned``): ``c̃ = clip(i∘ci + f∘cs_prev)``
+def _unzoned_cells(cs0, seq, weights, settings, masks, out):
+    """``seq`` with every step's own cell state, before zoneout mixed it with the old one,
+    in place of the saved one (``seq`` itself without zoneout of ``cs``): into ``out
+    [T, B, H]`` (``gradcells.reference.lstm._unzoned``), ``c̃ = clip(i∘ci + f∘cs_prev)``
     from the saved gates and the saved (zoned) previous states, whole-array ops; with the
     normalising carry its layer norm (``layer_norm_forward_kernel``, a zero addend)."""
     i, cs, f, _, ci = seq[:5]
-    if out.size == 0:
-        return out
+    if masks.zoneout_cs is None or out.size == 0:
+        return seq
     np.multiply(i, ci, out=out)
     out[0] += f[0] * cs0
     out[1:] += f[1:] * cs[:-1]
@@ -564,4 +573,4 @@ def _unzoned_cells(cs0, seq, weights, settings, out):
     if norm is not None and settings.ln_carry == "normalized":
         layer_norm_forward_kernel(flat(out), contiguous(norm.gamma_c), contiguous(norm.beta_c),
                                   np.zeros(out.shape[2], out.dtype), settings.ln_epsilon)
-    return out
+    return (i, out, *seq[2:])
