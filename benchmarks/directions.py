@@ -152,8 +152,10 @@ def stack_table(sizes, repeats, backend):
 
 def masked_contestants(cell, size, backend="cpu"):
     """Forward + BPTT of ``cell`` on ``backend``: without masks ("plain"), with each mask
-    alone (an input mask, a recurrent mask, zoneout: of h, and for the LSTM of cs too) and
-    with all of them ("masked")."""
+    alone and with all of them ("masked"): an input mask and a recurrent mask of 0/1 over
+    0.75 per row, zoneout of h (and for the LSTM of cs) as trained, 0/1 per step and
+    element with probability 0.1; and zoneout by the fraction 0.1 everywhere ("fractional",
+    not in "masked")."""
     import gradcells as gc
 
     op, names, inputs = CELLS[cell]
@@ -162,15 +164,15 @@ def masked_contestants(cell, size, backend="cpu"):
     arrays = [a[n] for n in names]
     rng = np.random.default_rng(0)
     steps, batch, n_in, hidden = size
-    zoneout = {"zoneout_h": np.full(hidden, 0.1, np.float32)}
-    if cell == "lstm":
-        zoneout["zoneout_cs"] = np.full(hidden, 0.1, np.float32)
+    zoned = ("zoneout_h", "zoneout_cs") if cell == "lstm" else ("zoneout_h",)
     masks = {"input": {"input_mask": (rng.integers(0, 2, (batch, n_in)) / 0.75)
                        .astype(np.float32)},
              "recurrent": {"recurrent_mask": (rng.integers(0, 2, (batch, hidden)) / 0.75)
                            .astype(np.float32)},
-             "zoneout": zoneout}
+             "zoneout": {name: (rng.random((steps, batch, hidden)) < 0.1).astype(np.float32)
+                         for name in zoned}}
     masks["masked"] = {k: v for m in masks.values() for k, v in m.items()}
+    masks["fractional"] = {name: np.full(hidden, 0.1, np.float32) for name in zoned}
     forward, gradient = getattr(gc, op), getattr(gc, f"{op}_grad")
 
     def contestant(extra):
@@ -182,7 +184,7 @@ def masked_contestants(cell, size, backend="cpu"):
     return {"plain": contestant({}), **{name: contestant(m) for name, m in masks.items()}}
 
 
-MASK_COLUMNS = ("input", "recurrent", "zoneout", "masked")
+MASK_COLUMNS = ("input", "recurrent", "zoneout", "masked", "fractional")
 
 
 def masks_table(cells, sizes, repeats, backend="cpu"):
@@ -196,7 +198,8 @@ def masks_table(cells, sizes, repeats, backend="cpu"):
                          f"{stats['masked'].median * 1e3:.1f}",
                          *(f"{stats[k].median / plain - 1:+.1%}" for k in MASK_COLUMNS)))
     return table(rows, ("cell", "(T, B, I, H)", "no masks ms", "all masks ms",
-                        "input mask", "recurrent mask", "zoneout", "all masks"))
+                        "input mask", "recurrent mask", "zoneout", "all masks",
+                        "fractional zoneout"))
 
 
 def main(argv=None):

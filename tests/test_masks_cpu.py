@@ -44,12 +44,13 @@ _CASES = {"lstm_sequence": lstm_sequence_case, "gru_sequence": gru_sequence_case
           "rnn_sequence": rnn_sequence_case}
 
 
-def _strategy(op, dtype=np.float64, **sizes):
-    """Masked cases of ``op``, every option drawn."""
+def _strategy(op, dtype=np.float64, layer_norm=None, **sizes):
+    """Masked cases of ``op``, every option drawn (the LSTM's layer norm as ``layer_norm``
+    says: None, drawn)."""
     options = {"reverse": None, "batch_first": None, "masks": True, "ragged": None,
                "dtype": dtype, **sizes}
     if op == "lstm_sequence":
-        return lstm_sequence_inputs(projection=None, layer_norm=None, **options)
+        return lstm_sequence_inputs(projection=None, layer_norm=layer_norm, **options)
     return {"gru_sequence": gru_sequence_inputs,
             "rnn_sequence": rnn_sequence_inputs}[op](**options)
 
@@ -177,10 +178,26 @@ def test_drawn_masked_cases_agree_with_reference_float64(op, data):
     assert_cpu_agrees(op, case, data.draw(_which(op)), clip_grad)
 
 
+def _not_cancelled(case):
+    """In float32, no input or state one column wide: there a result can be the round-off
+    of terms that cancel, and an error relative to the array's own scale says nothing (as
+    ``tests/test_layer_norm_cpu.py`` says of widths of one). Measured over 1,500 drawn LSTM
+    cases: ``dwci`` at 28 ulps of its scale with ``H = 1`` (a sum of T·B terms of both signs,
+    summed in another order). For the same reason the float32 draws have no layer norm: a
+    binary input or recurrent mask leaves a row one column (``LN(x·W_x)`` then removes its
+    one scalar: ``dx`` at up to 4,000 ulps of its scale in either backend, the CPU's error
+    sometimes the smaller), and a cell norm over 2 columns is ``±1`` up to ``ε``. The layer
+    norm's masked float32 cases are ``test_all_masks_together_in_float32``'s; every width
+    is covered in float64 and by the oracle."""
+    widths = (case["x"].shape[2], case["h0"].shape[1], case.get("cs0", case["h0"]).shape[1])
+    return min(widths) >= 2
+
+
 @pytest.mark.parametrize("op", OPS_)
 @given(data=st.data())
 def test_drawn_masked_cases_agree_with_reference_float32(op, data):
-    case = data.draw(_strategy(op, np.float32, max_hidden=6))
+    case = data.draw(_strategy(op, np.float32, layer_norm=False, max_hidden=6)
+                     .filter(_not_cancelled))
     assert_cpu_agrees_float32(op, case, data.draw(_which(op)))
 
 
@@ -207,14 +224,19 @@ def _sizes(case):
 
 def _masks(rng, op, case, shapes):
     """Every mask of ``op`` for a time-major ``case``: ``shapes`` "full" (fractional,
-    ``[T, B, ·]``), "broadcast" (binary over the keep probability, ``[B, ·]`` or ``(·,)``
-    or ``[1, 1, ·]``) or "views" (full, but flipped, transposed or gathered views)."""
+    ``[T, B, ·]``), "binary" (0/1, zoneout as trained; ``[T, B, ·]``, ``[T, 1, H]``),
+    "broadcast" (``[B, ·]``, ``[B, 1]`` or ``[1, 1, ·]``) or "views" (full, but flipped,
+    transposed or gathered views)."""
     steps, batch, n_in, hidden, width = _sizes(case)
     dtype = case["x"].dtype
     if shapes == "broadcast":
         masks = {"input_mask": rng.integers(0, 2, (batch, n_in)) / 0.7,
                  "zoneout_h": rng.uniform(0.0, 0.5, (1, 1, width)),
                  "zoneout_cs": rng.integers(0, 2, (batch, 1)).astype(float)}
+    elif shapes == "binary":
+        masks = {"input_mask": rng.integers(0, 2, (steps, batch, n_in)) / 0.7,
+                 "zoneout_h": rng.integers(0, 2, (steps, batch, width)).astype(float),
+                 "zoneout_cs": rng.integers(0, 2, (steps, 1, hidden)).astype(float)}
     else:
         masks = {"input_mask": rng.uniform(0.5, 1.0, (steps, batch, n_in)),
                  "zoneout_h": rng.uniform(0.0, 0.6, (steps, batch, width)),
@@ -254,7 +276,7 @@ def _mask_names(op):
 
 
 @pytest.mark.parametrize(("op", "options"), ALL_OPTIONS)
-@pytest.mark.parametrize("shapes", ["full", "broadcast", "views"])
+@pytest.mark.parametrize("shapes", ["full", "binary", "broadcast", "views"])
 def test_each_mask_alone_and_all_together_with_every_option(op, options, shapes):
     rng = np.random.default_rng(len(str(options)) + 7 * len(shapes))
     case = _CASES[op](rng, steps=5, batch=4, ragged=True, **options)

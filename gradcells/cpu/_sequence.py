@@ -35,8 +35,8 @@ know nothing of them:
 - zoneout: per step ``z∘old + (1-z)∘new`` in place over the kernel's new state (``zone``,
   one fused pass, ``_zoneout_kernels``); backwards the state gradient splits into
   ``(1-z)∘g`` for the step's kernel and ``z∘g`` (``zoneout_split``, one pass), added to the
-  old state's gradient (``finish_state_grad``). ``z`` and ``1-z`` are laid out once per call
-  as C-contiguous ``[T or 1, B, N]`` arrays (scratch of a mask's size: fresh arrays).
+  old state's gradient (``finish_state_grad``). ``z`` is laid out once per call as a
+  C-contiguous ``[T or 1, B, N]`` array (a copy only when it is not one already).
 
 With lengths, every mask with a time axis is first replaced by one that is zero past each
 row's length (``np.where``), so such entries, NaN included, are never read.
@@ -177,13 +177,12 @@ def initial_carry(final, shape, dtype):
 
 class Masks(NamedTuple):
     """A sequence's masks as the CPU loops take them (``sequence_masks``): None, or arrays
-    that broadcast to their shapes; each zoneout as the pair ``(z, 1-z)``, C-contiguous
-    ``[T or 1, B, N]``."""
+    that broadcast to their shapes; each zoneout C-contiguous ``[T or 1, B, N]``."""
 
     input: Any = None          # m_in, broadcasting to [T, B, I]
     recurrent: Any = None      # m_rec, broadcasting to [B, H']
-    zoneout_h: Any = None      # (z, 1-z) of [T, B, H']
-    zoneout_cs: Any = None     # (z, 1-z) of [T, B, H] (the LSTM's)
+    zoneout_h: Any = None      # z of [T, B, H']
+    zoneout_cs: Any = None     # z of [T, B, H] (the LSTM's)
 
 
 def sequence_masks(settings, n_steps, lengths, n_batch, width, n_hidden=0):
@@ -203,8 +202,7 @@ def sequence_masks(settings, n_steps, lengths, n_batch, width, n_hidden=0):
             return None
         mask = unread_past_lengths(mask)
         steps = mask.shape[0] if mask.ndim == 3 else 1
-        z = np.ascontiguousarray(np.broadcast_to(mask, (steps, n_batch, n)))
-        return z, 1 - z
+        return np.ascontiguousarray(np.broadcast_to(mask, (steps, n_batch, n)))
 
     return Masks(unread_past_lengths(settings.input_mask), settings.recurrent_mask,
                  zoneout(settings.zoneout_h, width),
@@ -235,7 +233,7 @@ def zone(zoneout, t, old, new):
     """Zoneout at step t in place: ``new ← z_t∘old + (1-z_t)∘new`` (``plan.zoned``'s
     expression, ``zoneout_kernel``; nothing without it)."""
     if zoneout is not None:
-        zoneout_kernel(zoneout[0][_step(zoneout, t)], zoneout[1][_step(zoneout, t)], old, new)
+        zoneout_kernel(zoneout[_step(zoneout, t)], old, new)
 
 
 def zoneout_split(zoneout, t, grad, new_out, old_out):
@@ -244,14 +242,13 @@ def zoneout_split(zoneout, t, grad, new_out, old_out):
     (``new_out`` may be ``grad``); ``(grad, None)`` without zoneout."""
     if zoneout is None:
         return grad, None
-    step = _step(zoneout, t)
-    zoneout_grad_kernel(zoneout[0][step], zoneout[1][step], grad, new_out, old_out)
+    zoneout_grad_kernel(zoneout[_step(zoneout, t)], grad, new_out, old_out)
     return new_out, old_out
 
 
 def _step(zoneout, t):
-    """The index of step t's slice of a zoneout pair (0 when the mask has no time axis)."""
-    return t if zoneout[0].shape[0] > 1 else 0
+    """The index of step t's slice of a zoneout mask (0 when it has no time axis)."""
+    return t if zoneout.shape[0] > 1 else 0
 
 
 def finish_state_grad(out, mask, old):

@@ -122,9 +122,13 @@ def rnn_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
 
     Masks: ``dz_t·W_hᵀ`` is multiplied by ``m_rec`` and ``dx`` by ``m_in``; zoneout splits
     the step's gradient (``_sequence.zoneout_split``). With zoneout the saved ``h`` is the
-    zoned state, so ``act'`` reads every step's own ``act(z_t)``, recomputed before the loop
-    as the reference does (``_unzoned_outputs``: the two matmuls of the forward over all
-    ``T·B`` rows at once and the forward kernel; a third ``[T, B, H]`` of scratch).
+    zoned state and ``act'`` needs every step's own ``h̃_t = act(z_t)``. Where ``z`` is 0 the
+    saved state is ``h̃_t`` itself (``0∘h_prev + 1∘h̃_t`` rounds to ``h̃_t``), where it is 1
+    the step's gradient ``(1-z)∘g`` is 0 whatever ``act'`` reads; so a binary mask (every
+    entry 0 or 1, checked once per call: zoneout as trained) reads the saved ``h``, exactly,
+    and a fractional one recomputes ``h̃`` before the loop as the reference does
+    (``_unzoned_outputs``: the forward's two matmuls over all ``T·B`` rows at once and its
+    kernel; three ``[T, B, H]`` of scratch).
     """
     x, h0, w = map(contiguous, (x, h0, weights.w))
     n_steps, n_batch, n_in = x.shape
@@ -137,7 +141,7 @@ def rnn_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     d_h = None if d_h is None else contiguous(d_h)
     grad_h = initial_carry(d_h_final, (n_batch, n_hidden), dtype)
     state, steps = (n_batch, n_hidden), (n_steps, n_batch, n_hidden)
-    recompute = [steps] * 3 if masks.zoneout_h is not None else []
+    recompute = [steps] * 3 if not _reads_saved_states(masks.zoneout_h) else []
     buffers = scratch(dtype, state, state, steps, (n_hidden, n_hidden), state, *recompute)
     np.copyto(buffers[3], w[n_in:].T)     # W_hᵀ, C-contiguous: OpenBLAS packs it faster
     h0_seen, h_seen = seen_states(h0, h, masks.recurrent)
@@ -148,6 +152,12 @@ def rnn_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
                     masks)
     dx, dw = input_and_weight_grads(x, h0_seen, w, h_seen, buffers[2])
     return RNNSequenceGrads(x=masked_input_grad(dx, masks.input), h0=grad_h, w=dw, b=d_bias)
+
+
+def _reads_saved_states(zoneout):
+    """Whether the gradient's ``act'`` may read the saved states: no zoneout, or a binary
+    one (``rnn_sequence_grad``)."""
+    return zoneout is None or bool(np.all((zoneout == 0) | (zoneout == 1)))
 
 
 def _unzoned_outputs(x, h0_seen, h_seen, weights, relu, buffers):
