@@ -25,6 +25,11 @@ gate gradients) from a buffer each thread keeps between calls (``_workspace``): 
 of that size can cost a page fault per 4 KiB page in every call, as they did in a process
 running only a sequence op. ``release_scratch()`` frees the calling thread's buffer.
 
+The sequence masks (docs/spec.md §11.3) are NumPy ops around the same kernels plus one fused
+zoneout pass per step each way (``_zoneout_kernels``); ``_sequence`` states their plan and
+its scratch (a ``[B, H']`` per step, every step's own cell state ``[T, B, H]`` for the LSTM's
+gradient, and the plain RNN's recomputed outputs under a fractional zoneout mask).
+
 Importing this module compiles nothing; each kernel compiles on its first call (once per
 dtype) and is cached on disk (``cache=True``), so later processes load it.
 """

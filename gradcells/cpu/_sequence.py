@@ -22,8 +22,8 @@ from step ``L-1`` before that. Backwards, a stopped row gets zero upstream gradi
 outputs are constants), so its gate gradients are zero, and keeps its state gradient.
 Steps before the shortest length take the unmasked path.
 
-The masks (docs/spec.md §11.3; ``sequence_masks``) are NumPy ops around the kernels, which
-know nothing of them:
+The masks (docs/spec.md §11.3; ``sequence_masks``) are NumPy ops and one small kernel around
+the cell kernels, which know nothing of them:
 
 - the input mask: one whole-array multiply of ``x`` before the projection and one of ``dx``
   after the weight gradients;
@@ -40,6 +40,11 @@ know nothing of them:
 
 With lengths, every mask with a time axis is first replaced by one that is zero past each
 row's length (``np.where``), so such entries, NaN included, are never read.
+
+Their memory: the per-step ``[B, ·]`` buffers (the masked ``h_prev``, zoneout's part for
+the old state) come with each op's scratch; the whole-array products (``x∘m_in``, the
+masked saved states of ``seen_states``, a zeroed or laid-out mask) are fresh arrays of an
+input's or a result's size, made once per call.
 """
 
 from __future__ import annotations
