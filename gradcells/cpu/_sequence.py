@@ -53,7 +53,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._core.plan import flat, running_mask
+from .._core.plan import at_step, flat, running_mask
 from .._core.plan import running_inputs as _running_inputs
 from ._zoneout_kernels import zoneout_grad_kernel, zoneout_kernel
 
@@ -238,7 +238,7 @@ def zone(zoneout, t, old, new):
     """Zoneout at step t in place: ``new ← z_t∘old + (1-z_t)∘new`` (``plan.zoned``'s
     expression, ``zoneout_kernel``; nothing without it)."""
     if zoneout is not None:
-        zoneout_kernel(zoneout[_step(zoneout, t)], old, new)
+        zoneout_kernel(at_step(zoneout, t), old, new)
 
 
 def zoneout_split(zoneout, t, grad, new_out, old_out):
@@ -247,13 +247,8 @@ def zoneout_split(zoneout, t, grad, new_out, old_out):
     (``new_out`` may be ``grad``); ``(grad, None)`` without zoneout."""
     if zoneout is None:
         return grad, None
-    zoneout_grad_kernel(zoneout[_step(zoneout, t)], grad, new_out, old_out)
+    zoneout_grad_kernel(at_step(zoneout, t), grad, new_out, old_out)
     return new_out, old_out
-
-
-def _step(zoneout, t):
-    """The index of step t's slice of a zoneout mask (0 when it has no time axis)."""
-    return t if zoneout.shape[0] > 1 else 0
 
 
 def finish_state_grad(out, mask, old):
