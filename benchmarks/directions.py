@@ -150,10 +150,12 @@ def stack_table(sizes, repeats, backend):
                         "peak memory", "= result kept + scratch"))
 
 
-def masked_contestants(cell, size):
-    """Forward + BPTT of ``cell``: unmasked on the cpu backend and on the reference, and with
-    an input mask, a recurrent mask and zoneout of h (``backend=None``: the reference, which
-    is the backend that runs masks)."""
+def masked_contestants(cell, size, backend="cpu"):
+    """Forward + BPTT of ``cell`` on ``backend``: without masks ("plain"), with each mask
+    alone and with all of them ("masked"): an input mask and a recurrent mask of 0/1 over
+    0.75 per row, zoneout of h (and for the LSTM of cs) as trained, 0/1 per step and
+    element with probability 0.1; and zoneout by the fraction 0.1 everywhere ("fractional",
+    not in "masked")."""
     import gradcells as gc
 
     op, names, inputs = CELLS[cell]
@@ -162,31 +164,42 @@ def masked_contestants(cell, size):
     arrays = [a[n] for n in names]
     rng = np.random.default_rng(0)
     steps, batch, n_in, hidden = size
-    masks = {"input_mask": (rng.integers(0, 2, (batch, n_in)) / 0.75).astype(np.float32),
-             "recurrent_mask": (rng.integers(0, 2, (batch, hidden)) / 0.75).astype(np.float32),
-             "zoneout_h": np.full(hidden, 0.1, np.float32)}
+    zoned = ("zoneout_h", "zoneout_cs") if cell == "lstm" else ("zoneout_h",)
+    masks = {"input": {"input_mask": (rng.integers(0, 2, (batch, n_in)) / 0.75)
+                       .astype(np.float32)},
+             "recurrent": {"recurrent_mask": (rng.integers(0, 2, (batch, hidden)) / 0.75)
+                           .astype(np.float32)},
+             "zoneout": {name: (rng.random((steps, batch, hidden)) < 0.1).astype(np.float32)
+                         for name in zoned}}
+    masks["masked"] = {k: v for m in masks.values() for k, v in m.items()}
+    masks["fractional"] = {name: np.full(hidden, 0.1, np.float32) for name in zoned}
     forward, gradient = getattr(gc, op), getattr(gc, f"{op}_grad")
 
-    def contestant(backend, extra):
+    def contestant(extra):
         def run():
             seq = forward(*arrays, **keywords, **extra, backend=backend)
             return gradient(*arrays, seq, d_h=a["d_h"], backend=backend)
         return run
 
-    return {"cpu": contestant("cpu", {}), "reference": contestant("reference", {}),
-            "masked": contestant(None, masks)}
+    return {"plain": contestant({}), **{name: contestant(m) for name, m in masks.items()}}
 
 
-def masks_table(cells, sizes, repeats):
+MASK_COLUMNS = ("input", "recurrent", "zoneout", "masked", "fractional")
+
+
+def masks_table(cells, sizes, repeats, backend="cpu"):
     rows = []
     for cell in cells:
         for size in sizes:
-            stats = summarize(time_interleaved(masked_contestants(cell, size), repeats))
-            cpu, ref, masked = (stats[k].median for k in ("cpu", "reference", "masked"))
-            rows.append((cell, str(size), f"{cpu * 1e3:.1f}", f"{ref * 1e3:.1f}",
-                         f"{masked * 1e3:.1f}", f"{masked / cpu:.2f}×", f"{masked / ref:.2f}×"))
-    return table(rows, ("cell", "(T, B, I, H)", "cpu ms", "reference ms", "masked ms",
-                        "masked vs cpu", "masked vs reference"))
+            stats = summarize(time_interleaved(masked_contestants(cell, size, backend),
+                                               repeats))
+            plain = stats["plain"].median
+            rows.append((cell, str(size), f"{plain * 1e3:.1f}",
+                         f"{stats['masked'].median * 1e3:.1f}",
+                         *(f"{stats[k].median / plain - 1:+.1%}" for k in MASK_COLUMNS)))
+    return table(rows, ("cell", "(T, B, I, H)", "no masks ms", "all masks ms",
+                        "input mask", "recurrent mask", "zoneout", "all masks",
+                        "fractional zoneout"))
 
 
 def main(argv=None):
@@ -215,9 +228,10 @@ def main(argv=None):
         return
     limiter = limit_threads(args.threads)  # noqa: F841 - keeps the limits in force
     if args.masks:
-        print(f"float32, forward + BPTT; {args.threads} thread(s); median of {args.repeats} "
-              "interleaved rounds; masked calls run on the reference\n")
-        print(masks_table(args.cells.split(","), sizes, args.repeats))
+        print(f"float32, {args.backend}, forward + BPTT; {args.threads} thread(s); median "
+              f"of {args.repeats} interleaved rounds; what each mask adds to the call without "
+              "masks\n")
+        print(masks_table(args.cells.split(","), sizes, args.repeats, args.backend))
         return
     print(f"float32, {args.backend}, forward + BPTT; {args.threads} thread(s); median of "
           f"{args.repeats} interleaved rounds; ratios against the forward time-major call\n")

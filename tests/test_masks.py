@@ -1,7 +1,8 @@
 """The masks of the sequence operations (docs/spec.md §11.3): ``input_mask``,
 ``recurrent_mask``, ``zoneout_h`` and the LSTM's ``zoneout_cs``, explicit arrays, constants to
-the gradient. They run on the reference backend (the fused backends do not run them yet: a
-masked call goes to the reference by default, and naming ``cpu`` is a ``ValueError``).
+the gradient. They run on the reference and on the CPU backend (a masked call on NumPy arrays
+goes to the default backend, which runs them; ``tests/test_masks_cpu.py`` holds the CPU to
+the reference, and the tests here run on the default backend).
 
 - float64 gradients equal central differences with every mask, binary and fractional, full
   ``[T, B, ·]`` and broadcast, with ragged lengths, both directions and both layouts, and the
@@ -157,8 +158,9 @@ def test_the_record_dispatch_and_bad_input(op):
         _grad(op, case, seq, d_h=np.ones(seq.h.shape), **masks).x)
     with pytest.raises(ValueError, match="recurrent_mask=<an array of shape .*> contradicts"):
         _grad(op, case, seq, recurrent_mask=2 * masks["recurrent_mask"])
-    with pytest.raises(ValueError, match="backend='cpu' does not run the sequence masks yet"):
-        _forward(op, {**case, **masks}, backend="cpu")
+    for backend in ("reference", "cpu"):   # both run the masks, to round-off of each other
+        np.testing.assert_allclose(_forward(op, {**case, **masks}, backend=backend).h, seq.h,
+                                   rtol=1e-12, atol=1e-13)
     batch, width = masks["recurrent_mask"].shape
     with pytest.raises(ValueError, match=r"recurrent_mask must broadcast to \[B, H\] = "):
         _forward(op, {**case, "recurrent_mask": np.ones((batch + 1, width))})

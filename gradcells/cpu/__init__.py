@@ -25,6 +25,11 @@ gate gradients) from a buffer each thread keeps between calls (``_workspace``): 
 of that size can cost a page fault per 4 KiB page in every call, as they did in a process
 running only a sequence op. ``release_scratch()`` frees the calling thread's buffer.
 
+The sequence masks (docs/spec.md §11.3) are NumPy ops around the same kernels plus one fused
+zoneout pass per step each way (``_zoneout_kernels``); ``_sequence`` states their plan and
+its scratch (a ``[B, H']`` per step, every step's own cell state ``[T, B, H]`` for the LSTM's
+gradient, and the plain RNN's recomputed outputs under a fractional zoneout mask).
+
 Importing this module compiles nothing; each kernel compiles on its first call (once per
 dtype) and is cached on disk (``cache=True``), so later processes load it.
 """
@@ -38,3 +43,6 @@ __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad",
            "rnn_cell", "rnn_cell_grad",
            "lstm_sequence", "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad",
            "rnn_sequence", "rnn_sequence_grad", "release_scratch"]
+
+SEQUENCE_MASKS = True
+"""The CPU's sequence operations run the masks of docs/spec.md §11.3."""

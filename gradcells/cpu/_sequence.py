@@ -21,14 +21,41 @@ are computed as if they ran on and zeroed after the loop; their final state is g
 from step ``L-1`` before that. Backwards, a stopped row gets zero upstream gradient (its
 outputs are constants), so its gate gradients are zero, and keeps its state gradient.
 Steps before the shortest length take the unmasked path.
+
+The masks (docs/spec.md §11.3; ``sequence_masks``) are NumPy ops and one small kernel around
+the cell kernels, which know nothing of them:
+
+- the input mask: one whole-array multiply of ``x`` before the projection and one of ``dx``
+  after the weight gradients;
+- the recurrent mask: per step ``h_prev∘m_rec`` into a scratch ``[B, H']`` before the
+  recurrent matmul (the kernels read the unmasked state); backwards, the matmul's part of
+  the state gradient is multiplied by it in place, and the weight gradients and any
+  recomputed ``h_prev·W`` read the masked states (``seen_states``, one whole-array
+  multiply);
+- zoneout: per step ``z∘old + (1-z)∘new`` in place over the kernel's new state (``zone``,
+  one fused pass, ``_zoneout_kernels``); backwards the state gradient splits into
+  ``(1-z)∘g`` for the step's kernel and ``z∘g`` (``zoneout_split``, one pass), added to the
+  old state's gradient (``finish_state_grad``). ``z`` is laid out once per call as a
+  C-contiguous ``[T or 1, B, N]`` array (a copy only when it is not one already).
+
+With lengths, every mask with a time axis is first replaced by one that is zero past each
+row's length (``np.where``), so such entries, NaN included, are never read.
+
+Their memory: the per-step ``[B, ·]`` buffers (the masked ``h_prev``, zoneout's part for
+the old state) come with each op's scratch; the whole-array products (``x∘m_in``, the
+masked saved states of ``seen_states``, a zeroed or laid-out mask) are fresh arrays of an
+input's or a result's size, made once per call.
 """
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import numpy as np
 
-from .._core.plan import flat, running_mask
+from .._core.plan import at_step, flat, running_mask
 from .._core.plan import running_inputs as _running_inputs
+from ._zoneout_kernels import zoneout_grad_kernel, zoneout_kernel
 
 
 def contiguous(a):
@@ -147,3 +174,88 @@ def initial_carry(final, shape, dtype):
     """The carried state gradient before the backward loop: ``final`` (a C-contiguous copy),
     or zeros."""
     return np.zeros(shape, dtype) if final is None else np.array(final, dtype=dtype, order="C")
+
+
+# --------------------------------------------------------------------------------------
+# the masks (docs/spec.md §11.3)
+
+
+class Masks(NamedTuple):
+    """A sequence's masks as the CPU loops take them (``sequence_masks``): None, or arrays
+    that broadcast to their shapes; each zoneout C-contiguous ``[T or 1, B, N]``."""
+
+    input: Any = None          # m_in, broadcasting to [T, B, I]
+    recurrent: Any = None      # m_rec, broadcasting to [B, H']
+    zoneout_h: Any = None      # z of [T, B, H']
+    zoneout_cs: Any = None     # z of [T, B, H] (the LSTM's)
+
+
+def sequence_masks(settings, n_steps, lengths, n_batch, width, n_hidden=0):
+    """The masks of ``settings`` (``input_mask``, ``recurrent_mask``, ``zoneout_h``, the
+    LSTM's ``zoneout_cs``) for a sequence of ``n_steps`` over ``n_batch`` rows, states
+    ``width`` (H') and ``n_hidden`` (the LSTM's H) wide. With ``lengths``, a mask with a time
+    axis is zero past each row's length (``np.where``: what was there is never read)."""
+
+    def unread_past_lengths(mask):
+        if mask is None or lengths is None or mask.ndim < 3:
+            return mask
+        running = running_mask(np, n_steps, lengths)[:, :, None]
+        return np.where(running, mask, np.zeros((), mask.dtype))
+
+    def zoneout(mask, n):
+        if mask is None:
+            return None
+        mask = unread_past_lengths(mask)
+        steps = mask.shape[0] if mask.ndim == 3 else 1
+        return np.ascontiguousarray(np.broadcast_to(mask, (steps, n_batch, n)))
+
+    return Masks(unread_past_lengths(settings.input_mask), settings.recurrent_mask,
+                 zoneout(settings.zoneout_h, width),
+                 zoneout(getattr(settings, "zoneout_cs", None), n_hidden))
+
+
+def masked_input_grad(dx, mask):
+    """``dx∘m_in`` in place (``dx`` a fresh array; nothing without a mask)."""
+    if mask is not None:
+        np.multiply(dx, mask, out=dx)
+    return dx
+
+
+def seen(h_prev, mask, out):
+    """What the recurrent matmul reads: ``h_prev∘m_rec`` into ``out``, or ``h_prev``."""
+    return h_prev if mask is None else np.multiply(h_prev, mask, out=out)
+
+
+def seen_states(h0, steps, mask):
+    """``(h0, steps)`` as the recurrent matmuls saw them, ``∘m_rec`` (one multiply each;
+    themselves without a mask): every ``h_prev`` of the gradient's matmuls."""
+    if mask is None:
+        return h0, steps
+    return np.multiply(h0, mask), np.multiply(steps, mask)
+
+
+def zone(zoneout, t, old, new):
+    """Zoneout at step t in place: ``new ← z_t∘old + (1-z_t)∘new`` (``plan.zoned``'s
+    expression, ``zoneout_kernel``; nothing without it)."""
+    if zoneout is not None:
+        zoneout_kernel(at_step(zoneout, t), old, new)
+
+
+def zoneout_split(zoneout, t, grad, new_out, old_out):
+    """The two parts of the gradient ``grad`` of step t's zoned state (``plan.zoneout_grad``,
+    ``zoneout_grad_kernel``): ``((1-z_t)∘grad, z_t∘grad)`` into ``new_out`` and ``old_out``
+    (``new_out`` may be ``grad``); ``(grad, None)`` without zoneout."""
+    if zoneout is None:
+        return grad, None
+    zoneout_grad_kernel(at_step(zoneout, t), grad, new_out, old_out)
+    return new_out, old_out
+
+
+def finish_state_grad(out, mask, old):
+    """The previous state's gradient from its recurrent matmul's part ``out`` (in place):
+    ``out∘m_rec``, plus the zoned state's ``old`` part (each when there)."""
+    if mask is not None:
+        np.multiply(out, mask, out=out)
+    if old is not None:
+        out += old
+    return out

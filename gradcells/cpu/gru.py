@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._core.plan import flat
+from .._core.plan import flat, masked
 from .._core.types import GRUCellGrads, GRUCellState, GRUSequence, GRUSequenceGrads
 from ._compile import kernel_array
 from ._gru_kernels import (
@@ -30,16 +30,23 @@ from ._gru_kernels import (
 from ._sequence import (
     contiguous,
     final_state,
+    finish_state_grad,
     initial_carry,
     lengths_of,
+    masked_input_grad,
     previous_rows_grad,
     projection,
     recurrent_projection,
     running_inputs,
+    seen,
+    seen_states,
+    sequence_masks,
     step_outputs,
     stopped_rows,
     upstream,
     zero_stopped,
+    zone,
+    zoneout_split,
 )
 from ._workspace import scratch
 
@@ -155,6 +162,10 @@ def gru_sequence(x, h0, weights, settings):
     Reset before, per step: ``h_prev·W_ruh`` -> ``gru_gates_kernel`` (r, u, r∘h_prev) ->
     ``(r∘h_prev)·W_ch`` -> ``gru_candidate_kernel`` (c, h). Reset after: ``h_prev·W_ruh``
     and ``h_prev·W_ch`` -> ``gru_reset_after_kernel``.
+
+    Masks (``_sequence``): the matmuls and the reset gate's product read ``h_prev∘m_rec``
+    (a scratch ``[B, H]``), the interpolation ``u∘h_prev`` the state itself; zoneout mixes
+    the kernel's new state with the old one in place.
     """
     reset_after = settings.reset_after
     x, h0, b_ru, b_c = map(contiguous, (x, h0, weights.b_ru, weights.b_c))
@@ -162,11 +173,13 @@ def gru_sequence(x, h0, weights, settings):
     n_hidden = h0.shape[1]
     dtype = x.dtype
     lengths = lengths_of(settings.seq_len)
-    x = running_inputs(x, lengths)
+    masks = sequence_masks(settings, n_steps, lengths, n_batch, n_hidden)
+    x = running_inputs(masked(x, masks.input), lengths)
     w_rux, w_ruh, w_cx, w_ch = _split_weights(weights.w_ru, weights.w_c, n_in)
-    x_ru, x_c, gates_ru, gates_c, reset_h = scratch(
+    state = (n_batch, n_hidden)
+    x_ru, x_c, gates_ru, gates_c, reset_h, h_seen = scratch(
         dtype, (n_steps, n_batch, 2 * n_hidden), (n_steps, n_batch, n_hidden),
-        (n_batch, 2 * n_hidden), (n_batch, n_hidden), (n_batch, n_hidden))
+        (n_batch, 2 * n_hidden), state, state, state)
     projection(x, w_rux, b_ru, x_ru)
     projection(x, w_cx, None if reset_after else b_c, x_c)
     steps = step_outputs(4, (n_steps, n_batch, n_hidden), dtype)
@@ -174,15 +187,17 @@ def gru_sequence(x, h0, weights, settings):
     no_x = np.empty((n_batch, 0), dtype)
     for t in range(n_steps):
         h_prev = h0 if t == 0 else h[t - 1]
-        np.matmul(h_prev, w_ruh, out=gates_ru)
+        h_read = seen(h_prev, masks.recurrent, h_seen)
+        np.matmul(h_read, w_ruh, out=gates_ru)
         if reset_after:
-            np.matmul(h_prev, w_ch, out=gates_c)
+            np.matmul(h_read, w_ch, out=gates_c)
             gru_reset_after_kernel(gates_ru, x_ru[t], x_c[t], b_c[:n_hidden], gates_c,
                                    b_c[n_hidden:], h_prev, r[t], u[t], c[t], h[t])
         else:
-            gru_gates_kernel(gates_ru, x_ru[t], no_x, h_prev, r[t], u[t], reset_h)
+            gru_gates_kernel(gates_ru, x_ru[t], no_x, h_read, r[t], u[t], reset_h)
             np.matmul(reset_h, w_ch, out=gates_c)
             gru_candidate_kernel(gates_c, x_c[t], h_prev, u[t], c[t], h[t])
+        zone(masks.zoneout_h, t, h_prev, h[t])
     final = final_state(h, h0, lengths)
     zero_stopped(steps, lengths)
     return GRUSequence(*steps, final)
@@ -202,6 +217,7 @@ class _Scratch(NamedTuple):
     dx_c: np.ndarray              # [T·B, I]: dC·W_cxᵀ
     w_ruh_t: np.ndarray           # [2H, H]: W_ruhᵀ, C-contiguous
     w_ch_t: np.ndarray            # [H, H]: W_chᵀ, C-contiguous
+    old: np.ndarray               # [B, H]: zoneout, the gradient's part for the old state
 
 
 def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None):
@@ -220,6 +236,13 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     After the loop (``_input_and_weight_grads``): ``dx = dRU·W_ruxᵀ + dC·W_cxᵀ``,
     ``dw_ru = [x_flatᵀ·dRU; h_prev_flatᵀ·dRU]``, ``dw_c = [x_flatᵀ·dC; (r∘h_prev)_flatᵀ·dC]``
     (reset after: ``h_prev_flatᵀ·dN``).
+
+    Masks: the matmuls saw ``h_prev∘m_rec`` (``_sequence.seen_states``: ``n``, ``dw_ru``,
+    ``dw_c`` read it), so their part of ``grad_h`` is multiplied by ``m_rec``, and reset
+    before ``d_hr`` is too before ``gru_reset_grad_kernel`` (which then gives ``dr_bar =
+    d_hr∘h_seen∘r(1-r)`` and the masked ``d_hr∘r``) and the rows ``r∘h_prev`` after the
+    loop; ``du_bar`` and ``up∘u`` read the state itself. Zoneout splits ``up``
+    (``_sequence.zoneout_split``); ``dx`` is multiplied by ``m_in``.
     """
     reset_after = settings.reset_after
     x, h0, b_c = map(contiguous, (x, h0, weights.b_c))
@@ -227,7 +250,8 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     n_hidden = h0.shape[1]
     dtype = x.dtype
     lengths = lengths_of(settings.seq_len)
-    x = running_inputs(x, lengths)
+    masks = sequence_masks(settings, n_steps, lengths, n_batch, n_hidden)
+    x = running_inputs(masked(x, masks.input), lengths)
     seq = tuple(map(contiguous, seq[:4]))
     d_h = None if d_h is None else contiguous(d_h)
     split = _split_weights(weights.w_ru, weights.w_c, n_in)
@@ -236,20 +260,24 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     work = _Scratch(*scratch(dtype, state, state, state, state,
                              (n_steps, n_batch, 2 * n_hidden), steps, steps,
                              steps if reset_after else (0,), (n_steps * n_batch, n_in),
-                             (2 * n_hidden, n_hidden), (n_hidden, n_hidden)))
+                             (2 * n_hidden, n_hidden), (n_hidden, n_hidden), state))
     np.copyto(work.w_ruh_t, split[1].T)      # C-contiguous: OpenBLAS packs them faster
     np.copyto(work.w_ch_t, split[3].T)
     sums = (np.zeros(2 * n_hidden, dtype), np.zeros(b_c.shape[0], dtype))
+    h0_seen, h_seen = seen_states(h0, seq[3], masks.recurrent)
     b_ch = None
     if reset_after:
-        recurrent_projection(h0, seq[3], split[3], work.recurrent)
+        recurrent_projection(h0_seen, h_seen, split[3], work.recurrent)
         b_ch = b_c[n_hidden:]
-    _backward_steps(h0, seq, d_h, grad_h, lengths, work, sums, b_ch)
-    dx, dw_ru, dw_c = _input_and_weight_grads(x, h0, seq[3], split, work, reset_after)
-    return GRUSequenceGrads(x=dx, h0=grad_h, w_ru=dw_ru, w_c=dw_c, b_ru=sums[0], b_c=sums[1])
+    _backward_steps(h0, seq, d_h, grad_h, lengths, work, sums, b_ch, masks)
+    if masks.recurrent is not None and not reset_after:     # the rows r∘h_prev∘m_rec
+        np.multiply(work.d_n_or_reset_h, masks.recurrent, out=work.d_n_or_reset_h)
+    dx, dw_ru, dw_c = _input_and_weight_grads(x, h0_seen, h_seen, split, work, reset_after)
+    return GRUSequenceGrads(x=masked_input_grad(dx, masks.input), h0=grad_h, w_ru=dw_ru,
+                            w_c=dw_c, b_ru=sums[0], b_c=sums[1])
 
 
-def _backward_steps(h0, seq, d_h, grad_h, lengths, work, sums, b_ch):
+def _backward_steps(h0, seq, d_h, grad_h, lengths, work, sums, b_ch, masks):
     """The backward loop over the steps, last first: updates ``grad_h`` in place to the
     gradient of ``h0``, writes every step's gate gradients into ``work`` and accumulates
     ``sums = (db_ru, db_c)``. ``b_ch``: reset after, ``b_c[H:]``; reset before, None."""
@@ -258,10 +286,12 @@ def _backward_steps(h0, seq, d_h, grad_h, lengths, work, sums, b_ch):
     d_ru, d_c, d_n_or_reset_h, recurrent = work.d_ru, work.d_c, work.d_n_or_reset_h, work.recurrent
     direct, candidate_h, dh_prev = work.direct, work.candidate_h, work.dh_prev
     w_ruh_t, w_ch_t = work.w_ruh_t, work.w_ch_t
+    m_rec = masks.recurrent
     no_x = np.empty((grad_h.shape[0], 0), grad_h.dtype)
     for t in reversed(range(h.shape[0])):
         stopped = stopped_rows(lengths, t)
         up = upstream(grad_h, d_h, t, work.upstream, stopped)
+        up, up_old = zoneout_split(masks.zoneout_h, t, up, work.upstream, work.old)
         h_prev = h0 if t == 0 else h[t - 1]
         target = grad_h if stopped is None else dh_prev
         if b_ch is not None:
@@ -269,13 +299,18 @@ def _backward_steps(h0, seq, d_h, grad_h, lengths, work, sums, b_ch):
                                         b_ch, d_c[t], d_n_or_reset_h[t], d_ru[t], direct,
                                         db_ru, db_c)
             np.matmul(d_n_or_reset_h[t], w_ch_t, out=candidate_h)
-            direct += candidate_h
+            if m_rec is None:
+                direct += candidate_h
         else:
             gru_candidate_grad_kernel(up, True, r[t], u[t], c[t], h_prev, no_x, d_c[t],
                                       d_ru[t], d_n_or_reset_h[t], db_ru, db_c)
             np.matmul(d_c[t], w_ch_t, out=direct)
+            finish_state_grad(direct, m_rec, None)
             gru_reset_grad_kernel(direct, up, True, r[t], u[t], h_prev, d_ru[t], db_ru)
         np.matmul(d_ru[t], w_ruh_t, out=target)
+        if m_rec is not None and b_ch is not None:
+            target += candidate_h
+        finish_state_grad(target, m_rec, up_old)
         target += direct
         if stopped is not None:      # stopped rows keep their state gradient
             np.copyto(grad_h, dh_prev, where=~stopped)
@@ -283,7 +318,7 @@ def _backward_steps(h0, seq, d_h, grad_h, lengths, work, sums, b_ch):
 
 def _input_and_weight_grads(x, h0, h, split, work, reset_after):
     """``(dx [T, B, I], dw_ru, dw_c)`` from every step's gate gradients in ``work``, as large
-    matmuls over all ``T·B`` rows."""
+    matmuls over all ``T·B`` rows (``h0, h``: the states as the matmuls saw them)."""
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
     dtype = x.dtype

@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from .._core.plan import flat
+from .._core.plan import flat, masked
 from .._core.types import (
     LSTMCellGrads,
     LSTMCellState,
@@ -50,16 +50,23 @@ from ._lstm_kernels import (
 from ._sequence import (
     contiguous,
     final_state,
+    finish_state_grad,
     initial_carry,
     input_and_weight_grads,
     lengths_of,
+    masked_input_grad,
     projection,
     recurrent_projection,
     running_inputs,
+    seen,
+    seen_states,
+    sequence_masks,
     step_outputs,
     stopped_rows,
     upstream,
     zero_stopped,
+    zone,
+    zoneout_split,
 )
 from ._workspace import scratch
 
@@ -299,16 +306,22 @@ def lstm_sequence(x, cs0, h0, weights, settings):
     place) is the step's ``[B, P]`` state. With a layer norm the addend is
     ``LN(x·W_x) + b`` (``layer_norm_forward_kernel`` over all steps at once, in place) and
     the step's kernel is ``lstm_ln_forward_kernel``, which normalises ``h_prev·W_h`` itself.
+
+    Masks (``_sequence``): ``x∘m_in`` is projected, the recurrent matmul reads
+    ``h_prev∘m_rec`` (a scratch ``[B, P]``); zoneout mixes the kernel's (and the
+    projection's) new states with the old ones in place, after the kernel, so ``co`` and the
+    o-peephole read the step's own cell state.
     """
     x, cs0, h0, w, b = map(contiguous, (x, cs0, h0, weights.w, weights.b))
     n_steps, n_batch, n_in = x.shape
-    n_hidden = cs0.shape[1]
+    n_hidden, n_state = cs0.shape[1], h0.shape[1]
     lengths = lengths_of(settings.seq_len)
-    x = running_inputs(x, lengths)
+    masks = sequence_masks(settings, n_steps, lengths, n_batch, n_state, n_hidden)
+    x = running_inputs(masked(x, masks.input), lengths)
     w_proj = weights.w_proj
-    x_gates, h_gates, m = scratch(x.dtype, (n_steps, n_batch, 4 * n_hidden),
-                                  (n_batch, 4 * n_hidden),
-                                  (n_batch, n_hidden if w_proj is not None else 0))
+    x_gates, h_gates, m, h_seen = scratch(
+        x.dtype, (n_steps, n_batch, 4 * n_hidden), (n_batch, 4 * n_hidden),
+        (n_batch, n_hidden if w_proj is not None else 0), (n_batch, n_state))
     step_kernel, fixed = _forward_step(x, w[:n_in], b, weights, settings, x_gates)
     w_h = w[n_in:]
     if w_proj is None:
@@ -320,11 +333,13 @@ def lstm_sequence(x, cs0, h0, weights, settings):
     i, cs, f, o, ci, co, h = steps
     for t in range(n_steps):
         cs_prev, h_prev = (cs0, h0) if t == 0 else (cs[t - 1], h[t - 1])
-        np.matmul(h_prev, w_h, out=h_gates)
+        np.matmul(seen(h_prev, masks.recurrent, h_seen), w_h, out=h_gates)
         step_kernel(h_gates, x_gates[t], cs_prev, *fixed, i[t], cs[t], f[t], o[t], ci[t],
                     co[t], h[t] if w_proj is None else m)
         if w_proj is not None:
             _project(m, w_proj, settings.proj_clip, out=h[t])
+        zone(masks.zoneout_cs, t, cs_prev, cs[t])
+        zone(masks.zoneout_h, t, h_prev, h[t])
     finals = final_state(cs, cs0, lengths), final_state(h, h0, lengths)
     zero_stopped(steps, lengths)
     return LSTMSequence(*steps, *finals)
@@ -363,44 +378,66 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
     ``lstm_ln_backward_kernel``, which also writes ``dz_h,t`` over ``ĥ_t``, and
     ``dz_h,t·W_hᵀ`` is the new ``grad_h``; after the loop ``layer_norm_grad_kernel`` turns
     ``x̂`` into ``dz_x`` for all steps at once.
+
+    Masks: ``dw_h`` and the norm's ``h_prev·W_h`` read ``h_prev∘m_rec`` (``seen_states``),
+    ``grad_h``'s matmul part is multiplied by it; zoneout splits each state's gradient
+    (``zoneout_split``), the kernel reads the step's own cell state (``_unzoned_cells``, a
+    ``[T, B, H]`` of scratch, with zoneout of ``cs``); ``dx`` is multiplied by ``m_in``.
     """
     x, cs0, h0, w = map(contiguous, (x, cs0, h0, weights.w))
     n_steps, n_batch, n_in = x.shape
     n_hidden, n_state = cs0.shape[1], h0.shape[1]      # n_state: P with a projection
     dtype = x.dtype
     lengths = lengths_of(settings.seq_len)
-    x = running_inputs(x, lengths)
+    masks = sequence_masks(settings, n_steps, lengths, n_batch, n_state, n_hidden)
+    x = running_inputs(masked(x, masks.input), lengths)
     seq = tuple(map(contiguous, seq[:7]))
     d_h = None if d_h is None else contiguous(d_h)
     d_cs = None if d_cs is None else contiguous(d_cs)
     grad_h = initial_carry(d_h_final, (n_batch, n_state), dtype)
     grad_cs = initial_carry(d_cs_final, (n_batch, n_hidden), dtype)
-    state, h_state, gates = (n_batch, n_hidden), (n_batch, n_state), (n_steps, n_batch,
-                                                                       4 * n_hidden)
-    norm_shapes = () if weights.layer_norm is None else (gates, gates, (2, n_steps, n_batch))
-    proj_shapes = () if weights.w_proj is None else _projection_shapes(seq)
-    buffers = scratch(dtype, h_state, state, h_state, gates, (4 * n_hidden, n_state),
-                      *norm_shapes, *proj_shapes)
-    proj = _projection_work(weights.w_proj, settings, clip_grad, buffers[5 + len(norm_shapes):])
+    buffers, zone_work = _backward_scratch(seq, n_state, weights, masks)
+    proj = _projection_work(weights.w_proj, settings, clip_grad,
+                            buffers[5 if weights.layer_norm is None else 8:])
     sums = _norm_sums(4 * n_hidden, n_hidden, settings.peepholes, dtype)
     np.copyto(buffers[4], w[n_in:].T)     # W_hᵀ, C-contiguous: OpenBLAS packs it faster
+    h0_seen, h_seen = seen_states(h0, seq[6], masks.recurrent)
+    own = _unzoned_cells(cs0, seq, weights, settings, masks, zone_work[2])
     if weights.layer_norm is None:
-        step = _step_grad(seq, lstm_backward_kernel, (*_peepholes(weights, settings, contiguous),
+        step = _step_grad(own, lstm_backward_kernel, (*_peepholes(weights, settings, contiguous),
                           _mask_clip(settings, clip_grad)), (), buffers[3], sums[:4])
         d_parts = buffers[3], buffers[3]
     else:
-        step, d_parts, norm = _norm_backward_work(x, h0, seq, weights, settings, clip_grad,
-                                                  (buffers[3], *buffers[5:8]), sums)
+        step, d_parts, norm = _norm_backward_work(x, (h0_seen, h_seen), own, weights, settings,
+                                                  clip_grad, (buffers[3], *buffers[5:8]), sums)
     grad_cs, grad_h = _backward_steps(cs0, seq, (d_h, d_cs), grad_h, grad_cs, lengths,
-                                      buffers[:5], step, proj)
+                                      buffers[:5], step, proj, (masks, *zone_work[:2]))
     if weights.layer_norm is not None:   # the input part's norm, every step at once
         layer_norm_grad_kernel(flat(buffers[3]), norm.gamma_x, flat(d_parts[0]),
                                buffers[7][0].reshape(-1), sums[7])
-    dx, dw = input_and_weight_grads(x, h0, w, seq[6], *d_parts)
+    dx, dw = input_and_weight_grads(x, h0_seen, w, h_seen, *d_parts)
     return LSTMSequenceGrads(
-        x=dx, cs0=grad_cs, h0=grad_h, w=dw, b=sums[0], **_peephole_grads(sums, settings),
+        x=masked_input_grad(dx, masks.input), cs0=grad_cs, h0=grad_h, w=dw, b=sums[0],
+        **_peephole_grads(sums, settings),
         w_proj=_projection_weight_grad(proj),
         layer_norm=None if weights.layer_norm is None else _norm_grads(sums))
+
+
+def _backward_scratch(seq, n_state, weights, masks):
+    """``lstm_sequence_grad``'s scratch, taken at once: ``(buffers, zone_work)``.
+    ``buffers``: ``_backward_steps``'s five, then the layer norm's three and the projection's
+    five (``_projection_shapes``) where there are; ``zone_work``: zoneout's parts of the old
+    states' gradients ``[B, P]``, ``[B, H]`` and every step's own cell state ``[T, B, H]``
+    (``_unzoned_cells``; empty without zoneout of ``cs``)."""
+    n_steps, n_batch, n_hidden = seq[0].shape
+    state, h_state = (n_batch, n_hidden), (n_batch, n_state)
+    gates = (n_steps, n_batch, 4 * n_hidden)
+    norm_shapes = () if weights.layer_norm is None else (gates, gates, (2, n_steps, n_batch))
+    proj_shapes = () if weights.w_proj is None else _projection_shapes(seq)
+    zone_shapes = (h_state, state, seq[0].shape if masks.zoneout_cs is not None else (0,))
+    buffers = scratch(seq[0].dtype, h_state, state, h_state, gates, (4 * n_hidden, n_state),
+                      *zone_shapes, *norm_shapes, *proj_shapes)
+    return buffers[:5] + buffers[8:], buffers[5:8]
 
 
 def _step_grad(seq, step_kernel, fixed, per_step, d_gates, sums):
@@ -419,17 +456,18 @@ def _step_grad(seq, step_kernel, fixed, per_step, d_gates, sums):
     return step
 
 
-def _norm_backward_work(x, h0, seq, weights, settings, clip_grad, buffers, sums):
+def _norm_backward_work(x, states_seen, seq, weights, settings, clip_grad, buffers, sums):
     """The layer norm's part of ``lstm_sequence_grad`` before the loop: ``x̂`` and ``ĥ`` of
     every step recomputed into the scratch and their ``r``; returns the step
     (``_step_grad``), the arrays that will hold ``(dz_x, dz_h)`` (``x̂``, ``ĥ``) and the
-    layer norm's contiguous arrays. ``buffers``: ``(d_gates, x̂, ĥ, r [2, T, B])``."""
+    layer norm's contiguous arrays. ``states_seen``: ``(h0, h)`` as the recurrent matmuls
+    saw them; ``buffers``: ``(d_gates, x̂, ĥ, r [2, T, B])``."""
     d_gates, x_hat, h_hat, rstd = buffers
     n_in = x.shape[2]
     norm = LSTMNorm(*map(contiguous, weights.layer_norm))
     w = contiguous(weights.w)
     projection(x, w[:n_in], None, x_hat)
-    recurrent_projection(h0, seq[6], w[n_in:], h_hat)
+    recurrent_projection(*states_seen, w[n_in:], h_hat)
     for z, r in ((x_hat, rstd[0]), (h_hat, rstd[1])):
         layer_norm_stats_kernel(flat(z), settings.ln_epsilon, r.reshape(-1))
     fixed = _backward_norm_fixed(norm, weights, settings, clip_grad, contiguous)
@@ -479,31 +517,60 @@ def _projection_weight_grad(proj):
     return flat(m).T @ flat(dh_raw)
 
 
-def _backward_steps(cs0, seq, d_steps, grad_h, grad_cs, lengths, buffers, step, proj=None):
+def _backward_steps(cs0, seq, d_steps, grad_h, grad_cs, lengths, buffers, step, proj, zoning):
     """The backward loop over the steps, last first; returns the state gradients
     ``(grad_cs, grad_h)`` before step 0 (fresh arrays); ``step`` (``_step_grad``) leaves
     every step's ``dG_t`` in ``buffers[3]``.
 
     ``buffers``: the scratch ``(upstream_h, upstream_cs, dh_prev [B, P], d_gates
     [T, B, 4H], w_h_t [4H, P])`` (P = H without a projection); ``proj``:
-    ``_projection_work``'s tuple, or None.
+    ``_projection_work``'s tuple, or None; ``zoning``: ``(masks, old_h [B, P], old_cs
+    [B, H])``, the masks and the scratch of the zoned states' parts for the old ones.
     """
     o, co = seq[3], seq[5]
     d_h, d_cs = d_steps
     upstream_h, upstream_cs, dh_prev, d_gates, w_h_t = buffers
+    masks, old_h, old_cs = zoning
     dcs_prev = np.empty_like(grad_cs)         # swapped with grad_cs, which is returned
     for t in reversed(range(o.shape[0])):
         stopped = stopped_rows(lengths, t)
-        up_h = upstream(grad_h, d_h, t, upstream_h, stopped)
-        up_cs = upstream(grad_cs, d_cs, t, upstream_cs, stopped)
+        up_h, old_h_t = zoneout_split(masks.zoneout_h, t,
+                                      upstream(grad_h, d_h, t, upstream_h, stopped),
+                                      upstream_h, old_h)
+        up_cs, old_cs_t = zoneout_split(masks.zoneout_cs, t,
+                                        upstream(grad_cs, d_cs, t, upstream_cs, stopped),
+                                        upstream_cs, old_cs)
         if proj is not None:
             up_h = _projection_step(up_h, o, co, t, proj)
         d_z = step(t, cs0 if t == 0 else seq[1][t - 1], up_h, up_cs, dcs_prev)
+        finish_state_grad(dcs_prev, None, old_cs_t)
+        target = grad_h if stopped is None else dh_prev
+        np.matmul(d_z, w_h_t, out=target)
+        finish_state_grad(target, masks.recurrent, old_h_t)
         if stopped is None:
-            np.matmul(d_z, w_h_t, out=grad_h)
             grad_cs, dcs_prev = dcs_prev, grad_cs
         else:                        # stopped rows keep their state gradient
-            np.matmul(d_z, w_h_t, out=dh_prev)
             np.copyto(grad_h, dh_prev, where=~stopped)
             np.copyto(grad_cs, dcs_prev, where=~stopped)
     return grad_cs, grad_h
+
+
+def _unzoned_cells(cs0, seq, weights, settings, masks, out):
+    """``seq`` with every step's own cell state, before zoneout mixed it with the old one,
+    in place of the saved one (``seq`` itself without zoneout of ``cs``): into ``out
+    [T, B, H]`` (``gradcells.reference.lstm._unzoned``), ``c̃ = clip(i∘ci + f∘cs_prev)``
+    from the saved gates and the saved (zoned) previous states, whole-array ops; with the
+    normalising carry its layer norm (``layer_norm_forward_kernel``, a zero addend)."""
+    i, cs, f, _, ci = seq[:5]
+    if masks.zoneout_cs is None or out.size == 0:
+        return seq
+    np.multiply(i, ci, out=out)
+    out[0] += f[0] * cs0
+    out[1:] += f[1:] * cs[:-1]
+    if settings.cell_clip is not None:
+        np.clip(out, -settings.cell_clip, settings.cell_clip, out=out)
+    norm = weights.layer_norm
+    if norm is not None and settings.ln_carry == "normalized":
+        layer_norm_forward_kernel(flat(out), contiguous(norm.gamma_c), contiguous(norm.beta_c),
+                                  np.zeros(out.shape[2], out.dtype), settings.ln_epsilon)
+    return (i, out, *seq[2:])

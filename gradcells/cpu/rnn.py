@@ -19,21 +19,30 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._core.plan import flat, masked
 from .._core.types import RNNCellGrads, RNNCellState, RNNSequence, RNNSequenceGrads
 from ._compile import kernel_array
 from ._rnn_kernels import rnn_backward_kernel, rnn_forward_kernel
 from ._sequence import (
     contiguous,
     final_state,
+    finish_state_grad,
     initial_carry,
     input_and_weight_grads,
     lengths_of,
+    masked_input_grad,
     projection,
+    recurrent_projection,
     running_inputs,
+    seen,
+    seen_states,
+    sequence_masks,
     step_outputs,
     stopped_rows,
     upstream,
     zero_stopped,
+    zone,
+    zoneout_split,
 )
 from ._workspace import scratch
 
@@ -76,22 +85,27 @@ def rnn_cell_grad(x, h_prev, weights, state, settings, *, d_h=None):
 def rnn_sequence(x, h0, weights, settings):
     """The RNN cell over ``x [T, B, I]``; see ``gradcells.reference``'s ``rnn_sequence``.
 
-    Per step: ``h_prev·W_h`` (BLAS) and ``rnn_forward_kernel`` with the step's slice of
-    ``x·W_x + b`` as its per-row addend, writing the step's output in place.
+    Per step: ``h_prev·W_h`` (BLAS; ``(h_prev∘m_rec)·W_h`` with a recurrent mask) and
+    ``rnn_forward_kernel`` with the step's slice of ``x·W_x + b`` (``x∘m_in`` with an input
+    mask) as its per-row addend, writing the step's output in place; with zoneout, then
+    ``h_t = z∘h_prev + (1-z)∘h_t`` in place (``_sequence.zone``).
     """
     x, h0, w, b = map(contiguous, (x, h0, weights.w, weights.b))
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
     lengths = lengths_of(settings.seq_len)
-    x = running_inputs(x, lengths)
+    masks = sequence_masks(settings, n_steps, lengths, n_batch, n_hidden)
+    x = running_inputs(masked(x, masks.input), lengths)
     relu = _is_relu(settings)
-    x_z, h_z = scratch(x.dtype, (n_steps, n_batch, n_hidden), (n_batch, n_hidden))
+    x_z, h_z, h_seen = scratch(x.dtype, (n_steps, n_batch, n_hidden), *[(n_batch, n_hidden)] * 2)
     projection(x, w[:n_in], b, x_z)
     w_h = w[n_in:]
     (h,) = step_outputs(1, (n_steps, n_batch, n_hidden), x.dtype)
     for t in range(n_steps):
-        np.matmul(h0 if t == 0 else h[t - 1], w_h, out=h_z)
+        h_prev = h0 if t == 0 else h[t - 1]
+        np.matmul(seen(h_prev, masks.recurrent, h_seen), w_h, out=h_z)
         rnn_forward_kernel(h_z, x_z[t], relu, h[t])
+        zone(masks.zoneout_h, t, h_prev, h[t])
     final = final_state(h, h0, lengths)
     zero_stopped((h,), lengths)
     return RNNSequence(h, final)
@@ -105,42 +119,84 @@ def rnn_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     writes ``dz_t`` and accumulates the bias sum; ``dz_t·W_hᵀ`` (BLAS) is the new
     ``grad_h``. Then ``dx`` and ``dw`` over all steps at once
     (``_sequence.input_and_weight_grads``).
+
+    Masks: ``dz_t·W_hᵀ`` is multiplied by ``m_rec`` and ``dx`` by ``m_in``; zoneout splits
+    the step's gradient (``_sequence.zoneout_split``). With zoneout the saved ``h`` is the
+    zoned state and ``act'`` needs every step's own ``h̃_t = act(z_t)``. Where ``z`` is 0 the
+    saved state is ``h̃_t`` itself (``0∘h_prev + 1∘h̃_t`` rounds to ``h̃_t``), where it is 1
+    the step's gradient ``(1-z)∘g`` is 0 whatever ``act'`` reads; so a binary mask (every
+    entry 0 or 1, checked once per call: zoneout as trained) reads the saved ``h``, exactly,
+    and a fractional one recomputes ``h̃`` before the loop as the reference does
+    (``_unzoned_outputs``: the forward's two matmuls over all ``T·B`` rows at once and its
+    kernel; three ``[T, B, H]`` of scratch).
     """
     x, h0, w = map(contiguous, (x, h0, weights.w))
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
     dtype = x.dtype
     lengths = lengths_of(settings.seq_len)
-    x = running_inputs(x, lengths)
+    masks = sequence_masks(settings, n_steps, lengths, n_batch, n_hidden)
+    x = running_inputs(masked(x, masks.input), lengths)
     h = contiguous(seq.h)
     d_h = None if d_h is None else contiguous(d_h)
     grad_h = initial_carry(d_h_final, (n_batch, n_hidden), dtype)
-    state = (n_batch, n_hidden)
-    buffers = scratch(dtype, state, state, (n_steps, n_batch, n_hidden), (n_hidden, n_hidden))
+    state, steps = (n_batch, n_hidden), (n_steps, n_batch, n_hidden)
+    recompute = [steps] * 3 if not _reads_saved_states(masks.zoneout_h) else []
+    buffers = scratch(dtype, state, state, steps, (n_hidden, n_hidden), state, *recompute)
     np.copyto(buffers[3], w[n_in:].T)     # W_hᵀ, C-contiguous: OpenBLAS packs it faster
+    h0_seen, h_seen = seen_states(h0, h, masks.recurrent)
+    outputs = h if not recompute else _unzoned_outputs(
+        x, h0_seen, h_seen, weights, _is_relu(settings), buffers[5:])
     d_bias = np.zeros(n_hidden, dtype)
-    _backward_steps(h, d_h, grad_h, lengths, buffers, _is_relu(settings), d_bias)
-    dx, dw = input_and_weight_grads(x, h0, w, h, buffers[2])
-    return RNNSequenceGrads(x=dx, h0=grad_h, w=dw, b=d_bias)
+    _backward_steps(outputs, d_h, grad_h, lengths, buffers[:5], _is_relu(settings), d_bias,
+                    masks)
+    dx, dw = input_and_weight_grads(x, h0_seen, w, h_seen, buffers[2])
+    return RNNSequenceGrads(x=masked_input_grad(dx, masks.input), h0=grad_h, w=dw, b=d_bias)
 
 
-def _backward_steps(h, d_h, grad_h, lengths, buffers, relu, d_bias):
+def _reads_saved_states(zoneout):
+    """Whether the gradient's ``act'`` may read the saved states: no zoneout, or a binary
+    one (``rnn_sequence_grad``)."""
+    return zoneout is None or bool(np.all((zoneout == 0) | (zoneout == 1)))
+
+
+def _unzoned_outputs(x, h0_seen, h_seen, weights, relu, buffers):
+    """Every step's output before zoneout, ``act(x·W_x + b + h_prev_seen·W_h)``, into
+    ``buffers[2]`` (``buffers``: three ``[T, B, H]`` scratch arrays)."""
+    x_z, h_z, out = buffers
+    n_in = x.shape[2]
+    w = contiguous(weights.w)
+    projection(x, w[:n_in], contiguous(weights.b), x_z)
+    recurrent_projection(h0_seen, h_seen, w[n_in:], h_z)
+    if out.size:
+        rnn_forward_kernel(flat(h_z), flat(x_z), relu, flat(out))
+    return out
+
+
+def _backward_steps(h, d_h, grad_h, lengths, buffers, relu, d_bias, masks):
     """The backward loop over the steps, last first: updates ``grad_h`` in place to the
     gradient of ``h0``, leaves every step's ``dz_t`` in ``buffers[2]`` and accumulates
-    ``d_bias``.
+    ``d_bias``. ``h``: every step's own output (before zoneout).
 
     ``buffers``: the scratch ``(upstream [B, H], dh_prev [B, H], d_z [T, B, H],
-    w_h_t [H, H])``.
+    w_h_t [H, H], old [B, H])`` (``old``: the zoned state's part for the old state).
     """
-    upstream_h, dh_prev, d_z, w_h_t = buffers
+    upstream_h, dh_prev, d_z, w_h_t, old = buffers
+    zoneout = masks.zoneout_h
     for t in reversed(range(h.shape[0])):
         stopped = stopped_rows(lengths, t)
-        if stopped is None:          # the kernel adds d_h[t] itself
+        if stopped is None and zoneout is None:      # the kernel adds d_h[t] itself
             rnn_backward_kernel(h[t], grad_h, grad_h if d_h is None else d_h[t],
                                 d_h is not None, relu, d_z[t], d_bias)
             np.matmul(d_z[t], w_h_t, out=grad_h)
-        else:                        # stopped rows: no upstream, keep their state gradient
-            up = upstream(grad_h, d_h, t, upstream_h, stopped)
-            rnn_backward_kernel(h[t], up, up, False, relu, d_z[t], d_bias)
-            np.matmul(d_z[t], w_h_t, out=dh_prev)
+            finish_state_grad(grad_h, masks.recurrent, None)
+            continue
+        # stopped rows: no upstream, keep their state gradient
+        up = upstream(grad_h, d_h, t, upstream_h, stopped)
+        up, up_old = zoneout_split(zoneout, t, up, upstream_h, old)
+        rnn_backward_kernel(h[t], up, up, False, relu, d_z[t], d_bias)
+        target = grad_h if stopped is None else dh_prev
+        np.matmul(d_z[t], w_h_t, out=target)
+        finish_state_grad(target, masks.recurrent, up_old)
+        if stopped is not None:
             np.copyto(grad_h, dh_prev, where=~stopped)
