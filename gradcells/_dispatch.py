@@ -42,16 +42,14 @@ def backend_library(name: str) -> str | None:
     return _BACKEND_LIBRARY.get(name)
 
 
-def backend_for(backend: str | None, library: str, *, masks: bool = False,
-                op: str | None = None) -> ModuleType:
+def backend_for(backend: str | None, library: str, *, op: str | None = None) -> ModuleType:
     """The backend module serving arrays of ``library`` under the caller's ``backend``;
-    ``ValueError`` for an unknown backend or one that cannot take those arrays. A call that
-    needs what not every backend has, sequence masks (docs/spec.md §11.3, a backend
-    package's ``SEQUENCE_MASKS``) or the operation ``op`` (such as the forward-mode ops,
-    §12), goes to a backend that has it: by default the library's own when it does, else
-    the reference."""
-    if masks or op is not None:
-        return _capable_backend(backend, library, masks, op)
+    ``ValueError`` for an unknown backend or one that cannot take those arrays. A call of
+    an operation ``op`` that not every backend has (such as the forward-mode ops,
+    docs/spec.md §12) goes to a backend that has it: by default the library's own when it
+    does, else the reference; a backend named that lacks it is a ``ValueError``."""
+    if op is not None:
+        return _capable_backend(backend, library, op)
     if backend is None:
         return backend_module(default_backend(library))
     if not isinstance(backend, str) or backend not in BACKENDS:
@@ -65,24 +63,14 @@ def backend_for(backend: str | None, library: str, *, masks: bool = False,
     return backend_module(backend)
 
 
-def _capable_backend(backend, library, masks, op):
-    """The backend of a call with masks or of the operation ``op``: the one asked for if it
-    has what the call needs, the library's default when none is asked for and it has it,
-    else the reference."""
+def _capable_backend(backend, library, op):
+    """The backend of the operation ``op``: the one asked for if it has it, the library's
+    default when none is asked for and it has it, else the reference."""
     if backend is None:
         module = backend_module(default_backend(library))
-        return backend_module("reference") if _lacking(module, masks, op) else module
+        return module if hasattr(module, op) else backend_module("reference")
     module = backend_for(backend, library)
-    lacking = _lacking(module, masks, op)
-    if lacking:
-        raise ValueError(f"backend={backend!r} does not run {' with '.join(lacking)} yet: "
-                         "leave backend out, or pass backend='reference'")
+    if not hasattr(module, op):
+        raise ValueError(f"backend={backend!r} does not run {op} yet: leave backend out, or "
+                         "pass backend='reference'")
     return module
-
-
-def _lacking(module, masks, op):
-    """What of ``op`` and the sequence masks the backend ``module`` does not run."""
-    return [what for what, missing in (
-        (op, op is not None and not hasattr(module, op)),
-        ("the sequence masks (docs/spec.md §11.3)",
-         masks and not getattr(module, "SEQUENCE_MASKS", False))) if missing]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from . import _dispatch, _order
 from . import _validate as v
-from ._core.specs import MASKS, OPS
+from ._core.specs import OPS
 from ._core.types import (
     Array,
     GRUSequence,
@@ -39,18 +39,12 @@ def _masks(input_mask, recurrent_mask, zoneout_h, zoneout_cs=None):
     return masks if zoneout_cs is None else {**masks, "zoneout_cs": zoneout_cs}
 
 
-def _has_masks(settings):
-    """Whether the call runs with masks (which of the backends run them, ``_dispatch``
-    says)."""
-    return any(getattr(settings, name, None) is not None for name in MASKS)
-
-
 def _jvp(spec, library, settings, x, states, weights, tangents, backend):
     """A sequence's JVP: the tangents checked against the primals, the backend that runs
     it, the time order and layout (``_order.jvp``); the result records ``settings``."""
     tangents = v.tangents_value(spec.name, tangents, (x, *states, *weights))
     op = f"{spec.name}_jvp"
-    impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings), op=op)
+    impl = _dispatch.backend_for(backend, library, op=op)
     result, d_result = _order.jvp(spec, getattr(impl, op), x, states, weights, tangents,
                                   settings)
     return record_settings(result, settings), d_result
@@ -65,7 +59,7 @@ def _grad_jvp(spec, library, settings, arrays, weights, seq, tangents, upstream,
     v.upstream_tangents(spec.name, seq, {k: t for k, t in upstream.items()
                                          if k.endswith("_tangent")})
     op = f"{spec.grad_name}_jvp"
-    impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings), op=op)
+    impl = _dispatch.backend_for(backend, library, op=op)
     return _order.grad_jvp(spec, getattr(impl, op), arrays[0], arrays[1:], weights, seq,
                            tangents, settings, upstream, **options)
 
@@ -101,8 +95,7 @@ def lstm_sequence(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
     dtype, constants to the gradient: ``input_mask`` (broadcast to ``x``) multiplies the
     input, ``recurrent_mask [B, P]`` the state the recurrent matmul reads,
     ``zoneout_cs``/``zoneout_h`` (broadcast to ``[T, B, H]``/``[T, B, P]``) mix each new
-    state with the old, ``z∘old + (1-z)∘new``. A call with masks runs on the reference
-    backend (naming ``cpu`` or ``gpu`` is a ``ValueError`` until they run them).
+    state with the old, ``z∘old + (1-z)∘new``.
 
     Returns ``LSTMSequence(i, cs, f, o, ci, co, h, cs_final, h_final)``: steps ``[T, B, H]``
     (``h [T, B, P]``), final states ``cs_final [B, H]``, ``h_final [B, P]`` (each row's state
@@ -118,7 +111,7 @@ def lstm_sequence(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
                                        batch_first=batch_first,
                                        masks=_masks(input_mask, recurrent_mask, zoneout_h,
                                                     zoneout_cs))
-    impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings))
+    impl = _dispatch.backend_for(backend, library)
     return record_settings(_order.forward(_LSTM, impl.lstm_sequence, x, (cs0, h0), weights,
                                           settings), settings)
 
@@ -196,7 +189,7 @@ def lstm_sequence_grad(x: Array, cs0: Array, h0: Array, w: Array, b: Array,
                                     masks=_masks(input_mask, recurrent_mask, zoneout_h,
                                                  zoneout_cs))
     clip_grad = v.clip_grad_value(clip_grad)
-    impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings))
+    impl = _dispatch.backend_for(backend, library)
     return _order.grad(_LSTM, impl.lstm_sequence_grad, x, (cs0, h0), weights, seq, settings,
                        upstream, clip_grad=clip_grad)
 
@@ -267,7 +260,7 @@ def gru_sequence(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c:
                                        reset_after=reset_after, seq_len=seq_len,
                                        reverse=reverse, batch_first=batch_first,
                                        masks=_masks(input_mask, recurrent_mask, zoneout_h))
-    impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings))
+    impl = _dispatch.backend_for(backend, library)
     return record_settings(_order.forward(_GRU, impl.gru_sequence, x, (h0,), weights,
                                           settings), settings)
 
@@ -318,7 +311,7 @@ def gru_sequence_grad(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array,
                                     reset_after=reset_after, seq_len=seq_len, reverse=reverse,
                                     batch_first=batch_first,
                                     masks=_masks(input_mask, recurrent_mask, zoneout_h))
-    impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings))
+    impl = _dispatch.backend_for(backend, library)
     return _order.grad(_GRU, impl.gru_sequence_grad, x, (h0,), weights, seq, settings,
                        upstream)
 
@@ -368,7 +361,7 @@ def rnn_sequence(x: Array, h0: Array, w: Array, b: Array, *, activation: str = "
                                        activation=activation, seq_len=seq_len,
                                        reverse=reverse, batch_first=batch_first,
                                        masks=_masks(input_mask, recurrent_mask, zoneout_h))
-    impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings))
+    impl = _dispatch.backend_for(backend, library)
     return record_settings(_order.forward(_RNN, impl.rnn_sequence, x, (h0,), weights,
                                           settings), settings)
 
@@ -419,7 +412,7 @@ def rnn_sequence_grad(x: Array, h0: Array, w: Array, b: Array, seq: RNNSequence,
                                     activation=activation, seq_len=seq_len, reverse=reverse,
                                     batch_first=batch_first,
                                     masks=_masks(input_mask, recurrent_mask, zoneout_h))
-    impl = _dispatch.backend_for(backend, library, masks=_has_masks(settings))
+    impl = _dispatch.backend_for(backend, library)
     return _order.grad(_RNN, impl.rnn_sequence_grad, x, (h0,), weights, seq, settings,
                        upstream)
 

@@ -1585,11 +1585,6 @@ def _check_masked(op, case, dtype, seed, wanted=(True,) * 4, clip_grad=None):
     assert_close(grads, expected, dtype, f"{op} gradient ")
 
 
-def test_the_gpu_backend_runs_the_masks():
-    assert gpu.SEQUENCE_MASKS is True
-    assert _dispatch.backend_for("gpu", "cupy", masks=True) is gpu
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op", SEQUENCE_OPS)
 @given(data=st.data(), clip_grad=st.sampled_from(["exact", "straight_through"]),

@@ -819,7 +819,7 @@ def test_masked_sequences_agree_with_reference(op, dtype, data, wanted, seed):
     strategy, arrays = _MASKED[op]
     case = on_gpu(data.draw(strategy), dtype)
     case64 = float64(case)
-    assert gc._dispatch.backend_for(None, "cupy", masks=True) is gradcells.gpu
+    assert gc._dispatch.backend_for(None, "cupy") is gradcells.gpu
     seq = _masked_call(op, case, arrays)
     assert_close(seq, _masked_call(op, case64, arrays, "reference"), dtype, "forward ")
     fields = ("h", "cs", "h_final", "cs_final") if op == "lstm_sequence" else ("h", "h_final")

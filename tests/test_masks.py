@@ -1,8 +1,8 @@
 """The masks of the sequence operations (docs/spec.md §11.3): ``input_mask``,
 ``recurrent_mask``, ``zoneout_h`` and the LSTM's ``zoneout_cs``, explicit arrays, constants to
-the gradient. They run on the reference and on the CPU backend (a masked call on NumPy arrays
-goes to the default backend, which runs them; ``tests/test_masks_cpu.py`` holds the CPU to
-the reference, and the tests here run on the default backend).
+the gradient. Every backend runs them (``tests/test_masks_cpu.py`` and the masks sections of
+``tests/test_cuda_emulation.py`` hold the CPU and GPU backends to the reference; the tests
+here run on the default backend).
 
 - float64 gradients equal central differences with every mask, binary and fractional, full
   ``[T, B, ·]`` and broadcast, with ragged lengths, both directions and both layouts, and the

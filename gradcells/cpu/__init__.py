@@ -44,5 +44,3 @@ __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad",
            "lstm_sequence", "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad",
            "rnn_sequence", "rnn_sequence_grad", "release_scratch"]
 
-SEQUENCE_MASKS = True
-"""The CPU's sequence operations run the masks of docs/spec.md §11.3."""

@@ -27,9 +27,6 @@ from .gru import gru_cell, gru_cell_grad, gru_sequence, gru_sequence_grad
 from .lstm import lstm_cell, lstm_cell_grad, lstm_sequence, lstm_sequence_grad
 from .rnn import rnn_cell, rnn_cell_grad, rnn_sequence, rnn_sequence_grad
 
-SEQUENCE_MASKS = True
-"""The GPU backend's sequence operations run the masks of docs/spec.md §11.3."""
-
 __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_sequence",
            "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad", "rnn_cell",
            "rnn_cell_grad", "rnn_sequence", "rnn_sequence_grad"]

@@ -111,8 +111,8 @@ def lstm_sequence_inputs(*, dtype: Any = np.float64, peephole: bool | None = Non
                          max_hidden: int = 4) -> SearchStrategy[Case]:
     """Hypothesis strategy for ``lstm_sequence`` keyword arguments (``peephole``, ``clip``,
     ``ragged``, ``projection``, ``layer_norm``, ``reverse``, ``batch_first``, ``masks``
-    None: drawn; the last five off by default, as for ``lstm_cell_inputs``; cases with
-    masks run on the reference backend, docs/spec.md §11.3). ``min_size=0`` admits empty
+    None: drawn; the last five off by default, as for ``lstm_cell_inputs``; the masks are
+    docs/spec.md §11.3's). ``min_size=0`` admits empty
     sequences, batches and inputs."""
     from hypothesis import strategies as st
 
