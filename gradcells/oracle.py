@@ -24,6 +24,14 @@ elements the central difference does not pass are differenced again with step 2h
 judged on the Richardson extrapolation ``(4·D(h) - D(2h))/3``, whose truncation error is
 O(h⁴) (its round-off floor is the same combination of the two floors).
 
+``check_vjp(fast=True)`` first checks one random direction ``u`` of all the arguments at
+once: ``<vjp(ct), u>`` against ``<ct, f(a + h·u) - f(a - h·u)>/(2h)`` (``check_jvp``'s step,
+two evaluations of ``f``). An element that fails both the central difference and its
+extrapolation is differenced one-sidedly with steps h and h/2: where the two one-sided
+differences keep their gap as the step halves (they converge to two limits, as at an active
+clip's boundary or ReLU(0); a smooth function's gap is its truncation error and halves) and
+the claim lies between them, the element is a kink, counted and not failed.
+
 An element passes when ``|analytic - numeric| <= atol + rtol·|numeric| + floor``. ``floor``
 is the round-off floor of the difference itself: an output ``f_i`` the step moves is known
 only to about ``eps·|f_i|``, so the quotient only to about ``eps·Σ |ct_i|·|f_i| / h`` over
@@ -296,51 +304,31 @@ def check_vjp(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[Any
               atol: float | None = None, seed: int = 0, samples: int | None = None,
               fast: bool = False, repeat: bool = True) -> VJPReport:
     """Check a claimed vector-Jacobian product ``vjp`` of ``f`` at ``args`` by central
-    differences in float64.
+    differences in float64 (the method: the module docstring).
 
-    Parameters
-    ----------
-    f : callable
-        ``f(*args)`` returns an array or a tuple of arrays. It is evaluated on float64 copies
-        of the float arguments for the differences, so it must accept float64 (JAX: enable
-        ``jax_enable_x64``).
-    vjp : callable
-        ``vjp(cotangent, *args)`` returns one gradient per argument (a sequence aligned with
-        ``args``; None counts as zero). ``cotangent`` has the structure of ``f``'s output:
-        an array, or a tuple of arrays, each in its output's library, device and dtype. It is
-        called once, on ``args`` as given.
-    args : tuple or list
-        The arguments: NumPy, CuPy, PyTorch or JAX arrays; any other entry (a Python or NumPy
-        scalar, a string) is passed through unchanged and not checked. A function of one
-        array ``w`` takes ``(w,)``; a bare array is refused (TypeError).
-    wrt : sequence of int, optional
-        Indices of the arguments to check; default every floating-point array.
-    cotangent : array or tuple of arrays, optional
-        Default: standard normal draws from ``numpy.random.default_rng(seed)``.
-    names : sequence of str, optional
-        Names for the report; default ``arg0, arg1, ...``.
-    rtol, atol : float, optional
-        Pass criterion ``|analytic - numeric| <= atol + rtol·|numeric|``, plus the round-off
-        floor of the outputs the step moves (module docstring) when ``atol`` is the default;
-        defaults by each argument's gradient dtype (``DEFAULT_TOLERANCES``), so a float64
-        gradient is held to float64 tolerances even beside a float32 one.
-    samples : int, optional
-        Check at most this many elements per argument, chosen at random (seeded); default all.
-    fast : bool
-        First check one random direction ``u`` of all the arguments at once, ``<vjp(ct), u>``
-        against the central difference of ``L`` along ``u`` (two evaluations of ``f``); the
-        report is that one row when it passes, the full per-element report when it fails.
-    repeat : bool
-        Call ``vjp`` a second time; a gradient that differs, bit for bit, fails as not
-        deterministic.
+    - ``f(*args)`` returns an array or a tuple of arrays; it is evaluated on float64 copies
+      of the float arguments for the differences, so it must accept float64 (JAX: enable
+      ``jax_enable_x64``).
+    - ``vjp(cotangent, *args)`` returns one gradient per argument (None counts as zero);
+      ``cotangent`` has the structure of ``f``'s output, each array in its output's
+      library, device and dtype.
+    - ``args``: NumPy, CuPy, PyTorch or JAX arrays; any other entry (a scalar, a string)
+      passes through unchecked. A function of one array ``w`` takes ``(w,)``; a bare array
+      is refused (TypeError). ``wrt``: the indices to check (default every float array);
+      ``names``: for the report (default ``arg0, arg1, ...``).
+    - ``cotangent``: default standard normal draws from ``numpy.random.default_rng(seed)``.
+    - ``rtol``, ``atol``: ``|analytic - numeric| <= atol + rtol·|numeric|`` (plus the
+      round-off floor with the default ``atol``), by default by each gradient's own dtype
+      (``DEFAULT_TOLERANCES``). ``samples``: at most this many elements per argument
+      (seeded); default all.
+    - ``fast``: one random direction of all the arguments first; its one row when it passes,
+      the full report when it fails. ``repeat``: call ``vjp`` again; a gradient that
+      differs, bit for bit, fails as not deterministic.
 
-    Returns a ``VJPReport``; call ``.raise_if_failed()`` to turn a failure into an exception.
-    An element whose numeric or analytic derivative is not finite (``f`` gives NaN or inf
-    near ``args``, or the claimed gradient does) fails: the oracle never vouches for what it
-    could not compare. An element that fails where ``L`` has a kink (its one-sided
-    differences converge to two different values, as at an active clip's boundary, and the
-    claim lies between them) is counted as a kink, not a failure. A float16 or float32
-    gradient's largest error is also given in its own ulps.
+    Returns a ``VJPReport`` (``.raise_if_failed()``). An element whose numeric or analytic
+    derivative is not finite fails: the oracle never vouches for what it could not compare.
+    An element at a kink of ``L`` is counted as one, not failed; a float16/32 gradient's
+    error is also given in its ulps.
     """
     args = _arguments(args)
     names = _names(args, names)
@@ -366,10 +354,15 @@ def check_vjp(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[Any
                                      *tolerances[k], claim_dtype=_claim_dtype(grads[k]))
                    for k in wrt)
     if repeat:
-        again = _claimed(vjp, value, cts_native, args)
-        checks = tuple(dataclasses.replace(c, deterministic=_same(grads[k], again[k]))
-                       for c, k in zip(checks, wrt))
+        checks = _repeated(checks, grads, _claimed(vjp, value, cts_native, args), wrt)
     return VJPReport(checks, *loosest, floor_used)
+
+
+def _repeated(checks, claims, again, indices):
+    """``checks`` with each one's ``deterministic``: whether the claim at its index in
+    ``claims`` was the same, bit for bit, when computed ``again``."""
+    return tuple(dataclasses.replace(c, deterministic=_same(claims[k], again[k]))
+                 for c, k in zip(checks, indices))
 
 
 @dataclass(frozen=True)
@@ -539,9 +532,8 @@ def check_jvp(f: Callable[..., Any], jvp: Callable[..., Any], args: Sequence[Any
     over the perturbed arguments (the largest element moves as ``check_vjp``'s step); an
     element it does not pass is judged again on the Richardson extrapolation
     ``(4·D(h) - D(2h))/3``. The floor (with the default ``atol``) is each output's own
-    rounding, ``eps·max|f_i(a ± h·v)|/h``. As for ``check_vjp``: a float16 or float32
-    claim's largest error is given in its ulps, and with ``repeat`` a claim that differs
-    when computed again fails as not deterministic. Returns a ``JVPReport``.
+    rounding, ``eps·max|f_i(a ± h·v)|/h``. The ulps and ``repeat`` as for ``check_vjp``.
+    Returns a ``JVPReport``.
     """
     args = _arguments(args)
     wrt = _check_selection(args, _names(args, None), wrt, None)
@@ -573,9 +565,8 @@ def check_jvp(f: Callable[..., Any], jvp: Callable[..., Any], args: Sequence[Any
                    for name, o, t, an, d, fl, (r, a)
                    in zip(names, outputs, claimed, analytic, numeric, floor, tolerances))
     if repeat:
-        again = _claimed_tangents(jvp, value, directions, args)
-        checks = tuple(dataclasses.replace(c, deterministic=_same(t, t2))
-                       for c, t, t2 in zip(checks, claimed, again))
+        checks = _repeated(checks, claimed, _claimed_tangents(jvp, value, directions, args),
+                           range(len(checks)))
     loosest = max(tolerances, default=_tolerances(np.float64, rtol, atol))
     return JVPReport(checks, *loosest, atol is None)
 

@@ -180,8 +180,8 @@ assert report.passed, "UNEXPECTED: lstm_cell_jvp failed check_jvp"
 # both as its upstream gradient and the upstream gradient's tangent:
 
 # %%
-show(gc.hessian_vector_product, "result, d_result = forward_jvp(",
-     "curvature = _upstream(spec, loss_hvp(", "return grad_jvp(*arrays, result, tangents")
+show(gc.hessian_vector_product, "result, d_result = ops.jvp(",
+     "curvature = _upstream(ops, loss_hvp(", "return ops.grad_jvp(*arrays, result, tangents")
 
 rng = np.random.default_rng(2011)
 seq_case = gc.testing.lstm_sequence_case(rng, steps=5, batch=3, input_size=2, hidden=3)
@@ -340,8 +340,8 @@ show(common.gradient_jvp, "d_result = forward_jvp(", "dual_result = type(result)
 # backward pass (gradcells/curvature.py):
 
 # %%
-show(gc.gauss_newton_vector_product, "result, d_result = forward_jvp(",
-     "return gradient(*arrays, result, **curvature")
+show(gc.gauss_newton_vector_product, "result, d_result = ops.jvp(",
+     "return ops.grad(*arrays, result, **curvature")
 
 # %% [markdown]
 # **The task.** An LSTM with $I = 2$ inputs and $H = 4$ units reads $T = 10$ steps of
