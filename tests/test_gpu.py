@@ -20,6 +20,8 @@ device). ``benchmarks/gpu_check.sh`` runs it on a GPU machine.
 - The sequence masks (docs/spec.md §11.3): masked sequences of the three cells (drawn masks,
   directions, layouts and options) against the reference on CuPy, the three dtypes; finite
   differences with every option; masks past a row's length never read.
+- Forward mode and second order (docs/spec.md §12) on CuPy arrays, where they run on the
+  reference: CuPy results equal to NumPy's, and the oracle.
 """
 
 import inspect
@@ -872,3 +874,26 @@ def test_masks_past_a_rows_length_are_never_read_on_the_device(op, options):
     for want, got in zip(*runs):
         assert not bool(cp.isnan(want).any())
         cp.testing.assert_array_equal(got, want)
+
+
+# --- forward mode and second order (docs/spec.md §12) ----------------------------------
+
+@pytest.mark.parametrize("op", ["lstm_sequence", "gru_sequence", "rnn_sequence",
+                                "lstm_stack"])
+def test_forward_mode_and_second_order_on_cupy_arrays(op):
+    """The forward-mode and second-order ops on CuPy arrays (they run on the reference, on
+    the arrays' device, dual numbers included): CuPy results, equal to the same calls on
+    NumPy, and the oracle passes them."""
+    rng = np.random.default_rng(21)
+    case = OPS[op][0](rng)
+    on_device = gc.testing.on_library(case, "cupy")
+    for check in (gc.testing.jvp_check, gc.testing.grad_jvp_check):
+        check(op, on_device).raise_if_failed()
+    f, jvp, args, _ = OPS[op][1](on_device, mode="jvp")
+    tangents = [cp.asarray(rng.standard_normal(a.shape)) for a in args]
+    got = jvp(tangents, *args)
+    f64, jvp64, args64, _ = OPS[op][1](case, mode="jvp")
+    want = jvp64([t.get() for t in tangents], *args64)
+    for a, b in zip(got, want):
+        assert isinstance(a, cp.ndarray)
+        np.testing.assert_allclose(a.get(), b, rtol=1e-12, atol=1e-12)
