@@ -63,7 +63,8 @@ class Dual:
     """An array and its tangent; see the module docstring for what it supports."""
 
     __slots__ = ("p", "t")
-    __array_ufunc__ = None       # NumPy defers to the reflected operators below
+    __array_ufunc__ = None       # NumPy and CuPy defer to the reflected operators below
+    __array_priority__ = 1000    # (older CuPy reads the priority instead)
 
     def __init__(self, p, t):
         self.p, self.t = p, t
