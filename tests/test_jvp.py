@@ -176,3 +176,30 @@ def test_a_stacks_tangents_are_checked(rng):
         gc.gru_stack_jvp(*args, gc.GRUStackGrads(None, case["h0"][:1], None), **keywords)
     with pytest.raises(TypeError, match="tangents must be a GRUStackGrads"):
         gc.gru_stack_jvp(*args, (None,), **keywords)
+
+
+def test_tangents_of_another_library_or_dtype_are_named(rng):
+    torch = pytest.importorskip("torch")
+    case = testing.rnn_sequence_case(rng)
+    positional, keywords = _split("rnn_sequence", case)
+    for tangent, error in ((torch.ones(case["x"].shape, dtype=torch.float64),
+                            "x and tangents.x come from two array libraries"),
+                           (np.ones(case["x"].shape, np.float32),
+                            r"tangents.x must have the same dtype as x \(float64\)")):
+        with pytest.raises(TypeError, match=error):
+            gc.rnn_sequence_jvp(*positional, gc.RNNSequenceGrads(tangent, None, None, None),
+                                **keywords)
+    as_torch = [torch.tensor(a) for a in positional]
+    with pytest.raises(TypeError, match=r"x and tangents.x come from two array libraries"):
+        gc.rnn_sequence_jvp(*as_torch, gc.RNNSequenceGrads(case["x"], None, None, None),
+                            **keywords)
+
+
+def test_an_empty_batch_has_empty_tangents(rng):
+    case = testing.lstm_sequence_case(rng, batch=0, steps=3)
+    positional, keywords = _split("lstm_sequence", case)
+    seq, d_seq = gc.lstm_sequence_jvp(*positional, None, **keywords)
+    assert d_seq.h.shape == seq.h.shape == (3, 0, case["h0"].shape[1])
+    grads, d_grads = gc.lstm_sequence_grad_jvp(*positional, seq, None, d_h=np.ones(seq.h.shape),
+                                               d_h_tangent=np.ones(seq.h.shape))
+    assert d_grads.x.shape == case["x"].shape and not np.any(d_grads.w)
