@@ -336,3 +336,31 @@ def _input_and_weight_grads(x, h0, h, split, work, reset_after):
     else:
         np.matmul(flat(work.d_n_or_reset_h).T, d_c_flat, out=dw_c[n_in:])
     return dx.reshape(n_steps, n_batch, n_in), dw_ru, dw_c
+
+
+# --------------------------------------------------------------------------------------
+# forward mode (docs/spec.md §12; ``_jvp``)
+
+
+def gru_cell_jvp(x, h_prev, weights, tangents, settings):
+    """One GRU step and its tangent along ``tangents`` (a ``GRUCellGrads``, None fields
+    zero): ``(GRUCellState(r, u, c, h), GRUCellState of tangents)``; a sequence of one step
+    (``_jvp.gru_jvp``)."""
+    from ._jvp import gru_jvp
+
+    outs, d_outs = gru_jvp(x[None], None if tangents.x is None else tangents.x[None], h_prev,
+                           tangents.h_prev, weights, tangents[2:], None, settings.reset_after)
+    return (GRUCellState(*(a[0] for a in outs[:4])),
+            GRUCellState(*(a[0] for a in d_outs[:4])))
+
+
+def gru_sequence_jvp(x, h0, weights, tangents, settings):
+    """``gru_sequence`` and its tangent along ``tangents`` (a ``GRUSequenceGrads``, None
+    fields zero): ``(GRUSequence, GRUSequence of tangents)``. The primal is the forward's,
+    bitwise; ``_jvp.gru_jvp`` states the plan."""
+    from ._jvp import gru_jvp
+
+    outs, d_outs = gru_jvp(x, tangents.x, h0, tangents.h0, weights, tangents[2:], settings,
+                           settings.reset_after)
+    return GRUSequence(*outs), GRUSequence(*d_outs)
+

@@ -200,3 +200,30 @@ def _backward_steps(h, d_h, grad_h, lengths, buffers, relu, d_bias, masks):
         finish_state_grad(target, masks.recurrent, up_old)
         if stopped is not None:
             np.copyto(grad_h, dh_prev, where=~stopped)
+
+
+# --------------------------------------------------------------------------------------
+# forward mode (docs/spec.md §12; ``_jvp``)
+
+
+def rnn_cell_jvp(x, h_prev, weights, tangents, settings):
+    """One RNN step and its tangent along ``tangents`` (an ``RNNCellGrads``, None fields
+    zero): ``(RNNCellState(h), RNNCellState(dh))``; a sequence of one step (``_jvp.rnn_jvp``)."""
+    from ._jvp import rnn_jvp
+
+    h, _, dh, _ = rnn_jvp(x[None], None if tangents.x is None else tangents.x[None], h_prev,
+                          tangents.h_prev, weights, (tangents.w, tangents.b), None,
+                          _is_relu(settings))
+    return RNNCellState(h[0]), RNNCellState(dh[0])
+
+
+def rnn_sequence_jvp(x, h0, weights, tangents, settings):
+    """``rnn_sequence`` and its tangent along ``tangents`` (an ``RNNSequenceGrads``, None
+    fields zero): ``(RNNSequence, RNNSequence of tangents)``. The primal is the forward's,
+    bitwise; ``_jvp.rnn_jvp`` states the plan."""
+    from ._jvp import rnn_jvp
+
+    h, final, dh, d_final = rnn_jvp(x, tangents.x, h0, tangents.h0, weights,
+                                    (tangents.w, tangents.b), settings, _is_relu(settings))
+    return RNNSequence(h, final), RNNSequence(dh, d_final)
+

@@ -1,0 +1,296 @@
+"""Forward mode on the CPU (docs/spec.md §12): a cell's or sequence's primal exactly as the
+CPU forward computes it, and its tangent along the inputs' tangents, in the same loop.
+
+The math is the reference's "Forward mode" sections; the plan is the CPU forward's
+(``_sequence``) with a tangent beside every value:
+
+- the input part of every step at once: the forward's ``x·W_x (+ b)`` and its tangent
+  ``dx·W_x + x·dW_x (+ db)`` as ONE BLAS call over ``[dx, x]·[W_x; dW_x]`` (K = 2I; the
+  stacked rows a scratch copy), a term whose tangent is None left out;
+- per step: the forward's ``h_seen·W_h`` and the tangent's ``dh_seen·W_h + h_seen·dW_h``,
+  again one call on ``[dh_seen, h_seen]`` (just ``dh_seen·W_h`` when ``dW_h`` is None);
+- one fused Numba pass per step (two for the reset-before GRU, around its candidate's
+  matmul) computing the primal's elementwise step and its tangent together
+  (``_jvp_kernels``).
+
+The masks, zoneout and the rows past their length are linear in the state, so the tangent
+takes them exactly as the state does: ``x∘m_in`` and ``dx∘m_in``, ``h_prev∘m_rec`` and
+``dh_prev∘m_rec``, ``z∘old + (1-z)∘new`` for both (``zoneout_kernel``), and the stopped
+rows zeroed after the loop with the final state (and tangent) gathered at step ``L-1``.
+
+A cell is a sequence of one step without masks or lengths (its primal then agrees with the
+CPU cell's to round-off, not bitwise: the cell's matmul is ``[x, h_prev]·w``, this one's
+``x·W_x + h_prev·W_h``). Scratch comes from ``_workspace.scratch``; results are fresh arrays;
+inputs are never written.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .._core.plan import flat, masked
+from ._jvp_kernels import (
+    gru_candidate_jvp_kernel,
+    gru_gates_jvp_kernel,
+    gru_reset_after_jvp_kernel,
+    rnn_jvp_kernel,
+)
+from ._sequence import (
+    Masks,
+    contiguous,
+    final_state,
+    lengths_of,
+    projection,
+    running_inputs,
+    seen,
+    sequence_masks,
+    step_outputs,
+    zero_stopped,
+    zone,
+)
+from ._workspace import scratch
+
+# --------------------------------------------------------------------------------------
+# plumbing
+
+
+def tangent_or_zeros(tangent, primal):
+    """A C-contiguous tangent: ``tangent``, or zeros of ``primal``'s shape and dtype."""
+    return np.zeros_like(primal) if tangent is None else contiguous(tangent)
+
+
+def optional(tangent):
+    """A C-contiguous tangent, or None (a zero tangent whose products are left out)."""
+    return None if tangent is None else contiguous(tangent)
+
+
+class Linear(NamedTuple):
+    """The tangent of ``a·w`` along ``(da, dw)``: ``da·w + a·dw``, each term left out when
+    its tangent is None (``da``: a per-call array; ``w``, ``dw`` fixed for the call).
+    ``stacked_w``: ``[w; dw]`` when both terms can be there (one BLAS call, K doubled)."""
+
+    w: np.ndarray
+    dw: np.ndarray | None
+    stacked_w: np.ndarray | None
+
+    @classmethod
+    def of(cls, w, dw):
+        w = contiguous(w)
+        dw = optional(dw)
+        return cls(w, dw, None if dw is None else np.concatenate((w, dw)))
+
+    def rows(self):
+        """The width of the stacked operand ``[da, a]`` (0 when no stacking is needed)."""
+        return 0 if self.dw is None else self.stacked_w.shape[0]
+
+    def into(self, da, a, out, stack):
+        """``out = da·w + a·dw`` (``da`` None: ``a·dw``; both None: zeros); ``stack``: a
+        ``[rows, 2K]`` scratch for ``[da, a]`` (read only when both terms are there)."""
+        if self.dw is None:
+            if da is None:
+                out[...] = 0
+            else:
+                np.matmul(da, self.w, out=out)
+        elif da is None:
+            np.matmul(a, self.dw, out=out)
+        else:
+            k = da.shape[1]
+            stack[:, :k] = da
+            stack[:, k:] = a
+            np.matmul(stack, self.stacked_w, out=out)
+        return out
+
+
+def input_tangent(linear, dx, x, d_bias, out, stack):
+    """``dx·W_x + x·dW_x (+ db)`` for every step at once into ``out [T, B, N]`` (``stack``:
+    a ``[T·B, 2I]`` scratch, or an empty one when ``linear`` needs none)."""
+    linear.into(None if dx is None else flat(dx), flat(x), flat(out), stack)
+    if d_bias is not None:
+        out += d_bias
+    return out
+
+
+def stack_shape(linear, rows):
+    """The scratch shape of ``linear``'s stacked operand for ``rows`` rows."""
+    return (rows, linear.rows()) if linear.rows() else (0, 0)
+
+
+def step_pair(t, first, steps):
+    """The state (or tangent) a step starts from: ``first`` at step 0, else ``steps[t-1]``."""
+    return first if t == 0 else steps[t - 1]
+
+
+def finish(steps, d_steps, first, d_first, lengths):
+    """The final state and tangent (``final_state``), then the stopped rows zeroed."""
+    final, d_final = final_state(steps[-1], first, lengths), final_state(d_steps[-1], d_first,
+                                                                        lengths)
+    zero_stopped((*steps, *d_steps), lengths)
+    return final, d_final
+
+
+class Inputs(NamedTuple):
+    """A sequence's inputs as the loops take them: the masked running ``x`` and its tangent
+    (None: zero), the lengths and the masks."""
+
+    x: np.ndarray
+    dx: np.ndarray | None
+    lengths: np.ndarray | None
+    masks: Masks
+
+
+def sequence_inputs(x, dx, settings, width, n_hidden=0):
+    """``Inputs`` of a sequence (``settings`` None: a cell's one step, no masks)."""
+    x = contiguous(x)
+    dx = optional(dx)
+    if settings is None:
+        return Inputs(x, dx, None, Masks())
+    n_steps, n_batch = x.shape[:2]
+    lengths = lengths_of(settings.seq_len)
+    masks = sequence_masks(settings, n_steps, lengths, n_batch, width, n_hidden)
+    def run(a):
+        return running_inputs(masked(a, masks.input), lengths)
+    return Inputs(run(x), None if dx is None else run(dx), lengths, masks)
+
+
+# --------------------------------------------------------------------------------------
+# RNN
+
+
+def rnn_jvp(x, dx, h0, dh0, weights, tangent_w, settings, relu):
+    """The RNN sequence ``x [T, B, I]`` from ``h0`` and its tangent: ``(h, h_final, dh,
+    dh_final)`` (``settings`` None: a cell's step, no masks; ``tangent_w = (dw, db)``).
+
+    Per step: ``h_seen·W_h`` and ``[dh_seen, h_seen]·[W_h; dW_h]`` (BLAS), then
+    ``rnn_jvp_kernel`` with the step's slices of ``x·W_x + b`` and its tangent, writing
+    ``h[t], dh[t]``; zoneout on both (``zone``)."""
+    h0, w, b = (contiguous(a) for a in (h0, weights.w, weights.b))
+    dw, db = tangent_w
+    n_in, (n_batch, n_hidden) = x.shape[2], h0.shape
+    inputs = sequence_inputs(x, dx, settings, n_hidden)
+    x, dx, lengths, masks = inputs
+    n_steps, dtype = x.shape[0], x.dtype
+    dh0, db = tangent_or_zeros(dh0, h0), tangent_or_zeros(db, b)
+    lin_x = Linear.of(w[:n_in], None if dw is None else dw[:n_in])
+    lin_h = Linear.of(w[n_in:], None if dw is None else dw[n_in:])
+    state, steps = (n_batch, n_hidden), (n_steps, n_batch, n_hidden)
+    x_z, dx_z, x_stack, h_z, dh_z, h_seen, dh_seen, h_stack = scratch(
+        dtype, steps, steps, stack_shape(lin_x, n_steps * n_batch), state, state, state, state,
+        stack_shape(lin_h, n_batch))
+    projection(x, lin_x.w, b, x_z)
+    input_tangent(lin_x, dx, x, db, dx_z, x_stack)
+    h, dh = step_outputs(2, steps, dtype)
+    for t in range(n_steps):
+        h_prev, dh_prev = step_pair(t, h0, h), step_pair(t, dh0, dh)
+        h_read = seen(h_prev, masks.recurrent, h_seen)
+        dh_read = seen(dh_prev, masks.recurrent, dh_seen)
+        np.matmul(h_read, lin_h.w, out=h_z)
+        lin_h.into(dh_read, h_read, dh_z, h_stack)
+        rnn_jvp_kernel(h_z, x_z[t], dh_z, dx_z[t], relu, h[t], dh[t])
+        zone(masks.zoneout_h, t, h_prev, h[t])
+        zone(masks.zoneout_h, t, dh_prev, dh[t])
+    final, d_final = finish((h,), (dh,), h0, dh0, lengths)
+    return h, final, dh, d_final
+
+
+# --------------------------------------------------------------------------------------
+# GRU
+
+
+class _GRUStep(NamedTuple):
+    """A GRU sequence's per-step scratch (``_workspace.scratch``), all ``[B, ·]``."""
+
+    g_ru: np.ndarray         # [B, 2H] h_seen·W_ruh
+    dg_ru: np.ndarray        # [B, 2H] its tangent
+    g_c: np.ndarray          # [B, H]  h_seen·W_ch (reset after) or (r∘h_seen)·W_ch
+    dg_c: np.ndarray         # [B, H]  its tangent
+    h_seen: np.ndarray       # [B, H]  h_prev∘m_rec
+    dh_seen: np.ndarray      # [B, H]
+    rh: np.ndarray           # [B, H]  reset before: r∘h_seen
+    d_rh: np.ndarray         # [B, H]
+    stack_ru: np.ndarray     # [B, 2H] [dh_seen, h_seen] for W_ruh (when dW_ru is given)
+    stack_c: np.ndarray      # [B, 2H] [dh_seen, h_seen] or [d_rh, rh] for W_ch
+
+
+def gru_jvp(x, dx, h0, dh0, weights, tangent_w, settings, reset_after):
+    """The GRU sequence ``x [T, B, I]`` from ``h0`` and its tangent: ``(outs, d_outs)``,
+    each ``(r, u, c, h [T, B, H], h_final)`` (``settings`` None: a cell's step, no masks;
+    ``tangent_w = (dw_ru, dw_c, db_ru, db_c)``).
+
+    The forward's plan (``gru.gru_sequence``): reset before, per step ``h_seen·W_ruh`` ->
+    ``gru_gates_jvp_kernel`` -> ``(r∘h_seen)·W_ch`` -> ``gru_candidate_jvp_kernel``; reset
+    after, ``h_seen·W_ruh`` and ``h_seen·W_ch`` -> ``gru_reset_after_jvp_kernel``; each
+    matmul's tangent one stacked BLAS call beside it (``Linear``)."""
+    h0, b_ru, b_c = (contiguous(a) for a in (h0, weights.b_ru, weights.b_c))
+    dw_ru, dw_c, db_ru, db_c = tangent_w
+    n_in, (n_batch, n_hidden) = x.shape[2], h0.shape
+    x, dx, lengths, masks = sequence_inputs(x, dx, settings, n_hidden)
+    n_steps, dtype = x.shape[0], x.dtype
+    dh0, db_ru, db_c = (tangent_or_zeros(t, p) for t, p in ((dh0, h0), (db_ru, b_ru),
+                                                             (db_c, b_c)))
+    lin = [Linear.of(w[rows], None if dw is None else dw[rows])
+           for w, dw in ((weights.w_ru, dw_ru), (weights.w_c, dw_c))
+           for rows in (slice(None, n_in), slice(n_in, None))]
+    lin_rux, lin_ruh, lin_cx, lin_ch = lin
+    ru, c_steps, state = (n_steps, n_batch, 2 * n_hidden), (n_steps, n_batch, n_hidden), (
+        n_batch, n_hidden)
+    buffers = scratch(dtype, ru, ru, c_steps, c_steps,
+                      (0, 0) if not (lin_rux.rows() or lin_cx.rows())
+                      else (n_steps * n_batch, 2 * n_in),
+                      (n_batch, 2 * n_hidden), (n_batch, 2 * n_hidden), *[state] * 6,
+                      stack_shape(lin_ruh, n_batch), stack_shape(lin_ch, n_batch))
+    x_ru, dx_ru, x_c, dx_c, x_stack = buffers[:5]
+    step = _GRUStep(*buffers[5:])
+    b_cx = None if reset_after else b_c
+    projection(x, lin_rux.w, b_ru, x_ru)
+    projection(x, lin_cx.w, b_cx, x_c)
+    input_tangent(lin_rux, dx, x, db_ru, dx_ru, x_stack)
+    input_tangent(lin_cx, dx, x, None if reset_after else db_c, dx_c, x_stack)
+    outs, d_outs = step_outputs(4, c_steps, dtype), step_outputs(4, c_steps, dtype)
+    projections = (x_ru, dx_ru, x_c, dx_c)
+    biases = (b_c[:n_hidden], b_c[n_hidden:], db_c[:n_hidden], db_c[n_hidden:])
+    for t in range(n_steps):
+        h_prev, dh_prev = step_pair(t, h0, outs[3]), step_pair(t, dh0, d_outs[3])
+        h_read = seen(h_prev, masks.recurrent, step.h_seen)
+        dh_read = seen(dh_prev, masks.recurrent, step.dh_seen)
+        np.matmul(h_read, lin_ruh.w, out=step.g_ru)
+        lin_ruh.into(dh_read, h_read, step.dg_ru, step.stack_ru)
+        at = tuple(a[t] for a in projections)
+        new = tuple(a[t] for a in outs), tuple(a[t] for a in d_outs)
+        if reset_after:
+            _reset_after_step(step, lin_ch, at, biases, (h_prev, dh_prev, h_read, dh_read),
+                              new)
+        else:
+            _reset_before_step(step, lin_ch, at, (h_prev, dh_prev, h_read, dh_read), new)
+        zone(masks.zoneout_h, t, h_prev, outs[3][t])
+        zone(masks.zoneout_h, t, dh_prev, d_outs[3][t])
+    final, d_final = finish(outs, d_outs, h0, dh0, lengths)
+    return (*outs, final), (*d_outs, d_final)
+
+
+def _reset_after_step(step, lin_ch, at, biases, states, new):
+    """A reset-after step: ``h_seen·W_ch`` and its tangent, then the fused pass into the
+    step's outputs ``new = ((r, u, c, h), (dr, du, dc, dh))``."""
+    x_ru, dx_ru, x_c, dx_c = at
+    b_cx, b_ch, db_cx, db_ch = biases
+    h_prev, dh_prev, h_read, dh_read = states
+    np.matmul(h_read, lin_ch.w, out=step.g_c)
+    lin_ch.into(dh_read, h_read, step.dg_c, step.stack_c)
+    gru_reset_after_jvp_kernel((step.g_ru, x_c, step.g_c), (x_ru, b_cx, b_ch),
+                               (step.dg_ru, dx_c, step.dg_c, dx_ru, db_cx, db_ch),
+                               h_prev, dh_prev, new[0], new[1])
+
+
+def _reset_before_step(step, lin_ch, at, states, new):
+    """A reset-before step: the gates' pass, ``(r∘h_seen)·W_ch`` and its tangent, then the
+    candidate's pass into ``new = ((r, u, c, h), (dr, du, dc, dh))``."""
+    x_ru, dx_ru, x_c, dx_c = at
+    h_prev, dh_prev, h_read, dh_read = states
+    (r, u, c, h), (dr, du, dc, dh) = new
+    gru_gates_jvp_kernel(step.g_ru, x_ru, step.dg_ru, dx_ru, h_read, dh_read,
+                         (r, u, step.rh), (dr, du, step.d_rh))
+    np.matmul(step.rh, lin_ch.w, out=step.g_c)
+    lin_ch.into(step.d_rh, step.rh, step.dg_c, step.stack_c)
+    gru_candidate_jvp_kernel(step.g_c, x_c, step.dg_c, dx_c, h_prev, dh_prev, u, du, (c, h),
+                             (dc, dh))
