@@ -81,9 +81,9 @@ class Linear(NamedTuple):
         dw = optional(dw)
         return cls(w, dw, None if dw is None else np.concatenate((w, dw)))
 
-    def rows(self):
-        """The width of the stacked operand ``[da, a]`` (0 when no stacking is needed)."""
-        return 0 if self.dw is None else self.stacked_w.shape[0]
+    def stacks(self):
+        """Whether ``into`` may stack ``[da, a]`` (both terms can be there)."""
+        return self.dw is not None
 
     def into(self, da, a, out, stack):
         """``out = da·w + a·dw`` (``da`` None: ``a·dw``; both None: zeros); ``stack``: a
@@ -113,8 +113,8 @@ def input_tangent(linear, dx, x, d_bias, out, stack):
 
 
 def stack_shape(linear, rows):
-    """The scratch shape of ``linear``'s stacked operand for ``rows`` rows."""
-    return (rows, linear.rows()) if linear.rows() else (0, 0)
+    """The scratch shape of ``linear``'s stacked operand ``[da, a]`` for ``rows`` rows."""
+    return (rows, linear.stacked_w.shape[0]) if linear.stacks() else (0, 0)
 
 
 def step_pair(t, first, steps):
@@ -236,7 +236,7 @@ def gru_jvp(x, dx, h0, dh0, weights, tangent_w, settings, reset_after):
     ru, c_steps, state = (n_steps, n_batch, 2 * n_hidden), (n_steps, n_batch, n_hidden), (
         n_batch, n_hidden)
     buffers = scratch(dtype, ru, ru, c_steps, c_steps,
-                      (0, 0) if not (lin_rux.rows() or lin_cx.rows())
+                      (0, 0) if not (lin_rux.stacks() or lin_cx.stacks())
                       else (n_steps * n_batch, 2 * n_in),
                       (n_batch, 2 * n_hidden), (n_batch, 2 * n_hidden), *[state] * 6,
                       stack_shape(lin_ruh, n_batch), stack_shape(lin_ch, n_batch))

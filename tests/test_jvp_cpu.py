@@ -1,0 +1,247 @@
+"""Forward mode on the CPU backend (docs/spec.md §12; ``gradcells.cpu._jvp``) against the
+reference's, and its own guarantees.
+
+- agreement with the reference's ``op_jvp``, result and tangent, on Hypothesis-drawn cases
+  with every option (``gradcells.testing`` strategies, sizes from 0 and hidden sizes past
+  the SIMD width; masks, ragged lengths, both orders and layouts) and on seeded random
+  cases (``gradcells.testing.OPS``), tangents of every input drawn or None: float64 to
+  1e-12 relative to each array's scale; float32 no further from the float64 result than
+  three times the float32 reference's own error plus four float32 ulps of the scale;
+- a sequence's primal is the CPU forward's, bitwise;
+- the oracle (``jvp_check``: central differences) on drawn cases with ``backend="cpu"``;
+- dispatch: NumPy arrays go to the CPU for the ops it implements, to the reference for the
+  others; explicit edge cases (T = 0, B = 0, I = 0, lengths 0 and T, all-None tangents),
+  read-only inputs that are never written.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gradcells as gc
+from gradcells import _dispatch, testing
+from gradcells._core.specs import OPS, OPTIONAL_WEIGHTS
+from gradcells._core.types import LSTMNorm
+
+CPU_OPS = ["rnn_cell", "rnn_sequence", "gru_cell", "gru_sequence"]
+REFERENCE_ONLY = ["lstm_cell", "lstm_sequence"]
+SIZES = {"min_size": 0, "max_batch": 5, "max_input": 5, "max_hidden": 21}
+STRATEGIES = {
+    "rnn_cell": lambda **k: testing.rnn_cell_inputs(
+        min_size=0, max_batch=5, max_input=5, max_hidden=21, **k),
+    "rnn_sequence": lambda **k: testing.rnn_sequence_inputs(
+        ragged=None, reverse=None, batch_first=None, masks=None, **SIZES, **k),
+    "gru_cell": lambda **k: testing.gru_cell_inputs(**SIZES, **k),
+    "gru_sequence": lambda **k: testing.gru_sequence_inputs(
+        ragged=None, reverse=None, batch_first=None, masks=None, **SIZES, **k),
+}
+
+
+def _split(op, case):
+    """``(positional arrays, keywords)`` of ``gc.<op>_jvp`` for a case."""
+    names = [n for n in OPS[op].arrays if n not in OPTIONAL_WEIGHTS]
+    return [case[n] for n in names], {k: v for k, v in case.items() if k not in names}
+
+
+def _tangents(op, case, seed, none_rate=0.25):
+    """The op's gradient type of random tangents (each field None with ``none_rate``)."""
+    rng = np.random.default_rng(seed)
+    spec = OPS[op]
+
+    def draw(value):
+        if value is None or rng.random() < none_rate:
+            return None
+        if isinstance(value, LSTMNorm):
+            return LSTMNorm(*(draw(v) for v in value))
+        return rng.standard_normal(np.shape(value)).astype(value.dtype)
+
+    return spec.grads(**{n: draw(case.get(n)) for n in spec.grads._fields})
+
+
+def _jvp(op, case, tangents, backend):
+    positional, keywords = _split(op, case)
+    return getattr(gc, f"{op}_jvp")(*positional, tangents, **keywords, backend=backend)
+
+
+def _cast(value, dtype):
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        return value.astype(dtype)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_cast(v, dtype) for v in value))
+    return value
+
+
+def _fields(result):
+    return {k: np.asarray(v) for k, v in result._asdict().items()
+            if isinstance(v, np.ndarray)}
+
+
+def _assert_agree64(got, expected, what):
+    for name, want in _fields(expected).items():
+        have = getattr(got, name)
+        assert have.shape == want.shape and have.dtype == want.dtype, (what, name)
+        scale = max(float(np.max(np.abs(want), initial=0.0)), 1.0)
+        np.testing.assert_allclose(have, want, rtol=1e-12, atol=1e-12 * scale,
+                                   err_msg=f"{what}.{name}")
+
+
+def _assert_agree32(got, ref32, exact, what):
+    """``got`` (float32) no further from ``exact`` (float64) than 3× the float32
+    reference's error plus 4 float32 ulps of the array's scale."""
+    for name, want in _fields(exact).items():
+        have, ref = getattr(got, name), getattr(ref32, name)
+        assert have.dtype == np.float32, (what, name)
+        scale = max(float(np.max(np.abs(want), initial=0.0)), 1.0)
+        bound = 3 * np.abs(ref - want) + 4 * np.finfo(np.float32).eps * scale
+        assert np.all(np.abs(have - want) <= bound), (what, name,
+                                                      float(np.max(np.abs(have - want))))
+
+
+def _check_case(op, case, seed):
+    tangents = _tangents(op, case, seed)
+    seq, d_seq = _jvp(op, case, tangents, "cpu")
+    ref, d_ref = _jvp(op, case, tangents, "reference")
+    _assert_agree64(seq, ref, "result")
+    _assert_agree64(d_seq, d_ref, "tangent")
+    if OPS[op].sequence:      # the primal is the CPU forward's, bitwise
+        positional, keywords = _split(op, case)
+        forward = getattr(gc, op)(*positional, **keywords, backend="cpu")
+        for name, value in _fields(forward).items():
+            np.testing.assert_array_equal(getattr(seq, name), value, err_msg=name)
+
+
+def _check_case32(op, case, seed):
+    case32 = {k: _cast(v, np.float32) for k, v in case.items()}
+    t64 = _tangents(op, case, seed)
+    t32 = _cast(t64, np.float32)
+    case_exact = {k: _cast(v, np.float64) for k, v in case32.items()}
+    exact = _jvp(op, case_exact, _cast(t32, np.float64), "reference")
+    got = _jvp(op, case32, t32, "cpu")
+    ref = _jvp(op, case32, t32, "reference")
+    for k in range(2):
+        _assert_agree32(got[k], ref[k], exact[k], ("result", "tangent")[k])
+
+
+@pytest.mark.parametrize("op", CPU_OPS)
+@given(data=st.data(), seed=st.integers(0, 2**32 - 1))
+def test_agrees_with_the_reference_on_drawn_cases(op, data, seed):
+    _check_case(op, data.draw(STRATEGIES[op]()), seed)
+
+
+@pytest.mark.parametrize("op", CPU_OPS)
+@given(data=st.data(), seed=st.integers(0, 2**32 - 1))
+def test_float32_agrees_with_the_reference_on_drawn_cases(op, data, seed):
+    _check_case32(op, data.draw(STRATEGIES[op]()), seed)
+
+
+@pytest.mark.parametrize("op", CPU_OPS)
+def test_agrees_with_the_reference_on_random_cases(op):
+    rng = np.random.default_rng(11)
+    for k in range(60):
+        case = testing.OPS[op][0](rng)
+        _check_case(op, case, k)
+        _check_case32(op, case, k)
+
+
+@pytest.mark.parametrize("op", CPU_OPS)
+@settings(max_examples=20)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_the_oracle_passes_on_the_cpu(op, seed):
+    case = testing.OPS[op][0](np.random.default_rng(seed))
+    testing.jvp_check(op, case, seed=seed, backend="cpu").raise_if_failed()
+
+
+@pytest.mark.parametrize("op", CPU_OPS)
+def test_numpy_arrays_run_forward_mode_on_the_cpu(op):
+    assert _dispatch.backend_for(None, "numpy", op=f"{op}_jvp") is _dispatch.backend_module("cpu")
+    assert _dispatch.backend_for("cpu", "numpy", op=f"{op}_jvp") is _dispatch.backend_module(
+        "cpu")
+
+
+@pytest.mark.parametrize("op", REFERENCE_ONLY)
+def test_the_ops_not_on_the_cpu_stay_on_the_reference(op):
+    assert _dispatch.backend_for(None, "numpy", op=f"{op}_jvp") is _dispatch.backend_module(
+        "reference")
+    with pytest.raises(ValueError, match=f"does not run {op}_jvp yet"):
+        _dispatch.backend_for("cpu", "numpy", op=f"{op}_jvp")
+
+
+def _sequence_case(op, steps, batch, n_in, hidden, **options):
+    rng = np.random.default_rng(5)
+    make = {"rnn_sequence": testing.rnn_sequence_case,
+            "gru_sequence": testing.gru_sequence_case}[op]
+    return make(rng, steps=steps, batch=batch, input_size=n_in, hidden=hidden, **options)
+
+
+@pytest.mark.parametrize("op", ["rnn_sequence", "gru_sequence"])
+@pytest.mark.parametrize("sizes", [(0, 3, 2, 4), (3, 0, 2, 4), (3, 2, 0, 4), (3, 2, 2, 0),
+                                   (0, 0, 0, 0), (1, 1, 1, 1), (5, 3, 4, 19)])
+def test_edge_sizes(op, sizes):
+    case = _sequence_case(op, *sizes)
+    _check_case(op, case, 0)
+    _check_case(op, case, 1)
+
+
+@pytest.mark.parametrize("op", ["rnn_sequence", "gru_sequence"])
+@pytest.mark.parametrize("lengths", [[0, 0, 0], [4, 4, 4], [0, 4, 2], [1, 0, 3]])
+def test_lengths_zero_and_full(op, lengths):
+    case = _sequence_case(op, 4, 3, 2, 5, masks=True)
+    case["seq_len"] = np.array(lengths)
+    _check_case(op, case, 2)
+
+
+@pytest.mark.parametrize("op", CPU_OPS)
+def test_all_none_tangents_give_zero_tangents(op):
+    case = testing.OPS[op][0](np.random.default_rng(3))
+    seq, d_seq = _jvp(op, case, None, "cpu")
+    for name, value in _fields(d_seq).items():
+        assert not np.any(value), name
+    _check_case(op, case, 3)
+
+
+@pytest.mark.parametrize("op", CPU_OPS)
+def test_every_tangent_alone(op):
+    case = testing.OPS[op][0](np.random.default_rng(4))
+    spec = OPS[op]
+    full = _tangents(op, case, 4, none_rate=0.0)
+    for field in spec.grads._fields:
+        if getattr(full, field) is None:
+            continue
+        only = spec.grads(**{f: getattr(full, f) if f == field else None
+                             for f in spec.grads._fields})
+        got = _jvp(op, case, only, "cpu")[1]
+        want = _jvp(op, case, only, "reference")[1]
+        _assert_agree64(got, want, field)
+
+
+@pytest.mark.parametrize("op", CPU_OPS)
+def test_inputs_are_never_written(op):
+    case = testing.OPS[op][0](np.random.default_rng(6))
+    tangents = _tangents(op, case, 6, none_rate=0.0)
+    frozen = []
+    for value in (*case.values(), *tangents):
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+            frozen.append((value, value.copy()))
+    seq, d_seq = _jvp(op, case, tangents, "cpu")
+    for value, copy in frozen:
+        np.testing.assert_array_equal(value, copy)
+    for value in (*_fields(seq).values(), *_fields(d_seq).values()):
+        assert value.flags.writeable and not any(value is v for v, _ in frozen)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+@pytest.mark.parametrize("reset_after", [False, True])
+def test_large_hidden_sizes(activation, reset_after):
+    rng = np.random.default_rng(7)
+    for op, options in (("rnn_sequence", {"activation": activation}),
+                        ("gru_sequence", {"reset_after": reset_after})):
+        make = {"rnn_sequence": testing.rnn_sequence_case,
+                "gru_sequence": testing.gru_sequence_case}[op]
+        case = make(rng, steps=6, batch=5, input_size=9, hidden=37, ragged=True, masks=True,
+                    **options)
+        _check_case(op, case, 7)
+        _check_case32(op, case, 7)
