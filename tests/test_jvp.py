@@ -9,7 +9,8 @@ forward's result and its directional derivative along the inputs' tangents.
   with the ``_grad`` ops' cotangent (an independent derivation, checked to 1e-12);
 - the result is the forward's, recording its settings; the tangent is linear in the
   tangents; None tangents are zeros; bad tangents are named; PyTorch tensors come back as
-  tensors; the fused backends do not run forward mode yet (naming one is a ValueError).
+  tensors; NumPy arrays run forward mode on the cpu backend, the gpu backend does not run
+  it yet (naming it is a ValueError).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import gradcells as gc
-from gradcells import testing
+from gradcells import _dispatch, testing
 from gradcells._core.specs import OPS, OPTIONAL_WEIGHTS
 
 FORWARD_OPS = ["lstm_cell", "gru_cell", "rnn_cell", "lstm_sequence", "gru_sequence",
@@ -144,11 +145,20 @@ def test_inputs_are_not_modified(rng):
         np.testing.assert_array_equal(a, b)
 
 
-def test_the_fused_backends_do_not_run_forward_mode_yet(rng):
+def test_the_cpu_runs_forward_mode_and_the_gpu_does_not_yet(rng):
     case = _lstm_case(rng)
-    result, _ = _lstm_jvp(case, None)          # by default: the reference
-    with pytest.raises(ValueError, match="backend='cpu' does not run lstm_sequence_jvp yet"):
-        _lstm_jvp(case, None, backend="cpu")
+    tangents = gc.LSTMSequenceGrads(x=np.ones_like(case["x"]), cs0=None, h0=None, w=None,
+                                    b=None)
+    assert _dispatch.backend_for(None, "numpy", op="lstm_sequence_jvp") is (
+        _dispatch.backend_module("cpu"))               # by default on NumPy arrays: the cpu
+    cpu = _lstm_jvp(case, tangents)
+    reference = _lstm_jvp(case, tangents, backend="reference")
+    for got, want in zip(cpu, reference):
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    for op in ("lstm_sequence_jvp", "gru_cell_jvp", "rnn_sequence_jvp"):
+        with pytest.raises(ValueError, match=f"backend='gpu' does not run {op} yet"):
+            _dispatch.backend_for("gpu", "cupy", op=op)
 
 
 def test_torch_tensors_come_back_as_tensors(rng):

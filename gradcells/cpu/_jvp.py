@@ -26,17 +26,21 @@ inputs are never written.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
 
 from .._core.plan import flat, masked
+from .._core.types import LSTMNorm
 from ._jvp_kernels import (
     gru_candidate_jvp_kernel,
     gru_gates_jvp_kernel,
     gru_reset_after_jvp_kernel,
+    lstm_jvp_kernel,
     rnn_jvp_kernel,
 )
+from ._lstm_kernels import layer_norm_forward_kernel, lstm_ln_forward_kernel
 from ._sequence import (
     Masks,
     contiguous,
@@ -294,3 +298,203 @@ def _reset_before_step(step, lin_ch, at, states, new):
     lin_ch.into(step.d_rh, step.rh, step.dg_c, step.stack_c)
     gru_candidate_jvp_kernel(step.g_c, x_c, step.dg_c, dx_c, h_prev, dh_prev, u, du, (c, h),
                              (dc, dh))
+
+
+# --------------------------------------------------------------------------------------
+# LSTM
+
+
+class _LSTMStep(NamedTuple):
+    """An LSTM sequence's per-step scratch (``_workspace.scratch``)."""
+
+    h_g: np.ndarray          # [B, 4H] h_seen·W_h
+    dh_g: np.ndarray         # [B, 4H] its tangent
+    h_seen: np.ndarray       # [B, P]  h_prev∘m_rec
+    dh_seen: np.ndarray      # [B, P]
+    h_stack: np.ndarray      # [B, 2P] [dh_seen, h_seen] (when dW_h is given)
+    m: np.ndarray            # [B, H]  o∘co before the projection (or [B, 0])
+    dm: np.ndarray           # [B, H]
+    m_stack: np.ndarray      # [B, 2H] [dm, m] (when dw_proj is given)
+
+
+def lstm_jvp(x, dx, states, d_states, weights, t_w, settings):
+    """The LSTM sequence ``x [T, B, I]`` from ``states = (cs0, h0)`` and its tangent:
+    ``(outs, d_outs)``, each ``(i, cs, f, o, ci, co, h [T, B, ·], cs_final, h_final)``
+    (a cell's settings have no masks or lengths; ``t_w``: the tangents of ``weights``).
+
+    The forward's plan (``lstm.lstm_sequence``): the input part ``x·W_x + b`` (with a layer
+    norm ``LN(x·W_x) + b``) for all steps, per step ``h_seen·W_h`` and the step's pass, then
+    the projection ``clip(m·w_proj)``; each matmul's tangent one stacked BLAS call beside it.
+    Without a layer norm the pass is ``lstm_jvp_kernel``; with one the primal is
+    ``lstm_ln_forward_kernel``'s and the tangent NumPy's (``_ln_step_tangent``)."""
+    (cs0, h0), (dcs0, dh0) = (contiguous(a) for a in states), d_states
+    dw, db, dwci, dwcf, dwco, dw_proj, d_norm = t_w
+    n_in, (n_batch, n_hidden), n_state = x.shape[2], cs0.shape, h0.shape[1]
+    x, dx, lengths, masks = sequence_inputs(x, dx, settings, n_state, n_hidden)
+    n_steps, dtype = x.shape[0], x.dtype
+    dcs0, dh0 = tangent_or_zeros(dcs0, cs0), tangent_or_zeros(dh0, h0)
+    w = contiguous(weights.w)
+    lin_x = Linear.of(w[:n_in], None if dw is None else dw[:n_in])
+    lin_h = Linear.of(w[n_in:], None if dw is None else dw[n_in:])
+    projected = weights.w_proj is not None
+    lin_p = Linear.of(weights.w_proj, dw_proj) if projected else None
+    gates, steps = (n_steps, n_batch, 4 * n_hidden), (n_steps, n_batch, n_hidden)
+    m_shape = (n_batch, n_hidden if projected else 0)
+    buffers = scratch(dtype, gates, gates, stack_shape(lin_x, n_steps * n_batch),
+                      (n_batch, 4 * n_hidden), (n_batch, 4 * n_hidden), (n_batch, n_state),
+                      (n_batch, n_state), stack_shape(lin_h, n_batch), m_shape, m_shape,
+                      stack_shape(lin_p, n_batch) if projected else (0, 0))
+    x_g, dx_g, x_stack = buffers[:3]
+    step = _LSTMStep(*buffers[3:])
+    _lstm_input_part(x, dx, weights, (lin_x, db, d_norm), settings, (x_g, dx_g, x_stack))
+    outs, d_outs = _lstm_outputs(steps, n_state, dtype), _lstm_outputs(steps, n_state, dtype)
+    run_step = _lstm_step_pass(weights, t_w, settings)
+    for t in range(n_steps):
+        cs_prev, h_prev = step_pair(t, cs0, outs[1]), step_pair(t, h0, outs[6])
+        dcs_prev, dh_prev = step_pair(t, dcs0, d_outs[1]), step_pair(t, dh0, d_outs[6])
+        h_read = seen(h_prev, masks.recurrent, step.h_seen)
+        dh_read = seen(dh_prev, masks.recurrent, step.dh_seen)
+        np.matmul(h_read, lin_h.w, out=step.h_g)
+        lin_h.into(dh_read, h_read, step.dh_g, step.h_stack)
+        new = [a[t] for a in outs], [a[t] for a in d_outs]
+        final_h = new[0][6], new[1][6]
+        if projected:
+            new[0][6], new[1][6] = step.m, step.dm
+        run_step(step.h_g, x_g[t], step.dh_g, dx_g[t], (cs_prev, dcs_prev), new)
+        if projected:
+            _project_jvp(lin_p, step, settings.proj_clip, final_h)
+        for k, (old, d_old) in ((1, (cs_prev, dcs_prev)), (6, (h_prev, dh_prev))):
+            zoneout = masks.zoneout_cs if k == 1 else masks.zoneout_h
+            zone(zoneout, t, old, outs[k][t])
+            zone(zoneout, t, d_old, d_outs[k][t])
+    finals = [final_state(outs[k], first, lengths) for k, first in ((1, cs0), (6, h0))]
+    d_finals = [final_state(d_outs[k], first, lengths) for k, first in ((1, dcs0), (6, dh0))]
+    zero_stopped((*outs, *d_outs), lengths)
+    return (*outs, *finals), (*d_outs, *d_finals)
+
+
+def _lstm_outputs(steps, n_state, dtype):
+    """A sequence's seven per-step outputs ``(i, cs, f, o, ci, co [T, B, H], h [T, B, P])``."""
+    return [*step_outputs(6, steps, dtype), np.empty((*steps[:2], n_state), dtype)]
+
+
+def _lstm_input_part(x, dx, weights, tangent, settings, buffers):
+    """Every step's input part into ``buffers = (x_g, dx_g, stack)``: the forward's
+    ``x·W_x + b`` (or ``LN(x·W_x) + b``, ``layer_norm_forward_kernel`` in place) and its
+    tangent ``dx·W_x + x·dW_x + db`` (or ``dLN(x·W_x) + db``); ``tangent = (lin_x, db,
+    d_norm)``."""
+    lin_x, db, d_norm = tangent
+    x_g, dx_g, stack = buffers
+    b = contiguous(weights.b)
+    norm = weights.layer_norm
+    if norm is None:
+        projection(x, lin_x.w, b, x_g)
+        input_tangent(lin_x, dx, x, db, dx_g, stack)
+        return
+    norm = LSTMNorm(*map(contiguous, norm))
+    d_norm = norm_tangents(d_norm, norm)
+    projection(x, lin_x.w, None, x_g)
+    input_tangent(lin_x, dx, x, None, dx_g, stack)
+    dx_g[...] = layer_norm_tangent(x_g, dx_g, norm.gamma_x, d_norm.gamma_x, d_norm.beta_x,
+                                   settings.ln_epsilon)
+    if db is not None:
+        dx_g += db
+    layer_norm_forward_kernel(flat(x_g), norm.gamma_x, norm.beta_x, b, settings.ln_epsilon)
+
+
+def norm_tangents(d_norm, norm):
+    """The layer norm's tangents as an ``LSTMNorm`` with every None a zero array."""
+    d_norm = d_norm if d_norm is not None else LSTMNorm(*(None,) * len(norm))
+    return LSTMNorm(*(tangent_or_zeros(d, p) for d, p in zip(d_norm, norm)))
+
+
+def layer_norm_stats(z, epsilon):
+    """``(ẑ, r)`` of ``z`` over its last axis (biased variance, the reference's formula)."""
+    n = max(z.shape[-1], 1)
+    centred = z - z.sum(axis=-1, keepdims=True) / n
+    rstd = 1 / np.sqrt((centred * centred).sum(axis=-1, keepdims=True) / n + epsilon)
+    return centred * rstd, rstd
+
+
+def layer_norm_tangent(z, dz, gamma, d_gamma, d_beta, epsilon):
+    """The tangent of ``LN(z; γ, β)``: ``dγ∘ẑ + γ∘r·(dz - mean(dz) - ẑ∘mean(ẑ∘dz)) + dβ``
+    (``_common.layer_norm_jvp``'s)."""
+    z_hat, rstd = layer_norm_stats(z, epsilon)
+    n = max(z.shape[-1], 1)
+    d_hat = rstd * (dz - dz.sum(axis=-1, keepdims=True) / n
+                    - z_hat * (z_hat * dz).sum(axis=-1, keepdims=True) / n)
+    return d_gamma * z_hat + gamma * d_hat + d_beta
+
+
+def _lstm_step_pass(weights, t_w, settings):
+    """The step's elementwise pass as ``run(h_g, x_g, dh_g, dx_g, (cs_prev, dcs_prev),
+    (outs, d_outs))``, its fixed arguments bound (the bias stands in for absent peepholes
+    and their tangents: never read)."""
+    b = contiguous(weights.b)
+    peephole = settings.peepholes
+    peeps = tuple(contiguous(a) for a in weights[2:5]) if peephole else (b, b, b)
+    d_peeps = (tuple(tangent_or_zeros(d, p) for d, p in zip(t_w[2:5], peeps)) if peephole
+               else (b, b, b))
+    clip = math.inf if settings.cell_clip is None else settings.cell_clip
+    if weights.layer_norm is None:
+        options = (peephole, settings.forget_bias, clip, settings.cell_clip is not None)
+
+        def run(h_g, x_g, dh_g, dx_g, cs, new):
+            lstm_jvp_kernel(h_g, x_g, dh_g, dx_g, cs[0], cs[1], peeps, d_peeps, options,
+                            tuple(new[0]), tuple(new[1]))
+        return run
+    norm = LSTMNorm(*map(contiguous, weights.layer_norm))
+    d_norm = norm_tangents(t_w[6], norm)
+    fixed = (norm.gamma_h, norm.beta_h, norm.gamma_c, norm.beta_c, settings.ln_epsilon,
+             settings.ln_carry == "normalized", *peeps, peephole, settings.forget_bias, clip)
+
+    def run_norm(h_g, x_g, dh_g, dx_g, cs, new):
+        lstm_ln_forward_kernel(h_g, x_g, cs[0], *fixed, *new[0])
+        _ln_step_tangent(h_g, dh_g, dx_g, cs, new, (norm, d_norm, peeps, d_peeps, peephole),
+                         settings)
+    return run_norm
+
+
+def _ln_step_tangent(z_h, dz_h, dx_g, cs, new, fixed, settings):
+    """The layer-normalised step's tangent (NumPy; the reference's
+    ``lstm_gates_jvp``/``lstm_activations_jvp``) into ``new[1]``, from the primal the
+    kernel wrote (``new[0]``), ``z_h = h_seen·W_h``, its tangent and the input part's."""
+    norm, d_norm, (wci, wcf, wco), (dwci, dwcf, dwco), peephole = fixed
+    cs_prev, dcs_prev = cs
+    i, cs_new, f, o, ci, co, _ = new[0]
+    n_hidden, eps = cs_prev.shape[1], settings.ln_epsilon
+    d_g = layer_norm_tangent(z_h, dz_h, norm.gamma_h, d_norm.gamma_h, d_norm.beta_h, eps)
+    d_g += dx_g
+    dgi, dgc, dgf, dgo = (d_g[:, k * n_hidden:(k + 1) * n_hidden] for k in range(4))
+    if peephole:
+        dgi = dgi + dcs_prev * wci + cs_prev * dwci
+        dgf = dgf + dcs_prev * wcf + cs_prev * dwcf
+    di, dci, df = i * (1 - i) * dgi, (1 - ci * ci) * dgc, f * (1 - f) * dgf
+    d_tilde = di * ci + i * dci + df * cs_prev + f * dcs_prev
+    raw = i * ci + f * cs_prev
+    c_tilde = raw
+    if settings.cell_clip is not None:
+        d_tilde = np.where(np.abs(raw) <= settings.cell_clip, d_tilde,
+                           np.zeros((), d_tilde.dtype))
+        c_tilde = np.clip(raw, -settings.cell_clip, settings.cell_clip)
+    d_n = layer_norm_tangent(c_tilde, d_tilde, norm.gamma_c, d_norm.gamma_c, d_norm.beta_c,
+                             eps)
+    d_cs = d_n if settings.ln_carry == "normalized" else d_tilde
+    dco = (1 - co * co) * d_n
+    if peephole:
+        dgo = dgo + d_cs * wco + cs_new * dwco
+    do = o * (1 - o) * dgo
+    for out, value in zip(new[1], (di, d_cs, df, do, dci, dco, do * co + o * dco)):
+        out[...] = value
+
+
+def _project_jvp(lin_p, step, proj_clip, out):
+    """The projection and its tangent: ``h = clip(m·w_proj)`` (the forward's: BLAS, then
+    the clip in place) and ``dh = dm·w_proj + m·dw_proj``, zero where the clip is active
+    (the boundary passes), into ``out = (h, dh)``."""
+    h, dh = out
+    np.matmul(step.m, lin_p.w, out=h)
+    lin_p.into(step.dm, step.m, dh, step.m_stack)
+    if proj_clip is not None:
+        np.copyto(dh, 0, where=~(np.abs(h) <= proj_clip))
+        np.clip(h, -proj_clip, proj_clip, out=h)

@@ -174,3 +174,94 @@ def gru_candidate_jvp_kernel(gates_c, addend_c, d_gates_c, d_addend_c, h_prev, d
             d_c = (one - cand * cand) * (dg[j] + da[j])
             dc_r[j] = d_c
             dh_r[j] = du_r[j] * (h_p[j] - cand) + gate_u * dh_p[j] + (one - gate_u) * d_c
+
+
+@kernel
+def lstm_jvp_kernel(gates, addend, d_gates, d_addend, cs_prev, dcs_prev, peepholes,
+                    d_peepholes, options, outs, d_outs):
+    """The LSTM step (``lstm_forward_kernel``'s, term for term) and its tangent, one pass
+    per row in two loops, as the forward's.
+
+    ``gates [B, 4H]`` (icfo; e.g. ``h_seen·W_h``), ``addend`` (``[4H]`` or ``[B, 4H]``) and
+    their tangents; ``cs_prev, dcs_prev [B, H]``; ``peepholes = (wci, wcf, wco)`` and
+    ``d_peepholes`` (their tangents; ``[H]``, read only when ``peephole``: otherwise any
+    arrays of length >= H); ``options = (peephole, forget_bias, cell_clip, clipped)``
+    (``cell_clip`` ``math.inf`` and ``clipped`` False for no clipping); ``outs = (i, cs, f,
+    o, ci, co, h)`` and ``d_outs`` their tangents, all ``[B, H]``, written. With σ' = s(1-s),
+    tanh' = 1 - t²:
+
+        di = σ'(i)·(dGi + dcs_prev·wci + cs_prev·dwci);  dci = tanh'(ci)·dGc
+        df = σ'(f)·(dGf + dcs_prev·wcf + cs_prev·dwcf)
+        dcs = di·ci + i·dci + df·cs_prev + f·dcs_prev,  0 where |i·ci + f·cs_prev| > clip
+        dco = tanh'(co)·dcs;  do = σ'(o)·(dGo + dcs·wco + cs·dwco);  dh = do·co + o·dco
+
+    (a clipped NaN state gives a zero tangent, as the reference's mask does).
+    """
+    wci, wcf, wco = peepholes
+    dwci, dwcf, dwco = d_peepholes
+    peephole, forget_bias, cell_clip, clipped = options
+    i, cs, f, o, ci, co, h = outs
+    di, dcs, df, do, dci, dco, dh = d_outs
+    n_batch, n_hidden = cs_prev.shape
+    fb = typed(forget_bias, cs_prev)
+    clip = typed(cell_clip, cs_prev)
+    zero = typed(0.0, cs_prev)
+    one = typed(1.0, cs_prev)
+    w_i, w_f, w_o = wci[:n_hidden], wcf[:n_hidden], wco[:n_hidden]
+    dw_i, dw_f, dw_o = dwci[:n_hidden], dwcf[:n_hidden], dwco[:n_hidden]
+    n2, n3 = 2 * n_hidden, 3 * n_hidden
+    for row in range(n_batch):
+        g, a, dg, da = gates[row], row_of(addend, row), d_gates[row], row_of(d_addend, row)
+        c_prev, dc_prev = cs_prev[row], dcs_prev[row]
+        i_r, cs_r, f_r, o_r = i[row], cs[row], f[row], o[row]
+        ci_r, co_r, h_r = ci[row], co[row], h[row]
+        di_r, dcs_r, df_r, do_r = di[row], dcs[row], df[row], do[row]
+        dci_r, dco_r, dh_r = dci[row], dco[row], dh[row]
+        for j in range(n_hidden):
+            pre_i = g[j] + a[j]
+            pre_f = g[n2 + j] + a[n2 + j] + fb
+            d_pre_i = dg[j] + da[j]
+            d_pre_f = dg[n2 + j] + da[n2 + j]
+            if peephole:
+                pre_i = pre_i + c_prev[j] * w_i[j]
+                pre_f = pre_f + c_prev[j] * w_f[j]
+                d_pre_i = d_pre_i + dc_prev[j] * w_i[j] + c_prev[j] * dw_i[j]
+                d_pre_f = d_pre_f + dc_prev[j] * w_f[j] + c_prev[j] * dw_f[j]
+            gate_i = sigmoid(pre_i)
+            gate_ci = tanh(g[n_hidden + j] + a[n_hidden + j])
+            gate_f = sigmoid(pre_f)
+            raw = gate_i * gate_ci + gate_f * c_prev[j]
+            state = clip if raw > clip else raw          # NaN passes through unchanged
+            state = -clip if state < -clip else state
+            i_r[j] = gate_i
+            cs_r[j] = state
+            f_r[j] = gate_f
+            ci_r[j] = gate_ci
+            d_i = gate_i * (one - gate_i) * d_pre_i
+            d_ci = (one - gate_ci * gate_ci) * (dg[n_hidden + j] + da[n_hidden + j])
+            d_f = gate_f * (one - gate_f) * d_pre_f
+            d_state = d_i * gate_ci + gate_i * d_ci + d_f * c_prev[j] + gate_f * dc_prev[j]
+            if clipped:
+                d_state = d_state if abs(raw) <= clip else zero
+            di_r[j] = d_i
+            dci_r[j] = d_ci
+            df_r[j] = d_f
+            dcs_r[j] = d_state
+        for j in range(n_hidden):
+            state = cs_r[j]
+            d_state = dcs_r[j]
+            pre_o = g[n3 + j] + a[n3 + j]
+            d_pre_o = dg[n3 + j] + da[n3 + j]
+            if peephole:
+                pre_o = pre_o + state * w_o[j]
+                d_pre_o = d_pre_o + d_state * w_o[j] + state * dw_o[j]
+            gate_o = sigmoid(pre_o)
+            state_co = tanh(state)
+            o_r[j] = gate_o
+            co_r[j] = state_co
+            h_r[j] = gate_o * state_co
+            d_o = gate_o * (one - gate_o) * d_pre_o
+            d_co = (one - state_co * state_co) * d_state
+            do_r[j] = d_o
+            dco_r[j] = d_co
+            dh_r[j] = d_o * state_co + gate_o * d_co

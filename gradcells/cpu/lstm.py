@@ -574,3 +574,31 @@ def _unzoned_cells(cs0, seq, weights, settings, masks, out):
         layer_norm_forward_kernel(flat(out), contiguous(norm.gamma_c), contiguous(norm.beta_c),
                                   np.zeros(out.shape[2], out.dtype), settings.ln_epsilon)
     return (i, out, *seq[2:])
+
+
+# --------------------------------------------------------------------------------------
+# forward mode (docs/spec.md §12; ``_jvp``)
+
+
+def lstm_cell_jvp(x, cs_prev, h_prev, weights, tangents, settings):
+    """One LSTM step and its tangent along ``tangents`` (an ``LSTMCellGrads``, None fields
+    zero): ``(LSTMCellState, LSTMCellState of tangents)``; a sequence of one step
+    (``_jvp.lstm_jvp``)."""
+    from ._jvp import lstm_jvp
+
+    outs, d_outs = lstm_jvp(x[None], None if tangents.x is None else tangents.x[None],
+                            (cs_prev, h_prev), (tangents.cs_prev, tangents.h_prev), weights,
+                            tangents[3:], settings)
+    return (LSTMCellState(*(a[0] for a in outs[:7])),
+            LSTMCellState(*(a[0] for a in d_outs[:7])))
+
+
+def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
+    """``lstm_sequence`` and its tangent along ``tangents`` (an ``LSTMSequenceGrads``, None
+    fields zero): ``(LSTMSequence, LSTMSequence of tangents)``. The primal is the
+    forward's, bitwise; ``_jvp.lstm_jvp`` states the plan."""
+    from ._jvp import lstm_jvp
+
+    outs, d_outs = lstm_jvp(x, tangents.x, (cs0, h0), (tangents.cs0, tangents.h0), weights,
+                            tangents[3:], settings)
+    return LSTMSequence(*outs), LSTMSequence(*d_outs)
