@@ -27,6 +27,7 @@ from gradcells._core import specs, types
 ROOT = Path(gc.__file__).parent
 BACKENDS = ("reference", "cpu", "gpu")
 KERNEL_FILES = ("cpu/_lstm_kernels.py", "cpu/_gru_kernels.py", "cpu/_rnn_kernels.py",
+                "cpu/_jvp_kernels.py",
                 "cpu/_activations.py")
 MAX_FUNCTION_LINES = 60
 STDLIB = sys.stdlib_module_names
