@@ -2,14 +2,21 @@
 
     python benchmarks/second_order.py                  # both sizes, LSTM, one thread
     python benchmarks/second_order.py --sizes 50,32,128,128 --repeats 7
+    python benchmarks/second_order.py --cells lstm gru gru_ra rnn     # forward mode only
 
 Per size, float32, side by side in one run (``_harness``): the LSTM sequence's forward and
 ``lstm_sequence_jvp`` (tangents of every input and weight), its forward + gradient and
 ``lstm_sequence_grad_jvp``, and the Hessian-vector product of a squared loss on ``h``:
 ``gc.hessian_vector_product`` against ``torch.autograd.functional.hvp`` through
 ``torch.nn.LSTM`` (PyTorch's double backward of its own module, on the same weights). The
-forward and gradient run on the default backend (cpu); the forward-mode ops run where they
-are implemented (the reference, for now).
+forward and gradient run on the default backend (cpu), as do the forward-mode ops
+(``gradcells.cpu._jvp``); the gradient's JVP and the Hessian-vector product run on the
+reference (dual numbers through the hand-derived gradient).
+
+``--cells``: instead, a forward-mode table per cell (``lstm``, ``gru``, ``gru_ra`` the
+reset-after GRU, ``rnn``): the forward, ``op_jvp`` with tangents of every input and weight,
+and ``op_jvp`` with tangents of the inputs and initial states only (no weight tangents: the
+tangent's matmuls then cost what the forward's do, where the weights' tangents double them).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import argparse
 
 import numpy as np
 from _harness import limit_threads, missing, pin_peer_threads, summarize, table, time_interleaved
-from sequences import lstm_inputs
+from sequences import gru_inputs, lstm_inputs, rnn_inputs
 
 SIZES = [(50, 32, 128, 128), (100, 32, 256, 256)]
 
@@ -86,17 +93,65 @@ def second_order_table(sizes, repeats):
                         "hvp vs torch"))
 
 
+# cell -> (its public name, its inputs at a size, the arrays' keys in argument order)
+CELLS = {
+    "lstm": ("lstm_sequence", lstm_inputs, ("x", "cs0", "h0", "w", "b"), {}),
+    "gru": ("gru_sequence", lambda *s: gru_inputs(*s, False),
+            ("x", "h0", "w_ru", "w_c", "b_ru", "b_c"), {}),
+    "gru_ra": ("gru_sequence", lambda *s: gru_inputs(*s, True),
+               ("x", "h0", "w_ru", "w_c", "b_ru", "b_c"), {"reset_after": True}),
+    "rnn": ("rnn_sequence", rnn_inputs, ("x", "h0", "w", "b"), {}),
+}
+STATES = ("x", "cs0", "h0")
+
+
+def forward_mode_contestants(cell, size):
+    """A cell's forward and its JVP with every tangent, and with the inputs' only."""
+    import gradcells as gc
+    from gradcells._core.specs import OPS
+
+    name, inputs, keys, options = CELLS[cell]
+    a = inputs(*size)
+    arrays = [a[k] for k in keys]
+    rng = np.random.default_rng(1)
+    grads = OPS[name].grads
+    every = grads(*(rng.standard_normal(v.shape).astype(np.float32) for v in arrays))
+    states = every._replace(**{k: None for k in keys if k not in STATES})
+    forward, jvp = getattr(gc, name), getattr(gc, f"{name}_jvp")
+    return {"forward": lambda: forward(*arrays, **options),
+            "jvp": lambda: jvp(*arrays, every, **options),
+            "jvp (inputs only)": lambda: jvp(*arrays, states, **options)}
+
+
+def forward_mode_table(cells, sizes, repeats):
+    rows = []
+    for cell in cells:
+        for size in sizes:
+            stats = summarize(time_interleaved(forward_mode_contestants(cell, size), repeats))
+            ms = {k: s.median * 1e3 for k, s in stats.items()}
+            rows.append((cell, str(size), f"{ms['forward']:.1f}", f"{ms['jvp']:.1f}",
+                         f"{ms['jvp'] / ms['forward']:.2f}×",
+                         f"{ms['jvp (inputs only)'] / ms['forward']:.2f}×"))
+    return table(rows, ("cell", "(T, B, I, H)", "forward ms", "jvp ms", "jvp / forward",
+                        "jvp (inputs only) / forward"))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="*", default=None, help="T,B,I,H tuples")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--cells", nargs="*", default=None, choices=sorted(CELLS),
+                        help="a forward-mode table for these cells instead")
     args = parser.parse_args(argv)
     sizes = ([tuple(int(v) for v in s.split(",")) for s in args.sizes] if args.sizes
              else SIZES)
     pin_peer_threads(args.threads, tensorflow=False)
     limiter = limit_threads(args.threads)
-    print(second_order_table(sizes, args.repeats))
+    if args.cells:
+        print(forward_mode_table(args.cells, sizes, args.repeats))
+    else:
+        print(second_order_table(sizes, args.repeats))
     del limiter
 
 

@@ -9,9 +9,11 @@ The math is the reference's "Forward mode" sections; the plan is the CPU forward
   stacked rows a scratch copy), a term whose tangent is None left out;
 - per step: the forward's ``h_seen·W_h`` and the tangent's ``dh_seen·W_h + h_seen·dW_h``,
   again one call on ``[dh_seen, h_seen]`` (just ``dh_seen·W_h`` when ``dW_h`` is None);
-- one fused Numba pass per step (two for the reset-before GRU, around its candidate's
-  matmul) computing the primal's elementwise step and its tangent together
-  (``_jvp_kernels``).
+- the elementwise step: one fused Numba pass computing the primal and its tangent together
+  (the RNN; the reset-before GRU's two passes around its candidate's matmul), or the
+  forward's own kernel and then one tangent pass (the reset-after GRU and the LSTM, where
+  one fused pass did not vectorize: ``_jvp_kernels``); with a layer norm the LSTM's primal
+  is the forward's kernel and its tangent NumPy's.
 
 The masks, zoneout and the rows past their length are linear in the state, so the tangent
 takes them exactly as the state does: ``x∘m_in`` and ``dx∘m_in``, ``h_prev∘m_rec`` and
@@ -33,14 +35,15 @@ import numpy as np
 
 from .._core.plan import flat, masked
 from .._core.types import LSTMNorm
+from ._gru_kernels import gru_reset_after_kernel
 from ._jvp_kernels import (
     gru_candidate_jvp_kernel,
     gru_gates_jvp_kernel,
-    gru_reset_after_jvp_kernel,
-    lstm_jvp_kernel,
+    gru_reset_after_tangent_kernel,
+    lstm_tangent_kernel,
     rnn_jvp_kernel,
 )
-from ._lstm_kernels import layer_norm_forward_kernel, lstm_ln_forward_kernel
+from ._lstm_kernels import layer_norm_forward_kernel, lstm_forward_kernel, lstm_ln_forward_kernel
 from ._sequence import (
     Masks,
     contiguous,
@@ -250,7 +253,7 @@ def gru_jvp(x, dx, h0, dh0, weights, tangent_w, settings, reset_after):
     projection(x, lin_rux.w, b_ru, x_ru)
     projection(x, lin_cx.w, b_cx, x_c)
     input_tangent(lin_rux, dx, x, db_ru, dx_ru, x_stack)
-    input_tangent(lin_cx, dx, x, None if reset_after else db_c, dx_c, x_stack)
+    input_tangent(lin_cx, dx, x, db_c[:n_hidden] if reset_after else db_c, dx_c, x_stack)
     outs, d_outs = step_outputs(4, c_steps, dtype), step_outputs(4, c_steps, dtype)
     projections = (x_ru, dx_ru, x_c, dx_c)
     biases = (b_c[:n_hidden], b_c[n_hidden:], db_c[:n_hidden], db_c[n_hidden:])
@@ -274,16 +277,19 @@ def gru_jvp(x, dx, h0, dh0, weights, tangent_w, settings, reset_after):
 
 
 def _reset_after_step(step, lin_ch, at, biases, states, new):
-    """A reset-after step: ``h_seen·W_ch`` and its tangent, then the fused pass into the
-    step's outputs ``new = ((r, u, c, h), (dr, du, dc, dh))``."""
+    """A reset-after step: ``h_seen·W_ch`` and its tangent, the forward's
+    ``gru_reset_after_kernel``, then the tangent's pass into the step's outputs
+    ``new = ((r, u, c, h), (dr, du, dc, dh))`` (``dx_c`` holds ``db_cx`` already)."""
     x_ru, dx_ru, x_c, dx_c = at
-    b_cx, b_ch, db_cx, db_ch = biases
+    b_cx, b_ch, _, db_ch = biases
     h_prev, dh_prev, h_read, dh_read = states
     np.matmul(h_read, lin_ch.w, out=step.g_c)
     lin_ch.into(dh_read, h_read, step.dg_c, step.stack_c)
-    gru_reset_after_jvp_kernel((step.g_ru, x_c, step.g_c), (x_ru, b_cx, b_ch),
-                               (step.dg_ru, dx_c, step.dg_c, dx_ru, db_cx, db_ch),
-                               h_prev, dh_prev, new[0], new[1])
+    gru_reset_after_kernel(step.g_ru, x_ru, x_c, b_cx, step.g_c, b_ch, h_prev, *new[0])
+    np.add(step.dg_ru, dx_ru, out=step.dg_ru)
+    np.add(step.dg_c, db_ch, out=step.dg_c)
+    gru_reset_after_tangent_kernel(step.dg_ru, dx_c, step.dg_c, step.g_c, b_ch, *new[0][:3],
+                                   h_prev, dh_prev, *new[1])
 
 
 def _reset_before_step(step, lin_ch, at, states, new):
@@ -325,8 +331,8 @@ def lstm_jvp(x, dx, states, d_states, weights, t_w, settings):
     The forward's plan (``lstm.lstm_sequence``): the input part ``x·W_x + b`` (with a layer
     norm ``LN(x·W_x) + b``) for all steps, per step ``h_seen·W_h`` and the step's pass, then
     the projection ``clip(m·w_proj)``; each matmul's tangent one stacked BLAS call beside it.
-    Without a layer norm the pass is ``lstm_jvp_kernel``; with one the primal is
-    ``lstm_ln_forward_kernel``'s and the tangent NumPy's (``_ln_step_tangent``)."""
+    The primal's pass is the forward's kernel; the tangent's is ``lstm_tangent_kernel``
+    (with a layer norm NumPy's, ``_ln_step_tangent``)."""
     (cs0, h0), (dcs0, dh0) = (contiguous(a) for a in states), d_states
     dw, db, dwci, dwcf, dwco, dw_proj, d_norm = t_w
     n_in, (n_batch, n_hidden), n_state = x.shape[2], cs0.shape, h0.shape[1]
@@ -437,11 +443,14 @@ def _lstm_step_pass(weights, t_w, settings):
                else (b, b, b))
     clip = math.inf if settings.cell_clip is None else settings.cell_clip
     if weights.layer_norm is None:
-        options = (peephole, settings.forget_bias, clip, settings.cell_clip is not None)
+        fixed = (*peeps, peephole, settings.forget_bias, clip)
+        options = (peephole, clip, settings.cell_clip is not None)
 
         def run(h_g, x_g, dh_g, dx_g, cs, new):
-            lstm_jvp_kernel(h_g, x_g, dh_g, dx_g, cs[0], cs[1], peeps, d_peeps, options,
-                            tuple(new[0]), tuple(new[1]))
+            lstm_forward_kernel(h_g, x_g, cs[0], *fixed, *new[0])
+            dh_g += dx_g
+            lstm_tangent_kernel(dh_g, cs[0], cs[1], peeps, d_peeps, options,
+                                tuple(new[0][:6]), tuple(new[1]))
         return run
     norm = LSTMNorm(*map(contiguous, weights.layer_norm))
     d_norm = norm_tangents(t_w[6], norm)
