@@ -13,11 +13,16 @@ reference's, and its own guarantees.
 - the oracle (``jvp_check``: central differences) on drawn cases with ``backend="cpu"``;
 - dispatch: NumPy arrays go to the CPU for the ops it implements, to the reference for the
   others; explicit edge cases (T = 0, B = 0, I = 0, lengths 0 and T, all-None tangents),
-  read-only inputs that are never written.
+  read-only inputs that are never written;
+- every forward-mode kernel has packed SIMD arithmetic (as tests/test_cpu_backend.py checks
+  the others').
 """
 
 from __future__ import annotations
 
+import re
+
+import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -27,6 +32,8 @@ import gradcells as gc
 from gradcells import _dispatch, testing
 from gradcells._core.specs import OPS, OPTIONAL_WEIGHTS
 from gradcells._core.types import LSTMNorm
+from gradcells.cpu import _jvp_kernels
+from gradcells.cpu._compile import KERNEL_OPTIONS
 
 CPU_OPS = ["rnn_cell", "rnn_sequence", "gru_cell", "gru_sequence", "lstm_cell",
            "lstm_sequence"]
@@ -269,3 +276,44 @@ def test_lstm_every_option_at_large_sizes(layer_norm, ln_carry, proj_size):
             **{k: case[k] for k in ("w_proj", "proj_clip", "layer_norm", "ln_carry")
                if k in case}}
     _check_case("lstm_cell", cell, 9)
+
+
+# What shows each kernel is vectorized: the tanh's division where it computes the primal,
+# the subtraction in σ' = σ(1-σ) and tanh' = 1-tanh² where it computes only the tangent.
+JVP_KERNELS = {
+    _jvp_kernels.rnn_jvp_kernel: "vdiv",
+    _jvp_kernels.gru_gates_jvp_kernel: "vdiv",
+    _jvp_kernels.gru_candidate_jvp_kernel: "vdiv",
+    _jvp_kernels.gru_reset_after_tangent_kernel: "vsub",
+    _jvp_kernels.lstm_tangent_kernel: "vsub",
+}
+
+
+def _host_has_avx():
+    import llvmlite.binding as llvm
+
+    return bool(llvm.get_host_cpu_features().get("avx", False))
+
+
+@pytest.mark.skipif(not _host_has_avx(), reason="the check looks for AVX (ymm/zmm) registers")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_forward_mode_kernels_use_vector_registers(dtype):
+    rng = np.random.default_rng(9)
+    for op in CPU_OPS:
+        for _ in range(4):                              # both GRU variants, peepholes or not
+            case = {k: _cast(v, dtype) for k, v in testing.OPS[op][0](rng).items()}
+            _jvp(op, case, _tangents(op, case, 0, none_rate=0.0), "cpu")
+    for reset_after in (False, True):
+        case = {k: _cast(v, dtype) for k, v in testing.gru_sequence_case(
+            rng, reset_after=reset_after).items()}
+        _jvp("gru_sequence", case, None, "cpu")
+    suffix = "ps" if dtype == np.float32 else "pd"
+    options = {**KERNEL_OPTIONS, "cache": False}
+    for kernel, op in JVP_KERNELS.items():
+        signatures = [s for s in kernel.signatures if str(s[0].dtype) == np.dtype(dtype).name]
+        assert signatures, f"{kernel.__name__} was not compiled for {dtype.__name__}"
+        fresh = numba.njit(**options)(kernel.py_func)
+        fresh.compile(signatures[0])
+        asm = fresh.inspect_asm(signatures[0])
+        packed = re.findall(rf"\b{op}\w*{suffix}\s+[^\n]*%[yz]mm", asm)
+        assert packed, f"{kernel.__name__}{signatures[0]}: no packed {op}{suffix} on ymm/zmm"
