@@ -317,3 +317,17 @@ def test_the_forward_mode_kernels_use_vector_registers(dtype):
         asm = fresh.inspect_asm(signatures[0])
         packed = re.findall(rf"\b{op}\w*{suffix}\s+[^\n]*%[yz]mm", asm)
         assert packed, f"{kernel.__name__}{signatures[0]}: no packed {op}{suffix} on ymm/zmm"
+
+
+@pytest.mark.parametrize("sizes", [(0, 3, 2, 4), (3, 0, 2, 4), (3, 2, 0, 4), (1, 1, 1, 1)])
+@pytest.mark.parametrize("layer_norm, proj_size", [(False, None), (True, None), (False, 2),
+                                                   (True, 1)])
+def test_lstm_options_at_edge_sizes(sizes, layer_norm, proj_size):
+    steps, batch, n_in, hidden = sizes
+    case = testing.lstm_sequence_case(
+        np.random.default_rng(10), steps=steps, batch=batch, input_size=n_in, hidden=hidden,
+        peephole=True, clip=True, ragged=True, proj_size=proj_size,
+        proj_clip=proj_size is not None, layer_norm=layer_norm, ln_carry="normalized",
+        masks=True)
+    _check_case("lstm_sequence", case, 10)
+    _check_case("lstm_sequence", case, 11)
