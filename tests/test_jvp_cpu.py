@@ -13,7 +13,7 @@ reference's, and its own guarantees.
   reference's error, and the tangent's own arithmetic adds its round-off at every step
   (the worst seen over 400 random cases per op: a layer-normalised LSTM two columns wide,
   4.4× the reference's error);
-- a sequence's primal is the CPU forward's, bitwise;
+- the primal is the CPU forward's, bitwise (cells and sequences);
 - the oracle (``jvp_check``: central differences) on drawn cases with ``backend="cpu"``;
 - dispatch: NumPy arrays go to the CPU for the ops it implements, to the reference for the
   others; explicit edge cases (T = 0, B = 0, I = 0, lengths 0 and T, all-None tangents),
@@ -128,11 +128,10 @@ def _check_case(op, case, seed):
     ref, d_ref = _jvp(op, case, tangents, "reference")
     _assert_agree64(seq, ref, "result")
     _assert_agree64(d_seq, d_ref, "tangent")
-    if OPS[op].sequence:      # the primal is the CPU forward's, bitwise
-        positional, keywords = _split(op, case)
-        forward = getattr(gc, op)(*positional, **keywords, backend="cpu")
-        for name, value in _fields(forward).items():
-            np.testing.assert_array_equal(getattr(seq, name), value, err_msg=name)
+    positional, keywords = _split(op, case)     # the primal is the CPU forward's, bitwise
+    forward = getattr(gc, op)(*positional, **keywords, backend="cpu")
+    for name, value in _fields(forward).items():
+        np.testing.assert_array_equal(getattr(seq, name), value, err_msg=name)
 
 
 def _ill_conditioned32(case):

@@ -20,10 +20,11 @@ takes them exactly as the state does: ``x∘m_in`` and ``dx∘m_in``, ``h_prev�
 ``dh_prev∘m_rec``, ``z∘old + (1-z)∘new`` for both (``zoneout_kernel``), and the stopped
 rows zeroed after the loop with the final state (and tangent) gathered at step ``L-1``.
 
-A cell is a sequence of one step without masks or lengths (its primal then agrees with the
-CPU cell's to round-off, not bitwise: the cell's matmul is ``[x, h_prev]·w``, this one's
-``x·W_x + h_prev·W_h``). Scratch comes from ``_workspace.scratch``; results are fresh arrays;
-inputs are never written.
+A cell takes the CPU cell's own matmuls (``[x, h_prev]·w``, one BLAS call) and kernels with
+the same tangents beside them (``rnn_cell_step``, ``gru_cell_step``, ``lstm_cell_step``; the
+layer-normalised LSTM cell is a sequence of one step, whose matmuls are the cell's), so
+every result's primal is bitwise the CPU forward's, cell or sequence. Scratch comes from
+``_workspace.scratch``; results are fresh arrays; inputs are never written.
 """
 
 from __future__ import annotations
@@ -148,11 +149,9 @@ class Inputs(NamedTuple):
 
 
 def sequence_inputs(x, dx, settings, width, n_hidden=0):
-    """``Inputs`` of a sequence (``settings`` None: a cell's one step, no masks)."""
+    """``Inputs`` of a sequence (a cell's settings: no masks or lengths)."""
     x = contiguous(x)
     dx = optional(dx)
-    if settings is None:
-        return Inputs(x, dx, None, Masks())
     n_steps, n_batch = x.shape[:2]
     lengths = lengths_of(settings.seq_len)
     masks = sequence_masks(settings, n_steps, lengths, n_batch, width, n_hidden)
@@ -167,7 +166,7 @@ def sequence_inputs(x, dx, settings, width, n_hidden=0):
 
 def rnn_jvp(x, dx, h0, dh0, weights, tangent_w, settings, relu):
     """The RNN sequence ``x [T, B, I]`` from ``h0`` and its tangent: ``(h, h_final, dh,
-    dh_final)`` (``settings`` None: a cell's step, no masks; ``tangent_w = (dw, db)``).
+    dh_final)`` (``tangent_w = (dw, db)``).
 
     Per step: ``h_seen·W_h`` and ``[dh_seen, h_seen]·[W_h; dW_h]`` (BLAS), then
     ``rnn_jvp_kernel`` with the step's slices of ``x·W_x + b`` and its tangent, writing
@@ -222,8 +221,7 @@ class _GRUStep(NamedTuple):
 
 def gru_jvp(x, dx, h0, dh0, weights, tangent_w, settings, reset_after):
     """The GRU sequence ``x [T, B, I]`` from ``h0`` and its tangent: ``(outs, d_outs)``,
-    each ``(r, u, c, h [T, B, H], h_final)`` (``settings`` None: a cell's step, no masks;
-    ``tangent_w = (dw_ru, dw_c, db_ru, db_c)``).
+    each ``(r, u, c, h [T, B, H], h_final)`` (``tangent_w = (dw_ru, dw_c, db_ru, db_c)``).
 
     The forward's plan (``gru.gru_sequence``): reset before, per step ``h_seen·W_ruh`` ->
     ``gru_gates_jvp_kernel`` -> ``(r∘h_seen)·W_ch`` -> ``gru_candidate_jvp_kernel``; reset
@@ -507,3 +505,101 @@ def _project_jvp(lin_p, step, proj_clip, out):
     if proj_clip is not None:
         np.copyto(dh, 0, where=~(np.abs(h) <= proj_clip))
         np.clip(h, -proj_clip, proj_clip, out=h)
+
+
+# --------------------------------------------------------------------------------------
+# cells whose forward is one matmul on [x, h_prev]: the primal exactly as the cell's
+
+
+def cell_gates(x, h_prev, w, tangent):
+    """``[x, h_prev]·w`` as the CPU cell computes it (``np.dot``) and its tangent
+    ``[dx, dh_prev]·w + [x, h_prev]·dw`` (one stacked BLAS call; ``tangent = (dx, dh_prev,
+    dw)``, None fields zero)."""
+    dx, dh_prev, dw = tangent
+    xh = np.concatenate((x, h_prev), axis=1)
+    gates = np.dot(xh, w)
+    d_xh = np.concatenate((tangent_or_zeros(dx, x), tangent_or_zeros(dh_prev, h_prev)), axis=1)
+    linear = Linear.of(w, dw)
+    stack = np.empty(stack_shape(linear, xh.shape[0]), gates.dtype)
+    return gates, linear.into(d_xh, xh, np.empty_like(gates), stack)
+
+
+def rnn_cell_step(x, h_prev, weights, tangents, relu):
+    """The RNN cell and its tangent, the primal exactly as ``rnn.rnn_cell``'s:
+    ``(h, dh)``."""
+    gates, d_gates = cell_gates(x, h_prev, weights.w, (tangents.x, tangents.h_prev,
+                                                        tangents.w))
+    b = contiguous(weights.b)
+    h, dh = np.empty_like(gates), np.empty_like(gates)
+    rnn_jvp_kernel(gates, b, d_gates, tangent_or_zeros(tangents.b, b), relu, h, dh)
+    return h, dh
+
+
+def lstm_cell_step(x, cs_prev, h_prev, weights, tangents, settings):
+    """The LSTM cell without a layer norm and its tangent, the primal exactly as
+    ``lstm.lstm_cell``'s (``lstm_forward_kernel`` on ``[x, h_prev]·w``, then the
+    projection): ``(outs, d_outs)``, each the seven ``LSTMCellState`` fields."""
+    gates, d_gates = cell_gates(x, h_prev, weights.w, (tangents.x, tangents.h_prev,
+                                                        tangents.w))
+    b = contiguous(weights.b)
+    n_batch, n_hidden = cs_prev.shape
+    cs_prev = contiguous(cs_prev)
+    outs = [np.empty((n_batch, n_hidden), gates.dtype) for _ in range(7)]
+    d_outs = [np.empty_like(a) for a in outs]
+    run = _lstm_step_pass(weights, tangents[3:], settings)
+    run(gates, b, d_gates, tangent_or_zeros(tangents.b, b),    # the bias as the addend
+        (cs_prev, tangent_or_zeros(tangents.cs_prev, cs_prev)), (outs, d_outs))
+    if weights.w_proj is not None:
+        lin_p = Linear.of(weights.w_proj, tangents.w_proj)
+        m, dm = outs[6], d_outs[6]
+        step = _LSTMStep(*(None,) * 5, m, dm, np.empty(stack_shape(lin_p, n_batch), m.dtype))
+        outs[6] = np.empty((n_batch, lin_p.w.shape[1]), m.dtype)
+        d_outs[6] = np.empty_like(outs[6])
+        _project_jvp(lin_p, step, settings.proj_clip, (outs[6], d_outs[6]))
+    return outs, d_outs
+
+
+def gru_cell_step(x, h_prev, weights, tangents, reset_after):
+    """The GRU cell and its tangent, the primal exactly as ``gru.gru_cell``'s (its matmuls
+    and kernels, ``[x, h_prev]·w_ru`` first): ``(outs, d_outs)``, each ``(r, u, c, h)``."""
+    w_ru, w_c, b_ru, b_c = weights
+    n_batch, n_hidden = h_prev.shape
+    n_in = x.shape[1]
+    x, h_prev = contiguous(x), contiguous(h_prev)
+    dx, dh_prev = tangents.x, tangent_or_zeros(tangents.h_prev, h_prev)
+    dw_c = tangents.w_c
+    b_ru, b_c = contiguous(b_ru), contiguous(b_c)
+    db_ru, db_c = tangent_or_zeros(tangents.b_ru, b_ru), tangent_or_zeros(tangents.b_c, b_c)
+    gates_ru, d_ru = cell_gates(x, h_prev, w_ru, (dx, tangents.h_prev, tangents.w_ru))
+    outs = [np.empty((n_batch, n_hidden), gates_ru.dtype) for _ in range(4)]
+    d_outs = [np.empty_like(a) for a in outs]
+    if reset_after:
+        g_cx, g_ch = np.dot(x, w_c[:n_in]), np.dot(h_prev, w_c[n_in:])
+        dg_cx = _cell_linear(w_c[:n_in], None if dw_c is None else dw_c[:n_in], dx, x)
+        dg_ch = _cell_linear(w_c[n_in:], None if dw_c is None else dw_c[n_in:], dh_prev,
+                             h_prev)
+        gru_reset_after_kernel(gates_ru, b_ru, g_cx, b_c[:n_hidden], g_ch, b_c[n_hidden:],
+                               h_prev, *outs)
+        d_ru += db_ru
+        dg_cx += db_c[:n_hidden]
+        dg_ch += db_c[n_hidden:]
+        gru_reset_after_tangent_kernel(d_ru, dg_cx, dg_ch, g_ch, b_c[n_hidden:], *outs[:3],
+                                       h_prev, dh_prev, *d_outs)
+        return outs, d_outs
+    (r, u, c, h), (dr, du, dc, dh) = outs, d_outs
+    rh, d_rh = np.empty_like(h_prev), np.empty_like(h_prev)
+    gru_gates_jvp_kernel(gates_ru, b_ru, d_ru, db_ru, h_prev, dh_prev, (r, u, rh), (dr, du, d_rh))
+    xrh = np.concatenate((x, rh), axis=1)
+    d_xrh = np.concatenate((tangent_or_zeros(dx, x), d_rh), axis=1)
+    gates_c = np.dot(xrh, w_c)
+    d_gates_c = _cell_linear(w_c, dw_c, d_xrh, xrh)
+    gru_candidate_jvp_kernel(gates_c, b_c, d_gates_c, db_c, h_prev, dh_prev, u, du, (c, h),
+                             (dc, dh))
+    return outs, d_outs
+
+
+def _cell_linear(w, dw, da, a):
+    """``da·w + a·dw`` for one cell step (``Linear``), a fresh array."""
+    linear = Linear.of(w, dw)
+    out = np.empty((a.shape[0], linear.w.shape[1]), a.dtype)
+    return linear.into(da, a, out, np.empty(stack_shape(linear, a.shape[0]), a.dtype))

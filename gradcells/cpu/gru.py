@@ -344,14 +344,12 @@ def _input_and_weight_grads(x, h0, h, split, work, reset_after):
 
 def gru_cell_jvp(x, h_prev, weights, tangents, settings):
     """One GRU step and its tangent along ``tangents`` (a ``GRUCellGrads``, None fields
-    zero): ``(GRUCellState(r, u, c, h), GRUCellState of tangents)``; a sequence of one step
-    (``_jvp.gru_jvp``)."""
-    from ._jvp import gru_jvp
+    zero): ``(GRUCellState(r, u, c, h), GRUCellState of tangents)``, the primal exactly as
+    ``gru_cell``'s (``_jvp.gru_cell_step``)."""
+    from ._jvp import gru_cell_step
 
-    outs, d_outs = gru_jvp(x[None], None if tangents.x is None else tangents.x[None], h_prev,
-                           tangents.h_prev, weights, tangents[2:], None, settings.reset_after)
-    return (GRUCellState(*(a[0] for a in outs[:4])),
-            GRUCellState(*(a[0] for a in d_outs[:4])))
+    outs, d_outs = gru_cell_step(x, h_prev, weights, tangents, settings.reset_after)
+    return GRUCellState(*outs), GRUCellState(*d_outs)
 
 
 def gru_sequence_jvp(x, h0, weights, tangents, settings):

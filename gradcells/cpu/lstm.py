@@ -582,10 +582,14 @@ def _unzoned_cells(cs0, seq, weights, settings, masks, out):
 
 def lstm_cell_jvp(x, cs_prev, h_prev, weights, tangents, settings):
     """One LSTM step and its tangent along ``tangents`` (an ``LSTMCellGrads``, None fields
-    zero): ``(LSTMCellState, LSTMCellState of tangents)``; a sequence of one step
-    (``_jvp.lstm_jvp``)."""
-    from ._jvp import lstm_jvp
+    zero): ``(LSTMCellState, LSTMCellState of tangents)``, the primal exactly as
+    ``lstm_cell``'s (``_jvp.lstm_cell_step``; with a layer norm a sequence of one step,
+    ``_jvp.lstm_jvp``, whose matmuls are then the cell's)."""
+    from ._jvp import lstm_cell_step, lstm_jvp
 
+    if weights.layer_norm is None:
+        outs, d_outs = lstm_cell_step(x, cs_prev, h_prev, weights, tangents, settings)
+        return LSTMCellState(*outs), LSTMCellState(*d_outs)
     outs, d_outs = lstm_jvp(x[None], None if tangents.x is None else tangents.x[None],
                             (cs_prev, h_prev), (tangents.cs_prev, tangents.h_prev), weights,
                             tangents[3:], settings)

@@ -208,13 +208,12 @@ def _backward_steps(h, d_h, grad_h, lengths, buffers, relu, d_bias, masks):
 
 def rnn_cell_jvp(x, h_prev, weights, tangents, settings):
     """One RNN step and its tangent along ``tangents`` (an ``RNNCellGrads``, None fields
-    zero): ``(RNNCellState(h), RNNCellState(dh))``; a sequence of one step (``_jvp.rnn_jvp``)."""
-    from ._jvp import rnn_jvp
+    zero): ``(RNNCellState(h), RNNCellState(dh))``, the primal exactly as ``rnn_cell``'s
+    (``_jvp.rnn_cell_step``)."""
+    from ._jvp import rnn_cell_step
 
-    h, _, dh, _ = rnn_jvp(x[None], None if tangents.x is None else tangents.x[None], h_prev,
-                          tangents.h_prev, weights, (tangents.w, tangents.b), None,
-                          _is_relu(settings))
-    return RNNCellState(h[0]), RNNCellState(dh[0])
+    h, dh = rnn_cell_step(x, h_prev, weights, tangents, _is_relu(settings))
+    return RNNCellState(h), RNNCellState(dh)
 
 
 def rnn_sequence_jvp(x, h0, weights, tangents, settings):
