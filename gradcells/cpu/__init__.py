@@ -1,7 +1,8 @@
 """The CPU backend: Numba-jitted fused kernels plus BLAS matmuls, for NumPy arrays.
 
-The twelve public operations, one module per cell (``lstm``, ``gru``, ``rnn``) with the backend
-protocol's names and signatures (``gradcells._core.types``: the arrays, one weight set, one
+The twelve public operations and the six forward-mode ones (``*_jvp``, docs/spec.md §12;
+their plumbing in ``_jvp``, their kernels in ``_jvp_kernels``), one module per cell
+(``lstm``, ``gru``, ``rnn``) with the backend protocol's names and signatures (``gradcells._core.types``: the arrays, one weight set, one
 settings record); the public layer has validated and normalised every argument. Results
 agree with the reference to round-off: float64 within ~1e-15 relative per operation, float32
 within a few float32 ulp (the activations are vectorizable approximations, see
