@@ -39,8 +39,12 @@ from .gru import gru_cell, gru_cell_grad, gru_sequence, gru_sequence_grad
 from .lstm import lstm_cell, lstm_cell_grad, lstm_sequence, lstm_sequence_grad
 from .rnn import rnn_cell, rnn_cell_grad, rnn_sequence, rnn_sequence_grad
 
+# This backend runs ``reverse=True`` itself (``gradcells._order``): with lengths its sequence
+# ops and gradients take and return every per-step array at its time position.
+NATIVE_REVERSE = True
+
 __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad",
            "rnn_cell", "rnn_cell_grad",
            "lstm_sequence", "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad",
-           "rnn_sequence", "rnn_sequence_grad", "release_scratch"]
+           "rnn_sequence", "rnn_sequence_grad", "release_scratch", "NATIVE_REVERSE"]
 
