@@ -417,7 +417,7 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
                                       buffers[:6], step, proj, (masks, *zone_work[:2]))
     if weights.layer_norm is not None:   # the input part's norm, every step at once
         layer_norm_grad_kernel(flat(buffers[3]), norm.gamma_x, flat(d_parts[0]),
-                               buffers[7][0].reshape(-1), sums[7])
+                               buffers[8][0].reshape(-1), sums[7])
     dx, dw = input_and_weight_grads(walk, x, h0_seen, w, h_seen, *d_parts)
     return LSTMSequenceGrads(
         x=masked_input_grad(dx, masks.input), cs0=grad_cs, h0=grad_h, w=dw, b=sums[0],
