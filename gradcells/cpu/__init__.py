@@ -30,6 +30,11 @@ zoneout pass per step each way (``_zoneout_kernels``); ``_sequence`` states thei
 its scratch (a ``[B, H']`` per step, every step's own cell state ``[T, B, H]`` for the LSTM's
 gradient, and the plain RNN's recomputed outputs under a fractional zoneout mask).
 
+``reverse=True`` with lengths runs natively (``NATIVE_REVERSE``, read by ``gradcells._order``):
+the sequence ops and gradients take ``x``, the masks and the upstream gradients at their time
+positions and return every per-step output at its time position; each row runs its own
+valid steps from last to first (``_sequence.Walk``), so the public layer gathers nothing.
+
 Importing this module compiles nothing; each kernel compiles on its first call (once per
 dtype) and is cached on disk (``cache=True``), so later processes load it.
 """

@@ -5,12 +5,12 @@ each step's elementwise work.
 - forward: the input projection ``x_flat·W_x + b`` of all steps first (one matmul per
   weight block), then per step ``h_prev·W_h`` and the cell kernel, which takes the step's
   slice of the projection as its per-row addend and writes the step's outputs in place;
-- backward: per step the cell's backward kernel writes the step's gate gradients into
-  ``[T, B, ·]`` arrays (and accumulates the bias and peephole sums), then ``dG_t·W_hᵀ``
-  gives the gradient of the previous state, with ``W_hᵀ`` copied C-contiguous once per
-  call (OpenBLAS packs a contiguous operand about 10% faster at these shapes); after the
-  loop ``dx``, ``dW_x`` and ``dW_h`` are large matmuls over all ``T·B`` rows, written
-  straight into their outputs.
+- backward: per step (``Walk.back_times()``) the cell's backward kernel writes the step's
+  gate gradients into ``[T, B, ·]`` arrays (and accumulates the bias and peephole sums),
+  then ``dG_t·W_hᵀ`` gives the gradient of the previous state, with ``W_hᵀ`` copied
+  C-contiguous once per call (OpenBLAS packs a contiguous operand about 10% faster at these
+  shapes); after the loop ``dx``, ``dW_x`` and ``dW_h`` are large matmuls over all ``T·B``
+  rows, written straight into their outputs.
 
 Scratch (the projections, every step's gate gradients, the per-step buffers) comes from the
 calling thread's reusable buffer (``_workspace``); results are always fresh arrays.
@@ -21,6 +21,14 @@ are computed as if they ran on and zeroed after the loop; their final state is g
 from step ``L-1`` before that. Backwards, a stopped row gets zero upstream gradient (its
 outputs are constants), so its gate gradients are zero, and keeps its state gradient.
 Steps before the shortest length take the unmasked path.
+
+The time order (``Walk``; docs/spec.md §11.1): with ``settings.reverse`` the sequence runs
+natively, every per-step array at its time position (``gradcells.cpu.NATIVE_REVERSE``):
+row b runs t = L_b-1 down to 0. The loops are the forward direction's with the iteration
+order flipped and each step's previous state step t+1's, the rows not yet started holding
+the initial state (``Walk.hold``); the positions t >= L_b are the same stopped positions in
+both directions, so the zeroing, the upstream gradients and the masks past each row's
+length are shared. The whole-array products of the previous states are ``Walk``'s.
 
 The masks (docs/spec.md §11.3; ``sequence_masks``) are NumPy ops and one small kernel around
 the cell kernels, which know nothing of them:
