@@ -63,6 +63,7 @@ import numpy as np
 
 from .._core.plan import at_step, flat, running_mask
 from .._core.plan import running_inputs as _running_inputs
+from ._walk_kernels import hold_kernel
 from ._zoneout_kernels import zoneout_grad_kernel, zoneout_kernel
 
 
@@ -192,9 +193,13 @@ class Walk:
         self.n_steps, self.lengths, self.reverse = n_steps, lengths, reverse
         self.first = n_steps - 1 if reverse else 0   # every row's first step, ...
         self.starts = None                           # ... or (times [B'], rows [B'])
+        self.starting = {}                           # the rows whose first step is t, by t
         if reverse and lengths is not None and lengths.min(initial=n_steps) < n_steps:
+            self.lengths, self.shortest = np.ascontiguousarray(lengths), int(lengths.min())
             rows = np.flatnonzero(lengths > 0)
             self.starts = (lengths[rows] - 1, rows)
+            for t in np.unique(self.starts[0]):
+                self.starting[int(t)] = rows[self.starts[0] == t]
         # (previous, later): steps[previous] are the states the steps[later] start from
         self.shift = (slice(1, None), slice(None, -1)) if reverse else (slice(None, -1),
                                                                         slice(1, None))
@@ -216,11 +221,10 @@ class Walk:
 
     def hold(self, t, *pairs):
         """After the forward loop's step t, each ``(steps, first)`` of ``pairs``: in reverse,
-        ``steps[t] ← first`` in the rows that have not started (t >= L_b)."""
-        waiting = None if self.starts is None else stopped_rows(self.lengths, t)
-        if waiting is not None:
+        ``steps[t] ← first`` in the rows that have not started (t >= L_b; ``hold_kernel``)."""
+        if self.starts is not None and t >= self.shortest:
             for steps, first in pairs:
-                np.copyto(steps[t], first, where=waiting)
+                hold_kernel(self.lengths, t, first, steps[t])
 
     def final(self, steps, first):
         """Each row's final state (a fresh array), taken after the forward loop and before
@@ -235,10 +239,8 @@ class Walk:
         ``previous``'s, in reverse with the initial state copied into ``out`` in the rows
         whose first step is t (``steps[t+1]`` itself when there are none)."""
         state = self.previous(steps, first, t)
-        if self.starts is None or state is first:
-            return state
-        rows = self.starts[1][self.starts[0] == t]
-        if rows.size == 0:
+        rows = self.starting.get(t)
+        if rows is None or state is first:
             return state
         np.copyto(out, state)
         out[rows] = first[rows]
