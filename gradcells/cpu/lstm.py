@@ -394,8 +394,7 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
     masks = sequence_masks(settings, n_steps, lengths, n_batch, n_state, n_hidden)
     x = running_inputs(masked(x, masks.input), lengths)
     seq = tuple(map(contiguous, seq[:7]))
-    d_h = None if d_h is None else contiguous(d_h)
-    d_cs = None if d_cs is None else contiguous(d_cs)
+    d_h, d_cs = (None if d is None else contiguous(d) for d in (d_h, d_cs))
     grad_h = initial_carry(d_h_final, (n_batch, n_state), dtype)
     grad_cs = initial_carry(d_cs_final, (n_batch, n_hidden), dtype)
     buffers, zone_work = _backward_scratch(seq, n_state, weights, masks)
@@ -421,8 +420,7 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
     dx, dw = input_and_weight_grads(walk, x, h0_seen, w, h_seen, *d_parts)
     return LSTMSequenceGrads(
         x=masked_input_grad(dx, masks.input), cs0=grad_cs, h0=grad_h, w=dw, b=sums[0],
-        **_peephole_grads(sums, settings),
-        w_proj=_projection_weight_grad(proj),
+        **_peephole_grads(sums, settings), w_proj=_projection_weight_grad(proj),
         layer_norm=None if weights.layer_norm is None else _norm_grads(sums))
 
 
