@@ -64,7 +64,7 @@ import numpy as np
 
 from .._core.plan import at_step, flat, running_mask
 from .._core.plan import running_inputs as _running_inputs
-from ._walk_kernels import hold_kernel
+from ._walk_kernels import initial_rows_kernel
 from ._zoneout_kernels import zoneout_grad_kernel, zoneout_kernel
 
 
@@ -204,13 +204,8 @@ class Walk:
 
     @functools.cached_property
     def starting(self):
-        """The rows whose first step is t (a list), by t: ``starts`` grouped (in Python:
-        a few µs, where a NumPy grouping costs tens)."""
-        groups = {}
-        if self.starts is not None:
-            for t, row in zip(*(a.tolist() for a in self.starts)):
-                groups.setdefault(t, []).append(row)
-        return groups
+        """The steps some row starts at, in reverse with lengths (a set; empty otherwise)."""
+        return set() if self.starts is None else set(self.starts[0].tolist())
 
     def times(self):
         """The forward loop's steps, in run order."""
@@ -229,10 +224,11 @@ class Walk:
 
     def hold(self, t, *pairs):
         """After the forward loop's step t, each ``(steps, first)`` of ``pairs``: in reverse,
-        ``steps[t] ← first`` in the rows that have not started (t >= L_b; ``hold_kernel``)."""
+        ``steps[t] ← first`` in the rows that have not started (t >= L_b;
+        ``initial_rows_kernel``)."""
         if self.starts is not None and t >= self.shortest:
             for steps, first in pairs:
-                hold_kernel(self.lengths, t, first, steps[t])
+                initial_rows_kernel(self.lengths, t, first, steps[t], steps[t])
 
     def final(self, steps, first):
         """Each row's final state (a fresh array), taken after the forward loop and before
@@ -244,14 +240,13 @@ class Walk:
 
     def previous_of_step(self, steps, first, t, out):
         """The backward loop's state step t started from, from the saved ``steps``:
-        ``previous``'s, in reverse with the initial state copied into ``out`` in the rows
-        whose first step is t (``steps[t+1]`` itself when there are none)."""
+        ``previous``'s, in reverse ``steps[t+1]`` with the initial state in the rows whose
+        first step is t, into ``out`` (``steps[t+1]`` itself when there are none; the rows
+        stopped at t, whose gradients are zero, get the initial state too)."""
         state = self.previous(steps, first, t)
-        rows = self.starting.get(t)
-        if rows is None or state is first:
+        if state is first or t not in self.starting:
             return state
-        np.copyto(out, state)
-        out[rows] = first[rows]
+        initial_rows_kernel(self.lengths, t + 1, first, state, out)
         return out
 
     def _at_starts(self, first, steps):
