@@ -9,8 +9,10 @@ same call time-major and forward, side by side, float32, on full and on ragged b
     python benchmarks/directions.py --masks            # what the masks of §11.3 cost
 
 ``reverse`` is a per-row time reversal around the backend's forward run
-(``gradcells._order``): a flip (a view) without lengths, a gather with them; ``batch_first``
-is a transpose (a view) of the per-step arrays. The ratios are what those cost.
+(``gradcells._order``): a flip (a view) without lengths, a gather with them, except on a
+backend that runs it natively (``NATIVE_REVERSE``: the CPU backend, whose loops then walk
+each row's steps from last to first); ``batch_first`` is a transpose (a view) of the
+per-step arrays. The ratios are what those cost.
 """
 
 from __future__ import annotations

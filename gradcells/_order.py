@@ -16,6 +16,15 @@ flip ``T - 1 - t``, applied as a view; with lengths it is a gather.
 The gradient is the same reordering: the result's per-step fields and the per-step upstream
 gradients go into run order, the backend's gradient runs, and ``dx`` comes back; the
 weights' and the initial states' gradients need no reordering.
+
+A backend package that runs the reverse direction itself says so: ``NATIVE_REVERSE = True``
+(the CPU backend's; ``forward`` and ``grad`` read it from the package passed as
+``package``). Its calls with ``reverse`` and lengths skip the gather: the backend gets
+``reverse=True`` and every per-step array and mask at its time position (time-major; a
+``batch_first`` call is still transposed here) and returns every per-step output at its
+time position. Without lengths the flip view stays here for every backend (it costs
+nothing), and so do the forward-mode ops (``jvp``, ``grad_jvp``: only the reference has
+them).
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ from ._core.specs import MASKS
 class _RunOrder:
     """The reordering of one call: ``to_run`` takes a per-step array of the caller's order and
     layout into the backend's (C-contiguous, time-major, in run order), ``from_run`` back.
+    ``native``: the backend runs the reverse direction itself, so only the layout changes
+    and the backend is told ``reverse`` (``settings``).
 
     A reordering with lengths is one row gather (``take`` over the ``T·B`` rows of the
     array as a ``[T·B, width]`` matrix, whole rows copied), which does the transpose of
@@ -36,8 +47,9 @@ class _RunOrder:
     view (``to_run``).
     """
 
-    def __init__(self, x, settings):
-        self.batch_first, self.reverse = settings.batch_first, settings.reverse
+    def __init__(self, x, settings, native=False):
+        self.batch_first, self.native = settings.batch_first, native
+        self.reverse = settings.reverse and not native
         self.xp = xp = namespace_of(x)
         n_steps, n_batch = x.shape[1::-1] if self.batch_first else x.shape[:2]
         self.rows = None
@@ -81,11 +93,12 @@ class _RunOrder:
         return self._gather(self.xp.ascontiguousarray(full), self.rows, full.shape)
 
     def settings(self, settings):
-        """``settings`` as the backend is given them: time-major, forward, masks in run
-        order."""
+        """``settings`` as the backend is given them: time-major, forward (``reverse`` kept
+        when ``native``), masks in run order."""
         masks = {name: self.mask_to_run(name, getattr(settings, name))
                  for name in MASKS if hasattr(settings, name)}
-        return dataclasses.replace(settings, reverse=False, batch_first=False, **masks)
+        return dataclasses.replace(settings, reverse=settings.reverse and self.native,
+                                   batch_first=False, **masks)
 
     def from_run(self, a):
         if self.rows is not None:  # π is an involution: the same rows take it back
@@ -97,12 +110,21 @@ class _RunOrder:
         return a.transpose(1, 0, 2) if self.batch_first else a
 
 
-def forward(spec, op, x, states, weights, settings):
-    """``op(x, *states, weights, settings)`` (a backend's sequence op) in the order and layout
-    ``settings`` ask for; returns its result with every per-step field in that order."""
+def runs_reverse(package, settings):
+    """Whether the backend ``package`` is handed this call's ``reverse`` as it is: it runs
+    the reverse direction itself (``NATIVE_REVERSE``) and the call has lengths (without
+    them the reversal is a flip, a view, here)."""
+    return bool(settings.reverse and settings.seq_len is not None
+                and getattr(package, "NATIVE_REVERSE", False))
+
+
+def forward(spec, op, x, states, weights, settings, *, package=None):
+    """``op(x, *states, weights, settings)`` (a backend's sequence op, of the backend
+    ``package``) in the order and layout ``settings`` ask for; returns its result with every
+    per-step field in that order."""
     if not (settings.reverse or settings.batch_first):
         return op(x, *states, weights, settings)
-    order = _RunOrder(x, settings)
+    order = _RunOrder(x, settings, runs_reverse(package, settings))
     result = op(order.to_run(x), *states, weights, order.settings(settings))
     return _result_from_run(spec, order, result)
 
@@ -144,13 +166,15 @@ def _result_from_run(spec, order, result):
                           for a, labels in zip(result, spec.result_labels())))
 
 
-def grad(spec, op, x, states, weights, result, settings, upstream, **options):
-    """``op`` (a backend's sequence gradient) on ``result`` and the ``upstream`` gradients in
-    the order and layout ``settings`` ask for; returns the gradients, ``x``'s in that order."""
+def grad(spec, op, x, states, weights, result, settings, upstream, *, package=None,
+         **options):
+    """``op`` (a backend's sequence gradient, of the backend ``package``) on ``result`` and
+    the ``upstream`` gradients in the order and layout ``settings`` ask for; returns the
+    gradients, ``x``'s in that order."""
     seq = spec.result(*result)
     if not (settings.reverse or settings.batch_first):
         return op(x, *states, weights, seq, settings, **upstream, **options)
-    order = _RunOrder(x, settings)
+    order = _RunOrder(x, settings, runs_reverse(package, settings))
     seq = spec.result(*(order.to_run(a) if labels[0] == "T" else a
                         for a, labels in zip(seq, spec.result_labels())))
     upstream = {name: order.to_run(g) if spec.upstream_labels(name)[0] == "T" else g

@@ -113,7 +113,7 @@ def lstm_sequence(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
                                                     zoneout_cs))
     impl = _dispatch.backend_for(backend, library)
     return record_settings(_order.forward(_LSTM, impl.lstm_sequence, x, (cs0, h0), weights,
-                                          settings), settings)
+                                          settings, package=impl), settings)
 
 
 @accepts_any_array
@@ -191,7 +191,7 @@ def lstm_sequence_grad(x: Array, cs0: Array, h0: Array, w: Array, b: Array,
     clip_grad = v.clip_grad_value(clip_grad)
     impl = _dispatch.backend_for(backend, library)
     return _order.grad(_LSTM, impl.lstm_sequence_grad, x, (cs0, h0), weights, seq, settings,
-                       upstream, clip_grad=clip_grad)
+                       upstream, package=impl, clip_grad=clip_grad)
 
 
 @accepts_any_array
@@ -262,7 +262,7 @@ def gru_sequence(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c:
                                        masks=_masks(input_mask, recurrent_mask, zoneout_h))
     impl = _dispatch.backend_for(backend, library)
     return record_settings(_order.forward(_GRU, impl.gru_sequence, x, (h0,), weights,
-                                          settings), settings)
+                                          settings, package=impl), settings)
 
 
 @accepts_any_array
@@ -313,7 +313,7 @@ def gru_sequence_grad(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array,
                                     masks=_masks(input_mask, recurrent_mask, zoneout_h))
     impl = _dispatch.backend_for(backend, library)
     return _order.grad(_GRU, impl.gru_sequence_grad, x, (h0,), weights, seq, settings,
-                       upstream)
+                       upstream, package=impl)
 
 
 @accepts_any_array
@@ -363,7 +363,7 @@ def rnn_sequence(x: Array, h0: Array, w: Array, b: Array, *, activation: str = "
                                        masks=_masks(input_mask, recurrent_mask, zoneout_h))
     impl = _dispatch.backend_for(backend, library)
     return record_settings(_order.forward(_RNN, impl.rnn_sequence, x, (h0,), weights,
-                                          settings), settings)
+                                          settings, package=impl), settings)
 
 
 @accepts_any_array
@@ -414,7 +414,7 @@ def rnn_sequence_grad(x: Array, h0: Array, w: Array, b: Array, seq: RNNSequence,
                                     masks=_masks(input_mask, recurrent_mask, zoneout_h))
     impl = _dispatch.backend_for(backend, library)
     return _order.grad(_RNN, impl.rnn_sequence_grad, x, (h0,), weights, seq, settings,
-                       upstream)
+                       upstream, package=impl)
 
 
 @accepts_any_array

@@ -2,11 +2,11 @@
 
 The twelve public operations and the six forward-mode ones (``*_jvp``, docs/spec.md §12;
 their plumbing in ``_jvp``, their kernels in ``_jvp_kernels``), one module per cell
-(``lstm``, ``gru``, ``rnn``) with the backend protocol's names and signatures (``gradcells._core.types``: the arrays, one weight set, one
-settings record); the public layer has validated and normalised every argument. Results
-agree with the reference to round-off: float64 within ~1e-15 relative per operation, float32
-within a few float32 ulp (the activations are vectorizable approximations, see
-``_activations``).
+(``lstm``, ``gru``, ``rnn``) with the backend protocol's names and signatures
+(``gradcells._core.types``: the arrays, one weight set, one settings record); the public
+layer has validated and normalised every argument. Results agree with the reference to
+round-off: float64 within ~1e-15 relative per operation, float32 within a few float32 ulp
+(the activations are vectorizable approximations, see ``_activations``).
 
 Each cell step is its matmuls (NumPy's BLAS, on the caller's thread pool) around one fused
 elementwise pass per direction (two for the reset-before GRU, whose reset gate feeds the
@@ -30,6 +30,11 @@ The sequence masks (docs/spec.md §11.3) are NumPy ops around the same kernels p
 zoneout pass per step each way (``_zoneout_kernels``); ``_sequence`` states their plan and
 its scratch (a ``[B, H']`` per step, every step's own cell state ``[T, B, H]`` for the LSTM's
 gradient, and the plain RNN's recomputed outputs under a fractional zoneout mask).
+
+``reverse=True`` with lengths runs natively (``NATIVE_REVERSE``, read by ``gradcells._order``):
+the sequence ops and gradients take ``x``, the masks and the upstream gradients at their time
+positions and return every per-step output at its time position; each row runs its own
+valid steps from last to first (``_sequence.Walk``), so the public layer gathers nothing.
 
 Importing this module compiles nothing; each kernel compiles on its first call (once per
 dtype) and is cached on disk (``cache=True``), so later processes load it.
@@ -61,10 +66,14 @@ from .rnn import (
     rnn_sequence_jvp,
 )
 
+# This backend runs ``reverse=True`` itself (``gradcells._order``): with lengths its sequence
+# ops and gradients take and return every per-step array at its time position.
+NATIVE_REVERSE = True
+
 __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad",
            "rnn_cell", "rnn_cell_grad",
            "lstm_sequence", "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad",
-           "rnn_sequence", "rnn_sequence_grad", "release_scratch",
+           "rnn_sequence", "rnn_sequence_grad", "release_scratch", "NATIVE_REVERSE",
            "rnn_cell_jvp", "rnn_sequence_jvp", "gru_cell_jvp", "gru_sequence_jvp",
            "lstm_cell_jvp", "lstm_sequence_jvp"]
 

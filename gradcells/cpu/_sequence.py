@@ -5,12 +5,12 @@ each step's elementwise work.
 - forward: the input projection ``x_flat·W_x + b`` of all steps first (one matmul per
   weight block), then per step ``h_prev·W_h`` and the cell kernel, which takes the step's
   slice of the projection as its per-row addend and writes the step's outputs in place;
-- backward: per step the cell's backward kernel writes the step's gate gradients into
-  ``[T, B, ·]`` arrays (and accumulates the bias and peephole sums), then ``dG_t·W_hᵀ``
-  gives the gradient of the previous state, with ``W_hᵀ`` copied C-contiguous once per
-  call (OpenBLAS packs a contiguous operand about 10% faster at these shapes); after the
-  loop ``dx``, ``dW_x`` and ``dW_h`` are large matmuls over all ``T·B`` rows, written
-  straight into their outputs.
+- backward: per step (``Walk.back_times()``) the cell's backward kernel writes the step's
+  gate gradients into ``[T, B, ·]`` arrays (and accumulates the bias and peephole sums),
+  then ``dG_t·W_hᵀ`` gives the gradient of the previous state, with ``W_hᵀ`` copied
+  C-contiguous once per call (OpenBLAS packs a contiguous operand about 10% faster at these
+  shapes); after the loop ``dx``, ``dW_x`` and ``dW_h`` are large matmuls over all ``T·B``
+  rows, written straight into their outputs.
 
 Scratch (the projections, every step's gate gradients, the per-step buffers) comes from the
 calling thread's reusable buffer (``_workspace``); results are always fresh arrays.
@@ -21,6 +21,14 @@ are computed as if they ran on and zeroed after the loop; their final state is g
 from step ``L-1`` before that. Backwards, a stopped row gets zero upstream gradient (its
 outputs are constants), so its gate gradients are zero, and keeps its state gradient.
 Steps before the shortest length take the unmasked path.
+
+The time order (``Walk``; docs/spec.md §11.1): with ``settings.reverse`` the sequence runs
+natively, every per-step array at its time position (``gradcells.cpu.NATIVE_REVERSE``):
+row b runs t = L_b-1 down to 0. The loops are the forward direction's with the iteration
+order flipped and each step's previous state step t+1's, the rows not yet started holding
+the initial state (``Walk.hold``); the positions t >= L_b are the same stopped positions in
+both directions, so the zeroing, the upstream gradients and the masks past each row's
+length are shared. The whole-array products of the previous states are ``Walk``'s.
 
 The masks (docs/spec.md §11.3; ``sequence_masks``) are NumPy ops and one small kernel around
 the cell kernels, which know nothing of them:
@@ -49,12 +57,14 @@ input's or a result's size, made once per call.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from .._core.plan import at_step, flat, running_mask
 from .._core.plan import running_inputs as _running_inputs
+from ._walk_kernels import initial_rows_kernel
 from ._zoneout_kernels import zoneout_grad_kernel, zoneout_kernel
 
 
@@ -90,41 +100,18 @@ def step_outputs(count, shape, dtype):
     return list(np.empty((count, *shape), dtype))
 
 
-def previous_rows_grad(h0, steps, d_steps, out=None):
-    """``h_prevᵀ·dG`` over all steps, ``h_prev = [h0, steps[0], ..., steps[T-2]]``, without
-    stacking the states: ``steps[:-1]_flatᵀ·dG[1:]_flat + h0ᵀ·dG[0]`` (into ``out``, a
-    ``[H, width]`` array, when given)."""
-    n_steps, n_batch, n_hidden = steps.shape
-    if out is None:
-        out = np.empty((n_hidden, d_steps.shape[2]), steps.dtype)
-    if n_steps == 0 or n_batch == 0:
-        out[...] = 0
-        return out
-    np.matmul(flat(steps[:-1]).T, flat(d_steps[1:]), out=out)
-    out += h0.T @ d_steps[0]
-    return out
-
-
-def input_and_weight_grads(x, h0, w, h, d_x_part, d_h_part=None):
+def input_and_weight_grads(walk, x, h0, w, h, d_x_part, d_h_part=None):
     """``dx = dZx·W_xᵀ`` and ``dw = [x_flatᵀ·dZx; h_prev_flatᵀ·dZh]`` over all ``T·B`` rows,
-    ``h_prev = [h0, h[0], ..., h[T-2]]``: ``dZx`` and ``dZh`` the gradients of ``x·W_x`` and
-    ``h_prev·W_h`` (one array, ``d_h_part`` None, when they are the same, as without a layer
-    norm)."""
+    ``h_prev`` each step's previous state in ``walk``'s order (``Walk.previous_rows_grad``):
+    ``dZx`` and ``dZh`` the gradients of ``x·W_x`` and ``h_prev·W_h`` (one array,
+    ``d_h_part`` None, when they are the same, as without a layer norm)."""
     n_steps, n_batch, n_in = x.shape
     d_flat = flat(d_x_part)
     dx = (d_flat @ w[:n_in].T).reshape(n_steps, n_batch, n_in)
     dw = np.empty_like(w)
     np.matmul(flat(x).T, d_flat, out=dw[:n_in])
-    previous_rows_grad(h0, h, d_x_part if d_h_part is None else d_h_part, out=dw[n_in:])
+    walk.previous_rows_grad(h0, h, d_x_part if d_h_part is None else d_h_part, out=dw[n_in:])
     return dx, dw
-
-
-def recurrent_projection(h0, steps, w, out):
-    """``h_prev·W`` for every step at once (two matmuls, no stacking), into ``out [T, B, ·]``."""
-    n_steps, n_batch, n_hidden = steps.shape
-    if n_steps and n_batch:
-        np.matmul(h0, w, out=out[0])
-        np.matmul(flat(steps[:-1]), w, out=flat(out[1:]))
 
 
 def final_state(steps, first, lengths):
@@ -174,6 +161,141 @@ def initial_carry(final, shape, dtype):
     """The carried state gradient before the backward loop: ``final`` (a C-contiguous copy),
     or zeros."""
     return np.zeros(shape, dtype) if final is None else np.array(final, dtype=dtype, order="C")
+
+
+# --------------------------------------------------------------------------------------
+# the time order (docs/spec.md §11.1)
+
+
+class Walk:
+    """The order a sequence's rows run their steps in, and the state each step starts from.
+
+    Forward (``reverse`` False): every row runs t = 0, 1, ..., and step t starts from step
+    t-1's state (the initial state at t = 0). Reverse: row b runs t = L_b-1 down to 0, and
+    step t starts from step t+1's state where t+1 < L_b, else (its first step, t = L_b-1)
+    from the initial state; the final state is step 0's (the initial state when L_b = 0).
+
+    The forward loop walks ``times()``, computing every row as if it ran. In reverse,
+    ``hold`` then copies the initial states into step t's states in the rows that have not
+    started (t >= L_b), so that the next, earlier step reads the initial state there; the
+    positions t >= L_b are the forward direction's stopped ones, zeroed after the loop
+    (``zero_stopped``). The backward loop walks ``back_times()``; in either direction the
+    rows with t >= L_b are ``stopped_rows`` (no gate gradients, the carry passes through).
+
+    The whole-array products of the previous states (``previous_rows_grad``,
+    ``recurrent_projection``, ``add_previous_product``) are one shifted product over the
+    saved steps plus the initial state's part at each row's first step (``starts``). In
+    reverse with lengths they read the saved states' zeros past each row's length (a
+    sequence result's, docs/spec.md §11.1): ``steps[t+1]`` there contributes nothing at the
+    row's first step, whose previous is the initial state.
+    """
+
+    def __init__(self, n_steps, lengths, reverse):
+        self.n_steps, self.lengths, self.reverse = n_steps, lengths, reverse
+        self.first = n_steps - 1 if reverse else 0   # every row's first step, ...
+        self.starts = None                           # ... or (times [B'], rows [B'])
+        if reverse and lengths is not None and lengths.min(initial=n_steps) < n_steps:
+            self.lengths, self.shortest = np.ascontiguousarray(lengths), int(lengths.min())
+            rows = np.flatnonzero(lengths > 0)
+            self.starts = (lengths[rows] - 1, rows)
+        # (previous, later): steps[previous] are the states the steps[later] start from
+        self.shift = (slice(1, None), slice(None, -1)) if reverse else (slice(None, -1),
+                                                                        slice(1, None))
+
+    @functools.cached_property
+    def starting(self):
+        """The steps some row starts at, in reverse with lengths (a set; empty otherwise)."""
+        return set() if self.starts is None else set(self.starts[0].tolist())
+
+    def times(self):
+        """The forward loop's steps, in run order."""
+        return range(self.n_steps - 1, -1, -1) if self.reverse else range(self.n_steps)
+
+    def back_times(self):
+        """The backward loop's steps: run order reversed."""
+        return range(self.n_steps) if self.reverse else range(self.n_steps - 1, -1, -1)
+
+    def previous(self, steps, first, t):
+        """The forward loop's state step t starts from (``first``: the initial state),
+        ``hold`` having run after every earlier step."""
+        if t == self.first:
+            return first
+        return steps[t + 1 if self.reverse else t - 1]
+
+    def hold(self, t, *pairs):
+        """After the forward loop's step t, each ``(steps, first)`` of ``pairs``: in reverse,
+        ``steps[t] ← first`` in the rows that have not started (t >= L_b;
+        ``initial_rows_kernel``)."""
+        if self.starts is not None and t >= self.shortest:
+            for steps, first in pairs:
+                initial_rows_kernel(self.lengths, t, first, steps[t], steps[t])
+
+    def final(self, steps, first):
+        """Each row's final state (a fresh array), taken after the forward loop and before
+        ``zero_stopped``: forward ``final_state``, reverse ``steps[0]`` (where ``hold``
+        left the initial state in the rows with L_b = 0)."""
+        if not self.reverse:
+            return final_state(steps, first, self.lengths)
+        return first.copy() if 0 in steps.shape[:2] else steps[0].copy()
+
+    def previous_of_step(self, steps, first, t, out):
+        """The backward loop's state step t started from, from the saved ``steps``:
+        ``previous``'s, in reverse ``steps[t+1]`` with the initial state in the rows whose
+        first step is t, into ``out`` (``steps[t+1]`` itself when there are none; the rows
+        stopped at t, whose gradients are zero, get the initial state too)."""
+        state = self.previous(steps, first, t)
+        if state is first or t not in self.starting:
+            return state
+        initial_rows_kernel(self.lengths, t + 1, first, state, out)
+        return out
+
+    def _at_starts(self, first, steps):
+        """``(first's rows, steps at those rows' first steps)``, the rows that start from
+        ``first``: every row at ``self.first``, or ``starts``'s."""
+        if self.starts is None:
+            return first, steps[self.first]
+        times, rows = self.starts
+        return first[rows], steps[times, rows]
+
+    def previous_rows_grad(self, first, steps, d_steps, out=None):
+        """``h_prevᵀ·dG`` over all steps without stacking the states: the shifted
+        ``steps[previous]_flatᵀ·dG[later]_flat`` plus ``firstᵀ·dG`` at each row's first
+        step (into ``out``, a ``[H, width]`` array, when given)."""
+        n_steps, n_batch, n_hidden = steps.shape
+        if out is None:
+            out = np.empty((n_hidden, d_steps.shape[2]), steps.dtype)
+        if n_steps == 0 or n_batch == 0:
+            out[...] = 0
+            return out
+        previous, later = self.shift
+        np.matmul(flat(steps[previous]).T, flat(d_steps[later]), out=out)
+        first_rows, d_first = self._at_starts(first, d_steps)
+        out += first_rows.T @ d_first
+        return out
+
+    def recurrent_projection(self, first, steps, w, out):
+        """``h_prev·W`` for every step at once (two matmuls and, in reverse with lengths,
+        a row scatter of ``first·W``), into ``out [T, B, ·]``."""
+        n_steps, n_batch = steps.shape[:2]
+        if n_steps == 0 or n_batch == 0:
+            return
+        previous, later = self.shift
+        np.matmul(flat(steps[previous]), w, out=flat(out[later]))
+        np.matmul(first, w, out=out[self.first])
+        if self.starts is not None:
+            times, rows = self.starts
+            out[times, rows] = out[self.first][rows]
+
+    def add_previous_product(self, f, first, steps, out):
+        """``out += f∘s_prev`` for every step, ``s_prev`` the state the step started from
+        (``steps`` the saved states, ``first`` the initial one)."""
+        previous, later = self.shift
+        out[later] += f[later] * steps[previous]
+        if self.starts is None:
+            out[self.first] += f[self.first] * first
+        else:
+            times, rows = self.starts
+            out[times, rows] += f[times, rows] * first[rows]
 
 
 # --------------------------------------------------------------------------------------

@@ -28,15 +28,13 @@ from ._gru_kernels import (
     gru_reset_grad_kernel,
 )
 from ._sequence import (
+    Walk,
     contiguous,
-    final_state,
     finish_state_grad,
     initial_carry,
     lengths_of,
     masked_input_grad,
-    previous_rows_grad,
     projection,
-    recurrent_projection,
     running_inputs,
     seen,
     seen_states,
@@ -173,6 +171,7 @@ def gru_sequence(x, h0, weights, settings):
     n_hidden = h0.shape[1]
     dtype = x.dtype
     lengths = lengths_of(settings.seq_len)
+    walk = Walk(n_steps, lengths, settings.reverse)
     masks = sequence_masks(settings, n_steps, lengths, n_batch, n_hidden)
     x = running_inputs(masked(x, masks.input), lengths)
     w_rux, w_ruh, w_cx, w_ch = _split_weights(weights.w_ru, weights.w_c, n_in)
@@ -185,8 +184,8 @@ def gru_sequence(x, h0, weights, settings):
     steps = step_outputs(4, (n_steps, n_batch, n_hidden), dtype)
     r, u, c, h = steps
     no_x = np.empty((n_batch, 0), dtype)
-    for t in range(n_steps):
-        h_prev = h0 if t == 0 else h[t - 1]
+    for t in walk.times():
+        h_prev = walk.previous(h, h0, t)
         h_read = seen(h_prev, masks.recurrent, h_seen)
         np.matmul(h_read, w_ruh, out=gates_ru)
         if reset_after:
@@ -198,7 +197,8 @@ def gru_sequence(x, h0, weights, settings):
             np.matmul(reset_h, w_ch, out=gates_c)
             gru_candidate_kernel(gates_c, x_c[t], h_prev, u[t], c[t], h[t])
         zone(masks.zoneout_h, t, h_prev, h[t])
-    final = final_state(h, h0, lengths)
+        walk.hold(t, (h, h0))
+    final = walk.final(h, h0)
     zero_stopped(steps, lengths)
     return GRUSequence(*steps, final)
 
@@ -218,6 +218,7 @@ class _Scratch(NamedTuple):
     w_ruh_t: np.ndarray           # [2H, H]: W_ruhᵀ, C-contiguous
     w_ch_t: np.ndarray            # [H, H]: W_chᵀ, C-contiguous
     old: np.ndarray               # [B, H]: zoneout, the gradient's part for the old state
+    previous: np.ndarray          # [B, H]: the state a step started from (Walk.previous_of_step)
 
 
 def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None):
@@ -250,6 +251,7 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     n_hidden = h0.shape[1]
     dtype = x.dtype
     lengths = lengths_of(settings.seq_len)
+    walk = Walk(n_steps, lengths, settings.reverse)
     masks = sequence_masks(settings, n_steps, lengths, n_batch, n_hidden)
     x = running_inputs(masked(x, masks.input), lengths)
     seq = tuple(map(contiguous, seq[:4]))
@@ -260,27 +262,29 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     work = _Scratch(*scratch(dtype, state, state, state, state,
                              (n_steps, n_batch, 2 * n_hidden), steps, steps,
                              steps if reset_after else (0,), (n_steps * n_batch, n_in),
-                             (2 * n_hidden, n_hidden), (n_hidden, n_hidden), state))
+                             (2 * n_hidden, n_hidden), (n_hidden, n_hidden), state, state))
     np.copyto(work.w_ruh_t, split[1].T)      # C-contiguous: OpenBLAS packs them faster
     np.copyto(work.w_ch_t, split[3].T)
     sums = (np.zeros(2 * n_hidden, dtype), np.zeros(b_c.shape[0], dtype))
     h0_seen, h_seen = seen_states(h0, seq[3], masks.recurrent)
     b_ch = None
     if reset_after:
-        recurrent_projection(h0_seen, h_seen, split[3], work.recurrent)
+        walk.recurrent_projection(h0_seen, h_seen, split[3], work.recurrent)
         b_ch = b_c[n_hidden:]
-    _backward_steps(h0, seq, d_h, grad_h, lengths, work, sums, b_ch, masks)
+    _backward_steps(h0, seq, d_h, grad_h, walk, work, sums, b_ch, masks)
     if masks.recurrent is not None and not reset_after:     # the rows r∘h_prev∘m_rec
         np.multiply(work.d_n_or_reset_h, masks.recurrent, out=work.d_n_or_reset_h)
-    dx, dw_ru, dw_c = _input_and_weight_grads(x, h0_seen, h_seen, split, work, reset_after)
+    dx, dw_ru, dw_c = _input_and_weight_grads(walk, x, h0_seen, h_seen, split, work,
+                                              reset_after)
     return GRUSequenceGrads(x=masked_input_grad(dx, masks.input), h0=grad_h, w_ru=dw_ru,
                             w_c=dw_c, b_ru=sums[0], b_c=sums[1])
 
 
-def _backward_steps(h0, seq, d_h, grad_h, lengths, work, sums, b_ch, masks):
-    """The backward loop over the steps, last first: updates ``grad_h`` in place to the
-    gradient of ``h0``, writes every step's gate gradients into ``work`` and accumulates
-    ``sums = (db_ru, db_c)``. ``b_ch``: reset after, ``b_c[H:]``; reset before, None."""
+def _backward_steps(h0, seq, d_h, grad_h, walk, work, sums, b_ch, masks):
+    """The backward loop over the steps in ``walk``'s backward order: updates ``grad_h``
+    in place to the gradient of ``h0``, writes every step's gate gradients into ``work``
+    and accumulates ``sums = (db_ru, db_c)``. ``b_ch``: reset after, ``b_c[H:]``; reset
+    before, None."""
     r, u, c, h = seq
     db_ru, db_c = sums
     d_ru, d_c, d_n_or_reset_h, recurrent = work.d_ru, work.d_c, work.d_n_or_reset_h, work.recurrent
@@ -288,11 +292,11 @@ def _backward_steps(h0, seq, d_h, grad_h, lengths, work, sums, b_ch, masks):
     w_ruh_t, w_ch_t = work.w_ruh_t, work.w_ch_t
     m_rec = masks.recurrent
     no_x = np.empty((grad_h.shape[0], 0), grad_h.dtype)
-    for t in reversed(range(h.shape[0])):
-        stopped = stopped_rows(lengths, t)
+    for t in walk.back_times():
+        stopped = stopped_rows(walk.lengths, t)
         up = upstream(grad_h, d_h, t, work.upstream, stopped)
         up, up_old = zoneout_split(masks.zoneout_h, t, up, work.upstream, work.old)
-        h_prev = h0 if t == 0 else h[t - 1]
+        h_prev = walk.previous_of_step(h, h0, t, work.previous)
         target = grad_h if stopped is None else dh_prev
         if b_ch is not None:
             gru_reset_after_grad_kernel(up, True, r[t], u[t], c[t], h_prev, recurrent[t],
@@ -316,7 +320,7 @@ def _backward_steps(h0, seq, d_h, grad_h, lengths, work, sums, b_ch, masks):
             np.copyto(grad_h, dh_prev, where=~stopped)
 
 
-def _input_and_weight_grads(x, h0, h, split, work, reset_after):
+def _input_and_weight_grads(walk, x, h0, h, split, work, reset_after):
     """``(dx [T, B, I], dw_ru, dw_c)`` from every step's gate gradients in ``work``, as large
     matmuls over all ``T·B`` rows (``h0, h``: the states as the matmuls saw them)."""
     n_steps, n_batch, n_in = x.shape
@@ -328,11 +332,11 @@ def _input_and_weight_grads(x, h0, h, split, work, reset_after):
     dx += np.matmul(d_c_flat, w_cx.T, out=work.dx_c)
     dw_ru = np.empty((n_in + n_hidden, 2 * n_hidden), dtype)
     np.matmul(x_flat.T, d_ru_flat, out=dw_ru[:n_in])
-    previous_rows_grad(h0, h, work.d_ru, out=dw_ru[n_in:])
+    walk.previous_rows_grad(h0, h, work.d_ru, out=dw_ru[n_in:])
     dw_c = np.empty((n_in + n_hidden, n_hidden), dtype)
     np.matmul(x_flat.T, d_c_flat, out=dw_c[:n_in])
     if reset_after:
-        previous_rows_grad(h0, h, work.d_n_or_reset_h, out=dw_c[n_in:])
+        walk.previous_rows_grad(h0, h, work.d_n_or_reset_h, out=dw_c[n_in:])
     else:
         np.matmul(flat(work.d_n_or_reset_h).T, d_c_flat, out=dw_c[n_in:])
     return dx.reshape(n_steps, n_batch, n_in), dw_ru, dw_c

@@ -24,15 +24,14 @@ from .._core.types import RNNCellGrads, RNNCellState, RNNSequence, RNNSequenceGr
 from ._compile import kernel_array
 from ._rnn_kernels import rnn_backward_kernel, rnn_forward_kernel
 from ._sequence import (
+    Walk,
     contiguous,
-    final_state,
     finish_state_grad,
     initial_carry,
     input_and_weight_grads,
     lengths_of,
     masked_input_grad,
     projection,
-    recurrent_projection,
     running_inputs,
     seen,
     seen_states,
@@ -94,6 +93,7 @@ def rnn_sequence(x, h0, weights, settings):
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
     lengths = lengths_of(settings.seq_len)
+    walk = Walk(n_steps, lengths, settings.reverse)
     masks = sequence_masks(settings, n_steps, lengths, n_batch, n_hidden)
     x = running_inputs(masked(x, masks.input), lengths)
     relu = _is_relu(settings)
@@ -101,12 +101,13 @@ def rnn_sequence(x, h0, weights, settings):
     projection(x, w[:n_in], b, x_z)
     w_h = w[n_in:]
     (h,) = step_outputs(1, (n_steps, n_batch, n_hidden), x.dtype)
-    for t in range(n_steps):
-        h_prev = h0 if t == 0 else h[t - 1]
+    for t in walk.times():
+        h_prev = walk.previous(h, h0, t)
         np.matmul(seen(h_prev, masks.recurrent, h_seen), w_h, out=h_z)
         rnn_forward_kernel(h_z, x_z[t], relu, h[t])
         zone(masks.zoneout_h, t, h_prev, h[t])
-    final = final_state(h, h0, lengths)
+        walk.hold(t, (h, h0))
+    final = walk.final(h, h0)
     zero_stopped((h,), lengths)
     return RNNSequence(h, final)
 
@@ -135,6 +136,7 @@ def rnn_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     n_hidden = h0.shape[1]
     dtype = x.dtype
     lengths = lengths_of(settings.seq_len)
+    walk = Walk(n_steps, lengths, settings.reverse)
     masks = sequence_masks(settings, n_steps, lengths, n_batch, n_hidden)
     x = running_inputs(masked(x, masks.input), lengths)
     h = contiguous(seq.h)
@@ -146,11 +148,11 @@ def rnn_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     np.copyto(buffers[3], w[n_in:].T)     # W_hᵀ, C-contiguous: OpenBLAS packs it faster
     h0_seen, h_seen = seen_states(h0, h, masks.recurrent)
     outputs = h if not recompute else _unzoned_outputs(
-        x, h0_seen, h_seen, weights, _is_relu(settings), buffers[5:])
+        walk, x, h0_seen, h_seen, weights, _is_relu(settings), buffers[5:])
     d_bias = np.zeros(n_hidden, dtype)
-    _backward_steps(outputs, d_h, grad_h, lengths, buffers[:5], _is_relu(settings), d_bias,
+    _backward_steps(outputs, d_h, grad_h, walk, buffers[:5], _is_relu(settings), d_bias,
                     masks)
-    dx, dw = input_and_weight_grads(x, h0_seen, w, h_seen, buffers[2])
+    dx, dw = input_and_weight_grads(walk, x, h0_seen, w, h_seen, buffers[2])
     return RNNSequenceGrads(x=masked_input_grad(dx, masks.input), h0=grad_h, w=dw, b=d_bias)
 
 
@@ -160,31 +162,31 @@ def _reads_saved_states(zoneout):
     return zoneout is None or bool(np.all((zoneout == 0) | (zoneout == 1)))
 
 
-def _unzoned_outputs(x, h0_seen, h_seen, weights, relu, buffers):
+def _unzoned_outputs(walk, x, h0_seen, h_seen, weights, relu, buffers):
     """Every step's output before zoneout, ``act(x·W_x + b + h_prev_seen·W_h)``, into
     ``buffers[2]`` (``buffers``: three ``[T, B, H]`` scratch arrays)."""
     x_z, h_z, out = buffers
     n_in = x.shape[2]
     w = contiguous(weights.w)
     projection(x, w[:n_in], contiguous(weights.b), x_z)
-    recurrent_projection(h0_seen, h_seen, w[n_in:], h_z)
+    walk.recurrent_projection(h0_seen, h_seen, w[n_in:], h_z)
     if out.size:
         rnn_forward_kernel(flat(h_z), flat(x_z), relu, flat(out))
     return out
 
 
-def _backward_steps(h, d_h, grad_h, lengths, buffers, relu, d_bias, masks):
-    """The backward loop over the steps, last first: updates ``grad_h`` in place to the
-    gradient of ``h0``, leaves every step's ``dz_t`` in ``buffers[2]`` and accumulates
-    ``d_bias``. ``h``: every step's own output (before zoneout).
+def _backward_steps(h, d_h, grad_h, walk, buffers, relu, d_bias, masks):
+    """The backward loop over the steps in ``walk``'s backward order: updates ``grad_h``
+    in place to the gradient of ``h0``, leaves every step's ``dz_t`` in ``buffers[2]`` and
+    accumulates ``d_bias``. ``h``: every step's own output (before zoneout).
 
     ``buffers``: the scratch ``(upstream [B, H], dh_prev [B, H], d_z [T, B, H],
     w_h_t [H, H], old [B, H])`` (``old``: the zoned state's part for the old state).
     """
     upstream_h, dh_prev, d_z, w_h_t, old = buffers
     zoneout = masks.zoneout_h
-    for t in reversed(range(h.shape[0])):
-        stopped = stopped_rows(lengths, t)
+    for t in walk.back_times():
+        stopped = stopped_rows(walk.lengths, t)
         if stopped is None and zoneout is None:      # the kernel adds d_h[t] itself
             rnn_backward_kernel(h[t], grad_h, grad_h if d_h is None else d_h[t],
                                 d_h is not None, relu, d_z[t], d_bias)
