@@ -6,7 +6,9 @@
   both ``clip_grad``, every subset of upstream gradients): float64 to 1e-12 relative,
   float32 as ``tests/test_cpu_backend.py`` holds it (no further from the exact float64
   result than three times the float32 reference's own error plus four float32 ulps of the
-  array's scale), forward and every gradient, the layer norm's six included;
+  array's scale, times the largest ``r`` of the rows the case normalises: a layer norm
+  multiplies its row's rounding by it), forward and every gradient, the layer norm's six
+  included;
 - the CPU's float64 gradients pass the oracle (``vjp_check``) for every option combination;
 - ``clip_grad="straight_through"`` equals the exact gradient where no clip is active and
   differs where the cell clip is;
@@ -32,7 +34,7 @@ from gradcells._core.types import LSTMNorm
 from gradcells.cpu import _lstm_kernels
 from gradcells.cpu._compile import KERNEL_OPTIONS
 from gradcells.testing import lstm_cell_case, lstm_sequence_case, vjp_check
-from gradcells.testing.cases import FORGET_BIASES, SCALES
+from gradcells.testing.cases import FORGET_BIASES, SCALES, _normalised_rows
 
 CARRIES = ("raw", "normalized")
 CLIP_GRADS = ("exact", "straight_through")
@@ -158,12 +160,25 @@ def _check_float64(case, which, clip_grad):
         assert_float64_agrees(actual[name], value, name)
 
 
+def _amplification(case):
+    """The largest ``r = 1/sqrt(var + ε)`` of the rows the case normalises: a layer norm
+    multiplies the rounding of its row by it (at most ``1/LN_MARGIN`` in the cases), and
+    one float32 reference run may happen to round luckily where another order does not."""
+    rows = _normalised_rows(case)
+    variances = [r.var(axis=-1) for r in rows if r.size and r.shape[-1] > 1]
+    if not variances:
+        return 1.0
+    return max(1.0, float(np.max(1 / np.sqrt(np.concatenate(variances) + case["ln_epsilon"]))))
+
+
 def _check_float32(case, which, clip_grad):
     ref32 = _forward(case, "reference")
     exact = _forward(_cast(case, np.float64), "reference")
     got = _forward(case, "cpu")
+    amplification = _amplification(case)
     for name, value in _fields(got).items():
-        assert_float32_agrees(value, getattr(ref32, name), getattr(exact, name), name)
+        assert_float32_agrees(value, getattr(ref32, name), getattr(exact, name), name,
+                              amplification)
     # Gradients at one forward record, so that the clip masks are the same.
     up = _upstream(case, ref32, which)
     record64 = type(ref32)(*(a.astype(np.float64) for a in ref32))
@@ -173,7 +188,7 @@ def _check_float32(case, which, clip_grad):
                                 "reference", clip_grad))
     assert actual.keys() == want.keys() == exact_g.keys()
     for name, value in actual.items():
-        assert_float32_agrees(value, want[name], exact_g[name], f"d{name}")
+        assert_float32_agrees(value, want[name], exact_g[name], f"d{name}", amplification)
 
 
 @given(case=ln_cells(), which=_upstream_subsets("cell"), clip_grad=st.sampled_from(CLIP_GRADS))

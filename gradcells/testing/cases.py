@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import cells, sequences
+from .._core.plan import masked
 from .._core.specs import ACTIVATIONS, LN_CARRIES, MASKS, PEEPHOLES
 from .._core.types import GRUWeights, LSTMNorm, LSTMWeights, RNNWeights
 
@@ -471,14 +472,18 @@ def _rnn_parameters(rng, input_size, hidden, dtype, activation, scale):
 
 
 def _preactivations(case):
-    """Every pre-activation ``z`` of a valid step of the case's forward (float64)."""
+    """Every pre-activation ``z`` of a valid step of the case's forward (float64), what the
+    masks make of the input and the state included."""
     as64 = _as_float64(case)
     if as64["x"].ndim == 2:
         z = np.concatenate([as64["x"], as64["h_prev"]], axis=1) @ as64["w"] + as64["b"]
         return z.ravel()
     seq = sequences.rnn_sequence(**as64, backend="reference")
     h_prev = _starts(as64["h0"], seq.h, as64)
-    z = np.concatenate([as64["x"], h_prev], axis=2) @ as64["w"] + as64["b"]
+    x = masked(as64["x"], as64.get("input_mask"))
+    h_prev = masked(h_prev, as64.get("recurrent_mask"))
+    z = np.concatenate([np.broadcast_to(x, (*h_prev.shape[:2], x.shape[2])), h_prev],
+                       axis=2) @ as64["w"] + as64["b"]
     return z[_valid_steps(as64)].ravel()
 
 
