@@ -23,10 +23,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_cpu_backend import assert_float32_agrees as cpu_bound
 from test_cpu_backend import assert_float64_agrees
 
 import gradcells as gc
-from gradcells._core.specs import OPS, OPTIONAL_WEIGHTS
+from gradcells._core.specs import MASKS, OPS, OPTIONAL_WEIGHTS
 from gradcells._core.types import LSTMNorm
 from gradcells.testing import (
     gru_sequence_case,
@@ -39,7 +40,6 @@ from gradcells.testing import (
 )
 
 OPS_ = ("lstm_sequence", "gru_sequence", "rnn_sequence")
-MASKS = ("input_mask", "recurrent_mask", "zoneout_h", "zoneout_cs")
 _CASES = {"lstm_sequence": lstm_sequence_case, "gru_sequence": gru_sequence_case,
           "rnn_sequence": rnn_sequence_case}
 
@@ -135,15 +135,7 @@ def assert_float32_agrees(actual, reference32, exact, name):
     than 4 float32 ulps of the array's scale: with zoneout each step's state gradient is the
     sum of two roundings (``z∘g`` and the matmul's part), and a drawn case (seed 830, a
     projection wider than H) took 1.07× the 4-ulp bound."""
-    assert actual.dtype == reference32.dtype == np.float32, name
-    assert actual.shape == reference32.shape == exact.shape, name
-    if actual.size == 0:
-        return
-    scale = float(np.abs(exact).max())
-    reference_error = float(np.abs(reference32.astype(np.float64) - exact).max())
-    error = float(np.abs(actual.astype(np.float64) - exact).max())
-    bound = 3 * reference_error + 8 * np.finfo(np.float32).eps * scale
-    assert error <= bound, f"{name}: error {error:.3g} > {bound:.3g}"
+    cpu_bound(actual, reference32, exact, name, amplification=2.0)
 
 
 def assert_cpu_agrees_float32(op, case, which=("h",), clip_grad="exact"):
