@@ -67,3 +67,18 @@ class StandInDevice:
 
     def __exit__(self, *exc):
         StandInDevice.current = self._before
+
+
+def layer_norm_amplification(case):
+    """The largest ``r = 1/sqrt(var + ε)`` of the rows a layer-norm case normalises (the
+    three norms' rows at the valid steps; at most ``1/LN_MARGIN``): a layer norm multiplies
+    the rounding of its row by it, so a float32 comparison's ulps term scales with it (one
+    float32 reference run may round luckily where another order of operations does not)."""
+    from gradcells.testing.cases import _normalised_rows
+
+    variances = [rows.var(axis=-1) for rows in _normalised_rows(case)
+                 if rows.size and rows.shape[-1] > 1]
+    if not variances:
+        return 1.0
+    worst = np.max(1 / np.sqrt(np.concatenate(variances) + case["ln_epsilon"]))
+    return max(1.0, float(worst))

@@ -25,6 +25,7 @@ import re
 import numba
 import numpy as np
 import pytest
+from conftest import layer_norm_amplification
 from hypothesis import given
 from hypothesis import strategies as st
 from test_cpu_backend import _host_has_avx, assert_float32_agrees, assert_float64_agrees
@@ -34,7 +35,7 @@ from gradcells._core.types import LSTMNorm
 from gradcells.cpu import _lstm_kernels
 from gradcells.cpu._compile import KERNEL_OPTIONS
 from gradcells.testing import lstm_cell_case, lstm_sequence_case, vjp_check
-from gradcells.testing.cases import FORGET_BIASES, SCALES, _normalised_rows
+from gradcells.testing.cases import FORGET_BIASES, SCALES
 
 CARRIES = ("raw", "normalized")
 CLIP_GRADS = ("exact", "straight_through")
@@ -160,22 +161,11 @@ def _check_float64(case, which, clip_grad):
         assert_float64_agrees(actual[name], value, name)
 
 
-def _amplification(case):
-    """The largest ``r = 1/sqrt(var + ε)`` of the rows the case normalises: a layer norm
-    multiplies the rounding of its row by it (at most ``1/LN_MARGIN`` in the cases), and
-    one float32 reference run may happen to round luckily where another order does not."""
-    rows = _normalised_rows(case)
-    variances = [r.var(axis=-1) for r in rows if r.size and r.shape[-1] > 1]
-    if not variances:
-        return 1.0
-    return max(1.0, float(np.max(1 / np.sqrt(np.concatenate(variances) + case["ln_epsilon"]))))
-
-
 def _check_float32(case, which, clip_grad):
     ref32 = _forward(case, "reference")
     exact = _forward(_cast(case, np.float64), "reference")
     got = _forward(case, "cpu")
-    amplification = _amplification(case)
+    amplification = layer_norm_amplification(case)
     for name, value in _fields(got).items():
         assert_float32_agrees(value, getattr(ref32, name), getattr(exact, name), name,
                               amplification)
