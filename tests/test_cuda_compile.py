@@ -96,7 +96,9 @@ def test_entry_points_cover_every_dtype():
     assert len(_kernels.source_entries("gru.cu")) == 5 * 3
     assert _kernels.source_entries("rnn.cu") == (
         "rnn_forward__float", "rnn_forward__double", "rnn_forward__gc_half",
-        "rnn_backward__float", "rnn_backward__double", "rnn_backward__gc_half")
+        "rnn_backward__float", "rnn_backward__double", "rnn_backward__gc_half",
+        "rnn_forward_tangent__float", "rnn_forward_tangent__double",
+        "rnn_forward_tangent__gc_half")
     assert set(_kernels.source_entries("reduce.cu")) == {
         "column_sum__float__float", "column_sum__double__double",
         "column_sum__gc_half__gc_half", "column_sum__gc_half__float",

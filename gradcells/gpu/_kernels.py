@@ -172,6 +172,11 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
         const T* zoneout_h, int use_relu, int has_d_h, int has_d_h_final, int use_seq_len,
         int use_zoneout_h, long long step, long long n_steps, long long batch, long long hidden,
         T* d_z, T* dh_zoned""", f"dh_zoned {_ZONEOUT}"),
+    _kernel("rnn_forward_tangent", "rnn.cu", ("T",), """
+        const T* gx, const T* gh, const T* b, const T* dgx, const T* dgh, const int* seq_len,
+        const T* dh_prev, const T* zoneout_h, int use_relu, int use_seq_len, int use_zoneout_h,
+        long long step, long long batch, long long hidden, T* dh, T* dh_state""",
+        f"dh_prev {_ZONEOUT}"),
     _kernel("column_sum", "reduce.cu", ("TIn", "TOut"), """
         const TIn* in, long long rows, long long cols, long long rows_per_part,
         long long parts, TOut* out"""),

@@ -1,0 +1,93 @@
+"""Forward mode (docs/spec.md §12) on the GPU: the primal exactly as the forward computes it
+(the cell modules' kernels and matmul plans), and its tangent by the same plan.
+
+The tangent's matmuls are cuBLAS ones: the input part ``dx·W_x + x·dW_x + db`` of all steps
+at once (the input mask and the zeroed inputs past a row's length applied to ``dx`` as to
+``x``), and per step ``dh·W_h + h·dW_h`` (both states through the recurrent mask). A
+tangent step kernel per cell (``rnn_forward_tangent``, ...) runs after the step's forward
+kernel: it reads the step's primal values and the tangent pre-activation and writes the
+tangent outputs; zoneout mixes the tangents as it mixes the states, and a row past its
+length keeps its tangent state, as it keeps its state. A None tangent is zero: its matmul
+terms are left out.
+"""
+
+from __future__ import annotations
+
+from .._core import plan
+from . import _launch
+from ._launch import Launcher, matmul
+
+
+def _zeros_or(xp, tangent, like):
+    """``tangent`` as a C-contiguous array, or zeros shaped as ``like``."""
+    return xp.zeros_like(like, order="C") if tangent is None else xp.ascontiguousarray(tangent)
+
+
+def input_tangent(xp, x, dx, w_x, dw_x, db, width):
+    """``dx·W_x + x·dW_x + db`` of every step, ``[T, B, width]`` (C-contiguous); ``x`` and
+    ``dx`` as the input matmul sees them, None terms left out."""
+    n_steps, n_batch, _ = x.shape
+    out = xp.zeros((n_steps * n_batch, width), dtype=x.dtype)
+    if dx is not None:
+        out += plan.flat(dx) @ w_x
+    if dw_x is not None:
+        out += plan.flat(x) @ dw_x
+    if db is not None:
+        out += db
+    return out.reshape(n_steps, n_batch, width)
+
+
+def recurrent_tangent(xp, h, dh, w_h, dw_h):
+    """``dh·W_h + h·dW_h`` (C-contiguous), the states as the matmul sees them."""
+    out = matmul(xp, dh, w_h)
+    if dw_h is not None:
+        out += h @ dw_h
+    return out
+
+
+def running(xp, a, settings, lengths):
+    """An input (or its tangent) as the matmul sees it: masked, zero past the lengths."""
+    return None if a is None else plan.running_inputs(
+        xp, plan.masked(a, settings.input_mask), lengths)
+
+
+def rnn_jvp(rt, x, dx, h0, dh0, weights, d_w, d_b, settings):
+    """The RNN over ``x [T, B, I]`` and its tangent: ``(steps, h_final, d_steps,
+    d_h_final)``, the primal as ``gradcells.gpu.rnn._forward`` computes it."""
+    from .rnn import _input_part, _masks, _use_relu
+
+    xp = rt.xp
+    lengths = _launch.lengths(xp, settings.seq_len)
+    x, dx = running(xp, x, settings, lengths), running(xp, dx, settings, lengths)
+    n_steps, n_batch, n_in = x.shape
+    n_hidden = h0.shape[1]
+    m_rec, z_h = _masks(xp, settings, n_steps, n_batch, n_hidden)
+    w_x, w_h = weights.w[:n_in], weights.w[n_in:]
+    dw_x, dw_h = (None, None) if d_w is None else (d_w[:n_in], d_w[n_in:])
+    x_z = _input_part(xp, x, w_x)
+    dx_z = input_tangent(xp, x, dx, w_x, dw_x, d_b, n_hidden)
+    steps = xp.empty((n_steps, n_batch, n_hidden), dtype=x.dtype)
+    d_steps = xp.empty((n_steps, n_batch, n_hidden), dtype=x.dtype)
+    h = xp.ascontiguousarray(h0) if lengths is None else h0.copy(order="C")
+    dh = _zeros_or(xp, dh0, h0)
+    if lengths is not None and dh0 is not None:
+        dh = dh.copy()
+    b = xp.ascontiguousarray(weights.b)
+    common = dict(seq_len=_launch.lengths_argument(xp, lengths), use_relu=_use_relu(settings),
+                  use_seq_len=lengths is not None, use_zoneout_h=z_h is not None,
+                  batch=n_batch, hidden=n_hidden)
+    forward = Launcher(rt, "rnn_forward", x.dtype, n_batch * n_hidden, b=b, **common,
+                       h_state=steps if lengths is None else h)
+    tangent = Launcher(rt, "rnn_forward_tangent", x.dtype, n_batch * n_hidden, b=b, **common,
+                       dh_state=d_steps if lengths is None else dh)
+    for t in range(n_steps):
+        h_seen = plan.masked(h, m_rec)
+        gh = matmul(xp, h_seen, w_h)
+        dgh = recurrent_tangent(xp, h_seen, plan.masked(dh, m_rec), w_h, dw_h)
+        zoneout = _launch.at_step(z_h, t, h)
+        forward(gx=x_z[t], gh=gh, step=t, h_prev=h, zoneout_h=zoneout, h=steps[t])
+        tangent(gx=x_z[t], gh=gh, dgx=dx_z[t], dgh=dgh, step=t, dh_prev=dh,
+                zoneout_h=zoneout, dh=d_steps[t])
+        if lengths is None:
+            h, dh = steps[t], d_steps[t]
+    return steps, h, d_steps, dh

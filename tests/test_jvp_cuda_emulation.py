@@ -1,0 +1,183 @@
+"""Forward mode (docs/spec.md §12) of the GPU backend run on the CPU: ``gradcells.gpu``'s
+``*_jvp`` operations with the host emulation of ``tests/test_cuda_emulation.py`` (the very
+``.cu`` source, compiled for the host; NumPy standing in for CuPy), called through the
+public layer with ``backend="gpu"``.
+
+Checked on Hypothesis-drawn cases with every option of each cell (``gradcells.testing``
+strategies: masks, both directions and layouts, ragged lengths, empty sizes), primal and
+tangent, against the reference in float64 on the same (rounded) inputs and tangents, at
+that file's agreement rule (16 eps(dtype) relative to the size of the reference's field);
+in float64 also against finite differences (``gradcells.testing.jvp_check``), with tiny
+launch grids; and on edge cases (T = 0, B = 0, I = 0, lengths 0 and T, all tangents None).
+"""
+
+import backend_calls
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from test_cuda_emulation import (
+    DTYPES,
+    TINY,
+    _split_case,
+    assert_close,
+    cast,
+    cuda_host,
+    emulated_gpu,
+    public_gpu,
+)
+
+import gradcells as gc
+import gradcells.gpu as gpu
+from gradcells import _dispatch, _order, reference
+from gradcells._core.specs import OPS as OPS_SPECS
+from gradcells.gpu import _launch
+from gradcells.testing import (
+    jvp_check,
+    rnn_cell_case,
+    rnn_cell_inputs,
+    rnn_sequence_case,
+    rnn_sequence_inputs,
+)
+
+pytestmark = pytest.mark.skipif(cuda_host.compiler() is None,
+                                reason="no C++ compiler for the host emulation")
+
+# The forward-mode ops the GPU backend runs (the others go to the reference by default and
+# are a ValueError with backend="gpu": tests/test_jvp.py).
+GPU_JVP_OPS = ("rnn_cell", "rnn_sequence")
+
+
+def _strategy(op):
+    """Drawn cases of ``op`` with every option."""
+    if op == "rnn_cell":
+        return rnn_cell_inputs(min_size=0)
+    return st.one_of(rnn_sequence_inputs(min_size=0, batch_first=None, masks=None),
+                     rnn_sequence_inputs(reverse=None, batch_first=None, masks=None))
+
+
+def _tangents(op, case, rng, wanted):
+    """The op's gradient type of random tangents of the case's arrays (None where not
+    ``wanted`` or the case has no such array)."""
+    fields = OPS_SPECS[op].grads._fields
+    values = {}
+    for name, on in zip(fields, wanted):
+        a = case.get(name)
+        values[name] = (rng.standard_normal(a.shape).astype(a.dtype)
+                        if on and isinstance(a, np.ndarray) else None)
+    return OPS_SPECS[op].grads(**values)
+
+
+def _as(tangents, dtype):
+    return type(tangents)(*(None if t is None else t.astype(dtype) for t in tangents))
+
+
+def public_jvp(op, case, tangents, backend):
+    positional, keywords = _split_case(op, case)
+    return getattr(gc, f"{op}_jvp")(*positional, tangents, **keywords, backend=backend)
+
+
+def backend_jvp(backend, op, case, tangents):
+    """``backend.<op>_jvp`` on the case, in its time order and layout (the public layer's
+    reordering around the time-major forward run, ``_order.jvp``, for a sequence)."""
+    spec = OPS_SPECS[op]
+    weights, settings = backend_calls.weights_and_settings(op, case)
+    states = tuple(case[name] for name in spec.states)
+    function = getattr(backend, f"{op}_jvp")
+    if spec.sequence:
+        return _order.jvp(spec, function, case["x"], states, weights, tangents, settings)
+    return function(case["x"], *states, weights, tangents, settings)
+
+
+def _check(op, case, dtype, seed, wanted):
+    """The emulated GPU's JVP against the float64 reference's on the same inputs and
+    tangents (rounded to ``dtype``), primal and tangent, the file's agreement rule."""
+    case, case64 = cast(case, dtype), cast(case, np.float64)
+    tangents = _tangents(op, case, np.random.default_rng(seed), wanted)
+    with emulated_gpu() as backend:
+        result, d_result = backend_jvp(backend, op, case, tangents)
+    expected, d_expected = backend_jvp(reference, op, case64, _as(tangents, np.float64))
+    assert_close(result, expected, dtype, f"{op} primal ")
+    assert_close(d_result, d_expected, dtype, f"{op} tangent ")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", GPU_JVP_OPS)
+@given(data=st.data(), wanted=st.tuples(*[st.booleans()] * 6), seed=st.integers(0, 2**16))
+def test_jvp_matches_reference(op, dtype, data, wanted, seed):
+    _check(op, data.draw(_strategy(op)), dtype, seed, wanted)
+
+
+def test_the_gpu_backend_has_the_forward_mode_ops():
+    for op in GPU_JVP_OPS:
+        for name in (f"{op}_jvp",):
+            assert hasattr(gpu, name) and name in gpu.__all__
+            assert _dispatch.backend_for("gpu", "cupy", op=name) is gpu
+
+
+_ORACLE_CASES = [
+    ("rnn_cell", {"activation": "tanh"}), ("rnn_cell", {"activation": "relu"}),
+    ("rnn_sequence", {"activation": "tanh"}), ("rnn_sequence", {"activation": "relu"})]
+
+
+def _oracle_case(op, options, rng, reverse, batch_first):
+    if op == "rnn_cell":
+        return rnn_cell_case(rng, batch=3, input_size=2, hidden=3, **options)
+    return rnn_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=3, ragged=True,
+                             reverse=reverse, batch_first=batch_first, masks=True, **options)
+
+
+@pytest.mark.parametrize("op, options", _ORACLE_CASES)
+@pytest.mark.parametrize("reverse, batch_first", [(False, False), (True, True)])
+def test_jvp_matches_finite_differences(op, options, reverse, batch_first):
+    """float64, every mask, ragged lengths, tiny launch grids: against the oracle."""
+    case = _oracle_case(op, options, np.random.default_rng(31), reverse, batch_first)
+    with public_gpu(TINY):
+        report = jvp_check(op, case, backend="gpu")
+        assert _launch.runtime().launches
+    assert report.passed, f"\n{report}"
+
+
+@pytest.mark.parametrize("op", GPU_JVP_OPS)
+@pytest.mark.parametrize("sizes", [dict(steps=0), dict(batch=0), dict(input_size=0),
+                                   dict(hidden=0)])
+@pytest.mark.parametrize("wanted", [(True,) * 6, (False,) * 6])
+def test_jvp_empty_sizes_and_no_tangents(op, sizes, wanted):
+    rng = np.random.default_rng(5)
+    if op == "rnn_cell":
+        if "steps" in sizes:
+            return
+        case = rnn_cell_case(rng, **{"batch": 2, "input_size": 3, "hidden": 2, **sizes})
+    else:
+        case = rnn_sequence_case(rng, **{"steps": 3, "batch": 2, "input_size": 3,
+                                         "hidden": 2, **sizes})
+    _check(op, case, np.float64, 0, wanted)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_jvp_lengths_zero_and_full(dtype):
+    """Rows of length 0 keep their state and tangent; rows of length T run every step."""
+    rng = np.random.default_rng(9)
+    case = rnn_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=3, masks=True)
+    case["seq_len"] = np.array([0, 3, 2])
+    _check("rnn_sequence", case, dtype, 1, (True,) * 6)
+    case = rnn_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=3)
+    case["seq_len"] = np.array([0, 0, 0])
+    _check("rnn_sequence", case, dtype, 2, (True,) * 6)
+
+
+def test_jvp_inputs_are_never_modified():
+    rng = np.random.default_rng(3)
+    case = rnn_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=3, ragged=True,
+                             masks=True)
+    tangents = _tangents("rnn_sequence", case, rng, (True,) * 6)
+    saved = ({k: v.copy() for k, v in case.items() if isinstance(v, np.ndarray)},
+             [t.copy() for t in tangents])
+    with public_gpu():
+        public_jvp("rnn_sequence", case, tangents, "gpu")
+    with emulated_gpu() as backend:
+        backend_jvp(backend, "rnn_sequence", case, tangents)
+    for k, v in saved[0].items():
+        np.testing.assert_array_equal(case[k], v)
+    for t, s in zip(tangents, saved[1]):
+        np.testing.assert_array_equal(t, s)
