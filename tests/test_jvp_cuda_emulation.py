@@ -33,6 +33,10 @@ from gradcells import _dispatch, _order, reference
 from gradcells._core.specs import OPS as OPS_SPECS
 from gradcells.gpu import _launch
 from gradcells.testing import (
+    gru_cell_case,
+    gru_cell_inputs,
+    gru_sequence_case,
+    gru_sequence_inputs,
     jvp_check,
     rnn_cell_case,
     rnn_cell_inputs,
@@ -45,15 +49,21 @@ pytestmark = pytest.mark.skipif(cuda_host.compiler() is None,
 
 # The forward-mode ops the GPU backend runs (the others go to the reference by default and
 # are a ValueError with backend="gpu": tests/test_jvp.py).
-GPU_JVP_OPS = ("rnn_cell", "rnn_sequence")
+GPU_JVP_OPS = ("rnn_cell", "rnn_sequence", "gru_cell", "gru_sequence")
+_CELL_INPUTS = {"rnn_cell": rnn_cell_inputs, "gru_cell": gru_cell_inputs}
+_SEQUENCE_INPUTS = {"rnn_sequence": rnn_sequence_inputs, "gru_sequence": gru_sequence_inputs}
+_CASES = {"rnn_cell": rnn_cell_case, "gru_cell": gru_cell_case,
+          "rnn_sequence": rnn_sequence_case, "gru_sequence": gru_sequence_case}
 
 
 def _strategy(op):
-    """Drawn cases of ``op`` with every option."""
-    if op == "rnn_cell":
-        return rnn_cell_inputs(min_size=0)
-    return st.one_of(rnn_sequence_inputs(min_size=0, batch_first=None, masks=None),
-                     rnn_sequence_inputs(reverse=None, batch_first=None, masks=None))
+    """Drawn cases of ``op`` with every option: empty sizes forward, or both directions at
+    sizes >= 1 (as tests/test_cuda_emulation.py's ``_masked_inputs``), masks drawn."""
+    if op in _CELL_INPUTS:
+        return _CELL_INPUTS[op](min_size=0)
+    inputs = _SEQUENCE_INPUTS[op]
+    return st.one_of(inputs(min_size=0, batch_first=None, masks=None),
+                     inputs(reverse=None, batch_first=None, masks=None))
 
 
 def _tangents(op, case, rng, wanted):
@@ -117,14 +127,16 @@ def test_the_gpu_backend_has_the_forward_mode_ops():
 
 _ORACLE_CASES = [
     ("rnn_cell", {"activation": "tanh"}), ("rnn_cell", {"activation": "relu"}),
-    ("rnn_sequence", {"activation": "tanh"}), ("rnn_sequence", {"activation": "relu"})]
+    ("rnn_sequence", {"activation": "tanh"}), ("rnn_sequence", {"activation": "relu"}),
+    ("gru_cell", {}), ("gru_cell", {"reset_after": True}),
+    ("gru_sequence", {}), ("gru_sequence", {"reset_after": True})]
 
 
 def _oracle_case(op, options, rng, reverse, batch_first):
-    if op == "rnn_cell":
-        return rnn_cell_case(rng, batch=3, input_size=2, hidden=3, **options)
-    return rnn_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=3, ragged=True,
-                             reverse=reverse, batch_first=batch_first, masks=True, **options)
+    if op in _CELL_INPUTS:
+        return _CASES[op](rng, batch=3, input_size=2, hidden=3, **options)
+    return _CASES[op](rng, steps=3, batch=3, input_size=2, hidden=3, ragged=True,
+                      reverse=reverse, batch_first=batch_first, masks=True, **options)
 
 
 @pytest.mark.parametrize("op, options", _ORACLE_CASES)
@@ -142,41 +154,52 @@ def test_jvp_matches_finite_differences(op, options, reverse, batch_first):
 @pytest.mark.parametrize("sizes", [dict(steps=0), dict(batch=0), dict(input_size=0),
                                    dict(hidden=0)])
 @pytest.mark.parametrize("wanted", [(True,) * 6, (False,) * 6])
-def test_jvp_empty_sizes_and_no_tangents(op, sizes, wanted):
+@pytest.mark.parametrize("variant", [0, 1])
+def test_jvp_empty_sizes_and_no_tangents(op, sizes, wanted, variant):
     rng = np.random.default_rng(5)
-    if op == "rnn_cell":
+    options = _VARIANTS[op.split("_")[0]][variant]
+    if op in _CELL_INPUTS:
         if "steps" in sizes:
             return
-        case = rnn_cell_case(rng, **{"batch": 2, "input_size": 3, "hidden": 2, **sizes})
+        case = _CASES[op](rng, **{"batch": 2, "input_size": 3, "hidden": 2, **sizes},
+                          **options)
     else:
-        case = rnn_sequence_case(rng, **{"steps": 3, "batch": 2, "input_size": 3,
-                                         "hidden": 2, **sizes})
+        case = _CASES[op](rng, **{"steps": 3, "batch": 2, "input_size": 3, "hidden": 2,
+                                  **sizes}, **options)
     _check(op, case, np.float64, 0, wanted)
 
 
+_VARIANTS = {"rnn": ({"activation": "tanh"}, {"activation": "relu"}),
+             "gru": ({}, {"reset_after": True})}
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_jvp_lengths_zero_and_full(dtype):
+@pytest.mark.parametrize("op", [op for op in GPU_JVP_OPS if op in _SEQUENCE_INPUTS])
+@pytest.mark.parametrize("variant", [0, 1])
+def test_jvp_lengths_zero_and_full(dtype, op, variant):
     """Rows of length 0 keep their state and tangent; rows of length T run every step."""
     rng = np.random.default_rng(9)
-    case = rnn_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=3, masks=True)
+    options = _VARIANTS[op.split("_")[0]][variant]
+    case = _CASES[op](rng, steps=3, batch=3, input_size=2, hidden=3, masks=True, **options)
     case["seq_len"] = np.array([0, 3, 2])
-    _check("rnn_sequence", case, dtype, 1, (True,) * 6)
-    case = rnn_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=3)
+    _check(op, case, dtype, 1, (True,) * 6)
+    case = _CASES[op](rng, steps=3, batch=3, input_size=2, hidden=3, **options)
     case["seq_len"] = np.array([0, 0, 0])
-    _check("rnn_sequence", case, dtype, 2, (True,) * 6)
+    _check(op, case, dtype, 2, (True,) * 6)
 
 
-def test_jvp_inputs_are_never_modified():
+@pytest.mark.parametrize("op", [op for op in GPU_JVP_OPS if op in _SEQUENCE_INPUTS])
+def test_jvp_inputs_are_never_modified(op):
     rng = np.random.default_rng(3)
-    case = rnn_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=3, ragged=True,
-                             masks=True)
-    tangents = _tangents("rnn_sequence", case, rng, (True,) * 6)
+    case = _CASES[op](rng, steps=3, batch=3, input_size=2, hidden=3, ragged=True,
+                      masks=True)
+    tangents = _tangents(op, case, rng, (True,) * 6)
     saved = ({k: v.copy() for k, v in case.items() if isinstance(v, np.ndarray)},
              [t.copy() for t in tangents])
     with public_gpu():
-        public_jvp("rnn_sequence", case, tangents, "gpu")
+        public_jvp(op, case, tangents, "gpu")
     with emulated_gpu() as backend:
-        backend_jvp(backend, "rnn_sequence", case, tangents)
+        backend_jvp(backend, op, case, tangents)
     for k, v in saved[0].items():
         np.testing.assert_array_equal(case[k], v)
     for t, s in zip(tangents, saved[1]):

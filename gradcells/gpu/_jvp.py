@@ -91,3 +91,82 @@ def rnn_jvp(rt, x, dx, h0, dh0, weights, d_w, d_b, settings):
         if lengths is None:
             h, dh = steps[t], d_steps[t]
     return steps, h, d_steps, dh
+
+
+def _split(d_w, n_in):
+    """``(d_w[:n_in], d_w[n_in:])``, or ``(None, None)`` for a zero tangent."""
+    return (None, None) if d_w is None else (d_w[:n_in], d_w[n_in:])
+
+
+def gru_jvp(rt, x, dx, h0, dh0, weights, d_weights, settings):
+    """The GRU over ``x [T, B, I]`` and its tangent: ``(steps, h_final, d_steps,
+    d_h_final)``, ``steps`` and ``d_steps`` GRUCellStates of ``[T, B, H]`` arrays; the
+    primal is ``gradcells.gpu.gru._forward``'s (its step objects and kernels). Per step,
+    after the primal step's kernels: ``gru_gates_tangent`` (dr, du and, reset before, the
+    tangent of ``r∘h_seen``), the candidate's recurrent tangent matmul, then
+    ``gru_candidate_tangent`` (dc and dh)."""
+    from .._core.types import GRUCellState
+    from .gru import _masks, _ResetAfterStep, _ResetBeforeStep, _x_projection
+
+    xp = rt.xp
+    reset_after = settings.reset_after
+    lengths = _launch.lengths(xp, settings.seq_len)
+    x, dx = running(xp, x, settings, lengths), running(xp, dx, settings, lengths)
+    n_steps, n_batch, n_in = x.shape
+    n_hidden = h0.shape[1]
+    dtype = x.dtype
+    d_w_ru, d_w_c, d_b_ru, d_b_c = d_weights
+    (dw_rux, dw_ruh), (dw_cx, dw_ch) = _split(d_w_ru, n_in), _split(d_w_c, n_in)
+    db_cx, db_ch = d_b_c, None
+    if reset_after and d_b_c is not None:
+        db_cx, db_ch = d_b_c[:n_hidden], d_b_c[n_hidden:]
+    w_ruh, w_ch = weights.w_ru[n_in:], weights.w_c[n_in:]
+    m_rec, z_h = _masks(xp, settings, n_steps, n_batch, n_hidden)
+    gx_ru, gx_c = _x_projection(xp, x, weights.w_ru, weights.w_c)
+    d_gx_ru = input_tangent(xp, x, dx, weights.w_ru[:n_in], dw_rux, d_b_ru, 2 * n_hidden)
+    d_gx_c = input_tangent(xp, x, dx, weights.w_c[:n_in], dw_cx, db_cx, n_hidden)
+    steps, d_steps = (GRUCellState(*(xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
+                                     for _ in GRUCellState._fields)) for _ in range(2))
+    h = h0.copy(order="C") if lengths is not None else xp.ascontiguousarray(h0)
+    dh = _zeros_or(xp, dh0, h0)
+    if lengths is not None and dh0 is not None:
+        dh = dh.copy()
+    n = n_batch * n_hidden
+    common = {"seq_len": _launch.lengths_argument(xp, lengths),
+              "use_seq_len": lengths is not None, "batch": n_batch, "hidden": n_hidden}
+    step = (_ResetAfterStep if reset_after else _ResetBeforeStep)(
+        rt, weights, n_in, n_steps, dtype, n, common, z_h is not None)
+    gates = Launcher(rt, "gru_gates_tangent", dtype, n, **common)
+    candidate = Launcher(rt, "gru_candidate_tangent", dtype, n,
+                         b_c=xp.ascontiguousarray(weights.b_c), reset_after=reset_after,
+                         use_zoneout_h=z_h is not None, **common)
+    d_rh = xp.empty((n_batch, n_hidden), dtype=dtype)
+    for t in range(n_steps):
+        # The primal step updates the state buffer in place (with lengths): keep h_prev.
+        h_prev = h.copy() if lengths is not None else h
+        h_seen, dh_seen = plan.masked(h_prev, m_rec), plan.masked(dh, m_rec)
+        d_ru = d_gx_ru[t] + recurrent_tangent(xp, h_seen, dh_seen, w_ruh, dw_ruh)
+        if reset_after:
+            dn = recurrent_tangent(xp, h_seen, dh_seen, w_ch, dw_ch)
+            if db_ch is not None:
+                dn += db_ch
+        h_state = h if lengths is not None else steps.h[t]
+        z = _launch.at_step(z_h, t, h)
+        saved = step(t, gx_ru[t], gx_c[t], h, plan.masked(h, m_rec), z,
+                     *(a[t] for a in steps[:3]), steps.h[t], h_state)
+        gates(r=steps.r[t], u=steps.u[t], d_ru=xp.ascontiguousarray(d_ru),
+              h_seen=xp.ascontiguousarray(h_seen), dh_seen=xp.ascontiguousarray(dh_seen),
+              step=t, dr=d_steps.r[t], du=d_steps.u[t], d_rh=d_rh)
+        if reset_after:
+            dgh_c, gh_c = dn, saved
+        else:  # saved: the forward's r∘h_seen, what (r∘h_seen)·W_ch saw
+            dgh_c = recurrent_tangent(xp, saved, d_rh, w_ch, dw_ch)
+            gh_c = dgh_c
+        candidate(r=steps.r[t], u=steps.u[t], c=steps.c[t], h_prev=h_prev, dr=d_steps.r[t],
+                  du=d_steps.u[t], dgx_c=d_gx_c[t], dgh_c=xp.ascontiguousarray(dgh_c),
+                  gh_c=gh_c, ld_gh_c=_launch.row_stride(gh_c), step=t, dh_prev=dh,
+                  zoneout_h=z, dc=d_steps.c[t], dh=d_steps.h[t],
+                  dh_state=d_steps.h[t] if lengths is None else dh)
+        if lengths is None:
+            h, dh = steps.h[t], d_steps.h[t]
+    return steps, h, d_steps, dh

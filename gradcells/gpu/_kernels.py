@@ -163,6 +163,16 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     _kernel("gru_backward_reset", "gru.cu", ("T",), """
         const T* d_hr, const T* r, const T* h_prev, long long batch, long long hidden,
         T* d_gates, T* dh_direct"""),
+    _kernel("gru_gates_tangent", "gru.cu", ("T",), """
+        const T* r, const T* u, const T* d_ru, const T* h_seen, const T* dh_seen,
+        const int* seq_len, int use_seq_len, long long step, long long batch, long long hidden,
+        T* dr, T* du, T* d_rh"""),
+    _kernel("gru_candidate_tangent", "gru.cu", ("T",), """
+        const T* r, const T* u, const T* c, const T* h_prev, const T* dr, const T* du,
+        const T* dgx_c, const T* dgh_c, const T* gh_c, long long ld_gh_c, const T* b_c,
+        const int* seq_len, const T* dh_prev, const T* zoneout_h, int reset_after,
+        int use_seq_len, int use_zoneout_h, long long step, long long batch, long long hidden,
+        T* dc, T* dh, T* dh_state""", _ZONEOUT),
     _kernel("rnn_forward", "rnn.cu", ("T",), """
         const T* gx, const T* gh, const T* b, const int* seq_len, const T* h_prev,
         const T* zoneout_h, int use_relu, int use_seq_len, int use_zoneout_h, long long step,
