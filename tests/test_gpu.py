@@ -881,9 +881,9 @@ def test_masks_past_a_rows_length_are_never_read_on_the_device(op, options):
 @pytest.mark.parametrize("op", ["lstm_sequence", "gru_sequence", "rnn_sequence",
                                 "lstm_stack"])
 def test_forward_mode_and_second_order_on_cupy_arrays(op):
-    """The forward-mode and second-order ops on CuPy arrays (they run on the reference, on
-    the arrays' device, dual numbers included): CuPy results, equal to the same calls on
-    NumPy, and the oracle passes them."""
+    """The forward-mode and second-order ops on CuPy arrays (the RNN's and GRU's forward
+    mode on the GPU backend, the rest on the reference, on the arrays' device, dual numbers
+    included): CuPy results, equal to the same calls on NumPy, and the oracle passes them."""
     rng = np.random.default_rng(21)
     case = OPS[op][0](rng)
     on_device = gc.testing.on_library(case, "cupy")
@@ -897,3 +897,48 @@ def test_forward_mode_and_second_order_on_cupy_arrays(op):
     for a, b in zip(got, want):
         assert isinstance(a, cp.ndarray)
         np.testing.assert_allclose(a.get(), b, rtol=1e-12, atol=1e-12)
+
+
+# The forward-mode ops the GPU backend runs (docs/spec.md §12; gradcells/gpu/_jvp.py).
+_GPU_JVP = {
+    "rnn_cell": (rnn_cell_inputs(min_size=0), RNN_CELL),
+    "gru_cell": (gru_cell_inputs(min_size=0), GRU_CELL),
+    "rnn_sequence": (st.one_of(rnn_sequence_inputs(min_size=0, batch_first=None, masks=None),
+                               rnn_sequence_inputs(reverse=None, batch_first=None,
+                                                   masks=None)), RNN_SEQ),
+    "gru_sequence": (st.one_of(gru_sequence_inputs(min_size=0, batch_first=None, masks=None),
+                               gru_sequence_inputs(reverse=None, batch_first=None,
+                                                   masks=None)), GRU_SEQ)}
+
+
+def _jvp_call(op, case, arrays, tangents, backend=None):
+    return getattr(gc, f"{op}_jvp")(*(case[k] for k in arrays), tangents,
+                                    **{k: v for k, v in case.items() if k not in arrays},
+                                    backend=backend)
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("op", sorted(_GPU_JVP))
+@given(data=st.data(), wanted=st.tuples(*[st.booleans()] * 6), seed=st.integers(0, 2**16))
+def test_gpu_forward_mode_agrees_with_reference(op, dtype, data, wanted, seed):
+    """The GPU backend's JVPs (chosen by default for CuPy arrays) against the reference's on
+    CuPy in float64, primal and tangent, every option of the cell."""
+    strategy, arrays = _GPU_JVP[op]
+    case = on_gpu(data.draw(strategy), dtype)
+    case64 = float64(case)
+    assert gc._dispatch.backend_for(None, "cupy", op=f"{op}_jvp") is gradcells.gpu
+    grads = gc._core.specs.OPS[op].grads
+    rng = np.random.default_rng(seed)
+    tangents = grads(*(cp.asarray(rng.standard_normal(case[k].shape).astype(dtype))
+                       if on else None for k, on in zip(grads._fields, wanted)))
+    result, d_result = _jvp_call(op, case, arrays, tangents)
+    expected, d_expected = _jvp_call(op, case64, arrays, as64(tangents), "reference")
+    assert_close(result, expected, dtype, "primal ")
+    assert_close(d_result, d_expected, dtype, "tangent ")
+
+
+@pytest.mark.parametrize("op", sorted(_GPU_JVP))
+def test_gpu_forward_mode_matches_finite_differences(op):
+    options = {"masks": True, "ragged": True} if op.endswith("sequence") else {}
+    case = on_library(OPS[op][0](np.random.default_rng(8), **options), "cupy")
+    gc.testing.jvp_check(op, case, backend="gpu").raise_if_failed()

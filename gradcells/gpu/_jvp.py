@@ -23,6 +23,15 @@ def _zeros_or(xp, tangent, like):
     return xp.zeros_like(like, order="C") if tangent is None else xp.ascontiguousarray(tangent)
 
 
+def _state_buffers(xp, state, tangent, lengths):
+    """The carried state and its tangent as C-contiguous arrays: copies with lengths (the
+    kernels update them in the rows still running), else the inputs themselves."""
+    if lengths is None:
+        return xp.ascontiguousarray(state), _zeros_or(xp, tangent, state)
+    return (state.copy(order="C"),
+            xp.zeros_like(state, order="C") if tangent is None else tangent.copy(order="C"))
+
+
 def input_tangent(xp, x, dx, w_x, dw_x, db, width):
     """``dx·W_x + x·dW_x + db`` of every step, ``[T, B, width]`` (C-contiguous); ``x`` and
     ``dx`` as the input matmul sees them, None terms left out."""
@@ -68,10 +77,7 @@ def rnn_jvp(rt, x, dx, h0, dh0, weights, d_w, d_b, settings):
     dx_z = input_tangent(xp, x, dx, w_x, dw_x, d_b, n_hidden)
     steps = xp.empty((n_steps, n_batch, n_hidden), dtype=x.dtype)
     d_steps = xp.empty((n_steps, n_batch, n_hidden), dtype=x.dtype)
-    h = xp.ascontiguousarray(h0) if lengths is None else h0.copy(order="C")
-    dh = _zeros_or(xp, dh0, h0)
-    if lengths is not None and dh0 is not None:
-        dh = dh.copy()
+    h, dh = _state_buffers(xp, h0, dh0, lengths)
     b = xp.ascontiguousarray(weights.b)
     common = dict(seq_len=_launch.lengths_argument(xp, lengths), use_relu=_use_relu(settings),
                   use_seq_len=lengths is not None, use_zoneout_h=z_h is not None,
@@ -98,6 +104,32 @@ def _split(d_w, n_in):
     return (None, None) if d_w is None else (d_w[:n_in], d_w[n_in:])
 
 
+def _gru_input_tangents(xp, x, dx, weights, d_weights, reset_after):
+    """The tangents of the gates' and the candidate's input parts, ``[T, B, 2H]`` and
+    ``[T, B, H]`` (their biases' tangents in them), and the recurrent parts' weight and
+    bias tangents ``(dW_ruh, dW_ch, db_ch)`` (None: zero; ``db_ch`` reset after only)."""
+    n_in, n_hidden = x.shape[2], weights.w_c.shape[1]
+    d_w_ru, d_w_c, d_b_ru, d_b_c = d_weights
+    (dw_rux, dw_ruh), (dw_cx, dw_ch) = _split(d_w_ru, n_in), _split(d_w_c, n_in)
+    db_cx, db_ch = d_b_c, None
+    if reset_after and d_b_c is not None:
+        db_cx, db_ch = d_b_c[:n_hidden], d_b_c[n_hidden:]
+    return (input_tangent(xp, x, dx, weights.w_ru[:n_in], dw_rux, d_b_ru, 2 * n_hidden),
+            input_tangent(xp, x, dx, weights.w_c[:n_in], dw_cx, db_cx, n_hidden),
+            (dw_ruh, dw_ch, db_ch))
+
+
+def _candidate_recurrent_tangent(xp, h_seen, dh_seen, w_ch, dw_ch, db_ch, reset_after):
+    """Reset after, ``dn = dh_seen·W_ch + h_seen·dW_ch + db_ch`` (before the step: the state
+    buffer is updated in it); reset before None (its input is the step's ``r∘h_seen``)."""
+    if not reset_after:
+        return None
+    dn = recurrent_tangent(xp, h_seen, dh_seen, w_ch, dw_ch)
+    if db_ch is not None:
+        dn += db_ch
+    return dn
+
+
 def gru_jvp(rt, x, dx, h0, dh0, weights, d_weights, settings):
     """The GRU over ``x [T, B, I]`` and its tangent: ``(steps, h_final, d_steps,
     d_h_final)``, ``steps`` and ``d_steps`` GRUCellStates of ``[T, B, H]`` arrays; the
@@ -112,25 +144,15 @@ def gru_jvp(rt, x, dx, h0, dh0, weights, d_weights, settings):
     reset_after = settings.reset_after
     lengths = _launch.lengths(xp, settings.seq_len)
     x, dx = running(xp, x, settings, lengths), running(xp, dx, settings, lengths)
-    n_steps, n_batch, n_in = x.shape
-    n_hidden = h0.shape[1]
-    dtype = x.dtype
-    d_w_ru, d_w_c, d_b_ru, d_b_c = d_weights
-    (dw_rux, dw_ruh), (dw_cx, dw_ch) = _split(d_w_ru, n_in), _split(d_w_c, n_in)
-    db_cx, db_ch = d_b_c, None
-    if reset_after and d_b_c is not None:
-        db_cx, db_ch = d_b_c[:n_hidden], d_b_c[n_hidden:]
+    (n_steps, n_batch, n_in), n_hidden, dtype = x.shape, h0.shape[1], x.dtype
     w_ruh, w_ch = weights.w_ru[n_in:], weights.w_c[n_in:]
     m_rec, z_h = _masks(xp, settings, n_steps, n_batch, n_hidden)
     gx_ru, gx_c = _x_projection(xp, x, weights.w_ru, weights.w_c)
-    d_gx_ru = input_tangent(xp, x, dx, weights.w_ru[:n_in], dw_rux, d_b_ru, 2 * n_hidden)
-    d_gx_c = input_tangent(xp, x, dx, weights.w_c[:n_in], dw_cx, db_cx, n_hidden)
+    d_gx_ru, d_gx_c, (dw_ruh, dw_ch, db_ch) = _gru_input_tangents(xp, x, dx, weights,
+                                                                   d_weights, reset_after)
     steps, d_steps = (GRUCellState(*(xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
                                      for _ in GRUCellState._fields)) for _ in range(2))
-    h = h0.copy(order="C") if lengths is not None else xp.ascontiguousarray(h0)
-    dh = _zeros_or(xp, dh0, h0)
-    if lengths is not None and dh0 is not None:
-        dh = dh.copy()
+    h, dh = _state_buffers(xp, h0, dh0, lengths)
     n = n_batch * n_hidden
     common = {"seq_len": _launch.lengths_argument(xp, lengths),
               "use_seq_len": lengths is not None, "batch": n_batch, "hidden": n_hidden}
@@ -146,10 +168,8 @@ def gru_jvp(rt, x, dx, h0, dh0, weights, d_weights, settings):
         h_prev = h.copy() if lengths is not None else h
         h_seen, dh_seen = plan.masked(h_prev, m_rec), plan.masked(dh, m_rec)
         d_ru = d_gx_ru[t] + recurrent_tangent(xp, h_seen, dh_seen, w_ruh, dw_ruh)
-        if reset_after:
-            dn = recurrent_tangent(xp, h_seen, dh_seen, w_ch, dw_ch)
-            if db_ch is not None:
-                dn += db_ch
+        dn = _candidate_recurrent_tangent(xp, h_seen, dh_seen, w_ch, dw_ch, db_ch,
+                                          reset_after)
         h_state = h if lengths is not None else steps.h[t]
         z = _launch.at_step(z_h, t, h)
         saved = step(t, gx_ru[t], gx_c[t], h, plan.masked(h, m_rec), z,
@@ -157,11 +177,10 @@ def gru_jvp(rt, x, dx, h0, dh0, weights, d_weights, settings):
         gates(r=steps.r[t], u=steps.u[t], d_ru=xp.ascontiguousarray(d_ru),
               h_seen=xp.ascontiguousarray(h_seen), dh_seen=xp.ascontiguousarray(dh_seen),
               step=t, dr=d_steps.r[t], du=d_steps.u[t], d_rh=d_rh)
-        if reset_after:
-            dgh_c, gh_c = dn, saved
-        else:  # saved: the forward's r∘h_seen, what (r∘h_seen)·W_ch saw
-            dgh_c = recurrent_tangent(xp, saved, d_rh, w_ch, dw_ch)
-            gh_c = dgh_c
+        # saved: reset after the forward's gh_c; reset before its r∘h_seen, what
+        # (r∘h_seen)·W_ch saw
+        dgh_c = dn if reset_after else recurrent_tangent(xp, saved, d_rh, w_ch, dw_ch)
+        gh_c = saved if reset_after else dgh_c
         candidate(r=steps.r[t], u=steps.u[t], c=steps.c[t], h_prev=h_prev, dr=d_steps.r[t],
                   du=d_steps.u[t], dgx_c=d_gx_c[t], dgh_c=xp.ascontiguousarray(dgh_c),
                   gh_c=gh_c, ld_gh_c=_launch.row_stride(gh_c), step=t, dh_prev=dh,
