@@ -77,7 +77,8 @@ OPS = ("lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_sequenc
        "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad", "rnn_cell", "rnn_cell_grad",
        "rnn_sequence", "rnn_sequence_grad")
 # The forward-mode ops (docs/spec.md §12) the GPU backend runs (tests/test_jvp_cuda_emulation.py).
-JVP_OPS = ("gru_cell_jvp", "gru_sequence_jvp", "rnn_cell_jvp", "rnn_sequence_jvp")
+JVP_OPS = ("gru_cell_jvp", "gru_sequence_jvp", "rnn_cell_jvp", "rnn_sequence_jvp",
+           "lstm_cell_jvp", "lstm_sequence_jvp")
 LSTM_ARRAYS = ("x", "cs_prev", "h_prev", "w", "b")
 
 

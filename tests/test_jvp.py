@@ -146,8 +146,9 @@ def test_inputs_are_not_modified(rng):
 
 
 # The forward-mode ops the GPU backend runs, and those it does not yet.
-GPU_JVP_OPS = ("rnn_cell_jvp", "rnn_sequence_jvp", "gru_cell_jvp", "gru_sequence_jvp")
-NOT_ON_GPU_JVP_OPS = ("lstm_cell_jvp", "lstm_sequence_jvp")
+GPU_JVP_OPS = ("rnn_cell_jvp", "rnn_sequence_jvp", "gru_cell_jvp", "gru_sequence_jvp",
+               "lstm_cell_jvp", "lstm_sequence_jvp")
+NOT_ON_GPU_JVP_OPS = ()
 
 
 def test_the_cpu_runs_forward_mode_and_the_gpu_does_not_yet(rng):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .._core import plan
 from . import _launch
-from ._launch import Launcher, matmul
+from ._launch import Launcher, contiguous, matmul
 
 
 def _zeros_or(xp, tangent, like):
@@ -189,3 +189,189 @@ def gru_jvp(rt, x, dx, h0, dh0, weights, d_weights, settings):
         if lengths is None:
             h, dh = steps.h[t], d_steps.h[t]
     return steps, h, d_steps, dh
+
+
+def _norm_field(d_norm, name):
+    """A field of a layer norm's tangent (an ``LSTMNorm`` or None; None: zero)."""
+    return None if d_norm is None else getattr(d_norm, name)
+
+
+def norm_tangent_rows(rt, z, dz, gamma, d_gamma, d_beta, epsilon):
+    """The tangent of ``LN(z; γ, β)`` over the last axis of ``z`` for ``dz``, ``dγ`` and
+    ``dβ`` (None: zero): ``layer_norm_tangent_rows``, a thread per row."""
+    xp = rt.xp
+    z, dz = xp.ascontiguousarray(z), xp.ascontiguousarray(dz)
+    cols = z.shape[-1]
+    rows = z.size // cols if cols else 0
+    gamma = xp.ascontiguousarray(gamma)
+    dy = xp.empty_like(z)
+    Launcher(rt, "layer_norm_tangent_rows", z.dtype, rows)(
+        z=z, dz=dz, gamma=gamma, d_gamma=gamma if d_gamma is None else contiguous(xp, d_gamma),
+        d_beta=gamma if d_beta is None else contiguous(xp, d_beta), epsilon=epsilon,
+        use_d_gamma=d_gamma is not None, use_d_beta=d_beta is not None, rows=rows,
+        cols=cols, dy=dy)
+    return dy
+
+
+def _peephole_tangents(xp, t, placeholder):
+    """The kernels' ``dwci, dwcf, dwco`` (zeros for a None among given ones) and whether
+    there are any."""
+    given = [t.wci, t.wcf, t.wco]
+    if all(p is None for p in given):
+        return [placeholder] * 3, False
+    shape = next(p for p in given if p is not None).shape
+    return [xp.zeros(shape, dtype=placeholder.dtype) if p is None else xp.ascontiguousarray(p)
+            for p in given], True
+
+
+def _lstm_gate_tangents(rt, x, dx, weights, t, settings):
+    """The input part of every step and its tangent, ``[T, B, 4H]``: ``x·W_x`` (its norm
+    with a layer norm, ``layer_norm_rows`` as the forward's) and ``dx·W_x + x·dW_x + db``
+    (through the norm's tangent before the bias's)."""
+    from .lstm import _norm_rows
+
+    xp = rt.xp
+    n_steps, n_batch, n_in = x.shape
+    width = weights.w.shape[1]
+    w_x = weights.w[:n_in]
+    dw_x = None if t.w is None else t.w[:n_in]
+    x_gates = (plan.flat(x) @ w_x).reshape(n_steps, n_batch, width)
+    norm = weights.layer_norm
+    if norm is None:
+        return x_gates, input_tangent(xp, x, dx, w_x, dw_x, t.b, width)
+    eps, d_norm = settings.ln_epsilon, t.layer_norm
+    d_gates = norm_tangent_rows(rt, x_gates, input_tangent(xp, x, dx, w_x, dw_x, None, width),
+                                norm.gamma_x, _norm_field(d_norm, "gamma_x"),
+                                _norm_field(d_norm, "beta_x"), eps)
+    if t.b is not None:
+        d_gates += t.b
+    return _norm_rows(rt, x_gates, norm.gamma_x, norm.beta_x, eps), d_gates
+
+
+def _lstm_recurrent(rt, h_seen, dh_seen, weights, t, settings, n_in):
+    """A step's recurrent part ``h_seen·W_h`` (its norm with a layer norm) and its tangent
+    ``dh_seen·W_h + h_seen·dW_h`` (through the norm's)."""
+    from .lstm import _norm_rows
+
+    xp = rt.xp
+    w_h = weights.w[n_in:]
+    gh = matmul(xp, h_seen, w_h)
+    dgh = recurrent_tangent(xp, h_seen, dh_seen, w_h, None if t.w is None else t.w[n_in:])
+    norm = weights.layer_norm
+    if norm is None:
+        return gh, dgh
+    eps, d_norm = settings.ln_epsilon, t.layer_norm
+    return (_norm_rows(rt, gh, norm.gamma_h, norm.beta_h, eps),
+            norm_tangent_rows(rt, gh, dgh, norm.gamma_h, _norm_field(d_norm, "gamma_h"),
+                              _norm_field(d_norm, "beta_h"), eps))
+
+
+def _project_tangent(xp, m, dm, w_proj, dw_proj, proj_clip, z_h, lengths, t, out, dh):
+    """Step t's projected tangent ``dm·w_proj + m·dw_proj`` (zero where the projection's
+    clip is active), zoned with the carried ``dh`` by ``z_h``, into ``out`` (zero past a
+    row's length); returns the carried tangent (``dh`` kept in those rows)."""
+    d_raw = dm @ w_proj
+    if dw_proj is not None:
+        d_raw = d_raw + m @ dw_proj
+    if proj_clip is not None:
+        d_raw = xp.where(abs(m @ w_proj) <= proj_clip, d_raw, xp.zeros((), dtype=d_raw.dtype))
+    d_raw = plan.zoned(z_h, dh, d_raw)
+    if lengths is None:
+        out[...] = d_raw
+        return out
+    valid = (t < lengths)[:, None]
+    out[...] = xp.where(valid, d_raw, xp.zeros((), dtype=out.dtype))
+    return xp.where(valid, d_raw, dh)
+
+
+def _lstm_tangent_kernel(rt, weights, t, settings, n_batch, n_hidden, lengths, masks,
+                         placeholder):
+    """The step's tangent kernel (``lstm_forward_tangent``, ``_ln`` with a layer norm: a
+    thread per row), its arguments that stay the same from step to step settled."""
+    xp = rt.xp
+    from .lstm import _peepholes, _step_kernel
+
+    name, n_threads, extra = _step_kernel("lstm_forward_tangent", rt, weights, settings,
+                                          n_batch, n_hidden)
+    if weights.layer_norm is not None:
+        d_gamma, d_beta = (_norm_field(t.layer_norm, f) for f in ("gamma_c", "beta_c"))
+        extra.update(d_gamma_c=placeholder if d_gamma is None else contiguous(xp, d_gamma),
+                     d_beta_c=placeholder if d_beta is None else contiguous(xp, d_beta),
+                     use_d_gamma=d_gamma is not None, use_d_beta=d_beta is not None)
+    wci, wcf, wco = _peepholes(xp, weights, settings, placeholder)
+    (dwci, dwcf, dwco), use_d_peephole = _peephole_tangents(xp, t, placeholder)
+    _, z_cs, z_h = masks
+    cell_clip = settings.cell_clip
+    return Launcher(
+        rt, name, placeholder.dtype, n_threads, **extra, wci=wci, wcf=wcf, wco=wco,
+        dwci=dwci, dwcf=dwcf, dwco=dwco, seq_len=_launch.lengths_argument(xp, lengths),
+        cell_clip=0.0 if cell_clip is None else cell_clip, use_peephole=settings.peepholes,
+        use_d_peephole=use_d_peephole and settings.peepholes, use_clip=cell_clip is not None,
+        use_seq_len=lengths is not None, use_zoneout_cs=z_cs is not None,
+        use_zoneout_h=z_h is not None and weights.w_proj is None, batch=n_batch,
+        hidden=n_hidden)
+
+
+def lstm_jvp(rt, x, dx, cs0, h0, weights, t, settings):
+    """The LSTM over ``x [T, B, I]`` and its tangent along ``t`` (the gradient type's
+    tangents; ``t.x``, the states' ignored for ``dx``, ``t.cs0``/``t.h0`` read by the caller
+    into ``dcs0, dh0`` fields ``t[1], t[2]``): ``(steps, cs, h, d_steps, dcs, dh)``, the
+    primal as ``gradcells.gpu.lstm._forward`` computes it (its kernels and projection)."""
+    from .._core.types import LSTMCellState
+    from .lstm import _forward_step_kernel, _masks, _project
+
+    xp = rt.xp
+    lengths = _launch.lengths(xp, settings.seq_len)
+    x, dx = running(xp, x, settings, lengths), running(xp, dx, settings, lengths)
+    (n_steps, n_batch, n_in), n_hidden, dtype = x.shape, cs0.shape[1], x.dtype
+    masks = m_rec, z_cs, z_h = _masks(xp, settings, n_steps, n_batch, n_hidden, h0.shape[1])
+    x_gates, d_x_gates = _lstm_gate_tangents(rt, x, dx, weights, t, settings)
+    steps, d_steps = (LSTMCellState(*(xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
+                                      for _ in LSTMCellState._fields)) for _ in range(2))
+    (cs, dcs), (h, dh) = _state_buffers(xp, cs0, t[1], lengths), _state_buffers(
+        xp, h0, t[2], lengths)
+    projection = weights.w_proj is not None
+    if projection:  # the kernels' h is m = o∘co; the steps' h is the projected one
+        m_steps, dm_steps = (xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
+                             for _ in range(2))
+        steps, d_steps = (s._replace(h=xp.empty((n_steps, n_batch, h0.shape[1]), dtype=dtype))
+                          for s in (steps, d_steps))
+        m_state, dm_state = (xp.empty((n_batch, n_hidden), dtype=dtype) for _ in range(2))
+    b = xp.ascontiguousarray(weights.b)
+    forward = _forward_step_kernel(rt, weights, settings, lengths, masks, n_batch, n_hidden, b,
+                                   cs, m_state if projection else h)
+    tangent = _lstm_tangent_kernel(rt, weights, t, settings, n_batch, n_hidden, lengths,
+                                   masks, b)
+    for step in range(n_steps):
+        outputs = dict(zip(LSTMCellState._fields, (a[step] for a in steps)))
+        d_outputs = dict(zip(LSTMCellState._fields, (a[step] for a in d_steps)))
+        if projection:
+            outputs["h"], d_outputs["h"] = m_steps[step], dm_steps[step]
+        gh, dgh = _lstm_recurrent(rt, plan.masked(h, m_rec), plan.masked(dh, m_rec),
+                                  weights, t, settings, n_in)
+        d_gates = d_x_gates[step] + dgh
+        cs_prev = cs.copy() if lengths is not None else cs  # the step updates the buffer
+        zone_cs = _launch.at_step(z_cs, step, b)
+        zone_h = b if projection else _launch.at_step(z_h, step, b)
+        forward(gx=x_gates[step], gh=gh, cs_prev=cs, step=step, h_prev=b if projection else h,
+                zoneout_cs=zone_cs, zoneout_h=zone_h, **outputs)
+        tangent(d_gates=d_gates, cs_prev=cs_prev, dcs_prev=dcs, dh_prev=b if projection else dh,
+                zoneout_cs=zone_cs, zoneout_h=zone_h, step=step,
+                **{k: outputs[k] for k in ("i", "f", "o", "ci", "co")},
+                **{_TANGENT_NAMES[k]: v for k, v in d_outputs.items()},
+                dcs_state=dcs if lengths is not None else b,
+                dh_state=(dm_state if projection else dh) if lengths is not None else b)
+        if projection:
+            z = plan.at_step(z_h, step)
+            dh = _project_tangent(xp, m_steps[step], dm_steps[step], weights.w_proj, t.w_proj,
+                                  settings.proj_clip, z, lengths, step, d_steps.h[step], dh)
+            h = _project(xp, m_steps[step], weights.w_proj, settings.proj_clip, z, lengths,
+                         step, steps.h[step], h)
+        if lengths is None:
+            cs, h, dcs, dh = steps.cs[step], steps.h[step], d_steps.cs[step], d_steps.h[step]
+    return steps, cs, h, d_steps, dcs, dh
+
+
+# The tangent kernels' names of the LSTMCellState fields' tangents.
+_TANGENT_NAMES = {"i": "di", "cs": "dcs", "f": "df", "o": "d_o", "ci": "dci", "co": "dco",
+                  "h": "dh"}

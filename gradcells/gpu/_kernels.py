@@ -138,6 +138,28 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
         long long n_steps, long long batch, long long hidden,
         T* d_gates, T* dcs_prev, T* peephole_terms, T* norm_terms, T* dh_zoned""",
         f"beta_c dh_zoned {_ZONEOUT_LSTM}"),
+    _kernel("lstm_forward_tangent", "lstm.cu", ("T",), """
+        const T* d_gates, const T* cs_prev, const T* dcs_prev, const T* i, const T* f,
+        const T* o, const T* ci, const T* co, const T* wci, const T* wcf, const T* wco,
+        const T* dwci, const T* dwcf, const T* dwco, const int* seq_len, const T* dh_prev,
+        const T* zoneout_cs, const T* zoneout_h, A cell_clip, int use_peephole,
+        int use_d_peephole, int use_clip, int use_seq_len, int use_zoneout_cs,
+        int use_zoneout_h, long long step, long long batch, long long hidden,
+        T* di, T* dcs, T* df, T* d_o, T* dci, T* dco, T* dh, T* dcs_state, T* dh_state""",
+        f"dh_prev {_ZONEOUT_LSTM}"),
+    _kernel("layer_norm_tangent_rows", "lstm.cu", ("T",), """
+        const T* z, const T* dz, const T* gamma, const T* d_gamma, const T* d_beta, A epsilon,
+        int use_d_gamma, int use_d_beta, long long rows, long long cols, T* dy"""),
+    _kernel("lstm_forward_tangent_ln", "lstm.cu", ("T",), """
+        const T* d_gates, const T* cs_prev, const T* dcs_prev, const T* i, const T* f,
+        const T* o, const T* ci, const T* co, const T* wci, const T* wcf, const T* wco,
+        const T* dwci, const T* dwcf, const T* dwco, const T* gamma_c, const T* beta_c,
+        const T* d_gamma_c, const T* d_beta_c, const int* seq_len, const T* dh_prev,
+        const T* zoneout_cs, const T* zoneout_h, A cell_clip, A epsilon, int use_peephole,
+        int use_d_peephole, int use_clip, int use_d_gamma, int use_d_beta, int carry_normalized,
+        int use_seq_len, int use_zoneout_cs, int use_zoneout_h, long long step, long long batch,
+        long long hidden, T* di, T* dcs, T* df, T* d_o, T* dci, T* dco, T* dh, T* dcs_state,
+        T* dh_state""", f"dh_prev {_ZONEOUT_LSTM}"),
     _kernel("gru_gates", "gru.cu", ("T",), """
         const T* gx_ru, long long ld_gx_ru, const T* gh_ru, long long ld_gh_ru, const T* b_ru,
         const T* h_prev, const int* seq_len, int use_seq_len,
