@@ -6,7 +6,8 @@ public layer with ``backend="gpu"``.
 Checked on Hypothesis-drawn cases with every option of each cell (``gradcells.testing``
 strategies: masks, both directions and layouts, ragged lengths, empty sizes), primal and
 tangent, against the reference in float64 on the same (rounded) inputs and tangents, at
-that file's agreement rule (16 eps(dtype) relative to the size of the reference's field);
+that file's agreement rule (16 eps(dtype) relative to the size of the reference's field;
+the layer-normalised LSTM by its layer-norm rule, against the reference in long double);
 in float64 also against finite differences (``gradcells.testing.jvp_check``), with tiny
 launch grids; and on edge cases (T = 0, B = 0, I = 0, lengths 0 and T, all tangents None).
 """
@@ -122,9 +123,10 @@ def _check(op, case, dtype, seed, wanted):
     tangents = _tangents(op, case, np.random.default_rng(seed), wanted)
     with emulated_gpu() as backend:
         result, d_result = backend_jvp(backend, op, case, tangents)
-    if case.get("layer_norm") is not None and dtype != np.float64:
-        # A norm amplifies rounding: tests/test_cuda_emulation.py's layer-norm rule (the
-        # reference in long double, allowed the sensitivity of perturbed reference runs).
+    if case.get("layer_norm") is not None:
+        # A norm amplifies rounding (the float64 reference's own too):
+        # tests/test_cuda_emulation.py's layer-norm rule (the reference in long double,
+        # allowed the sensitivity of perturbed reference runs).
         def run(function, k):
             return backend_jvp(reference, op, _map_arrays(case, function),
                                _map_arrays(tangents, function))[k]
