@@ -7,8 +7,11 @@ at once (the input mask and the zeroed inputs past a row's length applied to ``d
 tangent step kernel per cell (``rnn_forward_tangent``, ...) runs after the step's forward
 kernel: it reads the step's primal values and the tangent pre-activation and writes the
 tangent outputs; zoneout mixes the tangents as it mixes the states, and a row past its
-length keeps its tangent state, as it keeps its state. A None tangent is zero: its matmul
-terms are left out.
+length keeps its tangent state, as it keeps its state. Tangents are zero where a clip is
+active (on its boundary they pass). The layer-normalised LSTM adds the gate norms' tangents
+(``layer_norm_tangent_rows``, a thread per row) and its step's tangent kernel normalises the
+cell's tangent inside (``lstm_forward_tangent_ln``, a thread per row). A None tangent is
+zero: its matmul terms are left out.
 """
 
 from __future__ import annotations
@@ -313,10 +316,12 @@ def _lstm_tangent_kernel(rt, weights, t, settings, n_batch, n_hidden, lengths, m
 
 
 def lstm_jvp(rt, x, dx, cs0, h0, weights, t, settings):
-    """The LSTM over ``x [T, B, I]`` and its tangent along ``t`` (the gradient type's
-    tangents; ``t.x``, the states' ignored for ``dx``, ``t.cs0``/``t.h0`` read by the caller
-    into ``dcs0, dh0`` fields ``t[1], t[2]``): ``(steps, cs, h, d_steps, dcs, dh)``, the
-    primal as ``gradcells.gpu.lstm._forward`` computes it (its kernels and projection)."""
+    """The LSTM over ``x [T, B, I]`` and its tangent along ``t`` (an ``LSTMSequenceGrads``
+    or ``LSTMCellGrads``: the states' tangents are its fields 1 and 2, the input's is
+    ``dx``, ``[T, B, I]``): ``(steps, cs, h, d_steps, dcs, dh)``, the primal as
+    ``gradcells.gpu.lstm._forward`` computes it (its step kernel, norms and projection).
+    Per step: ``_lstm_recurrent``, the forward's kernel, the tangent kernel
+    (``_lstm_tangent_kernel``), then with a projection ``_project_tangent``."""
     from .._core.types import LSTMCellState
     from .lstm import _forward_step_kernel, _masks, _project
 
