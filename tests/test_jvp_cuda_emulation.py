@@ -241,3 +241,29 @@ def test_jvp_inputs_are_never_modified(op):
     for t, s in zip(tangents, saved[1]):
         if s is not None:
             np.testing.assert_array_equal(t, s)
+
+
+_FULL_OPTIONS = {"rnn": {"activation": "relu"}, "gru": {"reset_after": True},
+                 "lstm": {"peephole": True, "clip": True, "layer_norm": True,
+                          "ln_carry": "normalized", "proj_size": 2, "proj_clip": True}}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", GPU_JVP_OPS)
+def test_jvp_does_not_depend_on_launch_shape_or_thread_order(op, dtype):
+    """Tiny blocks and grids (every grid-stride loop wraps), threads run in reverse: the
+    same bits."""
+    rng = np.random.default_rng(13)
+    options = dict(_FULL_OPTIONS[op.split("_")[0]])
+    if op in _SEQUENCE_INPUTS:
+        options.update(steps=3, ragged=True, masks=True)
+    case = cast(_CASES[op](rng, batch=3, input_size=2, hidden=3, **options), dtype)
+    tangents = _tangents(op, case, rng, (True,) * 10)
+    runs = []
+    for policy, reverse in ((None, False), (TINY, False), (TINY, True)):
+        with emulated_gpu(*(() if policy is None else (policy, reverse))) as backend:
+            runs.append(backend_jvp(backend, op, case, tangents))
+    for other in runs[1:]:
+        for want, got in zip(runs[0], other):       # primal, then tangent
+            for a, b in zip(want, got):
+                np.testing.assert_array_equal(a, b)
