@@ -17,6 +17,8 @@ The sequence masks (docs/spec.md §11.3) run inside that plan: the input mask is
 of the whole input, the recurrent mask one of each step's matmul input (and of its gradient),
 and zoneout's mix and split happen inside the step kernels (the step's mask and a flag); the
 masks are materialised once per call (``_launch.sequence_mask``).
+Forward mode (docs/spec.md §12, the ``*_jvp`` operations at the ends of the cell modules)
+runs the forward's own plan and a tangent step kernel per step (``_jvp``).
 Importing this package imports no CuPy and compiles nothing: CuPy is imported on the first
 call.
 """
