@@ -77,6 +77,9 @@ TINY = _kernels.LaunchPolicy(block=3, max_grid=2, rows_per_part=2, min_threads=1
 OPS = ("lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_sequence",
        "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad", "rnn_cell", "rnn_cell_grad",
        "rnn_sequence", "rnn_sequence_grad")
+# The forward-mode ops (docs/spec.md §12) the GPU backend runs (tests/test_jvp_cuda_emulation.py).
+JVP_OPS = ("gru_cell_jvp", "gru_sequence_jvp", "rnn_cell_jvp", "rnn_sequence_jvp",
+           "lstm_cell_jvp", "lstm_sequence_jvp")
 LSTM_ARRAYS = ("x", "cs_prev", "h_prev", "w", "b")
 
 
@@ -150,7 +153,7 @@ def up64(up):
 
 
 def test_backend_module_mirrors_the_reference():
-    for name in OPS:
+    for name in OPS + JVP_OPS:
         assert inspect.signature(getattr(gpu, name)) == inspect.signature(
             getattr(reference, name)), name
 
@@ -170,7 +173,11 @@ def test_cell_modules_follow_the_backend_protocol():
         for name in names:
             assert _parameters(getattr(module, name)) == _parameters(getattr(protocol, name)), name
             assert getattr(gpu, name) is getattr(module, name)
-    assert sorted(gpu.__all__) == sorted(OPS)
+    assert sorted(gpu.__all__) == sorted(OPS + JVP_OPS)
+    for name in JVP_OPS:
+        cell = name.split("_")[0]
+        module = importlib.import_module(f"gradcells.gpu.{cell}")
+        assert getattr(gpu, name) is getattr(module, name)
 
 
 def test_importing_the_backend_imports_no_cupy_and_compiles_nothing():

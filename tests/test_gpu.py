@@ -881,9 +881,9 @@ def test_masks_past_a_rows_length_are_never_read_on_the_device(op, options):
 @pytest.mark.parametrize("op", ["lstm_sequence", "gru_sequence", "rnn_sequence",
                                 "lstm_stack"])
 def test_forward_mode_and_second_order_on_cupy_arrays(op):
-    """The forward-mode and second-order ops on CuPy arrays (they run on the reference, on
-    the arrays' device, dual numbers included): CuPy results, equal to the same calls on
-    NumPy, and the oracle passes them."""
+    """The forward-mode and second-order ops on CuPy arrays (the cells' and sequences'
+    forward mode on the GPU backend, the rest on the reference, on the arrays' device, dual numbers
+    included): CuPy results, equal to the same calls on NumPy, and the oracle passes them."""
     rng = np.random.default_rng(21)
     case = OPS[op][0](rng)
     on_device = gc.testing.on_library(case, "cupy")
@@ -897,3 +897,66 @@ def test_forward_mode_and_second_order_on_cupy_arrays(op):
     for a, b in zip(got, want):
         assert isinstance(a, cp.ndarray)
         np.testing.assert_allclose(a.get(), b, rtol=1e-12, atol=1e-12)
+
+
+# The forward-mode ops the GPU backend runs (docs/spec.md §12; gradcells/gpu/_jvp.py).
+_GPU_JVP = {
+    "rnn_cell": (rnn_cell_inputs(min_size=0), RNN_CELL),
+    "gru_cell": (gru_cell_inputs(min_size=0), GRU_CELL),
+    "rnn_sequence": (st.one_of(rnn_sequence_inputs(min_size=0, batch_first=None, masks=None),
+                               rnn_sequence_inputs(reverse=None, batch_first=None,
+                                                   masks=None)), RNN_SEQ),
+    "gru_sequence": (st.one_of(gru_sequence_inputs(min_size=0, batch_first=None, masks=None),
+                               gru_sequence_inputs(reverse=None, batch_first=None,
+                                                   masks=None)), GRU_SEQ),
+    "lstm_cell": (lstm_cell_inputs(min_size=0, projection=None, layer_norm=None), LSTM_CELL),
+    "lstm_sequence": (st.one_of(
+        lstm_sequence_inputs(min_size=0, batch_first=None, masks=None, projection=None,
+                             layer_norm=None),
+        lstm_sequence_inputs(reverse=None, batch_first=None, masks=None, projection=None,
+                             layer_norm=None)), LSTM_SEQ)}
+
+
+def _jvp_call(op, case, arrays, tangents, backend=None):
+    """``gc.<op>_jvp`` on the case (its optional weights and settings by keyword)."""
+    return getattr(gc, f"{op}_jvp")(*(case[k] for k in arrays), tangents,
+                                    **{k: v for k, v in case.items() if k not in arrays},
+                                    backend=backend)
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("op", sorted(_GPU_JVP))
+@given(data=st.data(), wanted=st.tuples(*[st.booleans()] * 10), seed=st.integers(0, 2**16))
+def test_gpu_forward_mode_agrees_with_reference(op, dtype, data, wanted, seed):
+    """The GPU backend's JVPs (chosen by default for CuPy arrays) against the reference's on
+    CuPy in float64, primal and tangent, every option of the cell."""
+    strategy, arrays = _GPU_JVP[op]
+    case = data.draw(strategy)
+    if dtype != np.float64 and case.get("layer_norm") is not None:
+        return  # a norm amplifies rounding: the layer norm at float64 here (the emulation
+        # checks float32 and float16 with its layer-norm rule, tests/test_jvp_cuda_emulation.py)
+    case = on_gpu(case, dtype)
+    case64 = float64(case)
+    assert gc._dispatch.backend_for(None, "cupy", op=f"{op}_jvp") is gradcells.gpu
+    grads = gc._core.specs.OPS[op].grads
+    rng = np.random.default_rng(seed)
+    def draw(a):
+        if isinstance(a, gc.LSTMNorm):
+            return gc.LSTMNorm(*(draw(p) for p in a))
+        return cp.asarray(rng.standard_normal(a.shape).astype(dtype))
+
+    tangents = grads(*(draw(case[k]) if on and case.get(k) is not None else None
+                       for k, on in zip(grads._fields, wanted)))
+    result, d_result = _jvp_call(op, case, arrays, tangents)
+    tangents64 = type(tangents)(*(None if t is None else type(t)(*(p.astype(cp.float64)
+                                  for p in t)) if isinstance(t, gc.LSTMNorm)
+                                  else t.astype(cp.float64) for t in tangents))
+    expected, d_expected = _jvp_call(op, case64, arrays, tangents64, "reference")
+    assert_close(result, expected, dtype, "primal ")
+    assert_close(d_result, d_expected, dtype, "tangent ")
+
+
+@pytest.mark.parametrize("op", sorted(_GPU_JVP))
+def test_gpu_forward_mode_matches_finite_differences(op):
+    case = on_library(OPS[op][0](np.random.default_rng(8)), "cupy")
+    gc.testing.jvp_check(op, case, backend="gpu").raise_if_failed()

@@ -145,7 +145,14 @@ def test_inputs_are_not_modified(rng):
         np.testing.assert_array_equal(a, b)
 
 
-def test_the_cpu_runs_forward_mode_and_the_gpu_does_not_yet(rng):
+# The forward-mode ops the GPU backend runs (all of them), and the second-order ones it does
+# not run yet.
+GPU_JVP_OPS = ("rnn_cell_jvp", "rnn_sequence_jvp", "gru_cell_jvp", "gru_sequence_jvp",
+               "lstm_cell_jvp", "lstm_sequence_jvp")
+NOT_ON_GPU_JVP_OPS = ("lstm_sequence_grad_jvp", "gru_cell_grad_jvp", "rnn_sequence_grad_jvp")
+
+
+def test_the_cpu_and_the_gpu_run_forward_mode(rng):
     case = _lstm_case(rng)
     tangents = gc.LSTMSequenceGrads(x=np.ones_like(case["x"]), cs0=None, h0=None, w=None,
                                     b=None)
@@ -156,7 +163,11 @@ def test_the_cpu_runs_forward_mode_and_the_gpu_does_not_yet(rng):
     for got, want in zip(cpu, reference):
         for a, b in zip(got, want):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
-    for op in ("lstm_sequence_jvp", "gru_cell_jvp", "rnn_sequence_jvp"):
+    gpu = _dispatch.backend_module("gpu")
+    for op in GPU_JVP_OPS:                             # what the gpu runs (on CuPy arrays)
+        assert _dispatch.backend_for("gpu", "cupy", op=op) is gpu
+        assert _dispatch.backend_for(None, "cupy", op=op) is gpu
+    for op in NOT_ON_GPU_JVP_OPS:
         with pytest.raises(ValueError, match=f"backend='gpu' does not run {op} yet"):
             _dispatch.backend_for("gpu", "cupy", op=op)
 

@@ -199,10 +199,12 @@ def test_numpy_arrays_run_forward_mode_on_the_cpu(op):
         "cpu")
 
 
-def test_the_gpu_does_not_run_forward_mode_yet():
+def test_the_gpu_runs_forward_mode_too_but_not_the_gradients_jvps():
+    gpu = _dispatch.backend_module("gpu")
     for op in CPU_OPS:
-        with pytest.raises(ValueError, match=f"backend='gpu' does not run {op}_jvp yet"):
-            _dispatch.backend_for("gpu", "cupy", op=f"{op}_jvp")
+        assert _dispatch.backend_for("gpu", "cupy", op=f"{op}_jvp") is gpu
+        with pytest.raises(ValueError, match=f"backend='gpu' does not run {op}_grad_jvp yet"):
+            _dispatch.backend_for("gpu", "cupy", op=f"{op}_grad_jvp")
 
 
 def _sequence_case(op, steps, batch, n_in, hidden, **options):

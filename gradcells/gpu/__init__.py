@@ -17,16 +17,41 @@ The sequence masks (docs/spec.md §11.3) run inside that plan: the input mask is
 of the whole input, the recurrent mask one of each step's matmul input (and of its gradient),
 and zoneout's mix and split happen inside the step kernels (the step's mask and a flag); the
 masks are materialised once per call (``_launch.sequence_mask``).
+Forward mode (docs/spec.md §12, the ``*_jvp`` operations at the ends of the cell modules)
+runs the forward's own plan and a tangent step kernel per step (``_jvp``).
 Importing this package imports no CuPy and compiles nothing: CuPy is imported on the first
 call.
 """
 
 from __future__ import annotations
 
-from .gru import gru_cell, gru_cell_grad, gru_sequence, gru_sequence_grad
-from .lstm import lstm_cell, lstm_cell_grad, lstm_sequence, lstm_sequence_grad
-from .rnn import rnn_cell, rnn_cell_grad, rnn_sequence, rnn_sequence_grad
+from .gru import (
+                  gru_cell,
+                  gru_cell_grad,
+                  gru_cell_jvp,
+                  gru_sequence,
+                  gru_sequence_grad,
+                  gru_sequence_jvp,
+)
+from .lstm import (
+                  lstm_cell,
+                  lstm_cell_grad,
+                  lstm_cell_jvp,
+                  lstm_sequence,
+                  lstm_sequence_grad,
+                  lstm_sequence_jvp,
+)
+from .rnn import (
+                  rnn_cell,
+                  rnn_cell_grad,
+                  rnn_cell_jvp,
+                  rnn_sequence,
+                  rnn_sequence_grad,
+                  rnn_sequence_jvp,
+)
 
 __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_sequence",
            "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad", "rnn_cell",
-           "rnn_cell_grad", "rnn_sequence", "rnn_sequence_grad"]
+           "rnn_cell_grad", "rnn_sequence", "rnn_sequence_grad", "rnn_cell_jvp",
+           "rnn_sequence_jvp", "gru_cell_jvp", "gru_sequence_jvp", "lstm_cell_jvp",
+           "lstm_sequence_jvp"]

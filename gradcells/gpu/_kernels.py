@@ -138,6 +138,28 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
         long long n_steps, long long batch, long long hidden,
         T* d_gates, T* dcs_prev, T* peephole_terms, T* norm_terms, T* dh_zoned""",
         f"beta_c dh_zoned {_ZONEOUT_LSTM}"),
+    _kernel("lstm_forward_tangent", "lstm.cu", ("T",), """
+        const T* d_gates, const T* cs_prev, const T* dcs_prev, const T* i, const T* f,
+        const T* o, const T* ci, const T* co, const T* wci, const T* wcf, const T* wco,
+        const T* dwci, const T* dwcf, const T* dwco, const int* seq_len, const T* dh_prev,
+        const T* zoneout_cs, const T* zoneout_h, A cell_clip, int use_peephole,
+        int use_d_peephole, int use_clip, int use_seq_len, int use_zoneout_cs,
+        int use_zoneout_h, long long step, long long batch, long long hidden,
+        T* di, T* dcs, T* df, T* d_o, T* dci, T* dco, T* dh, T* dcs_state, T* dh_state""",
+        f"dh_prev {_ZONEOUT_LSTM}"),
+    _kernel("layer_norm_tangent_rows", "lstm.cu", ("T",), """
+        const T* z, const T* dz, const T* gamma, const T* d_gamma, const T* d_beta, A epsilon,
+        int use_d_gamma, int use_d_beta, long long rows, long long cols, T* dy"""),
+    _kernel("lstm_forward_tangent_ln", "lstm.cu", ("T",), """
+        const T* d_gates, const T* cs_prev, const T* dcs_prev, const T* i, const T* f,
+        const T* o, const T* ci, const T* co, const T* wci, const T* wcf, const T* wco,
+        const T* dwci, const T* dwcf, const T* dwco, const T* gamma_c, const T* beta_c,
+        const T* d_gamma_c, const T* d_beta_c, const int* seq_len, const T* dh_prev,
+        const T* zoneout_cs, const T* zoneout_h, A cell_clip, A epsilon, int use_peephole,
+        int use_d_peephole, int use_clip, int use_d_gamma, int use_d_beta, int carry_normalized,
+        int use_seq_len, int use_zoneout_cs, int use_zoneout_h, long long step, long long batch,
+        long long hidden, T* di, T* dcs, T* df, T* d_o, T* dci, T* dco, T* dh, T* dcs_state,
+        T* dh_state""", f"dh_prev {_ZONEOUT_LSTM}"),
     _kernel("gru_gates", "gru.cu", ("T",), """
         const T* gx_ru, long long ld_gx_ru, const T* gh_ru, long long ld_gh_ru, const T* b_ru,
         const T* h_prev, const int* seq_len, int use_seq_len,
@@ -163,6 +185,16 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     _kernel("gru_backward_reset", "gru.cu", ("T",), """
         const T* d_hr, const T* r, const T* h_prev, long long batch, long long hidden,
         T* d_gates, T* dh_direct"""),
+    _kernel("gru_gates_tangent", "gru.cu", ("T",), """
+        const T* r, const T* u, const T* d_ru, const T* h_seen, const T* dh_seen,
+        const int* seq_len, int use_seq_len, long long step, long long batch, long long hidden,
+        T* dr, T* du, T* d_rh"""),
+    _kernel("gru_candidate_tangent", "gru.cu", ("T",), """
+        const T* r, const T* u, const T* c, const T* h_prev, const T* dr, const T* du,
+        const T* dgx_c, const T* dgh_c, const T* gh_c, long long ld_gh_c, const T* b_c,
+        const int* seq_len, const T* dh_prev, const T* zoneout_h, int reset_after,
+        int use_seq_len, int use_zoneout_h, long long step, long long batch, long long hidden,
+        T* dc, T* dh, T* dh_state""", _ZONEOUT),
     _kernel("rnn_forward", "rnn.cu", ("T",), """
         const T* gx, const T* gh, const T* b, const int* seq_len, const T* h_prev,
         const T* zoneout_h, int use_relu, int use_seq_len, int use_zoneout_h, long long step,
@@ -172,6 +204,11 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
         const T* zoneout_h, int use_relu, int has_d_h, int has_d_h_final, int use_seq_len,
         int use_zoneout_h, long long step, long long n_steps, long long batch, long long hidden,
         T* d_z, T* dh_zoned""", f"dh_zoned {_ZONEOUT}"),
+    _kernel("rnn_forward_tangent", "rnn.cu", ("T",), """
+        const T* gx, const T* gh, const T* b, const T* dgx, const T* dgh, const int* seq_len,
+        const T* dh_prev, const T* zoneout_h, int use_relu, int use_seq_len, int use_zoneout_h,
+        long long step, long long batch, long long hidden, T* dh, T* dh_state""",
+        f"dh_prev {_ZONEOUT}"),
     _kernel("column_sum", "reduce.cu", ("TIn", "TOut"), """
         const TIn* in, long long rows, long long cols, long long rows_per_part,
         long long parts, TOut* out"""),

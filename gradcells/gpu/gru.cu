@@ -306,3 +306,123 @@ GC_KERNEL void gru_backward_reset(
             dh_direct);
     }
 }
+
+// Forward mode (docs/spec.md section 12): the step's tangents from its primal outputs
+// (r, u, c as the forward stored them) and the tangent pre-activations, in two launches
+// after the step's forward kernels (the tangent's matmuls around them: gradcells/gpu/_jvp.py).
+//
+// Part 1 of 2, the gates (d_ru: the [B, 2H] tangent of [r, u]'s pre-activation,
+// C-contiguous; h_seen, dh_seen: the state the matmuls see and its tangent):
+//   [dr, du] = [r*(1-r), u*(1-u)]*d_ru;   d_rh = dr*h_seen + r*dh_seen
+// (d_rh is the reset-before candidate matmul's input tangent; reset after it is not read).
+// A row past its length writes zeros.
+template <class T, class A, class Index>
+__device__ __forceinline__ void gru_gates_tangent_body(
+    const T* r_in, const T* u_in, const T* d_ru, const T* h_seen, const T* dh_seen,
+    const int* seq_len, int use_seq_len, long long step, Index n, Index hidden,
+    T* dr_out, T* du_out, T* d_rh)
+{
+    const A one = (A)1;
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const Index row = k / hidden;
+        const Index col = k - row * hidden;
+        if (use_seq_len && step >= (long long)seq_len[row]) {
+            const T z = gc_store<T>::from((A)0);
+            dr_out[k] = z; du_out[k] = z; d_rh[k] = z;
+            continue;
+        }
+        const A r = gc_load(r_in[k]);
+        const A u = gc_load(u_in[k]);
+        const Index at = row * 2 * hidden + col;
+        const A dr = r * (one - r) * gc_load(d_ru[at]);
+        const A du = u * (one - u) * gc_load(d_ru[at + hidden]);
+        dr_out[k] = gc_store<T>::from(dr);
+        du_out[k] = gc_store<T>::from(du);
+        d_rh[k] = gc_store<T>::from(dr * gc_load(h_seen[k]) + r * gc_load(dh_seen[k]));
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void gru_gates_tangent(
+    const T* r, const T* u, const T* d_ru, const T* h_seen, const T* dh_seen,
+    const int* seq_len, int use_seq_len, long long step, long long batch, long long hidden,
+    T* dr, T* du, T* d_rh)
+{
+    const long long n = batch * hidden;
+    if (n <= GC_UINT32_SAFE_COUNT) {
+        gru_gates_tangent_body<T, A, unsigned int>(
+            r, u, d_ru, h_seen, dh_seen, seq_len, use_seq_len, step, (unsigned int)n,
+            (unsigned int)hidden, dr, du, d_rh);
+    } else {
+        gru_gates_tangent_body<T, A, unsigned long long>(
+            r, u, d_ru, h_seen, dh_seen, seq_len, use_seq_len, step, (unsigned long long)n,
+            (unsigned long long)hidden, dr, du, d_rh);
+    }
+}
+
+// Part 2 of 2, the candidate and the state (dgx_c: the tangent of the candidate's input
+// part, its bias's tangent included; dgh_c: of its recurrent part, reset before
+// d_rh@W_ch + rh@dW_ch, reset after dn = dh_seen@W_ch + h_seen@dW_ch + db_ch):
+//   dc_pre = dgx_c + dgh_c                            reset before
+//   dc_pre = dgx_c + dr*n + r*dgh_c,  n = gh_c + b_ch  reset after (gh_c, b_c the forward's)
+//   dc = (1 - c^2)*dc_pre;   dh = du*(h_prev - c) + u*dh_prev + (1-u)*dc
+// Zoneout mixes the tangents as the states: dh = z*dh_prev + (1-z)*dh. A row past its
+// length writes zeros and leaves dh_state alone; a running row also writes dh_state
+// (use_seq_len), which may be the dh_prev buffer.
+template <class T, class A, class Index>
+__device__ __forceinline__ void gru_candidate_tangent_body(
+    const T* r_in, const T* u_in, const T* c_in, const T* h_prev, const T* dr_in,
+    const T* du_in, const T* dgx_c, const T* dgh_c, const T* gh_c, Index ld_gh_c,
+    const T* b_c, const int* seq_len, const T* dh_prev, const T* zoneout_h, int reset_after,
+    int use_seq_len, int use_zoneout_h, long long step, Index n, Index hidden, T* dc_out,
+    T* dh_out, T* dh_state)
+{
+    const A one = (A)1;
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const Index row = k / hidden;
+        const Index col = k - row * hidden;
+        if (use_seq_len && step >= (long long)seq_len[row]) {
+            const T z = gc_store<T>::from((A)0);
+            dc_out[k] = z; dh_out[k] = z;
+            continue;
+        }
+        A dc_pre = gc_load(dgx_c[k]);
+        if (reset_after) {
+            const A recurrent = gc_load(gh_c[row * ld_gh_c + col]) + gc_load(b_c[col + hidden]);
+            dc_pre = dc_pre + gc_load(dr_in[k]) * recurrent + gc_load(r_in[k]) * gc_load(dgh_c[k]);
+        } else {
+            dc_pre = dc_pre + gc_load(dgh_c[k]);
+        }
+        const A c = gc_load(c_in[k]);
+        const A u = gc_load(u_in[k]);
+        const A dhp = gc_load(dh_prev[k]);
+        const A dc = (one - c * c) * dc_pre;
+        A dh = gc_load(du_in[k]) * (gc_load(h_prev[k]) - c) + u * dhp + (one - u) * dc;
+        if (use_zoneout_h) dh = gc_zoned(gc_load(zoneout_h[k]), dhp, dh);
+        dc_out[k] = gc_store<T>::from(dc);
+        dh_out[k] = gc_store<T>::from(dh);
+        if (use_seq_len) dh_state[k] = gc_store<T>::from(dh);
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void gru_candidate_tangent(
+    const T* r, const T* u, const T* c, const T* h_prev, const T* dr, const T* du,
+    const T* dgx_c, const T* dgh_c, const T* gh_c, long long ld_gh_c, const T* b_c,
+    const int* seq_len, const T* dh_prev, const T* zoneout_h, int reset_after,
+    int use_seq_len, int use_zoneout_h, long long step, long long batch, long long hidden,
+    T* dc, T* dh, T* dh_state)
+{
+    const long long n = batch * hidden;
+    if (n <= GC_UINT32_SAFE_COUNT) {
+        gru_candidate_tangent_body<T, A, unsigned int>(
+            r, u, c, h_prev, dr, du, dgx_c, dgh_c, gh_c, (unsigned int)ld_gh_c, b_c, seq_len,
+            dh_prev, zoneout_h, reset_after, use_seq_len, use_zoneout_h, step,
+            (unsigned int)n, (unsigned int)hidden, dc, dh, dh_state);
+    } else {
+        gru_candidate_tangent_body<T, A, unsigned long long>(
+            r, u, c, h_prev, dr, du, dgx_c, dgh_c, gh_c, (unsigned long long)ld_gh_c, b_c,
+            seq_len, dh_prev, zoneout_h, reset_after, use_seq_len, use_zoneout_h, step,
+            (unsigned long long)n, (unsigned long long)hidden, dc, dh, dh_state);
+    }
+}

@@ -138,6 +138,7 @@ class _ResetAfterStep:
                     ld_gx_c=row_stride(gx_c), gh_ru=gh_ru, ld_gh_ru=row_stride(gh_ru),
                     gh_c=gh_c, ld_gh_c=row_stride(gh_c), h_prev=h, zoneout_h=z, step=t, r=r,
                     u=u, c=c, h=h_out, h_state=h_state)
+        return gh_c  # the candidate's recurrent part (forward mode reads it)
 
 
 class _ResetBeforeStep:
@@ -165,6 +166,7 @@ class _ResetBeforeStep:
         self.candidate(gx_c=gx_c, ld_gx_c=row_stride(gx_c), gh_c=gh_c,
                        ld_gh_c=row_stride(gh_c), u=u, h_prev=h, zoneout_h=z, step=t, c=c,
                        h=h_out, h_state=h_state)
+        return rh  # the candidate matmul's input (forward mode reads it)
 
 
 # --------------------------------------------------------------------------------------
@@ -279,3 +281,34 @@ def _weight_grads(rt, x, weights, h_prev, d_gates, d_n, rh):
         xp.matmul(plan.flat(rh).T, d_c_flat, out=dw_c[n_in:])
         db_c = sums[2 * n_hidden:]
     return dx_flat.reshape(n_steps, n_batch, n_in), dw_ru, dw_c, sums[:2 * n_hidden], db_c
+
+
+# --------------------------------------------------------------------------------------
+# Forward mode (docs/spec.md §12; ``_jvp``)
+
+
+def gru_cell_jvp(x, h_prev, weights, tangents, settings):
+    """One GRU step and its tangent along ``tangents`` (a ``GRUCellGrads``, None fields
+    zero); see ``gradcells.reference.gru.gru_cell_jvp``. The primal is ``gru_cell``'s."""
+    from ._jvp import gru_jvp
+
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        steps, _, d_steps, _ = gru_jvp(rt, x[None], None if tangents.x is None else
+                                       tangents.x[None], h_prev, tangents.h_prev, weights,
+                                       tuple(tangents)[2:], settings)
+        return GRUCellState(*(a[0] for a in steps)), GRUCellState(*(a[0] for a in d_steps))
+
+
+def gru_sequence_jvp(x, h0, weights, tangents, settings):
+    """``gru_sequence`` and its tangent along ``tangents`` (a ``GRUSequenceGrads``, None
+    fields zero); see ``gradcells.reference.gru.gru_sequence_jvp``."""
+    from ._jvp import gru_jvp
+
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        steps, h, d_steps, dh = gru_jvp(rt, x, tangents.x, h0, tangents.h0, weights,
+                                        tuple(tangents)[2:], settings)
+        copy = settings.seq_len is None
+        return (GRUSequence(*steps, h_final=h.copy() if copy else h),
+                GRUSequence(*d_steps, h_final=dh.copy() if copy else dh))

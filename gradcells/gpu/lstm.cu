@@ -669,3 +669,308 @@ GC_KERNEL void lstm_backward_ln(
             dh_zoned);
     }
 }
+
+// Forward mode (docs/spec.md section 12), one step per launch after lstm_forward: the
+// step's tangents from its stored gates (i, f, o, ci, co), cs_prev and the tangents of the
+// pre-activations (d_gates: [B, 4H] icfo, dx@W_x + x@dW_x + db + dh_prev@W_h + h_prev@dW_h)
+// and of cs_prev (dcs_prev); dwci, dwcf, dwco: the peepholes' tangents (use_d_peephole):
+//   dgi = d_gates_i + dcs_prev*wci + cs_prev*dwci     (peepholes; dgf alike)
+//   di = i*(1-i)*dgi;   dci = (1-ci^2)*d_gates_c;   df = f*(1-f)*dgf
+//   dc = di*ci + i*dci + df*cs_prev + f*dcs_prev, zero where the clip is active
+//        (|i*ci + f*cs_prev| > cell_clip, the forward's own fma: on the boundary it passes)
+//   dco = (1-co^2)*dc;   do = o*(1-o)*(d_gates_o + dc*wco + c~*dwco);   dh = do*co + o*dco
+// c~ is the step's own (unzoned) cell value, recomputed from the stored gates
+// (gc_lstm_c_tilde). Zoneout mixes the tangents as the forward mixes the states:
+// dcs = z_cs*dcs_prev + (1-z_cs)*dc, dh = z_h*dh_prev + (1-z_h)*dh. A row past its length
+// writes zeros and leaves the state tangents alone; a running row also writes them to
+// dcs_state and dh_state (use_seq_len), which may be the dcs_prev and dh_prev buffers.
+template <class T, class A, class Index>
+__device__ __forceinline__ void lstm_forward_tangent_body(
+    const T* d_gates, const T* cs_prev, const T* dcs_prev, const T* i_in, const T* f_in,
+    const T* o_in, const T* ci_in, const T* co_in, const T* wci, const T* wcf,
+    const T* wco, const T* dwci, const T* dwcf, const T* dwco, const int* seq_len,
+    const T* dh_prev, const T* zoneout_cs, const T* zoneout_h, A cell_clip,
+    int use_peephole, int use_d_peephole, int use_clip, int use_seq_len,
+    int use_zoneout_cs, int use_zoneout_h, long long step, Index n, Index hidden,
+    T* di_out, T* dcs_out, T* df_out, T* do_out, T* dci_out, T* dco_out, T* dh_out,
+    T* dcs_state, T* dh_state)
+{
+    const A zero = (A)0;
+    const A one = (A)1;
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const Index row = k / hidden;
+        const Index col = k - row * hidden;
+        if (use_seq_len && step >= (long long)seq_len[row]) {
+            const T z = gc_store<T>::from(zero);
+            di_out[k] = z; dcs_out[k] = z; df_out[k] = z; do_out[k] = z;
+            dci_out[k] = z; dco_out[k] = z; dh_out[k] = z;
+            continue;
+        }
+        const Index g = row * 4 * hidden + col;
+        const A c_prev = gc_load(cs_prev[k]);
+        const A dc_prev = gc_load(dcs_prev[k]);
+        const A i = gc_load(i_in[k]);
+        const A f = gc_load(f_in[k]);
+        const A o = gc_load(o_in[k]);
+        const A ci = gc_load(ci_in[k]);
+        const A co = gc_load(co_in[k]);
+        A dgi = gc_load(d_gates[g]);
+        A dgf = gc_load(d_gates[g + 2 * hidden]);
+        A dgo = gc_load(d_gates[g + 3 * hidden]);
+        if (use_peephole) {
+            dgi = dgi + dc_prev * gc_load(wci[col]);
+            dgf = dgf + dc_prev * gc_load(wcf[col]);
+            if (use_d_peephole) {
+                dgi = dgi + c_prev * gc_load(dwci[col]);
+                dgf = dgf + c_prev * gc_load(dwcf[col]);
+            }
+        }
+        const A di = i * (one - i) * dgi;
+        const A dci = (one - ci * ci) * gc_load(d_gates[g + hidden]);
+        const A df = f * (one - f) * dgf;
+        A dc = di * ci + i * dci + df * c_prev + f * dc_prev;
+        if (use_clip && !(gc_abs(gc_fma(i, ci, f * c_prev)) <= cell_clip)) dc = zero;
+        const A dco = (one - co * co) * dc;
+        if (use_peephole) {
+            dgo = dgo + dc * gc_load(wco[col]);
+            if (use_d_peephole) {
+                const A cs = gc_lstm_c_tilde<T, A>(i, ci, f, c_prev, use_clip, cell_clip);
+                dgo = dgo + cs * gc_load(dwco[col]);
+            }
+        }
+        const A d_o = o * (one - o) * dgo;
+        A dh = d_o * co + o * dco;
+        A dcs = dc;
+        if (use_zoneout_cs) dcs = gc_zoned(gc_load(zoneout_cs[k]), dc_prev, dcs);
+        if (use_zoneout_h) dh = gc_zoned(gc_load(zoneout_h[k]), gc_load(dh_prev[k]), dh);
+        di_out[k] = gc_store<T>::from(di);
+        dcs_out[k] = gc_store<T>::from(dcs);
+        df_out[k] = gc_store<T>::from(df);
+        do_out[k] = gc_store<T>::from(d_o);
+        dci_out[k] = gc_store<T>::from(dci);
+        dco_out[k] = gc_store<T>::from(dco);
+        dh_out[k] = gc_store<T>::from(dh);
+        if (use_seq_len) {
+            dcs_state[k] = gc_store<T>::from(dcs);
+            dh_state[k] = gc_store<T>::from(dh);
+        }
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void lstm_forward_tangent(
+    const T* d_gates, const T* cs_prev, const T* dcs_prev, const T* i, const T* f,
+    const T* o, const T* ci, const T* co, const T* wci, const T* wcf, const T* wco,
+    const T* dwci, const T* dwcf, const T* dwco, const int* seq_len, const T* dh_prev,
+    const T* zoneout_cs, const T* zoneout_h, A cell_clip, int use_peephole,
+    int use_d_peephole, int use_clip, int use_seq_len, int use_zoneout_cs,
+    int use_zoneout_h, long long step, long long batch, long long hidden,
+    T* di, T* dcs, T* df, T* d_o, T* dci, T* dco, T* dh, T* dcs_state, T* dh_state)
+{
+    const long long n = batch * hidden;
+    if (n <= GC_UINT32_SAFE_COUNT) {
+        lstm_forward_tangent_body<T, A, unsigned int>(
+            d_gates, cs_prev, dcs_prev, i, f, o, ci, co, wci, wcf, wco, dwci, dwcf, dwco,
+            seq_len, dh_prev, zoneout_cs, zoneout_h, cell_clip, use_peephole, use_d_peephole,
+            use_clip, use_seq_len, use_zoneout_cs, use_zoneout_h, step, (unsigned int)n,
+            (unsigned int)hidden, di, dcs, df, d_o, dci, dco, dh, dcs_state, dh_state);
+    } else {
+        lstm_forward_tangent_body<T, A, unsigned long long>(
+            d_gates, cs_prev, dcs_prev, i, f, o, ci, co, wci, wcf, wco, dwci, dwcf, dwco,
+            seq_len, dh_prev, zoneout_cs, zoneout_h, cell_clip, use_peephole, use_d_peephole,
+            use_clip, use_seq_len, use_zoneout_cs, use_zoneout_h, step,
+            (unsigned long long)n, (unsigned long long)hidden, di, dcs, df, d_o, dci, dco,
+            dh, dcs_state, dh_state);
+    }
+}
+
+// Forward mode of a gate norm, over each row of C-contiguous [rows, cols] arrays: the
+// tangent dy of y = LN(z; gamma, beta) (layer_norm_rows) for the tangents dz, d_gamma
+// (use_d_gamma) and d_beta (use_d_beta), z's mean and r recomputed as the forward's:
+//   dz_hat = r*(dz - mean(dz) - z_hat*mean(z_hat*dz));   dy = d_gamma*z_hat + gamma*dz_hat + d_beta
+// One thread per row.
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void layer_norm_tangent_rows(
+    const T* z, const T* dz, const T* gamma, const T* d_gamma, const T* d_beta, A epsilon,
+    int use_d_gamma, int use_d_beta, long long rows, long long cols, T* dy)
+{
+    const A count = (A)(cols > 0 ? cols : 1);
+    for (long long row = gc_first_x<long long>(); row < rows; row += gc_stride_x<long long>()) {
+        const T* zr = z + row * cols;
+        const T* dzr = dz + row * cols;
+        A mean, r;
+        gc_row_stats<T, A, long long>(zr, cols, epsilon, &mean, &r);
+        A sum_d = (A)0, sum_zd = (A)0;
+        for (long long j = 0; j < cols; ++j) {
+            const A d = gc_load(dzr[j]);
+            sum_d = sum_d + d;
+            sum_zd = gc_fma((gc_load(zr[j]) - mean) * r, d, sum_zd);
+        }
+        const A mean_d = sum_d / count;
+        const A mean_zd = sum_zd / count;
+        for (long long j = 0; j < cols; ++j) {
+            const A z_hat = (gc_load(zr[j]) - mean) * r;
+            A t = gc_load(gamma[j]) * (r * (gc_load(dzr[j]) - mean_d - z_hat * mean_zd));
+            if (use_d_gamma) t = t + gc_load(d_gamma[j]) * z_hat;
+            if (use_d_beta) t = t + gc_load(d_beta[j]);
+            dy[row * cols + j] = gc_store<T>::from(t);
+        }
+    }
+}
+
+// Forward mode of the layer-normalised step, ONE THREAD PER ROW b, after lstm_forward_ln:
+// as lstm_forward_tangent, with the cell norm n = LN(c~; gamma_c, beta_c) between dc~ and
+// co (c~, its mean and r recomputed from the stored gates as the forward's):
+//   dn = d_gamma_c*c_hat + gamma_c*r*(dc~ - mean(dc~) - c_hat*mean(c_hat*dc~)) + d_beta_c
+//   dco = (1-co^2)*dn;   the carried cs is n (carry_normalized) or c~, its tangent dn or dc~;
+//   do = o*(1-o)*(d_gates_o + dcs*wco + cs*dwco);   dh = do*co + o*dco
+// Pass 1 writes di, dci, df and dc~ (into dcs, then overwritten) and sums c~; pass 2 the
+// variance; pass 3 the sums of dc~ and c_hat*dc~; pass 4 the rest. Lengths and zoneout as
+// lstm_forward_tangent (dcs_state may be dcs_prev: each element is read by the row's
+// thread before that thread writes it).
+template <class T, class A, class Index>
+__device__ __forceinline__ void lstm_forward_tangent_ln_body(
+    const T* d_gates, const T* cs_prev, const T* dcs_prev, const T* i_in, const T* f_in,
+    const T* o_in, const T* ci_in, const T* co_in, const T* wci, const T* wcf,
+    const T* wco, const T* dwci, const T* dwcf, const T* dwco, const T* gamma_c,
+    const T* beta_c, const T* d_gamma_c, const T* d_beta_c, const int* seq_len,
+    const T* dh_prev, const T* zoneout_cs, const T* zoneout_h, A cell_clip, A epsilon,
+    int use_peephole, int use_d_peephole, int use_clip, int use_d_gamma, int use_d_beta,
+    int carry_normalized, int use_seq_len, int use_zoneout_cs, int use_zoneout_h,
+    long long step, Index batch, Index hidden, T* di_out, T* dcs_out, T* df_out,
+    T* do_out, T* dci_out, T* dco_out, T* dh_out, T* dcs_state, T* dh_state)
+{
+    const A zero = (A)0;
+    const A one = (A)1;
+    const A count = (A)(hidden > 0 ? hidden : 1);
+    for (Index row = gc_first_x<Index>(); row < batch; row += gc_stride_x<Index>()) {
+        const Index base = row * hidden;
+        if (use_seq_len && step >= (long long)seq_len[row]) {
+            const T z = gc_store<T>::from(zero);
+            for (Index k = base; k < base + hidden; ++k) {
+                di_out[k] = z; dcs_out[k] = z; df_out[k] = z; do_out[k] = z;
+                dci_out[k] = z; dco_out[k] = z; dh_out[k] = z;
+            }
+            continue;
+        }
+        A sum = zero;
+        for (Index col = 0; col < hidden; ++col) {
+            const Index k = base + col;
+            const Index g = row * 4 * hidden + col;
+            const A c_prev = gc_load(cs_prev[k]);
+            const A dc_prev = gc_load(dcs_prev[k]);
+            const A i = gc_load(i_in[k]);
+            const A f = gc_load(f_in[k]);
+            const A ci = gc_load(ci_in[k]);
+            A dgi = gc_load(d_gates[g]);
+            A dgf = gc_load(d_gates[g + 2 * hidden]);
+            if (use_peephole) {
+                dgi = dgi + dc_prev * gc_load(wci[col]);
+                dgf = dgf + dc_prev * gc_load(wcf[col]);
+                if (use_d_peephole) {
+                    dgi = dgi + c_prev * gc_load(dwci[col]);
+                    dgf = dgf + c_prev * gc_load(dwcf[col]);
+                }
+            }
+            const A di = i * (one - i) * dgi;
+            const A dci = (one - ci * ci) * gc_load(d_gates[g + hidden]);
+            const A df = f * (one - f) * dgf;
+            A dc = di * ci + i * dci + df * c_prev + f * dc_prev;
+            if (use_clip && !(gc_abs(gc_fma(i, ci, f * c_prev)) <= cell_clip)) dc = zero;
+            di_out[k] = gc_store<T>::from(di);
+            dci_out[k] = gc_store<T>::from(dci);
+            df_out[k] = gc_store<T>::from(df);
+            dcs_out[k] = gc_store<T>::from(dc);
+            sum = sum + gc_lstm_c_tilde<T, A>(i, ci, f, c_prev, use_clip, cell_clip);
+        }
+        const A mean = sum / count;
+        A squares = zero;
+        for (Index k = base; k < base + hidden; ++k) {
+            const A c = gc_lstm_c_tilde<T, A>(gc_load(i_in[k]), gc_load(ci_in[k]),
+                                              gc_load(f_in[k]), gc_load(cs_prev[k]),
+                                              use_clip, cell_clip) - mean;
+            squares = gc_fma(c, c, squares);
+        }
+        const A r = one / gc_sqrt(squares / count + epsilon);
+        A sum_d = zero, sum_cd = zero;
+        for (Index k = base; k < base + hidden; ++k) {
+            const A c_hat = (gc_lstm_c_tilde<T, A>(gc_load(i_in[k]), gc_load(ci_in[k]),
+                                                   gc_load(f_in[k]), gc_load(cs_prev[k]),
+                                                   use_clip, cell_clip) - mean) * r;
+            const A d = gc_load(dcs_out[k]);
+            sum_d = sum_d + d;
+            sum_cd = gc_fma(c_hat, d, sum_cd);
+        }
+        const A mean_d = sum_d / count;
+        const A mean_cd = sum_cd / count;
+        for (Index col = 0; col < hidden; ++col) {
+            const Index k = base + col;
+            const Index g = row * 4 * hidden + col;
+            const A c_prev = gc_load(cs_prev[k]);
+            const A dc_prev = gc_load(dcs_prev[k]);
+            const A c_tilde = gc_lstm_c_tilde<T, A>(gc_load(i_in[k]), gc_load(ci_in[k]),
+                                                    gc_load(f_in[k]), c_prev, use_clip,
+                                                    cell_clip);
+            const A c_hat = (c_tilde - mean) * r;
+            const A dc = gc_load(dcs_out[k]);
+            const A gamma = gc_load(gamma_c[col]);
+            A dn = gamma * (r * (dc - mean_d - c_hat * mean_cd));
+            if (use_d_gamma) dn = dn + gc_load(d_gamma_c[col]) * c_hat;
+            if (use_d_beta) dn = dn + gc_load(d_beta_c[col]);
+            const A n = gc_rounded<T>(gc_fma(gamma, c_hat, gc_load(beta_c[col])));
+            const A co = gc_load(co_in[k]);
+            const A o = gc_load(o_in[k]);
+            const A dco = (one - co * co) * dn;
+            const A cs = carry_normalized ? n : c_tilde;
+            A dcs = carry_normalized ? dn : dc;
+            A dgo = gc_load(d_gates[g + 3 * hidden]);
+            if (use_peephole) {
+                dgo = dgo + dcs * gc_load(wco[col]);
+                if (use_d_peephole) dgo = dgo + cs * gc_load(dwco[col]);
+            }
+            const A d_o = o * (one - o) * dgo;
+            A dh = d_o * co + o * dco;
+            if (use_zoneout_cs) dcs = gc_zoned(gc_load(zoneout_cs[k]), dc_prev, dcs);
+            if (use_zoneout_h) dh = gc_zoned(gc_load(zoneout_h[k]), gc_load(dh_prev[k]), dh);
+            dcs_out[k] = gc_store<T>::from(dcs);
+            do_out[k] = gc_store<T>::from(d_o);
+            dco_out[k] = gc_store<T>::from(dco);
+            dh_out[k] = gc_store<T>::from(dh);
+            if (use_seq_len) {
+                dcs_state[k] = gc_store<T>::from(dcs);
+                dh_state[k] = gc_store<T>::from(dh);
+            }
+        }
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void lstm_forward_tangent_ln(
+    const T* d_gates, const T* cs_prev, const T* dcs_prev, const T* i, const T* f,
+    const T* o, const T* ci, const T* co, const T* wci, const T* wcf, const T* wco,
+    const T* dwci, const T* dwcf, const T* dwco, const T* gamma_c, const T* beta_c,
+    const T* d_gamma_c, const T* d_beta_c, const int* seq_len, const T* dh_prev,
+    const T* zoneout_cs, const T* zoneout_h, A cell_clip, A epsilon, int use_peephole,
+    int use_d_peephole, int use_clip, int use_d_gamma, int use_d_beta, int carry_normalized,
+    int use_seq_len, int use_zoneout_cs, int use_zoneout_h, long long step, long long batch,
+    long long hidden, T* di, T* dcs, T* df, T* d_o, T* dci, T* dco, T* dh, T* dcs_state,
+    T* dh_state)
+{
+    if (batch * hidden <= GC_UINT32_SAFE_COUNT) {
+        lstm_forward_tangent_ln_body<T, A, unsigned int>(
+            d_gates, cs_prev, dcs_prev, i, f, o, ci, co, wci, wcf, wco, dwci, dwcf, dwco,
+            gamma_c, beta_c, d_gamma_c, d_beta_c, seq_len, dh_prev, zoneout_cs, zoneout_h,
+            cell_clip, epsilon, use_peephole, use_d_peephole, use_clip, use_d_gamma,
+            use_d_beta, carry_normalized, use_seq_len, use_zoneout_cs, use_zoneout_h, step,
+            (unsigned int)batch, (unsigned int)hidden, di, dcs, df, d_o, dci, dco, dh,
+            dcs_state, dh_state);
+    } else {
+        lstm_forward_tangent_ln_body<T, A, unsigned long long>(
+            d_gates, cs_prev, dcs_prev, i, f, o, ci, co, wci, wcf, wco, dwci, dwcf, dwco,
+            gamma_c, beta_c, d_gamma_c, d_beta_c, seq_len, dh_prev, zoneout_cs, zoneout_h,
+            cell_clip, epsilon, use_peephole, use_d_peephole, use_clip, use_d_gamma,
+            use_d_beta, carry_normalized, use_seq_len, use_zoneout_cs, use_zoneout_h, step,
+            (unsigned long long)batch, (unsigned long long)hidden, di, dcs, df, d_o, dci,
+            dco, dh, dcs_state, dh_state);
+    }
+}

@@ -154,7 +154,6 @@ def _forward(rt, x, cs0, h0, weights, settings):
     if norm is not None:
         x_gates = _norm_rows(rt, x_gates, norm.gamma_x, norm.beta_x, settings.ln_epsilon)
     b = xp.ascontiguousarray(weights.b)
-    wci, wcf, wco = _peepholes(xp, weights, settings, b)
     steps = LSTMCellState(*(xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
                             for _ in LSTMCellState._fields))
     if lengths is None:
@@ -166,17 +165,8 @@ def _forward(rt, x, cs0, h0, weights, settings):
         m_steps = xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
         steps = steps._replace(h=xp.empty((n_steps, n_batch, h0.shape[1]), dtype=dtype))
         m_state = xp.empty((n_batch, n_hidden), dtype=dtype)
-    cell_clip = settings.cell_clip
-    name, n_threads, extra = _step_kernel("lstm_forward", rt, weights, settings, n_batch,
-                                          n_hidden)
-    forward = Launcher(
-        rt, name, dtype, n_threads, **extra, b=b, wci=wci, wcf=wcf, wco=wco,
-        seq_len=_launch.lengths_argument(xp, lengths), forget_bias=settings.forget_bias,
-        cell_clip=0.0 if cell_clip is None else cell_clip, use_peephole=settings.peepholes,
-        use_clip=cell_clip is not None, use_seq_len=lengths is not None,
-        use_zoneout_cs=z_cs is not None, use_zoneout_h=z_h is not None and not projection,
-        batch=n_batch, hidden=n_hidden, cs_state=cs,
-        h_state=cs if lengths is None else (m_state if projection else h))  # (lengths only)
+    forward = _forward_step_kernel(rt, weights, settings, lengths, (m_rec, z_cs, z_h),
+                                   n_batch, n_hidden, b, cs, m_state if projection else h)
     for t in range(n_steps):
         outputs = dict(zip(LSTMCellState._fields, (a[t] for a in steps)))
         if projection:
@@ -193,6 +183,28 @@ def _forward(rt, x, cs0, h0, weights, settings):
         if lengths is None:
             cs, h = steps.cs[t], steps.h[t]
     return steps, cs, h
+
+
+def _forward_step_kernel(rt, weights, settings, lengths, masks, n_batch, n_hidden, b,
+                         cs_state, h_state):
+    """The step kernel (``lstm_forward``, ``_ln`` with a layer norm), its arguments that
+    stay the same from step to step settled; ``cs_state, h_state``: the state buffers it
+    updates with lengths (``h_state`` the projection's ``m`` buffer with one)."""
+    xp = rt.xp
+    _, z_cs, z_h = masks
+    wci, wcf, wco = _peepholes(xp, weights, settings, b)
+    cell_clip = settings.cell_clip
+    name, n_threads, extra = _step_kernel("lstm_forward", rt, weights, settings, n_batch,
+                                          n_hidden)
+    return Launcher(
+        rt, name, b.dtype, n_threads, **extra, b=b, wci=wci, wcf=wcf, wco=wco,
+        seq_len=_launch.lengths_argument(xp, lengths), forget_bias=settings.forget_bias,
+        cell_clip=0.0 if cell_clip is None else cell_clip, use_peephole=settings.peepholes,
+        use_clip=cell_clip is not None, use_seq_len=lengths is not None,
+        use_zoneout_cs=z_cs is not None,
+        use_zoneout_h=z_h is not None and weights.w_proj is None, batch=n_batch,
+        hidden=n_hidden, cs_state=cs_state,
+        h_state=cs_state if lengths is None else h_state)  # (written with lengths only)
 
 
 def _masks(xp, settings, n_steps, n_batch, n_hidden, width):
@@ -430,3 +442,35 @@ def _input_and_weight_grads(rt, x, h_prev, w, d_gates, terms, dz_x, dz_h):
         sums = column_sum(rt, plan.flat(terms))
         dwci, dwcf, dwco = sums[:n_hidden], sums[n_hidden:2 * n_hidden], sums[2 * n_hidden:]
     return dx, dw, db, dwci, dwcf, dwco
+
+
+# --------------------------------------------------------------------------------------
+# Forward mode (docs/spec.md §12; ``_jvp``)
+
+
+def lstm_cell_jvp(x, cs_prev, h_prev, weights, tangents, settings):
+    """One LSTM step and its tangent along ``tangents`` (an ``LSTMCellGrads``, None fields
+    zero); see ``gradcells.reference.lstm.lstm_cell_jvp``. The primal is ``lstm_cell``'s."""
+    from ._jvp import lstm_jvp
+
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        tangents = tangents._replace(x=None if tangents.x is None else tangents.x[None])
+        steps, _, _, d_steps, _, _ = lstm_jvp(rt, x[None], tangents.x, cs_prev, h_prev,
+                                              weights, tangents, settings)
+        return LSTMCellState(*(a[0] for a in steps)), LSTMCellState(*(a[0] for a in d_steps))
+
+
+def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
+    """``lstm_sequence`` and its tangent along ``tangents`` (an ``LSTMSequenceGrads``, None
+    fields zero); see ``gradcells.reference.lstm.lstm_sequence_jvp``."""
+    from ._jvp import lstm_jvp
+
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        steps, cs, h, d_steps, dcs, dh = lstm_jvp(rt, x, tangents.x, cs0, h0, weights,
+                                                  tangents, settings)
+        if settings.seq_len is None:  # views of the last step (or the inputs when T = 0)
+            cs, h, dcs, dh = cs.copy(), h.copy(), dcs.copy(), dh.copy()
+        return (LSTMSequence(*steps, cs_final=cs, h_final=h),
+                LSTMSequence(*d_steps, cs_final=dcs, h_final=dh))

@@ -128,3 +128,55 @@ GC_KERNEL void rnn_backward(
             (unsigned long long)hidden, d_z, dh_zoned);
     }
 }
+
+// Forward mode (docs/spec.md section 12), one step per launch after rnn_forward: the
+// tangent of the step's state from the primal pre-activation parts (gx, gh, b: the same
+// rounding as rnn_forward's, which recomputes act(z)) and the tangent's (dgx = dx@W_x +
+// x@dW_x + db, dgh = dh_prev@W_h + h_prev@dW_h, the recurrent mask applied to both states):
+//   dh = act'(z)*(dgx + dgh)             act' from act(z): 1 - h^2 (tanh), h > 0 (relu)
+// Zoneout mixes the tangents as the states: dh = z*dh_prev + (1-z)*dh (dh_prev is read
+// only then, and may be the dh_state buffer). A row past its length writes zero to dh and
+// leaves dh_state alone; a running row also writes dh_state (use_seq_len).
+template <class T, class A, class Index>
+__device__ __forceinline__ void rnn_forward_tangent_body(
+    const T* gx, const T* gh, const T* b, const T* dgx, const T* dgh, const int* seq_len,
+    const T* dh_prev, const T* zoneout_h, int use_relu, int use_seq_len, int use_zoneout_h,
+    long long step, Index n, Index hidden, T* dh_out, T* dh_state)
+{
+    const A zero = (A)0;
+    const A one = (A)1;
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const Index row = k / hidden;
+        const Index col = k - row * hidden;
+        if (use_seq_len && step >= (long long)seq_len[row]) {
+            dh_out[k] = gc_store<T>::from(zero);
+            continue;
+        }
+        const A z = gc_load(gx[k]) + gc_load(gh[k]) + gc_load(b[col]);
+        const A h = use_relu ? rnn_relu(z) : gc_tanh(z);
+        const A slope = use_relu ? (h > zero ? one : zero) : one - h * h;
+        A dh = slope * (gc_load(dgx[k]) + gc_load(dgh[k]));
+        if (use_zoneout_h) dh = gc_zoned(gc_load(zoneout_h[k]), gc_load(dh_prev[k]), dh);
+        dh_out[k] = gc_store<T>::from(dh);
+        if (use_seq_len) dh_state[k] = gc_store<T>::from(dh);
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void rnn_forward_tangent(
+    const T* gx, const T* gh, const T* b, const T* dgx, const T* dgh, const int* seq_len,
+    const T* dh_prev, const T* zoneout_h, int use_relu, int use_seq_len, int use_zoneout_h,
+    long long step, long long batch, long long hidden, T* dh, T* dh_state)
+{
+    const long long n = batch * hidden;
+    if (n <= GC_UINT32_SAFE_COUNT) {
+        rnn_forward_tangent_body<T, A, unsigned int>(
+            gx, gh, b, dgx, dgh, seq_len, dh_prev, zoneout_h, use_relu, use_seq_len,
+            use_zoneout_h, step, (unsigned int)n, (unsigned int)hidden, dh, dh_state);
+    } else {
+        rnn_forward_tangent_body<T, A, unsigned long long>(
+            gx, gh, b, dgx, dgh, seq_len, dh_prev, zoneout_h, use_relu, use_seq_len,
+            use_zoneout_h, step, (unsigned long long)n, (unsigned long long)hidden, dh,
+            dh_state);
+    }
+}

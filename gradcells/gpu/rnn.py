@@ -194,3 +194,34 @@ def _input_and_weight_grads(rt, x, h_prev, w, d_z):
     xp.matmul(plan.flat(x).T, d_flat, out=dw[:n_in])
     xp.matmul(plan.flat(h_prev).T, d_flat, out=dw[n_in:])
     return dx, dw, column_sum(rt, d_flat)
+
+
+# --------------------------------------------------------------------------------------
+# Forward mode (docs/spec.md §12; ``_jvp``)
+
+
+def rnn_cell_jvp(x, h_prev, weights, tangents, settings):
+    """One RNN step and its tangent along ``tangents`` (an ``RNNCellGrads``, None fields
+    zero); see ``gradcells.reference.rnn.rnn_cell_jvp``. The primal is ``rnn_cell``'s."""
+    from ._jvp import rnn_jvp
+
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        steps, _, d_steps, _ = rnn_jvp(rt, x[None], None if tangents.x is None else
+                                       tangents.x[None], h_prev, tangents.h_prev, weights,
+                                       tangents.w, tangents.b, settings)
+        return RNNCellState(steps[0]), RNNCellState(d_steps[0])
+
+
+def rnn_sequence_jvp(x, h0, weights, tangents, settings):
+    """``rnn_sequence`` and its tangent along ``tangents`` (an ``RNNSequenceGrads``, None
+    fields zero); see ``gradcells.reference.rnn.rnn_sequence_jvp``."""
+    from ._jvp import rnn_jvp
+
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        steps, h, d_steps, dh = rnn_jvp(rt, x, tangents.x, h0, tangents.h0, weights,
+                                        tangents.w, tangents.b, settings)
+        copy = settings.seq_len is None
+        return (RNNSequence(steps, h.copy() if copy else h),
+                RNNSequence(d_steps, dh.copy() if copy else dh))
