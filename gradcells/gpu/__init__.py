@@ -26,28 +26,28 @@ call.
 from __future__ import annotations
 
 from .gru import (
-                  gru_cell,
-                  gru_cell_grad,
-                  gru_cell_jvp,
-                  gru_sequence,
-                  gru_sequence_grad,
-                  gru_sequence_jvp,
+    gru_cell,
+    gru_cell_grad,
+    gru_cell_jvp,
+    gru_sequence,
+    gru_sequence_grad,
+    gru_sequence_jvp,
 )
 from .lstm import (
-                  lstm_cell,
-                  lstm_cell_grad,
-                  lstm_cell_jvp,
-                  lstm_sequence,
-                  lstm_sequence_grad,
-                  lstm_sequence_jvp,
+    lstm_cell,
+    lstm_cell_grad,
+    lstm_cell_jvp,
+    lstm_sequence,
+    lstm_sequence_grad,
+    lstm_sequence_jvp,
 )
 from .rnn import (
-                  rnn_cell,
-                  rnn_cell_grad,
-                  rnn_cell_jvp,
-                  rnn_sequence,
-                  rnn_sequence_grad,
-                  rnn_sequence_jvp,
+    rnn_cell,
+    rnn_cell_grad,
+    rnn_cell_jvp,
+    rnn_sequence,
+    rnn_sequence_grad,
+    rnn_sequence_jvp,
 )
 
 __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_sequence",

@@ -670,18 +670,79 @@ GC_KERNEL void lstm_backward_ln(
     }
 }
 
+// The tangent of one element's clipped cell value c~ from its gates' pre-activation tangents
+// (both tangent kernels below): with the peepholes' input,
+//   dgi = d_gates_i + dcs_prev*wci + cs_prev*dwci     (dgf alike)
+//   di = i*(1-i)*dgi;   dci = (1-ci^2)*d_gates_c;   df = f*(1-f)*dgf
+//   dc = di*ci + i*dci + df*cs_prev + f*dcs_prev, zero where the clip is active
+//        (|i*ci + f*cs_prev| > cell_clip, the forward's own fma: on the boundary it passes)
+// Returns dc; writes di, dci, df.
+template <class T, class A, class Index>
+__device__ __forceinline__ A gc_lstm_cell_tangent(
+    const T* d_gates, Index g, Index hidden, Index col, A i, A f, A ci, A c_prev, A dc_prev,
+    const T* wci, const T* wcf, const T* dwci, const T* dwcf, int use_peephole,
+    int use_d_peephole, int use_clip, A cell_clip, A* di, A* dci, A* df)
+{
+    const A one = (A)1;
+    A dgi = gc_load(d_gates[g]);
+    A dgf = gc_load(d_gates[g + 2 * hidden]);
+    if (use_peephole) {
+        dgi = dgi + dc_prev * gc_load(wci[col]);
+        dgf = dgf + dc_prev * gc_load(wcf[col]);
+        if (use_d_peephole) {
+            dgi = dgi + c_prev * gc_load(dwci[col]);
+            dgf = dgf + c_prev * gc_load(dwcf[col]);
+        }
+    }
+    *di = i * (one - i) * dgi;
+    *dci = (one - ci * ci) * gc_load(d_gates[g + hidden]);
+    *df = f * (one - f) * dgf;
+    const A dc = *di * ci + i * *dci + *df * c_prev + f * dc_prev;
+    if (use_clip && !(gc_abs(gc_fma(i, ci, f * c_prev)) <= cell_clip)) return (A)0;
+    return dc;
+}
+
+// The rest of one element's tangent, after dco (both tangent kernels below), from the
+// carried cell state cs and its tangent dcs:
+//   do = o*(1-o)*(d_gates_o + dcs*wco + cs*dwco);   dh = do*co + o*dco
+// then zoneout's mix (dcs = z_cs*dcs_prev + (1-z_cs)*dcs, dh alike), and the stores of dcs,
+// do, dco, dh (and of the state tangents dcs_state, dh_state with use_seq_len).
+template <class T, class A, class Index>
+__device__ __forceinline__ void gc_lstm_output_tangent(
+    const T* d_gates, Index g, Index hidden, Index col, Index k, A o, A co, A dco, A cs,
+    A dcs, A dc_prev, const T* wco, const T* dwco, const T* dh_prev, const T* zoneout_cs,
+    const T* zoneout_h, int use_peephole, int use_d_peephole, int use_seq_len,
+    int use_zoneout_cs, int use_zoneout_h, T* dcs_out, T* do_out, T* dco_out, T* dh_out,
+    T* dcs_state, T* dh_state)
+{
+    const A one = (A)1;
+    A dgo = gc_load(d_gates[g + 3 * hidden]);
+    if (use_peephole) {
+        dgo = dgo + dcs * gc_load(wco[col]);
+        if (use_d_peephole) dgo = dgo + cs * gc_load(dwco[col]);
+    }
+    const A d_o = o * (one - o) * dgo;
+    A dh = d_o * co + o * dco;
+    if (use_zoneout_cs) dcs = gc_zoned(gc_load(zoneout_cs[k]), dc_prev, dcs);
+    if (use_zoneout_h) dh = gc_zoned(gc_load(zoneout_h[k]), gc_load(dh_prev[k]), dh);
+    dcs_out[k] = gc_store<T>::from(dcs);
+    do_out[k] = gc_store<T>::from(d_o);
+    dco_out[k] = gc_store<T>::from(dco);
+    dh_out[k] = gc_store<T>::from(dh);
+    if (use_seq_len) {
+        dcs_state[k] = gc_store<T>::from(dcs);
+        dh_state[k] = gc_store<T>::from(dh);
+    }
+}
+
 // Forward mode (docs/spec.md section 12), one step per launch after lstm_forward: the
 // step's tangents from its stored gates (i, f, o, ci, co), cs_prev and the tangents of the
 // pre-activations (d_gates: [B, 4H] icfo, dx@W_x + x@dW_x + db + dh_prev@W_h + h_prev@dW_h)
 // and of cs_prev (dcs_prev); dwci, dwcf, dwco: the peepholes' tangents (use_d_peephole):
-//   dgi = d_gates_i + dcs_prev*wci + cs_prev*dwci     (peepholes; dgf alike)
-//   di = i*(1-i)*dgi;   dci = (1-ci^2)*d_gates_c;   df = f*(1-f)*dgf
-//   dc = di*ci + i*dci + df*cs_prev + f*dcs_prev, zero where the clip is active
-//        (|i*ci + f*cs_prev| > cell_clip, the forward's own fma: on the boundary it passes)
-//   dco = (1-co^2)*dc;   do = o*(1-o)*(d_gates_o + dc*wco + c~*dwco);   dh = do*co + o*dco
-// c~ is the step's own (unzoned) cell value, recomputed from the stored gates
-// (gc_lstm_c_tilde). Zoneout mixes the tangents as the forward mixes the states:
-// dcs = z_cs*dcs_prev + (1-z_cs)*dc, dh = z_h*dh_prev + (1-z_h)*dh. A row past its length
+//   di, dci, df, dc by gc_lstm_cell_tangent;   dco = (1-co^2)*dc
+//   do, dh and zoneout's mix by gc_lstm_output_tangent, the carried cs being c~ (the step's
+//   own unzoned cell value, recomputed from the stored gates by gc_lstm_c_tilde)
+// A row past its length
 // writes zeros and leaves the state tangents alone; a running row also writes them to
 // dcs_state and dh_state (use_seq_len), which may be the dcs_prev and dh_prev buffers.
 template <class T, class A, class Index>
@@ -711,49 +772,23 @@ __device__ __forceinline__ void lstm_forward_tangent_body(
         const A dc_prev = gc_load(dcs_prev[k]);
         const A i = gc_load(i_in[k]);
         const A f = gc_load(f_in[k]);
-        const A o = gc_load(o_in[k]);
         const A ci = gc_load(ci_in[k]);
         const A co = gc_load(co_in[k]);
-        A dgi = gc_load(d_gates[g]);
-        A dgf = gc_load(d_gates[g + 2 * hidden]);
-        A dgo = gc_load(d_gates[g + 3 * hidden]);
-        if (use_peephole) {
-            dgi = dgi + dc_prev * gc_load(wci[col]);
-            dgf = dgf + dc_prev * gc_load(wcf[col]);
-            if (use_d_peephole) {
-                dgi = dgi + c_prev * gc_load(dwci[col]);
-                dgf = dgf + c_prev * gc_load(dwcf[col]);
-            }
-        }
-        const A di = i * (one - i) * dgi;
-        const A dci = (one - ci * ci) * gc_load(d_gates[g + hidden]);
-        const A df = f * (one - f) * dgf;
-        A dc = di * ci + i * dci + df * c_prev + f * dc_prev;
-        if (use_clip && !(gc_abs(gc_fma(i, ci, f * c_prev)) <= cell_clip)) dc = zero;
+        A di, dci, df;
+        const A dc = gc_lstm_cell_tangent<T, A, Index>(
+            d_gates, g, hidden, col, i, f, ci, c_prev, dc_prev, wci, wcf, dwci, dwcf,
+            use_peephole, use_d_peephole, use_clip, cell_clip, &di, &dci, &df);
         const A dco = (one - co * co) * dc;
-        if (use_peephole) {
-            dgo = dgo + dc * gc_load(wco[col]);
-            if (use_d_peephole) {
-                const A cs = gc_lstm_c_tilde<T, A>(i, ci, f, c_prev, use_clip, cell_clip);
-                dgo = dgo + cs * gc_load(dwco[col]);
-            }
-        }
-        const A d_o = o * (one - o) * dgo;
-        A dh = d_o * co + o * dco;
-        A dcs = dc;
-        if (use_zoneout_cs) dcs = gc_zoned(gc_load(zoneout_cs[k]), dc_prev, dcs);
-        if (use_zoneout_h) dh = gc_zoned(gc_load(zoneout_h[k]), gc_load(dh_prev[k]), dh);
+        const A cs = use_peephole && use_d_peephole
+            ? gc_lstm_c_tilde<T, A>(i, ci, f, c_prev, use_clip, cell_clip) : zero;
         di_out[k] = gc_store<T>::from(di);
-        dcs_out[k] = gc_store<T>::from(dcs);
         df_out[k] = gc_store<T>::from(df);
-        do_out[k] = gc_store<T>::from(d_o);
         dci_out[k] = gc_store<T>::from(dci);
-        dco_out[k] = gc_store<T>::from(dco);
-        dh_out[k] = gc_store<T>::from(dh);
-        if (use_seq_len) {
-            dcs_state[k] = gc_store<T>::from(dcs);
-            dh_state[k] = gc_store<T>::from(dh);
-        }
+        gc_lstm_output_tangent<T, A, Index>(
+            d_gates, g, hidden, col, k, gc_load(o_in[k]), co, dco, cs, dc, dc_prev, wco, dwco,
+            dh_prev, zoneout_cs, zoneout_h, use_peephole, use_d_peephole, use_seq_len,
+            use_zoneout_cs, use_zoneout_h, dcs_out, do_out, dco_out, dh_out, dcs_state,
+            dh_state);
     }
 }
 
@@ -862,21 +897,10 @@ __device__ __forceinline__ void lstm_forward_tangent_ln_body(
             const A i = gc_load(i_in[k]);
             const A f = gc_load(f_in[k]);
             const A ci = gc_load(ci_in[k]);
-            A dgi = gc_load(d_gates[g]);
-            A dgf = gc_load(d_gates[g + 2 * hidden]);
-            if (use_peephole) {
-                dgi = dgi + dc_prev * gc_load(wci[col]);
-                dgf = dgf + dc_prev * gc_load(wcf[col]);
-                if (use_d_peephole) {
-                    dgi = dgi + c_prev * gc_load(dwci[col]);
-                    dgf = dgf + c_prev * gc_load(dwcf[col]);
-                }
-            }
-            const A di = i * (one - i) * dgi;
-            const A dci = (one - ci * ci) * gc_load(d_gates[g + hidden]);
-            const A df = f * (one - f) * dgf;
-            A dc = di * ci + i * dci + df * c_prev + f * dc_prev;
-            if (use_clip && !(gc_abs(gc_fma(i, ci, f * c_prev)) <= cell_clip)) dc = zero;
+            A di, dci, df;
+            const A dc = gc_lstm_cell_tangent<T, A, Index>(
+                d_gates, g, hidden, col, i, f, ci, c_prev, dc_prev, wci, wcf, dwci, dwcf,
+                use_peephole, use_d_peephole, use_clip, cell_clip, &di, &dci, &df);
             di_out[k] = gc_store<T>::from(di);
             dci_out[k] = gc_store<T>::from(dci);
             df_out[k] = gc_store<T>::from(df);
@@ -921,25 +945,11 @@ __device__ __forceinline__ void lstm_forward_tangent_ln_body(
             const A co = gc_load(co_in[k]);
             const A o = gc_load(o_in[k]);
             const A dco = (one - co * co) * dn;
-            const A cs = carry_normalized ? n : c_tilde;
-            A dcs = carry_normalized ? dn : dc;
-            A dgo = gc_load(d_gates[g + 3 * hidden]);
-            if (use_peephole) {
-                dgo = dgo + dcs * gc_load(wco[col]);
-                if (use_d_peephole) dgo = dgo + cs * gc_load(dwco[col]);
-            }
-            const A d_o = o * (one - o) * dgo;
-            A dh = d_o * co + o * dco;
-            if (use_zoneout_cs) dcs = gc_zoned(gc_load(zoneout_cs[k]), dc_prev, dcs);
-            if (use_zoneout_h) dh = gc_zoned(gc_load(zoneout_h[k]), gc_load(dh_prev[k]), dh);
-            dcs_out[k] = gc_store<T>::from(dcs);
-            do_out[k] = gc_store<T>::from(d_o);
-            dco_out[k] = gc_store<T>::from(dco);
-            dh_out[k] = gc_store<T>::from(dh);
-            if (use_seq_len) {
-                dcs_state[k] = gc_store<T>::from(dcs);
-                dh_state[k] = gc_store<T>::from(dh);
-            }
+            gc_lstm_output_tangent<T, A, Index>(
+                d_gates, g, hidden, col, k, o, co, dco, carry_normalized ? n : c_tilde,
+                carry_normalized ? dn : dc, dc_prev, wco, dwco, dh_prev, zoneout_cs,
+                zoneout_h, use_peephole, use_d_peephole, use_seq_len, use_zoneout_cs,
+                use_zoneout_h, dcs_out, do_out, dco_out, dh_out, dcs_state, dh_state);
         }
     }
 }
