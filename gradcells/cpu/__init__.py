@@ -60,9 +60,11 @@ from .lstm import (
 from .rnn import (
     rnn_cell,
     rnn_cell_grad,
+    rnn_cell_grad_jvp,
     rnn_cell_jvp,
     rnn_sequence,
     rnn_sequence_grad,
+    rnn_sequence_grad_jvp,
     rnn_sequence_jvp,
 )
 
@@ -75,5 +77,7 @@ __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad",
            "lstm_sequence", "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad",
            "rnn_sequence", "rnn_sequence_grad", "release_scratch", "NATIVE_REVERSE",
            "rnn_cell_jvp", "rnn_sequence_jvp", "gru_cell_jvp", "gru_sequence_jvp",
-           "lstm_cell_jvp", "lstm_sequence_jvp"]
+           "lstm_cell_jvp", "lstm_sequence_jvp",
+           "rnn_cell_grad_jvp", "rnn_sequence_grad_jvp", "gru_cell_grad_jvp",
+           "gru_sequence_grad_jvp"]
 

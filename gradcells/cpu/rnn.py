@@ -228,3 +228,36 @@ def rnn_sequence_jvp(x, h0, weights, tangents, settings):
                                     (tangents.w, tangents.b), settings, _is_relu(settings))
     return RNNSequence(h, final), RNNSequence(dh, d_final)
 
+
+
+# --------------------------------------------------------------------------------------
+# second order (docs/spec.md §12; ``_grad_jvp``)
+
+
+def rnn_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None,
+                      d_h_tangent=None):
+    """The JVP of ``rnn_cell_grad`` along ``tangents`` (an ``RNNCellGrads``, None fields
+    zero) and ``d_h_tangent``: ``(RNNCellGrads, RNNCellGrads of tangents)``, a sequence of
+    one step (``_grad_jvp.rnn_grad_jvp``)."""
+    from ._grad_jvp import rnn_grad_jvp, sequence_of_one
+
+    x, h0, seq = sequence_of_one(x, h_prev, state, state)
+    tangents = RNNSequenceGrads(None if tangents.x is None else tangents.x[None], *tangents[1:])
+    up = (None if d_h is None else d_h[None], None,
+          None if d_h_tangent is None else d_h_tangent[None], None)
+    pair = rnn_grad_jvp(x, h0, weights, RNNSequence(*seq), tangents, settings,
+                        _is_relu(settings), up)
+    return tuple(RNNCellGrads(dx[0], *rest) for dx, *rest in pair)
+
+
+def rnn_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
+                          d_h_final=None, d_h_tangent=None, d_h_final_tangent=None):
+    """The JVP of ``rnn_sequence_grad`` along ``tangents`` (an ``RNNSequenceGrads``, None
+    fields zero) and the upstream gradients' tangents: ``(RNNSequenceGrads, RNNSequenceGrads
+    of tangents)``, the primal as ``rnn_sequence_grad``'s; ``_grad_jvp.rnn_grad_jvp`` states
+    the plan."""
+    from ._grad_jvp import rnn_grad_jvp
+
+    pair = rnn_grad_jvp(x, h0, weights, seq, tangents, settings, _is_relu(settings),
+                        (d_h, d_h_final, d_h_tangent, d_h_final_tangent))
+    return tuple(RNNSequenceGrads(*g) for g in pair)

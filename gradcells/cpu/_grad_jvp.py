@@ -1,0 +1,193 @@
+"""The second order on the CPU (docs/spec.md §12): a gradient op's result exactly as the
+CPU gradient computes it, and its tangent along the inputs' tangents and the upstream
+gradients' tangents, in the same backward loop.
+
+The math is the reference's ``*_grad_jvp`` (the hand-derived gradient on dual numbers); the
+plan is the CPU gradient's (``_sequence``, ``rnn.py``, ``gru.py``) with a tangent beside
+every value:
+
+- the saved result's tangent first, from the CPU's own fused forward mode (``_jvp``);
+- per step (``Walk.back_times()``): the gradient's backward kernel for the gate gradients
+  ``dz`` and a fused tangent pass for ``dz'`` (``_grad_jvp_kernels``); the carried state
+  gradient ``dz·W_hᵀ`` (BLAS) and its tangent ``dz'·W_hᵀ + dz·dW_hᵀ``, one stacked BLAS
+  call (``_jvp.Linear`` on ``[W_hᵀ; dW_hᵀ]``);
+- after the loop: ``dx``, ``dW`` by ``_sequence.input_and_weight_grads`` and their
+  tangents by the product rule, the same function on ``(x, W, dZ')`` and on
+  ``(x', W', dZ)``, summed.
+
+The masks, zoneout, the upstream gradients and the rows past their length are linear in the
+gradient, so the tangent takes them exactly as the gradient does (``upstream``,
+``zoneout_split``, ``finish_state_grad``, ``masked_input_grad`` called on the tangents).
+Branches follow the primal (relu' = [h > 0], whose own tangent is zero). The ops see a
+time-major, forward-running sequence (``gradcells._order.grad_jvp``). A cell is a sequence
+of one step. Scratch comes from ``_workspace.scratch``; results are fresh arrays; inputs are
+never written.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._core.plan import flat
+from ._grad_jvp_kernels import rnn_backward_tangent_kernel
+from ._jvp import Linear, input_tangent, rnn_jvp, sequence_inputs, stack_shape, tangent_or_zeros
+from ._jvp_kernels import rnn_jvp_kernel
+from ._rnn_kernels import rnn_backward_kernel
+from ._sequence import (
+    Walk,
+    contiguous,
+    finish_state_grad,
+    initial_carry,
+    input_and_weight_grads,
+    masked_input_grad,
+    projection,
+    seen_states,
+    stopped_rows,
+    upstream,
+    zoneout_split,
+)
+from ._workspace import scratch
+from .rnn import _reads_saved_states
+
+
+def upstream_pair(gradient, tangent):
+    """An upstream gradient and its tangent, each C-contiguous or None (zero)."""
+    return (None if gradient is None else contiguous(gradient),
+            None if tangent is None else contiguous(tangent))
+
+
+def carry_pair(final, d_final, shape, dtype):
+    """The carried state gradient and its tangent before the backward loop
+    (``initial_carry`` of each)."""
+    return initial_carry(final, shape, dtype), initial_carry(d_final, shape, dtype)
+
+
+def step_upstream(carry, d_steps, t, buffers, stopped, zoneout):
+    """Step t's gradient ``(up, up_old)`` (``upstream`` then ``zoneout_split``) from the
+    carry and the upstream ``d_steps``; ``buffers = (upstream [B, H], old [B, H])``. Called
+    on the gradient and, alike, on its tangent."""
+    up = upstream(carry, d_steps, t, buffers[0], stopped)
+    return zoneout_split(zoneout, t, up, buffers[0], buffers[1])
+
+
+def product_rule_grads(walk, primal, tangent, d_z, d_z_tangent):
+    """``input_and_weight_grads`` and its tangent: ``(dx, dw, dx', dw')``. ``primal`` and
+    ``tangent`` are ``(x, h0_seen, w, h_seen)`` and their tangents (zero arrays for zero
+    tangents): ``dx' = dZ'·W_xᵀ + dZ·W_x'ᵀ``, ``dw' = [x, h_prev]ᵀ·dZ' + [x', h_prev']ᵀ·dZ``."""
+    dx, dw = input_and_weight_grads(walk, *primal, d_z)
+    dx_a, dw_a = input_and_weight_grads(walk, *primal, d_z_tangent)
+    dx_b, dw_b = input_and_weight_grads(walk, *tangent, d_z)
+    dx_a += dx_b
+    dw_a += dw_b
+    return dx, dw, dx_a, dw_a
+
+
+def back_linear(w_h, dw_h):
+    """``Linear`` of the carried gradient's matmul: ``[W_hᵀ; dW_hᵀ]`` (C-contiguous)."""
+    return Linear.of(np.ascontiguousarray(w_h.T), None if dw_h is None else dw_h.T)
+
+
+def sequence_of_one(x, h_prev, state, fields):
+    """A cell's ``(x [1, B, I], h0, seq)``: a sequence of one step with ``fields`` its
+    per-step outputs and ``state.h`` also its final state."""
+    return x[None], h_prev, (*(a[None] for a in fields), state.h)
+
+
+# --------------------------------------------------------------------------------------
+# RNN
+
+
+def rnn_grad_jvp(x, h0, weights, seq, tangents, settings, relu, upstreams):
+    """``rnn.rnn_sequence_grad`` and its tangent: ``(grads, d_grads)``, each ``(dx, dh0,
+    dw, db)``; ``upstreams = (d_h, d_h_final, d_h_tangent, d_h_final_tangent)``.
+
+    ``act'`` and its tangent read every step's own output before zoneout and its tangent:
+    the saved ``h`` and the forward-mode tangent ``h'`` (``rnn_jvp``) without zoneout or with
+    a binary one (``rnn._reads_saved_states``), else ``h̃ = act(x·W_x + b + h_seen·W_h)``
+    and its tangent recomputed over all steps at once (``_rnn_unzoned``)."""
+    t_w = (tangents.w, tangents.b)
+    _, _, dh_seq, _ = rnn_jvp(x, tangents.x, h0, tangents.h0, weights, t_w, settings, relu)
+    h0, w = contiguous(h0), contiguous(weights.w)
+    n_in, (n_batch, n_hidden) = x.shape[2], h0.shape
+    x, dx, lengths, masks = sequence_inputs(x, tangents.x, settings, n_hidden)
+    n_steps, dtype = x.shape[0], x.dtype
+    walk = Walk(n_steps, lengths, False)
+    d_h, d_h_t = upstream_pair(upstreams[0], upstreams[2])
+    grad_h, d_grad_h = carry_pair(upstreams[1], upstreams[3], (n_batch, n_hidden), dtype)
+    dw, dh0 = tangent_or_zeros(tangents.w, w), tangent_or_zeros(tangents.h0, h0)
+    h = contiguous(seq.h)
+    h0_seen, h_seen = seen_states(h0, h, masks.recurrent)
+    dh0_seen, dh_seen = seen_states(dh0, dh_seq, masks.recurrent)
+    lin_back = back_linear(w[n_in:], None if tangents.w is None else dw[n_in:])
+    state, steps = (n_batch, n_hidden), (n_steps, n_batch, n_hidden)
+    recompute = not _reads_saved_states(masks.zoneout_h)
+    buffers = scratch(dtype, steps, steps, *[state] * 6, stack_shape(lin_back, n_batch),
+                      *([steps] * 4 if recompute else []))
+    d_z, dd_z = buffers[:2]
+    outputs = (h, dh_seq) if not recompute else _rnn_unzoned(
+        walk, (x, dx), (h0_seen, h_seen, dh0_seen, dh_seen), weights, t_w, relu, buffers[9:])
+    sums = np.zeros(n_hidden, dtype), np.zeros(n_hidden, dtype)
+    _rnn_backward_steps(outputs, (d_h, d_h_t), (grad_h, d_grad_h), walk, (d_z, dd_z),
+                        (lin_back, relu, masks), buffers[2:9], sums)
+    dx, dw, d_dx, d_dw = product_rule_grads(
+        walk, (x, h0_seen, w, h_seen), (tangent_or_zeros(dx, x), dh0_seen, dw, dh_seen),
+        d_z, dd_z)
+    return ((masked_input_grad(dx, masks.input), grad_h, dw, sums[0]),
+            (masked_input_grad(d_dx, masks.input), d_grad_h, d_dw, sums[1]))
+
+
+def _rnn_unzoned(walk, inputs, states, weights, t_w, relu, buffers):
+    """Every step's output before zoneout and its tangent, ``(h̃, h̃')``: the primal as
+    ``rnn._unzoned_outputs`` computes it, ``h̃ = act(x·W_x + b + h_seen·W_h)``, and
+    ``h̃' = act'∘(x'·W_x + x·W_x' + b' + h_seen'·W_h + h_seen·W_h')`` (``rnn_jvp_kernel``
+    over all ``T·B`` rows). ``buffers``: four ``[T, B, H]`` scratch arrays."""
+    x, dx = inputs
+    h0_seen, h_seen, dh0_seen, dh_seen = states
+    x_z, h_z, dx_z, dh_z = buffers
+    n_in = x.shape[2]
+    w, b = contiguous(weights.w), contiguous(weights.b)
+    dw, db = t_w
+    projection(x, w[:n_in], b, x_z)
+    walk.recurrent_projection(h0_seen, h_seen, w[n_in:], h_z)
+    lin_x = Linear.of(w[:n_in], None if dw is None else dw[:n_in])
+    stack = np.empty(stack_shape(lin_x, x.shape[0] * x.shape[1]), x.dtype)
+    input_tangent(lin_x, dx, x, None if db is None else contiguous(db), dx_z, stack)
+    walk.recurrent_projection(dh0_seen, dh_seen, w[n_in:], dh_z)
+    if dw is not None:
+        dh_z += _recurrent_product(walk, h0_seen, h_seen, contiguous(dw[n_in:]))
+    out, d_out = np.empty_like(x_z), np.empty_like(x_z)
+    if out.size:
+        rnn_jvp_kernel(flat(h_z), flat(x_z), flat(dh_z), flat(dx_z), relu, flat(out),
+                       flat(d_out))
+    return out, d_out
+
+
+def _recurrent_product(walk, h0, h, w):
+    """``h_prev·w`` for every step (``Walk.recurrent_projection``), a fresh array."""
+    out = np.zeros((*h.shape[:2], w.shape[1]), h.dtype)
+    walk.recurrent_projection(h0, h, w, out)
+    return out
+
+
+def _rnn_backward_steps(outputs, d_h, carry, walk, d_z, fixed, buffers, sums):
+    """The backward loop with its tangent: updates ``carry = (grad_h, grad_h')`` in place
+    to the gradient of ``h0`` and its tangent, writes every step's ``d_z = (dz, dz')`` and
+    accumulates ``sums = (db, db')``. ``outputs = (h̃, h̃')``, ``d_h = (d_h, d_h')``;
+    ``fixed = (lin_back, relu, masks)``; ``buffers``: six ``[B, H]`` and the stack."""
+    h, dh = outputs
+    lin_back, relu, masks = fixed
+    bufs, d_bufs, (prev, d_prev), stack = buffers[0:2], buffers[2:4], buffers[4:6], buffers[6]
+    for t in walk.back_times():
+        stopped = stopped_rows(walk.lengths, t)
+        up, up_old = step_upstream(carry[0], d_h[0], t, bufs, stopped, masks.zoneout_h)
+        d_up, d_up_old = step_upstream(carry[1], d_h[1], t, d_bufs, stopped, masks.zoneout_h)
+        rnn_backward_kernel(h[t], up, up, False, relu, d_z[0][t], sums[0])
+        rnn_backward_tangent_kernel(h[t], dh[t], up, d_up, relu, d_z[1][t], sums[1])
+        target = carry if stopped is None else (prev, d_prev)
+        np.matmul(d_z[0][t], lin_back.w, out=target[0])
+        lin_back.into(d_z[1][t], d_z[0][t], target[1], stack)
+        finish_state_grad(target[0], masks.recurrent, up_old)
+        finish_state_grad(target[1], masks.recurrent, d_up_old)
+        if stopped is not None:      # stopped rows keep their state gradient
+            np.copyto(carry[0], prev, where=~stopped)
+            np.copyto(carry[1], d_prev, where=~stopped)
