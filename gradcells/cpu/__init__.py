@@ -44,9 +44,11 @@ from ._workspace import release_scratch
 from .gru import (
     gru_cell,
     gru_cell_grad,
+    gru_cell_grad_jvp,
     gru_cell_jvp,
     gru_sequence,
     gru_sequence_grad,
+    gru_sequence_grad_jvp,
     gru_sequence_jvp,
 )
 from .lstm import (

@@ -29,8 +29,26 @@ from __future__ import annotations
 import numpy as np
 
 from .._core.plan import flat
-from ._grad_jvp_kernels import rnn_backward_tangent_kernel
-from ._jvp import Linear, input_tangent, rnn_jvp, sequence_inputs, stack_shape, tangent_or_zeros
+from ._grad_jvp_kernels import (
+    gru_candidate_grad_tangent_kernel,
+    gru_reset_after_grad_tangent_kernel,
+    gru_reset_grad_tangent_kernel,
+    rnn_backward_tangent_kernel,
+)
+from ._gru_kernels import (
+    gru_candidate_grad_kernel,
+    gru_reset_after_grad_kernel,
+    gru_reset_grad_kernel,
+)
+from ._jvp import (
+    Linear,
+    gru_jvp,
+    input_tangent,
+    rnn_jvp,
+    sequence_inputs,
+    stack_shape,
+    tangent_or_zeros,
+)
 from ._jvp_kernels import rnn_jvp_kernel
 from ._rnn_kernels import rnn_backward_kernel
 from ._sequence import (
@@ -47,6 +65,7 @@ from ._sequence import (
     zoneout_split,
 )
 from ._workspace import scratch
+from .gru import _input_and_weight_grads, _Scratch, _split_weights
 from .rnn import _reads_saved_states
 
 
@@ -191,3 +210,159 @@ def _rnn_backward_steps(outputs, d_h, carry, walk, d_z, fixed, buffers, sums):
         if stopped is not None:      # stopped rows keep their state gradient
             np.copyto(carry[0], prev, where=~stopped)
             np.copyto(carry[1], d_prev, where=~stopped)
+
+
+# --------------------------------------------------------------------------------------
+# GRU
+
+
+def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams):
+    """``gru.gru_sequence_grad`` and its tangent: ``(grads, d_grads)``, each ``(dx, dh0,
+    dw_ru, dw_c, db_ru, db_c)``; ``upstreams = (d_h, d_h_final, d_h_tangent,
+    d_h_final_tangent)``.
+
+    The saved gates' tangents are ``gru_jvp``'s. Per step (``_gru_backward_steps``) the
+    gradient's kernels and their tangents' passes (``_grad_jvp_kernels``); reset after,
+    ``n' = h_seen'·W_ch + h_seen·W_ch' + b_ch'`` for all steps first, as ``n`` is. After
+    the loop ``gru._input_and_weight_grads`` three times: on the gate gradients, on their
+    tangents, and on the gate gradients with the tangents of ``x``, the states, the weights
+    and (reset before) of the rows ``r∘h_seen``."""
+    d_seq = gru_jvp(x, tangents.x, h0, tangents.h0, weights, tangents[2:], settings,
+                    reset_after)[1]
+    h0, b_c = contiguous(h0), contiguous(weights.b_c)
+    n_in, (n_batch, n_hidden) = x.shape[2], h0.shape
+    x, dx, lengths, masks = sequence_inputs(x, tangents.x, settings, n_hidden)
+    n_steps, dtype = x.shape[0], x.dtype
+    walk = Walk(n_steps, lengths, False)
+    seq = tuple(map(contiguous, seq[:4]))
+    d_t = [tangent_or_zeros(d, p) for d, p in zip(tangents[1:], (h0, *weights))]
+    split = _split_weights(weights.w_ru, weights.w_c, n_in)
+    d_split = _split_weights(d_t[1], d_t[2], n_in)
+    lin_ruh = back_linear(split[1], None if tangents.w_ru is None else d_split[1])
+    lin_ch = back_linear(split[3], None if tangents.w_c is None else d_split[3])
+    work, d_work, stacks = _gru_scratch(dtype, (n_steps, n_batch, n_in, n_hidden), reset_after,
+                                        (lin_ruh, lin_ch))
+    np.copyto(work.w_ruh_t, split[1].T)
+    np.copyto(work.w_ch_t, split[3].T)
+    h0_seen, h_seen = seen_states(h0, seq[3], masks.recurrent)
+    dh0_seen, dh_seen = seen_states(d_t[0], d_seq[3], masks.recurrent)
+    b_ch = None
+    if reset_after:
+        b_ch = b_c[n_hidden:]
+        walk.recurrent_projection(h0_seen, h_seen, split[3], work.recurrent)
+        walk.recurrent_projection(dh0_seen, dh_seen, split[3], d_work.recurrent)
+        if tangents.w_c is not None:
+            d_work.recurrent[...] += _recurrent_product(walk, h0_seen, h_seen, d_split[3])
+        d_work.recurrent[...] += d_t[4][n_hidden:]
+    carry = carry_pair(upstreams[1], upstreams[3], (n_batch, n_hidden), dtype)
+    sums = [(np.zeros(2 * n_hidden, dtype), np.zeros(b_c.shape[0], dtype)) for _ in range(2)]
+    _gru_backward_steps((h0, d_t[0]), (seq, d_seq[:4]), upstream_pair(*upstreams[::2]), carry,
+                        walk, (work, d_work, stacks), (lin_ruh, lin_ch, b_ch, masks), sums)
+    if masks.recurrent is not None and not reset_after:     # the rows r∘h_prev∘m_rec
+        for w in (work, d_work):
+            np.multiply(w.d_n_or_reset_h, masks.recurrent, out=w.d_n_or_reset_h)
+    grads = _gru_product_rule(walk, (x, h0_seen, h_seen, split),
+                              (tangent_or_zeros(dx, x), dh0_seen, dh_seen, d_split),
+                              work, d_work, reset_after)
+    (dx, dw_ru, dw_c), (d_dx, d_dw_ru, d_dw_c) = grads
+    return ((masked_input_grad(dx, masks.input), carry[0], dw_ru, dw_c, *sums[0]),
+            (masked_input_grad(d_dx, masks.input), carry[1], d_dw_ru, d_dw_c, *sums[1]))
+
+
+def _gru_scratch(dtype, sizes, reset_after, linears):
+    """The gradient's ``gru._Scratch``, its tangent's (the same fields; no ``W_ᵀ`` copies)
+    and the two stacks of ``linears`` ``(W_ruhᵀ, W_chᵀ)``, taken at once."""
+    n_steps, n_batch, n_in, n_hidden = sizes
+    state, steps = (n_batch, n_hidden), (n_steps, n_batch, n_hidden)
+
+    def fields(transposes):
+        return (state, state, state, state, (n_steps, n_batch, 2 * n_hidden), steps, steps,
+                steps if reset_after else (0,), (n_steps * n_batch, n_in), *transposes,
+                state, state)
+    buffers = scratch(dtype, *fields([(2 * n_hidden, n_hidden), (n_hidden, n_hidden)]),
+                      *fields([(0, 0), (0, 0)]),
+                      *(stack_shape(lin, n_batch) for lin in linears))
+    count = len(_Scratch._fields)
+    return _Scratch(*buffers[:count]), _Scratch(*buffers[count:2 * count]), buffers[2 * count:]
+
+
+def _gru_backward_steps(first, saved, d_h, carry, walk, work, fixed, sums):
+    """The backward loop with its tangent (``gru._backward_steps``, each value with its
+    tangent beside it): updates ``carry = (grad_h, grad_h')`` in place, writes every step's
+    gate gradients and their tangents into ``work = (work, d_work, stacks)`` and accumulates
+    ``sums = ((db_ru, db_c), (db_ru', db_c'))``. ``first = (h0, h0')``; ``saved = ((r, u, c,
+    h), their tangents)``; ``d_h = (d_h, d_h')``; ``fixed = (lin_ruh, lin_ch, b_ch,
+    masks)`` (``b_ch`` None: reset before)."""
+    (r, u, c, h), (dr, du, dc, dh) = saved
+    work, d_work, (stack_ru, stack_c) = work
+    lin_ruh, lin_ch, b_ch, masks = fixed
+    m_rec, zoneout = masks.recurrent, masks.zoneout_h
+    no_x = np.empty((carry[0].shape[0], 0), carry[0].dtype)
+    for t in walk.back_times():
+        stopped = stopped_rows(walk.lengths, t)
+        up, up_old = step_upstream(carry[0], d_h[0], t, (work.upstream, work.old), stopped,
+                                   zoneout)
+        d_up, d_up_old = step_upstream(carry[1], d_h[1], t, (d_work.upstream, d_work.old),
+                                       stopped, zoneout)
+        states = (walk.previous_of_step(h, first[0], t, work.previous),
+                  walk.previous_of_step(dh, first[1], t, d_work.previous))
+        outs, d_outs = (r[t], u[t], c[t]), (dr[t], du[t], dc[t])
+        if b_ch is not None:
+            gru_reset_after_grad_kernel(up, True, *outs, states[0], work.recurrent[t], b_ch,
+                                        work.d_c[t], work.d_n_or_reset_h[t], work.d_ru[t],
+                                        work.direct, *sums[0])
+            gru_reset_after_grad_tangent_kernel(
+                up, d_up, outs, d_outs, states, (work.recurrent[t], b_ch),
+                d_work.recurrent[t], (work.d_c[t], work.d_n_or_reset_h[t]),
+                (d_work.d_c[t], d_work.d_n_or_reset_h[t], d_work.d_ru[t], d_work.direct),
+                sums[1])
+            np.matmul(work.d_n_or_reset_h[t], work.w_ch_t, out=work.candidate_h)
+            lin_ch.into(d_work.d_n_or_reset_h[t], work.d_n_or_reset_h[t], d_work.candidate_h,
+                        stack_c)
+            if m_rec is None:
+                work.direct[...] += work.candidate_h
+                d_work.direct[...] += d_work.candidate_h
+        else:
+            gru_candidate_grad_kernel(up, True, *outs, states[0], no_x, work.d_c[t],
+                                      work.d_ru[t], work.d_n_or_reset_h[t], *sums[0])
+            gru_candidate_grad_tangent_kernel(
+                up, d_up, outs, d_outs, states,
+                (d_work.d_c[t], d_work.d_ru[t], d_work.d_n_or_reset_h[t]), sums[1])
+            np.matmul(work.d_c[t], work.w_ch_t, out=work.direct)
+            lin_ch.into(d_work.d_c[t], work.d_c[t], d_work.direct, stack_c)
+            finish_state_grad(work.direct, m_rec, None)
+            finish_state_grad(d_work.direct, m_rec, None)
+            gru_reset_grad_tangent_kernel(work.direct, d_work.direct, up, d_up, outs[:2],
+                                          d_outs[:2], states, d_work.d_ru[t], sums[1][0])
+            gru_reset_grad_kernel(work.direct, up, True, r[t], u[t], states[0], work.d_ru[t],
+                                  sums[0][0])
+        for w, old, lin in ((work, up_old, None), (d_work, d_up_old, lin_ruh)):
+            target = carry[w is d_work] if stopped is None else w.dh_prev
+            if lin is None:
+                np.matmul(work.d_ru[t], work.w_ruh_t, out=target)
+            else:
+                lin.into(d_work.d_ru[t], work.d_ru[t], target, stack_ru)
+            if m_rec is not None and b_ch is not None:
+                target += w.candidate_h
+            finish_state_grad(target, m_rec, old)
+            target += w.direct
+            if stopped is not None:      # stopped rows keep their state gradient
+                np.copyto(carry[w is d_work], w.dh_prev, where=~stopped)
+
+
+def _gru_product_rule(walk, primal, tangent, work, d_work, reset_after):
+    """``gru._input_and_weight_grads`` and its tangent: ``((dx, dw_ru, dw_c), (dx', dw_ru',
+    dw_c'))``; ``primal = (x, h0_seen, h_seen, split weights)`` and ``tangent`` theirs. The
+    tangent is the function on the gate gradients' tangents (with the rows ``r∘h_seen``
+    reset before) plus the function on the tangents' inputs with the gate gradients (and
+    the rows' tangent)."""
+    grads = _input_and_weight_grads(walk, *primal, work, reset_after)
+    rows = ((d_work.d_n_or_reset_h, work.d_n_or_reset_h) if reset_after
+            else (work.d_n_or_reset_h, d_work.d_n_or_reset_h))
+    on_tangents = work._replace(d_ru=d_work.d_ru, d_c=d_work.d_c, d_n_or_reset_h=rows[0])
+    a = _input_and_weight_grads(walk, *primal, on_tangents, reset_after)
+    b = _input_and_weight_grads(walk, *tangent, work._replace(d_n_or_reset_h=rows[1]),
+                                reset_after)
+    for part, more in zip(a, b):
+        part += more
+    return grads, a
