@@ -294,60 +294,78 @@ def _gru_backward_steps(first, saved, d_h, carry, walk, work, fixed, sums):
     h), their tangents)``; ``d_h = (d_h, d_h')``; ``fixed = (lin_ruh, lin_ch, b_ch,
     masks)`` (``b_ch`` None: reset before)."""
     (r, u, c, h), (dr, du, dc, dh) = saved
-    work, d_work, (stack_ru, stack_c) = work
+    works, stacks = work[:2], work[2]
     lin_ruh, lin_ch, b_ch, masks = fixed
-    m_rec, zoneout = masks.recurrent, masks.zoneout_h
-    no_x = np.empty((carry[0].shape[0], 0), carry[0].dtype)
     for t in walk.back_times():
         stopped = stopped_rows(walk.lengths, t)
-        up, up_old = step_upstream(carry[0], d_h[0], t, (work.upstream, work.old), stopped,
-                                   zoneout)
-        d_up, d_up_old = step_upstream(carry[1], d_h[1], t, (d_work.upstream, d_work.old),
-                                       stopped, zoneout)
-        states = (walk.previous_of_step(h, first[0], t, work.previous),
-                  walk.previous_of_step(dh, first[1], t, d_work.previous))
-        outs, d_outs = (r[t], u[t], c[t]), (dr[t], du[t], dc[t])
+        ups = [step_upstream(carry[k], d_h[k], t, (w.upstream, w.old), stopped,
+                             masks.zoneout_h) for k, w in enumerate(works)]
+        states = tuple(walk.previous_of_step(a, first[k], t, works[k].previous)
+                       for k, a in enumerate((h, dh)))
+        step = (ups[0][0], ups[1][0], (r[t], u[t], c[t]), (dr[t], du[t], dc[t]), states)
         if b_ch is not None:
-            gru_reset_after_grad_kernel(up, True, *outs, states[0], work.recurrent[t], b_ch,
-                                        work.d_c[t], work.d_n_or_reset_h[t], work.d_ru[t],
-                                        work.direct, *sums[0])
-            gru_reset_after_grad_tangent_kernel(
-                up, d_up, outs, d_outs, states, (work.recurrent[t], b_ch),
-                d_work.recurrent[t], (work.d_c[t], work.d_n_or_reset_h[t]),
-                (d_work.d_c[t], d_work.d_n_or_reset_h[t], d_work.d_ru[t], d_work.direct),
-                sums[1])
-            np.matmul(work.d_n_or_reset_h[t], work.w_ch_t, out=work.candidate_h)
-            lin_ch.into(d_work.d_n_or_reset_h[t], work.d_n_or_reset_h[t], d_work.candidate_h,
-                        stack_c)
-            if m_rec is None:
-                work.direct[...] += work.candidate_h
-                d_work.direct[...] += d_work.candidate_h
+            _gru_reset_after_step(t, step, works, (lin_ch, b_ch, stacks[1]), sums,
+                                  masks.recurrent)
         else:
-            gru_candidate_grad_kernel(up, True, *outs, states[0], no_x, work.d_c[t],
-                                      work.d_ru[t], work.d_n_or_reset_h[t], *sums[0])
-            gru_candidate_grad_tangent_kernel(
-                up, d_up, outs, d_outs, states,
-                (d_work.d_c[t], d_work.d_ru[t], d_work.d_n_or_reset_h[t]), sums[1])
-            np.matmul(work.d_c[t], work.w_ch_t, out=work.direct)
-            lin_ch.into(d_work.d_c[t], work.d_c[t], d_work.direct, stack_c)
-            finish_state_grad(work.direct, m_rec, None)
-            finish_state_grad(d_work.direct, m_rec, None)
-            gru_reset_grad_tangent_kernel(work.direct, d_work.direct, up, d_up, outs[:2],
-                                          d_outs[:2], states, d_work.d_ru[t], sums[1][0])
-            gru_reset_grad_kernel(work.direct, up, True, r[t], u[t], states[0], work.d_ru[t],
-                                  sums[0][0])
-        for w, old, lin in ((work, up_old, None), (d_work, d_up_old, lin_ruh)):
-            target = carry[w is d_work] if stopped is None else w.dh_prev
-            if lin is None:
-                np.matmul(work.d_ru[t], work.w_ruh_t, out=target)
+            _gru_reset_before_step(t, step, works, (lin_ch, stacks[1]), sums, masks.recurrent)
+        for k, w in enumerate(works):
+            target = carry[k] if stopped is None else w.dh_prev
+            if k == 0:
+                np.matmul(w.d_ru[t], w.w_ruh_t, out=target)
             else:
-                lin.into(d_work.d_ru[t], work.d_ru[t], target, stack_ru)
-            if m_rec is not None and b_ch is not None:
+                lin_ruh.into(w.d_ru[t], works[0].d_ru[t], target, stacks[0])
+            if masks.recurrent is not None and b_ch is not None:
                 target += w.candidate_h
-            finish_state_grad(target, m_rec, old)
+            finish_state_grad(target, masks.recurrent, ups[k][1])
             target += w.direct
             if stopped is not None:      # stopped rows keep their state gradient
-                np.copyto(carry[w is d_work], w.dh_prev, where=~stopped)
+                np.copyto(carry[k], w.dh_prev, where=~stopped)
+
+
+def _gru_reset_after_step(t, step, works, fixed, sums, m_rec):
+    """A reset-after step's gate gradients and their tangents into ``works = (work,
+    d_work)``: the gradient's kernel, the tangent's pass, ``d_n·W_chᵀ`` and its tangent
+    (added to ``direct`` here without a recurrent mask); ``step = (up, up', outs, d_outs,
+    states)``; ``fixed = (lin_ch, b_ch, stack)``."""
+    up, d_up, outs, d_outs, states = step
+    work, d_work = works
+    lin_ch, b_ch, stack = fixed
+    gru_reset_after_grad_kernel(up, True, *outs, states[0], work.recurrent[t], b_ch,
+                                work.d_c[t], work.d_n_or_reset_h[t], work.d_ru[t], work.direct,
+                                *sums[0])
+    gru_reset_after_grad_tangent_kernel(
+        up, d_up, outs, d_outs, states, (work.recurrent[t], b_ch), d_work.recurrent[t],
+        (work.d_c[t], work.d_n_or_reset_h[t]),
+        (d_work.d_c[t], d_work.d_n_or_reset_h[t], d_work.d_ru[t], d_work.direct), sums[1])
+    np.matmul(work.d_n_or_reset_h[t], work.w_ch_t, out=work.candidate_h)
+    lin_ch.into(d_work.d_n_or_reset_h[t], work.d_n_or_reset_h[t], d_work.candidate_h, stack)
+    if m_rec is None:
+        work.direct[...] += work.candidate_h
+        d_work.direct[...] += d_work.candidate_h
+
+
+def _gru_reset_before_step(t, step, works, fixed, sums, m_rec):
+    """A reset-before step's gate gradients and their tangents into ``works = (work,
+    d_work)``: the candidate's kernel and its tangent's pass, ``d_hr = (dc_bar·W_chᵀ)∘m_rec``
+    and its tangent, then the reset gate's tangent pass (before the gradient's kernel
+    overwrites ``d_hr``) and kernel; ``fixed = (lin_ch, stack)``."""
+    up, d_up, outs, d_outs, states = step
+    work, d_work = works
+    lin_ch, stack = fixed
+    no_x = np.empty((up.shape[0], 0), up.dtype)
+    gru_candidate_grad_kernel(up, True, *outs, states[0], no_x, work.d_c[t], work.d_ru[t],
+                              work.d_n_or_reset_h[t], *sums[0])
+    gru_candidate_grad_tangent_kernel(
+        up, d_up, outs, d_outs, states,
+        (d_work.d_c[t], d_work.d_ru[t], d_work.d_n_or_reset_h[t]), sums[1])
+    np.matmul(work.d_c[t], work.w_ch_t, out=work.direct)
+    lin_ch.into(d_work.d_c[t], work.d_c[t], d_work.direct, stack)
+    finish_state_grad(work.direct, m_rec, None)
+    finish_state_grad(d_work.direct, m_rec, None)
+    gru_reset_grad_tangent_kernel(work.direct, d_work.direct, up, d_up, outs[:2], d_outs[:2],
+                                  states, d_work.d_ru[t], sums[1][0])
+    gru_reset_grad_kernel(work.direct, up, True, *outs[:2], states[0], work.d_ru[t],
+                          sums[0][0])
 
 
 def _gru_product_rule(walk, primal, tangent, work, d_work, reset_after):

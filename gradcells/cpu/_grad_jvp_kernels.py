@@ -67,6 +67,25 @@ def rnn_backward_tangent_kernel(h, dh, up, d_up, relu, d_z, d_bias):
 
 
 @kernel
+def _update_tangents(g, dg, gate_u, cand, d_gate_u, d_cand, h_p, dh_p, one):
+    """The tangents ``(dc_bar', du_bar')`` of ``dc_bar = g(1-u)(1-c²)`` and ``du_bar =
+    g(h_prev-c)u(1-u)``, one element (both GRU variants' kernels; LLVM inlines it; ``one``:
+    1 in the arrays' dtype):
+
+        dc_bar' = g'(1-u)(1-c²) - g·u'(1-c²) - g(1-u)·2c·c'
+        du_bar' = [g'(h_prev-c) + g(h_prev'-c')]·u(1-u) + g(h_prev-c)·(u'(1-u) - u·u')
+    """
+    two = one + one
+    tanh_d = one - cand * cand
+    dd_c = (dg * (one - gate_u) * tanh_d - g * d_gate_u * tanh_d
+            - g * (one - gate_u) * (two * cand * d_cand))
+    diff = h_p - cand
+    dd_u = ((dg * diff + g * (dh_p - d_cand)) * (gate_u * (one - gate_u))
+            + g * diff * (d_gate_u * (one - gate_u) - gate_u * d_gate_u))
+    return dd_c, dd_u
+
+
+@kernel
 def gru_reset_after_grad_tangent_kernel(up, d_up, outs, d_outs, states, n_parts, d_n_pre,
                                         grads, d_grads, d_sums):
     """The tangent of ``gru_reset_after_grad_kernel``'s step.
@@ -79,8 +98,7 @@ def gru_reset_after_grad_tangent_kernel(up, d_up, outs, d_outs, states, n_parts,
     (dc_bar', d_n' [B, H], d_ru' [B, 2H], direct' [B, H])`` and accumulates ``d_sums =
     (db_ru' [2H], db_c' [2H])``:
 
-        dc_bar' = up'(1-u)(1-c²) - up·u'(1-c²) - up(1-u)·2c·c'
-        du_bar' = [up'(h_prev-c) + up(h_prev'-c')]·u(1-u) + up(h_prev-c)·(u'(1-u) - u·u')
+        dc_bar', du_bar' = _update_tangents's, with g = up
         dr_bar' = dc_bar'·n·r(1-r) + dc_bar·n'·r(1-r) + dc_bar·n·(r'(1-r) - r·r')
         d_n' = dc_bar'·r + dc_bar·r';   direct' = up'·u + up·u'
     """
@@ -93,7 +111,6 @@ def gru_reset_after_grad_tangent_kernel(up, d_up, outs, d_outs, states, n_parts,
     db_ru, db_c = d_sums
     n_batch, n_hidden = h_prev.shape
     one = typed(1.0, h_prev)
-    two = typed(2.0, h_prev)
     db_r, db_u = db_ru[:n_hidden], db_ru[n_hidden:]
     db_cx, db_ch = db_c[:n_hidden], db_c[n_hidden:]
     for row in range(n_batch):
@@ -103,18 +120,11 @@ def gru_reset_after_grad_tangent_kernel(up, d_up, outs, d_outs, states, n_parts,
         dcb_r, ddcb_r, ddn_r, ddir_r = dc_bar[row], ddc_bar[row], dd_n[row], d_direct[row]
         ddr_r, ddu_r = dd_ru[row, :n_hidden], dd_ru[row, n_hidden:]
         for j in range(n_hidden):
-            g, dg = up_r[j], dup_r[j]
-            gate_r, gate_u, cand = r_r[j], u_r[j], c_r[j]
-            d_gate_r, d_gate_u, d_cand = dr_r[j], du_r[j], dc_r[j]
-            tanh_d = one - cand * cand
-            sig_u = gate_u * (one - gate_u)
+            g, dg, gate_r, gate_u, d_gate_r = up_r[j], dup_r[j], r_r[j], u_r[j], dr_r[j]
+            dd_c, dd_u = _update_tangents(g, dg, gate_u, c_r[j], du_r[j], dc_r[j], h_p[j],
+                                          dh_p[j], one)
             sig_r = gate_r * (one - gate_r)
             d_c = dcb_r[j]
-            dd_c = (dg * (one - gate_u) * tanh_d - g * d_gate_u * tanh_d
-                    - g * (one - gate_u) * (two * cand * d_cand))
-            diff = h_p[j] - cand
-            dd_u = ((dg * diff + g * (dh_p[j] - d_cand)) * sig_u
-                    + g * diff * (d_gate_u * (one - gate_u) - gate_u * d_gate_u))
             n = g_ch[j] + a_ch[j]
             dd_r = (dd_c * n * sig_r + d_c * dn_pre[j] * sig_r
                     + d_c * n * (d_gate_r * (one - gate_r) - gate_r * d_gate_r))
@@ -123,7 +133,7 @@ def gru_reset_after_grad_tangent_kernel(up, d_up, outs, d_outs, states, n_parts,
             ddn_r[j] = dd_nn
             ddr_r[j] = dd_r
             ddu_r[j] = dd_u
-            ddir_r[j] = dg * gate_u + g * d_gate_u
+            ddir_r[j] = dg * gate_u + g * du_r[j]
             db_r[j] += dd_r
             db_u[j] += dd_u
             db_cx[j] += dd_c
@@ -148,22 +158,14 @@ def gru_candidate_grad_tangent_kernel(up, d_up, outs, d_outs, states, d_grads, d
     db_ru, db_c = d_sums
     n_batch, n_hidden = h_prev.shape
     one = typed(1.0, h_prev)
-    two = typed(2.0, h_prev)
     db_u = db_ru[n_hidden:]
     for row in range(n_batch):
         up_r, dup_r, h_p, dh_p = up[row], d_up[row], h_prev[row], dh_prev[row]
         r_r, u_r, c_r, dr_r, du_r, dc_r = r[row], u[row], c[row], dr[row], du[row], dc[row]
         ddcb_r, ddu_r, drh_r = ddc_bar[row], dd_ru[row, n_hidden:], d_rh[row]
         for j in range(n_hidden):
-            g, dg = up_r[j], dup_r[j]
-            gate_u, cand, d_gate_u, d_cand = u_r[j], c_r[j], du_r[j], dc_r[j]
-            tanh_d = one - cand * cand
-            sig_u = gate_u * (one - gate_u)
-            dd_c = (dg * (one - gate_u) * tanh_d - g * d_gate_u * tanh_d
-                    - g * (one - gate_u) * (two * cand * d_cand))
-            diff = h_p[j] - cand
-            dd_u = ((dg * diff + g * (dh_p[j] - d_cand)) * sig_u
-                    + g * diff * (d_gate_u * (one - gate_u) - gate_u * d_gate_u))
+            dd_c, dd_u = _update_tangents(up_r[j], dup_r[j], u_r[j], c_r[j], du_r[j], dc_r[j],
+                                          h_p[j], dh_p[j], one)
             ddcb_r[j] = dd_c
             ddu_r[j] = dd_u
             drh_r[j] = dr_r[j] * h_p[j] + r_r[j] * dh_p[j]
