@@ -119,24 +119,25 @@ def gru_reset_after_grad_tangent_kernel(up, d_up, outs, d_outs, states, n_parts,
         g_ch, a_ch, dn_pre = gates_ch[row], row_of(addend_ch, row), d_n_pre[row]
         dcb_r, ddcb_r, ddn_r, ddir_r = dc_bar[row], ddc_bar[row], dd_n[row], d_direct[row]
         ddr_r, ddu_r = dd_ru[row, :n_hidden], dd_ru[row, n_hidden:]
-        for j in range(n_hidden):
-            g, dg, gate_r, gate_u, d_gate_r = up_r[j], dup_r[j], r_r[j], u_r[j], dr_r[j]
+        for j in range(n_hidden):        # two loops: fewer streams each, so both vectorize
+            g, dg, gate_u = up_r[j], dup_r[j], u_r[j]
             dd_c, dd_u = _update_tangents(g, dg, gate_u, c_r[j], du_r[j], dc_r[j], h_p[j],
                                           dh_p[j], one)
-            sig_r = gate_r * (one - gate_r)
-            d_c = dcb_r[j]
+            ddcb_r[j] = dd_c
+            ddu_r[j] = dd_u
+            ddir_r[j] = dg * gate_u + g * du_r[j]
+            db_u[j] += dd_u
+            db_cx[j] += dd_c
+        for j in range(n_hidden):
+            gate_r, d_gate_r, dd_c, d_c = r_r[j], dr_r[j], ddcb_r[j], dcb_r[j]
             n = g_ch[j] + a_ch[j]
+            sig_r = gate_r * (one - gate_r)
             dd_r = (dd_c * n * sig_r + d_c * dn_pre[j] * sig_r
                     + d_c * n * (d_gate_r * (one - gate_r) - gate_r * d_gate_r))
             dd_nn = dd_c * gate_r + d_c * d_gate_r
-            ddcb_r[j] = dd_c
             ddn_r[j] = dd_nn
             ddr_r[j] = dd_r
-            ddu_r[j] = dd_u
-            ddir_r[j] = dg * gate_u + g * du_r[j]
             db_r[j] += dd_r
-            db_u[j] += dd_u
-            db_cx[j] += dd_c
             db_ch[j] += dd_nn
 
 
