@@ -1,7 +1,10 @@
 """The CPU backend: Numba-jitted fused kernels plus BLAS matmuls, for NumPy arrays.
 
-The twelve public operations and the six forward-mode ones (``*_jvp``, docs/spec.md §12;
-their plumbing in ``_jvp``, their kernels in ``_jvp_kernels``), one module per cell
+The twelve public operations, the six forward-mode ones (``*_jvp``, docs/spec.md §12;
+their plumbing in ``_jvp``, their kernels in ``_jvp_kernels``) and the second order of the
+plain RNN and the GRU (``rnn_*_grad_jvp``, ``gru_*_grad_jvp``: the gradient's backward loop
+with a tangent beside every value; their plumbing in ``_grad_jvp``, their tangent kernels
+in ``_grad_jvp_kernels``; a cell is a sequence of one step), one module per cell
 (``lstm``, ``gru``, ``rnn``) with the backend protocol's names and signatures
 (``gradcells._core.types``: the arrays, one weight set, one settings record); the public
 layer has validated and normalised every argument. Results agree with the reference to

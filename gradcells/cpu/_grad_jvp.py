@@ -106,10 +106,16 @@ def back_linear(w_h, dw_h):
     return Linear.of(np.ascontiguousarray(w_h.T), None if dw_h is None else dw_h.T)
 
 
-def sequence_of_one(x, h_prev, state, fields):
-    """A cell's ``(x [1, B, I], h0, seq)``: a sequence of one step with ``fields`` its
-    per-step outputs and ``state.h`` also its final state."""
-    return x[None], h_prev, (*(a[None] for a in fields), state.h)
+def sequence_of_one(x, h_prev, state, tangents, d_h, d_h_tangent):
+    """A cell's arguments as a sequence of one step's: ``(x [1, B, I], h0, the result's
+    fields (``state.h`` also the final state), the tangents' fields, the upstreams
+    (d_h, d_h_final, d_h_tangent, d_h_final_tangent))``, each step array with a time
+    axis."""
+    def step(a):
+        return None if a is None else a[None]
+
+    return (x[None], h_prev, (*map(step, state), state.h), (step(tangents.x), *tangents[1:]),
+            (step(d_h), None, step(d_h_tangent), None))
 
 
 # --------------------------------------------------------------------------------------

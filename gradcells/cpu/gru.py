@@ -379,13 +379,10 @@ def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None
     one step (``_grad_jvp.gru_grad_jvp``)."""
     from ._grad_jvp import gru_grad_jvp, sequence_of_one
 
-    x, h0, seq = sequence_of_one(x, h_prev, state, state)
-    tangents = GRUSequenceGrads(None if tangents.x is None else tangents.x[None], *tangents[1:])
-    up = (None if d_h is None else d_h[None], None,
-          None if d_h_tangent is None else d_h_tangent[None], None)
-    pair = gru_grad_jvp(x, h0, weights, GRUSequence(*seq), tangents, settings,
+    x, h0, seq, t, up = sequence_of_one(x, h_prev, state, tangents, d_h, d_h_tangent)
+    pair = gru_grad_jvp(x, h0, weights, GRUSequence(*seq), GRUSequenceGrads(*t), settings,
                         settings.reset_after, up)
-    return tuple(GRUCellGrads(dx[0], *rest) for dx, *rest in pair)
+    return tuple(GRUCellGrads(g[0][0], *g[1:]) for g in pair)
 
 
 def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
