@@ -1,6 +1,7 @@
-"""The second order on the CPU (docs/spec.md §12): a gradient op's result exactly as the
-CPU gradient computes it, and its tangent along the inputs' tangents and the upstream
-gradients' tangents, in the same backward loop.
+"""The second order on the CPU (docs/spec.md §12): a sequence gradient's result exactly as
+the CPU gradient computes it, and its tangent along the inputs' tangents and the upstream
+gradients' tangents, in the same backward loop (a cell: a sequence of one step, its result
+the CPU cell gradient's to round-off).
 
 The math is the reference's ``*_grad_jvp`` (the hand-derived gradient on dual numbers); the
 plan is the CPU gradient's (``_sequence``, ``rnn.py``, ``gru.py``) with a tangent beside
@@ -124,7 +125,11 @@ def sequence_of_one(x, h_prev, state, tangents, d_h, d_h_tangent):
 
 def rnn_grad_jvp(x, h0, weights, seq, tangents, settings, relu, upstreams):
     """``rnn.rnn_sequence_grad`` and its tangent: ``(grads, d_grads)``, each ``(dx, dh0,
-    dw, db)``; ``upstreams = (d_h, d_h_final, d_h_tangent, d_h_final_tangent)``.
+    dw, db)``; ``upstreams = (d_h, d_h_final, d_h_tangent, d_h_final_tangent)``. Per step,
+    ``up`` the step's gradient ((1-z)∘ of carry plus ``d_h[t]``) and ``up'`` its tangent:
+
+        dz' = act'(h̃)∘up' + act''(h̃)[h̃']∘up        (``rnn_backward_tangent_kernel``)
+        grad_h' = (dz'·W_hᵀ + dz·W_h'ᵀ)∘m_rec + z∘(carry' + d_h'[t])
 
     ``act'`` and its tangent read every step's own output before zoneout and its tangent:
     the saved ``h`` and the forward-mode tangent ``h'`` (``rnn_jvp``) without zoneout or with
@@ -228,8 +233,15 @@ def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams
     d_h_final_tangent)``.
 
     The saved gates' tangents are ``gru_jvp``'s. Per step (``_gru_backward_steps``) the
-    gradient's kernels and their tangents' passes (``_grad_jvp_kernels``); reset after,
-    ``n' = h_seen'·W_ch + h_seen·W_ch' + b_ch'`` for all steps first, as ``n`` is. After
+    gradient's kernels and their tangents' passes (``_grad_jvp_kernels``) around the
+    matmuls' tangents (``Linear``):
+
+        reset before:  d_hr' = (dc_bar'·W_chᵀ + dc_bar·W_ch'ᵀ)∘m_rec
+        reset after:   n' = h_seen'·W_ch + h_seen·W_ch' + b_ch' (all steps first, as n)
+        grad_h' = ([dr', du']·W_ruhᵀ + [dr, du]·W_ruh'ᵀ + (d_n'·W_chᵀ + d_n·W_ch'ᵀ))∘m_rec
+                  + z∘up' + direct'          (the bracket reset after; direct' the kernels')
+
+    After
     the loop ``gru._input_and_weight_grads`` three times: on the gate gradients, on their
     tangents, and on the gate gradients with the tangents of ``x``, the states, the weights
     and (reset before) of the rows ``r∘h_seen``."""
