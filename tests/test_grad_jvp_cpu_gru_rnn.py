@@ -15,9 +15,9 @@
   ``backend="cpu"``;
 - the RNN's zoneout both ways: a binary mask reads the saved states, a fractional one
   recomputes every step's own output and its tangent;
-- edge cases (T = 0, B = 0, I = 0, H = 0, lengths 0 and T, all tangents None, all upstream
-  gradients None), read-only inputs never written, dispatch, and packed SIMD arithmetic in
-  every new kernel.
+- long sequences (30 steps) in both dtypes; edge cases (T = 0, B = 0, I = 0, H = 0,
+  lengths 0 and T, all tangents None, all upstream gradients None), read-only inputs never
+  written, dispatch, and packed SIMD arithmetic in every new kernel.
 """
 
 from __future__ import annotations
@@ -259,6 +259,16 @@ def test_large_hidden_sizes(op):
         case = _sequence_case(op, 6, 5, 9, 37, seed=7, ragged=True, masks=True, **options)
         _check_case(op, case, 7)
         _check_case32(op, case, 7)
+
+
+@pytest.mark.parametrize("op", SEQUENCES)
+def test_long_sequences(op):
+    """30 steps: the tangent's round-off, carried back through every step, stays within
+    the float32 rule."""
+    for options in _variants(op):
+        case = _sequence_case(op, 30, 8, 16, 33, seed=13, ragged=True, masks=True, **options)
+        _check_case(op, case, 13)
+        _check_case32(op, case, 13)
 
 
 # What shows each kernel is vectorized: the products of its tangent's terms.
