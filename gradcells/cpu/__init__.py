@@ -1,7 +1,10 @@
 """The CPU backend: Numba-jitted fused kernels plus BLAS matmuls, for NumPy arrays.
 
-The twelve public operations and the six forward-mode ones (``*_jvp``, docs/spec.md §12;
-their plumbing in ``_jvp``, their kernels in ``_jvp_kernels``), one module per cell
+The twelve public operations, the six forward-mode ones (``*_jvp``, docs/spec.md §12;
+their plumbing in ``_jvp``, their kernels in ``_jvp_kernels``) and the second order of the
+plain RNN and the GRU (``rnn_*_grad_jvp``, ``gru_*_grad_jvp``: the gradient's backward loop
+with a tangent beside every value; their plumbing in ``_grad_jvp``, their tangent kernels
+in ``_grad_jvp_kernels``; a cell is a sequence of one step), one module per cell
 (``lstm``, ``gru``, ``rnn``) with the backend protocol's names and signatures
 (``gradcells._core.types``: the arrays, one weight set, one settings record); the public
 layer has validated and normalised every argument. Results agree with the reference to
@@ -44,9 +47,11 @@ from ._workspace import release_scratch
 from .gru import (
     gru_cell,
     gru_cell_grad,
+    gru_cell_grad_jvp,
     gru_cell_jvp,
     gru_sequence,
     gru_sequence_grad,
+    gru_sequence_grad_jvp,
     gru_sequence_jvp,
 )
 from .lstm import (
@@ -60,9 +65,11 @@ from .lstm import (
 from .rnn import (
     rnn_cell,
     rnn_cell_grad,
+    rnn_cell_grad_jvp,
     rnn_cell_jvp,
     rnn_sequence,
     rnn_sequence_grad,
+    rnn_sequence_grad_jvp,
     rnn_sequence_jvp,
 )
 
@@ -75,5 +82,7 @@ __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad",
            "lstm_sequence", "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad",
            "rnn_sequence", "rnn_sequence_grad", "release_scratch", "NATIVE_REVERSE",
            "rnn_cell_jvp", "rnn_sequence_jvp", "gru_cell_jvp", "gru_sequence_jvp",
-           "lstm_cell_jvp", "lstm_sequence_jvp"]
+           "lstm_cell_jvp", "lstm_sequence_jvp",
+           "rnn_cell_grad_jvp", "rnn_sequence_grad_jvp", "gru_cell_grad_jvp",
+           "gru_sequence_grad_jvp"]
 

@@ -366,3 +366,33 @@ def gru_sequence_jvp(x, h0, weights, tangents, settings):
                            settings.reset_after)
     return GRUSequence(*outs), GRUSequence(*d_outs)
 
+
+
+# --------------------------------------------------------------------------------------
+# second order (docs/spec.md §12; ``_grad_jvp``)
+
+
+def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None,
+                      d_h_tangent=None):
+    """The JVP of ``gru_cell_grad`` along ``tangents`` (a ``GRUCellGrads``, None fields
+    zero) and ``d_h_tangent``: ``(GRUCellGrads, GRUCellGrads of tangents)``, a sequence of
+    one step (``_grad_jvp.gru_grad_jvp``)."""
+    from ._grad_jvp import gru_grad_jvp, sequence_of_one
+
+    x, h0, seq, t, up = sequence_of_one(x, h_prev, state, tangents, d_h, d_h_tangent)
+    pair = gru_grad_jvp(x, h0, weights, GRUSequence(*seq), GRUSequenceGrads(*t), settings,
+                        settings.reset_after, up)
+    return tuple(GRUCellGrads(g[0][0], *g[1:]) for g in pair)
+
+
+def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
+                          d_h_final=None, d_h_tangent=None, d_h_final_tangent=None):
+    """The JVP of ``gru_sequence_grad`` along ``tangents`` (a ``GRUSequenceGrads``, None
+    fields zero) and the upstream gradients' tangents: ``(GRUSequenceGrads, GRUSequenceGrads
+    of tangents)``, the primal as ``gru_sequence_grad``'s; ``_grad_jvp.gru_grad_jvp`` states
+    the plan."""
+    from ._grad_jvp import gru_grad_jvp
+
+    pair = gru_grad_jvp(x, h0, weights, seq, tangents, settings, settings.reset_after,
+                        (d_h, d_h_final, d_h_tangent, d_h_final_tangent))
+    return tuple(GRUSequenceGrads(*g) for g in pair)

@@ -228,3 +228,33 @@ def rnn_sequence_jvp(x, h0, weights, tangents, settings):
                                     (tangents.w, tangents.b), settings, _is_relu(settings))
     return RNNSequence(h, final), RNNSequence(dh, d_final)
 
+
+
+# --------------------------------------------------------------------------------------
+# second order (docs/spec.md §12; ``_grad_jvp``)
+
+
+def rnn_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None,
+                      d_h_tangent=None):
+    """The JVP of ``rnn_cell_grad`` along ``tangents`` (an ``RNNCellGrads``, None fields
+    zero) and ``d_h_tangent``: ``(RNNCellGrads, RNNCellGrads of tangents)``, a sequence of
+    one step (``_grad_jvp.rnn_grad_jvp``)."""
+    from ._grad_jvp import rnn_grad_jvp, sequence_of_one
+
+    x, h0, seq, t, up = sequence_of_one(x, h_prev, state, tangents, d_h, d_h_tangent)
+    pair = rnn_grad_jvp(x, h0, weights, RNNSequence(*seq), RNNSequenceGrads(*t), settings,
+                        _is_relu(settings), up)
+    return tuple(RNNCellGrads(g[0][0], *g[1:]) for g in pair)
+
+
+def rnn_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
+                          d_h_final=None, d_h_tangent=None, d_h_final_tangent=None):
+    """The JVP of ``rnn_sequence_grad`` along ``tangents`` (an ``RNNSequenceGrads``, None
+    fields zero) and the upstream gradients' tangents: ``(RNNSequenceGrads, RNNSequenceGrads
+    of tangents)``, the primal as ``rnn_sequence_grad``'s; ``_grad_jvp.rnn_grad_jvp`` states
+    the plan."""
+    from ._grad_jvp import rnn_grad_jvp
+
+    pair = rnn_grad_jvp(x, h0, weights, seq, tangents, settings, _is_relu(settings),
+                        (d_h, d_h_final, d_h_tangent, d_h_final_tangent))
+    return tuple(RNNSequenceGrads(*g) for g in pair)
