@@ -1,7 +1,9 @@
 """The CPU backend: Numba-jitted fused kernels plus BLAS matmuls, for NumPy arrays.
 
 The twelve public operations and the six forward-mode ones (``*_jvp``, docs/spec.md §12;
-their plumbing in ``_jvp``, their kernels in ``_jvp_kernels``), one module per cell
+their plumbing in ``_jvp``, their kernels in ``_jvp_kernels``) and the LSTM's second order
+(``lstm_cell_grad_jvp``, ``lstm_sequence_grad_jvp``: the plumbing in ``_grad_jvp``, the
+tangent kernel in ``_grad_jvp_kernels``; with a layer norm the reference's), one module per cell
 (``lstm``, ``gru``, ``rnn``) with the backend protocol's names and signatures
 (``gradcells._core.types``: the arrays, one weight set, one settings record); the public
 layer has validated and normalised every argument. Results agree with the reference to
@@ -52,9 +54,11 @@ from .gru import (
 from .lstm import (
     lstm_cell,
     lstm_cell_grad,
+    lstm_cell_grad_jvp,
     lstm_cell_jvp,
     lstm_sequence,
     lstm_sequence_grad,
+    lstm_sequence_grad_jvp,
     lstm_sequence_jvp,
 )
 from .rnn import (
@@ -75,5 +79,6 @@ __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad",
            "lstm_sequence", "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad",
            "rnn_sequence", "rnn_sequence_grad", "release_scratch", "NATIVE_REVERSE",
            "rnn_cell_jvp", "rnn_sequence_jvp", "gru_cell_jvp", "gru_sequence_jvp",
-           "lstm_cell_jvp", "lstm_sequence_jvp"]
+           "lstm_cell_jvp", "lstm_sequence_jvp",
+           "lstm_cell_grad_jvp", "lstm_sequence_grad_jvp"]
 

@@ -1,0 +1,164 @@
+"""The LSTM's second order on the CPU backend (docs/spec.md §12; ``gradcells.cpu._grad_jvp``)
+against the reference's ``lstm_*_grad_jvp``, and its own guarantees.
+
+- agreement with the reference, gradient and tangent, on Hypothesis-drawn cases with every
+  option (peepholes, cell and projection clips under both ``clip_grad`` modes, projection,
+  masks and zoneout, ragged lengths, both orders and layouts, sizes from 0), tangents of
+  every input and every upstream gradient drawn or None: float64 to 1e-12 relative to each
+  array's scale; float32 by tests/test_jvp_cpu.py's rule for tangents;
+- the primal half is the CPU's own ``lstm_*_grad`` (to round-off);
+- the oracle (``grad_jvp_check``: central differences) on drawn cases with
+  ``backend="cpu"``;
+- dispatch: NumPy arrays run the CPU's; the layer-normalised configurations are handed to
+  the reference as they are (documented in ``cpu/lstm.py``); edge cases; read-only inputs
+  never written.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gradcells as gc
+from gradcells import _dispatch, reference, testing
+from gradcells._core.specs import OPS, OPTIONAL_WEIGHTS
+from gradcells._core.types import LSTMNorm
+
+SIZES = {"min_size": 0, "max_batch": 5, "max_input": 5, "max_hidden": 21}
+STRATEGIES = {
+    "lstm_cell": lambda **k: testing.lstm_cell_inputs(
+        peephole=None, clip=None, projection=None, layer_norm=False, **SIZES, **k),
+    "lstm_sequence": lambda **k: testing.lstm_sequence_inputs(
+        peephole=None, clip=None, ragged=None, projection=None, layer_norm=False,
+        reverse=None, batch_first=None, masks=None, **SIZES, **k),
+}
+OPS_HERE = list(STRATEGIES)
+UPSTREAMS = {"lstm_cell": {"d_h": "h", "d_cs": "cs"},
+             "lstm_sequence": {"d_h": "h", "d_cs": "cs", "d_h_final": "h_final",
+                               "d_cs_final": "cs_final"}}
+
+
+def _split(op, case):
+    names = [n for n in OPS[op].arrays if n not in OPTIONAL_WEIGHTS]
+    return [case[n] for n in names], {k: v for k, v in case.items() if k not in names}
+
+
+def _draw(rng, value, none_rate):
+    if value is None or rng.random() < none_rate:
+        return None
+    if isinstance(value, LSTMNorm):
+        return LSTMNorm(*(_draw(rng, v, none_rate) for v in value))
+    return rng.standard_normal(np.shape(value)).astype(value.dtype)
+
+
+def _inputs(op, case, seed, none_rate=0.25):
+    """``(result, tangents, upstream keywords)`` of a case: the forward's result, random
+    tangents of every input and random upstream gradients and tangents (each None with
+    ``none_rate``)."""
+    rng = np.random.default_rng(seed)
+    positional, keywords = _split(op, case)
+    result = getattr(gc, op)(*positional, **keywords, backend="reference")
+    spec = OPS[op]
+    tangents = spec.grads(**{n: _draw(rng, case.get(n), none_rate) for n in spec.grads._fields})
+    upstream = {}
+    for name, field in UPSTREAMS[op].items():
+        like = getattr(result, field)
+        upstream[name] = _draw(rng, like, none_rate)
+        upstream[f"{name}_tangent"] = _draw(rng, like, none_rate)
+    return result, tangents, upstream
+
+
+def _accepted(function, keywords):
+    """The keywords ``function`` takes (the forward's ``forget_bias`` is in the result)."""
+    names = inspect.signature(function).parameters
+    return {k: v for k, v in keywords.items() if k in names}
+
+
+def _grad_jvp(op, case, result, tangents, upstream, backend, clip_grad="exact"):
+    positional, keywords = _split(op, case)
+    function = getattr(gc, f"{op}_grad_jvp")
+    return function(*positional, result, tangents, **_accepted(function, keywords),
+                    **upstream, clip_grad=clip_grad, backend=backend)
+
+
+def _cast(value, dtype):
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        return value.astype(dtype)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_cast(v, dtype) for v in value))
+    if isinstance(value, dict):
+        return {k: _cast(v, dtype) for k, v in value.items()}
+    return value
+
+
+def _fields(result):
+    return {k: np.asarray(v) for k, v in result._asdict().items()
+            if isinstance(v, np.ndarray)}
+
+
+def _assert_agree64(got, expected, what, rtol=1e-12):
+    assert type(got) is type(expected), what
+    for name, value in got._asdict().items():
+        assert (value is None) == (getattr(expected, name) is None), (what, name)
+    for name, want in _fields(expected).items():
+        have = getattr(got, name)
+        assert have.shape == want.shape and have.dtype == want.dtype, (what, name)
+        scale = max(float(np.max(np.abs(want), initial=0.0)), 1.0)
+        np.testing.assert_allclose(have, want, rtol=rtol, atol=rtol * scale,
+                                   err_msg=f"{what}.{name}")
+
+
+def _assert_agree32(got, ref32, exact, what, ulps=8, times=4):
+    """tests/test_jvp_cpu.py's rule for tangents: ``got`` (float32) no further from
+    ``exact`` (float64 on the same float32 inputs) than ``times`` × the float32 reference's
+    error plus ``ulps`` float32 ulps of the array's scale (at least 1)."""
+    for name, want in _fields(exact).items():
+        have, ref = getattr(got, name), getattr(ref32, name)
+        assert have.dtype == np.float32, (what, name)
+        if not want.size:
+            continue
+        scale = max(float(np.max(np.abs(want))), 1.0)
+        ref_error = float(np.max(np.abs(ref.astype(np.float64) - want)))
+        error = float(np.max(np.abs(have.astype(np.float64) - want)))
+        bound = times * ref_error + ulps * np.finfo(np.float32).eps * scale
+        assert error <= bound, f"{what}.{name}: error {error:.3g} > {bound:.3g}"
+
+
+def _check_case(op, case, seed, clip_grad):
+    result, tangents, upstream = _inputs(op, case, seed)
+    got = _grad_jvp(op, case, result, tangents, upstream, "cpu", clip_grad)
+    want = _grad_jvp(op, case, result, tangents, upstream, "reference", clip_grad)
+    _assert_agree64(got[0], want[0], "grads")
+    _assert_agree64(got[1], want[1], "tangent")
+    positional, keywords = _split(op, case)      # the primal half: the CPU's own gradient
+    grads = {k: v for k, v in upstream.items() if not k.endswith("_tangent")}
+    gradient = getattr(gc, f"{op}_grad")
+    own = gradient(*positional, result, **_accepted(gradient, keywords), **grads,
+                   clip_grad=clip_grad, backend="cpu")
+    _assert_agree64(got[0], own, "primal vs the CPU gradient", rtol=1e-13)
+
+
+def _check_case32(op, case, seed, clip_grad):
+    case32 = _cast(case, np.float32)
+    result, tangents, upstream = _inputs(op, case32, seed)
+    exact_case = _cast(case32, np.float64)
+    exact = _grad_jvp(op, exact_case, _cast(result, np.float64), _cast(tangents, np.float64),
+                      _cast(upstream, np.float64), "reference", clip_grad)
+    got = _grad_jvp(op, case32, result, tangents, upstream, "cpu", clip_grad)
+    ref = _grad_jvp(op, case32, result, tangents, upstream, "reference", clip_grad)
+    for k in range(2):
+        _assert_agree32(got[k], ref[k], exact[k], ("grads", "tangent")[k])
+
+
+CLIP_GRADS = st.sampled_from(["exact", "straight_through"])
+
+
+@pytest.mark.parametrize("op", OPS_HERE)
+@settings(max_examples=60)
+@given(data=st.data(), seed=st.integers(0, 2**32 - 1), clip_grad=CLIP_GRADS)
+def test_agrees_with_the_reference_on_drawn_cases(op, data, seed, clip_grad):
+    _check_case(op, data.draw(STRATEGIES[op]()), seed, clip_grad)
