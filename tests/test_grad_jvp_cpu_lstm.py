@@ -17,6 +17,7 @@ against the reference's ``lstm_*_grad_jvp``, and its own guarantees.
 from __future__ import annotations
 
 import inspect
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -162,3 +163,141 @@ CLIP_GRADS = st.sampled_from(["exact", "straight_through"])
 @given(data=st.data(), seed=st.integers(0, 2**32 - 1), clip_grad=CLIP_GRADS)
 def test_agrees_with_the_reference_on_drawn_cases(op, data, seed, clip_grad):
     _check_case(op, data.draw(STRATEGIES[op]()), seed, clip_grad)
+
+
+@pytest.mark.parametrize("op", OPS_HERE)
+@settings(max_examples=30)
+@given(data=st.data(), seed=st.integers(0, 2**32 - 1), clip_grad=CLIP_GRADS)
+def test_float32_agrees_with_the_reference_on_drawn_cases(op, data, seed, clip_grad):
+    _check_case32(op, data.draw(STRATEGIES[op]()), seed, clip_grad)
+
+
+@pytest.mark.parametrize("op", OPS_HERE)
+def test_agrees_with_the_reference_on_random_cases(op):
+    rng = np.random.default_rng(21)
+    for k in range(40):
+        case = testing.OPS[op][0](rng)
+        if case.get("layer_norm") is not None:
+            continue
+        clip_grad = ("exact", "straight_through")[k % 2]
+        _check_case(op, case, k, clip_grad)
+        _check_case32(op, case, k, clip_grad)
+
+
+@pytest.mark.parametrize("op", OPS_HERE)
+@settings(max_examples=8)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_the_oracle_passes_on_the_cpu(op, seed):
+    case = testing.OPS[op][0](np.random.default_rng(seed))
+    testing.grad_jvp_check(op, case, seed=seed, backend="cpu").raise_if_failed()
+
+
+@pytest.mark.parametrize("op", OPS_HERE)
+def test_numpy_arrays_run_the_cpus_second_order(op):
+    cpu = _dispatch.backend_module("cpu")
+    assert _dispatch.backend_for(None, "numpy", op=f"{op}_grad_jvp") is cpu
+    case = testing.OPS[op][0](np.random.default_rng(12))
+    case = _without_norm(case)
+    result, tangents, upstream = _inputs(op, case, 12, none_rate=0.0)
+    with mock.patch.object(reference, f"{op}_grad_jvp",
+                           side_effect=AssertionError("the reference ran")):
+        got = _grad_jvp(op, case, result, tangents, upstream, None)
+    want = _grad_jvp(op, case, result, tangents, upstream, "reference")
+    _assert_agree64(got[1], want[1], "tangent")
+
+
+def _without_norm(case):
+    """A case without its layer norm and the norm's settings."""
+    return {k: v for k, v in case.items() if k not in ("layer_norm", "ln_epsilon", "ln_carry")}
+
+
+def _sequence_case(steps, batch, n_in, hidden, **options):
+    return testing.lstm_sequence_case(np.random.default_rng(5), steps=steps, batch=batch,
+                                      input_size=n_in, hidden=hidden, **options)
+
+
+EVERY_OPTION = {"peephole": True, "clip": True, "forget_bias": 0.5, "ragged": True,
+                "masks": True}
+
+
+@pytest.mark.parametrize("sizes", [(0, 3, 2, 4), (3, 0, 2, 4), (3, 2, 0, 4), (3, 2, 2, 0),
+                                   (0, 0, 0, 0), (1, 1, 1, 1), (5, 3, 4, 19)])
+@pytest.mark.parametrize("proj_size", [None, 2])
+def test_edge_sizes(sizes, proj_size):
+    case = _sequence_case(*sizes, **EVERY_OPTION, proj_size=proj_size,
+                          proj_clip=proj_size is not None)
+    for seed, clip_grad in ((0, "exact"), (1, "straight_through")):
+        _check_case("lstm_sequence", case, seed, clip_grad)
+
+
+@pytest.mark.parametrize("lengths", [[0, 0, 0], [4, 4, 4], [0, 4, 2], [1, 0, 3]])
+def test_lengths_zero_and_full(lengths):
+    case = _sequence_case(4, 3, 2, 5, **EVERY_OPTION, proj_size=3, proj_clip=True)
+    case["seq_len"] = np.array(lengths)
+    _check_case("lstm_sequence", case, 2, "exact")
+
+
+@pytest.mark.parametrize("op", OPS_HERE)
+def test_none_tangents_and_upstreams(op):
+    """All tangents None (the public layer's None too) and no upstream gradients: a zero
+    tangent where the upstream tangents are zero, the reference's otherwise."""
+    case = testing.OPS[op][0](np.random.default_rng(3))
+    case = _without_norm(case)
+    result, tangents, upstream = _inputs(op, case, 3, none_rate=1.0)
+    got = _grad_jvp(op, case, result, None, upstream, "cpu")
+    for name, value in _fields(got[1]).items():
+        assert not np.any(value), name
+    _, _, upstream = _inputs(op, case, 3, none_rate=0.0)
+    upstream = {k: v if k.endswith("_tangent") else None for k, v in upstream.items()}
+    got = _grad_jvp(op, case, result, None, upstream, "cpu")
+    want = _grad_jvp(op, case, result, None, upstream, "reference")
+    _assert_agree64(got[0], want[0], "grads")
+    _assert_agree64(got[1], want[1], "tangent")
+
+
+@pytest.mark.parametrize("op", OPS_HERE)
+def test_every_tangent_alone(op):
+    case = testing.OPS[op][0](np.random.default_rng(4))
+    case = _without_norm(case)
+    result, full, upstream = _inputs(op, case, 4, none_rate=0.0)
+    spec = OPS[op]
+    for field in spec.grads._fields:
+        if getattr(full, field) is None:
+            continue
+        only = spec.grads(**{f: getattr(full, f) if f == field else None
+                             for f in spec.grads._fields})
+        none = {k: None if k.endswith("_tangent") else v for k, v in upstream.items()}
+        got = _grad_jvp(op, case, result, only, none, "cpu")[1]
+        want = _grad_jvp(op, case, result, only, none, "reference")[1]
+        _assert_agree64(got, want, field)
+
+
+@pytest.mark.parametrize("op", OPS_HERE)
+def test_inputs_are_never_written(op):
+    case = testing.OPS[op][0](np.random.default_rng(6))
+    case = _without_norm(case)
+    result, tangents, upstream = _inputs(op, case, 6, none_rate=0.0)
+    frozen = []
+    for value in (*case.values(), *tangents, *result, *upstream.values()):
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+            frozen.append((value, value.copy()))
+    got = _grad_jvp(op, case, result, tangents, upstream, "cpu")
+    for value, copy in frozen:
+        np.testing.assert_array_equal(value, copy)
+    for value in (*_fields(got[0]).values(), *_fields(got[1]).values()):
+        assert value.flags.writeable and not any(value is v for v, _ in frozen)
+
+
+@pytest.mark.parametrize("proj_size", [None, 7])
+@pytest.mark.parametrize("clip_grad", ["exact", "straight_through"])
+def test_every_option_at_large_sizes(proj_size, clip_grad):
+    case = testing.lstm_sequence_case(
+        np.random.default_rng(8), steps=5, batch=4, input_size=9, hidden=37,
+        **EVERY_OPTION, proj_size=proj_size, proj_clip=proj_size is not None)
+    _check_case("lstm_sequence", case, 8, clip_grad)
+    _check_case32("lstm_sequence", case, 8, clip_grad)
+    cell = {"x": case["x"][0], "cs_prev": case["cs0"], "h_prev": case["h0"],
+            **{k: case[k] for k in ("w", "b", "wci", "wcf", "wco", "cell_clip")},
+            **{k: case[k] for k in ("w_proj", "proj_clip") if k in case}}
+    _check_case("lstm_cell", cell, 9, clip_grad)
