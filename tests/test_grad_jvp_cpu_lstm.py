@@ -3,15 +3,17 @@ against the reference's ``lstm_*_grad_jvp``, and its own guarantees.
 
 - agreement with the reference, gradient and tangent, on Hypothesis-drawn cases with every
   option (peepholes, cell and projection clips under both ``clip_grad`` modes, projection,
-  masks and zoneout, ragged lengths, both orders and layouts, sizes from 0), tangents of
-  every input and every upstream gradient drawn or None: float64 to 1e-12 relative to each
-  array's scale; float32 by tests/test_jvp_cpu.py's rule for tangents;
+  layer norm with both carries, masks and zoneout, ragged lengths, both orders and layouts,
+  sizes from 0), tangents of every input and every upstream gradient drawn or None:
+  float64 to 1e-12 relative to each array's scale; float32 by tests/test_jvp_cpu.py's rule
+  for tangents (four times the float32 reference's error plus eight ulps of the scale; its
+  ill-conditioned layer norms two columns wide not compared in float32, as there);
 - the primal half is the CPU's own ``lstm_*_grad`` (to round-off);
 - the oracle (``grad_jvp_check``: central differences) on drawn cases with
   ``backend="cpu"``;
-- dispatch: NumPy arrays run the CPU's; the layer-normalised configurations are handed to
-  the reference as they are (documented in ``cpu/lstm.py``); edge cases; read-only inputs
-  never written.
+- dispatch: NumPy arrays run the CPU's, never the reference's; edge cases (T = 0, B = 0,
+  I = 0, H = 0, lengths 0 and T), None tangents and upstreams; read-only inputs never
+  written.
 """
 
 from __future__ import annotations
@@ -32,9 +34,9 @@ from gradcells._core.types import LSTMNorm
 SIZES = {"min_size": 0, "max_batch": 5, "max_input": 5, "max_hidden": 21}
 STRATEGIES = {
     "lstm_cell": lambda **k: testing.lstm_cell_inputs(
-        peephole=None, clip=None, projection=None, layer_norm=False, **SIZES, **k),
+        peephole=None, clip=None, projection=None, layer_norm=None, **SIZES, **k),
     "lstm_sequence": lambda **k: testing.lstm_sequence_inputs(
-        peephole=None, clip=None, ragged=None, projection=None, layer_norm=False,
+        peephole=None, clip=None, ragged=None, projection=None, layer_norm=None,
         reverse=None, batch_first=None, masks=None, **SIZES, **k),
 }
 OPS_HERE = list(STRATEGIES)
@@ -143,7 +145,20 @@ def _check_case(op, case, seed, clip_grad):
     _assert_agree64(got[0], own, "primal vs the CPU gradient", rtol=1e-13)
 
 
+def _ill_conditioned32(case):
+    """tests/test_jvp_cpu.py's: a layer norm at most two columns wide (H <= 2, or an input
+    or state one column wide), whose derivative ``r ~ 1/|c̃₁ - c̃₂|`` amplifies the primal's
+    float32 error; float64 and the oracle cover these cases."""
+    if case.get("layer_norm") is None:
+        return False
+    cs = case["cs0"] if "cs0" in case else case["cs_prev"]
+    h = case["h0"] if "h0" in case else case["h_prev"]
+    return cs.shape[-1] <= 2 or case["x"].shape[-1] == 1 or h.shape[-1] == 1
+
+
 def _check_case32(op, case, seed, clip_grad):
+    if _ill_conditioned32(case):
+        return
     case32 = _cast(case, np.float32)
     result, tangents, upstream = _inputs(op, case32, seed)
     exact_case = _cast(case32, np.float64)
@@ -177,8 +192,6 @@ def test_agrees_with_the_reference_on_random_cases(op):
     rng = np.random.default_rng(21)
     for k in range(40):
         case = testing.OPS[op][0](rng)
-        if case.get("layer_norm") is not None:
-            continue
         clip_grad = ("exact", "straight_through")[k % 2]
         _check_case(op, case, k, clip_grad)
         _check_case32(op, case, k, clip_grad)
@@ -197,18 +210,12 @@ def test_numpy_arrays_run_the_cpus_second_order(op):
     cpu = _dispatch.backend_module("cpu")
     assert _dispatch.backend_for(None, "numpy", op=f"{op}_grad_jvp") is cpu
     case = testing.OPS[op][0](np.random.default_rng(12))
-    case = _without_norm(case)
     result, tangents, upstream = _inputs(op, case, 12, none_rate=0.0)
     with mock.patch.object(reference, f"{op}_grad_jvp",
                            side_effect=AssertionError("the reference ran")):
         got = _grad_jvp(op, case, result, tangents, upstream, None)
     want = _grad_jvp(op, case, result, tangents, upstream, "reference")
     _assert_agree64(got[1], want[1], "tangent")
-
-
-def _without_norm(case):
-    """A case without its layer norm and the norm's settings."""
-    return {k: v for k, v in case.items() if k not in ("layer_norm", "ln_epsilon", "ln_carry")}
 
 
 def _sequence_case(steps, batch, n_in, hidden, **options):
@@ -222,17 +229,20 @@ EVERY_OPTION = {"peephole": True, "clip": True, "forget_bias": 0.5, "ragged": Tr
 
 @pytest.mark.parametrize("sizes", [(0, 3, 2, 4), (3, 0, 2, 4), (3, 2, 0, 4), (3, 2, 2, 0),
                                    (0, 0, 0, 0), (1, 1, 1, 1), (5, 3, 4, 19)])
-@pytest.mark.parametrize("proj_size", [None, 2])
-def test_edge_sizes(sizes, proj_size):
+@pytest.mark.parametrize("layer_norm, proj_size", [(False, None), (False, 2), (True, None),
+                                                   (True, 1)])
+def test_edge_sizes(sizes, layer_norm, proj_size):
     case = _sequence_case(*sizes, **EVERY_OPTION, proj_size=proj_size,
-                          proj_clip=proj_size is not None)
+                          proj_clip=proj_size is not None, layer_norm=layer_norm,
+                          ln_carry="normalized")
     for seed, clip_grad in ((0, "exact"), (1, "straight_through")):
         _check_case("lstm_sequence", case, seed, clip_grad)
 
 
 @pytest.mark.parametrize("lengths", [[0, 0, 0], [4, 4, 4], [0, 4, 2], [1, 0, 3]])
 def test_lengths_zero_and_full(lengths):
-    case = _sequence_case(4, 3, 2, 5, **EVERY_OPTION, proj_size=3, proj_clip=True)
+    case = _sequence_case(4, 3, 2, 5, **EVERY_OPTION, proj_size=3, proj_clip=True,
+                          layer_norm=True)
     case["seq_len"] = np.array(lengths)
     _check_case("lstm_sequence", case, 2, "exact")
 
@@ -242,7 +252,6 @@ def test_none_tangents_and_upstreams(op):
     """All tangents None (the public layer's None too) and no upstream gradients: a zero
     tangent where the upstream tangents are zero, the reference's otherwise."""
     case = testing.OPS[op][0](np.random.default_rng(3))
-    case = _without_norm(case)
     result, tangents, upstream = _inputs(op, case, 3, none_rate=1.0)
     got = _grad_jvp(op, case, result, None, upstream, "cpu")
     for name, value in _fields(got[1]).items():
@@ -258,7 +267,6 @@ def test_none_tangents_and_upstreams(op):
 @pytest.mark.parametrize("op", OPS_HERE)
 def test_every_tangent_alone(op):
     case = testing.OPS[op][0](np.random.default_rng(4))
-    case = _without_norm(case)
     result, full, upstream = _inputs(op, case, 4, none_rate=0.0)
     spec = OPS[op]
     for field in spec.grads._fields:
@@ -275,7 +283,6 @@ def test_every_tangent_alone(op):
 @pytest.mark.parametrize("op", OPS_HERE)
 def test_inputs_are_never_written(op):
     case = testing.OPS[op][0](np.random.default_rng(6))
-    case = _without_norm(case)
     result, tangents, upstream = _inputs(op, case, 6, none_rate=0.0)
     frozen = []
     for value in (*case.values(), *tangents, *result, *upstream.values()):
@@ -289,15 +296,19 @@ def test_inputs_are_never_written(op):
         assert value.flags.writeable and not any(value is v for v, _ in frozen)
 
 
+@pytest.mark.parametrize("layer_norm, ln_carry", [(False, "raw"), (True, "raw"),
+                                                  (True, "normalized")])
 @pytest.mark.parametrize("proj_size", [None, 7])
 @pytest.mark.parametrize("clip_grad", ["exact", "straight_through"])
-def test_every_option_at_large_sizes(proj_size, clip_grad):
+def test_every_option_at_large_sizes(layer_norm, ln_carry, proj_size, clip_grad):
     case = testing.lstm_sequence_case(
         np.random.default_rng(8), steps=5, batch=4, input_size=9, hidden=37,
-        **EVERY_OPTION, proj_size=proj_size, proj_clip=proj_size is not None)
+        **EVERY_OPTION, proj_size=proj_size, proj_clip=proj_size is not None,
+        layer_norm=layer_norm, ln_carry=ln_carry)
     _check_case("lstm_sequence", case, 8, clip_grad)
     _check_case32("lstm_sequence", case, 8, clip_grad)
     cell = {"x": case["x"][0], "cs_prev": case["cs0"], "h_prev": case["h0"],
             **{k: case[k] for k in ("w", "b", "wci", "wcf", "wco", "cell_clip")},
-            **{k: case[k] for k in ("w_proj", "proj_clip") if k in case}}
+            **{k: case[k] for k in ("w_proj", "proj_clip", "layer_norm", "ln_carry",
+                                    "ln_epsilon") if k in case}}
     _check_case("lstm_cell", cell, 9, clip_grad)

@@ -619,15 +619,8 @@ def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *
                        d_cs=None, d_h_tangent=None, d_cs_tangent=None, clip_grad="exact"):
     """The JVP of ``lstm_cell_grad`` along ``tangents`` (an ``LSTMCellGrads``, None fields
     zero) and the upstream gradients' tangents: ``(LSTMCellGrads, LSTMCellGrads of
-    tangents)``, as a sequence of one step (``lstm_sequence_grad_jvp``; the step's upstream
-    gradients are the cell's). With a layer norm: ``gradcells.reference``'s (see
-    ``lstm_sequence_grad_jvp``)."""
-    if weights.layer_norm is not None:
-        from ..reference import lstm as reference
-
-        return reference.lstm_cell_grad_jvp(
-            x, cs_prev, h_prev, weights, state, tangents, settings, d_h=d_h, d_cs=d_cs,
-            d_h_tangent=d_h_tangent, d_cs_tangent=d_cs_tangent, clip_grad=clip_grad)
+    tangents)``, as a sequence of one step (``_grad_jvp.lstm_grad_jvp``; the step's
+    upstream gradients are the cell's, its matmuls ``x·W_x`` and ``h_prev·W_h``)."""
     from ._grad_jvp import lstm_grad_jvp
 
     def step(a):
@@ -648,18 +641,9 @@ def lstm_sequence_grad_jvp(x, cs0, h0, weights, seq, tangents, settings, *, d_h=
                            clip_grad="exact"):
     """The JVP of ``lstm_sequence_grad`` along ``tangents`` (an ``LSTMSequenceGrads``, None
     fields zero) and the upstream gradients' tangents: ``(LSTMSequenceGrads,
-    LSTMSequenceGrads of tangents)``; the primal is this backend's gradient, its tangent
-    ``_grad_jvp.lstm_grad_jvp``'s (the plan and the math are there). Every option runs
-    fused except the layer norm (``weights.layer_norm``), which this backend hands to
-    ``gradcells.reference.lstm_sequence_grad_jvp`` as it is."""
-    if weights.layer_norm is not None:
-        from ..reference import lstm as reference
-
-        return reference.lstm_sequence_grad_jvp(
-            x, cs0, h0, weights, seq, tangents, settings, d_h=d_h, d_cs=d_cs,
-            d_h_final=d_h_final, d_cs_final=d_cs_final, d_h_tangent=d_h_tangent,
-            d_cs_tangent=d_cs_tangent, d_h_final_tangent=d_h_final_tangent,
-            d_cs_final_tangent=d_cs_final_tangent, clip_grad=clip_grad)
+    LSTMSequenceGrads of tangents)``; the primal is this backend's gradient (its kernels),
+    the tangent ``_grad_jvp.lstm_grad_jvp``'s (the plan and the math are there), every
+    option fused."""
     from ._grad_jvp import lstm_grad_jvp
 
     upstreams = ((d_h, d_h_tangent), (d_cs, d_cs_tangent), (d_h_final, d_h_final_tangent),
