@@ -174,14 +174,14 @@ CLIP_GRADS = st.sampled_from(["exact", "straight_through"])
 
 
 @pytest.mark.parametrize("op", OPS_HERE)
-@settings(max_examples=60)
+@settings(max_examples=150)
 @given(data=st.data(), seed=st.integers(0, 2**32 - 1), clip_grad=CLIP_GRADS)
 def test_agrees_with_the_reference_on_drawn_cases(op, data, seed, clip_grad):
     _check_case(op, data.draw(STRATEGIES[op]()), seed, clip_grad)
 
 
 @pytest.mark.parametrize("op", OPS_HERE)
-@settings(max_examples=30)
+@settings(max_examples=60)
 @given(data=st.data(), seed=st.integers(0, 2**32 - 1), clip_grad=CLIP_GRADS)
 def test_float32_agrees_with_the_reference_on_drawn_cases(op, data, seed, clip_grad):
     _check_case32(op, data.draw(STRATEGIES[op]()), seed, clip_grad)
