@@ -3,7 +3,7 @@
 The twelve public operations and the six forward-mode ones (``*_jvp``, docs/spec.md §12;
 their plumbing in ``_jvp``, their kernels in ``_jvp_kernels``) and the LSTM's second order
 (``lstm_cell_grad_jvp``, ``lstm_sequence_grad_jvp``: the plumbing in ``_grad_jvp``, the
-tangent kernel in ``_grad_jvp_kernels``; with a layer norm the reference's), one module per cell
+tangent kernel in ``_grad_jvp_kernels``), one module per cell
 (``lstm``, ``gru``, ``rnn``) with the backend protocol's names and signatures
 (``gradcells._core.types``: the arrays, one weight set, one settings record); the public
 layer has validated and normalised every argument. Results agree with the reference to

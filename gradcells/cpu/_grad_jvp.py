@@ -8,7 +8,8 @@ numbers); the plan is the CPU gradient's (``_sequence``) with a tangent beside e
   plumbing (``_jvp``);
 - per step (``Walk.back_times()``): the cell's backward kernel for the gate gradients
   ``dZ_t`` (the primal, as the CPU gradient computes it) and one fused Numba pass for their
-  tangents ``dZ'_t`` (``_grad_jvp_kernels``); then the carry ``dZ_t·W_hᵀ`` and its tangent
+  tangents ``dZ'_t`` (``_grad_jvp_kernels``; with the LSTM's layer norm NumPy's, as the
+  forward mode's layer-normalised step is); then the carry ``dZ_t·W_hᵀ`` and its tangent
   ``dZ'_t·W_hᵀ + dZ_t·W_h'ᵀ`` (BLAS);
 - after the loop ``dx``, ``dW`` and their tangents over all ``T·B`` rows: by the product
   rule ``input_and_weight_grads`` on ``(x, W, dZ')`` plus on ``(x', W', dZ)``.
