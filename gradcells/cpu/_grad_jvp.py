@@ -72,33 +72,6 @@ def product_grads(walk, primal, tangent, d_parts):
     return (dx, dw), (tx + tx2, tw + tw2)
 
 
-def layer_norm_grad_tangent(dy, t_dy, gamma, t_gamma, z_hat, rstd, t_z):
-    """The layer norm's backward (``reference._common.layer_norm_grad``) and its tangent,
-    over the last axis (means over the row; ``rstd`` with a trailing axis of 1):
-
-        g = dy∘γ;   dz = r·(g - mean(g) - ẑ∘mean(g∘ẑ))
-        ẑ' = r·(z' - mean(z') - ẑ∘mean(ẑ∘z'));   r' = -r²·mean(ẑ∘z');   g' = dy'∘γ + dy∘γ'
-        dz' = r'·(g - mean(g) - ẑ∘mean(g∘ẑ))
-              + r·(g' - mean(g') - ẑ'∘mean(g∘ẑ) - ẑ∘mean(g'∘ẑ + g∘ẑ'))
-        dγ' = Σ dy'∘ẑ + dy∘ẑ'      (sums over every axis but the last)
-
-    Returns ``(dz, dz', dγ', ẑ')``."""
-    n = max(z_hat.shape[-1], 1)
-
-    def mean(a):
-        return a.sum(axis=-1, keepdims=True) / n
-
-    t_hat = rstd * (t_z - mean(t_z) - z_hat * mean(z_hat * t_z))
-    t_rstd = -rstd * rstd * mean(z_hat * t_z)
-    g, t_g = dy * gamma, t_dy * gamma + dy * t_gamma
-    g_hat = mean(g * z_hat)
-    core = g - mean(g) - z_hat * g_hat
-    t_dz = t_rstd * core + rstd * (t_g - mean(t_g) - t_hat * g_hat
-                                   - z_hat * mean(t_g * z_hat + g * t_hat))
-    axes = tuple(range(dy.ndim - 1))
-    return rstd * core, t_dz, (t_dy * z_hat + dy * t_hat).sum(axis=axes), t_hat
-
-
 def state_step(zoneout, t, carried, d_steps, stopped, buffers):
     """The gradient of step t's new state (``upstream``) split by zoneout
     (``zoneout_split``): ``(to the step's kernel, to the old state or None)``; ``buffers``:
@@ -399,6 +372,33 @@ def _ln_cell_tangent(at, to_h, to_cs, cell):
     sums[4] += t_gamma_c
     sums[5] += t_dn.sum(axis=0)
     return t_gates, t_dcs_prev
+
+
+def layer_norm_grad_tangent(dy, t_dy, gamma, t_gamma, z_hat, rstd, t_z):
+    """The layer norm's backward (``reference._common.layer_norm_grad``) and its tangent,
+    over the last axis (means over the row; ``rstd`` with a trailing axis of 1):
+
+        g = dy∘γ;   dz = r·(g - mean(g) - ẑ∘mean(g∘ẑ))
+        ẑ' = r·(z' - mean(z') - ẑ∘mean(ẑ∘z'));   r' = -r²·mean(ẑ∘z');   g' = dy'∘γ + dy∘γ'
+        dz' = r'·(g - mean(g) - ẑ∘mean(g∘ẑ))
+              + r·(g' - mean(g') - ẑ'∘mean(g∘ẑ) - ẑ∘mean(g'∘ẑ + g∘ẑ'))
+        dγ' = Σ dy'∘ẑ + dy∘ẑ'      (sums over every axis but the last)
+
+    Returns ``(dz, dz', dγ', ẑ')``."""
+    n = max(z_hat.shape[-1], 1)
+
+    def mean(a):
+        return a.sum(axis=-1, keepdims=True) / n
+
+    t_hat = rstd * (t_z - mean(t_z) - z_hat * mean(z_hat * t_z))
+    t_rstd = -rstd * rstd * mean(z_hat * t_z)
+    g, t_g = dy * gamma, t_dy * gamma + dy * t_gamma
+    g_hat = mean(g * z_hat)
+    core = g - mean(g) - z_hat * g_hat
+    t_dz = t_rstd * core + rstd * (t_g - mean(t_g) - t_hat * g_hat
+                                   - z_hat * mean(t_g * z_hat + g * t_hat))
+    axes = tuple(range(dy.ndim - 1))
+    return rstd * core, t_dz, (t_dy * z_hat + dy * t_hat).sum(axis=axes), t_hat
 
 
 class _ProjectionJVP:
