@@ -1,10 +1,10 @@
 """The CPU backend: Numba-jitted fused kernels plus BLAS matmuls, for NumPy arrays.
 
 The twelve public operations, the six forward-mode ones (``*_jvp``, docs/spec.md §12;
-their plumbing in ``_jvp``, their kernels in ``_jvp_kernels``) and the second order of the
-plain RNN and the GRU (``rnn_*_grad_jvp``, ``gru_*_grad_jvp``: the gradient's backward loop
-with a tangent beside every value; their plumbing in ``_grad_jvp``, their tangent kernels
-in ``_grad_jvp_kernels``; a cell is a sequence of one step), one module per cell
+their plumbing in ``_jvp``, their kernels in ``_jvp_kernels``) and the six second-order ones
+(``*_grad_jvp``: the gradient's backward loop with a tangent beside every value; their
+plumbing in ``_grad_jvp``, their tangent kernels in ``_grad_jvp_kernels``; a cell is a
+sequence of one step), one module per cell
 (``lstm``, ``gru``, ``rnn``) with the backend protocol's names and signatures
 (``gradcells._core.types``: the arrays, one weight set, one settings record); the public
 layer has validated and normalised every argument. Results agree with the reference to
@@ -57,9 +57,11 @@ from .gru import (
 from .lstm import (
     lstm_cell,
     lstm_cell_grad,
+    lstm_cell_grad_jvp,
     lstm_cell_jvp,
     lstm_sequence,
     lstm_sequence_grad,
+    lstm_sequence_grad_jvp,
     lstm_sequence_jvp,
 )
 from .rnn import (
@@ -84,5 +86,5 @@ __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad",
            "rnn_cell_jvp", "rnn_sequence_jvp", "gru_cell_jvp", "gru_sequence_jvp",
            "lstm_cell_jvp", "lstm_sequence_jvp",
            "rnn_cell_grad_jvp", "rnn_sequence_grad_jvp", "gru_cell_grad_jvp",
-           "gru_sequence_grad_jvp"]
+           "gru_sequence_grad_jvp", "lstm_cell_grad_jvp", "lstm_sequence_grad_jvp"]
 

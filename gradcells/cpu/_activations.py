@@ -41,8 +41,10 @@ import math
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.extending import intrinsic, overload
+
+from ._compile import helper
 
 TANH32_MAX_ULP = 1.5
 TANH64_MAX_REL = 1e-15
@@ -98,9 +100,6 @@ def _from_bits(typingctx, bits):
     return flt(bits), codegen
 
 
-# Helpers are compiled with the kernels' flags; LLVM inlines them into the loops.
-_helper = njit(error_model="numpy")
-
 # --- float32: Cephes tanhf / expf ------------------------------------------------------------
 _CLAMP32 = _F32(9.02)                    # float32 tanh rounds to 1 from 9.010914 on
 _SMALL32 = _F32(0.625)
@@ -117,7 +116,7 @@ _ONE32, _TWO32, _HALF32 = _F32(1.0), _F32(2.0), _F32(0.5)
 _BIAS32, _MANT32 = np.uint32(127), np.uint32(23)
 
 
-@_helper
+@helper
 def tanh32(z):
     """float32 tanh (module docstring): within 1.5 ulp over all float32."""
     a = abs(z)
@@ -156,7 +155,7 @@ _SHIFT64 = 6755399441055744.0             # 1.5·2^52
 _BIAS64, _MANT64 = np.uint64(1023), np.uint64(52)
 
 
-@_helper
+@helper
 def tanh64(z):
     """float64 tanh (module docstring): relative error within 1e-15."""
     a = abs(z)

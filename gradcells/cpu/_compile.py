@@ -91,6 +91,9 @@ _import_arraymath_with_deferred_blas_check()
 
 KERNEL_OPTIONS = {"cache": True, "error_model": "numpy", "nogil": True}
 kernel = numba.njit(**KERNEL_OPTIONS)
+# A kernel's scalar helpers: compiled with the kernels' error model, inlined by LLVM into the
+# loops that call them (cached with their callers).
+helper = numba.njit(error_model="numpy")
 
 
 def kernel_array(a):

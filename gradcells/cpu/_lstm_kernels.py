@@ -27,14 +27,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, types
+from numba import types
 from numba.extending import overload
 
 from ._activations import sigmoid, tanh, typed
-from ._compile import kernel, row_of
-
-# Helpers are compiled with the kernels' flags; LLVM inlines them into the loops.
-_helper = njit(error_model="numpy")
+from ._compile import helper, kernel, row_of
 
 
 @kernel
@@ -188,7 +185,7 @@ def lstm_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, has_d
 # (a fixed order: the results do not depend on the machine), 3.6x faster at 4H = 512.
 
 
-@_helper
+@helper
 def _row_sum(z):
     """Σ z over a row, in eight interleaved partial sums."""
     n = z.shape[0]
@@ -209,7 +206,7 @@ def _row_sum(z):
     return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
 
 
-@_helper
+@helper
 def _row_dot(a, b):
     """Σ a∘b over a row, in eight interleaved partial sums."""
     n = a.shape[0]
@@ -230,7 +227,7 @@ def _row_dot(a, b):
     return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
 
 
-@_helper
+@helper
 def _row_centred_squares(z, mean):
     """Σ (z - mean)² over a row, in eight interleaved partial sums."""
     n = z.shape[0]
@@ -254,7 +251,7 @@ def _row_centred_squares(z, mean):
     return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
 
 
-@_helper
+@helper
 def _row_stats_two_pass(z, epsilon):
     """``_row_stats`` for float64: the mean, then the centred squares (as the reference)."""
     count = float(max(z.shape[0], 1))
@@ -262,7 +259,7 @@ def _row_stats_two_pass(z, epsilon):
     return mean, 1.0 / math.sqrt(_row_centred_squares(z, mean) / count + epsilon)
 
 
-@_helper
+@helper
 def _row_stats_wide(z, epsilon):
     """``_row_stats`` for float32: Σz and Σz² in one pass, accumulated in float64, which
     holds the difference ``Σz²/n - mean²`` to far below float32's resolution; the results
@@ -307,7 +304,7 @@ def _row_stats_impl(z, epsilon):
     return None
 
 
-@_helper
+@helper
 def _row_grad_sums(dy, gamma, z_hat):
     """``(Σ g, Σ g∘ẑ)`` over a row, ``g = dy∘γ``, in one pass of four interleaved partial
     sums each."""
@@ -333,7 +330,7 @@ def _row_grad_sums(dy, gamma, z_hat):
     return (s0 + s1) + (s2 + s3), (t0 + t1) + (t2 + t3)
 
 
-@_helper
+@helper
 def _row_norm_grad(dy, gamma, z_hat, rstd, d_gamma):
     """The layer norm's backward on one row, in place: ``z_hat`` (``ẑ``) becomes
     ``dz = r·(g - mean(g) - ẑ∘mean(g∘ẑ))``, ``g = dy∘γ``; ``d_gamma += dy∘ẑ``."""

@@ -609,3 +609,44 @@ def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
     outs, d_outs = lstm_jvp(x, tangents.x, (cs0, h0), (tangents.cs0, tangents.h0), weights,
                             tangents[3:], settings)
     return LSTMSequence(*outs), LSTMSequence(*d_outs)
+
+
+# --------------------------------------------------------------------------------------
+# second order (docs/spec.md §12; ``_grad_jvp``)
+
+
+def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *, d_h=None,
+                       d_cs=None, d_h_tangent=None, d_cs_tangent=None, clip_grad="exact"):
+    """The JVP of ``lstm_cell_grad`` along ``tangents`` (an ``LSTMCellGrads``, None fields
+    zero) and the upstream gradients' tangents: ``(LSTMCellGrads, LSTMCellGrads of
+    tangents)``, as a sequence of one step (``_grad_jvp.lstm_grad_jvp``; the step's
+    upstream gradients are the cell's, its matmuls ``x·W_x`` and ``h_prev·W_h``)."""
+    from ._grad_jvp import lstm_grad_jvp
+
+    def step(a):
+        return None if a is None else a[None]
+
+    seq = LSTMSequence(*(a[None] for a in state), cs_final=state.cs, h_final=state.h)
+    t_seq = LSTMSequenceGrads(step(tangents.x), *tangents[1:])
+    upstreams = ((step(d_h), step(d_h_tangent)), (step(d_cs), step(d_cs_tangent)),
+                 (None, None), (None, None))
+    results = lstm_grad_jvp(x[None], (cs_prev, h_prev), weights, seq, t_seq, settings,
+                            upstreams, clip_grad)
+    return tuple(LSTMCellGrads(g.x[0], *g[1:]) for g in results)
+
+
+def lstm_sequence_grad_jvp(x, cs0, h0, weights, seq, tangents, settings, *, d_h=None,
+                           d_cs=None, d_h_final=None, d_cs_final=None, d_h_tangent=None,
+                           d_cs_tangent=None, d_h_final_tangent=None, d_cs_final_tangent=None,
+                           clip_grad="exact"):
+    """The JVP of ``lstm_sequence_grad`` along ``tangents`` (an ``LSTMSequenceGrads``, None
+    fields zero) and the upstream gradients' tangents: ``(LSTMSequenceGrads,
+    LSTMSequenceGrads of tangents)``; the primal is this backend's gradient (its kernels),
+    the tangent ``_grad_jvp.lstm_grad_jvp``'s (the plan and the math are there), every
+    option fused."""
+    from ._grad_jvp import lstm_grad_jvp
+
+    upstreams = ((d_h, d_h_tangent), (d_cs, d_cs_tangent), (d_h_final, d_h_final_tangent),
+                 (d_cs_final, d_cs_final_tangent))
+    return lstm_grad_jvp(x, (cs0, h0), weights, seq, tangents, settings, upstreams,
+                         clip_grad)
