@@ -209,6 +209,12 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
         const T* dh_prev, const T* zoneout_h, int use_relu, int use_seq_len, int use_zoneout_h,
         long long step, long long batch, long long hidden, T* dh, T* dh_state""",
         f"dh_prev {_ZONEOUT}"),
+    _kernel("rnn_backward_tangent", "rnn.cu", ("T",), """
+        const T* h, const T* h_t, const T* d_h, const T* d_h_t, const T* dh_next,
+        const T* dh_next_t, const T* d_h_final, const T* d_h_final_t, const int* seq_len,
+        const T* zoneout_h, int use_relu, int has_d_h, int has_d_h_final, int use_seq_len,
+        int use_zoneout_h, long long step, long long n_steps, long long batch, long long hidden,
+        T* d_z_t, T* dh_zoned_t""", f"dh_zoned_t {_ZONEOUT}"),
     _kernel("column_sum", "reduce.cu", ("TIn", "TOut"), """
         const TIn* in, long long rows, long long cols, long long rows_per_part,
         long long parts, TOut* out"""),
