@@ -30,9 +30,11 @@ from __future__ import annotations
 from .gru import (
     gru_cell,
     gru_cell_grad,
+    gru_cell_grad_jvp,
     gru_cell_jvp,
     gru_sequence,
     gru_sequence_grad,
+    gru_sequence_grad_jvp,
     gru_sequence_jvp,
 )
 from .lstm import (
