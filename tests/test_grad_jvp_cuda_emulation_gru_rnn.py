@@ -15,6 +15,9 @@ standing in for CuPy), called through the public layer with ``backend="gpu"``.
   never modified; the same bits for every launch shape and thread order.
 """
 
+import importlib
+import inspect
+
 import backend_calls
 import numpy as np
 import pytest
@@ -34,7 +37,7 @@ from test_jvp_cuda_emulation import _strategy, _tangents
 
 import gradcells as gc
 import gradcells.gpu as gpu
-from gradcells import _dispatch, _order
+from gradcells import _dispatch, _order, reference
 from gradcells._core.specs import OPS as OPS_SPECS
 from gradcells.gpu import _launch
 from gradcells.testing import (
@@ -170,6 +173,10 @@ def test_the_gpu_backend_has_the_second_order_ops():
     for op in OPS:
         name = f"{op}_grad_jvp"
         assert hasattr(gpu, name) and name in gpu.__all__
+        assert getattr(gpu, name) is getattr(importlib.import_module(
+            f"gradcells.gpu.{op.split('_')[0]}"), name)
+        assert inspect.signature(getattr(gpu, name)) == inspect.signature(
+            getattr(reference, name))
         assert _dispatch.backend_for("gpu", "cupy", op=name) is gpu
         assert _dispatch.backend_for(None, "cupy", op=name) is gpu
 

@@ -23,12 +23,7 @@ from __future__ import annotations
 
 from .._core import plan
 from . import _launch
-from ._jvp import input_tangent, recurrent_tangent, running
-
-
-def _zeros_or(xp, a, like):
-    """``a`` C-contiguous, or zeros shaped as ``like`` (C order)."""
-    return xp.zeros_like(like, order="C") if a is None else xp.ascontiguousarray(a)
+from ._jvp import _zeros_or, input_tangent, recurrent_tangent, running
 
 
 def upstream_pair(xp, g, g_t, like):
