@@ -18,7 +18,9 @@ of the whole input, the recurrent mask one of each step's matmul input (and of i
 and zoneout's mix and split happen inside the step kernels (the step's mask and a flag); the
 masks are materialised once per call (``_launch.sequence_mask``).
 Forward mode (docs/spec.md §12, the ``*_jvp`` operations at the ends of the cell modules)
-runs the forward's own plan and a tangent step kernel per step (``_jvp``).
+runs the forward's own plan and a tangent step kernel per step (``_jvp``); the second
+order (the ``*_grad_jvp`` operations) runs the backward's plan with a tangent step kernel
+beside each step's backward kernel (``_grad_jvp``).
 Importing this package imports no CuPy and compiles nothing: CuPy is imported on the first
 call.
 """
@@ -28,9 +30,11 @@ from __future__ import annotations
 from .gru import (
     gru_cell,
     gru_cell_grad,
+    gru_cell_grad_jvp,
     gru_cell_jvp,
     gru_sequence,
     gru_sequence_grad,
+    gru_sequence_grad_jvp,
     gru_sequence_jvp,
 )
 from .lstm import (
@@ -44,9 +48,11 @@ from .lstm import (
 from .rnn import (
     rnn_cell,
     rnn_cell_grad,
+    rnn_cell_grad_jvp,
     rnn_cell_jvp,
     rnn_sequence,
     rnn_sequence_grad,
+    rnn_sequence_grad_jvp,
     rnn_sequence_jvp,
 )
 
@@ -54,4 +60,5 @@ __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_seq
            "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad", "rnn_cell",
            "rnn_cell_grad", "rnn_sequence", "rnn_sequence_grad", "rnn_cell_jvp",
            "rnn_sequence_jvp", "gru_cell_jvp", "gru_sequence_jvp", "lstm_cell_jvp",
-           "lstm_sequence_jvp"]
+           "lstm_sequence_jvp", "rnn_cell_grad_jvp", "rnn_sequence_grad_jvp",
+           "gru_cell_grad_jvp", "gru_sequence_grad_jvp"]

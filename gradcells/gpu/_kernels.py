@@ -195,6 +195,17 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
         const int* seq_len, const T* dh_prev, const T* zoneout_h, int reset_after,
         int use_seq_len, int use_zoneout_h, long long step, long long batch, long long hidden,
         T* dc, T* dh, T* dh_state""", _ZONEOUT),
+    _kernel("gru_backward_candidate_tangent", "gru.cu", ("T",), """
+        const T* r, const T* u, const T* c, const T* h_prev, const T* r_t, const T* u_t,
+        const T* c_t, const T* h_prev_t, const T* n_pre, const T* n_pre_t, const T* b_c,
+        const T* d_h, const T* d_h_t, const T* dh_next_a, const T* dh_next_b,
+        const T* dh_next_a_t, const T* dh_next_b_t, const T* d_h_final, const T* d_h_final_t,
+        const int* seq_len, const T* zoneout_h, int reset_after, int has_d_h, int has_d_h_final,
+        int use_seq_len, int use_zoneout_h, long long step, long long n_steps, long long batch,
+        long long hidden, T* d_gates_t, T* d_n_t, T* dh_direct_t, T* rh_t""", _ZONEOUT),
+    _kernel("gru_backward_reset_tangent", "gru.cu", ("T",), """
+        const T* d_hr, const T* d_hr_t, const T* r, const T* r_t, const T* h_prev,
+        const T* h_prev_t, long long batch, long long hidden, T* d_gates_t, T* dh_direct_t"""),
     _kernel("rnn_forward", "rnn.cu", ("T",), """
         const T* gx, const T* gh, const T* b, const int* seq_len, const T* h_prev,
         const T* zoneout_h, int use_relu, int use_seq_len, int use_zoneout_h, long long step,
@@ -209,6 +220,12 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
         const T* dh_prev, const T* zoneout_h, int use_relu, int use_seq_len, int use_zoneout_h,
         long long step, long long batch, long long hidden, T* dh, T* dh_state""",
         f"dh_prev {_ZONEOUT}"),
+    _kernel("rnn_backward_tangent", "rnn.cu", ("T",), """
+        const T* h, const T* h_t, const T* d_h, const T* d_h_t, const T* dh_next,
+        const T* dh_next_t, const T* d_h_final, const T* d_h_final_t, const int* seq_len,
+        const T* zoneout_h, int use_relu, int has_d_h, int has_d_h_final, int use_seq_len,
+        int use_zoneout_h, long long step, long long n_steps, long long batch, long long hidden,
+        T* d_z_t, T* dh_zoned_t""", f"dh_zoned_t {_ZONEOUT}"),
     _kernel("column_sum", "reduce.cu", ("TIn", "TOut"), """
         const TIn* in, long long rows, long long cols, long long rows_per_part,
         long long parts, TOut* out"""),

@@ -183,6 +183,23 @@ GC_KERNEL void gru_forward_reset_after(
     }
 }
 
+// The upstream gradient of a step's state at element k: its own d_h (has_d_h) plus, on
+// a row's last step (last), the final-state gradient (has_d_h_final), else the carry
+// dh_next_a + dh_next_b. The backward and its tangent (on the tangents' arrays) read it.
+template <class A, class T, class Index>
+__device__ __forceinline__ A gru_upstream(
+    const T* d_h, const T* dh_next_a, const T* dh_next_b, const T* d_h_final, int has_d_h,
+    int has_d_h_final, bool last, Index k)
+{
+    A dh = has_d_h ? gc_load(d_h[k]) : (A)0;
+    if (last) {
+        if (has_d_h_final) dh = dh + gc_load(d_h_final[k]);
+    } else {
+        dh = dh + (gc_load(dh_next_a[k]) + gc_load(dh_next_b[k]));
+    }
+    return dh;
+}
+
 // Backward, part 1 (both variants). The upstream gradient of the step's h is the step's
 // own d_h (has_d_h) plus, on a row's last step (step + 1 == length, length = seq_len[b]
 // or n_steps), the final-state gradient d_h_final (has_d_h_final), and otherwise the carry
@@ -216,12 +233,8 @@ __device__ __forceinline__ void gru_backward_candidate_body(
             dh_direct[k] = has_d_h_final ? d_h_final[k] : z;
             continue;
         }
-        A dh = has_d_h ? gc_load(d_h[k]) : zero;
-        if (step + 1 >= length) {
-            if (has_d_h_final) dh = dh + gc_load(d_h_final[k]);
-        } else {
-            dh = dh + (gc_load(dh_next_a[k]) + gc_load(dh_next_b[k]));
-        }
+        A dh = gru_upstream<A>(d_h, dh_next_a, dh_next_b, d_h_final, has_d_h, has_d_h_final,
+                               step + 1 >= length, k);
         A dh_old = zero;
         if (use_zoneout_h) {
             const A z = gc_load(zoneout_h[k]);
@@ -424,5 +437,163 @@ GC_KERNEL void gru_candidate_tangent(
             r, u, c, h_prev, dr, du, dgx_c, dgh_c, gh_c, (unsigned long long)ld_gh_c, b_c,
             seq_len, dh_prev, zoneout_h, reset_after, use_seq_len, use_zoneout_h, step,
             (unsigned long long)n, (unsigned long long)hidden, dc, dh, dh_state);
+    }
+}
+
+// Second order (docs/spec.md section 12): the tangents (suffix _t) of the backward's
+// outputs along those of the step's saved r, u, c, of h_prev, of n_pre (reset after, its
+// bias's tangent db_ch included), of the upstream gradients and of the carry, one launch
+// beside each backward kernel (gradcells/gpu/_grad_jvp.py; the primal values are recomputed
+// from the same inputs as the backward's).
+//
+// Part 1, beside gru_backward_candidate (dh: the upstream after zoneout's split, as there;
+// s = r(1-r), p = u(1-u), their tangents s_t = r_t(1-2r), p_t = u_t(1-2u)):
+//   dh_t = (1-z)*g_t, dh_old_t = z*g_t        (g_t: gru_upstream on the tangents)
+//   dc_bar_t = dh_t*(1-u)*(1-c^2) - dh*u_t*(1-c^2) - 2*dh*(1-u)*c*c_t
+//   du_bar_t = dh_t*(h_prev-c)*p + dh*(h_prev_t-c_t)*p + dh*(h_prev-c)*p_t
+//   dh_direct_t = dh_t*u + dh*u_t + dh_old_t
+//   reset after, n = n_pre + b_ch:  d_n_t = dc_bar_t*r + dc_bar*r_t
+//       dr_bar_t = (dc_bar_t*n + dc_bar*n_pre_t)*s + dc_bar*n*s_t
+//   reset before: rh_t = r_t*h_prev + r*h_prev_t   (dr_bar_t is gru_backward_reset_tangent's)
+// A row past its length writes zeros and passes the final state's tangent: dh_direct_t =
+// d_h_final_t (or 0). dh_direct_t may be the dh_next_b_t buffer itself; dh_next_b must be
+// the carry the backward kernel read (it writes its own dh_direct over it).
+template <class T, class A, class Index>
+__device__ __forceinline__ void gru_backward_candidate_tangent_body(
+    const T* r_in, const T* u_in, const T* c_in, const T* h_prev, const T* r_t_in,
+    const T* u_t_in, const T* c_t_in, const T* h_prev_t, const T* n_pre, const T* n_pre_t,
+    const T* b_c, const T* d_h, const T* d_h_t, const T* dh_next_a, const T* dh_next_b,
+    const T* dh_next_a_t, const T* dh_next_b_t, const T* d_h_final, const T* d_h_final_t,
+    const int* seq_len, const T* zoneout_h, int reset_after, int has_d_h, int has_d_h_final,
+    int use_seq_len, int use_zoneout_h, long long step, long long n_steps, Index n,
+    Index hidden, T* d_gates_t, T* d_n_t, T* dh_direct_t, T* rh_t)
+{
+    const A zero = (A)0;
+    const A one = (A)1;
+    const A two = (A)2;
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const Index row = k / hidden;
+        const Index col = k - row * hidden;
+        const Index g = row * 3 * hidden + col;
+        const long long length = use_seq_len ? (long long)seq_len[row] : n_steps;
+        if (step >= length) {
+            const T z = gc_store<T>::from(zero);
+            d_gates_t[g] = z; d_gates_t[g + hidden] = z; d_gates_t[g + 2 * hidden] = z;
+            if (reset_after) d_n_t[k] = z; else rh_t[k] = z;
+            dh_direct_t[k] = has_d_h_final ? d_h_final_t[k] : z;
+            continue;
+        }
+        const bool last = step + 1 >= length;
+        A dh = gru_upstream<A>(d_h, dh_next_a, dh_next_b, d_h_final, has_d_h, has_d_h_final,
+                               last, k);
+        A dh_t = gru_upstream<A>(d_h_t, dh_next_a_t, dh_next_b_t, d_h_final_t, has_d_h,
+                                 has_d_h_final, last, k);
+        A dh_old_t = zero;
+        if (use_zoneout_h) {
+            const A z = gc_load(zoneout_h[k]);
+            dh_old_t = z * dh_t;
+            dh = (one - z) * dh;
+            dh_t = (one - z) * dh_t;
+        }
+        const A r = gc_load(r_in[k]);
+        const A u = gc_load(u_in[k]);
+        const A c = gc_load(c_in[k]);
+        const A hp = gc_load(h_prev[k]);
+        const A r_t = gc_load(r_t_in[k]);
+        const A u_t = gc_load(u_t_in[k]);
+        const A c_t = gc_load(c_t_in[k]);
+        const A hp_t = gc_load(h_prev_t[k]);
+        const A slope_c = one - c * c;
+        const A p = u * (one - u);
+        const A p_t = u_t * (one - two * u);
+        const A dc_bar = dh * (one - u) * slope_c;
+        const A dc_bar_t = dh_t * (one - u) * slope_c - dh * u_t * slope_c
+                           - two * dh * (one - u) * c * c_t;
+        const A du_bar_t = dh_t * (hp - c) * p + dh * (hp_t - c_t) * p + dh * (hp - c) * p_t;
+        if (reset_after) {
+            const A recurrent = gc_load(n_pre[k]) + gc_load(b_c[col + hidden]);
+            const A s = r * (one - r);
+            const A s_t = r_t * (one - two * r);
+            d_gates_t[g] = gc_store<T>::from(
+                (dc_bar_t * recurrent + dc_bar * gc_load(n_pre_t[k])) * s
+                + dc_bar * recurrent * s_t);
+            d_n_t[k] = gc_store<T>::from(dc_bar_t * r + dc_bar * r_t);
+        } else {
+            rh_t[k] = gc_store<T>::from(r_t * hp + r * hp_t);
+        }
+        d_gates_t[g + hidden] = gc_store<T>::from(du_bar_t);
+        d_gates_t[g + 2 * hidden] = gc_store<T>::from(dc_bar_t);
+        dh_direct_t[k] = gc_store<T>::from(dh_t * u + dh * u_t + dh_old_t);
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void gru_backward_candidate_tangent(
+    const T* r, const T* u, const T* c, const T* h_prev, const T* r_t, const T* u_t,
+    const T* c_t, const T* h_prev_t, const T* n_pre, const T* n_pre_t, const T* b_c,
+    const T* d_h, const T* d_h_t, const T* dh_next_a, const T* dh_next_b,
+    const T* dh_next_a_t, const T* dh_next_b_t, const T* d_h_final, const T* d_h_final_t,
+    const int* seq_len, const T* zoneout_h, int reset_after, int has_d_h, int has_d_h_final,
+    int use_seq_len, int use_zoneout_h, long long step, long long n_steps, long long batch,
+    long long hidden, T* d_gates_t, T* d_n_t, T* dh_direct_t, T* rh_t)
+{
+    const long long n = batch * hidden;
+    if (n <= GC_UINT32_SAFE_COUNT) {
+        gru_backward_candidate_tangent_body<T, A, unsigned int>(
+            r, u, c, h_prev, r_t, u_t, c_t, h_prev_t, n_pre, n_pre_t, b_c, d_h, d_h_t,
+            dh_next_a, dh_next_b, dh_next_a_t, dh_next_b_t, d_h_final, d_h_final_t, seq_len,
+            zoneout_h, reset_after, has_d_h, has_d_h_final, use_seq_len, use_zoneout_h, step,
+            n_steps, (unsigned int)n, (unsigned int)hidden, d_gates_t, d_n_t, dh_direct_t,
+            rh_t);
+    } else {
+        gru_backward_candidate_tangent_body<T, A, unsigned long long>(
+            r, u, c, h_prev, r_t, u_t, c_t, h_prev_t, n_pre, n_pre_t, b_c, d_h, d_h_t,
+            dh_next_a, dh_next_b, dh_next_a_t, dh_next_b_t, d_h_final, d_h_final_t, seq_len,
+            zoneout_h, reset_after, has_d_h, has_d_h_final, use_seq_len, use_zoneout_h, step,
+            n_steps, (unsigned long long)n, (unsigned long long)hidden, d_gates_t, d_n_t,
+            dh_direct_t, rh_t);
+    }
+}
+
+// Part 2 (reset before only), beside gru_backward_reset, from d_hr and its tangent d_hr_t
+// (= (dc_bar_t@W_ch^T + dc_bar@dW_ch^T), masked as d_hr is):
+//   dr_bar_t = d_hr_t*h_prev*s + d_hr*h_prev_t*s + d_hr*h_prev*s_t  -> block r of d_gates_t
+//   dh_direct_t += d_hr_t*r + d_hr*r_t
+template <class T, class A, class Index>
+__device__ __forceinline__ void gru_backward_reset_tangent_body(
+    const T* d_hr, const T* d_hr_t, const T* r_in, const T* r_t_in, const T* h_prev,
+    const T* h_prev_t, Index n, Index hidden, T* d_gates_t, T* dh_direct_t)
+{
+    const A one = (A)1;
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const Index row = k / hidden;
+        const Index col = k - row * hidden;
+        const A dhr = gc_load(d_hr[k]);
+        const A dhr_t = gc_load(d_hr_t[k]);
+        const A r = gc_load(r_in[k]);
+        const A r_t = gc_load(r_t_in[k]);
+        const A hp = gc_load(h_prev[k]);
+        const A s = r * (one - r);
+        const A s_t = r_t * (one - (A)2 * r);
+        d_gates_t[row * 3 * hidden + col] = gc_store<T>::from(
+            (dhr_t * hp + dhr * gc_load(h_prev_t[k])) * s + dhr * hp * s_t);
+        dh_direct_t[k] = gc_store<T>::from(gc_load(dh_direct_t[k]) + dhr_t * r + dhr * r_t);
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void gru_backward_reset_tangent(
+    const T* d_hr, const T* d_hr_t, const T* r, const T* r_t, const T* h_prev,
+    const T* h_prev_t, long long batch, long long hidden, T* d_gates_t, T* dh_direct_t)
+{
+    const long long n = batch * hidden;
+    if (n <= GC_UINT32_SAFE_COUNT) {
+        gru_backward_reset_tangent_body<T, A, unsigned int>(
+            d_hr, d_hr_t, r, r_t, h_prev, h_prev_t, (unsigned int)n, (unsigned int)hidden,
+            d_gates_t, dh_direct_t);
+    } else {
+        gru_backward_reset_tangent_body<T, A, unsigned long long>(
+            d_hr, d_hr_t, r, r_t, h_prev, h_prev_t, (unsigned long long)n,
+            (unsigned long long)hidden, d_gates_t, dh_direct_t);
     }
 }

@@ -173,8 +173,9 @@ class _ResetBeforeStep:
 # Backward
 
 
-def _backward(rt, x, h0, weights, steps, settings, *, d_h, d_h_final):
-    """Backpropagation through time; returns the fields of GRUSequenceGrads."""
+def _backward(rt, x, h0, weights, steps, settings, *, d_h, d_h_final, tangent=None):
+    """Backpropagation through time; returns the fields of GRUSequenceGrads (``tangent``:
+    ``_backward_steps``'s step hook)."""
     xp = rt.xp
     lengths = _launch.lengths(xp, settings.seq_len)
     x = plan.running_inputs(xp, plan.masked(x, settings.input_mask), lengths)
@@ -185,7 +186,7 @@ def _backward(rt, x, h0, weights, steps, settings, *, d_h, d_h_final):
     h_seen = plan.masked(h_prev, masks[0])  # what the matmuls saw
     d_gates, d_n, rh, dh0 = _backward_steps(rt, x, h0, weights, settings, lengths,
                                             (r, u, c, h_prev, h_seen), masks, d_h=d_h,
-                                            d_h_final=d_h_final)
+                                            d_h_final=d_h_final, tangent=tangent)
     if rh is not None:  # the kernel's r∘h_prev; the matmul saw r∘h_seen
         rh = plan.masked(rh, masks[0])
     dx, dw_ru, dw_c, db_ru, db_c = _weight_grads(rt, x, weights, h_seen, d_gates, d_n, rh)
@@ -193,14 +194,20 @@ def _backward(rt, x, h0, weights, steps, settings, *, d_h, d_h_final):
     return dx, dh0, dw_ru, dw_c, db_ru, db_c
 
 
-def _backward_steps(rt, x, h0, weights, settings, lengths, steps, masks, *, d_h, d_h_final):
+def _backward_steps(rt, x, h0, weights, settings, lengths, steps, masks, *, d_h, d_h_final,
+                    tangent=None):
     """The backward loop over ``steps = (r, u, c, h_prev, h_seen)`` (``h_seen``: what the
     matmuls saw, ``h_prev∘m_rec``): every step's gate gradients
     ``[T, B, 3H]`` (dR, dU, dC), reset after ``dN = dL/dn`` (else None), reset before
     ``r∘h_prev`` (else None), and ``dL/dh0``. The masks ``(m_rec, z_h)`` (``_masks``): the
     matmuls saw ``h_seen``, so their part of the carry is masked (reset before:
     ``d_hr∘m_rec`` enters ``gru_backward_reset``, which then reads ``h_prev`` itself); the
-    candidate kernel splits the zoned h's gradient."""
+    candidate kernel splits the zoned h's gradient. ``tangent(t, dh_next_a, (d_gates, d_n,
+    rh, n_pre), d_hr, dh_direct)`` (second order, ``_grad_jvp``), when given, runs at the
+    end of each step: the carry's matmul part the step's kernel read (None on the first
+    step back), the arrays above (written from step t on; ``n_pre = h_seen·W_ch`` reset
+    after), reset before the step's masked ``d_hr`` (else None), and the carry's direct
+    part after the step."""
     xp = rt.xp
     r, u, c, h_prev, h_seen = steps
     m_rec, z_h = masks
@@ -229,7 +236,9 @@ def _backward_steps(rt, x, h0, weights, settings, lengths, steps, masks, *, d_h,
         batch=n_batch, hidden=n_hidden, dh_direct=dh_direct)
     reset = Launcher(rt, "gru_backward_reset", dtype, n_batch * n_hidden, batch=n_batch,
                      hidden=n_hidden, dh_direct=dh_direct)
+    d_hr = None
     for t in reversed(range(n_steps)):
+        dh_next_a = dh_recurrent
         candidate(r=r[t], u=u[t], c=c[t], h_prev=h_prev[t],
                   n_pre=n_pre[t] if reset_after else placeholder,
                   d_h=placeholder if d_h is None else d_h[t],
@@ -245,6 +254,8 @@ def _backward_steps(rt, x, h0, weights, settings, lengths, steps, masks, *, d_h,
             reset(d_hr=d_hr, r=r[t], h_prev=h_prev[t], d_gates=d_gates[t])
             dh_recurrent = matmul(xp, d_gates[t][:, :2 * n_hidden], w_ruh.T)
         dh_recurrent = plan.masked(dh_recurrent, m_rec)
+        if tangent is not None:
+            tangent(t, dh_next_a, (d_gates, d_n, rh, n_pre), d_hr, dh_direct)
     if n_steps == 0:
         dh0 = xp.zeros_like(h0) if d_h_final is None else d_h_final.copy()
     else:
@@ -312,3 +323,42 @@ def gru_sequence_jvp(x, h0, weights, tangents, settings):
         copy = settings.seq_len is None
         return (GRUSequence(*steps, h_final=h.copy() if copy else h),
                 GRUSequence(*d_steps, h_final=dh.copy() if copy else dh))
+
+
+# --------------------------------------------------------------------------------------
+# Second order (docs/spec.md §12; ``_grad_jvp``)
+
+
+def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None,
+                      d_h_tangent=None):
+    """The JVP of ``gru_cell_grad`` along ``tangents`` (a ``GRUCellGrads``, None fields
+    zero) and ``d_h_tangent``: ``(grads, grads_tangent)``, ``grads`` ``gru_cell_grad``'s;
+    see ``gradcells.reference.gru.gru_cell_grad_jvp``."""
+    from ._grad_jvp import gru_grad_jvp, upstream_pair
+
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        d_h, d_h_t = upstream_pair(rt.xp, d_h, d_h_tangent, state.h)
+        pairs = gru_grad_jvp(
+            rt, x[None], h_prev, weights, [a[None] for a in state],
+            tangents._replace(x=None if tangents.x is None else tangents.x[None]), settings,
+            (None if d_h is None else d_h[None], None if d_h_t is None else d_h_t[None],
+             None, None))
+        return tuple(GRUCellGrads(dx[0], *rest) for dx, *rest in pairs)
+
+
+def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
+                          d_h_final=None, d_h_tangent=None, d_h_final_tangent=None):
+    """The JVP of ``gru_sequence_grad`` along ``tangents`` (a ``GRUSequenceGrads``, None
+    fields zero) and the upstream gradients' tangents: ``(grads, grads_tangent)``, ``grads``
+    ``gru_sequence_grad``'s; see ``gradcells.reference.gru.gru_sequence_grad_jvp``."""
+    from ._grad_jvp import gru_grad_jvp, upstream_pair
+
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        xp = rt.xp
+        upstream = (*upstream_pair(xp, d_h, d_h_tangent, seq.h),
+                    *upstream_pair(xp, d_h_final, d_h_final_tangent, seq.h_final))
+        pairs = gru_grad_jvp(rt, x, h0, weights, tuple(seq)[:len(GRUCellState._fields)],
+                             tangents, settings, upstream)
+        return tuple(GRUSequenceGrads(*fields) for fields in pairs)

@@ -64,6 +64,23 @@ GC_KERNEL void rnn_forward(
     }
 }
 
+// The upstream gradient of a step's state at element k: its own d_h (has_d_h) plus, on
+// a row's last step (last), the final-state gradient (has_d_h_final), else the carry.
+// The backward and its tangent (on the tangents' arrays) both read it.
+template <class A, class T, class Index>
+__device__ __forceinline__ A rnn_upstream(
+    const T* d_h, const T* dh_next, const T* d_h_final, int has_d_h, int has_d_h_final,
+    bool last, Index k)
+{
+    A dh = has_d_h ? gc_load(d_h[k]) : (A)0;
+    if (last) {
+        if (has_d_h_final) dh = dh + gc_load(d_h_final[k]);
+    } else {
+        dh = dh + gc_load(dh_next[k]);
+    }
+    return dh;
+}
+
 // Backward, from the step's saved output h. The upstream gradient of the step's h is the
 // step's own d_h (has_d_h) plus, on a row's last step (step + 1 == length, length =
 // seq_len[b] or n_steps), the final-state gradient d_h_final (has_d_h_final), and
@@ -91,12 +108,8 @@ __device__ __forceinline__ void rnn_backward_body(
             if (use_zoneout_h) dh_zoned[k] = gc_store<T>::from(zero);
             continue;
         }
-        A dh = has_d_h ? gc_load(d_h[k]) : zero;
-        if (step + 1 >= length) {
-            if (has_d_h_final) dh = dh + gc_load(d_h_final[k]);
-        } else {
-            dh = dh + gc_load(dh_next[k]);
-        }
+        A dh = rnn_upstream<A>(d_h, dh_next, d_h_final, has_d_h, has_d_h_final,
+                               step + 1 >= length, k);
         if (use_zoneout_h) {
             const A z = gc_load(zoneout_h[k]);
             dh_zoned[k] = gc_store<T>::from(z * dh);
@@ -178,5 +191,72 @@ GC_KERNEL void rnn_forward_tangent(
             gx, gh, b, dgx, dgh, seq_len, dh_prev, zoneout_h, use_relu, use_seq_len,
             use_zoneout_h, step, (unsigned long long)n, (unsigned long long)hidden, dh,
             dh_state);
+    }
+}
+
+// Second order (docs/spec.md section 12), one step per launch beside rnn_backward: the
+// tangent of its outputs along the tangents (suffix _t) of the step's own output h
+// (h_t), of the upstream gradients and of the carry (dh_next_t = tangent of dh_next):
+//   g_t = d_h_t + (d_h_final_t on a row's last step, else dh_next_t)   (as g, rnn_upstream)
+//   zoneout: dh_zoned_t = z*g_t;  dh_t = (1-z)*g_t   (else dh_t = g_t)
+//   dz_t = dh_t*(1 - h^2) - 2*dh*h*h_t      tanh   (dh: rnn_backward's, recomputed)
+//   dz_t = dh_t*(h > 0 ? 1 : 0)             relu   (the branch follows the primal)
+// A row past its length writes zeros (and dh_zoned_t = 0).
+template <class T, class A, class Index>
+__device__ __forceinline__ void rnn_backward_tangent_body(
+    const T* h_in, const T* h_t, const T* d_h, const T* d_h_t, const T* dh_next,
+    const T* dh_next_t, const T* d_h_final, const T* d_h_final_t, const int* seq_len,
+    const T* zoneout_h, int use_relu, int has_d_h, int has_d_h_final, int use_seq_len,
+    int use_zoneout_h, long long step, long long n_steps, Index n, Index hidden, T* d_z_t,
+    T* dh_zoned_t)
+{
+    const A zero = (A)0;
+    const A one = (A)1;
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const long long length = use_seq_len ? (long long)seq_len[k / hidden] : n_steps;
+        if (step >= length) {
+            d_z_t[k] = gc_store<T>::from(zero);
+            if (use_zoneout_h) dh_zoned_t[k] = gc_store<T>::from(zero);
+            continue;
+        }
+        const bool last = step + 1 >= length;
+        A dh = rnn_upstream<A>(d_h, dh_next, d_h_final, has_d_h, has_d_h_final, last, k);
+        A dh_t = rnn_upstream<A>(d_h_t, dh_next_t, d_h_final_t, has_d_h, has_d_h_final, last, k);
+        if (use_zoneout_h) {
+            const A z = gc_load(zoneout_h[k]);
+            dh_zoned_t[k] = gc_store<T>::from(z * dh_t);
+            dh = (one - z) * dh;
+            dh_t = (one - z) * dh_t;
+        }
+        const A h = gc_load(h_in[k]);
+        A dz_t;
+        if (use_relu) {
+            dz_t = h > zero ? dh_t : zero;
+        } else {
+            dz_t = dh_t * (one - h * h) - dh * ((A)2 * h * gc_load(h_t[k]));
+        }
+        d_z_t[k] = gc_store<T>::from(dz_t);
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void rnn_backward_tangent(
+    const T* h, const T* h_t, const T* d_h, const T* d_h_t, const T* dh_next,
+    const T* dh_next_t, const T* d_h_final, const T* d_h_final_t, const int* seq_len,
+    const T* zoneout_h, int use_relu, int has_d_h, int has_d_h_final, int use_seq_len,
+    int use_zoneout_h, long long step, long long n_steps, long long batch, long long hidden,
+    T* d_z_t, T* dh_zoned_t)
+{
+    const long long n = batch * hidden;
+    if (n <= GC_UINT32_SAFE_COUNT) {
+        rnn_backward_tangent_body<T, A, unsigned int>(
+            h, h_t, d_h, d_h_t, dh_next, dh_next_t, d_h_final, d_h_final_t, seq_len,
+            zoneout_h, use_relu, has_d_h, has_d_h_final, use_seq_len, use_zoneout_h, step,
+            n_steps, (unsigned int)n, (unsigned int)hidden, d_z_t, dh_zoned_t);
+    } else {
+        rnn_backward_tangent_body<T, A, unsigned long long>(
+            h, h_t, d_h, d_h_t, dh_next, dh_next_t, d_h_final, d_h_final_t, seq_len,
+            zoneout_h, use_relu, has_d_h, has_d_h_final, use_seq_len, use_zoneout_h, step,
+            n_steps, (unsigned long long)n, (unsigned long long)hidden, d_z_t, dh_zoned_t);
     }
 }

@@ -126,9 +126,9 @@ def _unzoned(rt, x, h_seen, weights, settings):
     return out
 
 
-def _backward(rt, x, h0, weights, h, settings, *, d_h, d_h_final):
+def _backward(rt, x, h0, weights, h, settings, *, d_h, d_h_final, tangent=None):
     """Backpropagation through time from the saved steps ``h``; returns the fields of
-    RNNSequenceGrads."""
+    RNNSequenceGrads (``tangent``: ``_backward_steps``'s step hook)."""
     xp = rt.xp
     lengths = _launch.lengths(xp, settings.seq_len)
     x = plan.running_inputs(xp, plan.masked(x, settings.input_mask), lengths)
@@ -138,24 +138,34 @@ def _backward(rt, x, h0, weights, h, settings, *, d_h, d_h_final):
     h_seen = plan.masked(_launch.previous(xp, h0, h), m_rec)  # what the matmul saw
     outputs = h if z_h is None else _unzoned(rt, x, h_seen, weights, settings)
     d_z, dh_recurrent = _backward_steps(rt, x, h0, weights, outputs, settings, lengths,
-                                        (m_rec, z_h), d_h=d_h, d_h_final=d_h_final)
-    if x.shape[0] == 0:
-        dh0 = xp.zeros_like(h0) if d_h_final is None else d_h_final.copy()
-    else:
-        dh0 = dh_recurrent
-        if lengths is not None and d_h_final is not None:  # rows that never ran
-            dh0 = dh0 + xp.where((lengths == 0)[:, None], d_h_final, xp.zeros_like(d_h_final))
+                                        (m_rec, z_h), d_h=d_h, d_h_final=d_h_final,
+                                        tangent=tangent)
+    dh0 = _initial_state_grad(xp, h0, dh_recurrent, lengths, d_h_final)
     dx, dw, db = _input_and_weight_grads(rt, x, h_seen, weights.w, d_z)
     dx = plan.running_inputs(xp, plan.masked(dx, settings.input_mask), lengths)
     return dx, dh0, dw, db
 
 
-def _backward_steps(rt, x, h0, weights, h, settings, lengths, masks, *, d_h, d_h_final):
+def _initial_state_grad(xp, h0, dh_recurrent, lengths, d_h_final):
+    """``dL/dh0`` from the carry through the steps (None when T = 0) and, in the rows that
+    never ran (length 0), the final state's gradient ``d_h_final`` (None: zero)."""
+    if dh_recurrent is None:
+        return xp.zeros_like(h0) if d_h_final is None else d_h_final.copy()
+    if lengths is not None and d_h_final is not None:  # rows that never ran
+        return dh_recurrent + xp.where((lengths == 0)[:, None], d_h_final,
+                                       xp.zeros_like(d_h_final))
+    return dh_recurrent
+
+
+def _backward_steps(rt, x, h0, weights, h, settings, lengths, masks, *, d_h, d_h_final,
+                    tangent=None):
     """The backward loop from every step's own output ``h``: every step's ``dz``
     ``[T, B, H]`` and the carry before step 0, ``dL/dh0`` through the steps: ``dZ_0·W_hᵀ``
     (None when T = 0). The masks ``(m_rec, z_h)`` (``_masks``): the carry is
     ``(dZ_t·W_hᵀ)∘m_rec``, plus the old state's part of the zoned h's gradient (the
-    kernel's ``dh_zoned``)."""
+    kernel's ``dh_zoned``). ``tangent(t, dh_next, d_z)`` (second order, ``_grad_jvp``),
+    when given, runs after each step's kernel, with the carry the kernel read (None on the
+    first step back) and every step's ``dz`` (``[T, B, H]``, written from step t on)."""
     xp = rt.xp
     m_rec, z_h = masks
     n_steps, n_batch, n_in = x.shape
@@ -176,6 +186,8 @@ def _backward_steps(rt, x, h0, weights, h, settings, lengths, masks, *, d_h, d_h
         backward(h=h[t], d_h=placeholder if d_h is None else d_h[t],
                  dh_next=placeholder if dh_recurrent is None else dh_recurrent, step=t,
                  zoneout_h=_launch.at_step(z_h, t, placeholder), d_z=d_z[t])
+        if tangent is not None:
+            tangent(t, dh_recurrent, d_z)
         dh_recurrent = plan.masked(matmul(xp, d_z[t], w_h.T), m_rec)
         if z_h is not None:
             dh_recurrent = dh_recurrent + dh_zoned
@@ -225,3 +237,41 @@ def rnn_sequence_jvp(x, h0, weights, tangents, settings):
         copy = settings.seq_len is None
         return (RNNSequence(steps, h.copy() if copy else h),
                 RNNSequence(d_steps, dh.copy() if copy else dh))
+
+
+# --------------------------------------------------------------------------------------
+# Second order (docs/spec.md §12; ``_grad_jvp``)
+
+
+def rnn_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None,
+                      d_h_tangent=None):
+    """The JVP of ``rnn_cell_grad`` along ``tangents`` (an ``RNNCellGrads``, None fields
+    zero) and ``d_h_tangent``: ``(grads, grads_tangent)``, ``grads`` ``rnn_cell_grad``'s;
+    see ``gradcells.reference.rnn.rnn_cell_grad_jvp``."""
+    from ._grad_jvp import rnn_grad_jvp, upstream_pair
+
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        d_h, d_h_t = upstream_pair(rt.xp, d_h, d_h_tangent, state.h)
+        pairs = rnn_grad_jvp(
+            rt, x[None], h_prev, weights, state.h[None],
+            tangents._replace(x=None if tangents.x is None else tangents.x[None]), settings,
+            (None if d_h is None else d_h[None], None if d_h_t is None else d_h_t[None],
+             None, None))
+        return tuple(RNNCellGrads(dx[0], *rest) for dx, *rest in pairs)
+
+
+def rnn_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
+                          d_h_final=None, d_h_tangent=None, d_h_final_tangent=None):
+    """The JVP of ``rnn_sequence_grad`` along ``tangents`` (an ``RNNSequenceGrads``, None
+    fields zero) and the upstream gradients' tangents: ``(grads, grads_tangent)``, ``grads``
+    ``rnn_sequence_grad``'s; see ``gradcells.reference.rnn.rnn_sequence_grad_jvp``."""
+    from ._grad_jvp import rnn_grad_jvp, upstream_pair
+
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        xp = rt.xp
+        upstream = (*upstream_pair(xp, d_h, d_h_tangent, seq.h),
+                    *upstream_pair(xp, d_h_final, d_h_final_tangent, seq.h_final))
+        pairs = rnn_grad_jvp(rt, x, h0, weights, seq.h, tangents, settings, upstream)
+        return tuple(RNNSequenceGrads(*fields) for fields in pairs)
