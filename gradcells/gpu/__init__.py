@@ -18,7 +18,8 @@ of the whole input, the recurrent mask one of each step's matmul input (and of i
 and zoneout's mix and split happen inside the step kernels (the step's mask and a flag); the
 masks are materialised once per call (``_launch.sequence_mask``).
 Forward mode (docs/spec.md §12, the ``*_jvp`` operations at the ends of the cell modules)
-runs the forward's own plan and a tangent step kernel per step (``_jvp``).
+runs the forward's own plan and a tangent step kernel per step (``_jvp``); the second
+order (``*_grad_jvp``) the gradient's own plan with a tangent kernel per step (``_grad_jvp``).
 Importing this package imports no CuPy and compiles nothing: CuPy is imported on the first
 call.
 """
@@ -36,9 +37,11 @@ from .gru import (
 from .lstm import (
     lstm_cell,
     lstm_cell_grad,
+    lstm_cell_grad_jvp,
     lstm_cell_jvp,
     lstm_sequence,
     lstm_sequence_grad,
+    lstm_sequence_grad_jvp,
     lstm_sequence_jvp,
 )
 from .rnn import (
@@ -54,4 +57,4 @@ __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_seq
            "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad", "rnn_cell",
            "rnn_cell_grad", "rnn_sequence", "rnn_sequence_grad", "rnn_cell_jvp",
            "rnn_sequence_jvp", "gru_cell_jvp", "gru_sequence_jvp", "lstm_cell_jvp",
-           "lstm_sequence_jvp"]
+           "lstm_sequence_jvp", "lstm_cell_grad_jvp", "lstm_sequence_grad_jvp"]

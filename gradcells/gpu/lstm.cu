@@ -984,3 +984,183 @@ GC_KERNEL void lstm_forward_tangent_ln(
             dco, dh, dcs_state, dh_state);
     }
 }
+
+// Second order (docs/spec.md section 12), one step per launch BEFORE that step's
+// lstm_backward (which overwrites the dcs carry in place): the tangent of lstm_backward's
+// outputs along the tangents t_* of every input it reads (the saved gates' and cs_prev's
+// tangents from the forward's JVP, the peepholes', the upstream gradients' and the carries'),
+// the same branches as the primal (the clip mask, lengths, last steps), recomputing the
+// primal values it needs. With g = dh and dcs_up the step's upstream gradients:
+//   do'  = dh'*co*o(1-o) + dh*co'*o(1-o) + dh*co*o'*(1-2o)
+//   dcs' = dh'*o(1-co^2) + dh*o'*(1-co^2) - 2*dh*o*co*co' + dcs_up' + do'*wco + do*wco'
+//          (0 where mask_clip and the clip is active)
+//   di'  = dcs'*ci*i(1-i) + dcs*ci'*i(1-i) + dcs*ci*i'*(1-2i);   dci', df' alike
+//   t_dcs_prev = dcs'*f + dcs*f' + di'*wci + di*wci' + df'*wcf + df*wcf' (+ z_cs*dcs_up')
+//   t_peephole_terms = [di'*c_prev + di*c_prev', df'*c_prev + df*c_prev', do'*cs + do*cs']
+// Zoneout splits the tangents as lstm_backward splits the gradients (t_dh_zoned = z_h*dh');
+// with zoneout_cs the o-peephole's cs is the step's own c~ and cs' its tangent
+// i'*ci + i*ci' + f'*cs_prev + f*cs_prev' (0 where the clip is active: the forward's rule).
+// A row past its length: zero tangents, t_dcs_prev = t_d_cs_final (or 0). The has_* flags
+// cover each upstream gradient and its tangent alike (the caller passes zeros for a None
+// one of a pair). t_dcs_prev may be the t_dcs_next buffer itself.
+template <class T, class A, class Index>
+__device__ __forceinline__ void lstm_backward_tangent_body(
+    const T* cs_prev, const T* i_in, const T* cs_in, const T* f_in, const T* o_in,
+    const T* ci_in, const T* co_in, const T* wci, const T* wcf, const T* wco,
+    const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
+    const T* d_h_final, const T* d_cs_final, const T* t_cs_prev, const T* t_i_in,
+    const T* t_cs_in, const T* t_f_in, const T* t_o_in, const T* t_ci_in, const T* t_co_in,
+    const T* t_wci, const T* t_wcf, const T* t_wco, const T* t_d_h, const T* t_d_cs,
+    const T* t_dh_next, const T* t_dcs_next, const T* t_d_h_final, const T* t_d_cs_final,
+    const int* seq_len, const T* zoneout_cs, const T* zoneout_h,
+    A cell_clip, int use_peephole, int use_clip, int mask_clip,
+    int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
+    int use_zoneout_cs, int use_zoneout_h, long long step, long long n_steps, Index n,
+    Index hidden, T* t_d_gates, T* t_dcs_prev, T* t_peephole_terms, T* t_dh_zoned)
+{
+    const A zero = (A)0;
+    const A one = (A)1;
+    const A two = (A)2;
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const Index row = k / hidden;
+        const Index col = k - row * hidden;
+        const Index g = row * 4 * hidden + col;
+        const Index p = row * 3 * hidden + col;
+        const long long length = use_seq_len ? (long long)seq_len[row] : n_steps;
+        if (step >= length) {
+            const T z = gc_store<T>::from(zero);
+            t_d_gates[g] = z; t_d_gates[g + hidden] = z;
+            t_d_gates[g + 2 * hidden] = z; t_d_gates[g + 3 * hidden] = z;
+            if (use_peephole) {
+                t_peephole_terms[p] = z; t_peephole_terms[p + hidden] = z;
+                t_peephole_terms[p + 2 * hidden] = z;
+            }
+            t_dcs_prev[k] = has_d_cs_final ? t_d_cs_final[k] : z;
+            if (use_zoneout_h) t_dh_zoned[k] = z;
+            continue;
+        }
+        A dh = has_d_h ? gc_load(d_h[k]) : zero;
+        A tdh = has_d_h ? gc_load(t_d_h[k]) : zero;
+        A dcs_up = has_d_cs ? gc_load(d_cs[k]) : zero;
+        A tdcs_up = has_d_cs ? gc_load(t_d_cs[k]) : zero;
+        if (step + 1 >= length) {
+            if (has_d_h_final) {
+                dh = dh + gc_load(d_h_final[k]);
+                tdh = tdh + gc_load(t_d_h_final[k]);
+            }
+            if (has_d_cs_final) {
+                dcs_up = dcs_up + gc_load(d_cs_final[k]);
+                tdcs_up = tdcs_up + gc_load(t_d_cs_final[k]);
+            }
+        } else {
+            dh = dh + gc_load(dh_next[k]);
+            tdh = tdh + gc_load(t_dh_next[k]);
+            dcs_up = dcs_up + gc_load(dcs_next[k]);
+            tdcs_up = tdcs_up + gc_load(t_dcs_next[k]);
+        }
+        if (use_zoneout_h) {
+            const A z = gc_load(zoneout_h[k]);
+            t_dh_zoned[k] = gc_store<T>::from(z * tdh);
+            dh = (one - z) * dh;
+            tdh = (one - z) * tdh;
+        }
+        A tdcs_old = zero;
+        if (use_zoneout_cs) {
+            const A z = gc_load(zoneout_cs[k]);
+            tdcs_old = z * tdcs_up;
+            dcs_up = (one - z) * dcs_up;
+            tdcs_up = (one - z) * tdcs_up;
+        }
+        const A c_prev = gc_load(cs_prev[k]);
+        const A i = gc_load(i_in[k]);
+        const A f = gc_load(f_in[k]);
+        const A o = gc_load(o_in[k]);
+        const A ci = gc_load(ci_in[k]);
+        const A co = gc_load(co_in[k]);
+        const A tc_prev = gc_load(t_cs_prev[k]);
+        const A ti = gc_load(t_i_in[k]);
+        const A tf = gc_load(t_f_in[k]);
+        const A to = gc_load(t_o_in[k]);
+        const A tci = gc_load(t_ci_in[k]);
+        const A tco = gc_load(t_co_in[k]);
+        const int outside = !(gc_abs(gc_fma(i, ci, f * c_prev)) <= cell_clip);
+
+        const A so = o * (one - o);
+        const A d_o = dh * co * so;
+        const A td_o = (tdh * co + dh * tco) * so + dh * co * to * (one - two * o);
+        const A sco = one - co * co;
+        A dcs = dh * o * sco + dcs_up;
+        A tdcs = (tdh * o + dh * to) * sco - two * dh * o * co * tco + tdcs_up;
+        if (use_peephole) {
+            const A w = gc_load(wco[col]);
+            dcs = dcs + d_o * w;
+            tdcs = tdcs + td_o * w + d_o * gc_load(t_wco[col]);
+        }
+        if (mask_clip && outside) { dcs = zero; tdcs = zero; }
+        const A si = i * (one - i);
+        const A sf = f * (one - f);
+        const A sci = one - ci * ci;
+        const A di = dcs * ci * si;
+        const A df = dcs * c_prev * sf;
+        const A tdi = (tdcs * ci + dcs * tci) * si + dcs * ci * ti * (one - two * i);
+        const A tdci = (tdcs * i + dcs * ti) * sci - two * dcs * i * ci * tci;
+        const A tdf = (tdcs * c_prev + dcs * tc_prev) * sf + dcs * c_prev * tf * (one - two * f);
+        t_d_gates[g] = gc_store<T>::from(tdi);
+        t_d_gates[g + hidden] = gc_store<T>::from(tdci);
+        t_d_gates[g + 2 * hidden] = gc_store<T>::from(tdf);
+        t_d_gates[g + 3 * hidden] = gc_store<T>::from(td_o);
+        A t_prev = tdcs * f + dcs * tf;
+        if (use_peephole) {
+            t_prev = t_prev + tdi * gc_load(wci[col]) + di * gc_load(t_wci[col])
+                     + tdf * gc_load(wcf[col]) + df * gc_load(t_wcf[col]);
+            A cs = gc_load(cs_in[k]);
+            A tcs = gc_load(t_cs_in[k]);
+            if (use_zoneout_cs) {
+                cs = gc_lstm_c_tilde<T, A>(i, ci, f, c_prev, use_clip, cell_clip);
+                tcs = use_clip && outside ? zero : ti * ci + i * tci + tf * c_prev + f * tc_prev;
+            }
+            t_peephole_terms[p] = gc_store<T>::from(tdi * c_prev + di * tc_prev);
+            t_peephole_terms[p + hidden] = gc_store<T>::from(tdf * c_prev + df * tc_prev);
+            t_peephole_terms[p + 2 * hidden] = gc_store<T>::from(td_o * cs + d_o * tcs);
+        }
+        t_dcs_prev[k] = gc_store<T>::from(t_prev + tdcs_old);
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void lstm_backward_tangent(
+    const T* cs_prev, const T* i, const T* cs, const T* f, const T* o, const T* ci,
+    const T* co, const T* wci, const T* wcf, const T* wco,
+    const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
+    const T* d_h_final, const T* d_cs_final, const T* t_cs_prev, const T* t_i,
+    const T* t_cs, const T* t_f, const T* t_o, const T* t_ci, const T* t_co,
+    const T* t_wci, const T* t_wcf, const T* t_wco, const T* t_d_h, const T* t_d_cs,
+    const T* t_dh_next, const T* t_dcs_next, const T* t_d_h_final, const T* t_d_cs_final,
+    const int* seq_len, const T* zoneout_cs, const T* zoneout_h,
+    A cell_clip, int use_peephole, int use_clip, int mask_clip,
+    int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
+    int use_zoneout_cs, int use_zoneout_h, long long step, long long n_steps,
+    long long batch, long long hidden,
+    T* t_d_gates, T* t_dcs_prev, T* t_peephole_terms, T* t_dh_zoned)
+{
+    const long long n = batch * hidden;
+    if (n <= GC_UINT32_SAFE_COUNT) {
+        lstm_backward_tangent_body<T, A, unsigned int>(
+            cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, d_h, d_cs, dh_next, dcs_next,
+            d_h_final, d_cs_final, t_cs_prev, t_i, t_cs, t_f, t_o, t_ci, t_co, t_wci, t_wcf,
+            t_wco, t_d_h, t_d_cs, t_dh_next, t_dcs_next, t_d_h_final, t_d_cs_final, seq_len,
+            zoneout_cs, zoneout_h, cell_clip, use_peephole, use_clip, mask_clip, has_d_h,
+            has_d_cs, has_d_h_final, has_d_cs_final, use_seq_len, use_zoneout_cs,
+            use_zoneout_h, step, n_steps, (unsigned int)n, (unsigned int)hidden, t_d_gates,
+            t_dcs_prev, t_peephole_terms, t_dh_zoned);
+    } else {
+        lstm_backward_tangent_body<T, A, unsigned long long>(
+            cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, d_h, d_cs, dh_next, dcs_next,
+            d_h_final, d_cs_final, t_cs_prev, t_i, t_cs, t_f, t_o, t_ci, t_co, t_wci, t_wcf,
+            t_wco, t_d_h, t_d_cs, t_dh_next, t_dcs_next, t_d_h_final, t_d_cs_final, seq_len,
+            zoneout_cs, zoneout_h, cell_clip, use_peephole, use_clip, mask_clip, has_d_h,
+            has_d_cs, has_d_h_final, has_d_cs_final, use_seq_len, use_zoneout_cs,
+            use_zoneout_h, step, n_steps, (unsigned long long)n, (unsigned long long)hidden,
+            t_d_gates, t_dcs_prev, t_peephole_terms, t_dh_zoned);
+    }
+}
