@@ -19,6 +19,7 @@ on the tangent arrays. A None tangent is zero.
 from __future__ import annotations
 
 from .._core import plan
+from .._core.specs import PEEPHOLES
 from . import _launch
 from ._jvp import running
 from ._launch import matmul
@@ -151,7 +152,7 @@ class _LSTMTangentLoop:
         t_peepholes = _peepholes(xp, t, settings, cs0)
         self.tangent = _backward_kernel(
             *common, ups, shape, cs0, name="lstm_backward_tangent",
-            **{f"t_{k}": v for k, v in zip(("wci", "wcf", "wco"), t_peepholes)},
+            **{f"t_{k}": v for k, v in zip(PEEPHOLES, t_peepholes)},
             t_d_h_final=cs0 if t_ups[2] is None else t_ups[2],
             t_d_cs_final=cs0 if t_ups[3] is None else t_ups[3], t_dh_zoned=self.t_dh_zoned,
             dcs_next=self.dcs, t_dcs_next=self.t_dcs, t_dcs_prev=self.t_dcs)

