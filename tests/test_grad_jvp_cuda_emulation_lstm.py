@@ -26,6 +26,7 @@ from test_cuda_emulation import (
     assert_close,
     cast,
     cuda_host,
+    emulated_gpu,
     public_gpu,
 )
 
@@ -278,3 +279,26 @@ def test_layer_norm_goes_to_the_reference(op, monkeypatch):
         want = _public(op, case, result, tangents, up, "reference", "exact")
         for g, w in zip(got, want):
             assert_close(g, w, np.float64, f"{op} ")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_grad_jvp_does_not_depend_on_launch_shape_or_thread_order(dtype):
+    """Tiny blocks and grids (every grid-stride loop wraps), threads run in reverse: the
+    same bits."""
+    rng = np.random.default_rng(13)
+    case = cast(lstm_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=3, ragged=True,
+                                   masks=True, **_VARIANT), dtype)
+    runs = []
+    for policy, reverse in ((None, False), (TINY, False), (TINY, True)):
+        with emulated_gpu(*(() if policy is None else (policy, reverse))) as backend:
+            result = _below(backend, "lstm_sequence", case, "forward")
+            draws = np.random.default_rng(1)
+            tangents = _tangents("lstm_sequence", case, draws, (True,) * 10)
+            up = _upstream("lstm_sequence", result, draws, (True,) * 8)
+            runs.append(_below(backend, "lstm_sequence", case, "grad_jvp", result, tangents,
+                               up, "exact"))
+    for other in runs[1:]:
+        for want, got in zip(runs[0], other):       # grads, then their tangent
+            for a, b in zip(want, got):
+                if a is not None:
+                    np.testing.assert_array_equal(a, b)
