@@ -985,6 +985,106 @@ GC_KERNEL void lstm_forward_tangent_ln(
     }
 }
 
+// The second order's upstream gradients of one element and their tangents (both tangent
+// kernels below), as lstm_backward forms them: the step's own (has_d_h, has_d_cs: each
+// gradient and its tangent alike) plus the final-state ones on a row's last step, else the
+// carries; then zoneout's split, the old states' parts of the tangents in t_dh_old and
+// t_dcs_old (the primal's are lstm_backward's own).
+template <class A>
+struct gc_lstm_up_pair {
+    A dh, tdh, dcs_up, tdcs_up, tdh_old, tdcs_old;
+};
+
+template <class T, class A, class Index>
+__device__ __forceinline__ gc_lstm_up_pair<A> gc_lstm_upstream_pair(
+    Index k, const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
+    const T* d_h_final, const T* d_cs_final, const T* t_d_h, const T* t_d_cs,
+    const T* t_dh_next, const T* t_dcs_next, const T* t_d_h_final, const T* t_d_cs_final,
+    const T* zoneout_cs, const T* zoneout_h, int has_d_h, int has_d_cs, int has_d_h_final,
+    int has_d_cs_final, int use_zoneout_cs, int use_zoneout_h, int last)
+{
+    const A zero = (A)0;
+    const A one = (A)1;
+    gc_lstm_up_pair<A> u;
+    u.dh = has_d_h ? gc_load(d_h[k]) : zero;
+    u.tdh = has_d_h ? gc_load(t_d_h[k]) : zero;
+    u.dcs_up = has_d_cs ? gc_load(d_cs[k]) : zero;
+    u.tdcs_up = has_d_cs ? gc_load(t_d_cs[k]) : zero;
+    if (last) {
+        if (has_d_h_final) {
+            u.dh = u.dh + gc_load(d_h_final[k]);
+            u.tdh = u.tdh + gc_load(t_d_h_final[k]);
+        }
+        if (has_d_cs_final) {
+            u.dcs_up = u.dcs_up + gc_load(d_cs_final[k]);
+            u.tdcs_up = u.tdcs_up + gc_load(t_d_cs_final[k]);
+        }
+    } else {
+        u.dh = u.dh + gc_load(dh_next[k]);
+        u.tdh = u.tdh + gc_load(t_dh_next[k]);
+        u.dcs_up = u.dcs_up + gc_load(dcs_next[k]);
+        u.tdcs_up = u.tdcs_up + gc_load(t_dcs_next[k]);
+    }
+    u.tdh_old = zero;
+    u.tdcs_old = zero;
+    if (use_zoneout_h) {
+        const A z = gc_load(zoneout_h[k]);
+        u.tdh_old = z * u.tdh;
+        u.dh = (one - z) * u.dh;
+        u.tdh = (one - z) * u.tdh;
+    }
+    if (use_zoneout_cs) {
+        const A z = gc_load(zoneout_cs[k]);
+        u.tdcs_old = z * u.tdcs_up;
+        u.dcs_up = (one - z) * u.dcs_up;
+        u.tdcs_up = (one - z) * u.tdcs_up;
+    }
+    return u;
+}
+
+// The tangents of the i, ci and f gate gradients (into t_d_gates) and of the i and f
+// peephole terms (use_peephole) from the gradient dcs of c~ (after the clip's mask) and its
+// tangent tdcs; returns the tangent of dcs*f + di*wci + df*wcf (dcs_prev's, before zoneout).
+template <class T, class A, class Index>
+__device__ __forceinline__ A gc_lstm_gate_grads_tangent(
+    A dcs, A tdcs, A i, A f, A ci, A c_prev, A ti, A tf, A tci, A tc_prev, Index g, Index p,
+    Index hidden, Index col, const T* wci, const T* wcf, const T* t_wci, const T* t_wcf,
+    int use_peephole, T* t_d_gates, T* t_peephole_terms)
+{
+    const A one = (A)1;
+    const A two = (A)2;
+    const A si = i * (one - i);
+    const A sf = f * (one - f);
+    const A sci = one - ci * ci;
+    const A di = dcs * ci * si;
+    const A df = dcs * c_prev * sf;
+    const A tdi = (tdcs * ci + dcs * tci) * si + dcs * ci * ti * (one - two * i);
+    const A tdci = (tdcs * i + dcs * ti) * sci - two * dcs * i * ci * tci;
+    const A tdf = (tdcs * c_prev + dcs * tc_prev) * sf + dcs * c_prev * tf * (one - two * f);
+    t_d_gates[g] = gc_store<T>::from(tdi);
+    t_d_gates[g + hidden] = gc_store<T>::from(tdci);
+    t_d_gates[g + 2 * hidden] = gc_store<T>::from(tdf);
+    A t_prev = tdcs * f + dcs * tf;
+    if (use_peephole) {
+        t_prev = t_prev + tdi * gc_load(wci[col]) + di * gc_load(t_wci[col])
+                 + tdf * gc_load(wcf[col]) + df * gc_load(t_wcf[col]);
+        t_peephole_terms[p] = gc_store<T>::from(tdi * c_prev + di * tc_prev);
+        t_peephole_terms[p + hidden] = gc_store<T>::from(tdf * c_prev + df * tc_prev);
+    }
+    return t_prev;
+}
+
+// The tangent of the step's own c~ = clip(i*ci + f*cs_prev): i'*ci + i*ci' + f'*cs_prev +
+// f*cs_prev', 0 where the clip is active (the forward's rule: on the boundary it passes).
+template <class A>
+__device__ __forceinline__ A gc_lstm_c_tilde_tangent(A i, A ci, A f, A c_prev, A ti, A tci,
+                                                     A tf, A tc_prev, int use_clip,
+                                                     A cell_clip)
+{
+    if (use_clip && !(gc_abs(gc_fma(i, ci, f * c_prev)) <= cell_clip)) return (A)0;
+    return ti * ci + i * tci + tf * c_prev + f * tc_prev;
+}
+
 // Second order (docs/spec.md section 12), one step per launch BEFORE that step's
 // lstm_backward (which overwrites the dcs carry in place): the tangent of lstm_backward's
 // outputs along the tangents t_* of every input it reads (the saved gates' and cs_prev's
@@ -1039,38 +1139,11 @@ __device__ __forceinline__ void lstm_backward_tangent_body(
             if (use_zoneout_h) t_dh_zoned[k] = z;
             continue;
         }
-        A dh = has_d_h ? gc_load(d_h[k]) : zero;
-        A tdh = has_d_h ? gc_load(t_d_h[k]) : zero;
-        A dcs_up = has_d_cs ? gc_load(d_cs[k]) : zero;
-        A tdcs_up = has_d_cs ? gc_load(t_d_cs[k]) : zero;
-        if (step + 1 >= length) {
-            if (has_d_h_final) {
-                dh = dh + gc_load(d_h_final[k]);
-                tdh = tdh + gc_load(t_d_h_final[k]);
-            }
-            if (has_d_cs_final) {
-                dcs_up = dcs_up + gc_load(d_cs_final[k]);
-                tdcs_up = tdcs_up + gc_load(t_d_cs_final[k]);
-            }
-        } else {
-            dh = dh + gc_load(dh_next[k]);
-            tdh = tdh + gc_load(t_dh_next[k]);
-            dcs_up = dcs_up + gc_load(dcs_next[k]);
-            tdcs_up = tdcs_up + gc_load(t_dcs_next[k]);
-        }
-        if (use_zoneout_h) {
-            const A z = gc_load(zoneout_h[k]);
-            t_dh_zoned[k] = gc_store<T>::from(z * tdh);
-            dh = (one - z) * dh;
-            tdh = (one - z) * tdh;
-        }
-        A tdcs_old = zero;
-        if (use_zoneout_cs) {
-            const A z = gc_load(zoneout_cs[k]);
-            tdcs_old = z * tdcs_up;
-            dcs_up = (one - z) * dcs_up;
-            tdcs_up = (one - z) * tdcs_up;
-        }
+        const gc_lstm_up_pair<A> u = gc_lstm_upstream_pair<T, A, Index>(
+            k, d_h, d_cs, dh_next, dcs_next, d_h_final, d_cs_final, t_d_h, t_d_cs, t_dh_next,
+            t_dcs_next, t_d_h_final, t_d_cs_final, zoneout_cs, zoneout_h, has_d_h, has_d_cs,
+            has_d_h_final, has_d_cs_final, use_zoneout_cs, use_zoneout_h, step + 1 >= length);
+        if (use_zoneout_h) t_dh_zoned[k] = gc_store<T>::from(u.tdh_old);
         const A c_prev = gc_load(cs_prev[k]);
         const A i = gc_load(i_in[k]);
         const A f = gc_load(f_in[k]);
@@ -1083,47 +1156,38 @@ __device__ __forceinline__ void lstm_backward_tangent_body(
         const A to = gc_load(t_o_in[k]);
         const A tci = gc_load(t_ci_in[k]);
         const A tco = gc_load(t_co_in[k]);
-        const int outside = !(gc_abs(gc_fma(i, ci, f * c_prev)) <= cell_clip);
 
+        const A dh = u.dh, tdh = u.tdh;
         const A so = o * (one - o);
         const A d_o = dh * co * so;
         const A td_o = (tdh * co + dh * tco) * so + dh * co * to * (one - two * o);
         const A sco = one - co * co;
-        A dcs = dh * o * sco + dcs_up;
-        A tdcs = (tdh * o + dh * to) * sco - two * dh * o * co * tco + tdcs_up;
+        A dcs = dh * o * sco + u.dcs_up;
+        A tdcs = (tdh * o + dh * to) * sco - two * dh * o * co * tco + u.tdcs_up;
         if (use_peephole) {
             const A w = gc_load(wco[col]);
             dcs = dcs + d_o * w;
             tdcs = tdcs + td_o * w + d_o * gc_load(t_wco[col]);
         }
-        if (mask_clip && outside) { dcs = zero; tdcs = zero; }
-        const A si = i * (one - i);
-        const A sf = f * (one - f);
-        const A sci = one - ci * ci;
-        const A di = dcs * ci * si;
-        const A df = dcs * c_prev * sf;
-        const A tdi = (tdcs * ci + dcs * tci) * si + dcs * ci * ti * (one - two * i);
-        const A tdci = (tdcs * i + dcs * ti) * sci - two * dcs * i * ci * tci;
-        const A tdf = (tdcs * c_prev + dcs * tc_prev) * sf + dcs * c_prev * tf * (one - two * f);
-        t_d_gates[g] = gc_store<T>::from(tdi);
-        t_d_gates[g + hidden] = gc_store<T>::from(tdci);
-        t_d_gates[g + 2 * hidden] = gc_store<T>::from(tdf);
+        if (mask_clip && !(gc_abs(gc_fma(i, ci, f * c_prev)) <= cell_clip)) {
+            dcs = zero;
+            tdcs = zero;
+        }
+        const A t_prev = gc_lstm_gate_grads_tangent<T, A, Index>(
+            dcs, tdcs, i, f, ci, c_prev, ti, tf, tci, tc_prev, g, p, hidden, col, wci, wcf,
+            t_wci, t_wcf, use_peephole, t_d_gates, t_peephole_terms);
         t_d_gates[g + 3 * hidden] = gc_store<T>::from(td_o);
-        A t_prev = tdcs * f + dcs * tf;
         if (use_peephole) {
-            t_prev = t_prev + tdi * gc_load(wci[col]) + di * gc_load(t_wci[col])
-                     + tdf * gc_load(wcf[col]) + df * gc_load(t_wcf[col]);
             A cs = gc_load(cs_in[k]);
             A tcs = gc_load(t_cs_in[k]);
             if (use_zoneout_cs) {
                 cs = gc_lstm_c_tilde<T, A>(i, ci, f, c_prev, use_clip, cell_clip);
-                tcs = use_clip && outside ? zero : ti * ci + i * tci + tf * c_prev + f * tc_prev;
+                tcs = gc_lstm_c_tilde_tangent<A>(i, ci, f, c_prev, ti, tci, tf, tc_prev,
+                                                 use_clip, cell_clip);
             }
-            t_peephole_terms[p] = gc_store<T>::from(tdi * c_prev + di * tc_prev);
-            t_peephole_terms[p + hidden] = gc_store<T>::from(tdf * c_prev + df * tc_prev);
             t_peephole_terms[p + 2 * hidden] = gc_store<T>::from(td_o * cs + d_o * tcs);
         }
-        t_dcs_prev[k] = gc_store<T>::from(t_prev + tdcs_old);
+        t_dcs_prev[k] = gc_store<T>::from(t_prev + u.tdcs_old);
     }
 }
 
