@@ -93,7 +93,9 @@ def test_entry_points_cover_every_dtype():
         *(f"{name}__{c}" for name in ("layer_norm_rows", "layer_norm_grad_rows",
                                       "lstm_forward_ln", "lstm_backward_ln",
                                       "lstm_forward_tangent", "layer_norm_tangent_rows",
-                                      "lstm_forward_tangent_ln", "lstm_backward_tangent")
+                                      "lstm_forward_tangent_ln", "lstm_backward_tangent",
+                                      "layer_norm_grad_tangent_rows",
+                                      "lstm_backward_tangent_ln")
           for c in ("float", "double", "gc_half")))
     assert len(_kernels.source_entries("gru.cu")) == 7 * 3
     assert _kernels.source_entries("rnn.cu") == (

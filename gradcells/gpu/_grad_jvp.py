@@ -22,14 +22,20 @@ from .._core import plan
 from .._core.specs import PEEPHOLES
 from . import _launch
 from ._jvp import running
-from ._launch import matmul
+from ._launch import Launcher, column_sum, matmul
 
 
 def _zeros_filled(xp, tangents, primals):
-    """``tangents`` with every None a zero tangent of its primal (None where the primal is),
-    C-contiguous."""
-    return type(tangents)(*(None if p is None else xp.zeros_like(p, order="C") if t is None
-                            else xp.ascontiguousarray(t) for t, p in zip(tangents, primals)))
+    """``tangents`` with every None a zero tangent of its primal (None where the primal is;
+    an ``LSTMNorm`` field by field), C-contiguous."""
+    def fill(t, p):
+        if p is None:
+            return None
+        if hasattr(p, "_fields"):
+            return type(p)(*(fill(a, b) for a, b in zip(t or (None,) * len(p), p)))
+        return xp.zeros_like(p, order="C") if t is None else xp.ascontiguousarray(t)
+
+    return type(tangents)(*(fill(t, p) for t, p in zip(tangents, primals)))
 
 
 def _paired(xp, gradient, tangent, shape, dtype):
@@ -51,13 +57,13 @@ def _sum_pairs(a, b):
 
 
 def lstm_grad_jvp(rt, x, cs0, h0, weights, seq, t, settings, upstream, clip_grad):
-    """The JVP of ``gradcells.gpu.lstm._backward`` (no layer norm) along ``t`` (an
+    """The JVP of ``gradcells.gpu.lstm._backward`` along ``t`` (an
     ``LSTMSequenceGrads`` of the inputs' tangents, ``x``'s ``[T, B, I]``) and the upstream
     gradients' tangents (``upstream``: name -> ``(gradient, tangent)``, ``d_h``, ``d_cs``,
     ``d_h_final``, ``d_cs_final``): two lists of the fields of LSTMSequenceGrads. The
     saved steps' tangents are ``_jvp.lstm_jvp``'s; per step ``lstm_backward_tangent`` runs
     before ``lstm_backward`` (it reads the ``dcs`` carry that kernel overwrites)."""
-    from .lstm import _input_and_weight_grads, _masks, _ProjectionGrad
+    from .lstm import _masks, _NormGrad, _ProjectionGrad
 
     xp = rt.xp
     t = _zeros_filled(xp, t, (x, cs0, h0, *weights))
@@ -73,13 +79,17 @@ def lstm_grad_jvp(rt, x, cs0, h0, weights, seq, t, settings, upstream, clip_grad
     masks = _masks(xp, settings, n_steps, n_batch, n_hidden, h0.shape[1])
     h_prev = plan.masked(_launch.previous(xp, h0, steps.h), masks[0])
     t_h_prev = plan.masked(_launch.previous(xp, t.h0, d_steps.h), masks[0])
+    norm = t_norm = None
+    if weights.layer_norm is not None:
+        norm = _NormGrad(rt, x_run, h_prev, weights, settings.ln_epsilon)
+        t_norm = _NormTangent(rt, norm, t_x, t_h_prev, weights, t)
     proj = t_proj = None
     if weights.w_proj is not None:
         proj, t_proj = (_ProjectionGrad(xp, weights.w_proj, settings.proj_clip, clip_grad,
                                         lengths, steps, u[0], u[2], masks[2])
                         for u in (ups, t_ups))
-    loop = _LSTMTangentLoop(rt, weights, t, settings, lengths, masks, proj, t_proj, clip_grad,
-                            ups, t_ups, x.shape, cs0)
+    loop = _LSTMTangentLoop(rt, weights, t, settings, lengths, masks, (proj, t_proj),
+                            (norm, t_norm), clip_grad, ups, t_ups, x.shape, cs0)
     d_gates, terms, dcs0, dh0, t_d_gates, t_terms, t_dcs0, t_dh0 = loop.run(
         steps, d_steps, cs0, t.cs0)
     if n_steps == 0:
@@ -90,13 +100,8 @@ def lstm_grad_jvp(rt, x, cs0, h0, weights, seq, t, settings, upstream, clip_grad
         never = (lengths == 0)[:, None]
         dh0, t_dh0 = (d + xp.where(never, g, xp.zeros_like(g))
                       for d, g in ((dh0, ups[2]), (t_dh0, t_ups[2])))
-    primal = _input_and_weight_grads(rt, x_run, h_prev, weights.w, d_gates, terms, d_gates,
-                                     d_gates)
-    tangent = _sum_pairs(  # the product rule: (x, W, dz') + (x', W', dz); db' and the
-        _input_and_weight_grads(rt, x_run, h_prev, weights.w, t_d_gates, t_terms,  # peep-
-                                t_d_gates, t_d_gates),  # holes' from dz' alone
-        [*_input_and_weight_grads(rt, t_x, t_h_prev, t.w, d_gates, None, d_gates,
-                                  d_gates)[:2], None, None, None, None])
+    primal, tangent = _lstm_products(rt, x_run, t_x, h_prev, t_h_prev, weights, t,
+                                     (d_gates, terms, t_d_gates, t_terms), (norm, t_norm))
     dx, t_dx = (plan.running_inputs(xp, plan.masked(a, settings.input_mask), lengths)
                 for a in (primal[0], tangent[0]))
     dw_proj = t_dw_proj = None
@@ -104,8 +109,32 @@ def lstm_grad_jvp(rt, x, cs0, h0, weights, seq, t, settings, upstream, clip_grad
         t_m = d_steps.o * steps.co + steps.o * d_steps.co
         dw_proj = proj.weight_grad()
         t_dw_proj = t_proj.weight_grad() + plan.flat(t_m).T @ plan.flat(proj.dh_raw)
-    return ([dx, dcs0, dh0, *primal[1:], dw_proj, None],
-            [t_dx, t_dcs0, t_dh0, *tangent[1:], t_dw_proj, None])
+    d_norm = t_d_norm = None
+    if norm is not None:
+        d_norm, t_d_norm = norm.parameter_grads(primal[2]), t_norm.parameter_grads(tangent[2])
+    return ([dx, dcs0, dh0, *primal[1:], dw_proj, d_norm],
+            [t_dx, t_dcs0, t_dh0, *tangent[1:], t_dw_proj, t_d_norm])
+
+
+def _lstm_products(rt, x, t_x, h_prev, t_h_prev, weights, t, loop, norms):
+    """``_input_and_weight_grads`` and its tangent, the product rule ``(x, W, dz') + (x', W',
+    dz)`` (``db'`` and the peepholes' from ``dz'`` alone); ``loop``: the gate gradients,
+    the peephole terms and their tangents; with a layer norm (``norms``: the ``_NormGrad``
+    and its ``_NormTangent``) ``dz`` through the gate norms."""
+    from .lstm import _input_and_weight_grads
+
+    d_gates, terms, t_d_gates, t_terms = loop
+    norm, t_norm = norms
+    dz_x, dz_h, t_dz_x, t_dz_h = d_gates, d_gates, t_d_gates, t_d_gates
+    if norm is not None:
+        dz_x, dz_h = norm.input_grad(d_gates), norm.dz_h
+        t_dz_x, t_dz_h = t_norm.input_grad(d_gates, t_d_gates), t_norm.dz_h
+    primal = _input_and_weight_grads(rt, x, h_prev, weights.w, d_gates, terms, dz_x, dz_h)
+    tangent = _sum_pairs(
+        _input_and_weight_grads(rt, x, h_prev, weights.w, t_d_gates, t_terms, t_dz_x, t_dz_h),
+        [*_input_and_weight_grads(rt, t_x, t_h_prev, t.w, d_gates, None, dz_x, dz_h)[:2],
+         None, None, None, None])
+    return primal, tangent
 
 
 def _jvp_steps(rt, x, cs0, h0, weights, t, settings):
@@ -125,9 +154,12 @@ class _LSTMTangentLoop:
     tangents, the same clip mask) the kernels' ``d_h`` is ``dm`` and its tangent
     ``dm' = dh_raw'·w_projᵀ + dh_raw·w_proj'ᵀ``."""
 
-    def __init__(self, rt, weights, t, settings, lengths, masks, proj, t_proj, clip_grad,
-                 ups, t_ups, shape, cs0):
+    def __init__(self, rt, weights, t, settings, lengths, masks, projections, norms,
+                 clip_grad, ups, t_ups, shape, cs0):
         from .lstm import _backward_kernel, _peepholes
+
+        proj, t_proj = projections
+        self.norm, self.t_norm = norms
 
         xp = self.xp = rt.xp
         n_steps, n_batch, n_in = shape
@@ -150,8 +182,10 @@ class _LSTMTangentLoop:
         self.backward = _backward_kernel(*common, ups, shape, cs0, dh_zoned=self.dh_zoned,
                                          dcs_next=self.dcs, dcs_prev=self.dcs)
         t_peepholes = _peepholes(xp, t, settings, cs0)
+        t_cell_norm = {} if self.norm is None else {
+            "t_gamma_c": t.layer_norm.gamma_c, "t_beta_c": t.layer_norm.beta_c}
         self.tangent = _backward_kernel(
-            *common, ups, shape, cs0, name="lstm_backward_tangent",
+            *common, ups, shape, cs0, name="lstm_backward_tangent", **t_cell_norm,
             **{f"t_{k}": v for k, v in zip(PEEPHOLES, t_peepholes)},
             t_d_h_final=cs0 if t_ups[2] is None else t_ups[2],
             t_d_cs_final=cs0 if t_ups[3] is None else t_ups[3], t_dh_zoned=self.t_dh_zoned,
@@ -177,14 +211,21 @@ class _LSTMTangentLoop:
                          **state, **d_state, **dh_args, **t_dh_args, d_cs=d_cs,
                          t_d_cs=t_d_cs, step=step, **zones,
                          t_d_gates=self.t_d_gates[step],
-                         t_peephole_terms=self._at(self.t_terms, step))
+                         t_peephole_terms=self._at(self.t_terms, step),
+                         **self._norm_terms(self.t_norm, step, "t_norm_terms"))
             self.backward(cs_prev=cs0 if step == 0 else steps.cs[step - 1], **state,
                           **dh_args, d_cs=d_cs, step=step, **zones,
                           d_gates=self.d_gates[step],
-                          peephole_terms=self._at(self.terms, step))
+                          peephole_terms=self._at(self.terms, step),
+                          **self._norm_terms(self.norm, step, "norm_terms"))
             dh, t_dh = self._carries(step)
         return (self.d_gates, self.terms, self.dcs, dh, self.t_d_gates, self.t_terms,
                 self.t_dcs, t_dh)
+
+    @staticmethod
+    def _norm_terms(norm, step, name):
+        """The layer-normalised kernels' cell-norm terms of ``step`` (none without)."""
+        return {} if norm is None else {name: norm.cell_terms[step]}
 
     def _at(self, terms, step):
         return terms[step] if terms is not None else self.placeholder
@@ -206,6 +247,9 @@ class _LSTMTangentLoop:
         """The carries ``dh`` and ``dh'`` before ``step``."""
         xp, m_rec, z_h = self.xp, self.masks[0], self.masks[2]
         dz, t_dz = self.d_gates[step], self.t_d_gates[step]
+        if self.norm is not None:  # through the recurrent part's norm
+            dz, t_dz = (self.norm.recurrent_grad(step, dz),
+                        self.t_norm.recurrent_grad(step, dz, t_dz))
         dh = plan.masked(matmul(xp, dz, self.w_h.T), m_rec)
         t_dh = plan.masked(matmul(xp, t_dz, self.w_h.T) + dz @ self.t_w_h.T, m_rec)
         if z_h is not None:  # the old state's part of the zoned h's gradient
@@ -214,3 +258,66 @@ class _LSTMTangentLoop:
             else:
                 dh, t_dh = dh + self.proj.dh_old, t_dh + self.t_proj.dh_old
         return xp.ascontiguousarray(dh), xp.ascontiguousarray(t_dh)
+
+
+class _NormTangent:
+    """The tangent of ``gradcells.gpu.lstm._NormGrad`` (``norm``): the recomputed gate
+    norms' inputs' tangents ``z_x' = x'·W_x + x·W_x'`` and ``z_h' = h_prev'·W_h +
+    h_prev·W_h'`` (one matmul pair each), ``layer_norm_grad_tangent_rows`` per step for the
+    recurrent part and after the loop for the x part, and the parameter gradients'
+    tangents (column sums of the terms' tangents; each β's is the bias's)."""
+
+    def __init__(self, rt, norm, t_x, t_h_prev, weights, t):
+        xp = rt.xp
+        self.rt, self.norm, self.d_norm = rt, norm, t.layer_norm
+        n_steps, n_batch, n_in = t_x.shape
+        width = weights.w.shape[1]
+        w, t_w, x, h_prev = weights.w, t.w, norm.x, norm.h_prev
+        self.z_x = (plan.flat(t_x) @ w[:n_in] + plan.flat(x) @ t_w[:n_in]).reshape(
+            n_steps, n_batch, width)
+        self.z_h = (plan.flat(t_h_prev) @ w[n_in:] + plan.flat(h_prev) @ t_w[n_in:]).reshape(
+            n_steps, n_batch, width)
+        self.dz_h, self.h_terms = (xp.empty((n_steps, n_batch, width), dtype=t_x.dtype)
+                                   for _ in range(2))
+        self.x_terms = None
+        self.cell_terms = xp.empty((n_steps, n_batch, width // 2), dtype=t_x.dtype)
+
+    def recurrent_grad(self, step, d_gates, t_d_gates):
+        """``dz_h'`` of ``step`` (kept for ``dW_h'``)."""
+        norm = self.norm
+        return _norm_grad_tangent_rows(self.rt, d_gates, t_d_gates, norm.z_h[step],
+                                       self.z_h[step], norm.norm.gamma_h, self.d_norm.gamma_h,
+                                       norm.epsilon, self.dz_h[step], self.h_terms[step])
+
+    def input_grad(self, d_gates, t_d_gates):
+        """``dz_x'`` of every step."""
+        norm = self.norm
+        self.x_terms = self.rt.xp.empty_like(t_d_gates)
+        return _norm_grad_tangent_rows(self.rt, d_gates, t_d_gates, norm.z_x, self.z_x,
+                                       norm.norm.gamma_x, self.d_norm.gamma_x, norm.epsilon,
+                                       self.rt.xp.empty_like(t_d_gates), self.x_terms)
+
+    def parameter_grads(self, t_db):
+        """The six parameter gradients' tangents, an ``LSTMNorm``."""
+        from .._core.types import LSTMNorm
+
+        rt, hidden = self.rt, self.cell_terms.shape[2] // 2
+        cell = column_sum(rt, plan.flat(self.cell_terms))
+        return LSTMNorm(column_sum(rt, plan.flat(self.x_terms)), t_db.copy(),
+                        column_sum(rt, plan.flat(self.h_terms)), t_db.copy(),
+                        cell[:hidden].copy(), cell[hidden:].copy())
+
+
+def _norm_grad_tangent_rows(rt, dy, t_dy, z, t_z, gamma, t_gamma, epsilon, t_dz, t_terms):
+    """The tangent of the layer norm's backward over the last axis
+    (``layer_norm_grad_tangent_rows``, a thread per row) into ``t_dz`` and ``t_terms``
+    (C-contiguous); returns ``t_dz``."""
+    xp = rt.xp
+    cols = z.shape[-1]
+    rows = z.size // cols if cols else 0
+    Launcher(rt, "layer_norm_grad_tangent_rows", dy.dtype, rows)(
+        dy=xp.ascontiguousarray(dy), t_dy=xp.ascontiguousarray(t_dy),
+        z=xp.ascontiguousarray(z), t_z=xp.ascontiguousarray(t_z),
+        gamma=xp.ascontiguousarray(gamma), t_gamma=xp.ascontiguousarray(t_gamma),
+        epsilon=epsilon, rows=rows, cols=cols, t_dz=t_dz, t_dgamma_terms=t_terms)
+    return t_dz

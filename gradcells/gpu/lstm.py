@@ -419,6 +419,7 @@ class _NormGrad:
     def __init__(self, rt, x, h_prev, weights, epsilon):
         xp = self.xp = rt.xp
         self.rt, self.norm, self.epsilon = rt, weights.layer_norm, epsilon
+        self.x, self.h_prev = x, h_prev  # what the matmuls saw (the second order reads them)
         n_steps, n_batch, n_in = x.shape
         width = weights.w.shape[1]
         self.z_x = (plan.flat(x) @ weights.w[:n_in]).reshape(n_steps, n_batch, width)
@@ -505,27 +506,12 @@ def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
 # Second order (docs/spec.md §12; ``_grad_jvp``)
 
 
-def _reference(name):
-    """``gradcells.reference``'s function ``name``, for the configurations this backend
-    hands over (the layer norm's second order). Imported by name at the call: a backend
-    imports nothing above ``gradcells._core`` (tests/test_architecture.py); this is the one
-    explicit handover, documented in the functions that make it."""
-    import importlib
-
-    return getattr(importlib.import_module("gradcells.reference"), name)
-
-
 def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *, d_h=None,
                        d_cs=None, d_h_tangent=None, d_cs_tangent=None, clip_grad="exact"):
     """The JVP of ``lstm_cell_grad`` along ``tangents`` (an ``LSTMCellGrads``, None fields
     zero) and the upstream gradients' tangents: ``(grads, grads_tangent)``, two
     ``LSTMCellGrads``; see ``gradcells.reference.lstm.lstm_cell_grad_jvp``. A cell is the
-    sequence's plan with T = 1 (``_grad_jvp.lstm_grad_jvp``). With a layer norm it is
-    ``gradcells.reference``'s function (not fused on the GPU yet)."""
-    if weights.layer_norm is not None:
-        return _reference("lstm_cell_grad_jvp")(
-            x, cs_prev, h_prev, weights, state, tangents, settings, d_h=d_h, d_cs=d_cs,
-            d_h_tangent=d_h_tangent, d_cs_tangent=d_cs_tangent, clip_grad=clip_grad)
+    sequence's plan with T = 1 (``_grad_jvp.lstm_grad_jvp``), every option included."""
     from ._grad_jvp import lstm_grad_jvp
 
     def step(a):
@@ -548,14 +534,8 @@ def lstm_sequence_grad_jvp(x, cs0, h0, weights, seq, tangents, settings, *, d_h=
                            clip_grad="exact"):
     """The JVP of ``lstm_sequence_grad`` along ``tangents`` (an ``LSTMSequenceGrads``, None
     fields zero) and the upstream gradients' tangents: ``(grads, grads_tangent)``; see
-    ``gradcells.reference.lstm.lstm_sequence_grad_jvp`` and ``_grad_jvp.lstm_grad_jvp``.
-    With a layer norm it is ``gradcells.reference``'s function (not fused on the GPU yet)."""
-    if weights.layer_norm is not None:
-        return _reference("lstm_sequence_grad_jvp")(
-            x, cs0, h0, weights, seq, tangents, settings, d_h=d_h, d_cs=d_cs,
-            d_h_final=d_h_final, d_cs_final=d_cs_final, d_h_tangent=d_h_tangent,
-            d_cs_tangent=d_cs_tangent, d_h_final_tangent=d_h_final_tangent,
-            d_cs_final_tangent=d_cs_final_tangent, clip_grad=clip_grad)
+    ``gradcells.reference.lstm.lstm_sequence_grad_jvp`` and ``_grad_jvp.lstm_grad_jvp``
+    (every option, the layer norm included)."""
     from ._grad_jvp import lstm_grad_jvp
 
     rt, on_device = _launch.runtime_on(x)
