@@ -8,7 +8,7 @@ skipped without CuPy or a device), as ``tests/test_gpu.py``'s forward-mode tests
   same rounded inputs, 16 eps(dtype) relative to each field's size, and the grads against
   the GPU's own ``*_grad`` bit for bit;
 - finite differences (``gc.testing.grad_jvp_check(op, case, backend="gpu")``) in float64;
-- the layer-normalised LSTM handed to the reference (float64 agreement);
+- the layer-normalised LSTM (fused too) against the reference in float64;
 - the device and the host emulation of the same kernels agree (when a C++ compiler exists).
 """
 
@@ -159,7 +159,7 @@ def test_gpu_second_order_matches_finite_differences(op, options):
 
 
 @pytest.mark.parametrize("op", sorted(_STRATEGY))
-def test_gpu_second_order_with_a_layer_norm_is_the_reference(op):
+def test_gpu_second_order_with_a_layer_norm_agrees_with_reference(op):
     rng = np.random.default_rng(4)
     if op == "lstm_cell":
         case = lstm_cell_case(rng, batch=2, input_size=2, hidden=3, layer_norm=True,

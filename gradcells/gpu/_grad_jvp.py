@@ -13,7 +13,10 @@ tangent, the matmuls are the product rule in cuBLAS:
 
 Everything linear in the gradients (masks, zoneout's split, the rows past their lengths,
 the projection's clip mask) acts on the tangents as on the gradients: the same helpers run
-on the tangent arrays. A None tangent is zero.
+on the tangent arrays. A None tangent is zero. The layer-normalised LSTM adds the norms'
+backward tangents (``lstm_backward_tangent_ln`` for the cell norm inside the step,
+``layer_norm_grad_tangent_rows`` for the gate norms, a thread per row), around the
+tangents of the recomputed norm inputs ``z' = x'·W + x·W'``.
 """
 
 from __future__ import annotations
