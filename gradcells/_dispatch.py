@@ -42,14 +42,11 @@ def backend_library(name: str) -> str | None:
     return _BACKEND_LIBRARY.get(name)
 
 
-def backend_for(backend: str | None, library: str, *, op: str | None = None) -> ModuleType:
+def backend_for(backend: str | None, library: str) -> ModuleType:
     """The backend module serving arrays of ``library`` under the caller's ``backend``;
-    ``ValueError`` for an unknown backend or one that cannot take those arrays. A call of
-    an operation ``op`` that not every backend has (such as the forward-mode ops,
-    docs/spec.md §12) goes to a backend that has it: by default the library's own when it
-    does, else the reference; a backend named that lacks it is a ``ValueError``."""
-    if op is not None:
-        return _capable_backend(backend, library, op)
+    ``ValueError`` for an unknown backend or one that cannot take those arrays. Every
+    backend runs every operation (``gradcells._core.types``' protocol), forward mode and
+    second order included."""
     if backend is None:
         return backend_module(default_backend(library))
     if not isinstance(backend, str) or backend not in BACKENDS:
@@ -61,16 +58,3 @@ def backend_for(backend: str | None, library: str, *, op: str | None = None) -> 
         raise ValueError(
             f"backend={backend!r} takes {wanted} arrays, got {library} arrays{converted}")
     return backend_module(backend)
-
-
-def _capable_backend(backend, library, op):
-    """The backend of the operation ``op``: the one asked for if it has it, the library's
-    default when none is asked for and it has it, else the reference."""
-    if backend is None:
-        module = backend_module(default_backend(library))
-        return module if hasattr(module, op) else backend_module("reference")
-    module = backend_for(backend, library)
-    if not hasattr(module, op):
-        raise ValueError(f"backend={backend!r} does not run {op} yet: leave backend out, or "
-                         "pass backend='reference'")
-    return module

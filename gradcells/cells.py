@@ -35,7 +35,7 @@ def _grad_jvp(op, library, settings, arrays, weights, result, tangents, upstream
     ``d_h_tangent`` alike."""
     tangents = v.tangents_value(op, tangents, (*arrays, *weights))
     v.upstream_tangents(op, result, {k: t for k, t in upstream.items() if k.endswith("_tangent")})
-    impl = _dispatch.backend_for(backend, library, op=f"{op}_grad_jvp")
+    impl = _dispatch.backend_for(backend, library)
     return getattr(impl, f"{op}_grad_jvp")(*arrays, weights, OPS[op].result(*result), tangents,
                                            settings, **upstream, **options)
 
@@ -113,7 +113,7 @@ def lstm_cell_jvp(x: Array, cs_prev: Array, h_prev: Array, w: Array, b: Array,
                                        proj_clip=proj_clip, ln_epsilon=ln_epsilon,
                                        ln_carry=ln_carry)
     tangents = v.tangents_value("lstm_cell", tangents, (x, cs_prev, h_prev, *weights))
-    impl = _dispatch.backend_for(backend, library, op="lstm_cell_jvp")
+    impl = _dispatch.backend_for(backend, library)
     return _jvp("lstm_cell", impl, (x, cs_prev, h_prev), weights, tangents, settings)
 
 
@@ -228,7 +228,7 @@ def gru_cell_jvp(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array, 
     library, settings = v.forward_args("gru_cell", x, (h_prev,), weights,
                                        reset_after=reset_after)
     tangents = v.tangents_value("gru_cell", tangents, (x, h_prev, *weights))
-    impl = _dispatch.backend_for(backend, library, op="gru_cell_jvp")
+    impl = _dispatch.backend_for(backend, library)
     return _jvp("gru_cell", impl, (x, h_prev), weights, tangents, settings)
 
 
@@ -301,7 +301,7 @@ def rnn_cell_jvp(x: Array, h_prev: Array, w: Array, b: Array, tangents: RNNCellG
     weights = RNNWeights(w, b)
     library, settings = v.forward_args("rnn_cell", x, (h_prev,), weights, activation=activation)
     tangents = v.tangents_value("rnn_cell", tangents, (x, h_prev, *weights))
-    impl = _dispatch.backend_for(backend, library, op="rnn_cell_jvp")
+    impl = _dispatch.backend_for(backend, library)
     return _jvp("rnn_cell", impl, (x, h_prev), weights, tangents, settings)
 
 

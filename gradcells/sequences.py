@@ -44,7 +44,7 @@ def _jvp(spec, library, settings, x, states, weights, tangents, backend):
     it, the time order and layout (``_order.jvp``); the result records ``settings``."""
     tangents = v.tangents_value(spec.name, tangents, (x, *states, *weights))
     op = f"{spec.name}_jvp"
-    impl = _dispatch.backend_for(backend, library, op=op)
+    impl = _dispatch.backend_for(backend, library)
     result, d_result = _order.jvp(spec, getattr(impl, op), x, states, weights, tangents,
                                   settings)
     return record_settings(result, settings), d_result
@@ -59,7 +59,7 @@ def _grad_jvp(spec, library, settings, arrays, weights, seq, tangents, upstream,
     v.upstream_tangents(spec.name, seq, {k: t for k, t in upstream.items()
                                          if k.endswith("_tangent")})
     op = f"{spec.grad_name}_jvp"
-    impl = _dispatch.backend_for(backend, library, op=op)
+    impl = _dispatch.backend_for(backend, library)
     return _order.grad_jvp(spec, getattr(impl, op), arrays[0], arrays[1:], weights, seq,
                            tangents, settings, upstream, **options)
 

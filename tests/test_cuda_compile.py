@@ -93,14 +93,17 @@ def test_entry_points_cover_every_dtype():
         *(f"{name}__{c}" for name in ("layer_norm_rows", "layer_norm_grad_rows",
                                       "lstm_forward_ln", "lstm_backward_ln",
                                       "lstm_forward_tangent", "layer_norm_tangent_rows",
-                                      "lstm_forward_tangent_ln")
+                                      "lstm_forward_tangent_ln", "lstm_backward_tangent",
+                                      "layer_norm_grad_tangent_rows",
+                                      "lstm_backward_tangent_ln")
           for c in ("float", "double", "gc_half")))
-    assert len(_kernels.source_entries("gru.cu")) == 7 * 3
+    assert len(_kernels.source_entries("gru.cu")) == 9 * 3
     assert _kernels.source_entries("rnn.cu") == (
         "rnn_forward__float", "rnn_forward__double", "rnn_forward__gc_half",
         "rnn_backward__float", "rnn_backward__double", "rnn_backward__gc_half",
         "rnn_forward_tangent__float", "rnn_forward_tangent__double",
-        "rnn_forward_tangent__gc_half")
+        "rnn_forward_tangent__gc_half", "rnn_backward_tangent__float",
+        "rnn_backward_tangent__double", "rnn_backward_tangent__gc_half")
     assert set(_kernels.source_entries("reduce.cu")) == {
         "column_sum__float__float", "column_sum__double__double",
         "column_sum__gc_half__gc_half", "column_sum__gc_half__float",

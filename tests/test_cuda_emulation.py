@@ -77,9 +77,10 @@ TINY = _kernels.LaunchPolicy(block=3, max_grid=2, rows_per_part=2, min_threads=1
 OPS = ("lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_sequence",
        "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad", "rnn_cell", "rnn_cell_grad",
        "rnn_sequence", "rnn_sequence_grad")
-# The forward-mode ops (docs/spec.md §12) the GPU backend runs (tests/test_jvp_cuda_emulation.py).
-JVP_OPS = ("gru_cell_jvp", "gru_sequence_jvp", "rnn_cell_jvp", "rnn_sequence_jvp",
-           "lstm_cell_jvp", "lstm_sequence_jvp")
+# The forward-mode and second-order ops (docs/spec.md §12) the GPU backend runs
+# (tests/test_jvp_cuda_emulation.py, tests/test_grad_jvp_cuda_emulation_*.py).
+JVP_OPS = tuple(f"{cell}_{kind}_{mode}" for cell in ("gru", "rnn", "lstm")
+                for kind in ("cell", "sequence") for mode in ("jvp", "grad_jvp"))
 LSTM_ARRAYS = ("x", "cs_prev", "h_prev", "w", "b")
 
 

@@ -148,8 +148,10 @@ def test_the_oracle_passes_on_the_cpu(op, seed):
 @pytest.mark.parametrize("op", CPU_OPS)
 def test_numpy_arrays_run_the_second_order_on_the_cpu(op):
     cpu = _dispatch.backend_module("cpu")
-    assert _dispatch.backend_for(None, "numpy", op=f"{op}_grad_jvp") is cpu
-    assert _dispatch.backend_for("cpu", "numpy", op=f"{op}_grad_jvp") is cpu
+    assert hasattr(cpu, f"{op}_grad_jvp")
+    assert _dispatch.backend_for(None, "numpy") is cpu
+    assert hasattr(cpu, f"{op}_grad_jvp")
+    assert _dispatch.backend_for("cpu", "numpy") is cpu
 
 
 def _sequence_case(op, steps, batch, n_in, hidden, seed=5, **options):

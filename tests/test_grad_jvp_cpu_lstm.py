@@ -208,7 +208,8 @@ def test_the_oracle_passes_on_the_cpu(op, seed):
 @pytest.mark.parametrize("op", OPS_HERE)
 def test_numpy_arrays_run_the_cpus_second_order(op):
     cpu = _dispatch.backend_module("cpu")
-    assert _dispatch.backend_for(None, "numpy", op=f"{op}_grad_jvp") is cpu
+    assert hasattr(cpu, f"{op}_grad_jvp")
+    assert _dispatch.backend_for(None, "numpy") is cpu
     case = testing.OPS[op][0](np.random.default_rng(12))
     result, tangents, upstream = _inputs(op, case, 12, none_rate=0.0)
     with mock.patch.object(reference, f"{op}_grad_jvp",

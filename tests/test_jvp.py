@@ -9,8 +9,7 @@ forward's result and its directional derivative along the inputs' tangents.
   with the ``_grad`` ops' cotangent (an independent derivation, checked to 1e-12);
 - the result is the forward's, recording its settings; the tangent is linear in the
   tangents; None tangents are zeros; bad tangents are named; PyTorch tensors come back as
-  tensors; NumPy arrays run forward mode on the cpu backend, the gpu backend does not run
-  it yet (naming it is a ValueError).
+  tensors; every backend runs forward mode and the second order (NumPy arrays on the cpu).
 """
 
 from __future__ import annotations
@@ -145,31 +144,29 @@ def test_inputs_are_not_modified(rng):
         np.testing.assert_array_equal(a, b)
 
 
-# The forward-mode ops the GPU backend runs (all of them), and the second-order ones it does
-# not run yet.
-GPU_JVP_OPS = ("rnn_cell_jvp", "rnn_sequence_jvp", "gru_cell_jvp", "gru_sequence_jvp",
-               "lstm_cell_jvp", "lstm_sequence_jvp")
-NOT_ON_GPU_JVP_OPS = ("lstm_sequence_grad_jvp", "gru_cell_grad_jvp", "rnn_sequence_grad_jvp")
+# The forward-mode and second-order ops: every backend runs all of them.
+JVP_OPS = tuple(f"{cell}_{kind}_{mode}" for cell in ("rnn", "gru", "lstm")
+                for kind in ("cell", "sequence") for mode in ("jvp", "grad_jvp"))
 
 
-def test_the_cpu_and_the_gpu_run_forward_mode(rng):
+def test_the_cpu_and_the_gpu_run_forward_mode_and_the_second_order(rng):
     case = _lstm_case(rng)
     tangents = gc.LSTMSequenceGrads(x=np.ones_like(case["x"]), cs0=None, h0=None, w=None,
                                     b=None)
-    assert _dispatch.backend_for(None, "numpy", op="lstm_sequence_jvp") is (
+    assert _dispatch.backend_for(None, "numpy") is (
         _dispatch.backend_module("cpu"))               # by default on NumPy arrays: the cpu
     cpu = _lstm_jvp(case, tangents)
     reference = _lstm_jvp(case, tangents, backend="reference")
     for got, want in zip(cpu, reference):
         for a, b in zip(got, want):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
-    gpu = _dispatch.backend_module("gpu")
-    for op in GPU_JVP_OPS:                             # what the gpu runs (on CuPy arrays)
-        assert _dispatch.backend_for("gpu", "cupy", op=op) is gpu
-        assert _dispatch.backend_for(None, "cupy", op=op) is gpu
-    for op in NOT_ON_GPU_JVP_OPS:
-        with pytest.raises(ValueError, match=f"backend='gpu' does not run {op} yet"):
-            _dispatch.backend_for("gpu", "cupy", op=op)
+    for backend, library in (("cpu", "numpy"), ("gpu", "cupy")):
+        module = _dispatch.backend_module(backend)
+        for op in JVP_OPS:
+            assert hasattr(module, op)
+            assert _dispatch.backend_for(backend, library) is module
+            assert hasattr(module, op)
+            assert _dispatch.backend_for(None, library) is module
 
 
 def test_torch_tensors_come_back_as_tensors(rng):

@@ -40,9 +40,11 @@ from .gru import (
 from .lstm import (
     lstm_cell,
     lstm_cell_grad,
+    lstm_cell_grad_jvp,
     lstm_cell_jvp,
     lstm_sequence,
     lstm_sequence_grad,
+    lstm_sequence_grad_jvp,
     lstm_sequence_jvp,
 )
 from .rnn import (
@@ -61,4 +63,5 @@ __all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_seq
            "rnn_cell_grad", "rnn_sequence", "rnn_sequence_grad", "rnn_cell_jvp",
            "rnn_sequence_jvp", "gru_cell_jvp", "gru_sequence_jvp", "lstm_cell_jvp",
            "lstm_sequence_jvp", "rnn_cell_grad_jvp", "rnn_sequence_grad_jvp",
-           "gru_cell_grad_jvp", "gru_sequence_grad_jvp"]
+           "gru_cell_grad_jvp", "gru_sequence_grad_jvp", "lstm_cell_grad_jvp",
+           "lstm_sequence_grad_jvp"]

@@ -984,3 +984,549 @@ GC_KERNEL void lstm_forward_tangent_ln(
             dco, dh, dcs_state, dh_state);
     }
 }
+
+// The second order's upstream gradients of one element and their tangents (both tangent
+// kernels below), as lstm_backward forms them: the step's own (has_d_h, has_d_cs: each
+// gradient and its tangent alike) plus the final-state ones on a row's last step, else the
+// carries; then zoneout's split, the old states' parts of the tangents in t_dh_old and
+// t_dcs_old (the primal's are lstm_backward's own).
+template <class A>
+struct gc_lstm_up_pair {
+    A dh, tdh, dcs_up, tdcs_up, tdh_old, tdcs_old;
+};
+
+template <class T, class A, class Index>
+__device__ __forceinline__ gc_lstm_up_pair<A> gc_lstm_upstream_pair(
+    Index k, const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
+    const T* d_h_final, const T* d_cs_final, const T* t_d_h, const T* t_d_cs,
+    const T* t_dh_next, const T* t_dcs_next, const T* t_d_h_final, const T* t_d_cs_final,
+    const T* zoneout_cs, const T* zoneout_h, int has_d_h, int has_d_cs, int has_d_h_final,
+    int has_d_cs_final, int use_zoneout_cs, int use_zoneout_h, int last)
+{
+    const A zero = (A)0;
+    const A one = (A)1;
+    gc_lstm_up_pair<A> u;
+    u.dh = has_d_h ? gc_load(d_h[k]) : zero;
+    u.tdh = has_d_h ? gc_load(t_d_h[k]) : zero;
+    u.dcs_up = has_d_cs ? gc_load(d_cs[k]) : zero;
+    u.tdcs_up = has_d_cs ? gc_load(t_d_cs[k]) : zero;
+    if (last) {
+        if (has_d_h_final) {
+            u.dh = u.dh + gc_load(d_h_final[k]);
+            u.tdh = u.tdh + gc_load(t_d_h_final[k]);
+        }
+        if (has_d_cs_final) {
+            u.dcs_up = u.dcs_up + gc_load(d_cs_final[k]);
+            u.tdcs_up = u.tdcs_up + gc_load(t_d_cs_final[k]);
+        }
+    } else {
+        u.dh = u.dh + gc_load(dh_next[k]);
+        u.tdh = u.tdh + gc_load(t_dh_next[k]);
+        u.dcs_up = u.dcs_up + gc_load(dcs_next[k]);
+        u.tdcs_up = u.tdcs_up + gc_load(t_dcs_next[k]);
+    }
+    u.tdh_old = zero;
+    u.tdcs_old = zero;
+    if (use_zoneout_h) {
+        const A z = gc_load(zoneout_h[k]);
+        u.tdh_old = z * u.tdh;
+        u.dh = (one - z) * u.dh;
+        u.tdh = (one - z) * u.tdh;
+    }
+    if (use_zoneout_cs) {
+        const A z = gc_load(zoneout_cs[k]);
+        u.tdcs_old = z * u.tdcs_up;
+        u.dcs_up = (one - z) * u.dcs_up;
+        u.tdcs_up = (one - z) * u.tdcs_up;
+    }
+    return u;
+}
+
+// The tangents of the i, ci and f gate gradients (into t_d_gates) and of the i and f
+// peephole terms (use_peephole) from the gradient dcs of c~ (after the clip's mask) and its
+// tangent tdcs; returns the tangent of dcs*f + di*wci + df*wcf (dcs_prev's, before zoneout).
+template <class T, class A, class Index>
+__device__ __forceinline__ A gc_lstm_gate_grads_tangent(
+    A dcs, A tdcs, A i, A f, A ci, A c_prev, A ti, A tf, A tci, A tc_prev, Index g, Index p,
+    Index hidden, Index col, const T* wci, const T* wcf, const T* t_wci, const T* t_wcf,
+    int use_peephole, T* t_d_gates, T* t_peephole_terms)
+{
+    const A one = (A)1;
+    const A two = (A)2;
+    const A si = i * (one - i);
+    const A sf = f * (one - f);
+    const A sci = one - ci * ci;
+    const A di = dcs * ci * si;
+    const A df = dcs * c_prev * sf;
+    const A tdi = (tdcs * ci + dcs * tci) * si + dcs * ci * ti * (one - two * i);
+    const A tdci = (tdcs * i + dcs * ti) * sci - two * dcs * i * ci * tci;
+    const A tdf = (tdcs * c_prev + dcs * tc_prev) * sf + dcs * c_prev * tf * (one - two * f);
+    t_d_gates[g] = gc_store<T>::from(tdi);
+    t_d_gates[g + hidden] = gc_store<T>::from(tdci);
+    t_d_gates[g + 2 * hidden] = gc_store<T>::from(tdf);
+    A t_prev = tdcs * f + dcs * tf;
+    if (use_peephole) {
+        t_prev = t_prev + tdi * gc_load(wci[col]) + di * gc_load(t_wci[col])
+                 + tdf * gc_load(wcf[col]) + df * gc_load(t_wcf[col]);
+        t_peephole_terms[p] = gc_store<T>::from(tdi * c_prev + di * tc_prev);
+        t_peephole_terms[p + hidden] = gc_store<T>::from(tdf * c_prev + df * tc_prev);
+    }
+    return t_prev;
+}
+
+// The tangent of the step's own c~ = clip(i*ci + f*cs_prev): i'*ci + i*ci' + f'*cs_prev +
+// f*cs_prev', 0 where the clip is active (the forward's rule: on the boundary it passes).
+template <class A>
+__device__ __forceinline__ A gc_lstm_c_tilde_tangent(A i, A ci, A f, A c_prev, A ti, A tci,
+                                                     A tf, A tc_prev, int use_clip,
+                                                     A cell_clip)
+{
+    if (use_clip && !(gc_abs(gc_fma(i, ci, f * c_prev)) <= cell_clip)) return (A)0;
+    return ti * ci + i * tci + tf * c_prev + f * tc_prev;
+}
+
+// Second order (docs/spec.md section 12), one step per launch BEFORE that step's
+// lstm_backward (which overwrites the dcs carry in place): the tangent of lstm_backward's
+// outputs along the tangents t_* of every input it reads (the saved gates' and cs_prev's
+// tangents from the forward's JVP, the peepholes', the upstream gradients' and the carries'),
+// the same branches as the primal (the clip mask, lengths, last steps), recomputing the
+// primal values it needs. With g = dh and dcs_up the step's upstream gradients:
+//   do'  = dh'*co*o(1-o) + dh*co'*o(1-o) + dh*co*o'*(1-2o)
+//   dcs' = dh'*o(1-co^2) + dh*o'*(1-co^2) - 2*dh*o*co*co' + dcs_up' + do'*wco + do*wco'
+//          (0 where mask_clip and the clip is active)
+//   di'  = dcs'*ci*i(1-i) + dcs*ci'*i(1-i) + dcs*ci*i'*(1-2i);   dci', df' alike
+//   t_dcs_prev = dcs'*f + dcs*f' + di'*wci + di*wci' + df'*wcf + df*wcf' (+ z_cs*dcs_up')
+//   t_peephole_terms = [di'*c_prev + di*c_prev', df'*c_prev + df*c_prev', do'*cs + do*cs']
+// Zoneout splits the tangents as lstm_backward splits the gradients (t_dh_zoned = z_h*dh');
+// with zoneout_cs the o-peephole's cs is the step's own c~ and cs' its tangent
+// i'*ci + i*ci' + f'*cs_prev + f*cs_prev' (0 where the clip is active: the forward's rule).
+// A row past its length: zero tangents, t_dcs_prev = t_d_cs_final (or 0). The has_* flags
+// cover each upstream gradient and its tangent alike (the caller passes zeros for a None
+// one of a pair). t_dcs_prev may be the t_dcs_next buffer itself.
+template <class T, class A, class Index>
+__device__ __forceinline__ void lstm_backward_tangent_body(
+    const T* cs_prev, const T* i_in, const T* cs_in, const T* f_in, const T* o_in,
+    const T* ci_in, const T* co_in, const T* wci, const T* wcf, const T* wco,
+    const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
+    const T* d_h_final, const T* d_cs_final, const T* t_cs_prev, const T* t_i_in,
+    const T* t_cs_in, const T* t_f_in, const T* t_o_in, const T* t_ci_in, const T* t_co_in,
+    const T* t_wci, const T* t_wcf, const T* t_wco, const T* t_d_h, const T* t_d_cs,
+    const T* t_dh_next, const T* t_dcs_next, const T* t_d_h_final, const T* t_d_cs_final,
+    const int* seq_len, const T* zoneout_cs, const T* zoneout_h,
+    A cell_clip, int use_peephole, int use_clip, int mask_clip,
+    int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
+    int use_zoneout_cs, int use_zoneout_h, long long step, long long n_steps, Index n,
+    Index hidden, T* t_d_gates, T* t_dcs_prev, T* t_peephole_terms, T* t_dh_zoned)
+{
+    const A zero = (A)0;
+    const A one = (A)1;
+    const A two = (A)2;
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const Index row = k / hidden;
+        const Index col = k - row * hidden;
+        const Index g = row * 4 * hidden + col;
+        const Index p = row * 3 * hidden + col;
+        const long long length = use_seq_len ? (long long)seq_len[row] : n_steps;
+        if (step >= length) {
+            const T z = gc_store<T>::from(zero);
+            t_d_gates[g] = z; t_d_gates[g + hidden] = z;
+            t_d_gates[g + 2 * hidden] = z; t_d_gates[g + 3 * hidden] = z;
+            if (use_peephole) {
+                t_peephole_terms[p] = z; t_peephole_terms[p + hidden] = z;
+                t_peephole_terms[p + 2 * hidden] = z;
+            }
+            t_dcs_prev[k] = has_d_cs_final ? t_d_cs_final[k] : z;
+            if (use_zoneout_h) t_dh_zoned[k] = z;
+            continue;
+        }
+        const gc_lstm_up_pair<A> u = gc_lstm_upstream_pair<T, A, Index>(
+            k, d_h, d_cs, dh_next, dcs_next, d_h_final, d_cs_final, t_d_h, t_d_cs, t_dh_next,
+            t_dcs_next, t_d_h_final, t_d_cs_final, zoneout_cs, zoneout_h, has_d_h, has_d_cs,
+            has_d_h_final, has_d_cs_final, use_zoneout_cs, use_zoneout_h, step + 1 >= length);
+        if (use_zoneout_h) t_dh_zoned[k] = gc_store<T>::from(u.tdh_old);
+        const A c_prev = gc_load(cs_prev[k]);
+        const A i = gc_load(i_in[k]);
+        const A f = gc_load(f_in[k]);
+        const A o = gc_load(o_in[k]);
+        const A ci = gc_load(ci_in[k]);
+        const A co = gc_load(co_in[k]);
+        const A tc_prev = gc_load(t_cs_prev[k]);
+        const A ti = gc_load(t_i_in[k]);
+        const A tf = gc_load(t_f_in[k]);
+        const A to = gc_load(t_o_in[k]);
+        const A tci = gc_load(t_ci_in[k]);
+        const A tco = gc_load(t_co_in[k]);
+
+        const A dh = u.dh, tdh = u.tdh;
+        const A so = o * (one - o);
+        const A d_o = dh * co * so;
+        const A td_o = (tdh * co + dh * tco) * so + dh * co * to * (one - two * o);
+        const A sco = one - co * co;
+        A dcs = dh * o * sco + u.dcs_up;
+        A tdcs = (tdh * o + dh * to) * sco - two * dh * o * co * tco + u.tdcs_up;
+        if (use_peephole) {
+            const A w = gc_load(wco[col]);
+            dcs = dcs + d_o * w;
+            tdcs = tdcs + td_o * w + d_o * gc_load(t_wco[col]);
+        }
+        if (mask_clip && !(gc_abs(gc_fma(i, ci, f * c_prev)) <= cell_clip)) {
+            dcs = zero;
+            tdcs = zero;
+        }
+        const A t_prev = gc_lstm_gate_grads_tangent<T, A, Index>(
+            dcs, tdcs, i, f, ci, c_prev, ti, tf, tci, tc_prev, g, p, hidden, col, wci, wcf,
+            t_wci, t_wcf, use_peephole, t_d_gates, t_peephole_terms);
+        t_d_gates[g + 3 * hidden] = gc_store<T>::from(td_o);
+        if (use_peephole) {
+            A cs = gc_load(cs_in[k]);
+            A tcs = gc_load(t_cs_in[k]);
+            if (use_zoneout_cs) {
+                cs = gc_lstm_c_tilde<T, A>(i, ci, f, c_prev, use_clip, cell_clip);
+                tcs = gc_lstm_c_tilde_tangent<A>(i, ci, f, c_prev, ti, tci, tf, tc_prev,
+                                                 use_clip, cell_clip);
+            }
+            t_peephole_terms[p + 2 * hidden] = gc_store<T>::from(td_o * cs + d_o * tcs);
+        }
+        t_dcs_prev[k] = gc_store<T>::from(t_prev + u.tdcs_old);
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void lstm_backward_tangent(
+    const T* cs_prev, const T* i, const T* cs, const T* f, const T* o, const T* ci,
+    const T* co, const T* wci, const T* wcf, const T* wco,
+    const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
+    const T* d_h_final, const T* d_cs_final, const T* t_cs_prev, const T* t_i,
+    const T* t_cs, const T* t_f, const T* t_o, const T* t_ci, const T* t_co,
+    const T* t_wci, const T* t_wcf, const T* t_wco, const T* t_d_h, const T* t_d_cs,
+    const T* t_dh_next, const T* t_dcs_next, const T* t_d_h_final, const T* t_d_cs_final,
+    const int* seq_len, const T* zoneout_cs, const T* zoneout_h,
+    A cell_clip, int use_peephole, int use_clip, int mask_clip,
+    int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
+    int use_zoneout_cs, int use_zoneout_h, long long step, long long n_steps,
+    long long batch, long long hidden,
+    T* t_d_gates, T* t_dcs_prev, T* t_peephole_terms, T* t_dh_zoned)
+{
+    const long long n = batch * hidden;
+    if (n <= GC_UINT32_SAFE_COUNT) {
+        lstm_backward_tangent_body<T, A, unsigned int>(
+            cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, d_h, d_cs, dh_next, dcs_next,
+            d_h_final, d_cs_final, t_cs_prev, t_i, t_cs, t_f, t_o, t_ci, t_co, t_wci, t_wcf,
+            t_wco, t_d_h, t_d_cs, t_dh_next, t_dcs_next, t_d_h_final, t_d_cs_final, seq_len,
+            zoneout_cs, zoneout_h, cell_clip, use_peephole, use_clip, mask_clip, has_d_h,
+            has_d_cs, has_d_h_final, has_d_cs_final, use_seq_len, use_zoneout_cs,
+            use_zoneout_h, step, n_steps, (unsigned int)n, (unsigned int)hidden, t_d_gates,
+            t_dcs_prev, t_peephole_terms, t_dh_zoned);
+    } else {
+        lstm_backward_tangent_body<T, A, unsigned long long>(
+            cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, d_h, d_cs, dh_next, dcs_next,
+            d_h_final, d_cs_final, t_cs_prev, t_i, t_cs, t_f, t_o, t_ci, t_co, t_wci, t_wcf,
+            t_wco, t_d_h, t_d_cs, t_dh_next, t_dcs_next, t_d_h_final, t_d_cs_final, seq_len,
+            zoneout_cs, zoneout_h, cell_clip, use_peephole, use_clip, mask_clip, has_d_h,
+            has_d_cs, has_d_h_final, has_d_cs_final, use_seq_len, use_zoneout_cs,
+            use_zoneout_h, step, n_steps, (unsigned long long)n, (unsigned long long)hidden,
+            t_d_gates, t_dcs_prev, t_peephole_terms, t_dh_zoned);
+    }
+}
+
+// Second order of a gate norm's backward (layer_norm_grad_rows), over each row of
+// C-contiguous [rows, cols] arrays: the tangents of dz and dgamma_terms along t_dy, t_z and
+// t_gamma (the caller passes zeros for a zero one), z's mean and r recomputed as the
+// forward's. With m = mean(z_hat*t_z):
+//   t_z_hat = r*(t_z - mean(t_z) - z_hat*m);   t_r = -r^2*m;   g = dy*gamma, t_g = t_dy*gamma + dy*t_gamma
+//   t_dz = t_r*(g - mean(g) - z_hat*mean(g*z_hat))
+//          + r*(t_g - mean(t_g) - t_z_hat*mean(g*z_hat) - z_hat*mean(t_g*z_hat + g*t_z_hat))
+//   t_dgamma_terms = t_dy*z_hat + dy*t_z_hat
+// One thread per row.
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void layer_norm_grad_tangent_rows(
+    const T* dy, const T* t_dy, const T* z, const T* t_z, const T* gamma, const T* t_gamma,
+    A epsilon, long long rows, long long cols, T* t_dz, T* t_dgamma_terms)
+{
+    const A count = (A)(cols > 0 ? cols : 1);
+    for (long long row = gc_first_x<long long>(); row < rows; row += gc_stride_x<long long>()) {
+        const long long base = row * cols;
+        A mean, r;
+        gc_row_stats<T, A, long long>(z + base, cols, epsilon, &mean, &r);
+        A sum_t = (A)0, sum_zt = (A)0;
+        for (long long j = 0; j < cols; ++j) {
+            const A t = gc_load(t_z[base + j]);
+            sum_t = sum_t + t;
+            sum_zt = gc_fma((gc_load(z[base + j]) - mean) * r, t, sum_zt);
+        }
+        const A mean_t = sum_t / count, m = sum_zt / count;
+        const A t_r = -r * r * m;
+        A sum_g = (A)0, sum_gz = (A)0, sum_tg = (A)0, sum_tgz = (A)0;
+        for (long long j = 0; j < cols; ++j) {
+            const A z_hat = (gc_load(z[base + j]) - mean) * r;
+            const A t_z_hat = r * (gc_load(t_z[base + j]) - mean_t - z_hat * m);
+            const A d = gc_load(dy[base + j]);
+            const A g = d * gc_load(gamma[j]);
+            const A tg = gc_load(t_dy[base + j]) * gc_load(gamma[j]) + d * gc_load(t_gamma[j]);
+            sum_g = sum_g + g;
+            sum_gz = gc_fma(g, z_hat, sum_gz);
+            sum_tg = sum_tg + tg;
+            sum_tgz = sum_tgz + tg * z_hat + g * t_z_hat;
+        }
+        const A mean_g = sum_g / count, mean_gz = sum_gz / count;
+        const A mean_tg = sum_tg / count, mean_tgz = sum_tgz / count;
+        for (long long j = 0; j < cols; ++j) {
+            const A z_hat = (gc_load(z[base + j]) - mean) * r;
+            const A t_z_hat = r * (gc_load(t_z[base + j]) - mean_t - z_hat * m);
+            const A d = gc_load(dy[base + j]);
+            const A td = gc_load(t_dy[base + j]);
+            const A g = d * gc_load(gamma[j]);
+            const A tg = td * gc_load(gamma[j]) + d * gc_load(t_gamma[j]);
+            t_dz[base + j] = gc_store<T>::from(
+                t_r * (g - mean_g - z_hat * mean_gz)
+                + r * (tg - mean_tg - t_z_hat * mean_gz - z_hat * mean_tgz));
+            t_dgamma_terms[base + j] = gc_store<T>::from(td * z_hat + d * t_z_hat);
+        }
+    }
+}
+
+// What the layer-normalised step's tangent needs of one element's upstream (the tangent
+// of gc_lstm_ln_upstream's, beside it): do, the cell norm's output gradient dn, the
+// carried cs's gradient dcs_c, their tangents, and zoneout's old states' parts' tangents.
+template <class A>
+struct gc_lstm_ln_up_tangent {
+    A d_o, td_o, dn, tdn, dcs_c, tdcs_c, tdh_old, tdcs_old;
+};
+
+template <class T, class A, class Index>
+__device__ __forceinline__ gc_lstm_ln_up_tangent<A> gc_lstm_ln_upstream_tangent(
+    Index k, Index col, const T* o_in, const T* co_in, const T* t_o_in, const T* t_co_in,
+    const T* wco, const T* t_wco, const T* d_h, const T* d_cs, const T* dh_next,
+    const T* dcs_next, const T* d_h_final, const T* d_cs_final, const T* t_d_h,
+    const T* t_d_cs, const T* t_dh_next, const T* t_dcs_next, const T* t_d_h_final,
+    const T* t_d_cs_final, const T* zoneout_cs, const T* zoneout_h, int use_peephole,
+    int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_zoneout_cs,
+    int use_zoneout_h, int last, int carry_normalized)
+{
+    const A one = (A)1;
+    const A two = (A)2;
+    const gc_lstm_up_pair<A> u = gc_lstm_upstream_pair<T, A, Index>(
+        k, d_h, d_cs, dh_next, dcs_next, d_h_final, d_cs_final, t_d_h, t_d_cs, t_dh_next,
+        t_dcs_next, t_d_h_final, t_d_cs_final, zoneout_cs, zoneout_h, has_d_h, has_d_cs,
+        has_d_h_final, has_d_cs_final, use_zoneout_cs, use_zoneout_h, last);
+    const A o = gc_load(o_in[k]);
+    const A co = gc_load(co_in[k]);
+    const A to = gc_load(t_o_in[k]);
+    const A tco = gc_load(t_co_in[k]);
+    const A so = o * (one - o);
+    const A sco = one - co * co;
+    gc_lstm_ln_up_tangent<A> v;
+    v.d_o = u.dh * co * so;
+    v.td_o = (u.tdh * co + u.dh * tco) * so + u.dh * co * to * (one - two * o);
+    v.dcs_c = u.dcs_up;
+    v.tdcs_c = u.tdcs_up;
+    if (use_peephole) {
+        const A w = gc_load(wco[col]);
+        v.dcs_c = v.dcs_c + v.d_o * w;
+        v.tdcs_c = v.tdcs_c + v.td_o * w + v.d_o * gc_load(t_wco[col]);
+    }
+    const A dco = u.dh * o * sco;
+    const A tdco = (u.tdh * o + u.dh * to) * sco - two * u.dh * o * co * tco;
+    v.dn = carry_normalized ? dco + v.dcs_c : dco;
+    v.tdn = carry_normalized ? tdco + v.tdcs_c : tdco;
+    v.tdh_old = u.tdh_old;
+    v.tdcs_old = u.tdcs_old;
+    return v;
+}
+
+// Second order of the layer-normalised step, ONE THREAD PER ROW b, before that step's
+// lstm_backward_ln: as lstm_backward_tangent, with the cell norm's backward between dn and
+// dc~ differentiated (c~, its mean and r, c_hat recomputed from the saved gates; c~' by
+// gc_lstm_c_tilde_tangent, m = mean(c_hat*c~'), c_hat' = r*(c~' - mean(c~') - c_hat*m),
+// r' = -r^2*m; g = dn*gamma_c, g' = dn'*gamma_c + dn*gamma_c'):
+//   dc~' = r'*(g - mean(g) - c_hat*mean(g*c_hat))
+//          + r*(g' - mean(g') - c_hat'*mean(g*c_hat) - c_hat*mean(g'*c_hat + g*c_hat'))
+//          (+ dcs_c' when the carry is raw; 0 where mask_clip and the clip is active)
+//   t_norm_terms = [dn'*c_hat + dn*c_hat', dn']
+// and with zoneout_cs the o-peephole's carried state n = gamma_c*c_hat + beta_c (its
+// tangent gamma_c'*c_hat + gamma_c*c_hat' + beta_c') or c~ (c~'). Passes: 1-2 the mean and
+// r; 3 the sums of c~' and c_hat*c~'; 4 those of g, g*c_hat, g', g'*c_hat + g*c_hat';
+// 5 writes. t_dcs_prev may be t_dcs_next.
+template <class T, class A, class Index>
+__device__ __forceinline__ void lstm_backward_tangent_ln_body(
+    const T* cs_prev, const T* i_in, const T* cs_in, const T* f_in, const T* o_in,
+    const T* ci_in, const T* co_in, const T* wci, const T* wcf, const T* wco,
+    const T* gamma_c, const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
+    const T* d_h_final, const T* d_cs_final, const int* seq_len, const T* beta_c,
+    const T* t_cs_prev, const T* t_i_in, const T* t_cs_in, const T* t_f_in,
+    const T* t_o_in, const T* t_ci_in, const T* t_co_in, const T* t_wci, const T* t_wcf,
+    const T* t_wco, const T* t_gamma_c, const T* t_beta_c, const T* t_d_h,
+    const T* t_d_cs, const T* t_dh_next, const T* t_dcs_next, const T* t_d_h_final,
+    const T* t_d_cs_final, const T* zoneout_cs, const T* zoneout_h,
+    A cell_clip, A epsilon, int use_peephole, int use_clip, int mask_clip,
+    int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
+    int carry_normalized, int use_zoneout_cs, int use_zoneout_h, long long step,
+    long long n_steps, Index batch, Index hidden,
+    T* t_d_gates, T* t_dcs_prev, T* t_peephole_terms, T* t_norm_terms, T* t_dh_zoned)
+{
+    const A zero = (A)0;
+    const A one = (A)1;
+    const A count = (A)(hidden > 0 ? hidden : 1);
+    for (Index row = gc_first_x<Index>(); row < batch; row += gc_stride_x<Index>()) {
+        const Index base = row * hidden;
+        const long long length = use_seq_len ? (long long)seq_len[row] : n_steps;
+        if (step >= length) {
+            const T z = gc_store<T>::from(zero);
+            for (Index col = 0; col < hidden; ++col) {
+                const Index k = base + col;
+                const Index g = row * 4 * hidden + col;
+                const Index p = row * 3 * hidden + col;
+                t_d_gates[g] = z; t_d_gates[g + hidden] = z;
+                t_d_gates[g + 2 * hidden] = z; t_d_gates[g + 3 * hidden] = z;
+                if (use_peephole) {
+                    t_peephole_terms[p] = z; t_peephole_terms[p + hidden] = z;
+                    t_peephole_terms[p + 2 * hidden] = z;
+                }
+                t_norm_terms[row * 2 * hidden + col] = z;
+                t_norm_terms[row * 2 * hidden + hidden + col] = z;
+                t_dcs_prev[k] = has_d_cs_final ? t_d_cs_final[k] : z;
+                if (use_zoneout_h) t_dh_zoned[k] = z;
+            }
+            continue;
+        }
+        const int last = step + 1 >= length;
+#define GC_C_TILDE(k) gc_lstm_c_tilde<T, A>(gc_load(i_in[k]), gc_load(ci_in[k]), \
+                                            gc_load(f_in[k]), gc_load(cs_prev[k]), \
+                                            use_clip, cell_clip)
+#define GC_C_TILDE_TANGENT(k) gc_lstm_c_tilde_tangent<A>( \
+        gc_load(i_in[k]), gc_load(ci_in[k]), gc_load(f_in[k]), gc_load(cs_prev[k]), \
+        gc_load(t_i_in[k]), gc_load(t_ci_in[k]), gc_load(t_f_in[k]), gc_load(t_cs_prev[k]), \
+        use_clip, cell_clip)
+#define GC_UP(k, col) gc_lstm_ln_upstream_tangent<T, A, Index>( \
+        k, col, o_in, co_in, t_o_in, t_co_in, wco, t_wco, d_h, d_cs, dh_next, dcs_next, \
+        d_h_final, d_cs_final, t_d_h, t_d_cs, t_dh_next, t_dcs_next, t_d_h_final, \
+        t_d_cs_final, zoneout_cs, zoneout_h, use_peephole, has_d_h, has_d_cs, has_d_h_final, \
+        has_d_cs_final, use_zoneout_cs, use_zoneout_h, last, carry_normalized)
+        A sum = zero;
+        for (Index k = base; k < base + hidden; ++k) sum = sum + GC_C_TILDE(k);
+        const A mean = sum / count;
+        A squares = zero;
+        for (Index k = base; k < base + hidden; ++k) {
+            const A c = GC_C_TILDE(k) - mean;
+            squares = gc_fma(c, c, squares);
+        }
+        const A r = one / gc_sqrt(squares / count + epsilon);
+        A sum_t = zero, sum_ct = zero;
+        for (Index k = base; k < base + hidden; ++k) {
+            const A t = GC_C_TILDE_TANGENT(k);
+            sum_t = sum_t + t;
+            sum_ct = gc_fma((GC_C_TILDE(k) - mean) * r, t, sum_ct);
+        }
+        const A mean_t = sum_t / count, m = sum_ct / count;
+        const A t_r = -r * r * m;
+        A sum_g = zero, sum_gc = zero, sum_tg = zero, sum_tgc = zero;
+        for (Index col = 0; col < hidden; ++col) {
+            const Index k = base + col;
+            const gc_lstm_ln_up_tangent<A> v = GC_UP(k, col);
+            const A c_hat = (GC_C_TILDE(k) - mean) * r;
+            const A t_c_hat = r * (GC_C_TILDE_TANGENT(k) - mean_t - c_hat * m);
+            const A g = v.dn * gc_load(gamma_c[col]);
+            const A tg = v.tdn * gc_load(gamma_c[col]) + v.dn * gc_load(t_gamma_c[col]);
+            sum_g = sum_g + g;
+            sum_gc = gc_fma(g, c_hat, sum_gc);
+            sum_tg = sum_tg + tg;
+            sum_tgc = sum_tgc + tg * c_hat + g * t_c_hat;
+        }
+        const A mean_g = sum_g / count, mean_gc = sum_gc / count;
+        const A mean_tg = sum_tg / count, mean_tgc = sum_tgc / count;
+        for (Index col = 0; col < hidden; ++col) {
+            const Index k = base + col;
+            const Index g_at = row * 4 * hidden + col;
+            const Index p = row * 3 * hidden + col;
+            const gc_lstm_ln_up_tangent<A> v = GC_UP(k, col);
+            const A c_prev = gc_load(cs_prev[k]);
+            const A i = gc_load(i_in[k]);
+            const A f = gc_load(f_in[k]);
+            const A ci = gc_load(ci_in[k]);
+            const A c_tilde = GC_C_TILDE(k);
+            const A t_c_tilde = GC_C_TILDE_TANGENT(k);
+            const A c_hat = (c_tilde - mean) * r;
+            const A t_c_hat = r * (t_c_tilde - mean_t - c_hat * m);
+            const A gamma = gc_load(gamma_c[col]);
+            const A g = v.dn * gamma;
+            const A tg = v.tdn * gamma + v.dn * gc_load(t_gamma_c[col]);
+            A dcs = r * (g - mean_g - c_hat * mean_gc);
+            A tdcs = t_r * (g - mean_g - c_hat * mean_gc)
+                     + r * (tg - mean_tg - t_c_hat * mean_gc - c_hat * mean_tgc);
+            if (!carry_normalized) {
+                dcs = dcs + v.dcs_c;
+                tdcs = tdcs + v.tdcs_c;
+            }
+            if (mask_clip && !(gc_abs(gc_fma(i, ci, f * c_prev)) <= cell_clip)) {
+                dcs = zero;
+                tdcs = zero;
+            }
+            const A t_prev = gc_lstm_gate_grads_tangent<T, A, Index>(
+                dcs, tdcs, i, f, ci, c_prev, gc_load(t_i_in[k]), gc_load(t_f_in[k]),
+                gc_load(t_ci_in[k]), gc_load(t_cs_prev[k]), g_at, p, hidden, col, wci, wcf,
+                t_wci, t_wcf, use_peephole, t_d_gates, t_peephole_terms);
+            t_d_gates[g_at + 3 * hidden] = gc_store<T>::from(v.td_o);
+            if (use_peephole) {
+                A cs = gc_load(cs_in[k]);
+                A tcs = gc_load(t_cs_in[k]);
+                if (use_zoneout_cs) {
+                    cs = carry_normalized ? gc_rounded<T>(gc_fma(gamma, c_hat,
+                                                                 gc_load(beta_c[col])))
+                                          : c_tilde;
+                    tcs = carry_normalized ? gc_load(t_gamma_c[col]) * c_hat + gamma * t_c_hat
+                                                 + gc_load(t_beta_c[col])
+                                           : t_c_tilde;
+                }
+                t_peephole_terms[p + 2 * hidden] = gc_store<T>::from(v.td_o * cs + v.d_o * tcs);
+            }
+            t_norm_terms[row * 2 * hidden + col] = gc_store<T>::from(v.tdn * c_hat
+                                                                     + v.dn * t_c_hat);
+            t_norm_terms[row * 2 * hidden + hidden + col] = gc_store<T>::from(v.tdn);
+            t_dcs_prev[k] = gc_store<T>::from(t_prev + v.tdcs_old);
+            if (use_zoneout_h) t_dh_zoned[k] = gc_store<T>::from(v.tdh_old);
+        }
+#undef GC_C_TILDE
+#undef GC_C_TILDE_TANGENT
+#undef GC_UP
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void lstm_backward_tangent_ln(
+    const T* cs_prev, const T* i, const T* cs, const T* f, const T* o, const T* ci,
+    const T* co, const T* wci, const T* wcf, const T* wco, const T* gamma_c,
+    const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
+    const T* d_h_final, const T* d_cs_final, const int* seq_len, const T* beta_c,
+    const T* t_cs_prev, const T* t_i, const T* t_cs, const T* t_f, const T* t_o,
+    const T* t_ci, const T* t_co, const T* t_wci, const T* t_wcf, const T* t_wco,
+    const T* t_gamma_c, const T* t_beta_c, const T* t_d_h, const T* t_d_cs,
+    const T* t_dh_next, const T* t_dcs_next, const T* t_d_h_final, const T* t_d_cs_final,
+    const T* zoneout_cs, const T* zoneout_h,
+    A cell_clip, A epsilon, int use_peephole, int use_clip, int mask_clip,
+    int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
+    int carry_normalized, int use_zoneout_cs, int use_zoneout_h, long long step,
+    long long n_steps, long long batch, long long hidden,
+    T* t_d_gates, T* t_dcs_prev, T* t_peephole_terms, T* t_norm_terms, T* t_dh_zoned)
+{
+    if (batch * hidden <= GC_UINT32_SAFE_COUNT) {
+        lstm_backward_tangent_ln_body<T, A, unsigned int>(
+            cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, gamma_c, d_h, d_cs, dh_next,
+            dcs_next, d_h_final, d_cs_final, seq_len, beta_c, t_cs_prev, t_i, t_cs, t_f, t_o,
+            t_ci, t_co, t_wci, t_wcf, t_wco, t_gamma_c, t_beta_c, t_d_h, t_d_cs, t_dh_next,
+            t_dcs_next, t_d_h_final, t_d_cs_final, zoneout_cs, zoneout_h, cell_clip, epsilon,
+            use_peephole, use_clip, mask_clip, has_d_h, has_d_cs, has_d_h_final,
+            has_d_cs_final, use_seq_len, carry_normalized, use_zoneout_cs, use_zoneout_h,
+            step, n_steps, (unsigned int)batch, (unsigned int)hidden, t_d_gates, t_dcs_prev,
+            t_peephole_terms, t_norm_terms, t_dh_zoned);
+    } else {
+        lstm_backward_tangent_ln_body<T, A, unsigned long long>(
+            cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, gamma_c, d_h, d_cs, dh_next,
+            dcs_next, d_h_final, d_cs_final, seq_len, beta_c, t_cs_prev, t_i, t_cs, t_f, t_o,
+            t_ci, t_co, t_wci, t_wcf, t_wco, t_gamma_c, t_beta_c, t_d_h, t_d_cs, t_dh_next,
+            t_dcs_next, t_d_h_final, t_d_cs_final, zoneout_cs, zoneout_h, cell_clip, epsilon,
+            use_peephole, use_clip, mask_clip, has_d_h, has_d_cs, has_d_h_final,
+            has_d_cs_final, use_seq_len, carry_normalized, use_zoneout_cs, use_zoneout_h,
+            step, n_steps, (unsigned long long)batch, (unsigned long long)hidden, t_d_gates,
+            t_dcs_prev, t_peephole_terms, t_norm_terms, t_dh_zoned);
+    }
+}

@@ -287,7 +287,6 @@ def _backward_steps(rt, x, cs0, weights, steps, settings, lengths, masks, *, d_h
     dtype = x.dtype
     w_h = weights.w[n_in:]
     peephole = settings.peepholes
-    wci, wcf, wco = _peepholes(xp, weights, settings, cs0)
     d_gates = xp.empty((n_steps, n_batch, 4 * n_hidden), dtype=dtype)
     terms = xp.empty((n_steps, n_batch, 3 * n_hidden), dtype=dtype) if peephole else None
     dcs = xp.empty((n_batch, n_hidden), dtype=dtype)  # carry: dL/dcs before step t
@@ -296,22 +295,9 @@ def _backward_steps(rt, x, cs0, weights, steps, settings, lengths, masks, *, d_h
     m_rec, z_cs, z_h = masks
     zone_h = z_h is not None and proj is None  # the kernel splits the zoned h's gradient
     dh_zoned = xp.empty((n_batch, n_hidden), dtype=dtype) if zone_h else placeholder
-    cell_clip = settings.cell_clip
-    name, n_threads, extra = _step_kernel("lstm_backward", rt, weights, settings, n_batch,
-                                          n_hidden)
-    backward = Launcher(
-        rt, name, dtype, n_threads, **extra, wci=wci, wcf=wcf, wco=wco,
-        d_h_final=placeholder if d_h_final is None else d_h_final,
-        d_cs_final=placeholder if d_cs_final is None else d_cs_final,
-        seq_len=_launch.lengths_argument(xp, lengths),
-        cell_clip=0.0 if cell_clip is None else cell_clip, use_peephole=peephole,
-        use_clip=cell_clip is not None, mask_clip=cell_clip is not None and clip_grad == "exact",
-        use_zoneout_cs=z_cs is not None, use_zoneout_h=zone_h, dh_zoned=dh_zoned,
-        has_d_h=d_h is not None or proj is not None, has_d_cs=d_cs is not None,
-        has_d_h_final=d_h_final is not None and proj is None,
-        has_d_cs_final=d_cs_final is not None,
-        use_seq_len=lengths is not None, n_steps=n_steps, batch=n_batch, hidden=n_hidden,
-        dcs_next=dcs, dcs_prev=dcs)
+    backward = _backward_kernel(rt, weights, settings, lengths, masks, proj, clip_grad,
+                                (d_h, d_cs, d_h_final, d_cs_final), x.shape, placeholder,
+                                dh_zoned=dh_zoned, dcs_next=dcs, dcs_prev=dcs)
     saved = LSTMCellState._fields[:-1]  # every output but h
     for t in reversed(range(n_steps)):
         backward(cs_prev=cs0 if t == 0 else steps.cs[t - 1],
@@ -327,6 +313,45 @@ def _backward_steps(rt, x, cs0, weights, steps, settings, lengths, masks, *, d_h
         if z_h is not None:  # the old state's part of the zoned h's gradient
             dh_recurrent = dh_recurrent + (dh_zoned if proj is None else proj.dh_old)
     return d_gates, terms, dcs, dh_recurrent
+
+
+def _backward_kernel(rt, weights, settings, lengths, masks, proj, clip_grad, upstream,
+                     shape, placeholder, name="lstm_backward", **arguments):
+    """The backward step kernel (``name``, ``_ln`` with a layer norm), the arguments that
+    stay the same from step to step settled: the peepholes, the final-state gradients
+    (``upstream``: ``(d_h, d_cs, d_h_final, d_cs_final)``), ``_backward_flags`` and
+    ``arguments``; ``shape`` is ``x``'s ``[T, B, I]``."""
+    xp = rt.xp
+    d_h, d_cs, d_h_final, d_cs_final = upstream
+    n_steps, n_batch, _ = shape
+    n_hidden = placeholder.shape[1]
+    wci, wcf, wco = _peepholes(xp, weights, settings, placeholder)
+    name, n_threads, extra = _step_kernel(name, rt, weights, settings, n_batch, n_hidden)
+    return Launcher(
+        rt, name, placeholder.dtype, n_threads, **extra, wci=wci, wcf=wcf, wco=wco,
+        d_h_final=placeholder if d_h_final is None else d_h_final,
+        d_cs_final=placeholder if d_cs_final is None else d_cs_final,
+        **_backward_flags(xp, settings, lengths, masks, proj, clip_grad, d_h, d_cs, d_h_final,
+                          d_cs_final, n_steps, n_batch, n_hidden), **arguments)
+
+
+def _backward_flags(xp, settings, lengths, masks, proj, clip_grad, d_h, d_cs, d_h_final,
+                    d_cs_final, n_steps, n_batch, n_hidden):
+    """The backward step kernel's flags, sizes and ``seq_len`` (``lstm_backward``'s, also
+    its tangent's, ``_grad_jvp``): which upstream gradients there are (with a projection
+    the kernel's ``d_h`` is always given and ``d_h_final`` is the projection's), the clip
+    and its exact mask, zoneout, lengths."""
+    _, z_cs, z_h = masks
+    cell_clip = settings.cell_clip
+    return dict(
+        seq_len=_launch.lengths_argument(xp, lengths),
+        cell_clip=0.0 if cell_clip is None else cell_clip, use_peephole=settings.peepholes,
+        use_clip=cell_clip is not None, mask_clip=cell_clip is not None and clip_grad == "exact",
+        use_zoneout_cs=z_cs is not None, use_zoneout_h=z_h is not None and proj is None,
+        has_d_h=d_h is not None or proj is not None, has_d_cs=d_cs is not None,
+        has_d_h_final=d_h_final is not None and proj is None,
+        has_d_cs_final=d_cs_final is not None, use_seq_len=lengths is not None,
+        n_steps=n_steps, batch=n_batch, hidden=n_hidden)
 
 
 def _dh_arguments(proj, t, d_h, dh_recurrent, placeholder):
@@ -394,6 +419,7 @@ class _NormGrad:
     def __init__(self, rt, x, h_prev, weights, epsilon):
         xp = self.xp = rt.xp
         self.rt, self.norm, self.epsilon = rt, weights.layer_norm, epsilon
+        self.x, self.h_prev = x, h_prev  # what the matmuls saw (the second order reads them)
         n_steps, n_batch, n_in = x.shape
         width = weights.w.shape[1]
         self.z_x = (plan.flat(x) @ weights.w[:n_in]).reshape(n_steps, n_batch, width)
@@ -474,3 +500,49 @@ def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
             cs, h, dcs, dh = cs.copy(), h.copy(), dcs.copy(), dh.copy()
         return (LSTMSequence(*steps, cs_final=cs, h_final=h),
                 LSTMSequence(*d_steps, cs_final=dcs, h_final=dh))
+
+
+# --------------------------------------------------------------------------------------
+# Second order (docs/spec.md §12; ``_grad_jvp``)
+
+
+def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *, d_h=None,
+                       d_cs=None, d_h_tangent=None, d_cs_tangent=None, clip_grad="exact"):
+    """The JVP of ``lstm_cell_grad`` along ``tangents`` (an ``LSTMCellGrads``, None fields
+    zero) and the upstream gradients' tangents: ``(grads, grads_tangent)``, two
+    ``LSTMCellGrads``; see ``gradcells.reference.lstm.lstm_cell_grad_jvp``. A cell is the
+    sequence's plan with T = 1 (``_grad_jvp.lstm_grad_jvp``), every option included."""
+    from ._grad_jvp import lstm_grad_jvp
+
+    def step(a):
+        return None if a is None else a[None]
+
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        upstream = {"d_h": (step(d_h), step(d_h_tangent)), "d_cs": (step(d_cs), step(d_cs_tangent)),
+                    "d_h_final": (None, None), "d_cs_final": (None, None)}
+        pair = lstm_grad_jvp(rt, x[None], cs_prev, h_prev, weights,
+                             [a[None] for a in state],
+                             LSTMSequenceGrads(*tangents)._replace(x=step(tangents.x)),
+                             settings, upstream, clip_grad)
+        return tuple(LSTMCellGrads(g[0][0], *g[1:]) for g in pair)
+
+
+def lstm_sequence_grad_jvp(x, cs0, h0, weights, seq, tangents, settings, *, d_h=None,
+                           d_cs=None, d_h_final=None, d_cs_final=None, d_h_tangent=None,
+                           d_cs_tangent=None, d_h_final_tangent=None, d_cs_final_tangent=None,
+                           clip_grad="exact"):
+    """The JVP of ``lstm_sequence_grad`` along ``tangents`` (an ``LSTMSequenceGrads``, None
+    fields zero) and the upstream gradients' tangents: ``(grads, grads_tangent)``; see
+    ``gradcells.reference.lstm.lstm_sequence_grad_jvp`` and ``_grad_jvp.lstm_grad_jvp``
+    (every option, the layer norm included)."""
+    from ._grad_jvp import lstm_grad_jvp
+
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        upstream = {"d_h": (d_h, d_h_tangent), "d_cs": (d_cs, d_cs_tangent),
+                    "d_h_final": (d_h_final, d_h_final_tangent),
+                    "d_cs_final": (d_cs_final, d_cs_final_tangent)}
+        pair = lstm_grad_jvp(rt, x, cs0, h0, weights, tuple(seq)[:len(LSTMCellState._fields)],
+                             tangents, settings, upstream, clip_grad)
+        return tuple(LSTMSequenceGrads(*g) for g in pair)
