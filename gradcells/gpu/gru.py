@@ -211,19 +211,12 @@ def _backward_steps(rt, x, h0, weights, settings, lengths, steps, masks, *, d_h,
     xp = rt.xp
     r, u, c, h_prev, h_seen = steps
     m_rec, z_h = masks
-    n_steps, n_batch, n_in = x.shape
-    n_hidden = h0.shape[1]
+    (n_steps, n_batch, n_in), n_hidden = x.shape, h0.shape[1]
     dtype = x.dtype
     reset_after = settings.reset_after
     w_ruh, w_ch = weights.w_ru[n_in:], weights.w_c[n_in:]
     shape = (n_steps, n_batch, n_hidden)
-    d_gates = xp.empty((n_steps, n_batch, 3 * n_hidden), dtype=dtype)  # [dR, dU, dC]
-    n_pre = d_n = rh = None
-    if reset_after:  # n - b_ch for every step at once; dN = dL/dn
-        n_pre = matmul(xp, plan.flat(h_seen), w_ch).reshape(shape)
-        d_n = xp.empty(shape, dtype=dtype)
-    else:  # r∘h_prev, the input of the h-rows of w_c
-        rh = xp.empty(shape, dtype=dtype)
+    d_gates, n_pre, d_n, rh = _backward_buffers(xp, h_seen, w_ch, shape, dtype, reset_after)
     dh_direct = xp.empty((n_batch, n_hidden), dtype=dtype)  # carry: dh∘u (+ d_hr∘r)
     dh_recurrent = None  # carry: the matmul part of dL/dh_prev
     placeholder = b_c = xp.ascontiguousarray(weights.b_c)
@@ -261,6 +254,19 @@ def _backward_steps(rt, x, h0, weights, settings, lengths, steps, masks, *, d_h,
     else:
         dh0 = dh_recurrent + dh_direct
     return d_gates, d_n, rh, dh0
+
+
+def _backward_buffers(xp, h_seen, w_ch, shape, dtype, reset_after):
+    """The backward loop's outputs ``(d_gates, n_pre, d_n, rh)``: ``d_gates [T, B, 3H]``
+    (dR, dU, dC); reset after ``n_pre = h_seen·W_ch`` (n - b_ch, every step at once) and
+    ``dN = dL/dn``, else both None; reset before ``r∘h_prev`` (the input of the h-rows of
+    ``w_c``), else None."""
+    n_steps, n_batch, n_hidden = shape
+    d_gates = xp.empty((n_steps, n_batch, 3 * n_hidden), dtype=dtype)
+    if reset_after:
+        n_pre = matmul(xp, plan.flat(h_seen), w_ch).reshape(shape)
+        return d_gates, n_pre, xp.empty(shape, dtype=dtype), None
+    return d_gates, None, None, xp.empty(shape, dtype=dtype)
 
 
 def _weight_grads(rt, x, weights, h_prev, d_gates, d_n, rh):
