@@ -5,8 +5,9 @@
 #     bash benchmarks/gpu_check.sh
 #
 # 1. the gpu tests (tests/test_gpu.py: agreement with the reference on CuPy, finite
-#    differences, float16, bad input, purity, device vs host emulation), Hypothesis "dev"
-#    profile, at most 170 s;
+#    differences, float16, bad input, purity, device vs host emulation; and
+#    tests/test_gpu_grad_jvp_*.py, the second order), Hypothesis "dev" profile, at most
+#    170 s;
 # 2. benchmarks/gpu.py (cell step and sequence forward+backward against PyTorch CUDA and
 #    cuDNN, elementwise-kernel bandwidth against a device-to-device copy), at most 110 s.
 # Everything printed goes to $OUT/gpu_check.txt when $OUT is set, else to
@@ -48,7 +49,7 @@ PY
 
     echo "== gpu tests"
     local start=$SECONDS
-    HYPOTHESIS_PROFILE=dev timeout 170 "$python" -m pytest tests/test_gpu.py -q -rs \
+    HYPOTHESIS_PROFILE=dev timeout 170 "$python" -m pytest tests/test_gpu.py tests/test_gpu_grad_jvp_*.py -q -rs \
         -p no:cacheprovider --durations=8
     local tests=$?
     echo "gpu tests: exit status $tests in $((SECONDS - start)) s"

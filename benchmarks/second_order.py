@@ -9,9 +9,8 @@ Per size, float32, side by side in one run (``_harness``): the LSTM sequence's f
 ``lstm_sequence_grad_jvp``, and the Hessian-vector product of a squared loss on ``h``:
 ``gc.hessian_vector_product`` against ``torch.autograd.functional.hvp`` through
 ``torch.nn.LSTM`` (PyTorch's double backward of its own module, on the same weights). The
-forward and gradient run on the default backend (cpu), as do the forward-mode ops
-(``gradcells.cpu._jvp``); the gradient's JVP and the Hessian-vector product run on the
-reference (dual numbers through the hand-derived gradient).
+forward, the gradient and both JVPs run on the default backend (cpu: ``gradcells.cpu._jvp``
+and ``_grad_jvp``), and so does the Hessian-vector product built on them.
 
 ``--cells``: instead, a table per cell (``lstm``, ``gru``, ``gru_ra`` the reset-after GRU,
 ``rnn``), every op on the default backend (cpu): the forward, ``op_jvp`` with tangents of
