@@ -132,7 +132,11 @@ _TO_BACKEND = {"torch": _torch_to_backend, "jax": _jax_to_backend}
 
 
 def _from_backend(a, library):
-    """Backend result ``a`` (NumPy or CuPy array) as an array of ``library``."""
+    """Backend result ``a`` (NumPy or CuPy array) as an array of ``library``. A view with a
+    negative stride (``_order``'s flip of a reversed sequence) is copied first: PyTorch's
+    DLPack import aborts the process on one instead of raising."""
+    if any(stride < 0 for stride in a.strides):
+        a = a.copy()
     if library == "torch":
         torch = sys.modules["torch"]
         try:

@@ -173,6 +173,31 @@ def test_torch_sequences_and_integer_seq_len(torch, rng):
                         lambda a: a.numpy())
 
 
+_REVERSED_SEQUENCE = """
+import numpy as np, torch, jax, jax.numpy as jnp
+import gradcells as gc
+jax.config.update("jax_enable_x64", True)
+rng = np.random.default_rng(0)
+a = [rng.standard_normal(s) for s in ((3, 2, 2), (2, 4), (6, 4), (4,))]
+want = gc.rnn_sequence(*a, reverse=True)
+for convert in (torch.from_numpy, jnp.asarray):
+    got = gc.rnn_sequence(*map(convert, a), reverse=True)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g), w)
+print("ok")
+"""
+
+
+@pytest.mark.conformance
+def test_reversed_sequences_come_back_as_tensors_and_jax_arrays(torch, jax):
+    """A reversed sequence's per-step results are flipped views (negative strides), which
+    PyTorch's DLPack import aborts the process on; they come back copied. In a subprocess,
+    so that a regression fails this test instead of ending the run."""
+    run = subprocess.run([sys.executable, "-c", _REVERSED_SEQUENCE], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+
+
 @pytest.mark.conformance
 def test_torch_validation_errors_name_the_argument(torch, rng):
     _, args, _ = _numpy_call("lstm_cell", rng, np.float64)
