@@ -32,7 +32,7 @@ from jax.interpreters import ad, batching, mlir
 
 import gradcells as gc
 
-from .._core.specs import NORM_ARRAYS, OPS
+from .._core.specs import MASKS, NORM_ARRAYS, OPS
 from .._core.types import LSTMNorm
 
 
@@ -152,7 +152,7 @@ def _primitive(name, host):
     p.def_abstract_eval(lambda *operands, call: [jax.core.ShapedArray(s, d)
                                                   for s, d in call.out])
     mlir.register_lowering(p, mlir.lower_fun(rule, multiple_results=True))
-    batching.primitive_batchers[p] = lambda operands, dims, call: _sequential(
+    batching.primitive_batchers[p] = lambda operands, dims, call: _batched(
         p, operands, dims, call=call)
     return p
 
@@ -198,9 +198,12 @@ ad.primitive_jvps[forward_p] = _forward_jvp
 ad.primitive_transposes[jvp_p] = _jvp_transpose
 
 
-def _sequential(p, operands, dims, *, call):
-    """vmap of ``p``: one call per index of the mapped axis (``lax.map``), operands with no
-    mapped axis shared by every call. Results are mapped along axis 0."""
+def _batched(p, operands, dims, *, call):
+    """vmap of ``p``: folded into the op's batch axis when it can be (``_folded``), else
+    one call per index of the mapped axis (``lax.map``, unmapped operands shared)."""
+    folded = _folded(p, operands, dims, call)
+    if folded is not None:
+        return folded
     moved = [a if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(operands, dims)]
     mapped = [i for i, d in enumerate(dims) if d is not None]
 
@@ -212,3 +215,61 @@ def _sequential(p, operands, dims, *, call):
 
     out = jax.lax.map(one, [moved[i] for i in mapped])
     return out, [0] * len(out)
+
+
+def _operand_labels(p, call):
+    """The shape labels of ``p``'s operands (weights: none with ``B``; the masks marked
+    ``None``: they broadcast, and fold only when their ``B`` extent is 1)."""
+    spec = call.spec
+    by_name = {"x": spec.x_labels, **dict(zip(spec.states, spec.state_labels)),
+               "seq_len": ("B",)}
+    diff = [by_name.get(n, ()) for n in call.diff]
+    const = [by_name.get(n) for n in call.const]
+    return diff + const + ([*spec.result_labels(), *diff] if p is jvp_p else [])
+
+
+def _batch_axis(labels, batch_first):
+    if labels is None or "B" not in labels:
+        return None
+    return 0 if batch_first and len(labels) == 3 else labels.index("B")
+
+
+def _folded(p, operands, dims, call):
+    """vmap of ``p`` as one call on ``N·B`` rows, when only arrays with a batch axis are
+    mapped (x, the states, seq_len, their tangents and results) and each mask is the same
+    for every row: the mapped axis is moved before the batch axis and merged with it, an
+    unmapped per-row operand repeated. None when it cannot be."""
+    batch_first = dict(call.options).get("batch_first", False)
+    labels = _operand_labels(p, call)
+    axes = [_batch_axis(lab, batch_first) for lab in labels]
+    n = next(a.shape[d] for a, d in zip(operands, dims) if d is not None)
+    names = [*call.diff, *call.const]
+    for a, d, lab, axis, name in zip(operands, dims, labels, axes, names + [""] * len(dims)):
+        if lab is None and (d is not None or _mask_rows(a, name, batch_first) != 1):
+            return None
+        if lab is not None and d is not None and axis is None:
+            return None
+    merged = []
+    for a, d, axis in zip(operands, dims, axes):
+        if axis is not None:
+            a = (jnp.broadcast_to(jnp.expand_dims(a, axis), (*a.shape[:axis], n,
+                                                             *a.shape[axis:]))
+                 if d is None else jnp.moveaxis(a, d, axis))
+            a = a.reshape(*a.shape[:axis], n * a.shape[axis + 1], *a.shape[axis + 2:])
+        merged.append(a)
+    out_axes = [_batch_axis(lab, batch_first) for lab in call.spec.result_labels()]
+    out = tuple((tuple(n * k if i == axis else k for i, k in enumerate(shape)), dtype)
+                for (shape, dtype), axis in zip(call.out, out_axes))
+    results = p.bind(*merged, call=dataclasses.replace(call, out=out))
+    return ([r.reshape(*r.shape[:axis], n, r.shape[axis] // n, *r.shape[axis + 1:])
+             for r, axis in zip(results, out_axes)], out_axes)
+
+
+def _mask_rows(mask, name, batch_first):
+    """A mask's extent along the batch axis it broadcasts to (1 when it has none)."""
+    labels = MASKS[name]
+    if batch_first and len(labels) == 3:
+        labels = ("B", "T", *labels[2:])
+    offset = len(labels) - mask.ndim
+    at = labels.index("B") - offset
+    return 1 if at < 0 else mask.shape[at]
