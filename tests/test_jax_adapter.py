@@ -237,10 +237,8 @@ def test_vmap_and_vmap_of_grad(cell, init, kw):
     batched = {k: jnp.stack([arrays[k], other[k]]) for k in arrays}
     axes = ({k: 0 if k in per_step else None for k in arrays},)
     some = {k: batched[k] if k in per_step else arrays[k] for k in arrays}
-    for args, in_axes in ((some, axes), (batched, 0)):
+    for args, in_axes in ((some, axes), (batched, 0)):     # folded, then sequential
         trees_close(jax.vmap(ours, in_axes)(args), jax.vmap(theirs, in_axes)(args))
-        trees_close(jax.vmap(jax.grad(ours), in_axes)(args),
-                    jax.vmap(jax.grad(theirs), in_axes)(args))
         trees_close(jax.jit(jax.vmap(jax.grad(ours), in_axes))(args),
                     jax.vmap(jax.grad(theirs), in_axes)(args))
     t = tangent(arrays)
@@ -443,3 +441,31 @@ def test_errors():
 def test_import_gradcells_does_not_import_jax():
     code = "import sys, gradcells; assert 'jax' not in sys.modules, 'jax imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --------------------------------------------------------------------------------------
+# Second order: forward over reverse (gc.<op>_grad_jvp)
+
+
+@pytest.mark.parametrize("cell, init, kw", CASES[1::4])
+def test_jvp_of_grad_is_the_transcriptions_hessian_vector_product(cell, init, kw):
+    arrays = inputs(cell, **init)
+    ours, theirs = fns(cell, arrays, kw)
+    v = tangent(arrays)
+    expected = jax.jvp(jax.grad(theirs), (arrays,), (v,))
+    trees_close(jax.jvp(jax.grad(ours), (arrays,), (v,)), expected)
+    trees_close(jax.jit(lambda a, d: jax.jvp(jax.grad(ours), (a,), (d,)))(arrays, v), expected)
+
+
+def test_hessian_and_unsupported_orders():
+    a = inputs("rnn")
+
+    def loss(f):
+        return lambda b: loss_of("rnn", f({**a, "b": b}))
+    ours = loss(lambda a: gj.rnn_sequence(a["x"], a["h0"], a["w"], a["b"], activation="tanh"))
+    theirs = loss(lambda a: ref_result("rnn", a, {}))
+    close(jax.hessian(ours)(a["b"]), jax.hessian(theirs)(a["b"]))
+    with pytest.raises(NotImplementedError, match="grad of grad"):
+        jax.grad(lambda b: jnp.sum(jax.grad(ours)(b) ** 2))(a["b"])
+    with pytest.raises(NotImplementedError, match="jvp of jvp"):
+        jax.jvp(lambda b: jax.jvp(ours, (b,), (b,))[1], (a["b"],), (a["b"],))

@@ -125,7 +125,7 @@ def _op(name):
         except TypeError:
             raise TypeError(f"{name}'s keywords {sorted(options)} must be Python values "
                             "(numbers, strings, bools, None): they are static to JAX") from None
-        return spec.result(*forward_p.bind(*operands, call=call))
+        return spec.result(*forward_p.bind(*operands, call=call, grad=()))
 
     op.__doc__ = (f"``gc.{name}`` as a JAX function (jit, grad, vjp, jvp, vmap): the primal "
                   f"from ``gc.{name}``, reverse mode from ``gc.{name}_grad``, forward mode "
