@@ -469,3 +469,49 @@ def test_hessian_and_unsupported_orders():
         jax.grad(lambda b: jnp.sum(jax.grad(ours)(b) ** 2))(a["b"])
     with pytest.raises(NotImplementedError, match="jvp of jvp"):
         jax.jvp(lambda b: jax.jvp(ours, (b,), (b,))[1], (a["b"],), (a["b"],))
+
+
+def test_vmap_folds_per_row_arrays_into_one_call(monkeypatch):
+    """x and the states mapped, the weights shared: one call on N·B rows; a mapped weight:
+    one call per index."""
+    calls = []
+    real = gc.rnn_sequence
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["x"].shape)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(gc, "rnn_sequence", counted)
+    a = inputs("rnn")
+    xs = jnp.stack([a["x"]] * 4)
+    lengths = jnp.asarray([[5, 1, 0]] * 4)
+    out = jax.vmap(lambda x, n: gj.rnn_sequence(x, a["h0"], a["w"], a["b"], seq_len=n))(
+        xs, lengths)
+    assert calls == [(T, 4 * B, I)]
+    close(out.h[3], real(*(np.asarray(a[n]) for n in ("x", "h0", "w", "b")),
+                         seq_len=[5, 1, 0]).h)
+    calls.clear()
+    jax.vmap(lambda w: gj.rnn_sequence(a["x"], a["h0"], w, a["b"]))(jnp.stack([a["w"]] * 3))
+    assert calls == [(T, B, I)] * 3
+
+
+def test_projection_and_layer_norm_equal_gc():
+    """The LSTM's projection and layer norm (weights gc's ops take as keywords, the norm an
+    LSTMNorm of arrays): jit of grad and jvp equal gc's gradient and JVP."""
+    rng = np.random.default_rng(2)
+    p = 3
+    x, cs0, h0 = (rng.normal(size=s) for s in ((T, B, I), (B, H), (B, p)))
+    w, b, w_proj = rng.normal(size=(I + p, 4 * H)) * 0.3, rng.normal(size=4 * H), \
+        rng.normal(size=(H, p))
+    norm = gc.LSTMNorm(*(rng.normal(size=n) for n in (4 * H,) * 4 + (H,) * 2))
+    kw = dict(w_proj=w_proj, proj_clip=0.8, ln_carry="normalized", seq_len=[4, 2, 5])
+    seq = gc.lstm_sequence(x, cs0, h0, w, b, layer_norm=norm, **kw)
+
+    def loss(x, w, norm):
+        return jnp.sum(gj.lstm_sequence(x, cs0, h0, w, b, layer_norm=norm, **kw).h ** 2)
+    g = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(x, w, norm)
+    expected = gc.lstm_sequence_grad(x, cs0, h0, w, b, seq, d_h=2 * seq.h, layer_norm=norm,
+                                     **kw)
+    trees_close(g, (expected.x, expected.w, expected.layer_norm))
+    _, d_seq = gc.lstm_sequence_jvp(x, cs0, h0, w, b, gc.LSTMSequenceGrads(
+        x, None, None, w, None, layer_norm=norm), layer_norm=norm, **kw)
+    close(jax.jvp(loss, (x, w, norm), (x, w, norm))[1], np.sum(2 * seq.h * d_seq.h))
