@@ -45,7 +45,7 @@ def _stand_in(a, values=False):
     return np.broadcast_to(np.zeros((), np.dtype(a.dtype)), a.shape)
 
 
-def _weights_in(spec, named, stand_in=None):
+def _weights_in(spec, named):
     """The op's weight set from flat ``named`` arrays (``layer_norm`` one ``LSTMNorm``)."""
     fields = {f: named.get(f) for f in spec.weights._fields if f != "layer_norm"}
     if "layer_norm" in spec.weights._fields:
@@ -92,10 +92,6 @@ def _result_shapes(spec, arrays, batch_first):
             for labels in spec.result_labels()]
 
 
-def _operand(a):
-    return jnp.asarray(a)
-
-
 def _op(name):
     """``gradcells.jax.<name>``: ``gc.<name>`` as a JAX function (see the module)."""
     spec, function = OPS[name], getattr(gc, name)
@@ -115,7 +111,7 @@ def _op(name):
         _checked(spec, arrays, given, options)
         diff = tuple(n for n in spec.flat_arrays if arrays[n] is not None)
         const = tuple(n for n in constants if given[n] is not None)
-        operands = [_operand(arrays[n]) for n in diff] + [_operand(given[n]) for n in const]
+        operands = [jnp.asarray(arrays[n]) for n in diff] + [jnp.asarray(given[n]) for n in const]
         dtype = np.dtype(operands[0].dtype)
         shapes = _result_shapes(spec, arrays, options.get("batch_first", False))
         try:
@@ -132,6 +128,7 @@ def _op(name):
                   f"from ``gc.{name}_jvp``; {', '.join(constants) or 'no array'} constant "
                   f"to the derivative. Returns a ``{spec.result.__name__}`` of JAX arrays."
                   f"\n\ngc.{name}:\n{function.__doc__}")
+    op.__module__ = "gradcells.jax"
     return op
 
 
@@ -187,6 +184,7 @@ def _stack(name, sequence):
                   f"``gradcells.jax.{sequence.__name__}`` call, so jit, grad, jvp and vmap "
                   f"apply as to it. Returns a ``{cell.result.__name__}`` of JAX arrays."
                   f"\n\ngc.{name}:\n{function.__doc__}")
+    op.__module__ = "gradcells.jax"
     return op
 
 
