@@ -426,6 +426,14 @@ def test_errors():
         gj.lstm_sequence(*args, input_mask=jnp.ones((T, B, I + 1)))
     with pytest.raises(TypeError):
         gj.lstm_sequence(*args[:4])
+    with pytest.raises(TypeError, match="x must"):
+        gj.lstm_sequence([[1.0]], *args[1:])
+    with pytest.raises(TypeError, match="dtype"):
+        gj.lstm_sequence(args[0].astype(int), *args[1:])
+    with pytest.raises(ValueError, match="peepholes"):
+        gj.lstm_cell(args[0][0], *args[1:], wci=args[1][0])
+    with pytest.raises(TypeError, match="weights"):
+        gj.lstm_stack(args[0], args[1][None], args[2][None], args[3])
     with pytest.raises(ValueError, match="dropout_masks"):
         gj.lstm_stack(args[0], args[1][None], args[2][None], [gc.LSTMWeights(*args[3:])],
                       dropout_masks=[jnp.ones(3)])
