@@ -84,7 +84,6 @@ class _Out:
 class _Call:
     """One routed call: the op, its layout, the batch blocks, the blockwise arguments."""
 
-    name: str
     suffix: str
     spec: object
     stack: bool
@@ -273,7 +272,7 @@ def call(func, args, kwargs):
         raise ValueError("stack must be the dask result its forward returned, which records "
                          "its blocks")
     x = bound["x"]
-    call = _Call(base, suffix, spec, stack, bool(keywords.get("batch_first")), 0, (), bound)
+    call = _Call(suffix, spec, stack, bool(keywords.get("batch_first")), 0, (), bound)
     labels = _labels(call, ("x",))
     if x.ndim != len(labels):
         raise ValueError(f"x must be [{', '.join(labels)}], got shape {x.shape}")

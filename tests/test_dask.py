@@ -164,6 +164,18 @@ def test_nothing_computes_before_compute_and_each_chunk_runs_once(rng, monkeypat
     assert calls == {"lstm_sequence": BLOCKS, "lstm_sequence_grad": BLOCKS}
 
 
+def test_numpy_arrays_with_a_batch_axis_are_chunked_like_x(rng):
+    case = cases.rnn_sequence_case(rng, batch=B, input_size=3, ragged=True)
+    args = {k: case[k] for k in ("x", "h0", "w", "b", "seq_len")}
+    seq, d_h = gc.rnn_sequence(**args), rng.standard_normal(case["x"].shape[:2] + (5,))
+    lazy = {**args, "x": _chunked(args["x"]), "seq_len": list(args["seq_len"])}
+    lazy_seq = gc.rnn_sequence(**lazy)
+    assert lazy_seq.h.chunks[1] == lazy["x"].chunks[1]
+    _assert_equal(seq, lazy_seq)
+    _assert_equal(gc.rnn_sequence_grad(**args, seq=seq, d_h=d_h),
+                  gc.rnn_sequence_grad(**lazy, seq=lazy_seq, d_h=d_h))
+
+
 def _sequence_args(rng):
     case = cases.rnn_sequence_case(rng, batch=B, input_size=3)
     return {k: case[k] for k in ("x", "h0", "w", "b")}
@@ -216,7 +228,7 @@ def cluster_client():
     """A two-process ``dask.distributed`` cluster (one thread each), closed after."""
     distributed = pytest.importorskip("dask.distributed")
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=None, timeout=30)
+                                       dashboard_address=":0", timeout=30)
     client = distributed.Client(cluster, timeout=30)
     try:
         yield client
