@@ -229,7 +229,7 @@ def cluster_client():
     distributed = pytest.importorskip("dask.distributed")
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                        dashboard_address=":0", timeout=30)
-    client = distributed.Client(cluster, timeout=30)
+    client = distributed.Client(cluster, timeout=30, set_as_default=False)
     try:
         yield client
     finally:
