@@ -18,7 +18,9 @@ Contestants, every one with one BLAS (and Numba) thread per process:
 
 Rounds are interleaved (``_harness.time_interleaved``); the table shows the median and the
 minimum over the rounds and each contestant's speed-up over ``one process`` (the 1-worker
-cluster's is its overhead). On a machine with fewer free cores than workers the speed-up
+cluster's is its overhead): the ratio of the medians, and the median over the rounds of
+the ratio within a round (contestants of one round ran seconds apart, so on a busy machine
+this one is the steadier). On a machine with fewer free cores than workers the speed-up
 cannot reach N.
 """
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import statistics
 import warnings
 
 for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
@@ -90,8 +93,8 @@ def _cluster(n_workers, inputs):
     with warnings.catch_warnings():     # "Sending large graph": the inputs, shipped once
         warnings.simplefilter("ignore", UserWarning)
         persisted = client.persist([lazy[k] for k in arrays])
-        client.wait_for_workers(n_workers)
-        distributed_wait(persisted)
+        with client.as_current():
+            distributed_wait(persisted)
     lazy.update(zip(arrays, persisted))
     return cluster, client, lazy
 
@@ -123,18 +126,21 @@ def main(argv=None):
             cluster, client, lazy = _cluster(n, inputs)
             clusters.append((cluster, client))
             contestants[f"dask, {n} worker{'s' * (n > 1)}"] = _runner(client, lazy)
-        stats = summarize(time_interleaved(contestants, options.repeats, settle=0))
+        times = time_interleaved(contestants, options.repeats, settle=0)
     finally:
         for cluster, client in clusters:
             client.close()
             cluster.close()
-    base = stats["one process"].median
-    rows = [[name, duration(s.median), duration(s.minimum), ratio(base, s.median)]
+    stats, base = summarize(times), times["one process"]
+    rows = [[name, duration(s.median), duration(s.minimum),
+             ratio(stats["one process"].median, s.median),
+             f"{statistics.median(b / t for b, t in zip(base, times[name])):.2f}×"]
             for name, s in stats.items()]
     print(f"LSTM sequence forward + gradient, float32, (T, B, I, H) = {options.sizes}, "
           f"one BLAS thread per process, {os.cpu_count()} CPUs, median of {options.repeats}")
     print()
-    print(table(rows, ["contestant", "median", "minimum", "speed-up over one process"]))
+    print(table(rows, ["contestant", "median", "minimum", "speed-up (medians)",
+                       "speed-up (median of rounds)"]))
 
 
 if __name__ == "__main__":
