@@ -24,6 +24,9 @@ CuPy call they are NumPy or CuPy arrays (or Python integers), as the validation 
 
 ``gradcells.tf_compat``'s mirrors are wrapped too, so they take the same arrays.
 
+A call whose first argument is a dask array goes to ``gradcells._dask`` (chunked along the
+batch, each chunk on its chunk type's backend, lazy dask results), imported only then.
+
 PyTorch and JAX are never imported here: an array is recognised by ``gradcells._core.arrays``
 (its type against the library's module in ``sys.modules``, where it must already be since
 the caller made the array).
@@ -218,6 +221,10 @@ def accepts_any_array(func):
         # The first argument (x) decides in a valid call; a NumPy x means a NumPy call, and a
         # tensor among NumPy arrays is then the validation's TypeError, naming it.
         first = args[0] if args else next(iter(kwargs.values()), None)
+        if type(first) is not np.ndarray and arrays.is_dask(first):
+            from . import _dask  # dask arrays: gradcells._dask's blockwise
+
+            return _dask.call(func, args, kwargs)
         if type(first) is np.ndarray or not (
                 _any_foreign(args) or (kwargs and _any_foreign(kwargs.values()))):
             return func(*args, **kwargs)

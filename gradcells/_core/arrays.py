@@ -33,6 +33,12 @@ def library_of(a) -> str | None:
     return None
 
 
+def is_dask(a) -> bool:
+    """Whether ``a`` is a dask array (never importing dask: only when the caller has)."""
+    module = sys.modules.get("dask.array")
+    return module is not None and isinstance(a, module.Array)
+
+
 def namespace_of(a) -> ModuleType:
     """The array namespace (``numpy`` or ``cupy``) that owns ``a``, an array the backends
     compute on (a ``Dual``'s: ``gradcells._core.dual``'s namespace over its library)."""
