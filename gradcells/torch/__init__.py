@@ -1,0 +1,25 @@
+"""gradcells under PyTorch's autograd (docs/spec.md §13).
+
+``gradcells.torch.<op>`` for the nine forward operations (``lstm_cell``, ``gru_cell``,
+``rnn_cell``, ``lstm_sequence``, ``gru_sequence``, ``rnn_sequence``, ``lstm_stack``,
+``gru_stack``, ``rnn_stack``): ``gc.<op>``'s signature and result on tensors, differentiable
+in reverse mode (``backward``, second order included) and forward mode
+(``torch.autograd.forward_ad``). Importing this module imports PyTorch; ``import gradcells``
+does not.
+"""
+
+from ._functions import FORWARD_OPS, _function
+
+lstm_cell = _function("lstm_cell")
+gru_cell = _function("gru_cell")
+rnn_cell = _function("rnn_cell")
+lstm_sequence = _function("lstm_sequence")
+gru_sequence = _function("gru_sequence")
+rnn_sequence = _function("rnn_sequence")
+lstm_stack = _function("lstm_stack")
+gru_stack = _function("gru_stack")
+rnn_stack = _function("rnn_stack")
+
+assert set(FORWARD_OPS) == {name for name in dir() if name in FORWARD_OPS}
+
+__all__ = [*FORWARD_OPS]
