@@ -1,5 +1,8 @@
 """gradcells under PyTorch's autograd (docs/spec.md §13).
 
+``gradcells.torch.LSTM``, ``GRU``, ``RNN``: drop-in ``torch.nn`` modules on the stacks
+(``gradcells.torch._modules``).
+
 ``gradcells.torch.<op>`` for the nine forward operations (``lstm_cell``, ``gru_cell``,
 ``rnn_cell``, ``lstm_sequence``, ``gru_sequence``, ``rnn_sequence``, ``lstm_stack``,
 ``gru_stack``, ``rnn_stack``): ``gc.<op>``'s signature and result on tensors, differentiable
@@ -9,6 +12,7 @@ does not.
 """
 
 from ._functions import FORWARD_OPS, _function
+from ._modules import GRU, LSTM, RNN
 
 lstm_cell = _function("lstm_cell")
 gru_cell = _function("gru_cell")
@@ -20,6 +24,4 @@ lstm_stack = _function("lstm_stack")
 gru_stack = _function("gru_stack")
 rnn_stack = _function("rnn_stack")
 
-assert set(FORWARD_OPS) == {name for name in dir() if name in FORWARD_OPS}
-
-__all__ = [*FORWARD_OPS]
+__all__ = [*FORWARD_OPS, "LSTM", "GRU", "RNN"]
