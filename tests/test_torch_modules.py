@@ -131,6 +131,21 @@ def test_packed_ragged_sequences_match_nn(cell, enforce_sorted, batch_first):
 
 
 @pytest.mark.parametrize("cell", CELLS)
+def test_float32_default_dtype_matches_nn(cell):
+    ours, theirs = CELLS[cell]
+    torch.manual_seed(0)
+    a = ours(3, 4, num_layers=2, bidirectional=True)
+    torch.manual_seed(0)
+    b = theirs(3, 4, num_layers=2, bidirectional=True)
+    x = torch.randn(5, 2, 3)
+    out_a, finals_a = a(x)
+    out_b, finals_b = b(x)
+    assert out_a.dtype == torch.float32
+    for u, v in zip((out_a, *as_tuple(finals_a)), (out_b, *as_tuple(finals_b))):
+        torch.testing.assert_close(u, v, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("cell", CELLS)
 def test_unbatched_input_matches_nn(cell):
     ours, theirs = pair(cell, 3, 4, num_layers=2, batch_first=True)
     x = torch.randn(5, 3, dtype=F64, requires_grad=True)
@@ -424,6 +439,20 @@ def test_bad_forward_arguments():
         with pytest.raises(error, match=words):
             module(*args)
     assert torch.equal(x, x.clone())
+
+
+@pytest.mark.parametrize("name", ["weight_hh_l1", "ln_gamma_h_l0", "weight_ci_l1"])
+def test_a_weight_set_to_none_is_named(name):
+    module = LSTM(3, 4, num_layers=2, dtype=F64, peepholes=True, layer_norm=True)
+    setattr(module, name, None)
+    with pytest.raises(TypeError, match=name):
+        module(torch.randn(5, 2, 3, dtype=F64))
+
+
+def test_all_weights_as_nn():
+    ours, theirs = pair("lstm", 3, 4, num_layers=2, bidirectional=True, proj_size=2)
+    assert [[p.shape for p in ps] for ps in ours.all_weights] == \
+        [[p.shape for p in ps] for ps in theirs.all_weights]
 
 
 def test_reexported_from_the_package():

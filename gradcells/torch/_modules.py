@@ -160,8 +160,24 @@ class _RecurrentBase(nn.Module):
         """nn's cuDNN weight flattening; gradcells has nothing to flatten (a no-op)."""
 
     def _parameters_of(self, suffix):
-        """nn's parameters of one (layer, direction): name -> tensor or None."""
-        return {name: getattr(self, f"{name}{suffix}", None) for name in _NN_NAMES}
+        """nn's parameters of one (layer, direction): name -> tensor (None: not built)."""
+        return {name: self._tensor(f"{name}{suffix}") if f"{name}{suffix}" in self._nn_names
+                else None for name in _NN_NAMES}
+
+    def _tensor(self, name):
+        """The parameter ``name`` (TypeError when it was set to None or replaced by a
+        non-tensor: the forward needs every weight the module was built with)."""
+        value = getattr(self, name, None)
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor (the module was built with it), got "
+                            f"{type(value).__name__}")
+        return value
+
+    @property
+    def all_weights(self):
+        """nn's ``all_weights``: each (layer, direction)'s parameters, in nn's order."""
+        return [[getattr(self, f"{name}{suffix}") for name in _NN_NAMES
+                 if f"{name}{suffix}" in self._nn_names] for suffix, _ in self._layer_suffixes()]
 
     def _rows(self, p):
         """``[W_ihᵀ; W_hhᵀ]`` (gate blocks in PyTorch's order) and ``(b_ih, b_hh)`` (zeros
@@ -208,12 +224,12 @@ class _RecurrentBase(nn.Module):
         else:
             raise TypeError("input must be a torch.Tensor or a PackedSequence, got "
                             f"{type(input).__name__}")
-        dtype = self.weight_ih_l0.dtype
-        if x.dtype != dtype:
-            raise TypeError(f"input must have the parameters' dtype {dtype}, got {x.dtype}")
-        if x.device != self.weight_ih_l0.device:
-            raise ValueError(f"input is on {x.device}, the parameters on "
-                             f"{self.weight_ih_l0.device}")
+        first = self._tensor("weight_ih_l0")
+        if x.dtype != first.dtype:
+            raise TypeError(f"input must have the parameters' dtype {first.dtype}, got "
+                            f"{x.dtype}")
+        if x.device != first.device:
+            raise ValueError(f"input is on {x.device}, the parameters on {first.device}")
         if x.shape[-1] != self.input_size:
             raise ValueError(f"input must have input_size = {self.input_size} features (its "
                              f"last axis), got shape {tuple(x.shape)}")
@@ -390,11 +406,11 @@ class LSTM(_RecurrentBase):
         b = _reorder(biases[0] + biases[1], _LSTM_TORCH, _LSTM_GRADCELLS, dim=0)
         options = {}
         if self.peepholes:
-            options.update({k: getattr(self, f"{n}{suffix}") for k, n in _PEEPHOLE_NAMES.items()})
+            options.update({k: self._tensor(f"{n}{suffix}") for k, n in _PEEPHOLE_NAMES.items()})
         if self.proj_size:
             options["w_proj"] = p["weight_hr"].t().contiguous()
         if self.layer_norm:
-            norm = {f: getattr(self, f"{n}{suffix}") for f, n in _NORM_NAMES.items()}
+            norm = {f: self._tensor(f"{n}{suffix}") for f, n in _NORM_NAMES.items()}
             options["layer_norm"] = LSTMNorm(**{
                 f: _reorder(a, _LSTM_TORCH, _LSTM_GRADCELLS, dim=0) if _gate_wide(f) else a
                 for f, a in norm.items()})
