@@ -170,6 +170,19 @@ def test_state_dicts_load_both_ways(cell):
     assert len(converted) == 4 and converted.cell == cell
 
 
+def test_options_keep_nn_initialisation():
+    """The options' parameters are drawn after nn's: a seed still gives nn's weights."""
+    torch.manual_seed(9)
+    ours = LSTM(3, 4, num_layers=2, dtype=F64, peepholes=True, layer_norm=True)
+    torch.manual_seed(9)
+    theirs = nn.LSTM(3, 4, num_layers=2, dtype=F64)
+    for name, value in theirs.state_dict().items():
+        assert torch.equal(ours.state_dict()[name], value), name
+    assert torch.equal(ours.ln_gamma_x_l1, torch.ones(16, dtype=F64))
+    assert torch.equal(ours.ln_beta_c_l0, torch.zeros(4, dtype=F64))
+    assert 0 < ours.weight_co_l1.abs().max() <= 0.5
+
+
 def test_gate_permutation_is_gradcells_layout():
     """The forward hands gradcells the weights ``gc.layouts.stack_from_torch`` converts."""
     ours, _ = pair("lstm", 3, 4, num_layers=2, bidirectional=True, proj_size=2)
@@ -453,6 +466,36 @@ def test_all_weights_as_nn():
     ours, theirs = pair("lstm", 3, 4, num_layers=2, bidirectional=True, proj_size=2)
     assert [[p.shape for p in ps] for ps in ours.all_weights] == \
         [[p.shape for p in ps] for ps in theirs.all_weights]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_module_matches_nn():
+    pytest.importorskip("cupy")
+    ours, theirs = pair("lstm", 3, 4, num_layers=2, bidirectional=True, proj_size=2)
+    ours, theirs = ours.cuda(), theirs.cuda()
+    x = torch.randn(6, 4, 3, dtype=F64, device="cuda", requires_grad=True)
+    packed = pack_padded_sequence(x, torch.tensor([3, 6, 1, 4]), enforce_sorted=False)
+    out_a, (h_a, c_a) = ours(packed)
+    out_b, (h_b, c_b) = theirs(packed)
+    for u, v in ((out_a.data, out_b.data), (h_a, h_b), (c_a, c_b)):
+        assert u.device == x.device
+        torch.testing.assert_close(u, v, **TIGHT)
+    out_a.data.sum().backward()
+    grad_a, x.grad = x.grad, None
+    out_b.data.sum().backward()
+    torch.testing.assert_close(grad_a, x.grad, **TIGHT)
+
+
+def test_benchmark_prints_its_table(capsys):
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+    import torch_modules
+
+    torch_modules.main(["--size", "3,2,3,4", "--repeats", "1"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert len(rows) == 1 + len(torch_modules.contestants_for((3, 2, 3, 4)))  # the header
 
 
 def test_reexported_from_the_package():
