@@ -19,20 +19,23 @@ carries every gradient back to the parameters:
 then calls ``gradcells.torch.<cell>_stack`` (``forget_bias=0``, PyTorch's convention). In
 training mode ``dropout`` draws the stack's ``dropout_masks`` with torch's RNG (Bernoulli
 ``1 - p``, scaled by ``1/(1 - p)``, a fresh mask per step and element as ``nn.LSTM`` has
-them); in eval mode there are none. An LSTM with ``zoneout`` runs its layers one
-``gradcells.torch.lstm_sequence`` call per direction (the stack has no zoneout masks).
+them); in eval mode there are none. A module with ``zoneout`` (each of the three has it)
+runs its layers one ``gradcells.torch.<cell>_sequence`` call per direction, since the stack
+takes no zoneout masks: in training mode Bernoulli(``zoneout``) masks per step and unit drawn
+with torch's RNG, in eval mode the expectation ``zoneout·old + (1 - zoneout)·new``.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 
 import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from .._core.specs import ACTIVATIONS, LN_CARRIES, NORM_FIELDS, PEEPHOLES
+from .._core.specs import ACTIVATIONS, LN_CARRIES, NORM_FIELDS, OPS, PEEPHOLES, STACKS
 from .._core.types import GRUWeights, LSTMNorm, LSTMWeights, RNNWeights
 from ..layouts import _GRU_TORCH, _LSTM_GRADCELLS, _LSTM_TORCH
 from ..stacks import _split
@@ -64,9 +67,14 @@ def _gate_wide(field):
     return not field.endswith("_c")
 
 
+def _is_number(value):
+    """A real number, not a bool (NumPy's scalars included)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def _probability(name, value, top_open=False):
     """``value`` as a float in [0, 1] ([0, 1) with ``top_open``), else ValueError."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not _is_number(value):
         raise TypeError(f"{name} must be a number in [0, 1], got {type(value).__name__}")
     if not (0 <= value < 1 if top_open else 0 <= value <= 1):
         raise ValueError(f"{name} must be in [0, {'1)' if top_open else '1]'}, got {value!r}")
@@ -74,7 +82,7 @@ def _probability(name, value, top_open=False):
 
 
 def _clip(name, value):
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+    if value is not None and not _is_number(value):
         raise TypeError(f"{name} must be None or a number, got {type(value).__name__}")
     return None if value is None else float(value)
 
@@ -89,7 +97,7 @@ class _RecurrentBase(nn.Module):
 
     def __init__(self, mode, input_size, hidden_size, num_layers=1, bias=True,
                  batch_first=False, dropout=0.0, bidirectional=False, proj_size=0,
-                 device=None, dtype=None):
+                 device=None, dtype=None, zoneout=0.0):
         super().__init__()
         for name, value in (("input_size", input_size), ("hidden_size", hidden_size),
                             ("num_layers", num_layers), ("proj_size", proj_size)):
@@ -106,6 +114,7 @@ class _RecurrentBase(nn.Module):
         self.bias, self.batch_first = bool(bias), bool(batch_first)
         self.bidirectional, self.proj_size = bool(bidirectional), proj_size
         self.dropout = _probability("dropout", dropout)
+        self.zoneout = _probability("zoneout", zoneout, top_open=True)
         if self.dropout > 0 and num_layers == 1:
             warnings.warn("dropout option adds dropout after all but last recurrent layer, so "
                           f"non-zero dropout expects num_layers greater than 1, but got "
@@ -292,6 +301,8 @@ class _RecurrentBase(nn.Module):
 
     def _run(self, x, states, lengths):
         """``(top outputs, final states in gradcells's order)`` of the stack."""
+        if self.zoneout:
+            return self._run_zoned(x, states, lengths)
         stack = _op(f"{self._cell}_stack")(
             x, *states, self.weight_sets(), bidirectional=self.bidirectional,
             seq_len=None if lengths is None else lengths.tolist(),
@@ -302,6 +313,41 @@ class _RecurrentBase(nn.Module):
     def _attributes(self):
         """The cell's settings the stack takes by keyword."""
         return {}
+
+    def _zoneout_mask(self, x, width):
+        """Zoneout's mask of one state ``width`` wide: Bernoulli(zoneout) per step and unit
+        in training mode, its expectation (a constant) in eval mode."""
+        if self.training:
+            return x.new_empty((*x.shape[:2], width)).bernoulli_(self.zoneout)
+        return x.new_full((), self.zoneout)
+
+    def _run_zoned(self, x, states, lengths):
+        """``_run`` with zoneout: the stack layer by layer, one ``gradcells.torch.<cell>_
+        sequence`` per direction with its zoneout masks; each layer reads the one below
+        (directions concatenated, forward first) times that boundary's dropout mask, as
+        ``gc.<cell>_stack`` composes them."""
+        name = STACKS[f"{self._cell}_stack"]
+        state_names = [s.removesuffix("0") for s in OPS[name].states]     # cs, h
+        widths = {"cs": self.hidden_size, "h": self._width}
+        directions, weights, masks = self._directions, self.weight_sets(), self._dropout_masks(x)
+        seq_len = None if lengths is None else lengths.tolist()
+        layer_input, finals = x, {s: [] for s in state_names}
+        for layer in range(self.num_layers):
+            outputs = []
+            for k in range(layer * directions, (layer + 1) * directions):
+                positional, optional = _split(weights[k])
+                seq = _op(name)(layer_input, *(s[k] for s in states), *positional, **optional,
+                                seq_len=seq_len, reverse=k % directions == 1,
+                                batch_first=self.batch_first, **self._attributes(),
+                                **{f"zoneout_{s}": self._zoneout_mask(x, widths[s])
+                                   for s in state_names})
+                outputs.append(seq.h)
+                for s in state_names:
+                    finals[s].append(getattr(seq, f"{s}_final"))
+            layer_input = outputs[0] if directions == 1 else torch.cat(outputs, dim=-1)
+            if masks is not None and layer < self.num_layers - 1:
+                layer_input = layer_input * masks[layer]
+        return layer_input, [torch.stack(finals[s]) for s in state_names]
 
     def _repacked(self, out, lengths, packed):
         """``out`` (padded, in the input's batch order) as a PackedSequence with the input's
@@ -357,7 +403,7 @@ class LSTM(_RecurrentBase):
                  peepholes=False, cell_clip=None, proj_clip=None, layer_norm=False,
                  ln_epsilon=1e-5, ln_carry="raw", zoneout=0.0):
         super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first,
-                         dropout, bidirectional, proj_size, device, dtype)
+                         dropout, bidirectional, proj_size, device, dtype, zoneout)
         self.peepholes, self.layer_norm = bool(peepholes), bool(layer_norm)
         self.cell_clip, self.proj_clip = _clip("cell_clip", cell_clip), _clip("proj_clip",
                                                                               proj_clip)
@@ -365,11 +411,9 @@ class LSTM(_RecurrentBase):
             raise ValueError("proj_clip clips the projection: it needs proj_size > 0")
         if ln_carry not in LN_CARRIES:
             raise ValueError(f"ln_carry must be one of {LN_CARRIES}, got {ln_carry!r}")
-        if isinstance(ln_epsilon, bool) or not isinstance(ln_epsilon, (int, float)) \
-                or not ln_epsilon > 0:
+        if not _is_number(ln_epsilon) or not ln_epsilon > 0:
             raise ValueError(f"ln_epsilon must be a positive number, got {ln_epsilon!r}")
         self.ln_epsilon, self.ln_carry = float(ln_epsilon), ln_carry
-        self.zoneout = _probability("zoneout", zoneout, top_open=True)
         factory = {"device": device, "dtype": dtype}
         for suffix, _ in self._layer_suffixes():
             for name, shape in self._option_shapes():
@@ -434,70 +478,29 @@ class LSTM(_RecurrentBase):
         return {"forget_bias": 0.0, "cell_clip": self.cell_clip, "proj_clip": self.proj_clip,
                 "ln_epsilon": self.ln_epsilon, "ln_carry": self.ln_carry}
 
-    def _run(self, x, states, lengths):
-        if self.zoneout == 0:
-            return super()._run(x, states, lengths)
-        return self._run_zoned(x, states, lengths)
-
-    def _zoneout_masks(self, shape, x):
-        """Zoneout's mask for one state: Bernoulli(zoneout) in training, its expectation
-        (a constant) in eval mode."""
-        if self.training:
-            return x.new_empty(shape).bernoulli_(self.zoneout)
-        return x.new_full((), self.zoneout)
-
-    def _run_zoned(self, x, states, lengths):
-        """The stack layer by layer, one ``gradcells.torch.lstm_sequence`` per direction with
-        its zoneout masks; each layer reads the one below (directions concatenated, forward
-        first) times that boundary's dropout mask, as ``gc.lstm_stack`` composes them."""
-        cs0, h0 = states
-        directions, weights = self._directions, self.weight_sets()
-        masks = self._dropout_masks(x)
-        layer_input, finals = x, ([], [])
-        seq_len = None if lengths is None else lengths.tolist()
-        steps = tuple(x.shape[:2])
-        for layer in range(self.num_layers):
-            outputs = []
-            for k in range(layer * directions, (layer + 1) * directions):
-                positional, optional = _split(weights[k])
-                seq = _op("lstm_sequence")(
-                    layer_input, cs0[k], h0[k], *positional, **optional, seq_len=seq_len,
-                    reverse=k % directions == 1, batch_first=self.batch_first,
-                    zoneout_cs=self._zoneout_masks((*steps, self.hidden_size), x),
-                    zoneout_h=self._zoneout_masks((*steps, self._width), x),
-                    **self._attributes())
-                outputs.append(seq.h)
-                finals[0].append(seq.cs_final)
-                finals[1].append(seq.h_final)
-            layer_input = outputs[0] if directions == 1 else torch.cat(outputs, dim=-1)
-            if masks is not None and layer < self.num_layers - 1:
-                layer_input = layer_input * masks[layer]
-        return layer_input, [torch.stack(f) for f in finals]
-
-
 class GRU(_RecurrentBase):
     """``torch.nn.GRU`` on gradcells's fused GRU stack.
 
     ``GRU(input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
-    bidirectional=False, device=None, dtype=None, *, reset_after=True)``;
-    ``forward(input, h0=None) -> (output, h_n)`` as nn's. ``reset_after=True`` is PyTorch's
-    GRU (``n = tanh(W_in x + b_in + r∘(W_hn h + b_hn))``); ``reset_after=False`` is
-    TensorFlow's ``GRUBlockCell`` (``n = tanh(W_in x + W_hn (r∘h) + b_in + b_hn)``): the same
-    parameters, its candidate bias the sum of the two.
+    bidirectional=False, device=None, dtype=None, *, reset_after=True, zoneout=0.0)``;
+    ``forward(input, h0=None) -> (output, h_n)`` as nn's; ``zoneout`` as ``LSTM``'s (on h).
+    ``reset_after=True`` is PyTorch's GRU (``n = tanh(W_in x + b_in + r∘(W_hn h + b_hn))``);
+    ``reset_after=False`` is TensorFlow's ``GRUBlockCell`` (``n = tanh(W_in x + W_hn (r∘h) +
+    b_in + b_hn)``): the same parameters, its candidate bias the sum of the two.
     """
 
     _cell, _gates = "gru", 3
 
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
                  dropout=0.0, bidirectional=False, device=None, dtype=None, *,
-                 reset_after=True):
+                 reset_after=True, zoneout=0.0):
         super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first,
-                         dropout, bidirectional, 0, device, dtype)
+                         dropout, bidirectional, 0, device, dtype, zoneout)
         self.reset_after = bool(reset_after)
         self.reset_parameters()
 
     def _option_defaults(self):
-        return {"reset_after": True}
+        return {"reset_after": True, "zoneout": 0.0}
 
     def _weight_set(self, suffix):
         rows, biases = self._rows(self._parameters_of(suffix))
@@ -514,22 +517,23 @@ class GRU(_RecurrentBase):
 class RNN(_RecurrentBase):
     """``torch.nn.RNN`` on gradcells's fused plain-RNN stack: ``RNN(input_size, hidden_size,
     num_layers=1, nonlinearity="tanh", bias=True, batch_first=False, dropout=0.0,
-    bidirectional=False, device=None, dtype=None)``; ``forward(input, h0=None) -> (output,
-    h_n)`` as nn's."""
+    bidirectional=False, device=None, dtype=None, *, zoneout=0.0)``; ``forward(input,
+    h0=None) -> (output, h_n)`` as nn's; ``zoneout`` as ``LSTM``'s (on h)."""
 
     _cell, _gates = "rnn", 1
 
     def __init__(self, input_size, hidden_size, num_layers=1, nonlinearity="tanh", bias=True,
-                 batch_first=False, dropout=0.0, bidirectional=False, device=None, dtype=None):
+                 batch_first=False, dropout=0.0, bidirectional=False, device=None, dtype=None,
+                 *, zoneout=0.0):
         if nonlinearity not in ACTIVATIONS:
             raise ValueError(f"nonlinearity must be one of {ACTIVATIONS}, got {nonlinearity!r}")
         super().__init__(f"RNN_{nonlinearity.upper()}", input_size, hidden_size, num_layers,
-                         bias, batch_first, dropout, bidirectional, 0, device, dtype)
+                         bias, batch_first, dropout, bidirectional, 0, device, dtype, zoneout)
         self.nonlinearity = nonlinearity
         self.reset_parameters()
 
     def _option_defaults(self):
-        return {"nonlinearity": "tanh"}
+        return {"nonlinearity": "tanh", "zoneout": 0.0}
 
     def _weight_set(self, suffix):
         rows, biases = self._rows(self._parameters_of(suffix))
