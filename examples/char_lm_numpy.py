@@ -19,62 +19,22 @@ from __future__ import annotations
 
 import argparse
 import math
-from pathlib import Path
 
 import numpy as np
+from _corpus import (
+    Vocabulary,
+    common_arguments,
+    describe,
+    load_text,
+    random_windows,
+)
 
 import gradcells as gc
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
-
-
-def load_text(docs: Path = DOCS) -> str:
-    """The repository's docs, concatenated in name order."""
-    paths = sorted(docs.glob("*.md"))
-    if not paths:
-        raise FileNotFoundError(f"no docs/*.md under {docs}")
-    return "\n".join(p.read_text(encoding="utf-8") for p in paths)
-
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300, help="training steps")
-    parser.add_argument("--hidden", type=int, default=128, help="LSTM width (and embedding)")
-    parser.add_argument("--layers", type=int, default=1, help="LSTM layers")
-    parser.add_argument("--seq-len", type=int, default=64, help="window length (BPTT)")
-    parser.add_argument("--batch", type=int, default=32, help="windows per step")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the weights and windows")
-    parser.add_argument("--lr", type=float, default=3e-3, help="Adam's step size")
-    parser.add_argument("--clip", type=float, default=1.0, help="global gradient norm cap")
-    parser.add_argument("--print-every", type=int, default=25, help="print the loss every N")
-    parser.add_argument("--sample", type=int, default=200, help="characters to generate")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    parser = common_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     return parser.parse_args(argv)
-
-
-class Vocabulary:
-    """The characters of a text, each given an index."""
-
-    def __init__(self, text: str):
-        self.chars = sorted(set(text))
-        self.index = {c: i for i, c in enumerate(self.chars)}
-
-    def __len__(self) -> int:
-        return len(self.chars)
-
-    def encode(self, text: str) -> np.ndarray:
-        return np.array([self.index[c] for c in text], dtype=np.int64)
-
-    def decode(self, ids) -> str:
-        return "".join(self.chars[i] for i in ids)
-
-
-def unigram_entropy(data: np.ndarray) -> float:
-    """``-Σ p log p`` of the characters' frequencies: the loss of the best model that
-    ignores context (a loss below it uses what came before)."""
-    p = np.bincount(data) / len(data)
-    p = p[p > 0]
-    return float(-(p * np.log(p)).sum())
 
 
 def init_params(vocab: int, hidden: int, layers: int, rng, dtype) -> dict:
@@ -168,14 +128,6 @@ class Adam:
             p -= (scale * m / (np.sqrt(v) + self.eps)).astype(p.dtype)
 
 
-def random_windows(data: np.ndarray, seq_len: int, batch: int, rng):
-    """``batch`` random windows of ``seq_len + 1`` characters: inputs and the next
-    characters, both ``[seq_len, batch]`` (time first, as the stack takes them)."""
-    starts = rng.integers(0, len(data) - seq_len - 1, batch)
-    windows = data[starts[:, None] + np.arange(seq_len + 1)].T
-    return windows[:-1], windows[1:]
-
-
 def sample(params: dict, vocab: Vocabulary, prompt: str, length: int, rng,
            temperature: float = 0.8) -> str:
     """``length`` characters after ``prompt``, one stack step at a time, the states carried
@@ -202,8 +154,7 @@ def main(argv=None) -> list[float]:
     rng = np.random.default_rng(args.seed)
     params = init_params(len(vocab), args.hidden, args.layers, rng, np.dtype(args.dtype))
     optimiser = Adam(flatten(params), args.lr)
-    print(f"{len(data)} characters, vocabulary {len(vocab)}: ln V = {math.log(len(vocab)):.2f}, "
-          f"unigram entropy {unigram_entropy(data):.2f} nats")
+    print(describe(vocab, data))
     losses = []
     for step in range(1, args.steps + 1):
         loss, grads = loss_and_grads(params, *random_windows(data, args.seq_len, args.batch,
