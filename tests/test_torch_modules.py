@@ -193,6 +193,25 @@ def test_gate_permutation_is_gradcells_layout():
                 torch.testing.assert_close(a.detach(), torch.from_numpy(b), **TIGHT)
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("cell", CELLS)
+def test_forward_mode_and_double_backward(cell):
+    """The module's conversions are torch ops, so the functions' forward mode and double
+    backward carry through it: the tangent equals nn's, ``gradgradcheck`` passes."""
+    import torch.autograd.forward_ad as fwad
+
+    ours, theirs = pair(cell, 2, 3, num_layers=2, bidirectional=True)
+    x = torch.randn(4, 2, 2, dtype=F64)
+    v = torch.randn_like(x)
+    tangents = []
+    for module in (ours, theirs):
+        with fwad.dual_level():
+            out = module(fwad.make_dual(x, v))[0]
+            tangents.append(fwad.unpack_dual(out).tangent.detach().clone())
+    torch.testing.assert_close(*tangents, **TIGHT)
+    assert torch.autograd.gradgradcheck(lambda x: ours(x)[0], (x.clone().requires_grad_(),))
+
+
 # -- gradcells's options ------------------------------------------------------------------
 
 
