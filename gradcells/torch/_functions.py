@@ -37,6 +37,7 @@ import torch
 
 import gradcells as gc
 
+from .._core.arrays import namespace_of
 from .._core.specs import MASKS, OPS, STACKS
 from .._interop import _cupy, _from_backend, _rebuilt, _torch_to_backend
 
@@ -74,15 +75,37 @@ def _leaves_like(structure, tree) -> list:
     return [leaf for child, item in zip(children, items) for leaf in _leaves_like(child, item)]
 
 
-def _arrays(tree, template=None) -> list:
-    """The array leaves of a result (``template``'s where ``tree`` is None), in order."""
-    template = tree if template is None else template
-    if isinstance(template, (tuple, list)):
-        items = (None,) * len(template) if tree is None else tree
-        return [a for item, t in zip(items, template) for a in _arrays(item, t)]
-    if template is None or not hasattr(template, "shape"):
+def _named(tree, prefix=""):
+    """(name, leaf) for each leaf of a tree: ``h``, ``layers[0].i``, ``weights[1].w``,
+    ``layer_norm.gamma_x``, ..."""
+    fields = getattr(tree, "_fields", None)
+    for k, value in enumerate(tree):
+        name = (f"{prefix}.{fields[k]}" if prefix else fields[k]) if fields else f"{prefix}[{k}]"
+        if isinstance(value, (tuple, list)):
+            yield from _named(value, name)
+        else:
+            yield name, value
+
+
+def _named_arrays(result):
+    """(name, array) for each array of a result."""
+    return ((name, a) for name, a in _named(result) if hasattr(a, "shape"))
+
+
+def _arrays(result) -> list:
+    """A result's arrays, in order (the forward's outputs)."""
+    return [a for _, a in _named_arrays(result)]
+
+
+def _tangent_arrays(d_result, result) -> list:
+    """The arrays of a result's tangent ``d_result``, aligned with ``_arrays(result)``; zeros
+    where a field's tangent is None."""
+    if isinstance(result, tuple):
+        items = (None,) * len(result) if d_result is None else d_result
+        return [a for d, r in zip(items, result) for a in _tangent_arrays(d, r)]
+    if not hasattr(result, "shape"):
         return []
-    return [tree if tree is not None else template * 0]
+    return [namespace_of(result).zeros_like(result) if d_result is None else d_result]
 
 
 def _like(template, leaves):
@@ -91,18 +114,6 @@ def _like(template, leaves):
     if isinstance(template, (tuple, list)):
         return _rebuilt(template, [_like(item, leaves) for item in template])
     return next(leaves) if hasattr(template, "shape") else template
-
-
-def _field_names(result) -> list[str]:
-    """The name of each array leaf of a result: ``h``, ``layers[0].i``, ..."""
-    names = []
-    for field, value in zip(result._fields, result):
-        if isinstance(value, tuple):
-            names += [f"{field}[{k}].{n}" for k, item in enumerate(value)
-                      for n in _field_names(item)]
-        else:
-            names.append(field)
-    return names
 
 
 # -- devices --------------------------------------------------------------------------------
@@ -196,7 +207,7 @@ class _Forward(torch.autograd.Function):
     def backward(ctx, *grads):
         result, op = ctx.result, ctx.op
         upstream = {}
-        for name, grad in zip(_field_names(result), grads):
+        for (name, _), grad in zip(_named_arrays(result), grads):
             if grad is None:
                 continue
             if f"d_{name}" not in op.upstream(result):
@@ -218,7 +229,7 @@ class _Forward(torch.autograd.Function):
             primals = _primals(ctx.structure, ctx.leaves)
             dprimals = _primals(ctx.structure, tangents[4:])
             _, d_result = op.call("_jvp", primals, ctx.config, tangents=dprimals)
-            return tuple(_tensor(a) for a in _arrays(d_result, ctx.result))
+            return tuple(_tensor(a) for a in _tangent_arrays(d_result, ctx.result))
 
 
 class _Backward(torch.autograd.Function):
@@ -314,18 +325,6 @@ def _backend_only(config: dict) -> dict:
 # -- the public functions -------------------------------------------------------------------
 
 
-def _named_leaves(tree, prefix=""):
-    """(name, leaf) for every leaf of a primal tree: ``w``, ``layer_norm.gamma_x``,
-    ``weights[1].w``, ..."""
-    if isinstance(tree, (tuple, list)):
-        names = getattr(tree, "_fields", None)
-        for k, item in enumerate(tree):
-            label = (f"{prefix}.{names[k]}" if prefix else names[k]) if names else f"{prefix}[{k}]"
-            yield from _named_leaves(item, label)
-    else:
-        yield prefix, tree
-
-
 def _check_primals(name, named) -> torch.device:
     """The primals' one device; TypeError for a non-tensor, a non-float tensor or two
     dtypes, ValueError for two devices."""
@@ -347,6 +346,8 @@ def _check_primals(name, named) -> torch.device:
         elif t.dtype != first[1].dtype:
             raise TypeError(f"gradcells.torch.{name}: {arg} is {t.dtype} and {first[0]} "
                             f"{first[1].dtype}: pass every float tensor in one dtype")
+    if first is None:
+        raise TypeError(f"gradcells.torch.{name}: x must be a torch.Tensor, got None")
     return first[1].device
 
 
@@ -406,7 +407,7 @@ def _function(name: str):
         tree = _primal_tree(op, arguments)
         leaves = []
         structure = _flatten(tree, leaves)
-        device = _check_primals(name, _named_leaves(tree))
+        device = _check_primals(name, _named(tree))
         with _on(device):
             config = {k: (_constant(name, k, v, device) if k in _CONSTANTS or
                           k == "dropout_masks" else v)
