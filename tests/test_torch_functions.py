@@ -188,7 +188,8 @@ def test_gradients_equal_gc_grad(name):
         np.testing.assert_allclose(a.numpy(), b, rtol=1e-12, atol=1e-12)
 
 
-def test_forward_mode_equals_gc_jvp():
+def test_forward_mode_equals_gc_jvp(monkeypatch):
+    """One call of ``gc.lstm_sequence_jvp``, the forward not run besides."""
     case = _case("lstm_sequence", 7)
     rng = np.random.default_rng(8)
     primals = {k: v for k, v in case.items()
@@ -202,6 +203,7 @@ def test_forward_mode_equals_gc_jvp():
         tcase = _torch_case(case, grad=False)
         for k in primals:
             tcase[k] = fwad.make_dual(tcase[k], torch.tensor(tangents[k]))
+        monkeypatch.setattr(gc, "lstm_sequence", None)
         result = gtorch.lstm_sequence(**tcase)
         for field in ("h", "cs", "h_final", "cs_final"):
             np.testing.assert_allclose(fwad.unpack_dual(getattr(result, field)).tangent.numpy(),
@@ -222,6 +224,15 @@ def test_gradient_on_a_gate_raises():
     stack = gtorch.gru_stack(**_torch_case(gt.stack_case(np.random.default_rng(0), "gru")))
     with pytest.raises(ValueError, match=r"layers\[0\]\.r"):
         stack.layers[0].r.sum().backward()
+
+
+def test_output_changed_in_place_raises_in_backward():
+    result = gtorch.lstm_sequence(**_small())
+    h = result.h
+    with torch.no_grad():
+        result.cs_final.mul_(2.0)
+    with pytest.raises(RuntimeError, match="inplace"):
+        h.sum().backward()
 
 
 def test_two_devices_raise_before_running():

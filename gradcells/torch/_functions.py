@@ -13,7 +13,8 @@ arrays). One ``torch.autograd.Function`` per call kind, shared by every op throu
   ``_grad`` takes (``d_h``, ``d_cs``, ``d_h_final``, ...). A gradient arriving on any other
   field (a gate, a stack's per-layer sequences) raises ``ValueError``: ``_grad`` has no
   upstream for it, and dropping it would be a silently wrong gradient.
-* **jvp** (forward mode): ``gc.<op>_jvp``.
+* **jvp** (forward mode): ``gc.<op>_jvp``, called in place of ``gc.<op>`` when an argument
+  is a dual tensor, so that forward mode costs one call.
 * **double backward**: the backward is itself a function ``G(p, u) = J(p)ᵀu`` of the primals
   ``p`` and the upstream gradients ``u`` (``_Backward``). For a cotangent ``v`` of its
   output, ``vᵀ∂G/∂p = (∂/∂ε) G(p + εv, u)`` (the Hessian of ``uᵀf`` is symmetric), which is
@@ -189,9 +190,13 @@ class _Forward(torch.autograd.Function):
 
     @staticmethod
     def forward(op, structure, config, box, *leaves):
-        device = box["device"]
-        with _on(device):
-            result = op.call("", _primals(structure, leaves), config)
+        with _on(box["device"]):
+            primals = _primals(structure, leaves)
+            if box["tangents"] is None:
+                result = op.call("", primals, config)
+            else:   # forward mode: the result with its tangent, for jvp, in one call
+                result, box["d_result"] = op.call(
+                    "_jvp", primals, config, tangents=_primals(structure, box["tangents"]))
             box["result"] = result
             return tuple(_tensor(a) for a in _arrays(result))
 
@@ -199,9 +204,11 @@ class _Forward(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         op, structure, config, box, *leaves = inputs
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(*leaves)
+        # The outputs too: they share memory with the result the backward reads, and saving
+        # them makes an in-place change of one an error in backward, not a wrong gradient.
+        ctx.save_for_backward(*leaves, *output)
         ctx.op, ctx.structure, ctx.config = op, structure, config
-        ctx.device, ctx.result, ctx.leaves = box["device"], box["result"], leaves
+        ctx.device, ctx.result, ctx.leaves, ctx.box = box["device"], box["result"], leaves, box
 
     @staticmethod
     def backward(ctx, *grads):
@@ -217,18 +224,20 @@ class _Forward(torch.autograd.Function):
                     f"(only {', '.join(op.upstream(result))}): use those fields in the loss")
             upstream[f"d_{name}"] = grad
         names = tuple(upstream)
+        leaves = ctx.saved_tensors[:len(ctx.leaves)]
         d_leaves = _Backward.apply(op, ctx.structure, ctx.config, (result, ctx.device, names),
-                                   *ctx.saved_tensors, *upstream.values())
+                                   *leaves, *upstream.values())
         return (None, None, None, None,
                 *(d if need else None for d, need in zip(d_leaves, ctx.needs_input_grad[4:])))
 
     @staticmethod
     def jvp(ctx, *tangents):
-        op = ctx.op
         with _on(ctx.device):
-            primals = _primals(ctx.structure, ctx.leaves)
-            dprimals = _primals(ctx.structure, tangents[4:])
-            _, d_result = op.call("_jvp", primals, ctx.config, tangents=dprimals)
+            d_result = ctx.box.pop("d_result", None)
+            if d_result is None:   # tangents the call did not see (not dual before it)
+                _, d_result = ctx.op.call("_jvp", _primals(ctx.structure, ctx.leaves),
+                                          ctx.config,
+                                          tangents=_primals(ctx.structure, tangents[4:]))
             return tuple(_tensor(a) for a in _tangent_arrays(d_result, ctx.result))
 
 
@@ -396,6 +405,14 @@ def _weight_set(name, kind, k, ws):
     return ws if norm is None else ws._replace(layer_norm=gc.LSTMNorm(*norm))
 
 
+def _forward_tangents(leaves):
+    """The leaves' forward-mode tangents (``forward_ad``'s current level), or None when no
+    leaf has one."""
+    unpack = torch.autograd.forward_ad.unpack_dual
+    tangents = [None if t is None else unpack(t).tangent for t in leaves]
+    return tangents if any(t is not None for t in tangents) else None
+
+
 def _function(name: str):
     """``gradcells.torch.<name>``: ``gc.<name>`` under autograd (see the module)."""
     op, reference = _Op(name), getattr(gc, name)
@@ -413,7 +430,7 @@ def _function(name: str):
                           k == "dropout_masks" else v)
                       for k, v in arguments.items() if k not in primal_args}
         config.setdefault("backend", None)
-        box = {"device": device}
+        box = {"device": device, "tangents": _forward_tangents(leaves)}
         outputs = _Forward.apply(op, structure, config, box, *leaves)
         return _like(box["result"], iter(outputs))
 
