@@ -7,7 +7,9 @@
 Contestants, each one forward over all T steps and the full backward from an upstream
 gradient ``g`` on every step's ``h`` (gradients for x, the initial states and the weights):
 
-- ``gradcells numpy``: ``gc.lstm_sequence`` then ``gc.lstm_sequence_grad(..., d_h=g)``;
+- ``gradcells numpy``: ``gc.lstm_sequence`` then ``gc.lstm_sequence_grad(..., d_h=g)``,
+  its gradients held until the next call (as the ``.grad`` fields hold PyTorch's: the same
+  buffers' lifetimes, so the allocator sees the same pattern);
 - ``gradcells.torch``: ``gradcells.torch.lstm_sequence`` on leaf tensors requiring grad
   (zero-copy views of the same arrays), then ``(seq.h * g).sum().backward()`` (the ``.grad``
   fields cleared each call, so that PyTorch writes rather than accumulates).
@@ -47,9 +49,12 @@ def contestants(size):
     leaves = {k: torch.from_numpy(v).requires_grad_() for k, v in arrays.items()}
     g_tensor = torch.from_numpy(g)
 
+    held = {}
+
     def numpy_run():
+        held.clear()
         seq = gc.lstm_sequence(**arrays, backend="cpu")
-        gc.lstm_sequence_grad(**arrays, seq=seq, d_h=g, backend="cpu")
+        held["grads"] = gc.lstm_sequence_grad(**arrays, seq=seq, d_h=g, backend="cpu")
 
     def torch_run():
         for t in leaves.values():
