@@ -347,3 +347,20 @@ def test_cuda_matches_cpu(name):
     for a, b in zip(g_cpu, g_cuda):
         torch.testing.assert_close(b.cpu(), a)
     assert torch.autograd.gradcheck(f_cuda, leaves_cuda, check_forward_ad=True)
+
+
+def test_torch_func_grad_and_jvp():
+    """torch.func.grad and torch.func.jvp agree with autograd (vmap is not supported;
+    masks and lengths as NumPy arrays: torch.func wraps the tensors a call captures)."""
+    case = _case("gru_sequence", 4)
+    tcase = {**_torch_case(case), **{k: v for k, v in case.items() if k in _CONSTANTS}}
+    w = tcase["w_ru"]
+
+    def loss(w_ru):
+        return gtorch.gru_sequence(**{**tcase, "w_ru": w_ru}).h.square().sum()
+
+    loss(w).backward()
+    torch.testing.assert_close(torch.func.grad(loss)(w.detach()), w.grad)
+    v = torch.ones_like(w)
+    _, tangent = torch.func.jvp(loss, (w.detach(),), (v,))
+    torch.testing.assert_close(tangent, (w.grad * v).sum())

@@ -185,19 +185,29 @@ def _primals(structure, leaves):
     return _unflatten(structure, iter([_view(t) for t in leaves]))
 
 
+class _Box:
+    """What travels beside the tensors into a Function and back: the device, the gc result
+    (with its recorded settings), forward-mode tangents. A plain object, not a dict or tuple,
+    so that torch.func's pytree handling passes it through as it is."""
+
+    def __init__(self, **attributes):
+        self.result = self.d_result = None
+        self.__dict__.update(attributes)
+
+
 class _Forward(torch.autograd.Function):
     """``gc.<op>`` on the primal leaves; outputs: the result's array leaves."""
 
     @staticmethod
     def forward(op, structure, config, box, *leaves):
-        with _on(box["device"]):
+        with _on(box.device):
             primals = _primals(structure, leaves)
-            if box["tangents"] is None:
+            if box.tangents is None:
                 result = op.call("", primals, config)
             else:   # forward mode: the result with its tangent, for jvp, in one call
-                result, box["d_result"] = op.call(
-                    "_jvp", primals, config, tangents=_primals(structure, box["tangents"]))
-            box["result"] = result
+                result, box.d_result = op.call(
+                    "_jvp", primals, config, tangents=_primals(structure, box.tangents))
+            box.result = result
             return tuple(_tensor(a) for a in _arrays(result))
 
     @staticmethod
@@ -208,7 +218,7 @@ class _Forward(torch.autograd.Function):
         # them makes an in-place change of one an error in backward, not a wrong gradient.
         ctx.save_for_backward(*leaves, *output)
         ctx.op, ctx.structure, ctx.config = op, structure, config
-        ctx.device, ctx.result, ctx.leaves, ctx.box = box["device"], box["result"], leaves, box
+        ctx.device, ctx.result, ctx.leaves, ctx.box = box.device, box.result, leaves, box
 
     @staticmethod
     def backward(ctx, *grads):
@@ -225,7 +235,8 @@ class _Forward(torch.autograd.Function):
             upstream[f"d_{name}"] = grad
         names = tuple(upstream)
         leaves = ctx.saved_tensors[:len(ctx.leaves)]
-        d_leaves = _Backward.apply(op, ctx.structure, ctx.config, (result, ctx.device, names),
+        d_leaves = _Backward.apply(op, ctx.structure, ctx.config,
+                                   _Box(result=result, device=ctx.device, names=names),
                                    *leaves, *upstream.values())
         return (None, None, None, None,
                 *(d if need else None for d, need in zip(d_leaves, ctx.needs_input_grad[4:])))
@@ -233,7 +244,7 @@ class _Forward(torch.autograd.Function):
     @staticmethod
     def jvp(ctx, *tangents):
         with _on(ctx.device):
-            d_result = ctx.box.pop("d_result", None)
+            d_result, ctx.box.d_result = ctx.box.d_result, None
             if d_result is None:   # tangents the call did not see (not dual before it)
                 _, d_result = ctx.op.call("_jvp", _primals(ctx.structure, ctx.leaves),
                                           ctx.config,
@@ -247,7 +258,7 @@ class _Backward(torch.autograd.Function):
 
     @staticmethod
     def forward(op, structure, config, saved, *tensors):
-        result, device, names = saved
+        result, device, names = saved.result, saved.device, saved.names
         n = len(tensors) - len(names)
         with _on(device):
             primals = _primals(structure, tensors[:n])
@@ -262,7 +273,8 @@ class _Backward(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(*tensors)
         ctx.op, ctx.structure, ctx.config = op, structure, config
-        (ctx.result, ctx.device, ctx.names), ctx.tensors = saved, tensors
+        ctx.result, ctx.device, ctx.names = saved.result, saved.device, saved.names
+        ctx.tensors = tensors
 
     @staticmethod
     def backward(ctx, *v):
@@ -430,9 +442,9 @@ def _function(name: str):
                           k == "dropout_masks" else v)
                       for k, v in arguments.items() if k not in primal_args}
         config.setdefault("backend", None)
-        box = {"device": device, "tangents": _forward_tangents(leaves)}
+        box = _Box(device=device, tangents=_forward_tangents(leaves))
         outputs = _Forward.apply(op, structure, config, box, *leaves)
-        return _like(box["result"], iter(outputs))
+        return _like(box.result, iter(outputs))
 
     function.__name__ = function.__qualname__ = name
     function.__signature__ = signature
