@@ -2,8 +2,9 @@
 
 ``gradcells.torch.<op>`` has ``gc.<op>``'s signature and result; its arrays are tensors (a
 stack's ``weights`` a list of weight sets of tensors; masks and ``seq_len`` tensors or NumPy
-arrays). One ``torch.autograd.Function`` per call kind, shared by every op through
-``_Op`` (built from ``gradcells._core.specs``):
+arrays). Two ``torch.autograd.Function`` classes serve every op (``_Forward``, and
+``_Backward`` its backward), the op named by an ``_Op`` that reads its arguments, result
+fields and upstreams from ``gradcells._core.specs``:
 
 * **forward** calls ``gc.<op>`` on zero-copy views of the tensors (NumPy on the CPU; CuPy
   on CUDA, on the tensor's device and PyTorch's current stream) and returns the result's
@@ -22,6 +23,10 @@ arrays). One ``torch.autograd.Function`` per call kind, shared by every op throu
   ``vᵀ∂G/∂u = J(p)v``, the upstream fields of ``gc.<op>_jvp(p, v)``'s result tangent. Its
   forward mode is ``gc.<op>_grad_jvp`` along (primal tangents, upstream tangents). Third
   order raises (``_NoThirdOrder``).
+
+Not supported: ``torch.func.vmap`` (and so ``jacrev``, ``jacfwd``, ``hessian``, which
+vmap); ``torch.func.grad`` and ``torch.func.jvp`` work, masks and lengths then as NumPy
+arrays.
 
 The primals travel as the leaves of a tree shaped like the op's gradient type (``x``, the
 states, the weights with ``layer_norm`` an ``LSTMNorm``; a stack's weights a list of weight
