@@ -364,3 +364,19 @@ def test_torch_func_grad_and_jvp():
     v = torch.ones_like(w)
     _, tangent = torch.func.jvp(loss, (w.detach(),), (v,))
     torch.testing.assert_close(tangent, (w.grad * v).sum())
+
+
+def test_float32_and_strided_tensors():
+    """float32 runs as float32; a non-contiguous weight view gives the contiguous one's
+    result and gradient."""
+    case = gt.lstm_sequence_case(np.random.default_rng(9), dtype=np.float32, peephole=True)
+    expected = gc.lstm_sequence(**case)
+    tcase = _torch_case(case)
+    strided = {**tcase, "w": tcase["w"].detach().T.contiguous().T.requires_grad_()}
+    assert not strided["w"].is_contiguous()
+    for arguments in (tcase, strided):
+        result = gtorch.lstm_sequence(**arguments)
+        assert result.h.dtype == torch.float32
+        np.testing.assert_array_equal(result.h.detach().numpy(), expected.h)
+        result.h.sum().backward()
+    torch.testing.assert_close(strided["w"].grad, tcase["w"].grad, rtol=0, atol=0)
