@@ -380,3 +380,19 @@ def test_float32_and_strided_tensors():
         np.testing.assert_array_equal(result.h.detach().numpy(), expected.h)
         result.h.sum().backward()
     torch.testing.assert_close(strided["w"].grad, tcase["w"].grad, rtol=0, atol=0)
+
+
+def test_adapters_benchmark_prints_both_contestants(capsys):
+    import os
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+    import adapters
+
+    threads = torch.get_num_threads()
+    try:
+        adapters.main(["--sizes", "3,2,3,4", "--repeats", "1"])
+    finally:
+        torch.set_num_threads(threads)
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [row.split("|")[1].strip() for row in rows[1:]] == ["gradcells numpy",
+                                                                "gradcells.torch"]
