@@ -39,6 +39,7 @@ import contextlib
 import inspect
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 import gradcells as gc
@@ -138,8 +139,13 @@ def _on(device: torch.device):
 
 
 def _view(t, name="array"):
-    """A NumPy/CuPy view of tensor ``t`` (None and non-tensors as they are)."""
-    return _torch_to_backend(name, t) if isinstance(t, torch.Tensor) else t
+    """A NumPy/CuPy view of tensor ``t`` (None and non-tensors as they are); a real CPU
+    tensor by ``numpy()``, the shortest way (no conjugate or negative bit to resolve)."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    if t.device.type == "cpu" and t.is_floating_point():
+        return t.detach().numpy()
+    return _torch_to_backend(name, t)
 
 
 def _tensor(a):
@@ -150,6 +156,8 @@ def _tensor(a):
         return None
     if any(stride < 0 for stride in a.strides):
         a = a.copy()
+    if type(a) is np.ndarray and a.flags.writeable:
+        return torch.from_numpy(a)
     return _from_backend(a, _TORCH)
 
 
