@@ -1,0 +1,27 @@
+"""gradcells under PyTorch's autograd (docs/spec.md §13).
+
+``gradcells.torch.LSTM``, ``GRU``, ``RNN``: drop-in ``torch.nn`` modules on the stacks
+(``gradcells.torch._modules``).
+
+``gradcells.torch.<op>`` for the nine forward operations (``lstm_cell``, ``gru_cell``,
+``rnn_cell``, ``lstm_sequence``, ``gru_sequence``, ``rnn_sequence``, ``lstm_stack``,
+``gru_stack``, ``rnn_stack``): ``gc.<op>``'s signature and result on tensors, differentiable
+in reverse mode (``backward``, second order included) and forward mode
+(``torch.autograd.forward_ad``). Importing this module imports PyTorch; ``import gradcells``
+does not.
+"""
+
+from ._functions import FORWARD_OPS, _function
+from ._modules import GRU, LSTM, RNN
+
+lstm_cell = _function("lstm_cell")
+gru_cell = _function("gru_cell")
+rnn_cell = _function("rnn_cell")
+lstm_sequence = _function("lstm_sequence")
+gru_sequence = _function("gru_sequence")
+rnn_sequence = _function("rnn_sequence")
+lstm_stack = _function("lstm_stack")
+gru_stack = _function("gru_stack")
+rnn_stack = _function("rnn_stack")
+
+__all__ = [*FORWARD_OPS, "LSTM", "GRU", "RNN"]

@@ -1,0 +1,483 @@
+"""The nine forward operations as differentiable PyTorch functions (docs/spec.md §13).
+
+``gradcells.torch.<op>`` has ``gc.<op>``'s signature and result; its arrays are tensors (a
+stack's ``weights`` a list of weight sets of tensors; masks and ``seq_len`` tensors or NumPy
+arrays). Two ``torch.autograd.Function`` classes serve every op (``_Forward``, and
+``_Backward`` its backward), the op named by an ``_Op`` that reads its arguments, result
+fields and upstreams from ``gradcells._core.specs``:
+
+* **forward** calls ``gc.<op>`` on zero-copy views of the tensors (NumPy on the CPU; CuPy
+  on CUDA, on the tensor's device and PyTorch's current stream) and returns the result's
+  arrays as tensors sharing their memory; the result records the forward's settings as
+  ``gc``'s does.
+* **backward** (reverse mode): ``gc.<op>_grad`` with the upstream gradients of the fields
+  ``_grad`` takes (``d_h``, ``d_cs``, ``d_h_final``, ...). A gradient arriving on any other
+  field (a gate, a stack's per-layer sequences) raises ``ValueError``: ``_grad`` has no
+  upstream for it, and dropping it would be a silently wrong gradient.
+* **jvp** (forward mode): ``gc.<op>_jvp``, called in place of ``gc.<op>`` when an argument
+  is a dual tensor, so that forward mode costs one call.
+* **double backward**: the backward is itself a function ``G(p, u) = J(p)ᵀu`` of the primals
+  ``p`` and the upstream gradients ``u`` (``_Backward``). For a cotangent ``v`` of its
+  output, ``vᵀ∂G/∂p = (∂/∂ε) G(p + εv, u)`` (the Hessian of ``uᵀf`` is symmetric), which is
+  ``gc.<op>_grad_jvp(p, u, tangents=v)`` with zero upstream tangents, and
+  ``vᵀ∂G/∂u = J(p)v``, the upstream fields of ``gc.<op>_jvp(p, v)``'s result tangent. Its
+  forward mode is ``gc.<op>_grad_jvp`` along (primal tangents, upstream tangents). Third
+  order raises (``_NoThirdOrder``).
+
+Not supported: ``torch.func.vmap`` (and so ``jacrev``, ``jacfwd``, ``hessian``, which
+vmap); ``torch.func.grad`` and ``torch.func.jvp`` work, masks and lengths then as NumPy
+arrays.
+
+The primals travel as the leaves of a tree shaped like the op's gradient type (``x``, the
+states, the weights with ``layer_norm`` an ``LSTMNorm``; a stack's weights a list of weight
+sets), so a gradient or tangent of the same type maps onto them leaf by leaf.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+import gradcells as gc
+
+from .._core.arrays import namespace_of
+from .._core.specs import MASKS, OPS, STACKS
+from .._interop import _cupy, _from_backend, _rebuilt, _torch_to_backend
+
+_TORCH = "torch"
+_CONSTANTS = (*MASKS, "seq_len")
+"""The array keywords that are data, not primals: never differentiated."""
+
+
+# -- trees of arrays ------------------------------------------------------------------------
+
+
+def _flatten(tree, leaves: list):
+    """Append ``tree``'s leaves (arrays or None) to ``leaves``; return its structure."""
+    if isinstance(tree, (tuple, list)):
+        return type(tree), tuple(_flatten(item, leaves) for item in tree)
+    leaves.append(tree)
+    return None
+
+
+def _unflatten(structure, leaves):
+    """The tree of ``structure`` holding the next leaves of iterator ``leaves``."""
+    if structure is None:
+        return next(leaves)
+    kind, children = structure
+    items = [_unflatten(child, leaves) for child in children]
+    return kind(items) if kind in (list, tuple) else kind(*items)
+
+
+def _leaves_like(structure, tree) -> list:
+    """``tree``'s leaves in the order of ``structure``; a None subtree gives None leaves."""
+    if structure is None:
+        return [tree]
+    children = structure[1]
+    items = (None,) * len(children) if tree is None else tree
+    return [leaf for child, item in zip(children, items) for leaf in _leaves_like(child, item)]
+
+
+def _named(tree, prefix=""):
+    """(name, leaf) for each leaf of a tree: ``h``, ``layers[0].i``, ``weights[1].w``,
+    ``layer_norm.gamma_x``, ..."""
+    fields = getattr(tree, "_fields", None)
+    for k, value in enumerate(tree):
+        name = (f"{prefix}.{fields[k]}" if prefix else fields[k]) if fields else f"{prefix}[{k}]"
+        if isinstance(value, (tuple, list)):
+            yield from _named(value, name)
+        else:
+            yield name, value
+
+
+def _named_arrays(result):
+    """(name, array) for each array of a result."""
+    return ((name, a) for name, a in _named(result) if hasattr(a, "shape"))
+
+
+def _arrays(result) -> list:
+    """A result's arrays, in order (the forward's outputs)."""
+    return [a for _, a in _named_arrays(result)]
+
+
+def _tangent_arrays(d_result, result) -> list:
+    """The arrays of a result's tangent ``d_result``, aligned with ``_arrays(result)``; zeros
+    where a field's tangent is None."""
+    if isinstance(result, tuple):
+        items = (None,) * len(result) if d_result is None else d_result
+        return [a for d, r in zip(items, result) for a in _tangent_arrays(d, r)]
+    if not hasattr(result, "shape"):
+        return []
+    return [namespace_of(result).zeros_like(result) if d_result is None else d_result]
+
+
+def _like(template, leaves):
+    """``template`` (a result) rebuilt with the next leaves of ``leaves`` as its arrays, its
+    recorded settings kept."""
+    if isinstance(template, (tuple, list)):
+        return _rebuilt(template, [_like(item, leaves) for item in template])
+    return next(leaves) if hasattr(template, "shape") else template
+
+
+# -- devices --------------------------------------------------------------------------------
+
+
+def _on(device: torch.device):
+    """The context gc runs in for tensors on ``device``: CuPy's device and PyTorch's current
+    stream on CUDA, nothing on the CPU."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    cupy = _cupy()
+    stack = contextlib.ExitStack()
+    stack.enter_context(cupy.cuda.Device(device.index))
+    stack.enter_context(cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream))
+    return stack
+
+
+def _view(t, name="array"):
+    """A NumPy/CuPy view of tensor ``t`` (None and non-tensors as they are); a real CPU
+    tensor by ``numpy()``, the shortest way (no conjugate or negative bit to resolve)."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    if t.device.type == "cpu" and t.is_floating_point():
+        return t.detach().numpy()
+    return _torch_to_backend(name, t)
+
+
+def _tensor(a):
+    """Backend array ``a`` as a tensor sharing its memory; copied when a stride is negative
+    (a reversed sequence's time axis), which PyTorch has no tensor for (its DLPack import
+    aborts the process on one)."""
+    if a is None:
+        return None
+    if any(stride < 0 for stride in a.strides):
+        a = a.copy()
+    if type(a) is np.ndarray and a.flags.writeable:
+        return torch.from_numpy(a)
+    return _from_backend(a, _TORCH)
+
+
+# -- one operation --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Op:
+    """One forward op: its gc functions, the result's argument name and the upstreams."""
+
+    name: str
+
+    @property
+    def stack(self) -> bool:
+        return self.name in STACKS
+
+    @property
+    def spec(self):
+        return OPS[STACKS.get(self.name, self.name)]
+
+    @property
+    def result_arg(self) -> str:
+        return "stack" if self.stack else self.spec.result_arg
+
+    def upstream(self, result) -> tuple[str, ...]:
+        """The upstream keywords of ``_grad``: ``d_<field>`` for the fields that have one."""
+        if not self.stack:
+            return self.spec.upstream
+        return tuple(f"d_{field}" for field in result._fields if field != "layers")
+
+    def call(self, suffix, primals, config, **keywords):
+        """``gc.<op><suffix>`` on the primal tree's arrays, ``config`` and ``keywords``."""
+        return getattr(gc, self.name + suffix)(**primals._asdict(), **config, **keywords)
+
+
+def _primals(structure, leaves):
+    """The primal tree of backend views of the tensor ``leaves``."""
+    return _unflatten(structure, iter([_view(t) for t in leaves]))
+
+
+class _Box:
+    """What travels beside the tensors into a Function and back: the device, the gc result
+    (with its recorded settings), forward-mode tangents. A plain object, not a dict or tuple,
+    so that torch.func's pytree handling passes it through as it is."""
+
+    def __init__(self, **attributes):
+        self.result = self.d_result = None
+        self.__dict__.update(attributes)
+
+
+class _Forward(torch.autograd.Function):
+    """``gc.<op>`` on the primal leaves; outputs: the result's array leaves."""
+
+    @staticmethod
+    def forward(op, structure, config, box, *leaves):
+        with _on(box.device):
+            primals = _primals(structure, leaves)
+            if box.tangents is None:
+                result = op.call("", primals, config)
+            else:   # forward mode: the result with its tangent, for jvp, in one call
+                result, box.d_result = op.call(
+                    "_jvp", primals, config, tangents=_primals(structure, box.tangents))
+            box.result = result
+            return tuple(_tensor(a) for a in _arrays(result))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        op, structure, config, box, *leaves = inputs
+        ctx.set_materialize_grads(False)
+        # The outputs too: they share memory with the result the backward reads, and saving
+        # them makes an in-place change of one an error in backward, not a wrong gradient.
+        ctx.save_for_backward(*leaves, *output)
+        ctx.op, ctx.structure, ctx.config = op, structure, config
+        ctx.device, ctx.result, ctx.leaves, ctx.box = box.device, box.result, leaves, box
+
+    @staticmethod
+    def backward(ctx, *grads):
+        result, op = ctx.result, ctx.op
+        upstream = {}
+        for (name, _), grad in zip(_named_arrays(result), grads):
+            if grad is None:
+                continue
+            if f"d_{name}" not in op.upstream(result):
+                raise ValueError(
+                    f"gradcells.torch.{op.name}: a gradient reached the result's field "
+                    f"{name!r}, and {op.name}_grad takes no upstream gradient for it "
+                    f"(only {', '.join(op.upstream(result))}): use those fields in the loss")
+            upstream[f"d_{name}"] = grad
+        names = tuple(upstream)
+        leaves = ctx.saved_tensors[:len(ctx.leaves)]
+        d_leaves = _Backward.apply(op, ctx.structure, ctx.config,
+                                   _Box(result=result, device=ctx.device, names=names),
+                                   *leaves, *upstream.values())
+        return (None, None, None, None,
+                *(d if need else None for d, need in zip(d_leaves, ctx.needs_input_grad[4:])))
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        with _on(ctx.device):
+            d_result, ctx.box.d_result = ctx.box.d_result, None
+            if d_result is None:   # tangents the call did not see (not dual before it)
+                _, d_result = ctx.op.call("_jvp", _primals(ctx.structure, ctx.leaves),
+                                          ctx.config,
+                                          tangents=_primals(ctx.structure, tangents[4:]))
+            return tuple(_tensor(a) for a in _tangent_arrays(d_result, ctx.result))
+
+
+class _Backward(torch.autograd.Function):
+    """``gc.<op>_grad``: inputs the primal leaves then the upstream gradients named in
+    ``names``; outputs the gradient's leaves (None where a primal is absent)."""
+
+    @staticmethod
+    def forward(op, structure, config, saved, *tensors):
+        result, device, names = saved.result, saved.device, saved.names
+        n = len(tensors) - len(names)
+        with _on(device):
+            primals = _primals(structure, tensors[:n])
+            upstream = {name: _view(u) for name, u in zip(names, tensors[n:])}
+            grads = op.call("_grad", primals, _backend_only(config),
+                            **{op.result_arg: result}, **upstream)
+            return tuple(_tensor(a) for a in _leaves_like(structure, grads))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        op, structure, config, saved, *tensors = inputs
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(*tensors)
+        ctx.op, ctx.structure, ctx.config = op, structure, config
+        ctx.result, ctx.device, ctx.names = saved.result, saved.device, saved.names
+        ctx.tensors = tensors
+
+    @staticmethod
+    def backward(ctx, *v):
+        tensors = ctx.saved_tensors
+        with torch.no_grad():
+            d_inputs = _Backward._second_order(ctx, tensors, v)
+        if not torch.is_grad_enabled():
+            return d_inputs
+        # create_graph=True: the second order's outputs, differentiated, raise.
+        return (None,) * 4 + _NoThirdOrder.apply(ctx.op.name, len(d_inputs) - 4,
+                                                 *d_inputs[4:], *tensors, *v)
+
+    @staticmethod
+    def _second_order(ctx, tensors, v):
+        op, names = ctx.op, ctx.names
+        n = len(tensors) - len(names)
+        with _on(ctx.device):
+            primals = _primals(ctx.structure, tensors[:n])
+            upstream = {name: _view(u) for name, u in zip(names, tensors[n:])}
+            dv = _primals(ctx.structure, v)
+            _, d_primals = op.call("_grad_jvp", primals, _backend_only(ctx.config),
+                                   **{op.result_arg: ctx.result}, tangents=dv, **upstream)
+            _, d_result = op.call("_jvp", primals, ctx.config, tangents=dv)
+            d_upstream = [getattr(d_result, name.removeprefix("d_")) for name in names]
+            return (None, None, None, None,
+                    *(_tensor(a) for a in _leaves_like(ctx.structure, d_primals)),
+                    *(_tensor(a) for a in d_upstream))
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        op, names = ctx.op, ctx.names
+        tangents = tangents[4:]
+        n = len(ctx.tensors) - len(names)
+        with _on(ctx.device):
+            primals = _primals(ctx.structure, ctx.tensors[:n])
+            upstream = {name: _view(u) for name, u in zip(names, ctx.tensors[n:])}
+            d_upstream = {f"{name}_tangent": _view(t) for name, t in zip(names, tangents[n:])}
+            _, d_grads = op.call("_grad_jvp", primals, _backend_only(ctx.config),
+                                 **{op.result_arg: ctx.result},
+                                 tangents=_primals(ctx.structure, tangents[:n]),
+                                 **upstream, **d_upstream)
+            return tuple(_tensor(a) for a in _leaves_like(ctx.structure, d_grads))
+
+
+class _NoThirdOrder(torch.autograd.Function):
+    """The identity on the second order's ``n`` outputs, connected to the tensors after them
+    (primals, upstreams, cotangents), whose backward raises: gradcells has no third order."""
+
+    @staticmethod
+    def forward(name, n, *tensors):
+        return tuple(None if t is None else t.clone() for t in tensors[:n])
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.name = inputs[0]
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(f"gradcells.torch.{ctx.name}: a third derivative was asked for; "
+                           "gradcells differentiates twice (backward of backward), not more")
+
+
+def _backend_only(config: dict) -> dict:
+    """The keywords ``_grad`` and ``_grad_jvp`` need besides the result (which records the
+    settings): the backend."""
+    return {"backend": config["backend"]}
+
+
+# -- the public functions -------------------------------------------------------------------
+
+
+def _check_primals(name, named) -> torch.device:
+    """The primals' one device; TypeError for a non-tensor, a non-float tensor or two
+    dtypes, ValueError for two devices."""
+    first = None
+    for arg, t in named:
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"gradcells.torch.{name}: {arg} must be a torch.Tensor, got "
+                            f"{type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"gradcells.torch.{name}: {arg} is a {t.dtype} tensor; pass "
+                            "float32 or float64")
+        if first is None:
+            first = arg, t
+        elif t.device != first[1].device:
+            raise ValueError(f"gradcells.torch.{name}: {arg} is on {t.device} and "
+                             f"{first[0]} on {first[1].device}: pass every tensor on one device")
+        elif t.dtype != first[1].dtype:
+            raise TypeError(f"gradcells.torch.{name}: {arg} is {t.dtype} and {first[0]} "
+                            f"{first[1].dtype}: pass every float tensor in one dtype")
+    if first is None:
+        raise TypeError(f"gradcells.torch.{name}: x must be a torch.Tensor, got None")
+    return first[1].device
+
+
+def _constant(name, arg, value, device):
+    """A mask or ``seq_len`` as a backend array: tensors must not require grad and must be on
+    the primals' device; anything else goes to gc as it is."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_constant(name, f"{arg}[{k}]", item, device)
+                           for k, item in enumerate(value))
+    if not isinstance(value, torch.Tensor):
+        return value
+    if value.requires_grad:
+        raise ValueError(f"gradcells.torch.{name}: {arg} requires grad; it is data, not a "
+                         "parameter: pass it detached")
+    if value.device != device:
+        raise ValueError(f"gradcells.torch.{name}: {arg} is on {value.device} and the "
+                         f"arrays on {device}: pass every tensor on one device")
+    return _view(value, arg)
+
+
+def _primal_tree(op: _Op, arguments: dict):
+    """The call's primals as a tree of the op's gradient type (weight sets and ``LSTMNorm``
+    rebuilt as their types)."""
+    if op.stack:
+        cell = _STACK_CELLS[op.name]
+        weights = arguments.get("weights")
+        if not isinstance(weights, (list, tuple)):
+            raise TypeError(f"gradcells.torch.{op.name}: weights must be a list of "
+                            f"{cell.weights.__name__}, got {type(weights).__name__}")
+        layers = [_weight_set(op.name, cell.weights, k, ws) for k, ws in enumerate(weights)]
+        return cell.grads(*(arguments.get(s) for s in ("x", *op.spec.states)), layers)
+    fields = dict.fromkeys(op.spec.grads._fields)
+    fields.update((k, v) for k, v in arguments.items() if k in fields)
+    if fields.get("layer_norm") is not None:
+        fields["layer_norm"] = gc.LSTMNorm(*fields["layer_norm"])
+    return op.spec.grads(**fields)
+
+
+def _weight_set(name, kind, k, ws):
+    try:
+        ws = ws if isinstance(ws, kind) else kind(*ws)
+    except TypeError as error:
+        raise TypeError(f"gradcells.torch.{name}: weights[{k}] must be a {kind.__name__} "
+                        f"({error})") from error
+    norm = getattr(ws, "layer_norm", None)
+    return ws if norm is None else ws._replace(layer_norm=gc.LSTMNorm(*norm))
+
+
+def _forward_tangents(leaves):
+    """The leaves' forward-mode tangents (``forward_ad``'s current level), or None when no
+    leaf has one."""
+    unpack = torch.autograd.forward_ad.unpack_dual
+    tangents = [None if t is None else unpack(t).tangent for t in leaves]
+    return tangents if any(t is not None for t in tangents) else None
+
+
+def _function(name: str):
+    """``gradcells.torch.<name>``: ``gc.<name>`` under autograd (see the module)."""
+    op, reference = _Op(name), getattr(gc, name)
+    signature = inspect.signature(reference)
+    primal_args = ("x", *op.spec.states, "weights") if op.stack else op.spec.grads._fields
+
+    def function(*args, **kwargs):
+        arguments = signature.bind(*args, **kwargs).arguments
+        tree = _primal_tree(op, arguments)
+        leaves = []
+        structure = _flatten(tree, leaves)
+        device = _check_primals(name, _named(tree))
+        with _on(device):
+            config = {k: (_constant(name, k, v, device) if k in _CONSTANTS or
+                          k == "dropout_masks" else v)
+                      for k, v in arguments.items() if k not in primal_args}
+        config.setdefault("backend", None)
+        box = _Box(device=device, tangents=_forward_tangents(leaves))
+        outputs = _Forward.apply(op, structure, config, box, *leaves)
+        return _like(box.result, iter(outputs))
+
+    function.__name__ = function.__qualname__ = name
+    function.__signature__ = signature
+    function.__doc__ = (
+        f"``gc.{name}`` on tensors, differentiable (reverse and forward mode, second order) "
+        f"in every float tensor argument that requires grad.\n\nThe signature, the "
+        f"arguments' meaning and the result (``{reference.__annotations__.get('return')}`` "
+        f"of tensors, its settings recorded) are ``gc.{name}``'s; masks and ``seq_len`` may "
+        "be tensors (not requiring grad) or NumPy arrays. Reverse mode takes the gradients "
+        "of the fields ``gc." + name + "_grad`` has upstreams for, and raises ValueError "
+        "for any other. See ``gradcells.torch._functions``.")
+    return function
+
+
+def _stack_cells():
+    from .. import stacks
+
+    return {f"{cell}_stack": getattr(stacks, f"_{cell.upper()}") for cell in ("lstm", "gru", "rnn")}
+
+
+_STACK_CELLS = _stack_cells()
+FORWARD_OPS = (*OPS, *STACKS)
+"""The nine forward operations ``gradcells.torch`` wraps."""
