@@ -149,14 +149,12 @@ def _view(t, name="array"):
 
 
 def _tensor(a):
-    """Backend array ``a`` as a tensor sharing its memory; copied when a stride is negative
-    (a reversed sequence's time axis), which PyTorch has no tensor for (its DLPack import
-    aborts the process on one)."""
+    """Backend array ``a`` as a tensor sharing its memory (``_interop._from_backend`` copies
+    one with a negative stride, a reversed sequence's time axis, which PyTorch has no
+    tensor for)."""
     if a is None:
         return None
-    if any(stride < 0 for stride in a.strides):
-        a = a.copy()
-    if type(a) is np.ndarray and a.flags.writeable:
+    if type(a) is np.ndarray and a.flags.writeable and min(a.strides, default=0) >= 0:
         return torch.from_numpy(a)
     return _from_backend(a, _TORCH)
 
