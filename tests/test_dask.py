@@ -4,7 +4,7 @@ gradients tree-reduced over the chunks, JVP, the gradient's JVP; lengths and mas
 with the batch), float64, on the default threaded scheduler; nothing computes before
 ``.compute()``; each chunk runs once; chunkings gradcells cannot run are ``ValueError``s
 that say how to rechunk; and a two-process ``dask.distributed`` cluster runs a sequence's
-forward and gradient to the same values.
+forward and gradient to the same values; on a device, CuPy blocks run the GPU backend.
 """
 
 from __future__ import annotations
@@ -252,3 +252,38 @@ def test_a_distributed_cluster_runs_a_sequence_forward_and_gradient(rng, cluster
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
     workers = cluster_client.run(lambda: 1)
     assert len(workers) == 2
+
+
+def _on_device(value, cupy):
+    """``value`` with every array on the GPU: dask arrays' blocks as CuPy arrays, NumPy
+    arrays as CuPy arrays (tuples, lists and dicts of them alike)."""
+    if isinstance(value, dict):
+        return {k: _on_device(v, cupy) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        items = [_on_device(item, cupy) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    if isinstance(value, da.Array):
+        return value.map_blocks(cupy.asarray, dtype=value.dtype)
+    return cupy.asarray(value) if isinstance(value, np.ndarray) else value
+
+
+def test_cupy_chunks_run_on_the_gpu(rng):
+    """CuPy blocks run the GPU backend (on a device only; tests/test_gpu.py's rule)."""
+    cupy = pytest.importorskip("cupy")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("needs a CUDA device")
+    except cupy.cuda.runtime.CUDARuntimeError:
+        pytest.skip("needs a CUDA device")
+    case = FAMILIES["lstm_sequence"](rng)
+    seq = gc.lstm_sequence(**case)
+    d_h = rng.standard_normal(seq.h.shape)
+    grads = _call("lstm_sequence", "_grad", case, seq=seq, d_h=d_h)
+    lazy = _on_device(_chunked(case), cupy)
+    lazy_seq = gc.lstm_sequence(**lazy)
+    lazy_grads = _call("lstm_sequence", "_grad", lazy, seq=lazy_seq,
+                       d_h=_on_device(_chunked(d_h), cupy))
+    computed = dask.compute(lazy_seq.h, lazy_grads.x, lazy_grads.w)
+    for want, got in zip((seq.h, grads.x, grads.w), computed):
+        assert isinstance(got, cupy.ndarray)
+        np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-9, atol=1e-11)
