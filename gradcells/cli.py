@@ -224,8 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = commands.add_parser("audit", help="check a framework's fused recurrent ops "
                                               "against the oracle")
-    audit.add_argument("framework", choices=["tensorflow", "torch"],
-                       help="the framework whose fused recurrent ops to audit")
+    from .audit import ALL
+
+    audit.add_argument("framework", choices=["all", *ALL],
+                       help="the framework whose recurrent layers to audit (all: each one "
+                            "installed)")
     audit.add_argument("--examples", type=_positive_int, default=3, metavar="N")
     audit.add_argument("--seed", type=_seed, default=0)
     audit.add_argument("--select", metavar="TEXT",

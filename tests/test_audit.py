@@ -57,6 +57,30 @@ def test_a_mismatch_is_a_known_fault_only_when_the_fault_model_matches():
     assert audit.Verdict(miss).kind(3) == "unexpected"
 
 
+def test_a_check_the_framework_cannot_run_is_skipped_with_its_reason_never_a_pass():
+    def too_old(rng):
+        raise audit.Skipped("needs torch >= 9.0, found 2.13")
+
+    row = audit.run_check(audit.Check("new op", too_old), np.random.default_rng(0), 3)
+    assert (row.result, row.detail, row.cases, row.unexpected) == (
+        "skipped", "needs torch >= 9.0, found 2.13", 0, False)
+    counts = audit._engine.summary([row], None)[0]
+    assert counts == "1 check: 0 agree, 0 show known faults, 1 skipped, 0 unexpected mismatches"
+
+
+def test_a_convention_row_names_the_convention_not_a_fault(monkeypatch):
+    convention = audit.Fault(99, "a documented convention", "evidence", "repro",
+                             kind="convention")
+    monkeypatch.setitem(audit.FAULTS, 99, convention)
+    miss, model = audit.Outcome(3.0, 0.1, "h"), audit.Outcome(0.1, 1e-9, "h")
+    row = audit.run_check(audit.Check("conv", lambda rng: audit.Verdict(miss, model), 99),
+                          np.random.default_rng(0), 2)
+    assert row.result == "convention 99" and not row.unexpected
+    lines = audit._engine.summary([row], None)
+    assert lines == ["1 check: 0 agree, 0 show known faults, 1 show documented conventions, "
+                     "0 unexpected mismatches", "  convention 99: a documented convention"]
+
+
 def test_a_check_that_raises_is_an_unexpected_mismatch_not_a_crash():
     def broken(rng):
         raise RuntimeError("kernel exploded")
@@ -66,8 +90,8 @@ def test_a_check_that_raises_is_an_unexpected_mismatch_not_a_crash():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="framework must be one of"):
-        audit.run("jax")
+    with pytest.raises(ValueError, match="framework must be 'all' or one of"):
+        audit.run("mxnet")
     with pytest.raises(ValueError, match="examples must be a positive integer"):
         audit.run("torch", examples=0)
     with pytest.raises(ValueError, match="seed must be a non-negative integer, got -1"):

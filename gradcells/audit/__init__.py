@@ -37,6 +37,7 @@ from ._engine import (
     Check,
     Outcome,
     Row,
+    Skipped,
     Verdict,
     compare,
     judge,
@@ -47,13 +48,22 @@ from ._engine import (
 from .faults import FAULTS, Fault
 
 FRAMEWORKS = {"tensorflow": "tensorflow", "tf": "tensorflow", "torch": "torch",
-              "pytorch": "torch"}
+              "pytorch": "torch", "jax": "jax", "flax": "jax", "keras": "keras",
+              "onnxruntime": "onnxruntime", "ort": "onnxruntime"}
+"""The names ``audit`` takes, each to the module ``gradcells.audit.<module>`` that audits it."""
+ALL = ("tensorflow", "torch", "jax", "keras", "onnxruntime")
+"""What ``audit all`` runs, in order."""
+INSTALL = {"tensorflow": "pip install tensorflow-cpu", "torch": "pip install torch",
+           "jax": "pip install jax flax", "keras": "pip install keras",
+           "onnxruntime": "pip install onnx onnxruntime"}
+"""How to install each framework (the message of a usage error naming it)."""
 
 _run_check = run_check          # the names of the first edition
 _judge = judge
 
 __all__ = [
-    "run", "FRAMEWORKS", "FAULTS", "Fault", "Outcome", "Verdict", "Check", "Row", "AGREES",
+    "run", "FRAMEWORKS", "ALL", "INSTALL", "FAULTS", "Fault", "Outcome", "Verdict", "Check",
+    "Row", "AGREES", "Skipped",
     "compare", "judge", "oracle_outcome", "run_check", "run_checks",
     "FLOAT32_FORWARD", "FLOAT32_GRADIENT", "FLOAT64",
     "lstm_steps", "lstm_backprop", "gru_steps", "gru_backprop",
@@ -71,9 +81,8 @@ def _positive(value: object, least: int) -> bool:
 
 
 def _validate(framework: str, examples: int, seed: int) -> None:
-    if framework not in FRAMEWORKS:
-        raise ValueError(f"framework must be one of {sorted(set(FRAMEWORKS.values()))}, "
-                         f"got {framework!r}")
+    if framework != "all" and framework not in FRAMEWORKS:
+        raise ValueError(f"framework must be 'all' or one of {list(ALL)}, got {framework!r}")
     if not _positive(examples, 1):
         raise ValueError(f"examples must be a positive integer, got {examples!r}")
     if not _positive(seed, 0):
@@ -82,30 +91,51 @@ def _validate(framework: str, examples: int, seed: int) -> None:
 
 def run(framework: str, *, examples: int = 10, seed: int = 0, stream: TextIO | None = None,
         progress: bool = True, select: str | None = None, markdown: bool = False) -> int:
-    """Audit ``framework`` ("tensorflow" or "torch") and print one row per check to
-    ``stream`` (default ``sys.stdout``); a progress line goes to stderr unless
-    ``progress=False``. ``select``: run only the checks whose name contains this text
-    (case-insensitive). ``markdown``: print a Markdown section with the versions it ran on
-    instead (what ``docs/audit.md`` holds).
+    """Audit ``framework`` (a name of ``FRAMEWORKS``, or ``"all"``: every one of ``ALL``
+    installed here, in turn) and print one row per check to ``stream`` (default
+    ``sys.stdout``); a progress line goes to stderr unless ``progress=False``. ``select``:
+    run only the checks whose name contains this text (case-insensitive). ``markdown``:
+    print a Markdown section with the versions it ran on instead (what ``docs/audit.md``
+    holds; ``all`` prints one section per framework).
 
-    Returns the exit status: 0 when every row agrees or shows a known fault, 1 when any row
-    is an unexpected mismatch, 2 when the framework is not installed or ``select`` matches
-    no check.
+    Returns the exit status: 0 when every row agrees, is skipped or shows a known fault or
+    convention, 1 when any row is an unexpected mismatch, 2 when the framework named is not
+    installed (``all``: none is) or ``select`` matches no check.
     """
     stream = sys.stdout if stream is None else stream
     _validate(framework, examples, seed)
-    framework = FRAMEWORKS[framework]
+    if framework != "all":
+        return _run_one(FRAMEWORKS[framework], examples, seed, stream, progress, select,
+                        markdown, quiet=False)
+    statuses = []
+    for name in ALL:
+        if statuses and statuses[-1] != 2:
+            print("", file=stream)
+        statuses.append(_run_one(name, examples, seed, stream, progress, select, markdown,
+                                 quiet=True))
+    ran = [s for s in statuses if s != 2]
+    if not ran:
+        print("gradcells audit: none of the frameworks is installed (or --select matches "
+              "no check); pip install gradcells[conformance]", file=sys.stderr)
+        return 2
+    return max(ran)
+
+
+def _run_one(framework, examples, seed, stream, progress, select, markdown, quiet) -> int:
+    """One framework's audit; ``quiet``: a missing framework or empty selection is a note
+    on stderr (``audit all``) rather than the usage error."""
     try:
         title, checks, footer = importlib.import_module(f"{__name__}.{framework}").checks()
     except ImportError as error:
         print(f"gradcells audit: {framework} is not installed ({error}); "
-              "pip install gradcells[conformance]", file=sys.stderr)
+              f"{INSTALL[framework]}" + (" (skipped)" if quiet else ""), file=sys.stderr)
         return 2
     if select is not None:
         checks = [c for c in checks if select.lower() in c.name.lower()]
         if not checks:
-            print(f"gradcells audit: --select {select!r} matches no {framework} check",
-                  file=sys.stderr)
+            if not quiet:
+                print(f"gradcells audit: --select {select!r} matches no {framework} check",
+                      file=sys.stderr)
             return 2
     return run_checks(title, checks, footer, examples=examples, seed=seed, stream=stream,
                       progress=progress, markdown=markdown)

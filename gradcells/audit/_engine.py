@@ -2,9 +2,12 @@
 that prints them as one table (``gradcells._core.report``).
 
 A check is a function ``case(rng) -> Verdict`` run on ``examples`` generated cases; its row is
-**agrees** (every case matches the truth), **known fault N** (a case misses the truth but
-matches the model of fault N of ``gradcells.audit.faults``) or **unexpected mismatch** (a case
-matches neither, or the framework raised). Only unexpected mismatches make the exit status 1.
+**agrees** (every case matches the truth), **known fault N** or **convention N** (a case
+misses the truth but matches the model of entry N of ``gradcells.audit.faults``: a fault, or
+a documented difference of convention), **skipped** (the case raised ``Skipped``: the
+installed framework cannot run the check, with the reason; never a pass) or **unexpected
+mismatch** (a case matches none of these, or the framework raised). Only unexpected
+mismatches make the exit status 1.
 """
 
 from __future__ import annotations
@@ -24,6 +27,11 @@ from .faults import FAULTS
 FLOAT32_FORWARD = (1e-5, 1e-6)      # TensorFlow float32 vs gradcells float64, same inputs
 FLOAT32_GRADIENT = (1e-4, 1e-5)     # TensorFlow float32 gradient vs gradcells float64
 FLOAT64 = (1e-10, 1e-12)            # PyTorch float64 vs gradcells float64
+
+
+class Skipped(Exception):
+    """Raised by a check's case when the installed framework cannot run it (too old a
+    version, an absent backend); its message is the reason the row gives."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +163,8 @@ def _verdicts(check: Check, rng, n: int) -> list[Verdict]:
     for _ in range(n):
         try:
             verdicts.append(check.case(rng))
+        except Skipped:
+            raise
         except Exception as error:       # the framework failing is a finding, not a crash
             verdicts.append(_raised(error))
     return verdicts
@@ -176,7 +186,7 @@ def _fault_row(check: Check, n: int, worst: Verdict, kinds) -> Row:
     share = "" if faulty == n else f" ({faulty}/{n})"
     detail = (f"raises {worst.raised}" if worst.raised else
               f"|Δ| {worst.truth.abs_error:.2g} in {worst.truth.where}; matches the fault")
-    return Row(check.name, n, f"known fault {check.fault}{share}", detail, False)
+    return Row(check.name, n, f"{FAULTS[check.fault].label}{share}", detail, False)
 
 
 def _agrees_row(check: Check, n: int, worst: Verdict) -> Row:
@@ -190,7 +200,10 @@ def _agrees_row(check: Check, n: int, worst: Verdict) -> Row:
 def run_check(check: Check, rng: np.random.Generator, examples: int) -> Row:
     """Run ``check`` on its cases and sum them up in a row."""
     n = check.cases or examples
-    verdicts = _verdicts(check, rng, n)
+    try:
+        verdicts = _verdicts(check, rng, n)
+    except Skipped as reason:
+        return Row(check.name, 0, "skipped", str(reason), False)
     kinds = [v.kind(check.fault) for v in verdicts]
     worst = max(verdicts, key=lambda v: (v.raised is not None, v.truth.ratio))
     if "unexpected" in kinds:
@@ -211,12 +224,17 @@ def summary(rows: Sequence[Row], seconds: float | None) -> list[str]:
     fault shown, in a line."""
     unexpected = sum(r.unexpected for r in rows)
     agreeing = sum(r.result == "agrees" for r in rows)
-    shown = sorted({int(r.result.split()[2]) for r in rows if r.result.startswith("known")})
-    lines = [f"{count(len(rows), 'check')}: {agreeing} agree, "
-             f"{len(rows) - agreeing - unexpected} show known faults, "
-             f"{count(unexpected, 'unexpected mismatch', 'unexpected mismatches')}"
+    skipped = sum(r.result == "skipped" for r in rows)
+    shown = sorted({int(r.result.split("(")[0].split()[-1]) for r in rows
+                    if r.result.startswith(("known fault", "convention"))})
+    faults = sum(r.result.startswith("known fault") for r in rows)
+    conventions = len(rows) - agreeing - unexpected - skipped - faults
+    lines = [f"{count(len(rows), 'check')}: {agreeing} agree, {faults} show known faults, "
+             + (f"{conventions} show documented conventions, " if conventions else "")
+             + (f"{skipped} skipped, " if skipped else "")
+             + f"{count(unexpected, 'unexpected mismatch', 'unexpected mismatches')}"
              + ("" if seconds is None else f" ({seconds:.1f} s)")]
-    return lines + [f"  fault {n}: {FAULTS[n].title}" for n in shown]
+    return lines + [f"  {FAULTS[n].kind} {n}: {FAULTS[n].title}" for n in shown]
 
 
 def _versions() -> str:

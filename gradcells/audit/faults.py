@@ -21,7 +21,9 @@ class Fault:
     the tests show; ``reproduction``: a minimal Python reproduction with TensorFlow (or the
     seed's code); ``checks``: the audit rows that recognise it (empty when the audit cannot
     run it here); ``test``: the test in ``tests/test_faults.py`` that shows it, or None with
-    the reason in ``evidence``.
+    the reason in ``evidence``. ``kind``: ``"fault"`` (a wrong result) or ``"convention"`` (a
+    documented difference of convention: the framework's result is right by its own
+    definition, and the row says so instead of calling it a fault).
     """
 
     number: int
@@ -30,6 +32,12 @@ class Fault:
     reproduction: str
     checks: tuple[str, ...] = ()
     test: str | None = None
+    kind: str = "fault"
+
+    @property
+    def label(self) -> str:
+        """What an audit row calls it: ``known fault N`` or ``convention N``."""
+        return f"{'known fault' if self.kind == 'fault' else 'convention'} {self.number}"
 
     def __str__(self) -> str:
         return self.title        # as the first edition's FAULTS[n], a line
