@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
-jax.config.update("jax_enable_x64", True)
 jnp = jax.numpy
 
 import gradcells as gc  # noqa: E402
@@ -20,6 +19,16 @@ from gradcells._core.specs import OPS, PEEPHOLES  # noqa: E402
 
 T, B, I, H = 5, 3, 4, 6
 TOL = dict(rtol=1e-9, atol=1e-10)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _float64():
+    """float64 for this file's tests, JAX's setting restored after (other files rely on
+    JAX's float32 default)."""
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", before)
 
 
 def close(a, b):
