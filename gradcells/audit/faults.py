@@ -160,6 +160,77 @@ _LIST = (
         "values",
         ("float64 inputs (LSTMBlockCell, GRUBlockCell, BlockLSTMV2)",),
         "test_fault_10_tensorflow_rejects_float64"),
+    # ONNX Runtime (gradcells.audit.onnxruntime): numbers 40-49
+    Fault(
+        40, "ONNX Runtime's LSTM does not clip Ct before h(Ct) (onnxruntime issue 27224)",
+        "ONNX's `clip` bounds the input of every activation, `h(Ct)`'s included. With an "
+        "active `clip`, ORT's LSTM outputs `Y`, `Y_h` miss a transcription of the ONNX "
+        "equations (written with gradcells's reference math and equal to gradcells without "
+        "the clip) by |Δ| of order 0.1, and equal it with `Ct` left unclipped before `h`; the "
+        "gates' pre-activations are clipped as specified, and GRU and RNN agree. Reported "
+        "upstream as microsoft/onnxruntime#27224 (closed as stale; fix PR #27239 open). "
+        "gradcells's `cell_clip` clips the carried cell state, which is neither.",
+        'import numpy as np, onnxruntime as ort\n'
+        'from onnx import TensorProto as T, helper as oh\n'
+        'node = oh.make_node("LSTM", ["X", "W", "R", "", "", "", "C0"], ["Y", "Y_h", "Y_c"],\n'
+        '                    hidden_size=1, clip=1.0)\n'
+        'ins = [oh.make_tensor_value_info(n, T.FLOAT, s) for n, s in\n'
+        '       (("X", [1, 1, 1]), ("W", [1, 4, 1]), ("R", [1, 4, 1]), ("C0", [1, 1, 1]))]\n'
+        'outs = [oh.make_tensor_value_info(n, T.FLOAT, None) for n in ("Y", "Y_h", "Y_c")]\n'
+        'model = oh.make_model(oh.make_graph([node], "g", ins, outs),\n'
+        '                      opset_imports=[oh.make_opsetid("", 22)], ir_version=10)\n'
+        'f, z = np.float32, np.zeros((1, 4, 1), np.float32)\n'
+        'y, y_h, y_c = ort.InferenceSession(model.SerializeToString()).run(None, {\n'
+        '    "X": np.zeros((1, 1, 1), f), "W": z, "R": z, "C0": np.full((1, 1, 1), 5, f)})\n'
+        'print(y_c, y_h)  # [[[2.5]]] [[[0.4933]]] = 0.5·tanh(2.5), unclipped\n'
+        '# ONNX: i = f = o = σ(0) = 0.5, Ct = 0.5·5 = 2.5, Ht = 0.5·tanh(clip(2.5)) = 0.3808',
+        ("LSTM clip vs the ONNX equations (transcription)",),
+        "test_fault_40_lstm_clip_skips_the_cell_state"),
+    Fault(
+        41, "ONNX Runtime's CPU LSTM, GRU and RNN refuse float64 (the spec allows it)",
+        "The ONNX operators take `tensor(double)`; ORT's CPU `LSTM` and `GRU` build a "
+        "session on float64 and raise at run time (`LSTM operator does not support double "
+        "yet`), and `RNN` has no float64 kernel (`NOT_IMPLEMENTED: Could not find an "
+        "implementation for RNN(22)`). The maintainers keep it so for binary size "
+        "(microsoft/onnxruntime#28339). gradcells runs all three in float64.",
+        "import numpy as np\n"
+        "from gradcells.audit.onnxruntime import run_node     # one node, CPU provider\n"
+        "z = np.zeros((1, 3, 1))                              # float64\n"
+        "run_node('GRU', {'X': np.zeros((1, 1, 1)), 'W': z, 'R': z}, ['Y'], hidden_size=1)\n"
+        "# RuntimeException: ... GRU operator does not support double yet",
+        ("float64 inputs (LSTM, GRU, RNN)",),
+        "test_fault_41_onnxruntime_refuses_float64"),
+    Fault(
+        42, "ONNX Runtime's CPU LSTM, GRU and RNN refuse layout=1 (batch first)",
+        "ONNX (opset 14 on) has `layout=1`: `X [B, T, I]`, states `[B, D, H]`, `Y [B, T, D, "
+        "H]`. ORT's CPU kernels fail the session's initialisation: `layout_ == 0 was false. "
+        "Batchwise recurrent operations (layout == 1) are not supported`. gradcells's "
+        "`batch_first=True` is the same computation; the audit's row compares with it "
+        "should ORT accept the attribute.",
+        "import numpy as np\n"
+        "from gradcells.audit.onnxruntime import run_node\n"
+        "f = np.float32; z = np.zeros((1, 1, 1), f)\n"
+        "run_node('RNN', {'X': z, 'W': z, 'R': z}, ['Y'], hidden_size=1, layout=1)\n"
+        "# Fail: ... Batchwise recurrent operations (layout == 1) are not supported",
+        ("layout=1 (batch first) vs gradcells batch_first=True (LSTM, GRU, RNN)",),
+        "test_fault_42_onnxruntime_refuses_layout_1"),
+    Fault(
+        43, "a row of sequence length 0: ORT's Y_h and Y_c are zeros, not the initial state",
+        "The ONNX spec does not say what `Y_h` holds for a row of length 0 (onnx/onnx#1674). "
+        "ORT writes zeros there, as its ReverseSequence does (microsoft/onnxruntime#749, its "
+        "tests since #28189), whatever `initial_h` / `initial_c` are; gradcells (PyTorch's "
+        "and TensorFlow's convention) returns the initial state, the state after the row's "
+        "last (no) step. Everything else agrees, `Y` is zero for the row in both.",
+        "import numpy as np\n"
+        "from gradcells.audit.onnxruntime import run_node\n"
+        "f = np.float32; z = np.zeros((1, 1, 1), f)\n"
+        "out = run_node('RNN', {'X': z, 'W': z, 'R': z, 'sequence_lens': np.zeros(1, np.int32),\n"
+        "               'initial_h': np.ones((1, 1, 1), f)}, ['Y', 'Y_h'], hidden_size=1)\n"
+        "print(out['Y_h'])          # [[[0.]]]; gradcells's h_final: the initial state, 1",
+        ("LSTM sequence_lens with zeros: Y_h of an empty row",
+         "GRU sequence_lens with zeros: Y_h of an empty row",
+         "RNN sequence_lens with zeros: Y_h of an empty row"),
+        "test_convention_43_zero_length_rows_end_in_zeros", kind="convention"),
 )
 
 FAULTS: dict[int, Fault] = {fault.number: fault for fault in _LIST}
