@@ -160,6 +160,24 @@ _LIST = (
         "values",
         ("float64 inputs (LSTMBlockCell, GRUBlockCell, BlockLSTMV2)",),
         "test_fault_10_tensorflow_rejects_float64"),
+    Fault(
+        50, "PyTorch has no forward-mode AD through pack_padded_sequence: no JVP of a packed "
+        "nn.LSTM",
+        "`torch.func.jvp` (and `torch.autograd.forward_ad`) of an `nn.LSTM` (or `nn.GRU`, "
+        "`nn.RNN`) on a `PackedSequence` raises `NotImplementedError: Trying to use forward "
+        "AD with _pack_padded_sequence that does not support it`; the same module unpacked "
+        "agrees with the oracle's `check_jvp` and with gradcells's `lstm_stack_jvp`, and "
+        "gradcells's `lstm_stack_jvp(seq_len=...)` gives the ragged tangent PyTorch cannot. "
+        "A missing feature, not a wrong result: the row says fault 50 while PyTorch refuses, "
+        "and compares with gradcells once it does not.",
+        "import torch\n"
+        "from torch.nn.utils.rnn import pack_padded_sequence\n"
+        "x = torch.ones(2, 1, 1)\n"
+        "torch.func.jvp(lambda x: pack_padded_sequence(x, torch.tensor([2])).data, (x,), (x,))\n"
+        "# NotImplementedError: Trying to use forward AD with _pack_padded_sequence that does "
+        "not\n# support it because it has not been implemented yet.",
+        ("nn.LSTM packed forward AD (torch.func.jvp)",),
+        "test_fault_50_no_forward_ad_through_pack_padded_sequence"),
 )
 
 FAULTS: dict[int, Fault] = {fault.number: fault for fault in _LIST}

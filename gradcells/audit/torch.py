@@ -10,10 +10,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import layouts
-from ..oracle import check_vjp
+from .. import cells, layouts, stacks
+from .._core.types import GRUCellGrads, LSTMCellGrads, LSTMStackGrads
+from ..oracle import check_jvp, check_vjp
 from ._cases import gru_backprop, gru_steps, lstm_backprop, lstm_steps, sizes, stack
-from ._engine import FLOAT64, Check, Verdict, compare, oracle_outcome
+from ._engine import (
+    FLOAT64,
+    Check,
+    Verdict,
+    compare,
+    oracle_outcome,
+    refused,
+    worst_verdict,
+)
 
 PARAM_NAMES = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 MODULES = (("nn.LSTMCell", "lstm", False), ("nn.GRUCell", "gru", False),
@@ -128,18 +137,36 @@ class Case:
         d_cs[-1] = self.cotangent[1]
         d_x, d_c, d_h0, d_w, d_b = lstm_backprop(xs, self.inputs["c"], self.inputs["h"],
                                                  *self.gradcells_weights(), states, d_cs, d_h)
-        d_weight_ih, d_weight_hh, d_bias, _ = layouts.lstm_to_torch(d_w, d_b)
-        inputs = [d_x if self.sequence else d_x[0], d_h0, d_c]
-        return inputs + [d_weight_ih, d_weight_hh, d_bias, d_bias]
+        named = torch_layout("lstm", (d_w, d_b))
+        return [d_x if self.sequence else d_x[0], d_h0, d_c] + [named[k] for k in PARAM_NAMES]
 
     def _gru_grads(self, xs, states, d_h):
-        d_x, d_h0, d_w_ru, d_w_c, d_b_ru, d_b_c = gru_backprop(
+        d_x, d_h0, *d_weights = gru_backprop(
             xs, self.inputs["h"], *self.gradcells_weights(), states, d_h, reset_after=True)
-        d_weight_ih, d_weight_hh, _, _ = layouts.gru_to_torch(d_w_ru, d_w_c, d_b_ru, d_b_c)
-        hidden = self.hidden
-        return [d_x if self.sequence else d_x[0], d_h0, d_weight_ih, d_weight_hh,
-                np.concatenate([d_b_ru, d_b_c[:hidden]]),
-                np.concatenate([d_b_ru, d_b_c[hidden:]])]
+        named = torch_layout("gru", d_weights)
+        return [d_x if self.sequence else d_x[0], d_h0] + [named[k] for k in PARAM_NAMES]
+
+
+def torch_layout(cell, d_weights) -> dict:
+    """One (layer, direction)'s gradients (a gradcells weight set of ``cell``) as the
+    gradients of PyTorch's parameters, by name without the layer suffix: both biases get
+    the gradient of their sum (a GRU's candidate biases are kept apart, ``b_c = [b_in,
+    b_hn]``)."""
+    if cell == "lstm":
+        w, b, *rest = d_weights
+        arrays = layouts.lstm_to_torch(w, b, rest[3] if len(rest) > 3 else None)
+        named = dict(zip(("weight_ih", "weight_hh", "bias_ih"), arrays))
+        named.update(bias_hh=arrays[2], **({"weight_hr": arrays[4]} if len(arrays) > 4 else {}))
+        return named
+    if cell == "gru":
+        w_ru, w_c, b_ru, b_c = d_weights[:4]
+        arrays, hidden = layouts.gru_to_torch(w_ru, w_c, b_ru, b_c), w_c.shape[1]
+        return {"weight_ih": arrays[0], "weight_hh": arrays[1],
+                "bias_ih": np.concatenate([b_ru, b_c[:hidden]]),
+                "bias_hh": np.concatenate([b_ru, b_c[hidden:]])}
+    arrays = layouts.rnn_to_torch(*d_weights[:2])
+    return {"weight_ih": arrays[0], "weight_hh": arrays[1], "bias_ih": arrays[2],
+            "bias_hh": arrays[2]}
 
 
 def forward_verdict(rng, kind, sequence) -> Verdict:
@@ -176,7 +203,368 @@ def _rows(label, kind, sequence) -> list[Check]:
     ]
 
 
-CHECKS = tuple(check for module in MODULES for check in _rows(*module))
+BASIC = tuple(check for module in MODULES for check in _rows(*module))
+"""The first edition's rows: one layer, one direction, every step valid."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole modules (2 layers, bidirectional, an LSTM's projection) on packed ragged sequences
+
+STACKS = (("nn.LSTM", "lstm", None), ("nn.GRU", "gru", None), ("nn.RNN", "rnn", "tanh"),
+          ("nn.RNN", "rnn", "relu"))
+STACK_OPS = {"lstm": (stacks.lstm_stack, stacks.lstm_stack_grad),
+             "gru": (stacks.gru_stack, stacks.gru_stack_grad),
+             "rnn": (stacks.rnn_stack, stacks.rnn_stack_grad)}
+
+
+def ragged_lengths(rng, batch, steps):
+    """Lengths in 1..T, one of them T and (with two rows or more) another 1."""
+    lengths = rng.integers(1, steps + 1, batch)
+    rows = rng.permutation(batch)
+    lengths[rows[0]] = steps
+    if batch > 1:
+        lengths[rows[1]] = 1
+    return lengths
+
+
+def _stack_module(cell, nonlinearity, n_in, hidden, proj):
+    nn, options = _torch().nn, {"num_layers": 2, "bidirectional": True,
+                                "dtype": _torch().float64}
+    if cell == "lstm":
+        return nn.LSTM(n_in, hidden, proj_size=proj, **options)
+    if cell == "gru":
+        return nn.GRU(n_in, hidden, **options)
+    return nn.RNN(n_in, hidden, nonlinearity=nonlinearity, **options)
+
+
+class StackCase:
+    """One generated case of a 2-layer bidirectional module: inputs ``x [T, B, I]`` (with
+    ``lengths``, packed by ``pack_padded_sequence(enforce_sorted=False)`` unless
+    ``packed=False``: then every row is T long and nothing is packed), the initial states,
+    the parameters (named as PyTorch names them) and cotangents of ``(out, h_n[, c_n])``."""
+
+    def __init__(self, rng, cell, nonlinearity=None, *, packed=True):
+        drawn, steps = sizes(rng), int(rng.integers(1, 5))
+        batch, n_in, hidden = drawn["batch"], drawn["input_size"], drawn["hidden"]
+        hidden = max(hidden, 2) if cell == "lstm" else hidden    # proj_size < hidden_size
+        proj = int(rng.integers(1, hidden)) if cell == "lstm" else 0
+        self.cell, self.nonlinearity, self.packed = cell, nonlinearity, packed
+        self.module = _stack_module(cell, nonlinearity, n_in, hidden, proj)
+        self.lengths = (ragged_lengths(rng, batch, steps) if packed
+                        else np.full(batch, steps))
+        self.inputs = {"x": rng.standard_normal((steps, batch, n_in)),
+                       "h0": 0.5 * rng.standard_normal((4, batch, proj or hidden))}
+        if cell == "lstm":
+            self.inputs["c0"] = rng.standard_normal((4, batch, hidden))
+        self.params = {name: (0.3 if name.startswith("bias") else 1 / np.sqrt(hidden))
+                       * rng.standard_normal(tuple(p.shape))
+                       for name, p in self.module.named_parameters()}
+        self.names = tuple(self.inputs) + tuple(self.params)
+        self.args = list(self.inputs.values()) + list(self.params.values())
+        self.seed = int(rng.integers(2**31))
+        self.cotangent = tuple(rng.standard_normal(o.shape) for o in self.forward(*self.args))
+        self.tangent = [rng.standard_normal(a.shape) for a in self.args]
+
+    def torch_outputs(self, tensors):
+        """PyTorch's ``(out [T, B, D·P] zero-padded, h_n[, c_n])``."""
+        from torch.func import functional_call
+        from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+        named = dict(zip(self.names, tensors))
+        x, params = named["x"], {k: named[k] for k in self.params}
+        state = (named["h0"], named["c0"]) if self.cell == "lstm" else named["h0"]
+        if self.packed:
+            x = pack_padded_sequence(x, _torch().from_numpy(self.lengths),
+                                     enforce_sorted=False)
+        out, final = functional_call(self.module, params, (x, state))
+        if self.packed:
+            out = pad_packed_sequence(out, total_length=self.lengths.max())[0]
+        return (out, *final) if self.cell == "lstm" else (out, final)
+
+    forward = Case.forward
+    vjp = Case.vjp
+
+    @property
+    def seq_len(self):
+        """gradcells's ``seq_len`` for the case (None unpacked)."""
+        return self.lengths if self.packed else None
+
+    def converted(self):
+        return layouts.stack_from_torch(self.params, nonlinearity=self.nonlinearity)
+
+    def converted_tangent(self, named):
+        """The parameters' tangents (by name) as gradcells weight sets (the conversion is
+        linear)."""
+        return layouts.stack_from_torch({k: named[k] for k in self.params},
+                                        nonlinearity=self.nonlinearity)
+
+    def gradcells_run(self):
+        """``(conv, states, stack)``: gradcells's stack on the converted weights."""
+        conv = self.converted()
+        states = conv.gradcells_states(*(self.inputs[k] for k in self.inputs if k != "x"))
+        stack = STACK_OPS[self.cell][0](self.inputs["x"], *states, conv,
+                                        seq_len=self.seq_len, **conv.options)
+        return conv, states, stack
+
+    def gradcells_forward(self):
+        _, _, stack = self.gradcells_run()
+        return (stack.h, stack.h_final) + ((stack.cs_final,) if self.cell == "lstm" else ())
+
+    def gradcells_grads(self):
+        """gradcells's gradients (``*_stack_grad``) in PyTorch's layout, aligned with
+        ``names``."""
+        conv, states, stack = self.gradcells_run()
+        upstream = dict(zip(("d_h", "d_h_final", "d_cs_final"), self.cotangent))
+        grads = STACK_OPS[self.cell][1](self.inputs["x"], *states, conv, stack, **upstream)
+        return [grads.x, grads.h0] + ([grads.cs0] if self.cell == "lstm" else []) + \
+            self.torch_weights(grads.weights)
+
+    def torch_weights(self, weight_sets):
+        """Per-(layer, direction) gradcells weight sets as PyTorch's parameters, in
+        ``params``'s order."""
+        named = {}
+        for k, w in enumerate(weight_sets):
+            suffix = f"_l{k // 2}" + ("_reverse" if k % 2 else "")
+            named.update({n + suffix: a for n, a in torch_layout(self.cell, w).items()})
+        return [named[k] for k in self.params]
+
+
+def stack_forward_verdict(rng, cell, nonlinearity=None) -> Verdict:
+    """The packed module's outputs and final states against gradcells's ``*_stack``
+    (``seq_len``) on ``layouts.stack_from_torch``'s weights."""
+    case = StackCase(rng, cell, nonlinearity)
+    names = ("out", "h_n", "c_n")
+    return Verdict(compare(zip(names, case.forward(*case.args), case.gradcells_forward()),
+                           FLOAT64))
+
+
+def stack_oracle_verdict(rng, cell, nonlinearity=None) -> Verdict:
+    """The packed module's autograd against the oracle's differences of PyTorch's forward
+    (every element of every argument, the padding's included: its gradient is zero)."""
+    case = StackCase(rng, cell, nonlinearity)
+    report = check_vjp(case.forward, case.vjp, case.args, names=case.names,
+                       cotangent=case.cotangent, seed=case.seed)
+    return Verdict(oracle_outcome(report))
+
+
+def stack_gradcells_verdict(rng, cell, nonlinearity=None) -> Verdict:
+    """The packed module's autograd against gradcells's ``*_stack_grad``, every element."""
+    case = StackCase(rng, cell, nonlinearity)
+    claim = case.vjp(case.cotangent, *case.args)
+    return Verdict(compare(zip(case.names, claim, case.gradcells_grads()), FLOAT64))
+
+
+def _stack_rows(label, cell, nonlinearity) -> list[Check]:
+    what = {"lstm": "proj_size, ", "gru": "", "rnn": f"{nonlinearity}, "}[cell]
+    name = f"{label} packed ({what}bidirectional, 2 layers)"
+    return [
+        Check(f"{name} forward vs gradcells (layouts.stack_from_torch)",
+              lambda rng: stack_forward_verdict(rng, cell, nonlinearity)),
+        Check(f"{name} autograd vs oracle",
+              lambda rng: stack_oracle_verdict(rng, cell, nonlinearity)),
+        Check(f"{name} autograd vs gradcells ({cell}_stack_grad)",
+              lambda rng: stack_gradcells_verdict(rng, cell, nonlinearity)),
+    ]
+
+
+STACK_CHECKS = tuple(check for module in STACKS for check in _stack_rows(*module))
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Second order (double backward) and forward mode
+
+def _tensors(arrays, grad=False):
+    return [tensor(a).requires_grad_(grad) for a in arrays]
+
+
+def torch_hvp(case, tangent, *arrays):
+    """PyTorch's double backward: ``g = grad(<ct, f>, args, create_graph=True)``, then
+    ``grad(g, args, tangent)``: the Hessian of ``<ct, f>`` times ``tangent``."""
+    torch = _torch()
+    tensors = _tensors(arrays, grad=True)
+    outputs = case.torch_outputs(tensors)
+    first = torch.autograd.grad(outputs, tensors, [tensor(c) for c in case.cotangent],
+                                create_graph=True)
+    second = torch.autograd.grad(first, tensors, _tensors(tangent), allow_unused=True)
+    return tuple(np.zeros_like(a) if g is None else g.detach().numpy()
+                 for g, a in zip(second, arrays))
+
+
+def torch_gradient(case, *arrays):
+    """PyTorch's gradient of ``<ct, f>`` as a function of the arguments."""
+    return tuple(case.vjp(case.cotangent, *arrays))
+
+
+def torch_tangent(case, tangent, *arrays):
+    """PyTorch's forward mode: ``torch.func.jvp`` of the case's outputs."""
+    from torch.func import jvp
+
+    _, out = jvp(lambda *t: case.torch_outputs(t), tuple(_tensors(arrays)),
+                 tuple(_tensors(tangent)))
+    return tuple(o.numpy() for o in out)
+
+
+def torch_dual_tangent(case, tangent, *arrays):
+    """PyTorch's forward mode by dual tensors (``torch.autograd.forward_ad``)."""
+    import torch.autograd.forward_ad as fwad
+
+    with fwad.dual_level():
+        duals = [fwad.make_dual(a, t) for a, t in zip(_tensors(arrays), _tensors(tangent))]
+        return tuple(fwad.unpack_dual(o).tangent.numpy() for o in case.torch_outputs(duals))
+
+
+def cell_tangents(case):
+    """The case's tangent (aligned with ``names``) as gradcells's cell gradient type."""
+    named = dict(zip(case.names, case.tangent))
+    if case.kind == "lstm":
+        w, b = layouts.lstm_from_torch(*(named[k] for k in PARAM_NAMES))
+        return LSTMCellGrads(named["x"], named["c"], named["h"], w, b)
+    return GRUCellGrads(named["x"], named["h"], *layouts.gru_from_torch(
+        *(named[k] for k in PARAM_NAMES)))
+
+
+def gradcells_hvp(case):
+    """gradcells's ``*_cell_grad_jvp`` along the case's tangent (the cotangent fixed), in
+    PyTorch's layout, aligned with ``names``."""
+    x, h, weights = case.inputs["x"], case.inputs["h"], case.gradcells_weights()
+    if case.kind == "lstm":
+        c = case.inputs["c"]
+        state = cells.lstm_cell(x, c, h, *weights, forget_bias=0.0)
+        _, t = cells.lstm_cell_grad_jvp(x, c, h, *weights, state, cell_tangents(case),
+                                        d_h=case.cotangent[0], d_cs=case.cotangent[1])
+        named = torch_layout("lstm", (t.w, t.b))
+        return [t.x, t.h_prev, t.cs_prev] + [named[k] for k in PARAM_NAMES]
+    state = cells.gru_cell(x, h, *weights, reset_after=True)
+    _, t = cells.gru_cell_grad_jvp(x, h, *weights, state, cell_tangents(case),
+                                   d_h=case.cotangent[0])
+    named = torch_layout("gru", t[2:])
+    return [t.x, t.h_prev] + [named[k] for k in PARAM_NAMES]
+
+
+def gradcells_cell_tangent(case):
+    """gradcells's ``*_cell_jvp`` along the case's tangent: ``(dh, dc)`` or ``(dh,)``."""
+    x, h, weights = case.inputs["x"], case.inputs["h"], case.gradcells_weights()
+    if case.kind == "lstm":
+        _, t = cells.lstm_cell_jvp(x, case.inputs["c"], h, *weights, cell_tangents(case),
+                                   forget_bias=0.0)
+        return t.h, t.cs
+    _, t = cells.gru_cell_jvp(x, h, *weights, cell_tangents(case), reset_after=True)
+    return (t.h,)
+
+
+def cell_case(rng, kind) -> Case:
+    """A cell ``Case`` with a tangent of every argument."""
+    case = Case(rng, kind, False)
+    case.tangent = [rng.standard_normal(np.shape(a)) for a in case.args]
+    return case
+
+
+def hvp_oracle_verdict(rng, kind) -> Verdict:
+    """The cell's double backward against the oracle: central differences of PyTorch's
+    gradient along the tangent (the Hessian is symmetric)."""
+    case = cell_case(rng, kind)
+    report = check_jvp(lambda *a: torch_gradient(case, *a),
+                       lambda t, *a: torch_hvp(case, t, *a), case.args,
+                       tangents=case.tangent, names=case.names, seed=case.seed)
+    return Verdict(oracle_outcome(report))
+
+
+def hvp_gradcells_verdict(rng, kind) -> Verdict:
+    """The cell's double backward against gradcells's ``*_cell_grad_jvp``."""
+    case = cell_case(rng, kind)
+    claim = torch_hvp(case, case.tangent, *case.args)
+    return Verdict(compare(zip(case.names, claim, gradcells_hvp(case)), FLOAT64))
+
+
+def jvp_oracle_verdict(rng, kind) -> Verdict:
+    """The cell's forward mode (``torch.func.jvp``) against the oracle's ``check_jvp``
+    (central differences of PyTorch's forward along the tangent)."""
+    case = cell_case(rng, kind)
+    report = check_jvp(case.forward, lambda t, *a: torch_tangent(case, t, *a), case.args,
+                       tangents=case.tangent, seed=case.seed)
+    return Verdict(oracle_outcome(report))
+
+
+def jvp_gradcells_verdict(rng, kind) -> Verdict:
+    """The cell's forward mode, ``torch.func.jvp`` and ``torch.autograd.forward_ad``'s dual
+    tensors both, against gradcells's ``*_cell_jvp``."""
+    case = cell_case(rng, kind)
+    truth = gradcells_cell_tangent(case)
+    names = ("h", "c") if kind == "lstm" else ("h",)
+    return worst_verdict([Verdict(compare(zip([f"{n} ({how})" for n in names],
+                                              claim(case, case.tangent, *case.args), truth),
+                                          FLOAT64))
+                          for how, claim in (("func.jvp", torch_tangent),
+                                             ("forward_ad", torch_dual_tangent))])
+
+
+def gradcells_stack_tangent(case):
+    """gradcells's ``lstm_stack_jvp`` along the case's tangent: ``(out, h_n, c_n)``."""
+    conv, states, _ = case.gradcells_run()
+    named = dict(zip(case.names, case.tangent))
+    d_weights = case.converted_tangent(named)
+    d_states = conv.gradcells_states(named["h0"], named["c0"])
+    tangents = LSTMStackGrads(named["x"], *d_states, d_weights)
+    _, t = stacks.lstm_stack_jvp(case.inputs["x"], *states, conv, tangents,
+                                 seq_len=case.seq_len, **conv.options)
+    return t.h, t.h_final, t.cs_final
+
+
+def stack_jvp_oracle_verdict(rng) -> Verdict:
+    """``nn.LSTM``'s forward mode (unpacked) against the oracle's ``check_jvp``."""
+    case = StackCase(rng, "lstm", packed=False)
+    report = check_jvp(case.forward, lambda t, *a: torch_tangent(case, t, *a), case.args,
+                       tangents=case.tangent, seed=case.seed)
+    return Verdict(oracle_outcome(report))
+
+
+def stack_jvp_gradcells_verdict(rng) -> Verdict:
+    """``nn.LSTM``'s forward mode (unpacked) against gradcells's ``lstm_stack_jvp``."""
+    case = StackCase(rng, "lstm", packed=False)
+    claim = torch_tangent(case, case.tangent, *case.args)
+    return Verdict(compare(zip(("out", "h_n", "c_n"), claim, gradcells_stack_tangent(case)),
+                           FLOAT64))
+
+
+PACKED_FORWARD_AD = "forward AD with _pack_padded_sequence"
+
+
+def packed_jvp_verdict(rng) -> Verdict:
+    """``torch.func.jvp`` through ``pack_padded_sequence``: refused (fault 50) or, once
+    PyTorch implements it, against gradcells's ``lstm_stack_jvp`` with ``seq_len``."""
+    case = StackCase(rng, "lstm")
+    try:
+        claim = torch_tangent(case, case.tangent, *case.args)
+    except NotImplementedError as error:
+        if PACKED_FORWARD_AD not in str(error):
+            raise
+        return refused("forward AD", str(error).splitlines()[0][:120])
+    return Verdict(compare(zip(("out", "h_n", "c_n"), claim, gradcells_stack_tangent(case)),
+                           FLOAT64))
+
+
+SECOND_ORDER_CHECKS = tuple(
+    row for label, kind in (("nn.LSTMCell", "lstm"), ("nn.GRUCell", "gru")) for row in (
+        Check(f"{label} double backward (HVP) vs oracle",
+              lambda rng, kind=kind: hvp_oracle_verdict(rng, kind)),
+        Check(f"{label} double backward (HVP) vs gradcells ({kind}_cell_grad_jvp)",
+              lambda rng, kind=kind: hvp_gradcells_verdict(rng, kind))))
+FORWARD_AD_CHECKS = tuple(
+    row for label, kind in (("nn.LSTMCell", "lstm"), ("nn.GRUCell", "gru")) for row in (
+        Check(f"{label} forward AD (torch.func.jvp) vs oracle",
+              lambda rng, kind=kind: jvp_oracle_verdict(rng, kind)),
+        Check(f"{label} forward AD (torch.func.jvp) and forward_ad vs gradcells ({kind}_cell_jvp)",
+              lambda rng, kind=kind: jvp_gradcells_verdict(rng, kind)))) + (
+    Check("nn.LSTM (proj_size, bidirectional, 2 layers) forward AD vs oracle",
+          stack_jvp_oracle_verdict),
+    Check("nn.LSTM (proj_size, bidirectional, 2 layers) forward AD vs gradcells "
+          "(lstm_stack_jvp)", stack_jvp_gradcells_verdict),
+    Check("nn.LSTM packed forward AD (torch.func.jvp)", packed_jvp_verdict, fault=50),
+)
+
+
+CHECKS = BASIC + STACK_CHECKS + SECOND_ORDER_CHECKS + FORWARD_AD_CHECKS
 """Every PyTorch row, in order."""
 
 
