@@ -35,7 +35,7 @@ def _rows(checks, select=None, examples=1):
 def test_the_extended_checks_agree_or_show_fault_50(audit_torch):
     rows = _rows(audit_torch.CHECKS)
     extended = {n: r for n, r in rows.items() if any(k in n for k in EXTENDED)}
-    assert len(extended) == 23
+    assert len(extended) == 29
     for name, row in rows.items():
         expected = "known fault 50" if name == FAULTS[50].checks[0] else "agrees"
         assert row.result == expected and not row.unexpected, (name, row)
@@ -66,7 +66,8 @@ def test_ragged_lengths_run_from_1_to_T(audit_torch):
                                                 ("rnn", "tanh"), ("rnn", "relu")])
 def test_a_packed_stack_check_runs_alone(audit_torch, cell, nonlinearity):
     rng = np.random.default_rng(2)
-    for check in (audit_torch.stack_forward_verdict, audit_torch.stack_gradcells_verdict):
+    for check in (audit_torch.stack_forward_verdict, audit_torch.stack_gradcells_verdict,
+                  audit_torch.stack_hvp_gradcells_verdict):
         assert check(rng, cell, nonlinearity).kind(None) == "agrees"
 
 
@@ -82,7 +83,8 @@ def test_an_injected_wrong_double_backward_is_unexpected(torch, audit_torch, mon
         return tuple(g.detach() + 1.001 * (g - g.detach()) for g in grads)
 
     monkeypatch.setattr(torch.autograd, "grad", wrong)
-    rows = _rows(audit_torch.CHECKS, "Cell")
+    rows = _rows(audit_torch.CHECKS, "Cell") | _rows(audit_torch.CHECKS, "nn.GRU packed")
+    assert sum("double backward" in name for name in rows) == 6
     for name, row in rows.items():
         assert row.unexpected == ("double backward" in name), (name, row)
 

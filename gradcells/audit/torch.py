@@ -11,7 +11,13 @@ from __future__ import annotations
 import numpy as np
 
 from .. import cells, layouts, stacks
-from .._core.types import GRUCellGrads, LSTMCellGrads, LSTMStackGrads
+from .._core.types import (
+    GRUCellGrads,
+    GRUStackGrads,
+    LSTMCellGrads,
+    LSTMStackGrads,
+    RNNStackGrads,
+)
 from ..oracle import check_jvp, check_vjp
 from ._cases import gru_backprop, gru_steps, lstm_backprop, lstm_steps, sizes, stack
 from ._engine import (
@@ -354,9 +360,14 @@ def stack_gradcells_verdict(rng, cell, nonlinearity=None) -> Verdict:
     return Verdict(compare(zip(case.names, claim, case.gradcells_grads()), FLOAT64))
 
 
-def _stack_rows(label, cell, nonlinearity) -> list[Check]:
+def stack_label(label, cell, nonlinearity):
+    """A packed module's rows' name: the module and its options."""
     what = {"lstm": "proj_size, ", "gru": "", "rnn": f"{nonlinearity}, "}[cell]
-    name = f"{label} packed ({what}bidirectional, 2 layers)"
+    return f"{label} packed ({what}bidirectional, 2 layers)"
+
+
+def _stack_rows(label, cell, nonlinearity) -> list[Check]:
+    name = stack_label(label, cell, nonlinearity)
     return [
         Check(f"{name} forward vs gradcells (layouts.stack_from_torch)",
               lambda rng: stack_forward_verdict(rng, cell, nonlinearity)),
@@ -499,16 +510,51 @@ def jvp_gradcells_verdict(rng, kind) -> Verdict:
                                              ("forward_ad", torch_dual_tangent))])
 
 
+STACK_GRADS = {"lstm": LSTMStackGrads, "gru": GRUStackGrads, "rnn": RNNStackGrads}
+
+
+def stack_tangents(case, conv):
+    """The case's tangent (aligned with ``names``) as gradcells's stack gradient type."""
+    named = dict(zip(case.names, case.tangent))
+    d_states = conv.gradcells_states(*(named[k] for k in case.inputs if k != "x"))
+    return STACK_GRADS[case.cell](named["x"], *d_states, case.converted_tangent(named))
+
+
 def gradcells_stack_tangent(case):
     """gradcells's ``lstm_stack_jvp`` along the case's tangent: ``(out, h_n, c_n)``."""
     conv, states, _ = case.gradcells_run()
-    named = dict(zip(case.names, case.tangent))
-    d_weights = case.converted_tangent(named)
-    d_states = conv.gradcells_states(named["h0"], named["c0"])
-    tangents = LSTMStackGrads(named["x"], *d_states, d_weights)
-    _, t = stacks.lstm_stack_jvp(case.inputs["x"], *states, conv, tangents,
+    _, t = stacks.lstm_stack_jvp(case.inputs["x"], *states, conv, stack_tangents(case, conv),
                                  seq_len=case.seq_len, **conv.options)
     return t.h, t.h_final, t.cs_final
+
+
+def gradcells_stack_hvp(case):
+    """gradcells's ``*_stack_grad_jvp`` along the case's tangent (the cotangent fixed), in
+    PyTorch's layout, aligned with ``names``."""
+    conv, states, stack = case.gradcells_run()
+    grad_jvp = getattr(stacks, f"{case.cell}_stack_grad_jvp")
+    upstream = dict(zip(("d_h", "d_h_final", "d_cs_final"), case.cotangent))
+    _, t = grad_jvp(case.inputs["x"], *states, conv, stack, stack_tangents(case, conv),
+                    **upstream)
+    return [t.x, t.h0] + ([t.cs0] if case.cell == "lstm" else []) + \
+        case.torch_weights(t.weights)
+
+
+def stack_hvp_oracle_verdict(rng, cell, nonlinearity=None) -> Verdict:
+    """The packed module's double backward against the oracle: central differences of
+    PyTorch's gradient along the tangent."""
+    case = StackCase(rng, cell, nonlinearity)
+    report = check_jvp(lambda *a: torch_gradient(case, *a),
+                       lambda t, *a: torch_hvp(case, t, *a), case.args,
+                       tangents=case.tangent, names=case.names, seed=case.seed)
+    return Verdict(oracle_outcome(report))
+
+
+def stack_hvp_gradcells_verdict(rng, cell, nonlinearity=None) -> Verdict:
+    """The packed module's double backward against gradcells's ``*_stack_grad_jvp``."""
+    case = StackCase(rng, cell, nonlinearity)
+    claim = torch_hvp(case, case.tangent, *case.args)
+    return Verdict(compare(zip(case.names, claim, gradcells_stack_hvp(case)), FLOAT64))
 
 
 def stack_jvp_oracle_verdict(rng) -> Verdict:
@@ -550,6 +596,13 @@ SECOND_ORDER_CHECKS = tuple(
               lambda rng, kind=kind: hvp_oracle_verdict(rng, kind)),
         Check(f"{label} double backward (HVP) vs gradcells ({kind}_cell_grad_jvp)",
               lambda rng, kind=kind: hvp_gradcells_verdict(rng, kind))))
+PACKED_SECOND_ORDER_CHECKS = tuple(
+    row for label, cell, nonlinearity in STACKS[:3] for row in (
+        Check(f"{stack_label(label, cell, nonlinearity)} double backward (HVP) vs oracle",
+              lambda rng, c=cell, n=nonlinearity: stack_hvp_oracle_verdict(rng, c, n)),
+        Check(f"{stack_label(label, cell, nonlinearity)} double backward (HVP) vs gradcells "
+              f"({cell}_stack_grad_jvp)",
+              lambda rng, c=cell, n=nonlinearity: stack_hvp_gradcells_verdict(rng, c, n))))
 FORWARD_AD_CHECKS = tuple(
     row for label, kind in (("nn.LSTMCell", "lstm"), ("nn.GRUCell", "gru")) for row in (
         Check(f"{label} forward AD (torch.func.jvp) vs oracle",
@@ -564,7 +617,8 @@ FORWARD_AD_CHECKS = tuple(
 )
 
 
-CHECKS = BASIC + STACK_CHECKS + SECOND_ORDER_CHECKS + FORWARD_AD_CHECKS
+CHECKS = (BASIC + STACK_CHECKS + SECOND_ORDER_CHECKS + PACKED_SECOND_ORDER_CHECKS
+          + FORWARD_AD_CHECKS)
 """Every PyTorch row, in order."""
 
 
