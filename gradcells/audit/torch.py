@@ -1,9 +1,23 @@
-"""The audit of PyTorch's recurrent modules (``nn.LSTMCell``, ``nn.GRUCell``, ``nn.LSTM``,
-``nn.GRU``) in float64: forward against gradcells through ``gc.layouts``, autograd against
-the oracle (central differences of PyTorch's own forward) and against gradcells.
+"""The audit of PyTorch's recurrent modules in float64, against the oracle (central
+differences of PyTorch's own float64 forward, or of its gradient for second order) and
+against gradcells through ``gc.layouts``:
 
-Every check is ``<kind>_check(cell, sequence)``'s function of a seeded generator; ``checks()``
-imports PyTorch (ImportError when it is absent) and lists the rows in order.
+* the first edition's rows (``BASIC``): ``nn.LSTMCell``, ``nn.GRUCell``, one-layer
+  ``nn.LSTM``, ``nn.GRU``: forward, autograd;
+* whole modules (``STACK_CHECKS``): 2-layer bidirectional ``nn.LSTM`` (``proj_size``),
+  ``nn.GRU``, ``nn.RNN`` (tanh, relu) on ragged sequences packed by
+  ``pack_padded_sequence(enforce_sorted=False)`` (lengths 1..T, 1 and T among them): the
+  padded outputs and final states against ``gc.*_stack(seq_len=...)`` on
+  ``layouts.stack_from_torch``'s weights, every gradient against ``*_stack_grad``;
+* second order (``SECOND_ORDER_CHECKS``, ``PACKED_SECOND_ORDER_CHECKS``): the double backward
+  (``grad(..., create_graph=True)``, then ``grad`` of that along a tangent: a Hessian-vector
+  product) of the cells and the packed modules against ``*_grad_jvp``;
+* forward mode (``FORWARD_AD_CHECKS``): ``torch.func.jvp`` and ``torch.autograd.forward_ad``
+  of the cells and of ``nn.LSTM`` against ``*_jvp`` and ``check_jvp``; through a packed
+  sequence PyTorch refuses (fault 50).
+
+Every check is a module-level function of a seeded generator; ``checks()`` imports PyTorch
+(ImportError when it is absent) and lists the rows in order.
 """
 
 from __future__ import annotations
@@ -389,17 +403,27 @@ def _tensors(arrays, grad=False):
     return [tensor(a).requires_grad_(grad) for a in arrays]
 
 
-def torch_hvp(case, tangent, *arrays):
-    """PyTorch's double backward: ``g = grad(<ct, f>, args, create_graph=True)``, then
-    ``grad(g, args, tangent)``: the Hessian of ``<ct, f>`` times ``tangent``."""
+def torch_double_backward(case, tangent, *arrays):
+    """PyTorch's double backward: ``g = grad(<ct, f>, args, create_graph=True)`` with the
+    cotangent ``ct`` a tensor that requires grad too, then ``grad(g, (args, ct), tangent)``.
+    Returns ``(hvp, jvp)``: the Hessian of ``<ct, f>`` times ``tangent`` (aligned with
+    ``names``) and, by the cotangent, the forward tangent ``J·tangent`` of each output."""
     torch = _torch()
     tensors = _tensors(arrays, grad=True)
-    outputs = case.torch_outputs(tensors)
-    first = torch.autograd.grad(outputs, tensors, [tensor(c) for c in case.cotangent],
+    cotangent = _tensors(case.cotangent, grad=True)
+    first = torch.autograd.grad(case.torch_outputs(tensors), tensors, cotangent,
                                 create_graph=True)
-    second = torch.autograd.grad(first, tensors, _tensors(tangent), allow_unused=True)
-    return tuple(np.zeros_like(a) if g is None else g.detach().numpy()
-                 for g, a in zip(second, arrays))
+    second = torch.autograd.grad(first, tensors + cotangent, _tensors(tangent),
+                                 allow_unused=True)
+    arrays = list(arrays) + list(case.cotangent)
+    out = [np.zeros_like(a) if g is None else g.detach().numpy()
+           for g, a in zip(second, arrays)]
+    return tuple(out[:len(tensors)]), tuple(out[len(tensors):])
+
+
+def torch_hvp(case, tangent, *arrays):
+    """The Hessian-vector product of ``torch_double_backward``."""
+    return torch_double_backward(case, tangent, *arrays)[0]
 
 
 def torch_gradient(case, *arrays):
@@ -482,10 +506,14 @@ def hvp_oracle_verdict(rng, kind) -> Verdict:
 
 
 def hvp_gradcells_verdict(rng, kind) -> Verdict:
-    """The cell's double backward against gradcells's ``*_cell_grad_jvp``."""
+    """The cell's double backward against gradcells: by the arguments, the HVP of
+    ``*_cell_grad_jvp``; by the cotangent, the forward tangent of ``*_cell_jvp``."""
     case = cell_case(rng, kind)
-    claim = torch_hvp(case, case.tangent, *case.args)
-    return Verdict(compare(zip(case.names, claim, gradcells_hvp(case)), FLOAT64))
+    hvp, jvp = torch_double_backward(case, case.tangent, *case.args)
+    outputs = [f"d {n} (by the cotangent)" for n in ("h", "c")[:len(jvp)]]
+    return Verdict(compare(zip(list(case.names) + outputs, hvp + jvp,
+                               gradcells_hvp(case) + list(gradcells_cell_tangent(case))),
+                           FLOAT64))
 
 
 def jvp_oracle_verdict(rng, kind) -> Verdict:
@@ -594,7 +622,8 @@ SECOND_ORDER_CHECKS = tuple(
     row for label, kind in (("nn.LSTMCell", "lstm"), ("nn.GRUCell", "gru")) for row in (
         Check(f"{label} double backward (HVP) vs oracle",
               lambda rng, kind=kind: hvp_oracle_verdict(rng, kind)),
-        Check(f"{label} double backward (HVP) vs gradcells ({kind}_cell_grad_jvp)",
+        Check(f"{label} double backward (HVP) vs gradcells ({kind}_cell_grad_jvp, "
+              f"{kind}_cell_jvp)",
               lambda rng, kind=kind: hvp_gradcells_verdict(rng, kind))))
 PACKED_SECOND_ORDER_CHECKS = tuple(
     row for label, cell, nonlinearity in STACKS[:3] for row in (
