@@ -35,7 +35,7 @@ def _rows(checks, select=None, examples=1):
 def test_the_extended_checks_agree_or_show_fault_50(audit_torch):
     rows = _rows(audit_torch.CHECKS)
     extended = {n: r for n, r in rows.items() if any(k in n for k in EXTENDED)}
-    assert len(extended) == 29
+    assert len(extended) == 33
     for name, row in rows.items():
         expected = "known fault 50" if name == FAULTS[50].checks[0] else "agrees"
         assert row.result == expected and not row.unexpected, (name, row)
@@ -137,3 +137,7 @@ def test_fault_50_no_forward_ad_through_pack_padded_sequence(torch, audit_torch)
                        tangents=case.tangent)
     assert report.passed, report
     assert audit_torch.packed_jvp_verdict(np.random.default_rng(5)).kind(50) == "fault"
+    for cell, nonlinearity in (("gru", None), ("rnn", "relu")):        # as the evidence says
+        case = audit_torch.StackCase(np.random.default_rng(5), cell, nonlinearity)
+        with pytest.raises(NotImplementedError, match=audit_torch.PACKED_FORWARD_AD):
+            audit_torch.torch_dual_tangent(case, case.tangent, *case.args)

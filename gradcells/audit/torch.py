@@ -374,10 +374,10 @@ def stack_gradcells_verdict(rng, cell, nonlinearity=None) -> Verdict:
     return Verdict(compare(zip(case.names, claim, case.gradcells_grads()), FLOAT64))
 
 
-def stack_label(label, cell, nonlinearity):
-    """A packed module's rows' name: the module and its options."""
+def stack_label(label, cell, nonlinearity, packed=True):
+    """A module's rows' name: the module, packed or not, and its options."""
     what = {"lstm": "proj_size, ", "gru": "", "rnn": f"{nonlinearity}, "}[cell]
-    return f"{label} packed ({what}bidirectional, 2 layers)"
+    return f"{label}{' packed' if packed else ''} ({what}bidirectional, 2 layers)"
 
 
 def _stack_rows(label, cell, nonlinearity) -> list[Check]:
@@ -549,11 +549,12 @@ def stack_tangents(case, conv):
 
 
 def gradcells_stack_tangent(case):
-    """gradcells's ``lstm_stack_jvp`` along the case's tangent: ``(out, h_n, c_n)``."""
+    """gradcells's ``*_stack_jvp`` along the case's tangent: ``(out, h_n[, c_n])``."""
     conv, states, _ = case.gradcells_run()
-    _, t = stacks.lstm_stack_jvp(case.inputs["x"], *states, conv, stack_tangents(case, conv),
-                                 seq_len=case.seq_len, **conv.options)
-    return t.h, t.h_final, t.cs_final
+    jvp = getattr(stacks, f"{case.cell}_stack_jvp")
+    _, t = jvp(case.inputs["x"], *states, conv, stack_tangents(case, conv),
+               seq_len=case.seq_len, **conv.options)
+    return (t.h, t.h_final) + ((t.cs_final,) if case.cell == "lstm" else ())
 
 
 def gradcells_stack_hvp(case):
@@ -585,17 +586,17 @@ def stack_hvp_gradcells_verdict(rng, cell, nonlinearity=None) -> Verdict:
     return Verdict(compare(zip(case.names, claim, gradcells_stack_hvp(case)), FLOAT64))
 
 
-def stack_jvp_oracle_verdict(rng) -> Verdict:
-    """``nn.LSTM``'s forward mode (unpacked) against the oracle's ``check_jvp``."""
-    case = StackCase(rng, "lstm", packed=False)
+def stack_jvp_oracle_verdict(rng, cell, nonlinearity=None) -> Verdict:
+    """The module's forward mode (unpacked) against the oracle's ``check_jvp``."""
+    case = StackCase(rng, cell, nonlinearity, packed=False)
     report = check_jvp(case.forward, lambda t, *a: torch_tangent(case, t, *a), case.args,
                        tangents=case.tangent, seed=case.seed)
     return Verdict(oracle_outcome(report))
 
 
-def stack_jvp_gradcells_verdict(rng) -> Verdict:
-    """``nn.LSTM``'s forward mode (unpacked) against gradcells's ``lstm_stack_jvp``."""
-    case = StackCase(rng, "lstm", packed=False)
+def stack_jvp_gradcells_verdict(rng, cell, nonlinearity=None) -> Verdict:
+    """The module's forward mode (unpacked) against gradcells's ``*_stack_jvp``."""
+    case = StackCase(rng, cell, nonlinearity, packed=False)
     claim = torch_tangent(case, case.tangent, *case.args)
     return Verdict(compare(zip(("out", "h_n", "c_n"), claim, gradcells_stack_tangent(case)),
                            FLOAT64))
@@ -636,12 +637,16 @@ FORWARD_AD_CHECKS = tuple(
     row for label, kind in (("nn.LSTMCell", "lstm"), ("nn.GRUCell", "gru")) for row in (
         Check(f"{label} forward AD (torch.func.jvp) vs oracle",
               lambda rng, kind=kind: jvp_oracle_verdict(rng, kind)),
-        Check(f"{label} forward AD (torch.func.jvp) and forward_ad vs gradcells ({kind}_cell_jvp)",
+        Check(f"{label} forward AD (torch.func.jvp) and forward_ad vs gradcells "
+              f"({kind}_cell_jvp)",
               lambda rng, kind=kind: jvp_gradcells_verdict(rng, kind)))) + (
-    Check("nn.LSTM (proj_size, bidirectional, 2 layers) forward AD vs oracle",
-          stack_jvp_oracle_verdict),
-    Check("nn.LSTM (proj_size, bidirectional, 2 layers) forward AD vs gradcells "
-          "(lstm_stack_jvp)", stack_jvp_gradcells_verdict),
+) + tuple(
+    row for label, cell, nonlinearity in STACKS[:3] for row in (
+        Check(f"{stack_label(label, cell, nonlinearity, packed=False)} forward AD vs oracle",
+              lambda rng, c=cell, n=nonlinearity: stack_jvp_oracle_verdict(rng, c, n)),
+        Check(f"{stack_label(label, cell, nonlinearity, packed=False)} forward AD vs "
+              f"gradcells ({cell}_stack_jvp)",
+              lambda rng, c=cell, n=nonlinearity: stack_jvp_gradcells_verdict(rng, c, n)))) + (
     Check("nn.LSTM packed forward AD (torch.func.jvp)", packed_jvp_verdict, fault=50),
 )
 
