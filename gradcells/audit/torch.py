@@ -232,9 +232,11 @@ BASIC = tuple(check for module in MODULES for check in _rows(*module))
 
 STACKS = (("nn.LSTM", "lstm", None), ("nn.GRU", "gru", None), ("nn.RNN", "rnn", "tanh"),
           ("nn.RNN", "rnn", "relu"))
-STACK_OPS = {"lstm": (stacks.lstm_stack, stacks.lstm_stack_grad),
-             "gru": (stacks.gru_stack, stacks.gru_stack_grad),
-             "rnn": (stacks.rnn_stack, stacks.rnn_stack_grad)}
+
+
+def stack_op(cell, suffix=""):
+    """gradcells's ``<cell>_stack<suffix>`` (``""``, ``"_grad"``, ``"_jvp"``, ``"_grad_jvp"``)."""
+    return getattr(stacks, f"{cell}_stack{suffix}")
 
 
 def ragged_lengths(rng, batch, steps):
@@ -309,12 +311,10 @@ class StackCase:
         """gradcells's ``seq_len`` for the case (None unpacked)."""
         return self.lengths if self.packed else None
 
-    def converted(self):
-        return layouts.stack_from_torch(self.params, nonlinearity=self.nonlinearity)
-
-    def converted_tangent(self, named):
-        """The parameters' tangents (by name) as gradcells weight sets (the conversion is
-        linear)."""
+    def converted(self, named=None):
+        """``layouts.stack_from_torch`` of the parameters, or of the arrays ``named`` by
+        their names (the parameters' tangents: the conversion is linear)."""
+        named = self.params if named is None else named
         return layouts.stack_from_torch({k: named[k] for k in self.params},
                                         nonlinearity=self.nonlinearity)
 
@@ -322,7 +322,7 @@ class StackCase:
         """``(conv, states, stack)``: gradcells's stack on the converted weights."""
         conv = self.converted()
         states = conv.gradcells_states(*(self.inputs[k] for k in self.inputs if k != "x"))
-        stack = STACK_OPS[self.cell][0](self.inputs["x"], *states, conv,
+        stack = stack_op(self.cell)(self.inputs["x"], *states, conv,
                                         seq_len=self.seq_len, **conv.options)
         return conv, states, stack
 
@@ -335,7 +335,7 @@ class StackCase:
         ``names``."""
         conv, states, stack = self.gradcells_run()
         upstream = dict(zip(("d_h", "d_h_final", "d_cs_final"), self.cotangent))
-        grads = STACK_OPS[self.cell][1](self.inputs["x"], *states, conv, stack, **upstream)
+        grads = stack_op(self.cell, "_grad")(self.inputs["x"], *states, conv, stack, **upstream)
         return [grads.x, grads.h0] + ([grads.cs0] if self.cell == "lstm" else []) + \
             self.torch_weights(grads.weights)
 
@@ -545,14 +545,13 @@ def stack_tangents(case, conv):
     """The case's tangent (aligned with ``names``) as gradcells's stack gradient type."""
     named = dict(zip(case.names, case.tangent))
     d_states = conv.gradcells_states(*(named[k] for k in case.inputs if k != "x"))
-    return STACK_GRADS[case.cell](named["x"], *d_states, case.converted_tangent(named))
+    return STACK_GRADS[case.cell](named["x"], *d_states, case.converted(named))
 
 
 def gradcells_stack_tangent(case):
     """gradcells's ``*_stack_jvp`` along the case's tangent: ``(out, h_n[, c_n])``."""
     conv, states, _ = case.gradcells_run()
-    jvp = getattr(stacks, f"{case.cell}_stack_jvp")
-    _, t = jvp(case.inputs["x"], *states, conv, stack_tangents(case, conv),
+    _, t = stack_op(case.cell, "_jvp")(case.inputs["x"], *states, conv, stack_tangents(case, conv),
                seq_len=case.seq_len, **conv.options)
     return (t.h, t.h_final) + ((t.cs_final,) if case.cell == "lstm" else ())
 
@@ -561,10 +560,9 @@ def gradcells_stack_hvp(case):
     """gradcells's ``*_stack_grad_jvp`` along the case's tangent (the cotangent fixed), in
     PyTorch's layout, aligned with ``names``."""
     conv, states, stack = case.gradcells_run()
-    grad_jvp = getattr(stacks, f"{case.cell}_stack_grad_jvp")
     upstream = dict(zip(("d_h", "d_h_final", "d_cs_final"), case.cotangent))
-    _, t = grad_jvp(case.inputs["x"], *states, conv, stack, stack_tangents(case, conv),
-                    **upstream)
+    _, t = stack_op(case.cell, "_grad_jvp")(case.inputs["x"], *states, conv, stack,
+                                            stack_tangents(case, conv), **upstream)
     return [t.x, t.h0] + ([t.cs0] if case.cell == "lstm" else []) + \
         case.torch_weights(t.weights)
 
