@@ -141,3 +141,14 @@ def test_fault_50_no_forward_ad_through_pack_padded_sequence(torch, audit_torch)
         case = audit_torch.StackCase(np.random.default_rng(5), cell, nonlinearity)
         with pytest.raises(NotImplementedError, match=audit_torch.PACKED_FORWARD_AD):
             audit_torch.torch_dual_tangent(case, case.tangent, *case.args)
+
+
+def test_fault_50_is_unexpected_when_the_ragged_tangent_is_wrong(audit_torch, monkeypatch):
+    """The fault's model is the truth PyTorch cannot give: a wrong gradcells tangent
+    makes the refusal an unexpected mismatch, not fault 50."""
+    real = audit_torch.gradcells_stack_tangent
+    monkeypatch.setattr(audit_torch, "gradcells_stack_tangent",
+                        lambda case: tuple(1.001 * t for t in real(case)))
+    row = _rows(audit_torch.CHECKS, FAULTS[50].checks[0]).popitem()[1]
+    assert row.unexpected and row.result.startswith("UNEXPECTED"), row
+    assert audit_torch.packed_jvp_verdict(np.random.default_rng(5)).kind(50) == "unexpected"

@@ -168,8 +168,10 @@ _LIST = (
         "AD with _pack_padded_sequence that does not support it`; the same module unpacked "
         "agrees with the oracle's `check_jvp` and with gradcells's `lstm_stack_jvp`, and "
         "gradcells's `lstm_stack_jvp(seq_len=...)` gives the ragged tangent PyTorch cannot. "
-        "A missing feature, not a wrong result: the row says fault 50 while PyTorch refuses, "
-        "and compares with gradcells once it does not.",
+        "A missing feature, not a wrong result: the row says fault 50 while PyTorch refuses "
+        "and gradcells's ragged tangent passes the oracle's `check_jvp` of PyTorch's packed "
+        "forward (the tangent refused exists), and compares with gradcells once PyTorch "
+        "does not refuse.",
         "import torch\n"
         "from torch.nn.utils.rnn import pack_padded_sequence\n"
         "x = torch.ones(2, 1, 1)\n"

@@ -35,12 +35,12 @@ from .._core.types import (
 from ..oracle import check_jvp, check_vjp
 from ._cases import gru_backprop, gru_steps, lstm_backprop, lstm_steps, sizes, stack
 from ._engine import (
+    FAILED,
     FLOAT64,
     Check,
     Verdict,
     compare,
     oracle_outcome,
-    refused,
     worst_verdict,
 )
 
@@ -604,15 +604,21 @@ PACKED_FORWARD_AD = "forward AD with _pack_padded_sequence"
 
 
 def packed_jvp_verdict(rng) -> Verdict:
-    """``torch.func.jvp`` through ``pack_padded_sequence``: refused (fault 50) or, once
-    PyTorch implements it, against gradcells's ``lstm_stack_jvp`` with ``seq_len``."""
+    """``torch.func.jvp`` through ``pack_padded_sequence``: refused (fault 50; the fault's
+    model holds when the tangent PyTorch refuses exists: gradcells's ``lstm_stack_jvp`` with
+    ``seq_len`` passes the oracle's ``check_jvp`` of PyTorch's packed forward) or, once
+    PyTorch implements it, against gradcells's ``lstm_stack_jvp``."""
     case = StackCase(rng, "lstm")
     try:
         claim = torch_tangent(case, case.tangent, *case.args)
     except NotImplementedError as error:
         if PACKED_FORWARD_AD not in str(error):
             raise
-        return refused("forward AD", str(error).splitlines()[0][:120])
+        tangent = gradcells_stack_tangent(case)
+        report = check_jvp(case.forward, lambda t, *a: tangent, case.args,
+                           tangents=case.tangent, seed=case.seed)
+        return Verdict(FAILED, oracle_outcome(report),
+                       raised=str(error).splitlines()[0][:120])
     return Verdict(compare(zip(("out", "h_n", "c_n"), claim, gradcells_stack_tangent(case)),
                            FLOAT64))
 
