@@ -249,9 +249,9 @@ def ragged_lengths(rng, batch, steps):
     return lengths
 
 
-def _stack_module(cell, nonlinearity, n_in, hidden, proj):
+def _stack_module(cell, nonlinearity, n_in, hidden, proj, **drawn):
     nn, options = _torch().nn, {"num_layers": 2, "bidirectional": True,
-                                "dtype": _torch().float64}
+                                "dtype": _torch().float64, **drawn}
     if cell == "lstm":
         return nn.LSTM(n_in, hidden, proj_size=proj, **options)
     if cell == "gru":
@@ -260,10 +260,11 @@ def _stack_module(cell, nonlinearity, n_in, hidden, proj):
 
 
 class StackCase:
-    """One generated case of a 2-layer bidirectional module: inputs ``x [T, B, I]`` (with
-    ``lengths``, packed by ``pack_padded_sequence(enforce_sorted=False)`` unless
-    ``packed=False``: then every row is T long and nothing is packed), the initial states,
-    the parameters (named as PyTorch names them) and cotangents of ``(out, h_n[, c_n])``."""
+    """One generated case of a 2-layer bidirectional module (``batch_first`` and ``bias``
+    drawn): inputs ``x [T, B, I]`` (``[B, T, I]`` batch first) with ``lengths``, packed by
+    ``pack_padded_sequence(enforce_sorted=False)`` unless ``packed=False`` (then every row is
+    T long and nothing is packed), the initial states, the parameters (named as PyTorch
+    names them), cotangents of ``(out, h_n[, c_n])`` and a tangent of every argument."""
 
     def __init__(self, rng, cell, nonlinearity=None, *, packed=True):
         drawn, steps = sizes(rng), int(rng.integers(1, 5))
@@ -271,10 +272,13 @@ class StackCase:
         hidden = max(hidden, 2) if cell == "lstm" else hidden    # proj_size < hidden_size
         proj = int(rng.integers(1, hidden)) if cell == "lstm" else 0
         self.cell, self.nonlinearity, self.packed = cell, nonlinearity, packed
-        self.module = _stack_module(cell, nonlinearity, n_in, hidden, proj)
+        self.batch_first, bias = bool(rng.integers(2)), bool(rng.integers(4))  # 1/4 no bias
+        self.module = _stack_module(cell, nonlinearity, n_in, hidden, proj, bias=bias,
+                                    batch_first=self.batch_first)
         self.lengths = (ragged_lengths(rng, batch, steps) if packed
                         else np.full(batch, steps))
-        self.inputs = {"x": rng.standard_normal((steps, batch, n_in)),
+        x_shape = (batch, steps, n_in) if self.batch_first else (steps, batch, n_in)
+        self.inputs = {"x": rng.standard_normal(x_shape),
                        "h0": 0.5 * rng.standard_normal((4, batch, proj or hidden))}
         if cell == "lstm":
             self.inputs["c0"] = rng.standard_normal((4, batch, hidden))
@@ -297,10 +301,11 @@ class StackCase:
         state = (named["h0"], named["c0"]) if self.cell == "lstm" else named["h0"]
         if self.packed:
             x = pack_padded_sequence(x, _torch().from_numpy(self.lengths),
-                                     enforce_sorted=False)
+                                     batch_first=self.batch_first, enforce_sorted=False)
         out, final = functional_call(self.module, params, (x, state))
         if self.packed:
-            out = pad_packed_sequence(out, total_length=self.lengths.max())[0]
+            out = pad_packed_sequence(out, batch_first=self.batch_first,
+                                      total_length=self.lengths.max())[0]
         return (out, *final) if self.cell == "lstm" else (out, final)
 
     forward = Case.forward
@@ -322,8 +327,8 @@ class StackCase:
         """``(conv, states, stack)``: gradcells's stack on the converted weights."""
         conv = self.converted()
         states = conv.gradcells_states(*(self.inputs[k] for k in self.inputs if k != "x"))
-        stack = stack_op(self.cell)(self.inputs["x"], *states, conv,
-                                        seq_len=self.seq_len, **conv.options)
+        stack = stack_op(self.cell)(self.inputs["x"], *states, conv, seq_len=self.seq_len,
+                                    batch_first=self.batch_first, **conv.options)
         return conv, states, stack
 
     def gradcells_forward(self):
@@ -551,8 +556,9 @@ def stack_tangents(case, conv):
 def gradcells_stack_tangent(case):
     """gradcells's ``*_stack_jvp`` along the case's tangent: ``(out, h_n[, c_n])``."""
     conv, states, _ = case.gradcells_run()
-    _, t = stack_op(case.cell, "_jvp")(case.inputs["x"], *states, conv, stack_tangents(case, conv),
-               seq_len=case.seq_len, **conv.options)
+    _, t = stack_op(case.cell, "_jvp")(case.inputs["x"], *states, conv,
+                                       stack_tangents(case, conv), seq_len=case.seq_len,
+                                       batch_first=case.batch_first, **conv.options)
     return (t.h, t.h_final) + ((t.cs_final,) if case.cell == "lstm" else ())
 
 
