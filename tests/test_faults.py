@@ -424,31 +424,45 @@ def test_fault_10_gru_rejects_float16(tf):
 # -- the one list of known faults -----------------------------------------------------------------
 
 
-def test_every_known_fault_is_listed_once_and_shown_by_its_test_here():
-    """``gradcells.audit.faults`` lists faults 1..10, each with its test in this file (fault
-    7, which needs TensorFlow's GPU kernels, has none and says why); every fault test here
-    names a listed fault."""
+def test_every_known_fault_is_listed_once_and_shown_by_its_test():
+    """``gradcells.audit.faults`` lists faults 1..10 (TensorFlow's), then each framework's in
+    its range, each with its test in its file (fault 7, which needs TensorFlow's GPU kernels,
+    has none and says why); every fault test in this file names a listed fault."""
+    import re
+    from pathlib import Path
+
     from gradcells.audit.faults import FAULTS
 
-    assert sorted(FAULTS) == list(range(1, 11))
-    tests = {name for name, value in globals().items()
-             if name.startswith("test_fault_") and callable(value)}
+    root = Path(__file__).resolve().parents[1]
+    assert set(range(1, 11)) <= set(FAULTS)
+    assert all(n <= 10 or 20 <= n < 60 for n in FAULTS)
     for number, fault in FAULTS.items():
         assert fault.number == number and fault.title and fault.reproduction
+        assert fault.kind in ("fault", "convention")
         if fault.test is None:
             assert number == 7 and "GPU" in fault.evidence
             continue
-        assert fault.test in tests and fault.test.startswith(f"test_fault_{number}_")
-    assert {int(name.split("_")[2]) for name in tests} <= set(FAULTS)
+        prefix = "test_fault_" if fault.kind == "fault" else "test_convention_"
+        assert fault.test.startswith(f"{prefix}{number}_"), fault.test
+        source = (root / fault.test_file).read_text(encoding="utf-8")
+        assert re.search(rf"^def {fault.test}\(", source, re.M), (fault.test_file, fault.test)
+    here = {name for name, value in globals().items()
+            if name.startswith("test_fault_") and callable(value)}
+    assert {int(name.split("_")[2]) for name in here} <= set(FAULTS)
 
 
 def test_the_audit_rows_name_the_listed_faults():
-    """Each fault's audit rows are TensorFlow audit rows expecting that fault, and every row
+    """Each fault's audit rows are rows of the audits that expect that fault, and every row
     that expects a fault is listed under it."""
-    from gradcells.audit import tensorflow as audit_tf
+    import importlib
+
+    from gradcells.audit import ALL
     from gradcells.audit.faults import FAULTS
 
-    expected = {check.name: check.fault for check in audit_tf.CHECKS}
+    expected = {}
+    for name in ALL:
+        module = importlib.import_module(f"gradcells.audit.{name}")
+        expected.update({check.name: check.fault for check in module.CHECKS})
     listed = {name: fault.number for fault in FAULTS.values() for name in fault.checks}
     assert listed == {name: fault for name, fault in expected.items() if fault is not None}
 

@@ -1,8 +1,9 @@
-"""The known faults of TensorFlow's fused recurrent ops and of the seed's code around them:
-the one list.
+"""The known faults and documented conventions the audits found (TensorFlow's fused ops and
+the seed's code around them: 1-10; Flax: 20-29; Keras: 30-39; ONNX Runtime: 40-49;
+PyTorch: 50-59): the one list.
 
-The audit names them in its rows (``known fault N``) and under its table, the tests in
-``tests/test_faults.py`` show each one (one test per fault, found by its number), and
+The audits name them in their rows (``known fault N``, ``convention N``) and under their
+tables, one test each shows it (``Fault.test`` in ``Fault.test_file``), and
 ``docs/faults.md`` is generated from this list by ``markdown()`` (a test keeps the stored
 file equal to it). A new fault found by an audit is added here, with its evidence and a
 minimal reproduction, and nowhere else.
@@ -20,8 +21,8 @@ class Fault:
     ``title``: the fault in a line (what the audit prints); ``evidence``: what the audit and
     the tests show; ``reproduction``: a minimal Python reproduction with TensorFlow (or the
     seed's code); ``checks``: the audit rows that recognise it (empty when the audit cannot
-    run it here); ``test``: the test in ``tests/test_faults.py`` that shows it, or None with
-    the reason in ``evidence``. ``kind``: ``"fault"`` (a wrong result) or ``"convention"`` (a
+    run it here); ``test``: the test that shows it (in ``test_file``), or None with the
+    reason in ``evidence``. ``kind``: ``"fault"`` (a wrong result) or ``"convention"`` (a
     documented difference of convention: the framework's result is right by its own
     definition, and the row says so instead of calling it a fault).
     """
@@ -33,6 +34,7 @@ class Fault:
     checks: tuple[str, ...] = ()
     test: str | None = None
     kind: str = "fault"
+    test_file: str = "tests/test_faults.py"
 
     @property
     def label(self) -> str:
@@ -185,7 +187,8 @@ _LIST = (
         'print(y_c, y_h)  # [[[2.5]]] [[[0.4933]]] = 0.5·tanh(2.5), unclipped\n'
         '# ONNX: i = f = o = σ(0) = 0.5, Ct = 0.5·5 = 2.5, Ht = 0.5·tanh(clip(2.5)) = 0.3808',
         ("LSTM clip vs the ONNX equations (transcription)",),
-        "test_fault_40_lstm_clip_skips_the_cell_state"),
+        "test_fault_40_lstm_clip_skips_the_cell_state",
+        test_file="tests/test_audit_onnxruntime.py"),
     Fault(
         41, "ONNX Runtime's CPU LSTM, GRU and RNN refuse float64 (the spec allows it)",
         "The ONNX operators take `tensor(double)`; ORT's CPU `LSTM` and `GRU` build a "
@@ -199,7 +202,8 @@ _LIST = (
         "run_node('GRU', {'X': np.zeros((1, 1, 1)), 'W': z, 'R': z}, ['Y'], hidden_size=1)\n"
         "# RuntimeException: ... GRU operator does not support double yet",
         ("float64 inputs (LSTM, GRU, RNN)",),
-        "test_fault_41_onnxruntime_refuses_float64"),
+        "test_fault_41_onnxruntime_refuses_float64",
+        test_file="tests/test_audit_onnxruntime.py"),
     Fault(
         42, "ONNX Runtime's CPU LSTM, GRU and RNN refuse layout=1 (batch first)",
         "ONNX (opset 14 on) has `layout=1`: `X [B, T, I]`, states `[B, D, H]`, `Y [B, T, D, "
@@ -213,7 +217,8 @@ _LIST = (
         "run_node('RNN', {'X': z, 'W': z, 'R': z}, ['Y'], hidden_size=1, layout=1)\n"
         "# Fail: ... Batchwise recurrent operations (layout == 1) are not supported",
         ("layout=1 (batch first) vs gradcells batch_first=True (LSTM, GRU, RNN)",),
-        "test_fault_42_onnxruntime_refuses_layout_1"),
+        "test_fault_42_onnxruntime_refuses_layout_1",
+        test_file="tests/test_audit_onnxruntime.py"),
     Fault(
         43, "a row of sequence length 0: ORT's Y_h and Y_c are zeros, not the initial state",
         "The ONNX spec does not say what `Y_h` holds for a row of length 0 (onnx/onnx#1674). "
@@ -230,7 +235,29 @@ _LIST = (
         ("LSTM sequence_lens with zeros: Y_h of an empty row",
          "GRU sequence_lens with zeros: Y_h of an empty row",
          "RNN sequence_lens with zeros: Y_h of an empty row"),
-        "test_convention_43_zero_length_rows_end_in_zeros", kind="convention"),
+        "test_convention_43_zero_length_rows_end_in_zeros", kind="convention",
+        test_file="tests/test_audit_onnxruntime.py"),
+    Fault(
+        50, "PyTorch has no forward-mode AD through pack_padded_sequence: no JVP of a packed "
+        "nn.LSTM",
+        "`torch.func.jvp` (and `torch.autograd.forward_ad`) of an `nn.LSTM` (or `nn.GRU`, "
+        "`nn.RNN`) on a `PackedSequence` raises `NotImplementedError: Trying to use forward "
+        "AD with _pack_padded_sequence that does not support it`; the same module unpacked "
+        "agrees with the oracle's `check_jvp` and with gradcells's `lstm_stack_jvp`, and "
+        "gradcells's `lstm_stack_jvp(seq_len=...)` gives the ragged tangent PyTorch cannot. "
+        "A missing feature, not a wrong result: the row says fault 50 while PyTorch refuses "
+        "and gradcells's ragged tangent passes the oracle's `check_jvp` of PyTorch's packed "
+        "forward (the tangent refused exists), and compares with gradcells once PyTorch "
+        "does not refuse.",
+        "import torch\n"
+        "from torch.nn.utils.rnn import pack_padded_sequence\n"
+        "x = torch.ones(2, 1, 1)\n"
+        "torch.func.jvp(lambda x: pack_padded_sequence(x, torch.tensor([2])).data, (x,), (x,))\n"
+        "# NotImplementedError: Trying to use forward AD with _pack_padded_sequence that does "
+        "not\n# support it because it has not been implemented yet.",
+        ("nn.LSTM packed forward AD (torch.func.jvp)",),
+        "test_fault_50_no_forward_ad_through_pack_padded_sequence",
+        test_file="tests/test_audit_torch.py"),
 )
 
 FAULTS: dict[int, Fault] = {fault.number: fault for fault in _LIST}
@@ -240,8 +267,9 @@ FAULTS: dict[int, Fault] = {fault.number: fault for fault in _LIST}
 def _section(fault: Fault) -> list[str]:
     shown = (", ".join(f"`{c}`" for c in fault.checks) if fault.checks
              else "none (not checked by the audit)")
-    test = f"`tests/test_faults.py::{fault.test}`" if fault.test else "none"
-    return [f"## {fault.number}. {fault.title}", "", fault.evidence, "",
+    test = f"`{fault.test_file}::{fault.test}`" if fault.test else "none"
+    kind = "" if fault.kind == "fault" else " (a documented convention)"
+    return [f"## {fault.number}. {fault.title}{kind}", "", fault.evidence, "",
             f"Audit rows: {shown}.", "", f"Test: {test}.", "",
             "```python", fault.reproduction, "```", ""]
 
@@ -249,10 +277,13 @@ def _section(fault: Fault) -> list[str]:
 def markdown() -> str:
     """``docs/faults.md``: every known fault with its evidence and reproduction."""
     lines = ["# Known faults", "",
-             "TensorFlow's fused recurrent ops (and the seed's Python around them) have these "
-             "known faults. `python -m gradcells audit tensorflow` recognises each one it can "
-             "run (a row `known fault N`); `tests/test_faults.py` shows each one against the "
-             "oracle.", "",
+             "The recurrent layers of the frameworks audited have these known faults (a wrong "
+             "or missing result) and documented conventions (a result right by the "
+             "framework's own definition that differs from gradcells's). "
+             "`python -m gradcells audit <framework>` recognises each one it can run (a row "
+             "`known fault N` or `convention N`), and a test shows each one against the "
+             "oracle. Numbers 1-10 are TensorFlow's (and the seed's Python around its ops), "
+             "20-29 Flax's, 30-39 Keras's, 40-49 ONNX Runtime's, 50-59 PyTorch's.", "",
              "This file is generated from `gradcells/audit/faults.py` by "
              "`python -c \"import gradcells.audit.faults as f; print(f.markdown(), end='')\" "
              "> docs/faults.md`; a test keeps it equal.", ""]

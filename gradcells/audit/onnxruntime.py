@@ -439,6 +439,9 @@ def _rows(kind) -> list[Check]:
     ]
 
 
+SECTION = "ONNX Runtime"
+"""The framework's name, as the audit's title (and its docs/audit.md section) begins."""
+
 CHECKS = tuple(check for kind in OPERATORS for check in _rows(kind)) + (
     Check("layout=1 (batch first) vs gradcells batch_first=True (LSTM, GRU, RNN)", layout_1,
           fault=42, cases=1),
@@ -452,7 +455,7 @@ def checks() -> tuple[str, tuple[Check, ...], list[str]]:
     import onnx
 
     ort = _ort()
-    title = (f"gradcells audit of ONNX Runtime {ort.__version__} (onnx {onnx.__version__}, "
+    title = (f"gradcells audit of {SECTION} {ort.__version__} (onnx {onnx.__version__}, "
              f"opset {OPSET}, CPUExecutionProvider, float32)")
     footer = ["no gradient rows: ONNX Runtime offers no gradient for LSTM, GRU or RNN",
               "not checked: input_forget, activation_alpha/beta and activations other than "

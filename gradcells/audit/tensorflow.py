@@ -493,6 +493,9 @@ def registered_gradient(rng) -> Verdict:
 # The rows
 
 
+SECTION = "TensorFlow"
+"""The framework's name, as the audit's title (and its docs/audit.md section) begins."""
+
 CHECKS = (
     Check("LSTMBlockCell forward", lstm_forward),
     Check("LSTMBlockCell forward, gates as documented (i, f, ci, o)", lstm_documented_order,
@@ -527,5 +530,5 @@ def checks() -> tuple[str, tuple[Check, ...], list[str]]:
     footer = ["not checked here: fault 5 (a docstring; the notebooks derive the right formulas)"]
     if "GPU" not in devices:
         footer.append("not checked here: fault 7 (GPU kernel; this TensorFlow sees no GPU)")
-    title = f"gradcells audit of TensorFlow {tf.__version__} ({', '.join(sorted(set(devices)))})"
+    title = f"gradcells audit of {SECTION} {tf.__version__} ({', '.join(sorted(set(devices)))})"
     return title, CHECKS, footer
