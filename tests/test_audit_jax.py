@@ -140,7 +140,7 @@ def _rnn(nn, **options):
     import jax
 
     rnn = nn.RNN(nn.GRUCell(2), **options)
-    x = jax.numpy.ones((1, 3, 1))
+    x = jax.numpy.ones((1, 3, 1), jax.numpy.float32)     # Flax's float32 parameters
     return rnn, x, rnn.init(jax.random.key(0), x)
 
 
@@ -163,7 +163,7 @@ def test_fault_21_reverse_outputs_in_processing_order():
     import jax.numpy as jnp
 
     rnn, _, v = _rnn(nn, reverse=True)
-    x = jnp.arange(3.0).reshape(1, 3, 1)
+    x = jnp.arange(3.0, dtype=jnp.float32).reshape(1, 3, 1)
     y, z = rnn.apply(v, x), rnn.apply(v, x, keep_order=True)
     np.testing.assert_allclose(y, z[:, ::-1])
     assert not np.allclose(y, z)
@@ -177,7 +177,8 @@ def test_fault_22_empty_row_carry_is_the_last_padded_step():
     import jax.numpy as jnp
 
     rnn, x, v = _rnn(nn, return_carry=True)
-    carry, y = rnn.apply(v, x, initial_carry=jnp.zeros((1, 2)), seq_lengths=jnp.array([0]))
+    carry, y = rnn.apply(v, x, initial_carry=jnp.zeros((1, 2), jnp.float32),
+                         seq_lengths=jnp.array([0]))
     np.testing.assert_array_equal(carry, y[:, -1])
     assert np.all(np.asarray(carry) != 0)          # the initial carry was zero
     for api in ("linen", "nnx"):

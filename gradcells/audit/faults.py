@@ -223,10 +223,11 @@ _LIST = (
         "zero; gradcells's `lstm_cell` adds `forget_bias=1.0` by default (TensorFlow's block "
         "cell). Flax's cells equal gradcells's with `forget_bias=0` (as `gc.layouts`' "
         "PyTorch converters set in `options`).",
-        "import gradcells as gc\n"
-        "w, b = conv = gc.layouts.lstm_from_torch(w_ih, w_hh, None, b_flax)   # Flax's blocks"
-        " transposed\n"
-        "gc.lstm_cell(x, c, h, w, b, **conv.options)   # forget_bias=0: Flax's result",
+        "import numpy as np, gradcells as gc\n"
+        "x, c, h = np.zeros((1, 1)), np.ones((1, 1)), np.zeros((1, 1))\n"
+        "w, b = np.zeros((2, 4)), np.zeros(4)   # zero weights: Flax's f = σ(0) = 0.5, c' = 0.5\n"
+        "print(gc.lstm_cell(x, c, h, w, b).cs)                    # σ(1) = 0.73\n"
+        "print(gc.lstm_cell(x, c, h, w, b, forget_bias=0.0).cs)   # 0.5, Flax's",
         ("linen.LSTMCell vs gradcells's default forget_bias=1",),
         "test_fault_24_no_forget_bias", kind="convention"),
 )

@@ -169,7 +169,7 @@ def build_module(api, cls, n_in, hidden, rnn=False):
         return module, tuple(_flat(_unfreeze(tree["params"])))
     module = flax.eval_shape(lambda: _nnx_module(cls, n_in, hidden, rnn))
     graphdef, params, rest = flax.split(module, flax.Param, ...)
-    pure = params.to_pure_dict()
+    pure = flax.to_pure_dict(params)
     return (graphdef, rest), tuple(_flat(pure["cell"] if rnn else pure))
 
 
