@@ -27,7 +27,7 @@ import numpy as np
 from .. import cells, layouts, sequences
 from ..oracle import check_jvp, check_vjp
 from ._cases import sizes
-from ._engine import FLOAT64, Check, Verdict, compare, judge, oracle_outcome
+from ._engine import FLOAT64, Check, Skipped, Verdict, compare, judge, oracle_outcome
 
 LSTM_X = ("ii", "if", "ig", "io")          # linen's names of the gate blocks, i, f, g, o
 LSTM_H = ("hi", "hf", "hg", "ho")
@@ -48,6 +48,12 @@ def _jax():
 
     jax.config.update("jax_enable_x64", True)
     return jax
+
+
+def _flax_version():
+    import flax
+
+    return flax.__version__
 
 
 def _flax(api):
@@ -161,6 +167,9 @@ def build_module(api, cls, n_in, hidden, rnn=False):
     computed; the audit supplies the parameters)."""
     jax = _jax()
     jnp, flax = jax.numpy, _flax(api)
+    for name in (cls, "RNN") if rnn else (cls,):
+        if not hasattr(flax, name):
+            raise Skipped(f"needs flax.{api}.{name}, absent from Flax {_flax_version()}")
     if api == "linen":
         cell = getattr(flax, cls)(features=hidden, param_dtype=jnp.float64)
         carry = cell.initialize_carry(jax.random.key(0), (1, n_in))
@@ -409,8 +418,8 @@ def cell_hvp_gradcells(rng, api, kind, cls) -> Verdict:
 class SeqCase(CellCase):
     """One generated case for ``RNN(cell)`` (``LSTMCell`` or ``GRUCell``) over ``x [B, T,
     I]`` (Flax's batch-major default), ``return_carry=True``, with ``seq_lengths`` drawn in
-    ``[1, T]`` (one row shorter than T; with ``empty``, one row of length 0) and ``reverse``
-    drawn unless given."""
+    ``[1, T]``, T in 2..4: one row shorter than T (with ``keep_order=False``, one of length
+    T, to flip; with ``empty``, one of length 0); ``reverse`` drawn unless given."""
 
     outputs_lstm, outputs_gru = ("h", "h_final", "c_final"), ("h", "h_final")
 
@@ -479,6 +488,18 @@ class SeqCase(CellCase):
         _, d = sequences.gru_sequence_jvp(*args, sequences.GRUSequenceGrads(*t),
                                           reset_after=True, **self.options())
         return d.h, d.h_final
+
+
+    def gradcells_hvp(self):
+        args, seq = self.gradcells_seq()
+        t = self.gradcells_args(self.tangents)
+        if self.kind == "lstm":
+            _, d = sequences.lstm_sequence_grad_jvp(*args, seq, sequences.LSTMSequenceGrads(
+                *t, *(None,) * 5), **self.upstream())
+        else:
+            _, d = sequences.gru_sequence_grad_jvp(*args, seq, sequences.GRUSequenceGrads(*t),
+                                                   **self.upstream())
+        return self.in_flax_layout(d)
 
 
 def flipped(h, lengths):
@@ -555,6 +576,13 @@ def seq_jvp_gradcells(rng, api, kind) -> Verdict:
                                case.gradcells_jvp()), FLOAT64))
 
 
+def seq_hvp_gradcells(rng, api, kind) -> Verdict:
+    """``jax.jvp(jax.grad(<ct, RNN>))`` (cotangent zero past the lengths) against
+    gradcells's ``*_sequence_grad_jvp``: second order through time."""
+    case = SeqCase(rng, api, kind)
+    return Verdict(compare(zip(case.names, case.hvp(), case.gradcells_hvp()), FLOAT64))
+
+
 # ---------------------------------------------------------------------------------------------
 # Documented conventions and faults of the cells
 
@@ -607,7 +635,7 @@ def _seq_rows(api, kind) -> list[Check]:
     label = f"{api}.RNN({'LSTMCell' if kind == 'lstm' else 'GRUCell'})"
     op = f"{kind}_sequence"
     spec = {"api": api, "kind": kind}
-    return [Check(f"{label} ragged, reverse, keep_order: forward vs gradcells {op}",
+    return [Check(f"{label} ragged, either direction: forward vs gradcells {op}",
                   functools.partial(seq_forward, **spec)),
             Check(f"{label} outputs past seq_lengths vs zeros",
                   functools.partial(seq_padding, **spec), fault=20),
@@ -619,7 +647,9 @@ def _seq_rows(api, kind) -> list[Check]:
             Check(f"{label} ragged jax.vjp vs gradcells {op}_grad",
                   functools.partial(seq_vjp_gradcells, **spec)),
             Check(f"{label} ragged jax.jvp vs gradcells {op}_jvp",
-                  functools.partial(seq_jvp_gradcells, **spec))]
+                  functools.partial(seq_jvp_gradcells, **spec)),
+            Check(f"{label} ragged jvp of grad (HVP) vs gradcells {op}_grad_jvp",
+                  functools.partial(seq_hvp_gradcells, **spec), cases=1)]   # compiles slowly
 
 
 CHECKS = tuple([check for cell in CELLS for check in _cell_rows(*cell)]
