@@ -162,6 +162,81 @@ _LIST = (
         "values",
         ("float64 inputs (LSTMBlockCell, GRUBlockCell, BlockLSTMV2)",),
         "test_fault_10_tensorflow_rejects_float64"),
+    # Flax (gradcells.audit.jax; tests/test_audit_jax.py): numbers 20-29
+    Fault(
+        20, "Flax's RNN leaves the outputs past seq_lengths as the cell computed them "
+        "(documented)",
+        "`linen.RNN` and `nnx.RNN` run the cell over the padding too and return its outputs "
+        "there; their docstring says \"The output elements corresponding to padding elements "
+        "are NOT zeroed out\". gradcells's `seq_len` zeroes them (PyTorch's packed "
+        "semantics). At the valid steps the outputs equal gradcells's to float64 round-off.",
+        "import jax, jax.numpy as jnp, flax.linen as nn\n"
+        "rnn = nn.RNN(nn.GRUCell(2))\n"
+        "x = jnp.ones((1, 3, 1)); v = rnn.init(jax.random.key(0), x)\n"
+        "print(rnn.apply(v, x, seq_lengths=jnp.array([1])))   # steps 1 and 2 are not zero",
+        tuple(f"{api}.RNN({cell}) outputs past seq_lengths vs zeros"
+              for api in ("linen", "nnx") for cell in ("LSTMCell", "GRUCell")),
+        "test_convention_20_padding_outputs_are_not_zeroed", kind="convention",
+        test_file="tests/test_audit_jax.py"),
+    Fault(
+        21, "Flax's RNN(reverse=True) returns the outputs in processing order unless "
+        "keep_order=True (documented)",
+        "With `reverse=True, keep_order=False` (the default) the output at position k of a row "
+        "of length n is the step at time n-1-k (the padding stays at the end); the docstring "
+        "says so. With `keep_order=True` the outputs are at their time positions and equal "
+        "gradcells's `reverse=True`.",
+        "import jax, jax.numpy as jnp, flax.linen as nn\n"
+        "rnn = nn.RNN(nn.GRUCell(2), reverse=True)\n"
+        "x = jnp.arange(3.).reshape(1, 3, 1); v = rnn.init(jax.random.key(0), x)\n"
+        "y = rnn.apply(v, x); z = rnn.apply(v, x, keep_order=True)\n"
+        "print(jnp.allclose(y, z[:, ::-1]))   # True: y is in processing order",
+        tuple(f"{api}.RNN({cell}) reverse, keep_order=False vs time positions"
+              for api in ("linen", "nnx") for cell in ("LSTMCell", "GRUCell")),
+        "test_convention_21_reverse_outputs_in_processing_order", kind="convention",
+        test_file="tests/test_audit_jax.py"),
+    Fault(
+        22, "Flax's RNN returns, for a row of seq_lengths 0, the carry after the T padded "
+        "steps, not the initial carry",
+        "`_select_last_carry` indexes the carries at `seq_lengths - 1`, which is -1 for an "
+        "empty row: the carry after running the cell over all T padding steps (in either "
+        "direction: gradcells's final state with that row's length T), where the initial "
+        "carry (gradcells's, PyTorch's) is expected. The other rows' carries agree.",
+        "import jax, jax.numpy as jnp, flax.linen as nn\n"
+        "rnn = nn.RNN(nn.GRUCell(2), return_carry=True)\n"
+        "x = jnp.ones((1, 3, 1)); v = rnn.init(jax.random.key(0), x)\n"
+        "carry, y = rnn.apply(v, x, initial_carry=jnp.zeros((1, 2)), "
+        "seq_lengths=jnp.array([0]))\n"
+        "print(carry, y[:, -1])   # equal and non-zero: the initial carry was zero",
+        tuple(f"{api}.RNN({cell}) a length-0 row: final carry vs initial state"
+              for api in ("linen", "nnx") for cell in ("LSTMCell", "GRUCell")),
+        "test_fault_22_empty_row_carry_is_the_last_padded_step",
+        test_file="tests/test_audit_jax.py"),
+    Fault(
+        23, "nnx.GRUCell documents r∘(W_hn h + b_hn) but has no b_hn (linen.GRUCell has)",
+        "`nnx.GRUCell`'s docstring gives `n = tanh(W_in x + b_in + r * (W_hn h + b_hn))`, as "
+        "`linen.GRUCell`'s does, but its `dense_h` has `use_bias=False`: loaded with "
+        "linen's parameters it misses linen's result wherever `hn.bias` is not zero, and "
+        "equals gradcells's reset-after GRU with `b_hn = 0`.",
+        "from flax import nnx\n"
+        "cell = nnx.GRUCell(1, 2, rngs=nnx.Rngs(0))\n"
+        "print('b_{hn}' in nnx.GRUCell.__doc__, cell.dense_h.bias)   # True None",
+        ("nnx.GRUCell on linen.GRUCell's parameters (documented b_hn)",),
+        "test_fault_23_nnx_gru_has_no_b_hn",
+        test_file="tests/test_audit_jax.py"),
+    Fault(
+        24, "Flax's LSTM cells add no forget bias (gradcells's lstm_cell defaults to 1.0)",
+        "Flax's LSTM formula is `f = σ(W_if x + W_hf h + b_hf)` with `b_hf` initialised to "
+        "zero; gradcells's `lstm_cell` adds `forget_bias=1.0` by default (TensorFlow's block "
+        "cell). Flax's cells equal gradcells's with `forget_bias=0` (as `gc.layouts`' "
+        "PyTorch converters set in `options`).",
+        "import numpy as np, gradcells as gc\n"
+        "x, c, h = np.zeros((1, 1)), np.ones((1, 1)), np.zeros((1, 1))\n"
+        "w, b = np.zeros((2, 4)), np.zeros(4)   # zero weights: Flax's f = σ(0) = 0.5, c' = 0.5\n"
+        "print(gc.lstm_cell(x, c, h, w, b).cs)                    # σ(1) = 0.73\n"
+        "print(gc.lstm_cell(x, c, h, w, b, forget_bias=0.0).cs)   # 0.5, Flax's",
+        ("linen.LSTMCell vs gradcells's default forget_bias=1",),
+        "test_convention_24_no_forget_bias", kind="convention",
+        test_file="tests/test_audit_jax.py"),
     # ONNX Runtime (gradcells.audit.onnxruntime): numbers 40-49
     Fault(
         40, "ONNX Runtime's LSTM does not clip Ct before h(Ct) (onnxruntime issue 27224)",
