@@ -23,4 +23,5 @@ lstm_stack = FORWARD["lstm_stack"]
 gru_stack = FORWARD["gru_stack"]
 rnn_stack = FORWARD["rnn_stack"]
 
-__all__ = list(FORWARD)
+__all__ = ["lstm_cell", "gru_cell", "rnn_cell", "lstm_sequence", "gru_sequence",
+           "rnn_sequence", "lstm_stack", "gru_stack", "rnn_stack"]

@@ -11,7 +11,7 @@ in reverse mode (``backward``, second order included) and forward mode
 does not.
 """
 
-from ._functions import FORWARD_OPS, _function
+from ._functions import _function
 from ._modules import GRU, LSTM, RNN
 
 lstm_cell = _function("lstm_cell")
@@ -24,4 +24,5 @@ lstm_stack = _function("lstm_stack")
 gru_stack = _function("gru_stack")
 rnn_stack = _function("rnn_stack")
 
-__all__ = [*FORWARD_OPS, "LSTM", "GRU", "RNN"]
+__all__ = ["lstm_cell", "gru_cell", "rnn_cell", "lstm_sequence", "gru_sequence",
+           "rnn_sequence", "lstm_stack", "gru_stack", "rnn_stack", "LSTM", "GRU", "RNN"]

@@ -477,5 +477,3 @@ def _stack_cells():
 
 
 _STACK_CELLS = _stack_cells()
-FORWARD_OPS = (*OPS, *STACKS)
-"""The nine forward operations ``gradcells.torch`` wraps."""
