@@ -118,7 +118,8 @@ def run_job(keras, path) -> str:
     out = job.forward(*job.args)
     grads = job.vjp(job.cotangent, *job.args)
     report = check_vjp(job.forward, job.vjp, job.args, names=job.names,
-                       cotangent=job.cotangent, seed=spec["seed"], fast=True, samples=1, repeat=False)
+                       cotangent=job.cotangent, seed=spec["seed"], fast=True, samples=1,
+                       repeat=False)
     rows = [(c.name, bool(c.checked), float(c.abs_error), float(c.bound))
             for c in report.checks]
     result = path.replace(".npz", ".out.npz")
