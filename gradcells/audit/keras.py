@@ -83,8 +83,15 @@ class Worker:
             [sys.executable, "-m", "gradcells.audit._keras_runner", backend],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
             env=env, cwd=root)
-        self.jobs, first = 0, self._answer()
-        self.error = first[len("error: "):] if first.startswith("error") else None
+        self.jobs, self._error = 0, None
+
+    @property
+    def error(self) -> str | None:
+        """Why the backend could not start, or None (waits for the runner's first line)."""
+        if self._error is None:
+            first = self._answer()
+            self._error = first[len("error: "):] if first.startswith("error") else ""
+        return self._error or None
 
     def _answer(self) -> str:
         line = self.process.stdout.readline().strip()
@@ -124,8 +131,8 @@ cases, and the results of the cases run so far, by backend and case."""
 def worker(backend) -> Worker:
     """The backend's subprocess (started on first use); Skipped when the backend cannot
     import."""
-    if backend not in _WORKERS:
-        _WORKERS[backend] = Worker(backend)
+    if backend not in _WORKERS:          # start every backend at once: their imports overlap
+        _WORKERS.update({b: Worker(b) for b in BACKENDS if b not in _WORKERS})
     found = _WORKERS[backend]
     if found.error is not None:
         raise Skipped(f"the {backend} backend does not import: {found.error}"[:150])
