@@ -92,3 +92,12 @@ def test_fault_32_and_33_float64_computed_in_float32_on_jax():
     assert not verdict.truth.agrees and verdict.fault_model.agrees
     assert verdict.truth.abs_error > 1e-10
     assert audit_keras.jax_rnn_scan(rng).kind(33) == "fault"
+
+
+def test_the_keras_entries_name_keras_rows_expecting_them():
+    """Each of entries 30-33 names Keras rows that expect it."""
+    expected = {check.name: check.fault for check in audit_keras.CHECKS}
+    for number in (30, 31, 32, 33):
+        assert faults.FAULTS[number].checks
+        for name in faults.FAULTS[number].checks:
+            assert expected[name] == number, (number, name)

@@ -430,11 +430,14 @@ def test_every_known_fault_is_listed_once_and_shown_by_its_test_here():
     names a listed fault."""
     from gradcells.audit.faults import FAULTS
 
-    assert sorted(FAULTS) == list(range(1, 11))
+    assert set(range(1, 11)) <= set(FAULTS)
+    keras = set(range(30, 40))      # Keras's entries: shown in tests/test_audit_keras.py
     tests = {name for name, value in globals().items()
              if name.startswith("test_fault_") and callable(value)}
     for number, fault in FAULTS.items():
         assert fault.number == number and fault.title and fault.reproduction
+        if number in keras:
+            continue
         if fault.test is None:
             assert number == 7 and "GPU" in fault.evidence
             continue
@@ -449,7 +452,8 @@ def test_the_audit_rows_name_the_listed_faults():
     from gradcells.audit.faults import FAULTS
 
     expected = {check.name: check.fault for check in audit_tf.CHECKS}
-    listed = {name: fault.number for fault in FAULTS.values() for name in fault.checks}
+    listed = {name: fault.number for fault in FAULTS.values() for name in fault.checks
+              if fault.number <= 10}
     assert listed == {name: fault for name, fault in expected.items() if fault is not None}
 
 
