@@ -443,7 +443,7 @@ def test_every_known_fault_is_listed_once_and_shown_by_its_test():
             assert number == 7 and "GPU" in fault.evidence
             continue
         prefix = "test_fault_" if fault.kind == "fault" else "test_convention_"
-        assert fault.test.startswith(f"{prefix}{number}_"), fault.test
+        assert re.match(rf"{prefix}(\d+_and_)*{number}_", fault.test), fault.test
         source = (root / fault.test_file).read_text(encoding="utf-8")
         assert re.search(rf"^def {fault.test}\(", source, re.M), (fault.test_file, fault.test)
     here = {name for name, value in globals().items()
@@ -452,8 +452,9 @@ def test_every_known_fault_is_listed_once_and_shown_by_its_test():
 
 
 def test_the_audit_rows_name_the_listed_faults():
-    """Each fault's audit rows are rows of the audits that expect that fault, and every row
-    that expects a fault is listed under it."""
+    """Each fault's audit rows are rows of the audits that expect that fault, and every fault
+    a row expects is listed: with all its rows, or (Keras's, whose many rows per backend and
+    cell expect the same few entries) with a representative one."""
     import importlib
 
     from gradcells.audit import ALL
@@ -464,7 +465,11 @@ def test_the_audit_rows_name_the_listed_faults():
         module = importlib.import_module(f"gradcells.audit.{name}")
         expected.update({check.name: check.fault for check in module.CHECKS})
     listed = {name: fault.number for fault in FAULTS.values() for name in fault.checks}
-    assert listed == {name: fault for name, fault in expected.items() if fault is not None}
+    expecting = {name: fault for name, fault in expected.items() if fault is not None}
+    assert listed.items() <= expecting.items()
+    assert set(listed.values()) == set(expecting.values())
+    for name, fault in expecting.items():
+        assert name in listed or name.startswith("keras["), name
 
 
 def test_docs_faults_md_is_generated_from_the_list():

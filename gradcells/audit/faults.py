@@ -237,6 +237,67 @@ _LIST = (
         ("linen.LSTMCell vs gradcells's default forget_bias=1",),
         "test_convention_24_no_forget_bias", kind="convention",
         test_file="tests/test_audit_jax.py"),
+    # Keras 3 (gradcells.audit.keras): 30-39
+    Fault(
+        30, "Keras's masked steps repeat the previous output (zeros before any); gradcells's "
+        "seq_len gives zeros",
+        "With `mask=` (right-padded ragged lengths) Keras's every-step output at a masked step "
+        "is the previous step's output (zeros before the first unmasked step, which "
+        "`go_backwards=True` puts first), as its RNN documentation says masked steps are "
+        "skipped and carry the state and output; gradcells's outputs past `seq_len` are zeros. "
+        "The unmasked steps, the final states and the gradients agree once the cotangent at a "
+        "masked step is moved onto the output it repeats. On the PyTorch backend the masked "
+        "rows compare at float32 tolerances (fault 32).",
+        "import numpy as np, keras\n"
+        "layer = keras.layers.SimpleRNN(1, return_sequences=True)\n"
+        "x, mask = np.ones((1, 3, 1)), np.array([[True, False, False]])\n"
+        "print(layer(x, mask=mask))    # three equal outputs; gradcells (seq_len=[1]): h, 0, 0",
+        ("keras[tensorflow] LSTM masked forward vs gradcells",),
+        "test_convention_30_masked_steps_repeat_the_previous_output", kind="convention",
+        test_file="tests/test_audit_keras.py"),
+    Fault(
+        31, "Keras on JAX: masked steps before the first unmasked one output h0, not zeros",
+        "With `go_backwards=True` (or a fully masked sequence) right-padded steps come before "
+        "any unmasked one; there the JAX backend outputs the initial state h0 where the "
+        "TensorFlow and PyTorch backends output zeros (convention 30), so the same layer and "
+        "weights give different outputs, and a gradient reaching h0 through them, by backend. "
+        "The rows compare at float32 tolerances (fault 32).",
+        "# KERAS_BACKEND=jax, then tensorflow:\n"
+        "import numpy as np, keras\n"
+        "layer = keras.layers.SimpleRNN(1, return_sequences=True, go_backwards=True, "
+        "unroll=True)\n"
+        "x, mask, h0 = np.ones((1, 2, 1)), np.array([[True, False]]), np.ones((1, 1))\n"
+        "print(layer(x, mask=mask, initial_state=[h0])[0, 0])   # jax: h0 = 1; tensorflow: 0",
+        ("keras[jax] LSTM masked forward vs gradcells",),
+        "test_fault_31_jax_carries_h0_before_the_first_unmasked_step", test_file="tests/test_audit_keras.py"),
+    Fault(
+        32, "Keras on JAX and PyTorch computes float64 layers in float32",
+        "With `keras.config.set_floatx('float64')` the layers' weights and outputs are "
+        "float64, but `keras.backend.result_type` maps float64 to float32 on every backend "
+        "but TensorFlow (`BIT64_TO_BIT32_DTYPE`), and ops cast to it: on JAX `ops.tanh` "
+        "(every layer), on PyTorch `ops.matmul` (the generic loop: masked layers, "
+        "`GRU(reset_after=False)`, `SimpleRNN`; the fused LSTM and GRU paths are float64). "
+        "The outputs and gradients then match gradcells's float64 only to float32 round-off "
+        "(|Δ| about 1e-8), and the oracle's float64 differences of that forward are noise.",
+        "import keras\n"
+        "keras.config.set_floatx('float64')\n"
+        "print(keras.backend.result_type('float64', 'float64'))   # float32 unless tensorflow\n"
+        "x = keras.ops.ones((2, 2), dtype='float64')\n"
+        "print(keras.ops.matmul(x, x).dtype)     # torch: float32\n"
+        "print(keras.ops.tanh(x).dtype)          # jax: float32",
+        ("keras[jax] LSTM forward vs gradcells (layouts.lstm_from_keras)",),
+        "test_fault_32_and_33_float64_computed_in_float32_on_jax", test_file="tests/test_audit_keras.py"),
+    Fault(
+        33, "Keras on JAX: a float64 SimpleRNN with unroll=False raises in lax.scan",
+        "The scan's carry enters as float64 and leaves as float32 (`ops.tanh`, fault 32), and "
+        "`lax.scan` raises `TypeError: scan body function carry input and carry output must "
+        "have equal types`; with `unroll=True` it runs (at float32 precision).",
+        "# KERAS_BACKEND=jax JAX_ENABLE_X64=1\n"
+        "import numpy as np, keras\n"
+        "keras.config.set_floatx('float64')\n"
+        "keras.layers.SimpleRNN(2)(np.ones((1, 3, 2)))   # TypeError: ... carry ... float32",
+        ("keras[jax] SimpleRNN float64, unroll=False (lax.scan)",),
+        "test_fault_32_and_33_float64_computed_in_float32_on_jax", test_file="tests/test_audit_keras.py"),
     # ONNX Runtime (gradcells.audit.onnxruntime): numbers 40-49
     Fault(
         40, "ONNX Runtime's LSTM does not clip Ct before h(Ct) (onnxruntime issue 27224)",
