@@ -269,7 +269,8 @@ _LIST = (
         "x, mask, h0 = np.ones((1, 2, 1)), np.array([[True, False]]), np.ones((1, 1))\n"
         "print(layer(x, mask=mask, initial_state=[h0])[0, 0])   # jax: h0 = 1; tensorflow: 0",
         ("keras[jax] LSTM masked forward vs gradcells",),
-        "test_fault_31_jax_carries_h0_before_the_first_unmasked_step", test_file="tests/test_audit_keras.py"),
+        "test_fault_31_jax_carries_h0_before_the_first_unmasked_step",
+        test_file="tests/test_audit_keras.py"),
     Fault(
         32, "Keras on JAX and PyTorch computes float64 layers in float32",
         "With `keras.config.set_floatx('float64')` the layers' weights and outputs are "
@@ -286,7 +287,8 @@ _LIST = (
         "print(keras.ops.matmul(x, x).dtype)     # torch: float32\n"
         "print(keras.ops.tanh(x).dtype)          # jax: float32",
         ("keras[jax] LSTM forward vs gradcells (layouts.lstm_from_keras)",),
-        "test_fault_32_and_33_float64_computed_in_float32_on_jax", test_file="tests/test_audit_keras.py"),
+        "test_fault_32_and_33_float64_computed_in_float32_on_jax",
+        test_file="tests/test_audit_keras.py"),
     Fault(
         33, "Keras on JAX: a float64 SimpleRNN with unroll=False raises in lax.scan",
         "The scan's carry enters as float64 and leaves as float32 (`ops.tanh`, fault 32), and "
@@ -297,7 +299,8 @@ _LIST = (
         "keras.config.set_floatx('float64')\n"
         "keras.layers.SimpleRNN(2)(np.ones((1, 3, 2)))   # TypeError: ... carry ... float32",
         ("keras[jax] SimpleRNN float64, unroll=False (lax.scan)",),
-        "test_fault_32_and_33_float64_computed_in_float32_on_jax", test_file="tests/test_audit_keras.py"),
+        "test_fault_32_and_33_float64_computed_in_float32_on_jax",
+        test_file="tests/test_audit_keras.py"),
     # ONNX Runtime (gradcells.audit.onnxruntime): numbers 40-49
     Fault(
         40, "ONNX Runtime's LSTM does not clip Ct before h(Ct) (onnxruntime issue 27224)",
