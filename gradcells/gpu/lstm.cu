@@ -519,6 +519,34 @@ __device__ __forceinline__ gc_lstm_ln_up<A> gc_lstm_ln_upstream(
 // be dcs_next (each element read by the row's thread before it writes it).
 // Zoneout as lstm_backward; with zoneout_cs the o-peephole's term reads the step's own
 // carried state, c~ or (carry_normalized) n = LN(c~), recomputed as the forward formed it.
+// A row past its length in the layer-normalised backward (``lstm_backward_ln`` and its
+// tangent ``lstm_backward_tangent_ln``, which pass their tangents' arrays): its gate
+// gradients, peephole and norm terms and zoned h's gradient are zeros, and the cell state's
+// gradient passes d_cs_final (zeros without it).
+template <class T, class Index>
+__device__ __forceinline__ void gc_lstm_ln_stopped_row(
+    Index row, Index hidden, int use_peephole, int has_d_cs_final, int use_zoneout_h,
+    const T* d_cs_final, T* d_gates, T* peephole_terms, T* norm_terms, T* dcs_prev,
+    T* dh_zoned)
+{
+    const T z = gc_store<T>::from((typename gc_compute<T>::type)0);
+    for (Index col = 0; col < hidden; ++col) {
+        const Index k = row * hidden + col;
+        const Index g = row * 4 * hidden + col;
+        const Index p = row * 3 * hidden + col;
+        d_gates[g] = z; d_gates[g + hidden] = z;
+        d_gates[g + 2 * hidden] = z; d_gates[g + 3 * hidden] = z;
+        if (use_peephole) {
+            peephole_terms[p] = z; peephole_terms[p + hidden] = z;
+            peephole_terms[p + 2 * hidden] = z;
+        }
+        norm_terms[row * 2 * hidden + col] = z;
+        norm_terms[row * 2 * hidden + hidden + col] = z;
+        dcs_prev[k] = has_d_cs_final ? d_cs_final[k] : z;
+        if (use_zoneout_h) dh_zoned[k] = z;
+    }
+}
+
 template <class T, class A, class Index>
 __device__ __forceinline__ void lstm_backward_ln_body(
     const T* cs_prev, const T* i_in, const T* cs_in, const T* f_in, const T* o_in,
@@ -539,22 +567,9 @@ __device__ __forceinline__ void lstm_backward_ln_body(
         const Index base = row * hidden;
         const long long length = use_seq_len ? (long long)seq_len[row] : n_steps;
         if (step >= length) {
-            const T z = gc_store<T>::from(zero);
-            for (Index col = 0; col < hidden; ++col) {
-                const Index k = base + col;
-                const Index g = row * 4 * hidden + col;
-                const Index p = row * 3 * hidden + col;
-                d_gates[g] = z; d_gates[g + hidden] = z;
-                d_gates[g + 2 * hidden] = z; d_gates[g + 3 * hidden] = z;
-                if (use_peephole) {
-                    peephole_terms[p] = z; peephole_terms[p + hidden] = z;
-                    peephole_terms[p + 2 * hidden] = z;
-                }
-                norm_terms[row * 2 * hidden + col] = z;
-                norm_terms[row * 2 * hidden + hidden + col] = z;
-                dcs_prev[k] = has_d_cs_final ? d_cs_final[k] : z;
-                if (use_zoneout_h) dh_zoned[k] = z;
-            }
+            gc_lstm_ln_stopped_row<T>(row, hidden, use_peephole, has_d_cs_final, use_zoneout_h,
+                                      d_cs_final, d_gates, peephole_terms,
+                                      norm_terms, dcs_prev, dh_zoned);
             continue;
         }
         const int last = step + 1 >= length;
@@ -1371,22 +1386,9 @@ __device__ __forceinline__ void lstm_backward_tangent_ln_body(
         const Index base = row * hidden;
         const long long length = use_seq_len ? (long long)seq_len[row] : n_steps;
         if (step >= length) {
-            const T z = gc_store<T>::from(zero);
-            for (Index col = 0; col < hidden; ++col) {
-                const Index k = base + col;
-                const Index g = row * 4 * hidden + col;
-                const Index p = row * 3 * hidden + col;
-                t_d_gates[g] = z; t_d_gates[g + hidden] = z;
-                t_d_gates[g + 2 * hidden] = z; t_d_gates[g + 3 * hidden] = z;
-                if (use_peephole) {
-                    t_peephole_terms[p] = z; t_peephole_terms[p + hidden] = z;
-                    t_peephole_terms[p + 2 * hidden] = z;
-                }
-                t_norm_terms[row * 2 * hidden + col] = z;
-                t_norm_terms[row * 2 * hidden + hidden + col] = z;
-                t_dcs_prev[k] = has_d_cs_final ? t_d_cs_final[k] : z;
-                if (use_zoneout_h) t_dh_zoned[k] = z;
-            }
+            gc_lstm_ln_stopped_row<T>(row, hidden, use_peephole, has_d_cs_final, use_zoneout_h,
+                                      t_d_cs_final, t_d_gates, t_peephole_terms,
+                                      t_norm_terms, t_dcs_prev, t_dh_zoned);
             continue;
         }
         const int last = step + 1 >= length;
