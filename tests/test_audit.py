@@ -226,12 +226,40 @@ def test_the_table_is_the_shared_one_with_the_detail_unpadded():
 
 
 def test_the_summary_names_each_fault_shown_by_its_listed_title():
-    rows = [audit.Row("x", 1, "known fault 6", "-", False), audit.Row("y", 1, "agrees", "-",
-                                                                       False)]
+    rows = [audit.Row("x", 1, "known fault 6", "-", False, (6,)),
+            audit.Row("y", 1, "agrees", "-", False)]
     lines = audit._engine.summary(rows, 1.0)
     assert lines[0] == ("2 checks: 1 agree, 1 show known faults, 0 unexpected mismatches "
                         "(1.0 s)")
     assert lines[1:] == [f"  fault 6: {audit.FAULTS[6].title}"]
+    rows += [audit.Row("z", 1, "convention 30 + known fault 32", "-", False, (30, 32)),
+             audit.Row("w", 1, "convention 30", "-", False, (30,))]
+    lines = audit._engine.summary(rows, None)
+    assert lines[0] == ("4 checks: 1 agree, 2 show known faults, 1 show documented "
+                        "conventions, 0 unexpected mismatches")
+    assert [line.split(":")[0].strip() for line in lines[1:]] == [
+        "fault 6", "convention 30", "fault 32"]
+
+
+def test_a_row_names_the_entries_its_cases_needed():
+    """A check that may show several entries: the row joins those its cases' verdicts
+    needed, counts the cases that needed any, and a case no model explains is unexpected."""
+    from gradcells.audit._engine import judge_entries
+
+    def case_with(needed):
+        def model(active):            # each needed entry halves the error; agrees when all
+            return audit.Outcome(2.0 ** len(set(needed) - active), 0.1, "x")
+        return lambda rng: judge_entries(model, (30, 31, 32))
+
+    verdicts = iter([case_with(()), case_with((30,)), case_with((30, 32))])
+    check = audit.Check("c", lambda rng: next(verdicts)(rng), fault=(30, 31, 32))
+    row = audit.run_check(check, np.random.default_rng(0), 3)
+    assert (row.result, row.entries) == ("convention 30 + known fault 32 (2/3)", (30, 32))
+    assert "entries' joint model" in row.detail
+
+    lone = audit.Check("d", case_with((30, 33)), fault=(30, 31, 32))
+    row = audit.run_check(lone, np.random.default_rng(0), 1)
+    assert row.unexpected and "not entries 30 + 31 + 32 either" in row.detail
 
 
 @pytest.mark.conformance
@@ -367,9 +395,8 @@ def test_docs_audit_md_holds_every_check_with_an_expected_result():
         checks = by_framework[framework(title)]
         assert [r[0] for r in rows] == [c.name for c in checks], title
         for (name, _, result, _), check in zip(rows, checks):
-            allowed = {"agrees", "skipped"} | (
-                {FAULTS[check.fault].label} if check.fault else set())
-            assert result.split(" (")[0] in allowed, (name, result)
+            allowed = {"agrees", "skipped"} | {FAULTS[e].label for e in check.entries}
+            assert set(result.split(" (")[0].split(" + ")) <= allowed, (name, result)
     assert "UNEXPECTED" not in text
 
 
@@ -384,6 +411,8 @@ def test_the_markdown_audit_names_the_versions_and_escapes_the_table(torch):
     assert status == 0, text
     assert text.startswith(f"## PyTorch {torch.__version__}")
     assert f"gradcells {gradcells.__version__}, NumPy {np.__version__}" in text
+    assert ("by `python -m gradcells audit torch --examples 1 --seed 0 --select "
+            "'nn.GRUCell autograd' --markdown`." in text)
     rows = _markdown_sections(text)[text.splitlines()[0][3:]]
     assert [r[2] for r in rows] == ["agrees"] * 2
     assert all(r[3].startswith("max |Δ| ") for r in rows)        # "|" escaped, read back

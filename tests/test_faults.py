@@ -13,12 +13,15 @@ judged against the float64 forward at float32 tolerance (the oracle's default fo
 gradients); the forwards agree to float32 round-off (``test_conformance_tf.py``).
 """
 
+import re
+
 import numpy as np
 import pytest
 
 import gradcells as gc
 from gradcells import tf_compat as tc
 from gradcells._core.specs import PEEPHOLES
+from gradcells.audit.faults import FAULTS
 from gradcells.testing import gru_cell_case, lstm_cell_case, lstm_sequence_case, vjp_check
 
 LSTM_ARGS = ("x", "cs_prev", "h_prev", "w", "b")
@@ -460,16 +463,16 @@ def test_the_audit_rows_name_the_listed_faults():
     from gradcells.audit import ALL
     from gradcells.audit.faults import FAULTS
 
-    expected = {}
+    expecting = {}
     for name in ALL:
         module = importlib.import_module(f"gradcells.audit.{name}")
-        expected.update({check.name: check.fault for check in module.CHECKS})
-    listed = {name: fault.number for fault in FAULTS.values() for name in fault.checks}
-    expecting = {name: fault for name, fault in expected.items() if fault is not None}
-    assert listed.items() <= expecting.items()
-    assert set(listed.values()) == set(expecting.values())
+        expecting.update({check.name: check.entries for check in module.CHECKS
+                          if check.entries})
+    listed = {(name, fault.number) for fault in FAULTS.values() for name in fault.checks}
+    assert {(name, e) for name, entries in expecting.items() for e in entries} >= listed
+    assert {e for _, e in listed} == {e for entries in expecting.values() for e in entries}
     for name in expecting:
-        assert name in listed or name.startswith("keras["), name
+        assert name in {n for n, _ in listed} or name.startswith("keras["), name
 
 
 def test_docs_faults_md_is_generated_from_the_list():
@@ -491,3 +494,55 @@ def test_a_fault_prints_as_its_line():
 
     assert str(FAULTS[6]) == FAULTS[6].title
     assert str(FAULTS[6]).startswith("BlockLSTMV2's registered gradient")
+
+
+RUNNABLE = [fault for fault in FAULTS.values() if fault.shows is not None]
+ENVIRONMENT = re.compile(r"# ((?:\w+=\S+ ?)+)")
+IMPORTS = re.compile(r"^(?:import ([\w., ]+)|from (\w+))", re.M)
+
+
+def _missing(reproduction) -> list[str]:
+    """The modules the reproduction imports that are not installed here."""
+    import importlib.util
+
+    names = {n.split()[0].split(".")[0] for a, b in IMPORTS.findall(reproduction)
+             for n in (a.split(",") if a else [b])}
+    return sorted(n for n in names if importlib.util.find_spec(n) is None)
+
+
+def _run(fault) -> str:
+    """The reproduction's output, run as a script in the environment its first line sets."""
+    import os
+    import subprocess
+    import sys
+
+    found = ENVIRONMENT.match(fault.reproduction)
+    env = dict(os.environ, **dict(kv.split("=", 1) for kv in found[1].split())) \
+        if found else dict(os.environ)
+    done = subprocess.run([sys.executable, "-c", fault.reproduction], capture_output=True,
+                          text=True, env=env, timeout=600)
+    return done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def reproductions():
+    """Each runnable reproduction's output (None: a module it imports is missing), run
+    concurrently, a process each."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    ready = [f for f in RUNNABLE if not _missing(f.reproduction)]
+    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+        outputs = dict(zip((f.number for f in ready), pool.map(_run, ready)))
+    return {f.number: outputs.get(f.number) for f in RUNNABLE}
+
+
+@pytest.mark.conformance
+@pytest.mark.parametrize("fault", RUNNABLE, ids=lambda fault: str(fault.number))
+def test_the_reproduction_runs_and_shows_the_fault(fault, reproductions):
+    """docs/faults.md's reproductions are scripts that show what their comments say: run as
+    written, in the environment their first line names, the output matches ``shows``."""
+    if reproductions[fault.number] is None:
+        pytest.skip(f"not installed: {', '.join(_missing(fault.reproduction))}")
+    output = reproductions[fault.number]
+    assert re.search(fault.shows, output), output[-3000:]

@@ -25,6 +25,7 @@ sequence forward and its backpropagation are run by looping the public cells
 from __future__ import annotations
 
 import importlib
+import shlex
 import sys
 from typing import TextIO
 
@@ -137,5 +138,8 @@ def _run_one(framework, examples, seed, stream, progress, select, markdown, quie
                 print(f"gradcells audit: --select {select!r} matches no {framework} check",
                       file=sys.stderr)
             return 2
+    command = (f"python -m gradcells audit {framework} --examples {examples} --seed {seed}"
+               + (f" --select {shlex.quote(select)}" if select is not None else "")
+               + " --markdown")
     return run_checks(title, checks, footer, examples=examples, seed=seed, stream=stream,
-                      progress=progress, markdown=markdown)
+                      progress=progress, markdown=markdown, command=command)

@@ -4,9 +4,10 @@ that prints them as one table (``gradcells._core.report``).
 A check is a function ``case(rng) -> Verdict`` run on ``examples`` generated cases; its row is
 **agrees** (every case matches the truth), **known fault N** or **convention N** (a case
 misses the truth but matches the model of entry N of ``gradcells.audit.faults``: a fault, or
-a documented difference of convention), **skipped** (the case raised ``Skipped``: the
-installed framework cannot run the check, with the reason; never a pass) or **unexpected
-mismatch** (a case matches none of these, or the framework raised). Only unexpected
+a documented difference of convention; where a row may show several entries, it names those
+the cases needed, e.g. ``convention 30 + known fault 32``), **skipped** (the case raised
+``Skipped``: the installed framework cannot run the check, with the reason; never a pass) or
+**unexpected mismatch** (a case matches none of these, or the framework raised). Only unexpected
 mismatches make the exit status 1.
 """
 
@@ -16,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import combinations
 from typing import TextIO
 
 import numpy as np
@@ -99,17 +101,19 @@ def oracle_outcome(report) -> Outcome:
 @dataclass(frozen=True)
 class Verdict:
     """One case's result: the outcome against the truth and, when a known fault is
-    expected, against the fault's model (None when not needed or not modelled)."""
+    expected, against the fault's model (None when not needed or not modelled);
+    ``entries``: the entries that model needed (None: every entry the check names)."""
 
     truth: Outcome
     fault_model: Outcome | None = None
     raised: str | None = None
+    entries: tuple[int, ...] | None = None
 
-    def kind(self, fault: int | None) -> str:
-        """``"agrees"``, ``"fault"`` or ``"unexpected"``."""
+    def kind(self, fault: int | tuple[int, ...] | None) -> str:
+        """``"agrees"``, ``"fault"`` or ``"unexpected"`` (``fault``: the check's entries)."""
         if self.raised is None and self.truth.agrees:
             return "agrees"
-        if fault is not None and self.fault_model is not None and self.fault_model.agrees:
+        if fault and self.fault_model is not None and self.fault_model.agrees:
             return "fault"
         return "unexpected"
 
@@ -119,6 +123,23 @@ def judge(claim: Outcome, fault_model: Callable[[], Outcome] | None) -> Verdict:
     if claim.agrees or fault_model is None:
         return Verdict(claim)
     return Verdict(claim, fault_model())
+
+
+def judge_entries(model: Callable[[frozenset[int]], Outcome],
+                  entries: Sequence[int]) -> Verdict:
+    """The verdict of a case whose model is built from independent entries: ``model(active)``
+    is the comparison with the entries in ``active`` applied (``model(frozenset())`` is the
+    truth). On a mismatch the verdict names the smallest set of ``entries`` whose model
+    agrees (sets of one first, the whole set last, which is the model reported otherwise)."""
+    claim = model(frozenset())
+    if claim.agrees or not entries:
+        return Verdict(claim)
+    subsets = [s for size in range(1, len(entries) + 1) for s in combinations(entries, size)]
+    for subset in subsets:
+        outcome = model(frozenset(subset))
+        if outcome.agrees:
+            break
+    return Verdict(claim, outcome, entries=subset)
 
 
 def refused(name: str, message: str) -> Verdict:
@@ -136,12 +157,20 @@ def worst_verdict(verdicts: Sequence[Verdict]) -> Verdict:
 
 @dataclass(frozen=True)
 class Check:
-    """A row: ``case(rng) -> Verdict`` run ``cases`` times (None: ``examples``)."""
+    """A row: ``case(rng) -> Verdict`` run ``cases`` times (None: ``examples``); ``fault``:
+    the entry of ``faults`` it may show, or a tuple of entries when it may show several."""
 
     name: str
     case: Callable[[np.random.Generator], Verdict]
-    fault: int | None = None
+    fault: int | tuple[int, ...] | None = None
     cases: int | None = None
+
+    @property
+    def entries(self) -> tuple[int, ...]:
+        """``fault`` as a tuple (empty: the row expects agreement)."""
+        if self.fault is None:
+            return ()
+        return self.fault if isinstance(self.fault, tuple) else (self.fault,)
 
 
 @dataclass
@@ -151,6 +180,8 @@ class Row:
     result: str
     detail: str
     unexpected: bool
+    entries: tuple[int, ...] = ()
+    """The entries of ``faults`` the row shows."""
 
 
 def _raised(error: Exception) -> Verdict:
@@ -170,30 +201,41 @@ def _verdicts(check: Check, rng, n: int) -> list[Verdict]:
     return verdicts
 
 
+def _named(entries: tuple[int, ...]) -> str:
+    """``fault N`` or ``entries N + M``: a row's entries in its detail."""
+    return (f"fault {entries[0]}" if len(entries) == 1
+            else "entries " + " + ".join(map(str, entries)))
+
+
 def _unexpected_row(check: Check, n: int, verdicts, kinds) -> Row:
     bad = next(v for v, k in zip(verdicts, kinds) if k == "unexpected")
     detail = (f"raised {bad.raised}" if bad.raised else
               f"|Δ| {bad.truth.abs_error:.2g} in {bad.truth.where} "
               f"({bad.truth.ratio:.3g}× tolerance)")
     if check.fault is not None and bad.fault_model is not None and not bad.raised:
-        detail += f"; not fault {check.fault} either"
+        detail += f"; not {_named(check.entries)} either"
     return Row(check.name, n, f"UNEXPECTED MISMATCH ({kinds.count('unexpected')}/{n})",
                detail, True)
 
 
-def _fault_row(check: Check, n: int, worst: Verdict, kinds) -> Row:
-    faulty = kinds.count("fault")
-    share = "" if faulty == n else f" ({faulty}/{n})"
+def _fault_row(check: Check, n: int, verdicts, kinds) -> Row:
+    shown = [v for v, k in zip(verdicts, kinds) if k == "fault"]
+    entries = tuple(sorted({e for v in shown
+                            for e in (check.entries if v.entries is None else v.entries)}))
+    share = "" if len(shown) == n else f" ({len(shown)}/{n})"
+    worst = max(shown, key=lambda v: (v.raised is not None, v.truth.ratio))
     detail = (f"raises {worst.raised}" if worst.raised else
-              f"|Δ| {worst.truth.abs_error:.2g} in {worst.truth.where}; matches the fault")
-    return Row(check.name, n, f"{FAULTS[check.fault].label}{share}", detail, False)
+              f"|Δ| {worst.truth.abs_error:.2g} in {worst.truth.where}; matches the "
+              + ("fault" if len(entries) == 1 else "entries' joint model"))
+    label = " + ".join(FAULTS[e].label for e in entries)
+    return Row(check.name, n, f"{label}{share}", detail, False, entries)
 
 
 def _agrees_row(check: Check, n: int, worst: Verdict) -> Row:
     detail = (f"max |Δ| {worst.truth.abs_error:.2g} ({worst.truth.ratio:.2g}× tolerance)"
               if worst.truth is not AGREES else "-")
     if check.fault is not None:
-        detail += f"; fault {check.fault} not triggered"
+        detail += f"; {_named(check.entries)} not triggered"
     return Row(check.name, n, "agrees", detail, False)
 
 
@@ -209,7 +251,7 @@ def run_check(check: Check, rng: np.random.Generator, examples: int) -> Row:
     if "unexpected" in kinds:
         return _unexpected_row(check, n, verdicts, kinds)
     if "fault" in kinds:
-        return _fault_row(check, n, worst, kinds)
+        return _fault_row(check, n, verdicts, kinds)
     return _agrees_row(check, n, worst)
 
 
@@ -225,10 +267,9 @@ def summary(rows: Sequence[Row], seconds: float | None) -> list[str]:
     unexpected = sum(r.unexpected for r in rows)
     agreeing = sum(r.result == "agrees" for r in rows)
     skipped = sum(r.result == "skipped" for r in rows)
-    shown = sorted({int(r.result.split("(")[0].split()[-1]) for r in rows
-                    if r.result.startswith(("known fault", "convention"))})
-    faults = sum(r.result.startswith("known fault") for r in rows)
-    conventions = len(rows) - agreeing - unexpected - skipped - faults
+    shown = sorted({e for r in rows for e in r.entries})
+    faults = sum(any(FAULTS[e].kind == "fault" for e in r.entries) for r in rows)
+    conventions = sum(bool(r.entries) for r in rows) - faults
     lines = [f"{count(len(rows), 'check')}: {agreeing} agree, {faults} show known faults, "
              + (f"{conventions} show documented conventions, " if conventions else "")
              + (f"{skipped} skipped, " if skipped else "")
@@ -254,21 +295,24 @@ def text_report(title: str, rows: Sequence[Row], footer: Sequence[str], *, examp
 
 
 def markdown_report(title: str, rows: Sequence[Row], footer: Sequence[str], *, examples: int,
-                    seed: int, seconds: float) -> list[str]:
-    """The audit as a Markdown section (``docs/audit.md``), with the versions it ran on."""
+                    seed: int, seconds: float, command: str | None = None) -> list[str]:
+    """The audit as a Markdown section (``docs/audit.md``), with the versions it ran on and
+    the ``command`` that gives it."""
     header = ("check", "cases", "result", "detail")
     cells = [(r.name, str(r.cases), r.result, r.detail) for r in rows]
     counts, *shown = summary(rows, None)       # no time: the section is stored
+    ran = f"{_versions()}; {examples} generated cases per check, seed {seed}"
     return ([f"## {title.removeprefix('gradcells audit of ')}", "",
-             f"{_versions()}; {examples} generated cases per check, seed {seed}.", ""]
+             ran + (f", by `{command}`." if command else "."), ""]
             + markdown_table(header, cells) + ["", counts + ".", ""]
             + [f"- {line.strip()}" for line in [*shown, *footer]])
 
 
 def run_checks(title: str, checks: Sequence[Check], footer: Sequence[str], *, examples: int,
-               seed: int, stream: TextIO, progress: bool, markdown: bool = False) -> int:
-    """Run ``checks`` and print the audit to ``stream`` (as text, or as Markdown); returns the
-    exit status (0 or 1)."""
+               seed: int, stream: TextIO, progress: bool, markdown: bool = False,
+               command: str | None = None) -> int:
+    """Run ``checks`` and print the audit to ``stream`` (as text, or as Markdown, naming
+    ``command``, the command line that gives it); returns the exit status (0 or 1)."""
     rng = np.random.default_rng(seed)
     bar = Progress(len(checks), prefix="audit ", stream=sys.stderr, enabled=progress)
     rows, start = [], time.perf_counter()
@@ -276,8 +320,10 @@ def run_checks(title: str, checks: Sequence[Check], footer: Sequence[str], *, ex
         bar.step(check.name)
         rows.append(run_check(check, rng, examples))
     bar.close()
-    write = markdown_report if markdown else text_report
-    for line in write(title, rows, footer, examples=examples, seed=seed,
-                      seconds=time.perf_counter() - start):
+    seconds = time.perf_counter() - start
+    lines = (markdown_report(title, rows, footer, examples=examples, seed=seed,
+                             seconds=seconds, command=command) if markdown else
+             text_report(title, rows, footer, examples=examples, seed=seed, seconds=seconds))
+    for line in lines:
         print(line, file=stream)
     return 1 if any(r.unexpected for r in rows) else 0

@@ -55,6 +55,7 @@ class Job:
         self.mask = arrays["mask"] if "mask" in arrays else None
         self.layer = build_layer(keras, spec, {"x": arrays["x"].shape})
         self.cotangent = tuple(arrays[f"ct{k}"] for k in range(spec["outputs"]))
+        self.traced = _traced(keras.backend.backend(), self.call)
 
     def call(self, tensors):
         """The layer's outputs (a tuple) for backend tensors aligned with ``names``."""
@@ -69,11 +70,23 @@ class Job:
 
     def forward(self, *arrays):
         ops = self.keras.ops
-        out = self.call([ops.convert_to_tensor(np.asarray(a)) for a in arrays])
+        out = self.traced([ops.convert_to_tensor(np.asarray(a)) for a in arrays])
         return tuple(np.asarray(ops.convert_to_numpy(o)) for o in out)
 
     def vjp(self, ct, *arrays):
         return [np.asarray(g) for g in VJPS[self.keras.backend.backend()](self, ct, arrays)]
+
+
+def _traced(backend, call):
+    """``call`` compiled once per job where the backend re-traces every eager call: JAX's
+    ``lax.scan`` compiles anew on each eager call (seconds each), so its layers run under
+    ``jax.jit`` (the oracle's differences then reuse one compilation); the others as they are."""
+    if backend != "jax":
+        return call
+    import jax
+
+    compiled = jax.jit(lambda *tensors: call(list(tensors)))
+    return lambda tensors: compiled(*tensors)
 
 
 def _tf_vjp(job, ct, arrays):
@@ -90,7 +103,7 @@ def _tf_vjp(job, ct, arrays):
 def _jax_vjp(job, ct, arrays):
     import jax
 
-    _, pullback = jax.vjp(lambda *t: job.call(list(t)), *(jax.numpy.asarray(a) for a in arrays))
+    _, pullback = jax.vjp(lambda *t: job.traced(list(t)), *(jax.numpy.asarray(a) for a in arrays))
     return pullback(tuple(jax.numpy.asarray(c) for c in ct))
 
 

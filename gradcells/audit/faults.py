@@ -24,7 +24,10 @@ class Fault:
     run it here); ``test``: the test that shows it (in ``test_file``), or None with the
     reason in ``evidence``. ``kind``: ``"fault"`` (a wrong result) or ``"convention"`` (a
     documented difference of convention: the framework's result is right by its own
-    definition, and the row says so instead of calling it a fault).
+    definition, and the row says so instead of calling it a fault). ``shows``: where the
+    reproduction is a script, a regular expression its output (stdout and stderr) matches
+    when run in the environment its first line sets (``# NAME=value ...``), which
+    ``tests/test_faults.py`` checks; None where it is a description.
     """
 
     number: int
@@ -35,6 +38,7 @@ class Fault:
     test: str | None = None
     kind: str = "fault"
     test_file: str = "tests/test_faults.py"
+    shows: str | None = None
 
     @property
     def label(self) -> str:
@@ -55,7 +59,8 @@ _LIST = (
         "print('[i, f, ci, o] = xh * w + b' in tf.raw_ops.LSTMBlockCell.__doc__)   # True\n"
         "# the kernel: G = [x, h_prev]·w + b split as i, ci, f, o (see the audit's row)",
         ("LSTMBlockCell forward, gates as documented (i, f, ci, o)",),
-        "test_fault_1_gate_order_is_i_ci_f_o"),
+        "test_fault_1_gate_order_is_i_ci_f_o",
+        shows=r"True"),
     Fault(
         2, "the raw LSTM ops default to cell_clip=3.0: callers that pass nothing are clipped",
         "Called without `cell_clip`, `LSTMBlockCell` clips the cell state to [-3, 3]: where "
@@ -69,7 +74,8 @@ _LIST = (
         "    wci=np.zeros(H, f), wcf=np.zeros(H, f), wco=np.zeros(H, f))\n"
         "print(out.cs.numpy())        # [[3.]]: 0.5·0 + σ(0 + 1)·6 = 4.39, clipped to 3",
         ("LSTMBlockCell forward, default cell_clip vs none",),
-        "test_fault_2_default_cell_clip_silently_clips"),
+        "test_fault_2_default_cell_clip_silently_clips",
+        shows=r"\[\[3\.\]\]"),
     Fault(
         3, "every LSTM gradient op passes the gradient straight through an active clip",
         "Where the clip is active, `LSTMBlockCellGrad`'s gradient misses the oracle's central "
@@ -149,7 +155,8 @@ _LIST = (
         "        b_ru=np.zeros(2, np.float32), b_c=np.zeros(1, np.float32))[3]\n"
         "tape.gradient(h, x)          # LookupError",
         ("registered gradient (LSTMBlockCell, GRUBlockCell)",),
-        "test_fault_9_no_gradient_registered_for_the_cells"),
+        "test_fault_9_no_gradient_registered_for_the_cells",
+        shows=r"LookupError: gradient registry has no entry for: GRUBlockCell"),
     Fault(
         10, "the ops take float16/float32 only (GRU float32 only): no float64",
         "Given float64 inputs, `LSTMBlockCell`, `BlockLSTMV2` and `GRUBlockCell` raise "
@@ -161,7 +168,8 @@ _LIST = (
         "# InvalidArgumentError: Value for attr 'T' of double is not in the list of allowed "
         "values",
         ("float64 inputs (LSTMBlockCell, GRUBlockCell, BlockLSTMV2)",),
-        "test_fault_10_tensorflow_rejects_float64"),
+        "test_fault_10_tensorflow_rejects_float64",
+        shows="InvalidArgumentError: Value for attr 'T' of double is not in the list"),
     # Flax (gradcells.audit.jax; tests/test_audit_jax.py): numbers 20-29
     Fault(
         20, "Flax's RNN leaves the outputs past seq_lengths as the cell computed them "
@@ -173,11 +181,13 @@ _LIST = (
         "import jax, jax.numpy as jnp, flax.linen as nn\n"
         "rnn = nn.RNN(nn.GRUCell(2))\n"
         "x = jnp.ones((1, 3, 1)); v = rnn.init(jax.random.key(0), x)\n"
-        "print(rnn.apply(v, x, seq_lengths=jnp.array([1])))   # steps 1 and 2 are not zero",
+        "y = rnn.apply(v, x, seq_lengths=jnp.array([1]))\n"
+        "print(bool((y[0, 1:] != 0).all()))   # True: steps 1 and 2 are not zeroed",
         tuple(f"{api}.RNN({cell}) outputs past seq_lengths vs zeros"
               for api in ("linen", "nnx") for cell in ("LSTMCell", "GRUCell")),
         "test_convention_20_padding_outputs_are_not_zeroed", kind="convention",
-        test_file="tests/test_audit_jax.py"),
+        test_file="tests/test_audit_jax.py",
+        shows=r"True"),
     Fault(
         21, "Flax's RNN(reverse=True) returns the outputs in processing order unless "
         "keep_order=True (documented)",
@@ -193,7 +203,8 @@ _LIST = (
         tuple(f"{api}.RNN({cell}) reverse, keep_order=False vs time positions"
               for api in ("linen", "nnx") for cell in ("LSTMCell", "GRUCell")),
         "test_convention_21_reverse_outputs_in_processing_order", kind="convention",
-        test_file="tests/test_audit_jax.py"),
+        test_file="tests/test_audit_jax.py",
+        shows=r"True"),
     Fault(
         22, "Flax's RNN returns, for a row of seq_lengths 0, the carry after the T padded "
         "steps, not the initial carry",
@@ -206,11 +217,13 @@ _LIST = (
         "x = jnp.ones((1, 3, 1)); v = rnn.init(jax.random.key(0), x)\n"
         "carry, y = rnn.apply(v, x, initial_carry=jnp.zeros((1, 2)), "
         "seq_lengths=jnp.array([0]))\n"
-        "print(carry, y[:, -1])   # equal and non-zero: the initial carry was zero",
+        "print(bool(jnp.allclose(carry, y[:, -1])), bool(carry.any()))   # True True: the\n"
+        "# carry is the last padded step's, non-zero, though the initial carry was zero",
         tuple(f"{api}.RNN({cell}) a length-0 row: final carry vs initial state"
               for api in ("linen", "nnx") for cell in ("LSTMCell", "GRUCell")),
         "test_fault_22_empty_row_carry_is_the_last_padded_step",
-        test_file="tests/test_audit_jax.py"),
+        test_file="tests/test_audit_jax.py",
+        shows=r"True True"),
     Fault(
         23, "nnx.GRUCell documents r∘(W_hn h + b_hn) but has no b_hn (linen.GRUCell has)",
         "`nnx.GRUCell`'s docstring gives `n = tanh(W_in x + b_in + r * (W_hn h + b_hn))`, as "
@@ -222,7 +235,8 @@ _LIST = (
         "print('b_{hn}' in nnx.GRUCell.__doc__, cell.dense_h.bias)   # True None",
         ("nnx.GRUCell on linen.GRUCell's parameters (documented b_hn)",),
         "test_fault_23_nnx_gru_has_no_b_hn",
-        test_file="tests/test_audit_jax.py"),
+        test_file="tests/test_audit_jax.py",
+        shows=r"True None"),
     Fault(
         24, "Flax's LSTM cells add no forget bias (gradcells's lstm_cell defaults to 1.0)",
         "Flax's LSTM formula is `f = σ(W_if x + W_hf h + b_hf)` with `b_hf` initialised to "
@@ -236,7 +250,8 @@ _LIST = (
         "print(gc.lstm_cell(x, c, h, w, b, forget_bias=0.0).cs)   # 0.5, Flax's",
         ("linen.LSTMCell vs gradcells's default forget_bias=1",),
         "test_convention_24_no_forget_bias", kind="convention",
-        test_file="tests/test_audit_jax.py"),
+        test_file="tests/test_audit_jax.py",
+        shows=r"\[\[0\.731\d*\]\]\s+\[\[0\.5\]\]"),
     # Keras 3 (gradcells.audit.keras): 30-39
     Fault(
         30, "Keras's masked steps repeat the previous output (zeros before any); gradcells's "
@@ -245,32 +260,40 @@ _LIST = (
         "is the previous step's output (zeros before the first unmasked step, which "
         "`go_backwards=True` puts first), as its RNN documentation says masked steps are "
         "skipped and carry the state and output; gradcells's outputs past `seq_len` are zeros. "
-        "The unmasked steps, the final states and the gradients agree once the cotangent at a "
-        "masked step is moved onto the output it repeats. On the PyTorch backend the masked "
-        "rows compare at float32 tolerances (fault 32).",
+        "So a fully masked row (length 0) outputs zeros, and with `return_sequences=False` its "
+        "output is zeros while its returned state is h0 (gradcells's final state for "
+        "`seq_len=0`, which gradcells's last output is). The unmasked steps, the final states "
+        "and the gradients agree once the cotangent at a masked step is moved onto the output "
+        "it repeats. On the PyTorch and JAX backends the masked rows compare at float32 "
+        "tolerances (fault 32).",
         "import numpy as np, keras\n"
         "layer = keras.layers.SimpleRNN(1, return_sequences=True)\n"
         "x, mask = np.ones((1, 3, 1)), np.array([[True, False, False]])\n"
-        "print(layer(x, mask=mask))    # three equal outputs; gradcells (seq_len=[1]): h, 0, 0",
+        "y = keras.ops.convert_to_numpy(layer(x, mask=mask))[0, :, 0]\n"
+        "print(y[0] == y[1] == y[2] != 0)   # True; gradcells (seq_len=[1]): h, 0, 0",
         ("keras[tensorflow] LSTM masked forward vs gradcells",),
         "test_convention_30_masked_steps_repeat_the_previous_output", kind="convention",
-        test_file="tests/test_audit_keras.py"),
+        test_file="tests/test_audit_keras.py",
+        shows=r"True"),
     Fault(
-        31, "Keras on JAX: masked steps before the first unmasked one output h0, not zeros",
-        "With `go_backwards=True` (or a fully masked sequence) right-padded steps come before "
-        "any unmasked one; there the JAX backend outputs the initial state h0 where the "
-        "TensorFlow and PyTorch backends output zeros (convention 30), so the same layer and "
-        "weights give different outputs, and a gradient reaching h0 through them, by backend. "
-        "The rows compare at float32 tolerances (fault 32).",
-        "# KERAS_BACKEND=jax, then tensorflow:\n"
+        31, "Keras on JAX (lax.scan, unroll=False): masked steps before the first unmasked one "
+        "output h0, not zeros",
+        "With `go_backwards=True` (or a fully masked row, length 0) right-padded steps come "
+        "before any unmasked one; there the JAX backend's `lax.scan` path (`unroll=False`) "
+        "outputs the initial state h0 where its unrolled path and the TensorFlow and PyTorch "
+        "backends output zeros (convention 30), so the same layer and weights give different "
+        "outputs, and a gradient reaching h0 through them, by backend and `unroll`. A fully "
+        "masked row's last output (`return_sequences=False`) is then h0 too. The rows compare "
+        "at float32 tolerances (fault 32).",
+        "# KERAS_BACKEND=jax (KERAS_BACKEND=tensorflow prints 0.0)\n"
         "import numpy as np, keras\n"
-        "layer = keras.layers.SimpleRNN(1, return_sequences=True, go_backwards=True, "
-        "unroll=True)\n"
+        "layer = keras.layers.GRU(1, return_sequences=True, go_backwards=True, unroll=False)\n"
         "x, mask, h0 = np.ones((1, 2, 1)), np.array([[True, False]]), np.ones((1, 1))\n"
-        "print(layer(x, mask=mask, initial_state=[h0])[0, 0])   # jax: h0 = 1; tensorflow: 0",
+        "print(float(layer(x, mask=mask, initial_state=[h0])[0, 0, 0]))   # 1.0: h0",
         ("keras[jax] LSTM masked forward vs gradcells",),
         "test_fault_31_jax_carries_h0_before_the_first_unmasked_step",
-        test_file="tests/test_audit_keras.py"),
+        test_file="tests/test_audit_keras.py",
+        shows=r"(?m)^1\.0$"),
     Fault(
         32, "Keras on JAX and PyTorch computes float64 layers in float32",
         "With `keras.config.set_floatx('float64')` the layers' weights and outputs are "
@@ -280,15 +303,17 @@ _LIST = (
         "`GRU(reset_after=False)`, `SimpleRNN`; the fused LSTM and GRU paths are float64). "
         "The outputs and gradients then match gradcells's float64 only to float32 round-off "
         "(|Δ| about 1e-8), and the oracle's float64 differences of that forward are noise.",
+        "# KERAS_BACKEND=jax JAX_ENABLE_X64=1 (and KERAS_BACKEND=torch)\n"
         "import keras\n"
         "keras.config.set_floatx('float64')\n"
         "print(keras.backend.result_type('float64', 'float64'))   # float32 unless tensorflow\n"
         "x = keras.ops.ones((2, 2), dtype='float64')\n"
-        "print(keras.ops.matmul(x, x).dtype)     # torch: float32\n"
-        "print(keras.ops.tanh(x).dtype)          # jax: float32",
+        "print(keras.ops.matmul(x, x).dtype)     # jax: float64; torch: float32\n"
+        "print(keras.ops.tanh(x).dtype)          # jax: float32; torch: float64",
         ("keras[jax] LSTM forward vs gradcells (layouts.lstm_from_keras)",),
         "test_fault_32_and_33_float64_computed_in_float32_on_jax",
-        test_file="tests/test_audit_keras.py"),
+        test_file="tests/test_audit_keras.py",
+        shows=r"float32\s+float64\s+float32"),
     Fault(
         33, "Keras on JAX: a float64 SimpleRNN with unroll=False raises in lax.scan",
         "The scan's carry enters as float64 and leaves as float32 (`ops.tanh`, fault 32), and "
@@ -300,7 +325,8 @@ _LIST = (
         "keras.layers.SimpleRNN(2)(np.ones((1, 3, 2)))   # TypeError: ... carry ... float32",
         ("keras[jax] SimpleRNN float64, unroll=False (lax.scan)",),
         "test_fault_32_and_33_float64_computed_in_float32_on_jax",
-        test_file="tests/test_audit_keras.py"),
+        test_file="tests/test_audit_keras.py",
+        shows=r"(?s)TypeError.*scan body function carry input and carry output must have equal"),
     # ONNX Runtime (gradcells.audit.onnxruntime): numbers 40-49
     Fault(
         40, "ONNX Runtime's LSTM does not clip Ct before h(Ct) (onnxruntime issue 27224)",
@@ -327,7 +353,8 @@ _LIST = (
         '# ONNX: i = f = o = σ(0) = 0.5, Ct = 0.5·5 = 2.5, Ht = 0.5·tanh(clip(2.5)) = 0.3808',
         ("LSTM clip vs the ONNX equations (transcription)",),
         "test_fault_40_lstm_clip_skips_the_cell_state",
-        test_file="tests/test_audit_onnxruntime.py"),
+        test_file="tests/test_audit_onnxruntime.py",
+        shows=r"\[\[\[2\.5\]\]\] \[\[\[0\.4933"),
     Fault(
         41, "ONNX Runtime's CPU LSTM, GRU and RNN refuse float64 (the spec allows it)",
         "The ONNX operators take `tensor(double)`; ORT's CPU `LSTM` and `GRU` build a "
@@ -342,7 +369,8 @@ _LIST = (
         "# RuntimeException: ... GRU operator does not support double yet",
         ("float64 inputs (LSTM, GRU, RNN)",),
         "test_fault_41_onnxruntime_refuses_float64",
-        test_file="tests/test_audit_onnxruntime.py"),
+        test_file="tests/test_audit_onnxruntime.py",
+        shows=r"GRU operator does not support double"),
     Fault(
         42, "ONNX Runtime's CPU LSTM, GRU and RNN refuse layout=1 (batch first)",
         "ONNX (opset 14 on) has `layout=1`: `X [B, T, I]`, states `[B, D, H]`, `Y [B, T, D, "
@@ -357,7 +385,8 @@ _LIST = (
         "# Fail: ... Batchwise recurrent operations (layout == 1) are not supported",
         ("layout=1 (batch first) vs gradcells batch_first=True (LSTM, GRU, RNN)",),
         "test_fault_42_onnxruntime_refuses_layout_1",
-        test_file="tests/test_audit_onnxruntime.py"),
+        test_file="tests/test_audit_onnxruntime.py",
+        shows=r"Batchwise recurrent operations \(layout == 1\) are not supported"),
     Fault(
         43, "a row of sequence length 0: ORT's Y_h and Y_c are zeros, not the initial state",
         "The ONNX spec does not say what `Y_h` holds for a row of length 0 (onnx/onnx#1674). "
@@ -375,7 +404,8 @@ _LIST = (
          "GRU sequence_lens with zeros: Y_h of an empty row",
          "RNN sequence_lens with zeros: Y_h of an empty row"),
         "test_convention_43_zero_length_rows_end_in_zeros", kind="convention",
-        test_file="tests/test_audit_onnxruntime.py"),
+        test_file="tests/test_audit_onnxruntime.py",
+        shows=r"\[\[\[0\.\]\]\]"),
     Fault(
         50, "PyTorch has no forward-mode AD through pack_padded_sequence: no JVP of a packed "
         "nn.LSTM",
@@ -396,7 +426,8 @@ _LIST = (
         "not\n# support it because it has not been implemented yet.",
         ("nn.LSTM packed forward AD (torch.func.jvp)",),
         "test_fault_50_no_forward_ad_through_pack_padded_sequence",
-        test_file="tests/test_audit_torch.py"),
+        test_file="tests/test_audit_torch.py",
+        shows=r"NotImplementedError: Trying to use forward AD with _pack_padded_sequence"),
 )
 
 FAULTS: dict[int, Fault] = {fault.number: fault for fault in _LIST}
@@ -408,8 +439,10 @@ def _section(fault: Fault) -> list[str]:
              else "none (not checked by the audit)")
     test = f"`{fault.test_file}::{fault.test}`" if fault.test else "none"
     kind = "" if fault.kind == "fault" else " (a documented convention)"
+    how = ("a script, which `tests/test_faults.py` runs and whose output it checks"
+           if fault.shows else "a description")
     return [f"## {fault.number}. {fault.title}{kind}", "", fault.evidence, "",
-            f"Audit rows: {shown}.", "", f"Test: {test}.", "",
+            f"Audit rows: {shown}.", "", f"Test: {test}.", "", f"Reproduction ({how}):", "",
             "```python", fault.reproduction, "```", ""]
 
 

@@ -9,9 +9,17 @@ own (``_keras_runner``), started once per run and given every case of that backe
 (sizes, weights, ``go_backwards``, ``unroll``, ``return_sequences``, ``return_state``, and
 for the masked rows a ``mask`` of right-padded ragged lengths, which gradcells reads as
 ``seq_len``) is drawn once per run and shared by the three rows of its cell and by the three
-backends, and its result is computed once. ``go_backwards=True`` is gradcells's
-``reverse=True`` with the outputs in reversed time order. ``checks()`` raises ImportError
-when Keras is not installed; a backend that fails to import makes its rows skipped.
+backends, and its result is computed once. On JAX the layer runs under ``jax.jit``, as JAX
+users run it (eagerly, ``lax.scan`` compiles anew on every call). ``go_backwards=True`` is
+gradcells's ``reverse=True`` with the outputs in reversed time order.
+
+A row's models are built from the entries of ``faults`` that apply to it (``row_entries``):
+Keras's masking (convention 30: a masked step repeats the previous output; fault 31: on
+JAX's scan path, h0 before the first valid step) and float32 round-off (fault 32). A case
+that misses gradcells's result is explained by the smallest set of them whose model agrees,
+and the row names that set. Masked rows draw lengths from 0: a fully masked row keeps h0 as
+its state, and its outputs follow the same models. ``checks()`` raises ImportError when
+Keras is not installed; a backend that fails to import makes its rows skipped.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from ._engine import (
     Verdict,
     compare,
     judge,
+    judge_entries,
     oracle_outcome,
     refused,
 )
@@ -51,10 +60,11 @@ CELLS = (("LSTM", "lstm", None), ("GRU(reset_after=True)", "gru", True),
          ("GRU(reset_after=False)", "gru", False), ("SimpleRNN", "rnn", None))
 GATES = {"lstm": 4, "gru": 3, "rnn": 1}
 FLAGS = ("go_backwards", "unroll", "return_sequences", "return_state")
-MASK_FAULT = {"tensorflow": 30, "jax": 31, "torch": 30}
-"""The entry of ``faults`` that each backend's outputs at masked steps follow."""
-FLOAT32_PATH = 32
-"""The fault of the layers that compute float64 in float32 (``float32_path``)."""
+REPEATED, H0_FIRST, FLOAT32_PATH = 30, 31, 32
+"""The entries of ``faults`` that Keras's results follow: a masked step repeats the previous
+output (convention 30), on JAX's ``lax.scan`` path masked steps before the first valid one
+output h0 (fault 31), the layers compute float64 in float32 (fault 32, ``float32_path``)."""
+MASKING = frozenset((REPEATED, H0_FIRST))
 
 
 def float32_path(backend, cell, reset_after, masked) -> bool:
@@ -63,6 +73,25 @@ def float32_path(backend, cell, reset_after, masked) -> bool:
     if backend == "jax":
         return True
     return backend == "torch" and (masked or cell == "rnn" or reset_after is False)
+
+
+def row_entries(backend, cell, reset_after, masked, kind) -> tuple[int, ...]:
+    """The entries a row of ``kind`` (``"forward"``, ``"oracle"``, ``"gradient"``) may show:
+    the masking's (30; on JAX's scan path, which SimpleRNN never takes there, also 31) where
+    masked outputs are compared with gradcells's, and fault 32 where the backend computes in
+    float32."""
+    entries = ()
+    if masked and kind != "oracle":
+        entries = (REPEATED, H0_FIRST) if backend == "jax" and cell != "rnn" else (REPEATED,)
+    return entries + ((FLOAT32_PATH,) if float32_path(backend, cell, reset_after, masked)
+                      else ())
+
+
+def case_entries(backend, case, kind) -> tuple[int, ...]:
+    """``row_entries`` for one case: fault 31 only where it takes JAX's scan path
+    (``unroll=False``)."""
+    entries = row_entries(backend, case.cell, case.reset_after, case.lengths is not None, kind)
+    return tuple(e for e in entries if e != H0_FIRST or not case.options["unroll"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,21 +200,22 @@ def keras_weights(rng, cell, reset_after, n_in, hidden) -> dict:
 
 
 class Case:
-    """One drawn case of one cell: the Keras arguments (batch first), the layer's options,
-    the right-padded lengths (None: unmasked) and a cotangent of each output."""
+    """One drawn case of one cell: the Keras arguments (batch first), the layer's options
+    (drawn, but for those given in ``options``), the right-padded lengths from 0 (None:
+    unmasked) and a cotangent of each output."""
 
-    def __init__(self, rng, cell, reset_after, masked):
+    def __init__(self, rng, cell, reset_after, masked, **options):
         drawn = sizes(rng)
         batch, n_in, hidden = drawn["batch"], drawn["input_size"], drawn["hidden"]
         steps = int(rng.integers(1, 5))
         self.cell, self.reset_after, self.hidden = cell, reset_after, hidden
-        self.options = {f: bool(rng.integers(2)) for f in FLAGS}
+        self.options = {f: bool(rng.integers(2)) for f in FLAGS} | options
         self.args = {"x": rng.standard_normal((batch, steps, n_in)),
                      "h0": 0.5 * rng.standard_normal((batch, hidden))}
         if cell == "lstm":
             self.args["c0"] = rng.standard_normal((batch, hidden))
         self.args.update(keras_weights(rng, cell, reset_after, n_in, hidden))
-        self.lengths = rng.integers(1, steps + 1, batch) if masked else None
+        self.lengths = rng.integers(0, steps + 1, batch) if masked else None
         shapes = [(batch, steps, hidden) if self.options["return_sequences"] else
                   (batch, hidden)]
         if self.options["return_state"]:
@@ -268,56 +298,54 @@ def valid(case) -> np.ndarray:
     return keras_order(case, (np.arange(case.steps) < lengths[:, None])[..., None])[..., 0]
 
 
-def carried(case, seq, first):
-    """Keras's masking convention applied to gradcells's outputs (in Keras's order): a
-    masked step repeats the previous step's output, ``first`` before any."""
-    out, keep = seq.copy(), valid(case)
-    prev = first.copy()
+def masked_outputs(case, out, active):
+    """gradcells's every-step outputs ``out [B, T, H]`` (Keras's order) with the masked steps
+    as the entries in ``active`` make them: after a valid step the previous output
+    (convention 30), before any the initial state h0 (fault 31), zeros otherwise (gradcells's
+    ``seq_len``)."""
+    keep, out = valid(case), out.copy()
+    started = np.zeros(len(keep), dtype=bool)
     for t in range(case.steps):
-        out[:, t] = np.where(keep[:, t, None], seq[:, t], prev)
-        prev = out[:, t]
+        repeated = out[:, t - 1] if REPEATED in active and t else 0.0
+        first = case.args["h0"] if H0_FIRST in active else 0.0
+        out[:, t] = np.where(keep[:, t, None], out[:, t],
+                             np.where(started[:, None], repeated, first))
+        started |= keep[:, t]
     return out
 
 
-def expected_outputs(case, first=None) -> list:
-    """Keras's outputs as gradcells computes them (masked steps: zeros, or with ``first``,
-    the convention ``carried``)."""
+def expected_outputs(case, active=frozenset()) -> list:
+    """Keras's outputs as gradcells computes them with the entries in ``active`` applied
+    (none: gradcells's convention, zeros at masked steps and the final state as the last
+    output; with the masking's entries the last output is the last step's, as Keras's)."""
     seq = gradcells_sequence(case)
     out = keras_order(case, seq.h)
-    if first is not None:
-        out = carried(case, out, first)
-    outputs = [out if case.options["return_sequences"] else seq.h_final]
+    if active & MASKING:
+        out = masked_outputs(case, out, active)
+    last = out[:, -1] if active & MASKING else seq.h_final
+    outputs = [out if case.options["return_sequences"] else last]
     if case.options["return_state"]:
         outputs += [seq.h_final] + ([seq.cs_final] if case.cell == "lstm" else [])
     return outputs
 
 
-def mask_first(backend, case):
-    """The output before the first valid step under the backend's masking (faults 30, 31)."""
-    return case.args["h0"] if h0_carried(backend, case) else np.zeros_like(case.args["h0"])
-
-
-def h0_carried(backend, case) -> bool:
-    """Fault 31: JAX's ``lax.scan`` path (``unroll=False``) carries h0, not zeros."""
-    return MASK_FAULT[backend] == 31 and not (case.options["unroll"] or case.cell == "rnn")
-
-
-def keras_cotangents(case, h0_too: bool):
+def keras_cotangents(case, active=frozenset()):
     """The case's cotangent as gradcells's ``d_h [B, T, H]`` (gradcells's time order),
-    ``d_h_final``, ``d_cs_final`` and ``d_h0`` (added to h0's gradient). With ``h0_too`` is
-    None, every-step cotangents at masked steps are dropped (gradcells's outputs there are
-    zeros); else they go where Keras's masked outputs come from (the convention
-    ``carried``): the previous valid step's output, or h0 (``h0_too``) or nothing before."""
+    ``d_h_final``, ``d_cs_final`` and ``d_h0`` (added to h0's gradient), for the outputs
+    ``expected_outputs(case, active)`` computes: with the masking's entries, a masked step's
+    cotangent goes where its output comes from (``carry_back``)."""
     hidden, batch = case.hidden, case.args["x"].shape[0]
     d_h, d_h0 = np.zeros((batch, case.steps, hidden)), np.zeros((batch, hidden))
     d_h_final, d_cs_final = np.zeros((batch, hidden)), np.zeros((batch, hidden))
     ct = list(case.cotangent)
     if case.options["return_sequences"]:
-        d_h = ct.pop(0).copy()
-        if h0_too is not None:
-            _carry_back(case, d_h, d_h0 if h0_too else None)
+        d_h += ct.pop(0)
+    elif active & MASKING:
+        d_h[:, -1] += ct.pop(0)            # the last output is the last step's
     else:
         d_h_final += ct.pop(0)
+    if active & MASKING:
+        carry_back(case, d_h, d_h0, active)
     if ct:
         d_h_final += ct.pop(0)
     if ct:
@@ -325,27 +353,29 @@ def keras_cotangents(case, h0_too: bool):
     return keras_order(case, d_h), d_h_final, d_cs_final, d_h0
 
 
-def _carry_back(case, d_h, d_h0):
-    """Moves ``d_h``'s masked steps (Keras's order) onto the steps their outputs repeat."""
+def carry_back(case, d_h, d_h0, active):
+    """Moves the cotangents ``d_h`` (Keras's order) of the masked steps onto what their
+    outputs are under ``masked_outputs``: the last valid step (convention 30), h0 (fault 31),
+    or nothing (zeros)."""
     keep = valid(case)
     for b in range(d_h.shape[0]):
         source = None
         for t in range(case.steps):
             if keep[b, t]:
                 source = t
-            elif source is not None:
+            elif source is not None and REPEATED in active:
                 d_h[b, source] += d_h[b, t]
-            elif d_h0 is not None:
+            elif source is None and H0_FIRST in active:
                 d_h0[b] += d_h[b, t]
         d_h[b, ~keep[b]] = 0.0
 
 
-def gradcells_grads(case, h0_too=None) -> list:
+def gradcells_grads(case, active=frozenset()) -> list:
     """gradcells's gradients in Keras's layout, aligned with the case's arguments, for the
     cotangent as ``keras_cotangents`` reads it."""
     fn, arrays, keywords = gradcells_call(case, "_grad")
     keywords.pop("forget_bias", None)
-    d_h, d_h_final, d_cs_final, d_h0 = keras_cotangents(case, h0_too)
+    d_h, d_h_final, d_cs_final, d_h0 = keras_cotangents(case, active)
     extra = {"d_cs_final": d_cs_final} if case.cell == "lstm" else {}
     grads = fn(*arrays, gradcells_sequence(case), d_h=d_h, d_h_final=d_h_final, **extra,
                **keywords)
@@ -374,45 +404,48 @@ def output_names(case) -> list:
     return names[:len(case.cotangent)]
 
 
-def tolerances(backend, case) -> tuple:
-    """(forward, gradient) tolerances of the case's comparisons: float64's, or float32's
-    where the backend computes the layer in float32 (fault 32)."""
-    if float32_path(backend, case.cell, case.reset_after, case.lengths is not None):
-        return FLOAT32_FORWARD, FLOAT32_GRADIENT
-    return FLOAT64, FLOAT64
+def tolerance(active, float32) -> tuple:
+    """The tolerance of a comparison: float64's, or ``float32``'s where the model applies
+    fault 32 (the backend computes the layer in float32)."""
+    return float32 if FLOAT32_PATH in active else FLOAT64
 
 
 def forward_verdict(rng, backend, cell, reset_after, masked) -> Verdict:
+    return judge_forward(backend, drawn_case(rng, "forward", backend, cell, reset_after, masked))
+
+
+def judge_forward(backend, case) -> Verdict:
     """Keras's outputs against gradcells's (``seq_len`` for the mask, zeros at masked
-    steps). The models: masked, Keras's masking convention (``carried``, faults 30, 31);
-    unmasked, gradcells's to float32 round-off (fault 32)."""
-    case = drawn_case(rng, "forward", backend, cell, reset_after, masked)
+    steps). The models: Keras's masking (convention 30, fault 31), float32 round-off
+    (fault 32)."""
     claim = keras_outputs(keras_result(backend, case), case)
-    names, tolerance = output_names(case), tolerances(backend, case)[0]
-    truth = compare(zip(names, claim, expected_outputs(case)), FLOAT64)
-    first = mask_first(backend, case) if masked else None
-    return judge(truth, lambda: compare(
-        zip(names, claim, expected_outputs(case, first)), tolerance))
+    names = output_names(case)
+    return judge_entries(lambda active: compare(
+        zip(names, claim, expected_outputs(case, active)), tolerance(active, FLOAT32_FORWARD)),
+        case_entries(backend, case, "forward"))
 
 
 def gradient_verdict(rng, backend, cell, reset_after, masked) -> Verdict:
-    """The backend's autodiff against gradcells's ``_grad`` (in Keras's layout). The
-    models: masked, gradcells's for the cotangent moved as the masking convention moves it
-    (faults 30, 31); unmasked, gradcells's to float32 round-off (fault 32)."""
-    case = drawn_case(rng, "gradient", backend, cell, reset_after, masked)
+    return judge_gradient(backend,
+                          drawn_case(rng, "gradient", backend, cell, reset_after, masked))
+
+
+def judge_gradient(backend, case) -> Verdict:
+    """The backend's autodiff against gradcells's ``_grad`` (in Keras's layout). The models:
+    gradcells's for the cotangent moved as Keras's masking moves it (convention 30, fault
+    31), float32 round-off (fault 32)."""
     result = keras_result(backend, case)
     claim = [result[f"grad_{n}"] for n in case.args]
-    truth = compare(zip(case.args, claim, gradcells_grads(case)), FLOAT64)
-    h0_too = h0_carried(backend, case) if masked else None
-    return judge(truth, lambda: compare(
-        zip(case.args, claim, gradcells_grads(case, h0_too)), tolerances(backend, case)[1]))
+    return judge_entries(lambda active: compare(
+        zip(case.args, claim, gradcells_grads(case, active)),
+        tolerance(active, FLOAT32_GRADIENT)), case_entries(backend, case, "gradient"))
 
 
 def oracle_verdict(rng, backend, cell, reset_after, masked) -> Verdict:
     """The backend's autodiff against the oracle (central differences of the Keras
     forward), as the runner reported it. Fault 32's model, where the forward is float32's
     (its differences in float64 are round-off): gradcells's gradient to float32 round-off,
-    the cotangent moved as the masking convention moves it."""
+    the cotangent moved as the backend's masking moves it."""
     case = drawn_case(rng, "oracle", backend, cell, reset_after, masked)
     result = keras_result(backend, case)
     rows = json.loads(str(result["oracle"]))
@@ -421,17 +454,9 @@ def oracle_verdict(rng, backend, cell, reset_after, masked) -> Verdict:
     if not float32_path(backend, cell, reset_after, masked):
         return Verdict(oracle_outcome(report))
     claim = [result[f"grad_{n}"] for n in case.args]
-    h0_too = h0_carried(backend, case) if masked else None
+    masking = frozenset(case_entries(backend, case, "gradient")) & MASKING
     return judge(oracle_outcome(report), lambda: compare(
-        zip(case.args, claim, gradcells_grads(case, h0_too)), FLOAT32_GRADIENT))
-
-
-def row_fault(backend, cell, reset_after, masked, verdict) -> int | None:
-    """The entry a row may show: the masking convention for masked outputs and gradients;
-    fault 32 for the rest where the backend computes in float32."""
-    if masked and verdict is not oracle_verdict:
-        return MASK_FAULT[backend]
-    return FLOAT32_PATH if float32_path(backend, cell, reset_after, masked) else None
+        zip(case.args, claim, gradcells_grads(case, masking)), FLOAT32_GRADIENT))
 
 
 def jax_rnn_scan(rng) -> Verdict:
@@ -449,17 +474,18 @@ def jax_rnn_scan(rng) -> Verdict:
     return Verdict(compare(zip(output_names(case), claim, expected_outputs(case)), FLOAT64))
 
 
-KINDS = (("forward vs gradcells", forward_verdict), ("gradient vs oracle", oracle_verdict),
-         ("gradient vs gradcells", gradient_verdict))
+KINDS = (("forward", "forward vs gradcells", forward_verdict),
+         ("oracle", "gradient vs oracle", oracle_verdict),
+         ("gradient", "gradient vs gradcells", gradient_verdict))
 
 
 def _rows(backend, label, cell, reset_after) -> list[Check]:
-    via = f"layouts.{cell}_from_keras"
-    return [Check(f"keras[{backend}] {label}{' masked' if masked else ''} {kind}"
-                  + (f" ({via})" if kind == "forward vs gradcells" and not masked else ""),
+    via = f" (layouts.{cell}_from_keras)"
+    return [Check(f"keras[{backend}] {label}{' masked' if masked else ''} {title}"
+                  + (via if kind == "forward" and not masked else ""),
                   lambda rng, v=verdict, m=masked: v(rng, backend, cell, reset_after, m),
-                  fault=row_fault(backend, cell, reset_after, masked, verdict))
-            for masked in (False, True) for kind, verdict in KINDS]
+                  fault=row_entries(backend, cell, reset_after, masked, kind) or None)
+            for masked in (False, True) for kind, title, verdict in KINDS]
 
 
 CHECKS = tuple(check for backend in BACKENDS for cell in CELLS
@@ -481,6 +507,7 @@ def checks() -> tuple[str, tuple[Check, ...], list[str]]:
     title = (f"gradcells audit of {SECTION} {version} ({', '.join(BACKENDS)} backends, CPU, "
              "float64)")
     footer = ["each backend runs in a subprocess of its own (KERAS_BACKEND); a case is shared "
-              "by its cell's rows and by the three backends",
+              "by its cell's rows and by the three backends; the jax backend's layers run "
+              "under jax.jit",
               "keras[jax] SimpleRNN rows run with unroll=True (fault 33: its own row)"]
     return title, CHECKS, footer
