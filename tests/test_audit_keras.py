@@ -1,7 +1,7 @@
 """The Keras audit (``gradcells.audit.keras``): on every backend the rows agree or show the
-known faults and conventions 30-33; an injected wrong gradient is an unexpected mismatch; each
-new entry is shown by its model, and fully masked rows (length 0) by the same models. Skips
-without Keras."""
+known faults and conventions 30-33; a wrong gradient, forward-mode tangent or Hessian-vector
+product injected into gradcells's side is an unexpected mismatch; each new entry is shown by
+its model, and fully masked rows (length 0) by the same models. Skips without Keras."""
 
 import io
 import re
@@ -50,13 +50,18 @@ def _wrong(real):
 
 
 @pytest.mark.conformance
-def test_keras_injected_wrong_gradient_is_unexpected(monkeypatch):
-    monkeypatch.setattr(audit_keras, "gradcells_grads", _wrong(audit_keras.gradcells_grads))
-    status, rows, text = _audit(select="keras[tensorflow] GRU(reset_after=True) gradient vs")
+@pytest.mark.parametrize(("function", "rows_of"), [
+    ("gradcells_grads", "gradient vs"), ("expected_tangents", "forward mode vs"),
+    ("gradcells_hvp", "HVP vs")])
+def test_keras_injected_wrong_derivative_is_unexpected(monkeypatch, function, rows_of):
+    """A 0.1% error in gradcells's side of a derivative makes its row unexpected; the
+    backend's own row against the oracle, where there is one, still agrees."""
+    monkeypatch.setattr(audit_keras, function, _wrong(getattr(audit_keras, function)))
+    prefix = f"keras[tensorflow] GRU(reset_after=True) {rows_of}"
+    status, rows, text = _audit(select=prefix)
     assert status == 1, text
-    assert rows["keras[tensorflow] GRU(reset_after=True) gradient vs gradcells"].startswith(
-        "UNEXPECTED"), text
-    assert rows["keras[tensorflow] GRU(reset_after=True) gradient vs oracle"] == "agrees"
+    assert rows[f"{prefix} gradcells"].startswith("UNEXPECTED"), text
+    assert rows.get(f"{prefix} oracle", "agrees") == "agrees", text
 
 
 def _case(rng, cell="rnn", reset_after=None, **options):
@@ -102,7 +107,9 @@ def test_length_0_rows_follow_the_masking_entries(backend, return_sequences):
     """A fully masked row keeps h0 as its state (gradcells's final state for seq_len=0). Its
     every-step outputs are zeros (gradcells's), h0 on JAX's scan path (fault 31); so its last
     output is zeros (convention 30: gradcells's last output is the final state, h0) or h0.
-    Forward and gradients need exactly those entries of the masking."""
+    The forward and its first derivatives (gradient, forward mode) need exactly those entries
+    of the masking; the HVP none (those outputs are zeros or h0, linear in the arguments: no
+    second derivative either way)."""
     case = _case(np.random.default_rng(6), cell="gru", reset_after=True,
                  return_sequences=return_sequences, return_state=True, go_backwards=False,
                  unroll=False)
@@ -118,12 +125,14 @@ def test_length_0_rows_follow_the_masking_entries(backend, return_sequences):
     else:
         needed = set() if return_sequences else {30}
     entries = audit_keras.case_entries(backend, case, "forward")
-    for judged in (audit_keras.judge_forward(backend, case),
-                   audit_keras.judge_gradient(backend, case)):
+    for judged, masking in ((audit_keras.judge_forward(backend, case), needed),
+                            (audit_keras.judge_gradient(backend, case), needed),
+                            (audit_keras.judge_jvp(backend, case), needed),
+                            (audit_keras.judge_hvp(backend, case), set())):
         kind = judged.kind(entries)
         assert kind != "unexpected", judged
         shown = set() if kind == "agrees" else set(judged.entries)
-        assert shown & audit_keras.MASKING == needed, judged
+        assert shown & audit_keras.MASKING == masking, judged
 
 
 def test_the_keras_entries_name_keras_rows_expecting_them():

@@ -311,7 +311,12 @@ def test_lstm_pure_and_order_independent(backend):
             (odd if name in case else odd_d)[name] = odd_layout(v, k)
     seq2, grads2 = run_lstm(odd, backend, odd_d)
     for a, b in zip((*seq, *grads), (*seq2, *grads2)):
-        np.testing.assert_array_equal(a, b)
+        if backend == "cpu" or a is None:
+            np.testing.assert_array_equal(a, b)
+        else:       # NumPy's matmul hands BLAS a Fortran-ordered w as a transposed operand,
+            # and OpenBLAS's kernels (SkylakeX's) may then round x's gradient otherwise
+            eps = np.finfo(a.dtype).eps
+            np.testing.assert_allclose(a, b, rtol=0, atol=64 * eps * np.abs(a).max())
 
 
 @pytest.mark.parametrize("backend", NUMPY_BACKENDS)

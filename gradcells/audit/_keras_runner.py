@@ -55,6 +55,7 @@ class Job:
         self.mask = arrays["mask"] if "mask" in arrays else None
         self.layer = build_layer(keras, spec, {"x": arrays["x"].shape})
         self.cotangent = tuple(arrays[f"ct{k}"] for k in range(spec["outputs"]))
+        self.tangents = [arrays[f"t_{n}"] for n in self.names]
         self.traced = _traced(keras.backend.backend(), self.call)
 
     def call(self, tensors):
@@ -75,6 +76,16 @@ class Job:
 
     def vjp(self, ct, *arrays):
         return [np.asarray(g) for g in VJPS[self.keras.backend.backend()](self, ct, arrays)]
+
+    def jvp(self, tangents, *arrays):
+        return [np.asarray(t) for t in JVPS[self.keras.backend.backend()](self, tangents, arrays)]
+
+    def hvp(self):
+        """The tangent of ``vjp(cotangent)`` along the tangents: the Hessian of
+        ``<cotangent, outputs>`` times the tangents."""
+        backend = self.keras.backend.backend()
+        return [np.asarray(h) for h in HVPS[backend](self, self.cotangent, self.tangents,
+                                                      self.args)]
 
 
 def _traced(backend, call):
@@ -120,9 +131,83 @@ def _torch_vjp(job, ct, arrays):
 VJPS = {"tensorflow": _tf_vjp, "jax": _jax_vjp, "torch": _torch_vjp}
 
 
+def _tf_jvp(job, tangents, arrays):
+    import tensorflow as tf
+
+    tensors = [tf.constant(a) for a in arrays]
+    with tf.autodiff.ForwardAccumulator(tensors, [tf.constant(t) for t in tangents]) as acc:
+        out = job.call(tensors)
+    return [np.zeros(o.shape) if d is None else d.numpy()
+            for o, d in zip(out, (acc.jvp(o) for o in out))]
+
+
+def _jax_jvp(job, tangents, arrays):
+    import jax
+
+    jnp = jax.numpy
+    return jax.jvp(lambda *t: job.traced(list(t)), tuple(jnp.asarray(a) for a in arrays),
+                   tuple(jnp.asarray(t) for t in tangents))[1]
+
+
+def _torch_jvp(job, tangents, arrays):
+    import torch
+    import torch.autograd.forward_ad as fwad
+
+    with fwad.dual_level():
+        duals = [fwad.make_dual(torch.from_numpy(np.array(a)), torch.from_numpy(np.array(t)))
+                 for a, t in zip(arrays, tangents)]
+        out = job.call(duals)
+        found = [fwad.unpack_dual(o).tangent for o in out]
+    return [np.zeros(tuple(o.shape)) if d is None else d.detach().numpy()
+            for o, d in zip(out, found)]
+
+
+JVPS = {"tensorflow": _tf_jvp, "jax": _jax_jvp, "torch": _torch_jvp}
+
+
+def _tf_hvp(job, ct, tangents, arrays):
+    import tensorflow as tf
+
+    tensors = [tf.constant(a) for a in arrays]
+    with tf.GradientTape() as outer:
+        outer.watch(tensors)
+        with tf.GradientTape() as inner:
+            inner.watch(tensors)
+            out = job.call(tensors)
+        grads = inner.gradient(list(out), tensors,
+                               output_gradients=[tf.constant(c) for c in ct])
+    hvp = outer.gradient(grads, tensors, output_gradients=[tf.constant(t) for t in tangents])
+    return [np.zeros_like(a) if h is None else h.numpy() for a, h in zip(arrays, hvp)]
+
+
+def _jax_hvp(job, ct, tangents, arrays):
+    import jax
+
+    jnp = jax.numpy
+    return jax.jvp(lambda *a: tuple(_jax_vjp(job, ct, a)), tuple(jnp.asarray(a) for a in arrays),
+                   tuple(jnp.asarray(t) for t in tangents))[1]
+
+
+def _torch_hvp(job, ct, tangents, arrays):
+    import torch
+
+    tensors = [torch.from_numpy(np.array(a)).requires_grad_() for a in arrays]
+    out = job.call(tensors)
+    grads = torch.autograd.grad(out, tensors, [torch.from_numpy(np.array(c)) for c in ct],
+                                create_graph=True, allow_unused=True)
+    used = [(k, g) for k, g in enumerate(grads) if g is not None and g.requires_grad]
+    hvp = torch.autograd.grad([g for _, g in used], tensors,
+                              [torch.from_numpy(np.array(tangents[k])) for k, _ in used],
+                              allow_unused=True) if used else [None] * len(tensors)
+    return [np.zeros_like(a) if h is None else h.detach().numpy() for a, h in zip(arrays, hvp)]
+
+
+HVPS = {"tensorflow": _tf_hvp, "jax": _jax_hvp, "torch": _torch_hvp}
+
+
 def run_job(keras, path) -> str:
     """Run the job in ``path``; returns the path of the result file."""
-    from gradcells.oracle import check_vjp
+    from gradcells.oracle import check_jvp, check_vjp
 
     with np.load(path) as stored:
         arrays = {k: stored[k] for k in stored.files}
@@ -130,15 +215,25 @@ def run_job(keras, path) -> str:
     job = Job(keras, arrays, spec)
     out = job.forward(*job.args)
     grads = job.vjp(job.cotangent, *job.args)
-    report = check_vjp(job.forward, job.vjp, job.args, names=job.names,
-                       cotangent=job.cotangent, seed=spec["seed"], fast=True, samples=1,
-                       repeat=False)
-    rows = [(c.name, bool(c.checked), float(c.abs_error), float(c.bound))
-            for c in report.checks]
+    tangents = job.jvp(job.tangents, *job.args)
+    reports = {"oracle": check_vjp(job.forward, job.vjp, job.args, names=job.names,
+                                   cotangent=job.cotangent, seed=spec["seed"], fast=True,
+                                   samples=1, repeat=False),
+               "jvp_oracle": check_jvp(job.forward, job.jvp, job.args, tangents=job.tangents,
+                                       seed=spec["seed"], repeat=False)}
     result = path.replace(".npz", ".out.npz")
-    np.savez(result, oracle=json.dumps(rows), **{f"out{k}": o for k, o in enumerate(out)},
-             **{f"grad_{n}": g for n, g in zip(job.names, grads)})
+    np.savez(result, **{k: json.dumps(_rows(r)) for k, r in reports.items()},
+             **{f"out{k}": o for k, o in enumerate(out)},
+             **{f"jvp{k}": t for k, t in enumerate(tangents)},
+             **{f"grad_{n}": g for n, g in zip(job.names, grads)},
+             **{f"hvp_{n}": h for n, h in zip(job.names, job.hvp())})
     return result
+
+
+def _rows(report) -> list:
+    """The oracle's report as rows for the parent: name, checked, abs_error, bound."""
+    return [(c.name, bool(c.checked), float(c.abs_error), float(c.bound))
+            for c in report.checks]
 
 
 def main(backend: str) -> None:

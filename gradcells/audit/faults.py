@@ -263,9 +263,10 @@ _LIST = (
         "So a fully masked row (length 0) outputs zeros, and with `return_sequences=False` its "
         "output is zeros while its returned state is h0 (gradcells's final state for "
         "`seq_len=0`, which gradcells's last output is). The unmasked steps, the final states "
-        "and the gradients agree once the cotangent at a masked step is moved onto the output "
-        "it repeats. On the PyTorch and JAX backends the masked rows compare at float32 "
-        "tolerances (fault 32).",
+        "and the derivatives agree once the cotangent at a masked step is moved onto the "
+        "output it repeats (gradients, second derivatives) and a masked step's tangent is the "
+        "tangent it repeats (forward mode). On the PyTorch and JAX backends the masked rows "
+        "compare at float32 tolerances (fault 32).",
         "import numpy as np, keras\n"
         "layer = keras.layers.SimpleRNN(1, return_sequences=True)\n"
         "x, mask = np.ones((1, 3, 1)), np.array([[True, False, False]])\n"
@@ -301,8 +302,9 @@ _LIST = (
         "but TensorFlow (`BIT64_TO_BIT32_DTYPE`), and ops cast to it: on JAX `ops.tanh` "
         "(every layer), on PyTorch `ops.matmul` (the generic loop: masked layers, "
         "`GRU(reset_after=False)`, `SimpleRNN`; the fused LSTM and GRU paths are float64). "
-        "The outputs and gradients then match gradcells's float64 only to float32 round-off "
-        "(|Δ| about 1e-8), and the oracle's float64 differences of that forward are noise.",
+        "The outputs and their first and second derivatives (reverse and forward mode) then "
+        "match gradcells's float64 only to float32 round-off (|Δ| about 1e-8 to 1e-6), and the "
+        "oracle's float64 differences of that forward are noise.",
         "# KERAS_BACKEND=jax JAX_ENABLE_X64=1 (and KERAS_BACKEND=torch)\n"
         "import keras\n"
         "keras.config.set_floatx('float64')\n"

@@ -1,8 +1,14 @@
 """The audit of Keras 3's recurrent layers (``keras.layers.LSTM``, ``GRU`` with
 ``reset_after=True`` and ``False``, ``SimpleRNN``) on every Keras backend (TensorFlow, JAX,
 PyTorch), in float64: the forward against gradcells through ``gc.layouts``
-(``*_from_keras``), each backend's own autodiff against the oracle (central differences of
-the Keras forward itself) and against gradcells's ``*_sequence_grad``.
+(``*_from_keras``); each backend's own autodiff, reverse mode and forward mode, against the
+oracle (central differences of the Keras forward itself) and against gradcells's
+``*_sequence_grad`` and ``*_sequence_jvp``; and its second derivative, the tangent of the
+gradient (the Hessian of ``<cotangent, outputs>`` times the tangents), against
+``*_sequence_grad_jvp``. Forward mode is TensorFlow's ``ForwardAccumulator``, ``jax.jvp`` and
+PyTorch's dual tensors (``torch.autograd.forward_ad``); the second derivative is
+reverse-over-reverse on TensorFlow and PyTorch (the Hessian is symmetric) and ``jax.jvp`` of
+``jax.vjp`` on JAX.
 
 Keras picks its backend at import, so each backend's layers run in a subprocess of their
 own (``_keras_runner``), started once per run and given every case of that backend; a case
@@ -46,6 +52,7 @@ from ._engine import (
     FLOAT32_GRADIENT,
     FLOAT64,
     Check,
+    Outcome,
     Skipped,
     Verdict,
     compare,
@@ -76,12 +83,11 @@ def float32_path(backend, cell, reset_after, masked) -> bool:
 
 
 def row_entries(backend, cell, reset_after, masked, kind) -> tuple[int, ...]:
-    """The entries a row of ``kind`` (``"forward"``, ``"oracle"``, ``"gradient"``) may show:
-    the masking's (30; on JAX's scan path, which SimpleRNN never takes there, also 31) where
-    masked outputs are compared with gradcells's, and fault 32 where the backend computes in
-    float32."""
+    """The entries a row of ``kind`` (a key of ``KINDS``) may show: the masking's (30; on
+    JAX's scan path, which SimpleRNN never takes there, also 31) where masked outputs are
+    compared with gradcells's, and fault 32 where the backend computes in float32."""
     entries = ()
-    if masked and kind != "oracle":
+    if masked and kind not in ORACLES:
         entries = (REPEATED, H0_FIRST) if backend == "jax" and cell != "rnn" else (REPEATED,)
     return entries + ((FLOAT32_PATH,) if float32_path(backend, cell, reset_after, masked)
                       else ())
@@ -112,7 +118,7 @@ class Worker:
             [sys.executable, "-m", "gradcells.audit._keras_runner", backend],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
             env=env, cwd=root)
-        self.jobs, self._error = 0, None
+        self.jobs, self.answered, self.answers, self._error = 0, 0, {}, None
 
     @property
     def error(self) -> str | None:
@@ -130,31 +136,46 @@ class Worker:
         tail = self.log.read().strip().splitlines()[-1:] or ["no output"]
         return f"error: the subprocess ended ({tail[0][:100]})"
 
-    def run(self, arrays: dict, spec: dict) -> dict:
-        """The runner's result for one job: outputs, gradients, the oracle's rows."""
+    def submit(self, arrays: dict, spec: dict) -> int:
+        """Send a job to the runner, which works on while the caller goes on; returns the
+        job's number for ``result``."""
         self.jobs += 1
         path = str(Path(self.dir.name) / f"job{self.jobs}.npz")
         np.savez(path, spec=json.dumps(spec), **arrays)
         self.process.stdin.write(path + "\n")
         self.process.stdin.flush()
-        answer = self._answer()
+        return self.jobs
+
+    def result(self, job: int) -> dict:
+        """Job ``job``'s result (outputs, derivatives, the oracle's rows), waiting for it;
+        the runner answers in order, so the answers before it are kept."""
+        while self.answered < job:
+            self.answered += 1
+            self.answers[self.answered] = self._answer()
+        answer = self.answers.pop(job)
         if answer.startswith("error"):
             raise RuntimeError(answer[len("error: "):])
         with np.load(answer) as stored:
             return {k: stored[k] for k in stored.files}
 
+    def run(self, arrays: dict, spec: dict) -> dict:
+        return self.result(self.submit(arrays, spec))
+
     def close(self):
         if self.process.poll() is None:
-            self.process.stdin.close()
+            if self.answered < self.jobs:      # jobs sent ahead and not needed: drop them
+                self.process.kill()
+            else:
+                self.process.stdin.close()
             self.process.wait(timeout=30)
         self.log.close()
         self.dir.cleanup()
 
 
 _WORKERS: dict[str, Worker] = {}
-_RUN = {"rng": None, "base": 0, "counts": {}, "results": {}}
+_RUN = {"rng": None, "base": 0, "counts": {}, "jobs": {}, "results": {}}
 """This run's state: its generator, the seed its cases derive from, each row's count of
-cases, and the results of the cases run so far, by backend and case."""
+cases, the jobs sent, and the results of the cases run so far, by backend and case."""
 
 
 def worker(backend) -> Worker:
@@ -179,7 +200,7 @@ def _case_index(rng, row) -> tuple[int, int]:
     """``(base, k)``: this run's seed and the number of this row's cases so far (a new
     generator is a new run)."""
     if _RUN["rng"] is not rng:
-        _RUN.update(rng=rng, base=int(rng.integers(2**31)), counts={}, results={})
+        _RUN.update(rng=rng, base=int(rng.integers(2**31)), counts={}, jobs={}, results={})
     k = _RUN["counts"].get(row, 0)
     _RUN["counts"][row] = k + 1
     return _RUN["base"], k
@@ -201,8 +222,8 @@ def keras_weights(rng, cell, reset_after, n_in, hidden) -> dict:
 
 class Case:
     """One drawn case of one cell: the Keras arguments (batch first), the layer's options
-    (drawn, but for those given in ``options``), the right-padded lengths from 0 (None:
-    unmasked) and a cotangent of each output."""
+    (drawn, but for those given in ``options``), the right-padded lengths from 0, not all 0
+    (None: unmasked), a cotangent of each output and a tangent of each argument."""
 
     def __init__(self, rng, cell, reset_after, masked, **options):
         drawn = sizes(rng)
@@ -216,20 +237,30 @@ class Case:
             self.args["c0"] = rng.standard_normal((batch, hidden))
         self.args.update(keras_weights(rng, cell, reset_after, n_in, hidden))
         self.lengths = rng.integers(0, steps + 1, batch) if masked else None
+        if masked and not self.lengths.any():      # all empty would check nothing past h0
+            self.lengths[rng.integers(batch)] = steps
         shapes = [(batch, steps, hidden) if self.options["return_sequences"] else
                   (batch, hidden)]
         if self.options["return_state"]:
             shapes += [(batch, hidden)] * (2 if cell == "lstm" else 1)
         self.cotangent = [rng.standard_normal(s) for s in shapes]
         self.seed = int(rng.integers(2**31))
+        self.tangents = {n: rng.standard_normal(a.shape) for n, a in self.args.items()}
 
     @property
     def steps(self) -> int:
         return self.args["x"].shape[1]
 
+    @property
+    def key(self) -> tuple:
+        """What tells the case's job from another's (the tests set options and lengths)."""
+        lengths = None if self.lengths is None else tuple(self.lengths.tolist())
+        return self.cell, self.reset_after, self.seed, tuple(self.options.items()), lengths
+
     def job(self) -> tuple[dict, dict]:
         """The runner's arrays and spec."""
-        arrays = dict(self.args, **{f"ct{k}": c for k, c in enumerate(self.cotangent)})
+        arrays = dict(self.args, **{f"ct{k}": c for k, c in enumerate(self.cotangent)},
+                      **{f"t_{n}": t for n, t in self.tangents.items()})
         if self.lengths is not None:
             arrays["mask"] = np.arange(self.steps) < self.lengths[:, None]
         spec = dict(self.options, cell=self.cell, reset_after=self.reset_after,
@@ -247,38 +278,66 @@ def drawn_case(rng, row, backend, cell, reset_after, masked) -> Case:
 
 
 def keras_result(backend, case) -> dict:
-    """The runner's result for the case (once per run)."""
-    key = (backend, case.cell, case.reset_after, case.lengths is not None, case.seed)
-    if key not in _RUN["results"]:
-        arrays, spec = case.job()
-        if backend == "jax" and case.cell == "rnn":
-            spec["unroll"] = True          # fault 33: the scan raises; its own row
-        _RUN["results"][key] = worker(backend).run(arrays, spec)
-    return _RUN["results"][key]
+    """The runner's result for the case (once per run). The case goes to every backend's
+    runner at once: their rows come later, and the runners work meanwhile."""
+    key = case.key
+    if (backend, key) not in _RUN["results"]:
+        for other in (backend, *BACKENDS):
+            if (other, key) not in _RUN["jobs"] and _available(other):
+                _RUN["jobs"][other, key] = worker(other).submit(*backend_job(other, case))
+        _RUN["results"][backend, key] = worker(backend).result(_RUN["jobs"][backend, key])
+    return _RUN["results"][backend, key]
+
+
+def _available(backend) -> bool:
+    """Whether the backend's runner started (its Keras imports)."""
+    try:
+        worker(backend)
+    except Skipped:
+        return False
+    return True
+
+
+def backend_job(backend, case) -> tuple[dict, dict]:
+    """The case's job for the backend's runner."""
+    arrays, spec = case.job()
+    if backend == "jax" and case.cell == "rnn":
+        spec["unroll"] = True          # fault 33: the scan raises; its own row
+    return arrays, spec
 
 
 # ---------------------------------------------------------------------------------------------
 # gradcells's view of the same case
 
 
-def converted(case):
-    a = case.args
+def gradcells_arrays(case, named) -> tuple[tuple, dict]:
+    """``named`` (the case's arguments, or their tangents: the converters are linear) as
+    gradcells's positional arrays, and the converted set's options."""
+    weights = (named["kernel"], named["recurrent_kernel"], named["bias"])
     if case.cell == "lstm":
-        return layouts.lstm_from_keras(a["kernel"], a["recurrent_kernel"], a["bias"])
-    if case.cell == "gru":
-        return layouts.gru_from_keras(a["kernel"], a["recurrent_kernel"], a["bias"],
-                                      reset_after=case.reset_after)
-    return layouts.rnn_from_keras(a["kernel"], a["recurrent_kernel"], a["bias"])
+        conv = layouts.lstm_from_keras(*weights)
+    elif case.cell == "gru":
+        conv = layouts.gru_from_keras(*weights, reset_after=case.reset_after)
+    else:
+        conv = layouts.rnn_from_keras(*weights)
+    states = (named["c0"], named["h0"]) if case.cell == "lstm" else (named["h0"],)
+    return (named["x"], *states, *conv), conv.options
 
 
 def gradcells_call(case, op):
-    """gradcells's ``<cell>_sequence`` (op ``""``) or its inputs for ``_grad`` (the
-    positional arrays and keywords)."""
-    conv, a = converted(case), case.args
-    states = (a["c0"], a["h0"]) if case.cell == "lstm" else (a["h0"],)
-    keywords = dict(conv.options, seq_len=case.lengths, reverse=case.options["go_backwards"],
+    """gradcells's ``<cell>_sequence<op>`` and its inputs (the positional arrays and
+    keywords)."""
+    arrays, options = gradcells_arrays(case, case.args)
+    keywords = dict(options, seq_len=case.lengths, reverse=case.options["go_backwards"],
                     batch_first=True)
-    return getattr(gc, f"{case.cell}_sequence{op}"), (a["x"], *states, *conv), keywords
+    return getattr(gc, f"{case.cell}_sequence{op}"), arrays, keywords
+
+
+def gradcells_tangents(case):
+    """The case's tangents as gradcells's ``*SequenceGrads`` (the fields it lacks None)."""
+    grads = getattr(gc, f"{case.cell.upper()}SequenceGrads")
+    arrays, _ = gradcells_arrays(case, case.tangents)
+    return grads(*arrays, *(None,) * (len(grads._fields) - len(arrays)))
 
 
 def gradcells_sequence(case):
@@ -298,16 +357,16 @@ def valid(case) -> np.ndarray:
     return keras_order(case, (np.arange(case.steps) < lengths[:, None])[..., None])[..., 0]
 
 
-def masked_outputs(case, out, active):
-    """gradcells's every-step outputs ``out [B, T, H]`` (Keras's order) with the masked steps
-    as the entries in ``active`` make them: after a valid step the previous output
-    (convention 30), before any the initial state h0 (fault 31), zeros otherwise (gradcells's
-    ``seq_len``)."""
+def masked_outputs(case, out, active, h0):
+    """gradcells's every-step outputs ``out [B, T, H]`` (Keras's order; or their tangents,
+    with ``h0`` h0's tangent) with the masked steps as the entries in ``active`` make them:
+    after a valid step the previous output (convention 30), before any the initial state
+    ``h0`` (fault 31), zeros otherwise (gradcells's ``seq_len``)."""
     keep, out = valid(case), out.copy()
     started = np.zeros(len(keep), dtype=bool)
     for t in range(case.steps):
         repeated = out[:, t - 1] if REPEATED in active and t else 0.0
-        first = case.args["h0"] if H0_FIRST in active else 0.0
+        first = h0 if H0_FIRST in active else 0.0
         out[:, t] = np.where(keep[:, t, None], out[:, t],
                              np.where(started[:, None], repeated, first))
         started |= keep[:, t]
@@ -318,10 +377,23 @@ def expected_outputs(case, active=frozenset()) -> list:
     """Keras's outputs as gradcells computes them with the entries in ``active`` applied
     (none: gradcells's convention, zeros at masked steps and the final state as the last
     output; with the masking's entries the last output is the last step's, as Keras's)."""
-    seq = gradcells_sequence(case)
+    return keras_view(case, gradcells_sequence(case), case.args["h0"], active)
+
+
+def expected_tangents(case, active=frozenset()) -> list:
+    """The tangents of Keras's outputs along the case's tangents, as gradcells's
+    ``*_sequence_jvp`` computes them, the entries in ``active`` applied."""
+    fn, arrays, keywords = gradcells_call(case, "_jvp")
+    _, tangent = fn(*arrays, gradcells_tangents(case), **keywords)
+    return keras_view(case, tangent, case.tangents["h0"], active)
+
+
+def keras_view(case, seq, h0, active) -> list:
+    """Keras's outputs made of gradcells's sequence ``seq`` (a forward's result, or its
+    tangent with ``h0`` h0's tangent), the entries in ``active`` applied."""
     out = keras_order(case, seq.h)
     if active & MASKING:
-        out = masked_outputs(case, out, active)
+        out = masked_outputs(case, out, active, h0)
     last = out[:, -1] if active & MASKING else seq.h_final
     outputs = [out if case.options["return_sequences"] else last]
     if case.options["return_state"]:
@@ -374,11 +446,32 @@ def gradcells_grads(case, active=frozenset()) -> list:
     """gradcells's gradients in Keras's layout, aligned with the case's arguments, for the
     cotangent as ``keras_cotangents`` reads it."""
     fn, arrays, keywords = gradcells_call(case, "_grad")
+    upstream, d_h0 = _upstream(case, active, keywords)
+    return keras_layout(case, fn(*arrays, gradcells_sequence(case), **upstream), d_h0)
+
+
+def gradcells_hvp(case, active=frozenset()) -> list:
+    """gradcells's ``*_sequence_grad_jvp``: the tangent of ``gradcells_grads`` along the
+    case's tangents (the cotangent, moved as ``active`` moves it, held fixed), in Keras's
+    layout."""
+    fn, arrays, keywords = gradcells_call(case, "_grad_jvp")
+    upstream, d_h0 = _upstream(case, active, keywords)
+    _, tangent = fn(*arrays, gradcells_sequence(case), gradcells_tangents(case), **upstream)
+    return keras_layout(case, tangent, np.zeros_like(d_h0))
+
+
+def _upstream(case, active, keywords) -> tuple[dict, np.ndarray]:
+    """The keywords of ``*_sequence_grad`` (the upstream gradients and the settings), and the
+    cotangent that reaches h0 directly (fault 31)."""
     keywords.pop("forget_bias", None)
     d_h, d_h_final, d_cs_final, d_h0 = keras_cotangents(case, active)
     extra = {"d_cs_final": d_cs_final} if case.cell == "lstm" else {}
-    grads = fn(*arrays, gradcells_sequence(case), d_h=d_h, d_h_final=d_h_final, **extra,
-               **keywords)
+    return dict(keywords, d_h=d_h, d_h_final=d_h_final, **extra), d_h0
+
+
+def keras_layout(case, grads, d_h0) -> list:
+    """gradcells's ``*SequenceGrads`` in Keras's layout, aligned with the case's arguments
+    (``d_h0`` added to h0's)."""
     if case.cell == "lstm":
         weights = layouts.lstm_to_keras(grads.w, grads.b)
         return [grads.x, grads.h0 + d_h0, grads.cs0, *weights]
@@ -395,8 +488,9 @@ def gradcells_grads(case, active=frozenset()) -> list:
 # The checks
 
 
-def keras_outputs(result, case) -> list:
-    return [result[f"out{k}"] for k in range(len(case.cotangent))]
+def keras_outputs(result, case, prefix="out") -> list:
+    """The runner's outputs (``prefix`` ``"jvp"``: their tangents), in order."""
+    return [result[f"{prefix}{k}"] for k in range(len(case.cotangent))]
 
 
 def output_names(case) -> list:
@@ -442,21 +536,70 @@ def judge_gradient(backend, case) -> Verdict:
 
 
 def oracle_verdict(rng, backend, cell, reset_after, masked) -> Verdict:
-    """The backend's autodiff against the oracle (central differences of the Keras
-    forward), as the runner reported it. Fault 32's model, where the forward is float32's
-    (its differences in float64 are round-off): gradcells's gradient to float32 round-off,
-    the cotangent moved as the backend's masking moves it."""
-    case = drawn_case(rng, "oracle", backend, cell, reset_after, masked)
+    return judge_oracle(backend, drawn_case(rng, "oracle", backend, cell, reset_after, masked),
+                        "oracle")
+
+
+def jvp_oracle_verdict(rng, backend, cell, reset_after, masked) -> Verdict:
+    return judge_oracle(backend,
+                        drawn_case(rng, "jvp oracle", backend, cell, reset_after, masked),
+                        "jvp oracle")
+
+
+def judge_oracle(backend, case, kind) -> Verdict:
+    """The backend's autodiff (``"oracle"``: reverse mode; ``"jvp oracle"``: forward mode)
+    against the oracle (central differences of the Keras forward), as the runner reported
+    it. Fault 32's model, where the forward is float32's (its differences in float64 are
+    round-off): gradcells's derivative to float32 round-off, the masking as the backend's."""
     result = keras_result(backend, case)
-    rows = json.loads(str(result["oracle"]))
+    rows = json.loads(str(result[ORACLES[kind]]))
     report = SimpleNamespace(checks=[SimpleNamespace(name=n, checked=c, abs_error=e, bound=b)
                                      for n, c, e, b in rows])
-    if not float32_path(backend, cell, reset_after, masked):
+    if not float32_path(backend, case.cell, case.reset_after, case.lengths is not None):
         return Verdict(oracle_outcome(report))
-    claim = [result[f"grad_{n}"] for n in case.args]
     masking = frozenset(case_entries(backend, case, "gradient")) & MASKING
-    return judge(oracle_outcome(report), lambda: compare(
-        zip(case.args, claim, gradcells_grads(case, masking)), FLOAT32_GRADIENT))
+    return judge(oracle_outcome(report), lambda: float32_model(case, result, kind, masking))
+
+
+def float32_model(case, result, kind, masking) -> Outcome:
+    """Fault 32's model of an oracle row: the backend's derivative (``"oracle"``: its
+    gradient; ``"jvp oracle"``: its tangents) against gradcells's to float32 round-off."""
+    if kind == "oracle":
+        return compare(zip(case.args, [result[f"grad_{n}"] for n in case.args],
+                           gradcells_grads(case, masking)), FLOAT32_GRADIENT)
+    return compare(zip(output_names(case), keras_outputs(result, case, "jvp"),
+                       expected_tangents(case, masking)), FLOAT32_GRADIENT)
+
+
+def jvp_verdict(rng, backend, cell, reset_after, masked) -> Verdict:
+    return judge_jvp(backend, drawn_case(rng, "jvp", backend, cell, reset_after, masked))
+
+
+def judge_jvp(backend, case) -> Verdict:
+    """The backend's forward mode against gradcells's ``*_sequence_jvp`` along the same
+    tangents. The models: Keras's masking (convention 30, fault 31: a masked step's tangent
+    is the tangent of the output it repeats, or h0's), float32 round-off (fault 32)."""
+    claim = keras_outputs(keras_result(backend, case), case, "jvp")
+    names = output_names(case)
+    return judge_entries(lambda active: compare(
+        zip(names, claim, expected_tangents(case, active)),
+        tolerance(active, FLOAT32_GRADIENT)), case_entries(backend, case, "jvp"))
+
+
+def hvp_verdict(rng, backend, cell, reset_after, masked) -> Verdict:
+    return judge_hvp(backend, drawn_case(rng, "hvp", backend, cell, reset_after, masked))
+
+
+def judge_hvp(backend, case) -> Verdict:
+    """The backend's second derivative, the tangent of its gradient (the Hessian-vector
+    product of ``<cotangent, outputs>``), against gradcells's ``*_sequence_grad_jvp``. The
+    models: the cotangent moved as Keras's masking moves it (convention 30, fault 31),
+    float32 round-off (fault 32)."""
+    result = keras_result(backend, case)
+    claim = [result[f"hvp_{n}"] for n in case.args]
+    return judge_entries(lambda active: compare(
+        zip(case.args, claim, gradcells_hvp(case, active)),
+        tolerance(active, FLOAT32_GRADIENT)), case_entries(backend, case, "hvp"))
 
 
 def jax_rnn_scan(rng) -> Verdict:
@@ -476,7 +619,13 @@ def jax_rnn_scan(rng) -> Verdict:
 
 KINDS = (("forward", "forward vs gradcells", forward_verdict),
          ("oracle", "gradient vs oracle", oracle_verdict),
-         ("gradient", "gradient vs gradcells", gradient_verdict))
+         ("gradient", "gradient vs gradcells", gradient_verdict),
+         ("jvp oracle", "forward mode vs oracle", jvp_oracle_verdict),
+         ("jvp", "forward mode vs gradcells", jvp_verdict),
+         ("hvp", "HVP vs gradcells", hvp_verdict))
+"""Each cell's rows (unmasked, then masked): ``(kind, title, verdict)``."""
+ORACLES = {"oracle": "oracle", "jvp oracle": "jvp_oracle"}
+"""The kinds checked against the oracle, each to the runner's report of it."""
 
 
 def _rows(backend, label, cell, reset_after) -> list[Check]:
@@ -509,5 +658,7 @@ def checks() -> tuple[str, tuple[Check, ...], list[str]]:
     footer = ["each backend runs in a subprocess of its own (KERAS_BACKEND); a case is shared "
               "by its cell's rows and by the three backends; the jax backend's layers run "
               "under jax.jit",
+              "forward mode: tf.autodiff.ForwardAccumulator, jax.jvp, torch.autograd.forward_ad;"
+              " HVP: nested GradientTapes, jax.jvp of jax.vjp, torch double backward",
               "keras[jax] SimpleRNN rows run with unroll=True (fault 33: its own row)"]
     return title, CHECKS, footer
