@@ -2,11 +2,14 @@
 ``python -m gradcells.audit._keras_runner <backend>`` (Keras reads its backend from
 ``KERAS_BACKEND`` at import, so each backend needs its own process).
 
-The protocol, one job at a time: the parent writes a line naming a job file (``.npz``: the
-arrays and ``spec``, a JSON string) and the worker answers a line naming the result file it
-wrote (``.npz``: the outputs ``out0, out1, ...``, the backend's autodiff gradients ``grad_<arg>``
-and ``oracle``, the oracle's report on them as JSON), or ``error: <message>``. The oracle is
-``gradcells.check_vjp``'s central differences of the Keras forward itself, in float64.
+The protocol: the parent writes a line naming a job file (``.npz``: the arguments, the
+cotangents ``ct<k>``, the tangents ``t_<arg>`` and ``spec``, a JSON string), as many as it
+likes ahead, and the worker answers each in turn with a line naming the result file it wrote
+(``.npz``: the outputs ``out0, out1, ...``, the backend's autodiff gradients ``grad_<arg>``,
+its forward-mode tangents ``jvp<k>``, its second derivatives ``hvp_<arg>``, and ``oracle``
+and ``jvp_oracle``, the oracle's reports on the first two as JSON), or ``error: <message>``.
+The oracle is ``gradcells.check_vjp``'s and ``check_jvp``'s central differences of the Keras
+forward itself, in float64.
 Anything Keras prints goes to stderr: stdout carries the protocol only.
 """
 
