@@ -33,7 +33,7 @@ from ._core.types import (
     RNNWeights,
     StackSettings,
 )
-from .cells import (
+from .steps import (
     gru_cell,
     gru_cell_grad,
     gru_cell_grad_jvp,

@@ -1,35 +1,57 @@
 """Choosing the backend for a call: the only place that knows the backends' names.
 
 By array type (NumPy arrays run on ``cpu``, CuPy arrays on ``gpu``) or by the caller's
-``backend=``; a backend package is imported on its first use, so a NumPy-only program never
-imports CuPy. Each backend package has one module per cell (``gradcells._core.specs.CELLS``)
-and re-exports their operations.
+``backend=``. A backend is a ``Backend``: every registered cell's operations on it
+(``gradcells.cells``), each cell's module imported on its first use, so a NumPy-only
+program never imports CuPy.
 """
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+from typing import Any
 
-from . import _interop
-
-BACKENDS = ("reference", "cpu", "gpu")
+from . import _interop, cells
+from .cells import BACKENDS
 
 # Which backend serves an array library when the caller passes ``backend=None``.
 _DEFAULT_BACKEND = {"numpy": "cpu", "cupy": "gpu"}
 # Which array library each accelerated backend accepts.
 _BACKEND_LIBRARY = {"cpu": "numpy", "gpu": "cupy"}
 
-_loaded: dict[str, ModuleType] = {}
 
 
-def backend_module(name: str) -> ModuleType:
-    """Import (once) and return ``gradcells.<name>``; ``name`` is one of ``BACKENDS``."""
-    module = _loaded.get(name)
-    if module is None:
-        module = importlib.import_module(f"gradcells.{name}")
-        _loaded[name] = module
-    return module
+class Backend:
+    """One backend's operations over every registered cell: ``impl.lstm_cell`` is
+    ``gradcells.cells.lstm.<name>.lstm_cell`` (the backend contract, ``_core.types``).
+    ``NATIVE_REVERSE``: whether its machinery package (``gradcells.<name>``) runs
+    ``reverse=True`` itself (``gradcells._order``)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        machinery = importlib.import_module(f"gradcells.{name}")
+        self.NATIVE_REVERSE: bool = getattr(machinery, "NATIVE_REVERSE", False)
+
+    def __getattr__(self, operation: str) -> Any:
+        if operation.startswith("_"):
+            raise AttributeError(operation)
+        function = getattr(cells.implementation(cells.cell_of(operation), self.name), operation)
+        setattr(self, operation, function)       # found once
+        return function
+
+    def __repr__(self) -> str:
+        return f"<gradcells backend {self.name!r}>"
+
+
+_loaded: dict[str, Backend] = {}
+
+
+def backend_module(name: str) -> Backend:
+    """The ``Backend`` called ``name`` (one of ``BACKENDS``), made once."""
+    backend = _loaded.get(name)
+    if backend is None:
+        backend = _loaded[name] = Backend(name)
+    return backend
 
 
 def default_backend(library: str) -> str:
@@ -42,11 +64,10 @@ def backend_library(name: str) -> str | None:
     return _BACKEND_LIBRARY.get(name)
 
 
-def backend_for(backend: str | None, library: str) -> ModuleType:
+def backend_for(backend: str | None, library: str) -> Backend:
     """The backend module serving arrays of ``library`` under the caller's ``backend``;
     ``ValueError`` for an unknown backend or one that cannot take those arrays. Every
-    backend runs every operation (``gradcells._core.types``' protocol), forward mode and
-    second order included."""
+    backend runs every operation of every cell, forward mode and second order included."""
     if backend is None:
         return backend_module(default_backend(library))
     if not isinstance(backend, str) or backend not in BACKENDS:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from . import sequences, stacks, steps
 from ._core.specs import OPS, OPTIONAL_WEIGHTS, STACKS
 from ._core.types import LSTMSettings
 
@@ -39,8 +40,6 @@ class _Ops(NamedTuple):
 def _ops(op) -> _Ops:
     """The forward-mode, gradient and gradient-JVP ops of the public op ``op`` (a cell,
     sequence or stack op, or its name)."""
-    from . import cells, sequences, stacks
-
     name = getattr(op, "__name__", op)
     if name in STACKS:
         module, spec = stacks, OPS[STACKS[name]]
@@ -48,7 +47,7 @@ def _ops(op) -> _Ops:
         keywords = ("backend", "clip_grad") if spec.settings is LSTMSettings else ("backend",)
     elif name in OPS:
         spec = OPS[name]
-        module, upstream = (sequences if spec.sequence else cells), spec.upstream
+        module, upstream = (sequences if spec.sequence else steps), spec.upstream
         keywords = (*OPTIONAL_WEIGHTS, "backend",
                     *(("clip_grad",) if spec.settings is LSTMSettings else ()))
     else:

@@ -44,47 +44,9 @@ dtype) and is cached on disk (``cache=True``), so later processes load it.
 """
 
 from ._workspace import release_scratch
-from .gru import (
-    gru_cell,
-    gru_cell_grad,
-    gru_cell_grad_jvp,
-    gru_cell_jvp,
-    gru_sequence,
-    gru_sequence_grad,
-    gru_sequence_grad_jvp,
-    gru_sequence_jvp,
-)
-from .lstm import (
-    lstm_cell,
-    lstm_cell_grad,
-    lstm_cell_grad_jvp,
-    lstm_cell_jvp,
-    lstm_sequence,
-    lstm_sequence_grad,
-    lstm_sequence_grad_jvp,
-    lstm_sequence_jvp,
-)
-from .rnn import (
-    rnn_cell,
-    rnn_cell_grad,
-    rnn_cell_grad_jvp,
-    rnn_cell_jvp,
-    rnn_sequence,
-    rnn_sequence_grad,
-    rnn_sequence_grad_jvp,
-    rnn_sequence_jvp,
-)
 
 # This backend runs ``reverse=True`` itself (``gradcells._order``): with lengths its sequence
 # ops and gradients take and return every per-step array at its time position.
 NATIVE_REVERSE = True
 
-__all__ = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad",
-           "rnn_cell", "rnn_cell_grad",
-           "lstm_sequence", "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad",
-           "rnn_sequence", "rnn_sequence_grad", "release_scratch", "NATIVE_REVERSE",
-           "rnn_cell_jvp", "rnn_sequence_jvp", "gru_cell_jvp", "gru_sequence_jvp",
-           "lstm_cell_jvp", "lstm_sequence_jvp",
-           "rnn_cell_grad_jvp", "rnn_sequence_grad_jvp", "gru_cell_grad_jvp",
-           "gru_sequence_grad_jvp", "lstm_cell_grad_jvp", "lstm_sequence_grad_jvp"]
-
+__all__ = ["release_scratch", "NATIVE_REVERSE"]

@@ -50,16 +50,16 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .._core import plan
-from .._core.arrays import namespace_of
-from .._core.types import (
+from ..._core import plan
+from ..._core.arrays import namespace_of
+from ..._core.types import (
     LSTMCellGrads,
     LSTMCellState,
     LSTMNorm,
     LSTMSequence,
     LSTMSequenceGrads,
 )
-from ._common import (
+from ..._core.xpmath import (
     at_step,
     blocks,
     filled,
@@ -74,7 +74,7 @@ from ._common import (
     zoned,
     zoneout_grad,
 )
-from ._common import layer_norm as _layer_norm  # the keyword layer_norm is the parameters
+from ..._core.xpmath import layer_norm as _layer_norm  # the keyword layer_norm is the parameters
 
 
 def lstm_cell(x, cs_prev, h_prev, weights, settings):

@@ -2,17 +2,19 @@
 CuPy), as plainly as the math allows. It is the teaching text and the oracle the fast
 backends are tested against.
 
-Like every backend it has one module per cell (``lstm``, ``gru``, ``rnn``) whose operations
-take the backend protocol's arguments (``gradcells._core.types``): the arrays, a weight set and a
-settings record, validated and normalised by the public layer. ``lstm_activations``,
+Each cell's reference lives in its folder (``gradcells.cells.<cell>.reference``, with the
+building blocks every cell shares in ``gradcells._core.xpmath``); this module gathers them
+under one name. Its operations take the backend contract's arguments
+(``gradcells._core.types``): the arrays, a weight set and a settings record, validated and
+normalised by the public layer. ``lstm_activations``,
 ``lstm_gate_grads``, ``clip_pass_mask``, ``layer_norm``, ``layer_norm_grad``,
 ``lstm_cell_candidate``, ``lstm_cell_norm_grad``, ``lstm_gate_norm_grads``,
 ``gru_gate_grads``, ``rnn_activation`` and ``rnn_preactivation_grad`` are the reference's
 own building blocks, which ``tf_compat`` and the notebooks also use.
 """
 
-from ._common import layer_norm, layer_norm_grad
-from .gru import (
+from ._core.xpmath import layer_norm, layer_norm_grad
+from .cells.gru.reference import (
     gru_cell,
     gru_cell_grad,
     gru_cell_grad_jvp,
@@ -23,7 +25,7 @@ from .gru import (
     gru_sequence_grad_jvp,
     gru_sequence_jvp,
 )
-from .lstm import (
+from .cells.lstm.reference import (
     clip_pass_mask,
     lstm_activations,
     lstm_cell,
@@ -39,7 +41,7 @@ from .lstm import (
     lstm_sequence_grad_jvp,
     lstm_sequence_jvp,
 )
-from .rnn import (
+from .cells.rnn.reference import (
     rnn_activation,
     rnn_cell,
     rnn_cell_grad,

@@ -3,11 +3,11 @@ blocks, and the per-row bookkeeping of sequences with lengths and masks."""
 
 from __future__ import annotations
 
-from .._core.arrays import namespace_of
-from .._core.dual import Dual, parts
+from .arrays import namespace_of
+from .dual import Dual, parts
 
 # The masks of a sequence (docs/spec.md §11.3) are plumbing every backend shares.
-from .._core.plan import at_step, masked, zoned, zoneout_grad  # noqa: F401
+from .plan import at_step, masked, zoned, zoneout_grad  # noqa: F401
 
 
 def sigmoid(xp, z):

@@ -21,10 +21,10 @@ arguments (``gradcells._core.types.RNNBackend``): the arrays, an ``RNNWeights`` 
 
 from __future__ import annotations
 
-from .._core import plan
-from .._core.arrays import namespace_of
-from .._core.types import RNNCellGrads, RNNCellState, RNNSequence, RNNSequenceGrads
-from ._common import (
+from ..._core import plan
+from ..._core.arrays import namespace_of
+from ..._core.types import RNNCellGrads, RNNCellState, RNNSequence, RNNSequenceGrads
+from ..._core.xpmath import (
     at_step,
     filled,
     gradient_jvp,

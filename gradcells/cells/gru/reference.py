@@ -22,10 +22,10 @@ and its per-row lengths. The four ops take the backend protocol's arguments
 
 from __future__ import annotations
 
-from .._core import plan
-from .._core.arrays import namespace_of
-from .._core.types import GRUCellGrads, GRUCellState, GRUSequence, GRUSequenceGrads
-from ._common import (
+from ..._core import plan
+from ..._core.arrays import namespace_of
+from ..._core.types import GRUCellGrads, GRUCellState, GRUSequence, GRUSequenceGrads
+from ..._core.xpmath import (
     at_step,
     blocks,
     filled,
