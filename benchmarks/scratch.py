@@ -42,7 +42,8 @@ import json, resource, statistics, sys, time
 import numpy as np
 from threadpoolctl import threadpool_limits
 import gradcells as gc
-from gradcells.cpu import gru, lstm
+from gradcells.cells.gru import cpu as gru
+from gradcells.cells.lstm import cpu as lstm
 
 cell, mode, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
 steps, batch, n_in, hidden = map(int, sys.argv[4].split(","))

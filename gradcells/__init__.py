@@ -33,20 +33,6 @@ from ._core.types import (
     RNNWeights,
     StackSettings,
 )
-from .steps import (
-    gru_cell,
-    gru_cell_grad,
-    gru_cell_grad_jvp,
-    gru_cell_jvp,
-    lstm_cell,
-    lstm_cell_grad,
-    lstm_cell_grad_jvp,
-    lstm_cell_jvp,
-    rnn_cell,
-    rnn_cell_grad,
-    rnn_cell_grad_jvp,
-    rnn_cell_jvp,
-)
 from .curvature import gauss_newton_vector_product, hessian_vector_product
 from .oracle import (
     GradientCheckError,
@@ -84,6 +70,20 @@ from .stacks import (
     rnn_stack_grad,
     rnn_stack_grad_jvp,
     rnn_stack_jvp,
+)
+from .steps import (
+    gru_cell,
+    gru_cell_grad,
+    gru_cell_grad_jvp,
+    gru_cell_jvp,
+    lstm_cell,
+    lstm_cell_grad,
+    lstm_cell_grad_jvp,
+    lstm_cell_jvp,
+    rnn_cell,
+    rnn_cell_grad,
+    rnn_cell_grad_jvp,
+    rnn_cell_jvp,
 )
 
 __version__ = "0.2.0.dev0"

@@ -101,7 +101,7 @@ def lstm_cell_jvp(x: Array, cs_prev: Array, h_prev: Array, w: Array, b: Array,
     ``tangents`` is an ``LSTMCellGrads`` of the inputs' tangents, each with its input's
     shape, library and dtype (None: zero; ``layer_norm`` an ``LSTMNorm``, or None); None
     for all of them zero. Arguments and keywords are ``lstm_cell``'s. The tangents of the
-    gates follow their chain rule (``gradcells.reference.lstm.lstm_activations_jvp``),
+    gates follow their chain rule (``gradcells.cells.lstm.reference.lstm_activations_jvp``),
     exact through an active clip: zero there, as the exact gradient is.
 
     Returns ``(state, d_state)``: ``lstm_cell``'s ``LSTMCellState`` and one of the tangents

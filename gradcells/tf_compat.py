@@ -43,10 +43,10 @@ from ._core import arrays
 from ._core.specs import PEEPHOLES
 from ._core.types import Array, GRUCellState, LSTMCellState, LSTMSequence, LSTMWeights
 from ._interop import accepts_any_array
-from .steps import gru_cell, gru_cell_grad, lstm_cell
 from .reference.gru import gru_gate_grads
 from .reference.lstm import lstm_gate_grads
 from .sequences import lstm_sequence, lstm_sequence_grad
+from .steps import gru_cell, gru_cell_grad, lstm_cell
 
 __all__ = [
     "lstm_block_cell", "lstm_block_cell_grad", "gru_block_cell", "gru_block_cell_grad",

@@ -27,9 +27,10 @@ from hypothesis import strategies as st
 
 import gradcells as gc
 from gradcells import _dispatch
-from gradcells import cpu as cpu_backend
 from gradcells._core.specs import PEEPHOLES
-from gradcells.cpu import _gru_kernels, _lstm_kernels, _rnn_kernels
+from gradcells.cells.gru import _cpu_kernels as _gru_kernels
+from gradcells.cells.lstm import _cpu_kernels as _lstm_kernels
+from gradcells.cells.rnn import _cpu_kernels as _rnn_kernels
 from gradcells.cpu._compile import KERNEL_OPTIONS
 from gradcells.testing import (
     gru_cell_case,
@@ -42,6 +43,8 @@ from gradcells.testing import (
     rnn_sequence_case,
     vjp_check,
 )
+
+cpu_backend = _dispatch.backend_module("cpu")
 
 LSTM_ARGS = ("x", "cs_prev", "h_prev", "w", "b")
 GRU_ARGS = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
@@ -479,7 +482,7 @@ def test_eight_threads_at_once_give_identical_results():
                         np.testing.assert_array_equal(b, a)
 
 
-# --- the kernels' contracts (what the sequence ops in gradcells/cpu/lstm.py, gru.py rely on) --
+# --- the kernels' contracts (what the sequence ops in gradcells/cells/*/cpu.py rely on) --
 
 def test_forward_kernel_takes_a_per_row_addend():
     rng = np.random.default_rng(5)

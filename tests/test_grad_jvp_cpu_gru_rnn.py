@@ -1,5 +1,5 @@
 """The second order of the plain RNN and the GRU on the CPU backend (docs/spec.md §12;
-``gradcells.cpu._grad_jvp``) against the reference's, and its own guarantees.
+the cells' ``cpu`` modules) against the reference's, and its own guarantees.
 
 - agreement with the reference's ``op_grad_jvp`` (the hand-derived gradient on dual
   numbers), gradient and tangent, on Hypothesis-drawn cases with every option (relu and
@@ -43,9 +43,10 @@ from test_jvp_cpu import (
 import gradcells as gc
 from gradcells import _dispatch, testing
 from gradcells._core.specs import OPS
-from gradcells.cpu import _grad_jvp_kernels
+from gradcells.cells.gru import _cpu_kernels as gru_kernels
+from gradcells.cells.rnn import _cpu_kernels as rnn_kernels
+from gradcells.cells.rnn.cpu import _reads_saved_states
 from gradcells.cpu._compile import KERNEL_OPTIONS
-from gradcells.cpu.rnn import _reads_saved_states
 
 CPU_OPS = ["rnn_cell", "rnn_sequence", "gru_cell", "gru_sequence"]
 SEQUENCES = ["rnn_sequence", "gru_sequence"]
@@ -275,10 +276,10 @@ def test_long_sequences(op):
 
 # What shows each kernel is vectorized: the products of its tangent's terms.
 GRAD_JVP_KERNELS = [
-    _grad_jvp_kernels.rnn_backward_tangent_kernel,
-    _grad_jvp_kernels.gru_reset_after_grad_tangent_kernel,
-    _grad_jvp_kernels.gru_candidate_grad_tangent_kernel,
-    _grad_jvp_kernels.gru_reset_grad_tangent_kernel,
+    rnn_kernels.rnn_backward_tangent_kernel,
+    gru_kernels.gru_reset_after_grad_tangent_kernel,
+    gru_kernels.gru_candidate_grad_tangent_kernel,
+    gru_kernels.gru_reset_grad_tangent_kernel,
 ]
 
 

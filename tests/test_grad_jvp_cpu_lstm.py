@@ -1,4 +1,4 @@
-"""The LSTM's second order on the CPU backend (docs/spec.md §12; ``gradcells.cpu._grad_jvp``)
+"""The LSTM's second order on the CPU backend (docs/spec.md §12; ``gradcells.cells.lstm.cpu``)
 against the reference's ``lstm_*_grad_jvp``, and its own guarantees.
 
 - agreement with the reference, gradient and tangent, on Hypothesis-drawn cases with every

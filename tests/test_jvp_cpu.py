@@ -1,4 +1,4 @@
-"""Forward mode on the CPU backend (docs/spec.md §12; ``gradcells.cpu._jvp``) against the
+"""Forward mode on the CPU backend (docs/spec.md §12; the cells' ``cpu`` modules) against the
 reference's, and its own guarantees.
 
 - agreement with the reference's ``op_jvp``, result and tangent, on Hypothesis-drawn cases
@@ -36,7 +36,9 @@ import gradcells as gc
 from gradcells import _dispatch, testing
 from gradcells._core.specs import OPS, OPTIONAL_WEIGHTS
 from gradcells._core.types import LSTMNorm
-from gradcells.cpu import _jvp_kernels
+from gradcells.cells.gru import _cpu_kernels as gru_kernels
+from gradcells.cells.lstm import _cpu_kernels as lstm_kernels
+from gradcells.cells.rnn import _cpu_kernels as rnn_kernels
 from gradcells.cpu._compile import KERNEL_OPTIONS
 
 CPU_OPS = ["rnn_cell", "rnn_sequence", "gru_cell", "gru_sequence", "lstm_cell",
@@ -309,11 +311,11 @@ def test_lstm_every_option_at_large_sizes(layer_norm, ln_carry, proj_size):
 # What shows each kernel is vectorized: the tanh's division where it computes the primal,
 # the subtraction in σ' = σ(1-σ) and tanh' = 1-tanh² where it computes only the tangent.
 JVP_KERNELS = {
-    _jvp_kernels.rnn_jvp_kernel: "vdiv",
-    _jvp_kernels.gru_gates_jvp_kernel: "vdiv",
-    _jvp_kernels.gru_candidate_jvp_kernel: "vdiv",
-    _jvp_kernels.gru_reset_after_tangent_kernel: "vsub",
-    _jvp_kernels.lstm_tangent_kernel: "vsub",
+    rnn_kernels.rnn_jvp_kernel: "vdiv",
+    gru_kernels.gru_gates_jvp_kernel: "vdiv",
+    gru_kernels.gru_candidate_jvp_kernel: "vdiv",
+    gru_kernels.gru_reset_after_tangent_kernel: "vsub",
+    lstm_kernels.lstm_tangent_kernel: "vsub",
 }
 
 

@@ -32,8 +32,7 @@ from test_masks_cpu import (
 )
 
 import gradcells as gc
-from gradcells import _order
-from gradcells import cpu as cpu_backend
+from gradcells import _dispatch, _order
 from gradcells.testing import (
     gru_sequence_case,
     gru_sequence_inputs,
@@ -43,6 +42,8 @@ from gradcells.testing import (
     rnn_sequence_inputs,
     vjp_check,
 )
+
+cpu_backend = _dispatch.backend_module("cpu")
 
 OPS_ = ("lstm_sequence", "gru_sequence", "rnn_sequence")
 _CASES = {"lstm_sequence": lstm_sequence_case, "gru_sequence": gru_sequence_case,

@@ -24,7 +24,7 @@ import functools
 
 import numpy as np
 
-from .. import cells, layouts, sequences
+from .. import layouts, sequences, steps
 from ..oracle import check_jvp, check_vjp
 from ._cases import sizes
 from ._engine import FLOAT64, Check, Skipped, Verdict, compare, judge, oracle_outcome
@@ -322,8 +322,8 @@ class CellCase:
     def gradcells_state(self):
         args = self.gradcells_args(self.args)
         if self.kind == "lstm":
-            return args, cells.lstm_cell(*args, forget_bias=0.0)
-        return args, cells.gru_cell(*args, reset_after=True)
+            return args, steps.lstm_cell(*args, forget_bias=0.0)
+        return args, steps.gru_cell(*args, reset_after=True)
 
     def gradcells_forward(self):
         _, state = self.gradcells_state()
@@ -344,27 +344,27 @@ class CellCase:
 
     def gradcells_grads(self):
         args, state = self.gradcells_state()
-        grad = cells.lstm_cell_grad if self.kind == "lstm" else cells.gru_cell_grad
+        grad = steps.lstm_cell_grad if self.kind == "lstm" else steps.gru_cell_grad
         return self.in_flax_layout(grad(*args, state, **self.upstream()))
 
     def gradcells_tangents(self):
         """The case's tangents in gradcells's layout, as its ``*Grads`` tuple."""
         t = self.gradcells_args(self.tangents)
         if self.kind == "lstm":
-            return cells.LSTMCellGrads(*t, *(None,) * 5)
-        return cells.GRUCellGrads(*t)
+            return steps.LSTMCellGrads(*t, *(None,) * 5)
+        return steps.GRUCellGrads(*t)
 
     def gradcells_jvp(self):
         args = self.gradcells_args(self.args)
         if self.kind == "lstm":
-            _, d = cells.lstm_cell_jvp(*args, self.gradcells_tangents(), forget_bias=0.0)
+            _, d = steps.lstm_cell_jvp(*args, self.gradcells_tangents(), forget_bias=0.0)
             return d.h, d.cs
-        _, d = cells.gru_cell_jvp(*args, self.gradcells_tangents(), reset_after=True)
+        _, d = steps.gru_cell_jvp(*args, self.gradcells_tangents(), reset_after=True)
         return (d.h,)
 
     def gradcells_hvp(self):
         args, state = self.gradcells_state()
-        op = cells.lstm_cell_grad_jvp if self.kind == "lstm" else cells.gru_cell_grad_jvp
+        op = steps.lstm_cell_grad_jvp if self.kind == "lstm" else steps.gru_cell_grad_jvp
         _, d = op(*args, state, self.gradcells_tangents(), **self.upstream())
         return self.in_flax_layout(d)
 
@@ -607,7 +607,7 @@ def lstm_forget_bias(rng) -> Verdict:
     (1.0, TensorFlow's); convention 24's model: ``forget_bias=0`` (Flax adds none)."""
     case = CellCase(rng, "linen", "lstm", "LSTMCell")
     out = case.forward(*case.args)
-    state = cells.lstm_cell(*case.gradcells_args(case.args))
+    state = steps.lstm_cell(*case.gradcells_args(case.args))
     return judge(compare(zip(case.outputs, out, (state.h, state.cs)), FLOAT64),
                  lambda: compare(zip(case.outputs, out, case.gradcells_forward()), FLOAT64))
 

@@ -19,7 +19,7 @@ import numpy as np
 from .. import layouts, sequences, stacks
 from .._core.specs import PEEPHOLES
 from .._core.types import GRUWeights, LSTMWeights, RNNWeights
-from ..reference._common import blocks, sigmoid
+from .._core.xpmath import blocks, sigmoid
 from ._cases import f64, sizes
 from ._engine import (
     FLOAT32_FORWARD,

@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from .. import cells, layouts
+from .. import layouts, steps
 from .._core.specs import OPS, PEEPHOLES
 from ..oracle import VJPReport, check_vjp
 from ..testing.cases import gru_cell_case
@@ -81,7 +81,7 @@ def reference_cell(case, **overrides):
     args = {k: f64(case[k]) for k in CELL_ARGS + PEEPHOLES}
     attrs = {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"]}
     attrs.update(overrides)
-    return cells.lstm_cell(**args, **attrs)
+    return steps.lstm_cell(**args, **attrs)
 
 
 def state_pairs(tf_out, state) -> list:
@@ -148,7 +148,7 @@ def cell_names(case) -> tuple[str, ...]:
 def gradcells_cell(attrs, *arrays):
     """``(cs, h)`` of gradcells's reference cell for arrays ``x, cs_prev, h_prev, w, b[, wci,
     wcf, wco]``."""
-    state = cells.lstm_cell(*arrays[:5], **dict(zip(PEEPHOLES, arrays[5:])), **attrs,
+    state = steps.lstm_cell(*arrays[:5], **dict(zip(PEEPHOLES, arrays[5:])), **attrs,
                             backend="reference")
     return state.cs, state.h
 
@@ -171,10 +171,10 @@ def lstm_grad_oracle(case, swap_peepholes=False) -> VJPReport:
 def reference_cell_grad(case, ct, clip_grad="exact", swap_peepholes=False) -> list:
     args = {k: f64(case[k]) for k in CELL_ARGS}
     peeps = {k: f64(case[k]) for k in PEEPHOLES}
-    state = cells.lstm_cell(**args, **peeps, forget_bias=case["forget_bias"],
+    state = steps.lstm_cell(**args, **peeps, forget_bias=case["forget_bias"],
                             cell_clip=case["cell_clip"])
     peeps = swapped(peeps) if swap_peepholes else peeps
-    g = cells.lstm_cell_grad(*args.values(), state, d_cs=f64(ct[0]), d_h=f64(ct[1]),
+    g = steps.lstm_cell_grad(*args.values(), state, d_cs=f64(ct[0]), d_h=f64(ct[1]),
                              **peeps, cell_clip=case["cell_clip"], clip_grad=clip_grad)
     return [a for a in g if a is not None]
 
@@ -250,7 +250,7 @@ def gru_block_grad(case, d_h) -> list:
 
 
 def gru_reference(case):
-    return cells.gru_cell(*(f64(case[n]) for n in GRU_ARGS))
+    return steps.gru_cell(*(f64(case[n]) for n in GRU_ARGS))
 
 
 def gru_forward(rng) -> Verdict:
@@ -261,7 +261,7 @@ def gru_forward(rng) -> Verdict:
 
 def gru_grad_vs_oracle(rng) -> Verdict:
     case = gru_case(rng)
-    report = check_vjp(lambda *a: cells.gru_cell(*a, backend="reference").h,
+    report = check_vjp(lambda *a: steps.gru_cell(*a, backend="reference").h,
                        lambda ct, *a: gru_block_grad(case, ct),
                        [case[n] for n in GRU_ARGS], names=GRU_ARGS,
                        seed=int(rng.integers(2**31)))
@@ -272,7 +272,7 @@ def gru_grad_vs_gradcells(rng) -> Verdict:
     case = gru_case(rng)
     d_h = rng.standard_normal(case["h_prev"].shape).astype(np.float32)
     args = [f64(case[n]) for n in GRU_ARGS]
-    truth = cells.gru_cell_grad(*args, cells.gru_cell(*args), d_h=f64(d_h))
+    truth = steps.gru_cell_grad(*args, steps.gru_cell(*args), d_h=f64(d_h))
     return Verdict(compare(zip(GRU_ARGS, gru_block_grad(case, d_h), truth), FLOAT32_GRADIENT))
 
 
@@ -460,12 +460,12 @@ def _true_x_gradient(name, lstm, gru):
     if name == "LSTMBlockCell":
         args = {k: f64(lstm[k]) for k in CELL_ARGS}
         peeps = {k: f64(lstm[k]) for k in PEEPHOLES}
-        state = cells.lstm_cell(**args, **peeps, forget_bias=lstm["forget_bias"])
-        return cells.lstm_cell_grad(*args.values(), state, d_h=np.ones_like(state.h),
+        state = steps.lstm_cell(**args, **peeps, forget_bias=lstm["forget_bias"])
+        return steps.lstm_cell_grad(*args.values(), state, d_h=np.ones_like(state.h),
                                     **peeps).x
     args = [f64(gru[n]) for n in GRU_ARGS]
-    state = cells.gru_cell(*args)
-    return cells.gru_cell_grad(*args, state, d_h=np.ones_like(state.h)).x
+    state = steps.gru_cell(*args)
+    return steps.gru_cell_grad(*args, state, d_h=np.ones_like(state.h)).x
 
 
 def registered_gradient(rng) -> Verdict:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import cells, layouts, stacks
+from .. import layouts, stacks, steps
 from .._core.types import (
     GRUCellGrads,
     GRUStackGrads,
@@ -470,13 +470,13 @@ def gradcells_hvp(case):
     x, h, weights = case.inputs["x"], case.inputs["h"], case.gradcells_weights()
     if case.kind == "lstm":
         c = case.inputs["c"]
-        state = cells.lstm_cell(x, c, h, *weights, forget_bias=0.0)
-        _, t = cells.lstm_cell_grad_jvp(x, c, h, *weights, state, cell_tangents(case),
+        state = steps.lstm_cell(x, c, h, *weights, forget_bias=0.0)
+        _, t = steps.lstm_cell_grad_jvp(x, c, h, *weights, state, cell_tangents(case),
                                         d_h=case.cotangent[0], d_cs=case.cotangent[1])
         named = torch_layout("lstm", (t.w, t.b))
         return [t.x, t.h_prev, t.cs_prev] + [named[k] for k in PARAM_NAMES]
-    state = cells.gru_cell(x, h, *weights, reset_after=True)
-    _, t = cells.gru_cell_grad_jvp(x, h, *weights, state, cell_tangents(case),
+    state = steps.gru_cell(x, h, *weights, reset_after=True)
+    _, t = steps.gru_cell_grad_jvp(x, h, *weights, state, cell_tangents(case),
                                    d_h=case.cotangent[0])
     named = torch_layout("gru", t[2:])
     return [t.x, t.h_prev] + [named[k] for k in PARAM_NAMES]
@@ -486,10 +486,10 @@ def gradcells_cell_tangent(case):
     """gradcells's ``*_cell_jvp`` along the case's tangent: ``(dh, dc)`` or ``(dh,)``."""
     x, h, weights = case.inputs["x"], case.inputs["h"], case.gradcells_weights()
     if case.kind == "lstm":
-        _, t = cells.lstm_cell_jvp(x, case.inputs["c"], h, *weights, cell_tangents(case),
+        _, t = steps.lstm_cell_jvp(x, case.inputs["c"], h, *weights, cell_tangents(case),
                                    forget_bias=0.0)
         return t.h, t.cs
-    _, t = cells.gru_cell_jvp(x, h, *weights, cell_tangents(case), reset_after=True)
+    _, t = steps.gru_cell_jvp(x, h, *weights, cell_tangents(case), reset_after=True)
     return (t.h,)
 
 

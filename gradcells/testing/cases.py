@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import cells, sequences
+from .. import sequences, steps
 from .._core.plan import masked
 from .._core.specs import ACTIVATIONS, LN_CARRIES, MASKS, PEEPHOLES
 from .._core.types import GRUWeights, LSTMNorm, LSTMWeights, RNNWeights
@@ -138,11 +138,11 @@ def lstm_cell_case(rng: np.random.Generator, *, batch: int = 3, input_size: int 
         case.update(_lstm_options(rng, hidden, dtype, proj_size, layer_norm, ln_carry))
         as64 = _as_float64(case)
         if clip:
-            state = cells.lstm_cell(**as64, backend="reference")
+            state = steps.lstm_cell(**as64, backend="reference")
             case["cell_clip"] = as64["cell_clip"] = clip_away_from(
                 state.i * state.ci + state.f * as64["cs_prev"])
         if proj_clip and proj_size is not None:
-            state = cells.lstm_cell(**as64, backend="reference")
+            state = steps.lstm_cell(**as64, backend="reference")
             case["proj_clip"] = clip_away_from((state.o * state.co) @ as64["w_proj"])
         return case
 
@@ -163,16 +163,16 @@ def _normalised_rows(case):
     as64 = _as_float64(case)
     x, w = as64["x"], as64["w"]
     if x.ndim == 2:
-        result = cells.lstm_cell(**as64, backend="reference")
+        result = steps.lstm_cell(**as64, backend="reference")
         x, h_prev, cs_prev = x[None], as64["h_prev"][None], as64["cs_prev"][None]
-        steps = [a[None] for a in result]
+        per_step = [a[None] for a in result]
         valid = np.ones(x.shape[:2], dtype=bool)
     else:
-        steps = sequences.lstm_sequence(**as64, backend="reference")
+        per_step = sequences.lstm_sequence(**as64, backend="reference")
         valid = _valid_steps(as64)
-        cs_prev, h_prev = (_starts(as64[first], getattr(steps, field), as64)
+        cs_prev, h_prev = (_starts(as64[first], getattr(per_step, field), as64)
                            for first, field in (("cs0", "cs"), ("h0", "h")))
-    i, _, f, _, ci = steps[:5]
+    i, _, f, _, ci = per_step[:5]
     c_tilde = i * ci + f * cs_prev
     if as64["cell_clip"] is not None:
         c_tilde = np.clip(c_tilde, -as64["cell_clip"], as64["cell_clip"])

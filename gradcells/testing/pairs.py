@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import cells, sequences
+from .. import sequences, steps
 from .._core.specs import MASKS, NORM_ARRAYS, OPTIONAL_WEIGHTS
 from .._core.specs import OPS as SPECS
 from .._core.types import GRUStackGrads, LSTMNorm, LSTMStackGrads, RNNStackGrads
@@ -141,7 +141,7 @@ def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backen
         t_positional, t_optional = split(tangents)
         spec = SPECS[forward.__name__]
         given = spec.grads(**dict(zip(spec.grads._fields, t_positional)), **t_optional)
-        _, d_result = getattr(sequences if spec.sequence else cells, f"{spec.name}_jvp")(
+        _, d_result = getattr(sequences if spec.sequence else steps, f"{spec.name}_jvp")(
             *positional, given, **peepholes, **_masks_as(attrs, arrays[0]), backend=backend)
         return tuple(getattr(d_result, k) for k in outputs)
 
@@ -178,7 +178,7 @@ def _second_order(f, vjp, args, names, split, gradient, run, outputs, keywords) 
         given = spec.grads(**dict(zip(spec.grads._fields, t_positional)), **t_optional)
         upstream = {**{f"d_{k}": c for k, c in zip(outputs, cts)},
                     **{f"d_{k}_tangent": t for k, t in zip(outputs, tangents[n:])}}
-        _, d_grads = getattr(sequences if spec.sequence else cells, f"{gradient.__name__}_jvp")(
+        _, d_grads = getattr(sequences if spec.sequence else steps, f"{gradient.__name__}_jvp")(
             *positional, run(*arrays), given, **upstream, **peepholes, **keywords(arrays[0]))
         return tuple(_gradient_of(d_grads, name) for name in names)
 
@@ -192,7 +192,7 @@ def lstm_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
     to ``(cs, h)`` (or the one of them that has an upstream gradient)."""
     outputs = [k for k, on in (("cs", d_cs), ("h", d_h)) if on]
     return _vjp_pair(
-        cells.lstm_cell, cells.lstm_cell_grad, case, SPECS["lstm_cell"].arrays, outputs,
+        steps.lstm_cell, steps.lstm_cell_grad, case, SPECS["lstm_cell"].arrays, outputs,
         {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"],
          "proj_clip": case.get("proj_clip"), **_norm_attrs(case)},
         {"cell_clip": case["cell_clip"], "proj_clip": case.get("proj_clip"),
@@ -204,7 +204,7 @@ def gru_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
     """The oracle's ``(f, vjp, args, names)`` for ``gru_cell``: ``f`` maps the case's arrays
     to ``(h,)``."""
     attrs = {"reset_after": case["reset_after"]}
-    return _vjp_pair(cells.gru_cell, cells.gru_cell_grad, case, GRU_ARG_NAMES, ("h",), attrs,
+    return _vjp_pair(steps.gru_cell, steps.gru_cell_grad, case, GRU_ARG_NAMES, ("h",), attrs,
                      attrs, backend, mode)
 
 
@@ -243,7 +243,7 @@ def rnn_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
     """The oracle's ``(f, vjp, args, names)`` for ``rnn_cell``: ``f`` maps the case's arrays
     to ``(h,)``."""
     attrs = {"activation": case["activation"]}
-    return _vjp_pair(cells.rnn_cell, cells.rnn_cell_grad, case, RNN_ARG_NAMES, ("h",), attrs,
+    return _vjp_pair(steps.rnn_cell, steps.rnn_cell_grad, case, RNN_ARG_NAMES, ("h",), attrs,
                      attrs, backend, mode)
 
 

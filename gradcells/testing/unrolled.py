@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import cells
+from .. import steps
 from .._core.arrays import namespace_of
 from .._core.specs import OPS, PEEPHOLES
 from .._core.types import Array, LSTMNorm
@@ -100,7 +100,7 @@ def lstm_forward(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
                    [None] * x.shape[0], reverse=reverse)
     cs, h = cs0, h0
     for t in _times(x.shape[0], reverse):
-        state = cells.lstm_cell(x[t], cs, h, w, b, wci=wci, wcf=wcf, wco=wco, w_proj=w_proj,
+        state = steps.lstm_cell(x[t], cs, h, w, b, wci=wci, wcf=wcf, wco=wco, w_proj=w_proj,
                                 layer_norm=layer_norm, **attrs, backend=backend)
         run.steps[t], run.starts[t] = state, (cs, h)
         running = _running(xp, t, seq_len)
@@ -146,7 +146,7 @@ def lstm_backprop(run: Unrolled, *, d_h: Array | None = None, d_cs: Array | None
     totals = {k: _zeros_like(xp, weights[k]) for k in names}
     for t in reversed(_times(len(run.steps), run.reverse)):
         running = _running(xp, t, run.seq_len)
-        g = cells.lstm_cell_grad(
+        g = steps.lstm_cell_grad(
             x[t], *run.starts[t], weights["w"], weights["b"], run.steps[t],
             d_h=_upstream(xp, carry_h, d_h, t, running),
             d_cs=_upstream(xp, carry_cs, d_cs, t, running),
@@ -198,7 +198,7 @@ def gru_forward(x: Array, h0: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: 
                 reverse: bool = False, backend: str | None = None) -> Unrolled:
     """``gru_cell`` over ``x [T, B, I]`` from ``h0``; see the module docstring."""
     weights = {"w_ru": w_ru, "w_c": w_c, "b_ru": b_ru, "b_c": b_c}
-    return _forward_h(cells.gru_cell, x, h0, weights, {"reset_after": reset_after}, seq_len,
+    return _forward_h(steps.gru_cell, x, h0, weights, {"reset_after": reset_after}, seq_len,
                       reverse, backend)
 
 
@@ -207,14 +207,14 @@ def gru_backprop(run: Unrolled, *, d_h: Array | None = None,
     """Backpropagation through time over ``gru_forward``'s ``run`` for upstream gradients
     of every step's ``h`` (``[T, B, H]``) and of the final state (``[B, H]``), each optional.
     Returns the gradients by name: ``x, h0, w_ru, w_c, b_ru, b_c``."""
-    return _backprop_h(cells.gru_cell_grad, run, d_h, d_h_final)
+    return _backprop_h(steps.gru_cell_grad, run, d_h, d_h_final)
 
 
 def rnn_forward(x: Array, h0: Array, w: Array, b: Array, *, activation: str = "tanh",
                 seq_len: Array | None = None, reverse: bool = False,
                 backend: str | None = None) -> Unrolled:
     """``rnn_cell`` over ``x [T, B, I]`` from ``h0``; see the module docstring."""
-    return _forward_h(cells.rnn_cell, x, h0, {"w": w, "b": b}, {"activation": activation},
+    return _forward_h(steps.rnn_cell, x, h0, {"w": w, "b": b}, {"activation": activation},
                       seq_len, reverse, backend)
 
 
@@ -222,4 +222,4 @@ def rnn_backprop(run: Unrolled, *, d_h: Array | None = None,
                  d_h_final: Array | None = None) -> dict[str, Array]:
     """Backpropagation through time over ``rnn_forward``'s ``run``, as ``gru_backprop``.
     Returns the gradients by name: ``x, h0, w, b``."""
-    return _backprop_h(cells.rnn_cell_grad, run, d_h, d_h_final)
+    return _backprop_h(steps.rnn_cell_grad, run, d_h, d_h_final)

@@ -20,7 +20,7 @@ import inspect
 import numpy as np
 
 import gradcells as gc
-from gradcells.reference import lstm as ref
+from gradcells.cells.lstm import reference as ref
 
 
 def show(func, *fragments):

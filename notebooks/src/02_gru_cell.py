@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import gradcells as gc
-from gradcells.reference import gru as ref
+from gradcells.cells.gru import reference as ref
 
 plt.rcParams.update({"figure.dpi": 80, "figure.figsize": (7, 3.2)})
 

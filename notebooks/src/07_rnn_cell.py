@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import gradcells as gc
-from gradcells.reference import rnn as ref
+from gradcells.cells.rnn import reference as ref
 
 plt.rcParams.update({"figure.dpi": 80, "figure.figsize": (9, 3.4)})
 REF = {"backend": "reference"}

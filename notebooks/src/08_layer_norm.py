@@ -14,7 +14,7 @@
 # variance. This notebook
 #
 # 1. derives the backward pass of one layer norm, term by term, beside the code of
-#    `gradcells/reference/_common.py`;
+#    `gradcells/_core/xpmath.py`;
 # 2. shows where the three norms sit inside gradcells's layer-normalised LSTM
 #    (docs/spec.md §9.2), and what the two `ln_carry` variants are;
 # 3. lets the oracle `gc.check_vjp` catch the two classic bugs, the mean term missing and
@@ -32,8 +32,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import gradcells as gc
-from gradcells.reference import _common as common
-from gradcells.reference import lstm as ref
+from gradcells._core import xpmath as common
+from gradcells.cells.lstm import reference as ref
 
 plt.rcParams.update({"figure.dpi": 80, "figure.figsize": (9, 3.4)})
 REF = {"backend": "reference"}

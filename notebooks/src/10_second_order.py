@@ -35,8 +35,8 @@ import numpy as np
 
 import gradcells as gc
 from gradcells._core import dual
-from gradcells.reference import _common as common
-from gradcells.reference import lstm as ref
+from gradcells._core import xpmath as common
+from gradcells.cells.lstm import reference as ref
 
 plt.rcParams.update({"figure.dpi": 80, "figure.figsize": (9, 3.4)})
 REF = {"backend": "reference"}
@@ -313,7 +313,7 @@ print("primal:", out.p, "  tangent:", out.t, "  exact derivative:", exact)
 assert np.allclose(out.t, exact, rtol=1e-15, atol=0)
 
 # %% [markdown]
-# `gradient_jvp` (gradcells/reference/_common.py) runs `lstm_sequence_grad` itself on
+# `gradient_jvp` (gradcells/_core/xpmath.py) runs `lstm_sequence_grad` itself on
 # duals: the inputs and weights with their tangents, the saved forward result with its
 # tangent from `lstm_sequence_jvp`, the upstream gradient $h - y$ with its tangent
 # $\nabla^2\ell\,Jt$. Every line of the hand-derived backward is then differentiated exactly

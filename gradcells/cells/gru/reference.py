@@ -14,7 +14,7 @@ and ``b_c [2H]`` into b_cx, b_ch:
 
     c      = tanh(x·W_cx + b_cx + r∘(h_prev·W_ch + b_ch))
 
-The sequence ops follow the matmul plan of ``gradcells.reference.lstm`` (one input
+The sequence ops follow the matmul plan of ``gradcells.cells.lstm.reference`` (one input
 projection for all steps; after the backward loop, the weight gradients as large matmuls)
 and its per-row lengths. The four ops take the backend protocol's arguments
 (``gradcells._core.types.GRUBackend``): the arrays, a ``GRUWeights`` and a ``GRUSettings``.

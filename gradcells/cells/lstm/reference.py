@@ -17,7 +17,7 @@ part.
 Every derivative is written in terms of the saved outputs: σ' = σ(1-σ), tanh' = 1-tanh².
 
 The layer-normalised LSTM (docs/spec.md §9.2) normalises the two parts of ``G`` and the cell
-state before its tanh, each over its row with biased variance (``_common.layer_norm``):
+state before its tanh, each over its row with biased variance (``xpmath.layer_norm``):
 
     G  = LN(x·w_x; γ_x, β_x) + LN(h_prev·w_h; γ_h, β_h) + b
     c̃  = clip(i∘ci + f∘cs_prev);   n = LN(c̃; γ_c, β_c);   co = tanh(n)

@@ -1,6 +1,6 @@
 """The plain RNN's fused elementwise passes (Numba), one pass over ``[B, H]`` each way.
 
-The math is ``gradcells.reference.rnn``:
+The math is ``gradcells.cells.rnn.reference``:
 
     rnn_forward_kernel(Z, addend, ...)     h = act(Z + addend)
     rnn_backward_kernel(h, carry, ...)     dz = (carry + d_h)∘act'(z) from the saved h, and
@@ -14,8 +14,8 @@ arithmetic, which LLVM vectorizes.
 
 from __future__ import annotations
 
-from ._activations import tanh, typed
-from ._compile import kernel, row_of
+from ...cpu._activations import tanh, typed
+from ...cpu._compile import kernel, row_of
 
 
 @kernel
@@ -81,5 +81,72 @@ def rnn_backward_kernel(h, carry, d_h, has_d_h, relu, d_z, d_bias):
                 dz_r[j] = up * (one - h_r[j] * h_r[j])
         # The reduction in a loop of its own, as in the LSTM's backward kernel: fewer memory
         # streams in each loop for LLVM's overlap checks.
+        for j in range(n_hidden):
+            d_bias[j] += dz_r[j]
+
+
+# --------------------------------------------------------------------------------------
+# forward mode: the primal's pass (or the forward's own) and the tangent's
+
+
+@kernel
+def rnn_jvp_kernel(gates, addend, d_gates, d_addend, relu, h, dh):
+    """The RNN step and its tangent; writes ``h, dh [B, H]``.
+
+    ``gates [B, H]`` (e.g. ``h_prev·W_h``), ``addend`` (``x·W_x + b`` or ``b``) and their
+    tangents ``d_gates [B, H]``, ``d_addend``; ``relu``: True for relu, False for tanh:
+
+        z = gates + addend;   h = act(z)
+        dh = (d_gates + d_addend)·(1 - h²)      tanh
+        dh = (d_gates + d_addend)·[h > 0]       relu (relu'(0) = 0; NaN gives 0·dz)
+    """
+    n_batch, n_hidden = h.shape
+    zero = typed(0.0, h)
+    one = typed(1.0, h)
+    for row in range(n_batch):
+        g, a, h_r = gates[row], row_of(addend, row), h[row]
+        dg, da, dh_r = d_gates[row], row_of(d_addend, row), dh[row]
+        if relu:
+            for j in range(n_hidden):
+                z = g[j] + a[j]
+                out = zero if z < zero else z
+                h_r[j] = out
+                dh_r[j] = (dg[j] + da[j]) * (one if out > zero else zero)
+        else:
+            for j in range(n_hidden):
+                out = tanh(g[j] + a[j])
+                h_r[j] = out
+                dh_r[j] = (dg[j] + da[j]) * (one - out * out)
+
+
+# --------------------------------------------------------------------------------------
+# second order: the tangents of the backward kernel's gate gradients
+
+
+@kernel
+def rnn_backward_tangent_kernel(h, dh, up, d_up, relu, d_z, d_bias):
+    """The tangent of ``rnn_backward_kernel``'s ``dz = up·act'(z)``; writes ``d_z [B, H]``
+    and accumulates (``+=``) ``d_bias [H]`` with Σ_batch d_z.
+
+    ``h [B, H]``: the output act'(z) is read from (the step's own, before zoneout) and
+    ``dh`` its tangent; ``up [B, H]``: the gradient the backward kernel took and ``d_up``
+    its tangent; ``relu``: the activation (False: tanh):
+
+        d_z = d_up·(1 - h²) - up·2h·dh       tanh
+        d_z = d_up·[h > 0]                   relu
+    """
+    n_batch, n_hidden = h.shape
+    zero = typed(0.0, h)
+    one = typed(1.0, h)
+    two = typed(2.0, h)
+    for row in range(n_batch):
+        h_r, dh_r, up_r, dup_r, dz_r = h[row], dh[row], up[row], d_up[row], d_z[row]
+        if relu:
+            for j in range(n_hidden):
+                dz_r[j] = dup_r[j] * (one if h_r[j] > zero else zero)
+        else:
+            for j in range(n_hidden):
+                out = h_r[j]
+                dz_r[j] = dup_r[j] * (one - out * out) - up_r[j] * (two * out * dh_r[j])
         for j in range(n_hidden):
             d_bias[j] += dz_r[j]

@@ -14,7 +14,7 @@ This is the first step of the backpropagation-through-time story: over a sequenc
 gradient of each step's state is the upstream gradient plus what the next step sends back,
 ``dh_{t-1} = (dh_t∘act'(z_t))·W_hᵀ``, a product of T Jacobians that vanishes or explodes
 with the spectrum of ``W_h``. The sequence ops follow the matmul plan of
-``gradcells.reference.lstm`` and its per-row lengths; they take the backend protocol's
+``gradcells.cells.lstm.reference`` and its per-row lengths; they take the backend protocol's
 arguments (``gradcells._core.types.RNNBackend``): the arrays, an ``RNNWeights`` and an
 ``RNNSettings``.
 """
