@@ -5,6 +5,8 @@ Importing gradcells imports NumPy only: the Numba backend compiles on first use,
 imported only when a CuPy array arrives, and TensorFlow/PyTorch/JAX are never imported here.
 """
 
+import importlib
+
 from ._core.types import (
     GRUCellGrads,
     GRUCellState,
@@ -117,7 +119,5 @@ __all__ = [
 def __getattr__(name):
     # Submodules that are public but not needed at import time.
     if name in _SUBMODULES:
-        import importlib
-
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _dispatch
+from . import __version__, _dispatch, audit, testing
 from ._core.report import Progress, table
 from ._core.specs import OPS, STACKS
 from ._dispatch import BACKENDS
+from .audit import ALL
 
 DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
 
@@ -124,8 +125,6 @@ class _Result:
 
 
 def _check_row(row, row_index, args, progress: Progress) -> _Result:
-    from . import testing
-
     result = _Result(*row)
     suffix = next(s for s in _CHECKS if result.op.endswith(s))
     op, check = result.op.removesuffix(suffix), getattr(testing, _CHECKS[suffix])
@@ -172,8 +171,6 @@ def _run_check(args) -> int:
 
 
 def _run_audit(args) -> int:
-    from . import audit
-
     return audit.run(args.framework, examples=args.examples, seed=args.seed,
                      select=args.select, markdown=args.markdown)
 
@@ -198,8 +195,6 @@ def _seed(text):
 
 
 def _version() -> str:
-    from . import __version__
-
     return __version__
 
 
@@ -224,8 +219,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = commands.add_parser("audit", help="check a framework's fused recurrent ops "
                                               "against the oracle")
-    from .audit import ALL
-
     audit.add_argument("framework", choices=["all", *ALL],
                        help="the framework whose recurrent layers to audit (all: each one "
                             "installed)")

@@ -43,8 +43,7 @@ from ._core import arrays
 from ._core.specs import PEEPHOLES
 from ._core.types import Array, GRUCellState, LSTMCellState, LSTMSequence, LSTMWeights
 from ._interop import accepts_any_array
-from .reference.gru import gru_gate_grads
-from .reference.lstm import lstm_gate_grads
+from .reference import gru_gate_grads, lstm_gate_grads
 from .sequences import lstm_sequence, lstm_sequence_grad
 from .steps import gru_cell, gru_cell_grad, lstm_cell
 

@@ -47,6 +47,7 @@ from ._engine import (
     run_checks,
 )
 from .faults import FAULTS, Fault
+from .tensorflow import import_tensorflow
 
 FRAMEWORKS = {"tensorflow": "tensorflow", "tf": "tensorflow", "torch": "torch",
               "pytorch": "torch", "jax": "jax", "flax": "jax", "keras": "keras",
@@ -72,8 +73,6 @@ __all__ = [
 
 
 def _import_tensorflow():
-    from .tensorflow import import_tensorflow
-
     return import_tensorflow()
 
 

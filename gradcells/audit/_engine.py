@@ -13,6 +13,7 @@ mismatches make the exit status 1.
 
 from __future__ import annotations
 
+import platform
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -22,6 +23,7 @@ from typing import TextIO
 
 import numpy as np
 
+from .. import __version__
 from .._core.report import Progress, count, markdown_table, table
 from .faults import FAULTS
 
@@ -279,10 +281,6 @@ def summary(rows: Sequence[Row], seconds: float | None) -> list[str]:
 
 
 def _versions() -> str:
-    import platform
-
-    from .. import __version__
-
     return (f"gradcells {__version__}, NumPy {np.__version__}, "
             f"Python {platform.python_version()}")
 

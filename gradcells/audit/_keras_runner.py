@@ -21,6 +21,8 @@ import sys
 
 import numpy as np
 
+from gradcells.oracle import check_jvp, check_vjp
+
 LAYERS = {"lstm": "LSTM", "gru": "GRU", "rnn": "SimpleRNN"}
 
 
@@ -210,8 +212,6 @@ HVPS = {"tensorflow": _tf_hvp, "jax": _jax_hvp, "torch": _torch_hvp}
 
 def run_job(keras, path) -> str:
     """Run the job in ``path``; returns the path of the result file."""
-    from gradcells.oracle import check_jvp, check_vjp
-
     with np.load(path) as stored:
         arrays = {k: stored[k] for k in stored.files}
     spec = json.loads(str(arrays.pop("spec")))

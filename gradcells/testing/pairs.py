@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import sequences, steps
+from .. import sequences, stacks, steps
 from .._core.specs import MASKS, NORM_ARRAYS, OPTIONAL_WEIGHTS
 from .._core.specs import OPS as SPECS
 from .._core.types import GRUStackGrads, LSTMNorm, LSTMStackGrads, RNNStackGrads
@@ -291,8 +291,6 @@ def stack_vjp_pair(cell: str, case: dict[str, Any], *, backend: str | None = Non
     final states; ``vjp`` is ``<cell>_stack_grad`` (an LSTM's with ``clip_grad``). With
     ``mode="jvp"``, ``(f, jvp, args, outputs)`` for ``check_jvp``, ``jvp`` from
     ``<cell>_stack_jvp``."""
-    from .. import stacks
-
     forward, gradient = getattr(stacks, f"{cell}_stack"), getattr(stacks, f"{cell}_stack_grad")
     states = ("cs0", "h0") if cell == "lstm" else ("h0",)
     keywords = {k: v for k, v in case.items() if k not in ("x", "weights", *states)}

@@ -951,7 +951,6 @@ def _own_cells(firsts, seq, d_seq, weights, tangents, settings, masks):
     them, the next step's ``cs_prev``; the tangent ``c̃' = i'∘ci + i∘ci' + f'∘cs_prev +
     f∘cs_prev'``, zero where the clip is active (the boundary passes), with the
     normalising carry ``LN(c̃)``'s (``_jvp.layer_norm_tangent``)."""
-    from .lstm import _unzoned_cells
 
     if masks.zoneout_cs is None:
         return (*seq, seq[1]), (*d_seq, d_seq[1])
@@ -1043,7 +1042,6 @@ class _LSTMCell:
     and the tangent's)."""
 
     def __init__(self, weights, tangents, settings, clip_grad, shape):
-        from .lstm import _mask_clip, _norm_sums, _peepholes
 
         n_steps, n_batch, n_hidden = shape
         dtype = weights.w.dtype
@@ -1077,7 +1075,6 @@ class _LSTMNormCell:
     ``context = (walk, (x, x'), ((h0, h), (h0', h')) as the matmuls saw them, (w, w'))``."""
 
     def __init__(self, weights, tangents, settings, clip_grad, shape, context):
-        from .lstm import _backward_norm_fixed, _mask_clip, _norm_sums
 
         walk, (x, dx), (h_seen, dh_seen), (w, t_w) = context
         n_steps, n_batch, n_hidden = shape
@@ -1123,7 +1120,6 @@ class _LSTMNormCell:
         """After the loop: ``((dz_x, dz_h), (dz_x', dz_h'))`` and the norms' gradients and
         their tangents (``lstm._norm_grads``); the input part's norm every step at once
         (``layer_norm_grad_kernel``, ``layer_norm_grad_tangent``)."""
-        from .lstm import _norm_grads
 
         dz_x = self.x_hat.copy()
         layer_norm_grad_kernel(flat(self.gates[0]), self.norm.gamma_x, flat(dz_x),
