@@ -13,16 +13,12 @@ round-off: float64 within ~1e-15 relative per operation, float32 within a few fl
 
 Each cell step is its matmuls (NumPy's BLAS, on the caller's thread pool) around one fused
 elementwise pass per direction (two for the reset-before GRU, whose reset gate feeds the
-candidate's matmul; ``_lstm_kernels``, ``_gru_kernels``, ``_rnn_kernels``, whose kernels are
+candidate's matmul; ``_cpu_kernels``, ``_cpu_kernels``, ``_cpu_kernels``, whose kernels are
 documented for reuse per time step; ``_sequence`` holds the sequence plan the cells share). The
-kernels run serially on the calling thread, release the GIL, and are SIMD-vectorized.
-Measured on this 2-core machine while shared (float32, LSTM forward kernel; BLAS at 1 and 2
-threads): a ``prange`` version was never faster and was 70x slower for the kernel alone
-(11 ms against 160 µs at B=64, H=256) and 430x slower for matmul + kernel at (16, 128, 128)
-with two BLAS threads (47 ms against 0.11 ms), because its worker threads and OpenBLAS's
-wait on each other for the cores. The elementwise pass is a few percent of a step, so there
-is little to win and much to lose: the kernels stay serial, and the matmuls use however
-many threads the BLAS is given (``threadpoolctl`` or ``OPENBLAS_NUM_THREADS``).
+kernels run serially on the calling thread, release the GIL, and are SIMD-vectorized: a
+``prange`` version's threads and OpenBLAS's wait on each other for the cores (measured in
+docs/performance.md, "The CPU backend: accuracy and threads"), so the matmuls alone use
+however many threads the BLAS is given (``threadpoolctl`` or ``OPENBLAS_NUM_THREADS``).
 
 The sequence operations take their scratch (O(T·B·4H): the input projection, every step's
 gate gradients) from a buffer each thread keeps between calls (``_workspace``): fresh arrays

@@ -3,10 +3,8 @@
 A sequence call needs O(T·B·4H) of scratch that never leaves it: the input projection of
 every step, the gate gradients of every step. Fresh arrays of that size cost a page fault
 per 4 KiB page on first write whenever glibc has returned such blocks to the kernel on
-``free``, which depends on what the process allocated before (its mmap threshold adapts).
-Measured in a process running only the reset-after GRU, float32, (T, B, I, H) =
-(50, 32, 128, 128), one thread: with fresh arrays 1,968 faults and 36 ms a call, with the kept
-buffer none and 18 ms (``benchmarks/scratch.py`` compares the two in new processes).
+``free``, which depends on what the process allocated before (its mmap threshold adapts;
+measured in docs/performance.md, "Scratch memory", by ``benchmarks/scratch.py``).
 
 So each thread keeps one buffer, grown to the most scratch it has needed so far (oneDNN's
 library-managed scratchpad works the same way), and every sequence call carves its scratch

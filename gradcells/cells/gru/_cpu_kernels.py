@@ -2,7 +2,7 @@
 
 The math is ``gradcells.cells.gru.reference``. Reset before the candidate matmul (TensorFlow's
 cell) needs r before the candidate's matmul, so each direction is two passes around a matmul
-(``gru.py`` does the matmuls):
+(``cpu.py`` does the matmuls):
 
     forward:   [x,h_prev]·w_ru -> gru_gates_kernel (r, u, [x, r∘h_prev])
                [x, r∘h_prev]·w_c -> gru_candidate_kernel (c, h)
@@ -13,7 +13,7 @@ cell) needs r before the candidate's matmul, so each direction is two passes aro
 Reset after (``reset_after=True``) has every matmul up front, so each direction is one pass:
 ``gru_reset_after_kernel`` and ``gru_reset_after_grad_kernel``.
 
-Every kernel's contract is in its docstring (``gru.py``'s sequence ops call them once per
+Every kernel's contract is in its docstring (``cpu.py``'s sequence ops call them once per
 time step). All arrays are C-contiguous and of one float dtype; B rows, H columns.
 """
 

@@ -1,5 +1,5 @@
 """The GRU block cell and sequence on the CPU: BLAS matmuls plus fused Numba passes
-(``_gru_kernels``, which also shows the plan of passes and matmuls each way).
+(``_cpu_kernels``, which also shows the plan of passes and matmuls each way).
 
 The math is ``gradcells.cells.gru.reference``. Reset before the candidate matmul (TensorFlow's
 cell) takes two passes each way around the candidate's matmul; reset after (PyTorch's) one
@@ -366,13 +366,13 @@ def _input_and_weight_grads(walk, x, h0, h, split, work, reset_after):
 
 
 # --------------------------------------------------------------------------------------
-# forward mode (docs/spec.md §12; ``_jvp``)
+# forward mode (docs/spec.md §12)
 
 
 def gru_cell_jvp(x, h_prev, weights, tangents, settings):
     """One GRU step and its tangent along ``tangents`` (a ``GRUCellGrads``, None fields
     zero): ``(GRUCellState(r, u, c, h), GRUCellState of tangents)``, the primal exactly as
-    ``gru_cell``'s (``_jvp.gru_cell_step``)."""
+    ``gru_cell``'s (``gru_cell_step``)."""
 
     outs, d_outs = gru_cell_step(x, h_prev, weights, tangents, settings.reset_after)
     return GRUCellState(*outs), GRUCellState(*d_outs)
@@ -381,7 +381,7 @@ def gru_cell_jvp(x, h_prev, weights, tangents, settings):
 def gru_sequence_jvp(x, h0, weights, tangents, settings):
     """``gru_sequence`` and its tangent along ``tangents`` (a ``GRUSequenceGrads``, None
     fields zero): ``(GRUSequence, GRUSequence of tangents)``. The primal is the forward's,
-    bitwise; ``_jvp.gru_jvp`` states the plan."""
+    bitwise; ``gru_jvp`` states the plan."""
 
     outs, d_outs = gru_jvp(x, tangents.x, h0, tangents.h0, weights, tangents[2:], settings,
                            settings.reset_after)
@@ -390,14 +390,14 @@ def gru_sequence_jvp(x, h0, weights, tangents, settings):
 
 
 # --------------------------------------------------------------------------------------
-# second order (docs/spec.md §12; ``_grad_jvp``)
+# second order (docs/spec.md §12)
 
 
 def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None,
                       d_h_tangent=None):
     """The JVP of ``gru_cell_grad`` along ``tangents`` (a ``GRUCellGrads``, None fields
     zero) and ``d_h_tangent``: ``(GRUCellGrads, GRUCellGrads of tangents)``, a sequence of
-    one step (``_grad_jvp.gru_grad_jvp``)."""
+    one step (``gru_grad_jvp``)."""
 
     x, h0, seq, t, up = sequence_of_one(x, h_prev, state, tangents, d_h, d_h_tangent)
     pair = gru_grad_jvp(x, h0, weights, GRUSequence(*seq), GRUSequenceGrads(*t), settings,
@@ -409,7 +409,7 @@ def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
                           d_h_final=None, d_h_tangent=None, d_h_final_tangent=None):
     """The JVP of ``gru_sequence_grad`` along ``tangents`` (a ``GRUSequenceGrads``, None
     fields zero) and the upstream gradients' tangents: ``(GRUSequenceGrads, GRUSequenceGrads
-    of tangents)``, the primal as ``gru_sequence_grad``'s; ``_grad_jvp.gru_grad_jvp`` states
+    of tangents)``, the primal as ``gru_sequence_grad``'s; ``gru_grad_jvp`` states
     the plan."""
 
     pair = gru_grad_jvp(x, h0, weights, seq, tangents, settings, settings.reset_after,
@@ -440,7 +440,7 @@ def gru_jvp(x, dx, h0, dh0, weights, tangent_w, settings, reset_after):
     """The GRU sequence ``x [T, B, I]`` from ``h0`` and its tangent: ``(outs, d_outs)``,
     each ``(r, u, c, h [T, B, H], h_final)`` (``tangent_w = (dw_ru, dw_c, db_ru, db_c)``).
 
-    The forward's plan (``gru.gru_sequence``): reset before, per step ``h_seen·W_ruh`` ->
+    The forward's plan (``gru_sequence``): reset before, per step ``h_seen·W_ruh`` ->
     ``gru_gates_jvp_kernel`` -> ``(r∘h_seen)·W_ch`` -> ``gru_candidate_jvp_kernel``; reset
     after, ``h_seen·W_ruh`` and ``h_seen·W_ch`` -> ``gru_reset_after_jvp_kernel``; each
     matmul's tangent one stacked BLAS call beside it (``Linear``)."""
@@ -524,7 +524,7 @@ def _reset_before_step(step, lin_ch, at, states, new):
 
 
 def gru_cell_step(x, h_prev, weights, tangents, reset_after):
-    """The GRU cell and its tangent, the primal exactly as ``gru.gru_cell``'s (its matmuls
+    """The GRU cell and its tangent, the primal exactly as ``gru_cell``'s (its matmuls
     and kernels, ``[x, h_prev]·w_ru`` first): ``(outs, d_outs)``, each ``(r, u, c, h)``."""
     w_ru, w_c, b_ru, b_c = weights
     n_batch, n_hidden = h_prev.shape
@@ -567,7 +567,7 @@ def gru_cell_step(x, h_prev, weights, tangents, reset_after):
 
 
 def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams):
-    """``gru.gru_sequence_grad`` and its tangent: ``(grads, d_grads)``, each ``(dx, dh0,
+    """``gru_sequence_grad`` and its tangent: ``(grads, d_grads)``, each ``(dx, dh0,
     dw_ru, dw_c, db_ru, db_c)``; ``upstreams = (d_h, d_h_final, d_h_tangent,
     d_h_final_tangent)``.
 

@@ -18,7 +18,7 @@ The layer-normalised LSTM (docs/spec.md §9.2) has its own:
                                            sums, then dz_h in place of ĥ
     layer_norm_grad_kernel(dY, ...)        dz in place of ẑ and Σ dY∘ẑ, every row
 
-``lstm.py`` calls them around its BLAS matmuls: once for a cell, once per time step for a
+``cpu.py`` calls them around its BLAS matmuls: once for a cell, once per time step for a
 sequence. Their contracts are in their docstrings.
 """
 
@@ -182,7 +182,8 @@ def lstm_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, has_d
 # A row's mean and variance are sums over its 4H (or H) columns. Without fastmath LLVM may
 # not reorder a floating-point sum, so a one-accumulator loop runs at one add per add's
 # latency; ``_row_sum`` and ``_row_centred_squares`` keep eight independent partial sums
-# (a fixed order: the results do not depend on the machine), 3.6x faster at 4H = 512.
+# (a fixed order: the results do not depend on the machine; docs/performance.md, "The
+# layer-normalised LSTM", gives the speed-up).
 
 
 @helper

@@ -1,5 +1,5 @@
 """The LSTM block cell and sequence on the CPU: BLAS matmuls plus one fused Numba pass each
-way (``_lstm_kernels``).
+way (``_cpu_kernels``).
 
 The math is ``gradcells.cells.lstm.reference`` (gate blocks i, ci, f, o). A cell's forward:
 
@@ -595,14 +595,14 @@ def _unzoned_cells(walk, cs0, seq, weights, settings, masks, out):
 
 
 # --------------------------------------------------------------------------------------
-# forward mode (docs/spec.md §12; ``_jvp``)
+# forward mode (docs/spec.md §12)
 
 
 def lstm_cell_jvp(x, cs_prev, h_prev, weights, tangents, settings):
     """One LSTM step and its tangent along ``tangents`` (an ``LSTMCellGrads``, None fields
     zero): ``(LSTMCellState, LSTMCellState of tangents)``, the primal exactly as
-    ``lstm_cell``'s (``_jvp.lstm_cell_step``; with a layer norm a sequence of one step,
-    ``_jvp.lstm_jvp``, whose matmuls are then the cell's)."""
+    ``lstm_cell``'s (``lstm_cell_step``; with a layer norm a sequence of one step,
+    ``lstm_jvp``, whose matmuls are then the cell's)."""
 
     if weights.layer_norm is None:
         outs, d_outs = lstm_cell_step(x, cs_prev, h_prev, weights, tangents, settings)
@@ -617,7 +617,7 @@ def lstm_cell_jvp(x, cs_prev, h_prev, weights, tangents, settings):
 def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
     """``lstm_sequence`` and its tangent along ``tangents`` (an ``LSTMSequenceGrads``, None
     fields zero): ``(LSTMSequence, LSTMSequence of tangents)``. The primal is the
-    forward's, bitwise; ``_jvp.lstm_jvp`` states the plan."""
+    forward's, bitwise; ``lstm_jvp`` states the plan."""
 
     outs, d_outs = lstm_jvp(x, tangents.x, (cs0, h0), (tangents.cs0, tangents.h0), weights,
                             tangents[3:], settings)
@@ -625,14 +625,14 @@ def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
 
 
 # --------------------------------------------------------------------------------------
-# second order (docs/spec.md §12; ``_grad_jvp``)
+# second order (docs/spec.md §12)
 
 
 def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *, d_h=None,
                        d_cs=None, d_h_tangent=None, d_cs_tangent=None, clip_grad="exact"):
     """The JVP of ``lstm_cell_grad`` along ``tangents`` (an ``LSTMCellGrads``, None fields
     zero) and the upstream gradients' tangents: ``(LSTMCellGrads, LSTMCellGrads of
-    tangents)``, as a sequence of one step (``_grad_jvp.lstm_grad_jvp``; the step's
+    tangents)``, as a sequence of one step (``lstm_grad_jvp``; the step's
     upstream gradients are the cell's, its matmuls ``x·W_x`` and ``h_prev·W_h``)."""
 
     def step(a):
@@ -654,7 +654,7 @@ def lstm_sequence_grad_jvp(x, cs0, h0, weights, seq, tangents, settings, *, d_h=
     """The JVP of ``lstm_sequence_grad`` along ``tangents`` (an ``LSTMSequenceGrads``, None
     fields zero) and the upstream gradients' tangents: ``(LSTMSequenceGrads,
     LSTMSequenceGrads of tangents)``; the primal is this backend's gradient (its kernels),
-    the tangent ``_grad_jvp.lstm_grad_jvp``'s (the plan and the math are there), every
+    the tangent ``lstm_grad_jvp``'s (the plan and the math are there), every
     option fused."""
 
     upstreams = ((d_h, d_h_tangent), (d_cs, d_cs_tangent), (d_h_final, d_h_final_tangent),
@@ -685,7 +685,7 @@ def lstm_jvp(x, dx, states, d_states, weights, t_w, settings):
     ``(outs, d_outs)``, each ``(i, cs, f, o, ci, co, h [T, B, ·], cs_final, h_final)``
     (a cell's settings have no masks or lengths; ``t_w``: the tangents of ``weights``).
 
-    The forward's plan (``lstm.lstm_sequence``): the input part ``x·W_x + b`` (with a layer
+    The forward's plan (``lstm_sequence``): the input part ``x·W_x + b`` (with a layer
     norm ``LN(x·W_x) + b``) for all steps, per step ``h_seen·W_h`` and the step's pass, then
     the projection ``clip(m·w_proj)``; each matmul's tangent one stacked BLAS call beside it.
     The primal's pass is the forward's kernel; the tangent's is ``lstm_tangent_kernel``
@@ -870,7 +870,7 @@ def _project_jvp(lin_p, step, proj_clip, out):
 
 def lstm_cell_step(x, cs_prev, h_prev, weights, tangents, settings):
     """The LSTM cell without a layer norm and its tangent, the primal exactly as
-    ``lstm.lstm_cell``'s (``lstm_forward_kernel`` on ``[x, h_prev]·w``, then the
+    ``lstm_cell``'s (``lstm_forward_kernel`` on ``[x, h_prev]·w``, then the
     projection): ``(outs, d_outs)``, each the seven ``LSTMCellState`` fields."""
     gates, d_gates = cell_gates(x, h_prev, weights.w, (tangents.x, tangents.h_prev,
                                                         tangents.w))
@@ -901,7 +901,7 @@ def lstm_grad_jvp(x, states, weights, seq, tangents, settings, upstreams, clip_g
     ``LSTMSequenceGrads`` (``states = (cs0, h0)``; ``upstreams``: ``(gradient, tangent)``
     pairs for ``d_h, d_cs, d_h_final, d_cs_final``, None fields zero).
 
-    The result's tangent from ``_jvp.lstm_jvp``; then ``lstm_sequence_grad``'s loop
+    The result's tangent from ``lstm_jvp``; then ``lstm_sequence_grad``'s loop
     (``_lstm_backward``) with ``lstm_backward_tangent_kernel`` beside
     ``lstm_backward_kernel`` (``_LSTMCell``; with a layer norm ``_LSTMNormCell``), and
     ``product_grads``."""
@@ -950,7 +950,7 @@ def _own_cells(firsts, seq, d_seq, weights, tangents, settings, masks):
     gradient reads them (``lstm._unzoned_cells``), and the saved (zoned) cell state after
     them, the next step's ``cs_prev``; the tangent ``c̃' = i'∘ci + i∘ci' + f'∘cs_prev +
     f∘cs_prev'``, zero where the clip is active (the boundary passes), with the
-    normalising carry ``LN(c̃)``'s (``_jvp.layer_norm_tangent``)."""
+    normalising carry ``LN(c̃)``'s (``layer_norm_tangent``)."""
 
     if masks.zoneout_cs is None:
         return (*seq, seq[1]), (*d_seq, d_seq[1])

@@ -6,7 +6,7 @@ The math is ``gradcells.cells.rnn.reference``:
     rnn_backward_kernel(h, carry, ...)     dz = (carry + d_h)∘act'(z) from the saved h, and
                                            the bias sum, accumulated
 
-``rnn.py`` calls them around its BLAS matmuls: once for a cell, once per time step for a
+``cpu.py`` calls them around its BLAS matmuls: once for a cell, once per time step for a
 sequence. Their contracts are in their docstrings. ``relu`` selects the activation (False:
 tanh); the branch is outside the inner loops, so each loop is one activation's straight-line
 arithmetic, which LLVM vectorizes.

@@ -1,5 +1,5 @@
 """The plain (Elman) RNN cell and sequence on the CPU: BLAS matmuls plus one fused Numba
-pass each way (``_rnn_kernels``).
+pass each way (``_cpu_kernels``).
 
 The math is ``gradcells.cells.rnn.reference``. A cell's forward:
 
@@ -227,13 +227,13 @@ def _backward_steps(h, d_h, grad_h, walk, buffers, relu, d_bias, masks):
 
 
 # --------------------------------------------------------------------------------------
-# forward mode (docs/spec.md §12; ``_jvp``)
+# forward mode (docs/spec.md §12)
 
 
 def rnn_cell_jvp(x, h_prev, weights, tangents, settings):
     """One RNN step and its tangent along ``tangents`` (an ``RNNCellGrads``, None fields
     zero): ``(RNNCellState(h), RNNCellState(dh))``, the primal exactly as ``rnn_cell``'s
-    (``_jvp.rnn_cell_step``)."""
+    (``rnn_cell_step``)."""
 
     h, dh = rnn_cell_step(x, h_prev, weights, tangents, _is_relu(settings))
     return RNNCellState(h), RNNCellState(dh)
@@ -242,7 +242,7 @@ def rnn_cell_jvp(x, h_prev, weights, tangents, settings):
 def rnn_sequence_jvp(x, h0, weights, tangents, settings):
     """``rnn_sequence`` and its tangent along ``tangents`` (an ``RNNSequenceGrads``, None
     fields zero): ``(RNNSequence, RNNSequence of tangents)``. The primal is the forward's,
-    bitwise; ``_jvp.rnn_jvp`` states the plan."""
+    bitwise; ``rnn_jvp`` states the plan."""
 
     h, final, dh, d_final = rnn_jvp(x, tangents.x, h0, tangents.h0, weights,
                                     (tangents.w, tangents.b), settings, _is_relu(settings))
@@ -251,14 +251,14 @@ def rnn_sequence_jvp(x, h0, weights, tangents, settings):
 
 
 # --------------------------------------------------------------------------------------
-# second order (docs/spec.md §12; ``_grad_jvp``)
+# second order (docs/spec.md §12)
 
 
 def rnn_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None,
                       d_h_tangent=None):
     """The JVP of ``rnn_cell_grad`` along ``tangents`` (an ``RNNCellGrads``, None fields
     zero) and ``d_h_tangent``: ``(RNNCellGrads, RNNCellGrads of tangents)``, a sequence of
-    one step (``_grad_jvp.rnn_grad_jvp``)."""
+    one step (``rnn_grad_jvp``)."""
 
     x, h0, seq, t, up = sequence_of_one(x, h_prev, state, tangents, d_h, d_h_tangent)
     pair = rnn_grad_jvp(x, h0, weights, RNNSequence(*seq), RNNSequenceGrads(*t), settings,
@@ -270,7 +270,7 @@ def rnn_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
                           d_h_final=None, d_h_tangent=None, d_h_final_tangent=None):
     """The JVP of ``rnn_sequence_grad`` along ``tangents`` (an ``RNNSequenceGrads``, None
     fields zero) and the upstream gradients' tangents: ``(RNNSequenceGrads, RNNSequenceGrads
-    of tangents)``, the primal as ``rnn_sequence_grad``'s; ``_grad_jvp.rnn_grad_jvp`` states
+    of tangents)``, the primal as ``rnn_sequence_grad``'s; ``rnn_grad_jvp`` states
     the plan."""
 
     pair = rnn_grad_jvp(x, h0, weights, seq, tangents, settings, _is_relu(settings),
@@ -321,7 +321,7 @@ def rnn_jvp(x, dx, h0, dh0, weights, tangent_w, settings, relu):
 
 
 def rnn_cell_step(x, h_prev, weights, tangents, relu):
-    """The RNN cell and its tangent, the primal exactly as ``rnn.rnn_cell``'s:
+    """The RNN cell and its tangent, the primal exactly as ``rnn_cell``'s:
     ``(h, dh)``."""
     gates, d_gates = cell_gates(x, h_prev, weights.w, (tangents.x, tangents.h_prev,
                                                         tangents.w))
@@ -336,7 +336,7 @@ def rnn_cell_step(x, h_prev, weights, tangents, relu):
 
 
 def rnn_grad_jvp(x, h0, weights, seq, tangents, settings, relu, upstreams):
-    """``rnn.rnn_sequence_grad`` and its tangent: ``(grads, d_grads)``, each ``(dx, dh0,
+    """``rnn_sequence_grad`` and its tangent: ``(grads, d_grads)``, each ``(dx, dh0,
     dw, db)``; ``upstreams = (d_h, d_h_final, d_h_tangent, d_h_final_tangent)``. Per step,
     ``up`` the step's gradient ((1-z)∘ of carry plus ``d_h[t]``) and ``up'`` its tangent:
 
