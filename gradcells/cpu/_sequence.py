@@ -1,4 +1,4 @@
-"""The NumPy plumbing of the CPU sequence ops (``cpu.py``, ``cpu.py``): the matmul plan of
+"""The NumPy plumbing of the CPU sequence ops (each cell's ``cpu.py``): the matmul plan of
 ``gradcells.reference``'s sequences with BLAS for the matmuls and the fused cell kernels for
 each step's elementwise work.
 
