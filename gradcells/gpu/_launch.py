@@ -1,13 +1,13 @@
 """What the GPU backend's cells share: the runtime they run on, kernel launches, helpers.
 
-The operations (``lstm``, ``gru``, ``rnn``) are written against a runtime: ``rt.xp`` (the array
-namespace), ``rt.policy`` (launch shapes), ``rt.device_of(a)`` (a context making ``a``'s
-device the current one) and ``rt.launch(binding, grid, block, args)`` (a
-``_kernels.Binding`` and the argument tuple it built). On the GPU the runtime is CuPy with
-the kernels compiled by NVRTC (``_runtime.CupyRuntime``), created, and CuPy imported, on the
-first call. The host emulation (``tests/cuda_host``) installs its own with ``use_runtime``:
-NumPy with the same kernel source compiled for the CPU, so every line of the operations (the
-matmul plan, the step loops, the kernel arguments) runs in CI without a GPU.
+The operations (each cell's ``gpu.py``, ``gradcells/cells/<cell>/``) are written against a
+runtime: ``rt.xp`` (the array namespace), ``rt.policy`` (launch shapes), ``rt.device_of(a)``
+(a context making ``a``'s device the current one) and ``rt.launch(binding, grid, block,
+args)`` (a ``_kernels.Binding`` and the argument tuple it built). On the GPU the runtime is
+CuPy with the kernels compiled by NVRTC (``_runtime.CupyRuntime``), created, and CuPy
+imported, on the first call. The host emulation (``tests/cuda_host``) installs its own with
+``use_runtime``: NumPy with the same kernel source compiled for the CPU, so every line of the
+operations (the matmul plan, the step loops, the kernel arguments) runs in CI without a GPU.
 
 The sequence masks (docs/spec.md §11.3) reach the kernels through ``sequence_mask`` (each
 materialised once per call) and ``at_step`` (step t's ``[B, W]`` slice, or the placeholder).
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from .._core import plan
 from . import _kernels
+from ._runtime import CupyRuntime
 
 _active = None
 """The runtime the operations run on: None until the first call creates CuPy's."""
@@ -30,8 +31,6 @@ def runtime():
     installed with ``use_runtime``)."""
     global _active
     if _active is None:
-        from ._runtime import CupyRuntime
-
         _active = CupyRuntime()
     return _active
 

@@ -9,34 +9,29 @@ is why there are entry points); one
 ``launch`` that looks a kernel up by its entry point, the name the emulation harness uses
 too, and calls it with the argument tuple ``_kernels.arguments`` built. Everything else
 (argument lists, launch shapes, the step loops) is shared with the emulation tests.
-Imported, and CuPy with it, only when the first operation runs (``_launch.runtime``).
+CuPy is imported when the first ``CupyRuntime`` is made, on the first operation
+(``_launch.runtime``); importing this module imports no CuPy.
 """
 
 from __future__ import annotations
 
-import cupy
-
 from . import _kernels, _sources
-
-_modules: dict[str, cupy.RawModule] = {}
-_functions: dict[tuple[int, str], object] = {}
-
-
-def _module(source: str) -> cupy.RawModule:
-    module = _modules.get(source)
-    if module is None:
-        module = cupy.RawModule(code=_sources.module_code(source),
-                                options=_kernels.NVRTC_OPTIONS)
-        _modules[source] = module
-    return module
 
 
 class CupyRuntime:
-    """``xp``, ``policy``, ``device_of`` and ``launch`` for the operations (``lstm``, ``gru``,
-    ``rnn``; see ``_launch``) on the current device."""
+    """``xp``, ``policy``, ``device_of`` and ``launch`` for the operations (the cells'
+    ``gpu.py``; see ``_launch``) on the current device. Made on the first call, which
+    imports CuPy; the compiled modules and the functions looked up in them are kept, one
+    module per source file and one function per (device, entry point)."""
 
-    xp = cupy
     policy = _kernels.DEFAULT_POLICY
+
+    def __init__(self):
+        import cupy
+
+        self.xp = cupy
+        self._modules: dict[str, object] = {}
+        self._functions: dict[tuple[int, str], object] = {}
 
     @staticmethod
     def device_of(a):
@@ -44,10 +39,18 @@ class CupyRuntime:
         allocates and runs cuBLAS, where the arguments live (all on one device: validated)."""
         return a.device
 
+    def _module(self, source: str):
+        module = self._modules.get(source)
+        if module is None:
+            module = self.xp.RawModule(code=_sources.module_code(source),
+                                       options=_kernels.NVRTC_OPTIONS)
+            self._modules[source] = module
+        return module
+
     def launch(self, binding, grid, block, args):
-        key = (cupy.cuda.runtime.getDevice(), binding.entry)
-        function = _functions.get(key)
+        key = (self.xp.cuda.runtime.getDevice(), binding.entry)
+        function = self._functions.get(key)
         if function is None:
-            function = _module(binding.kernel.source).get_function(binding.entry)
-            _functions[key] = function
+            function = self._module(binding.kernel.source).get_function(binding.entry)
+            self._functions[key] = function
         function(grid, block, args)

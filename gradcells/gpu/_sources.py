@@ -1,7 +1,10 @@
 """The CUDA sources of the GPU backend, as the compilers see them.
 
-The kernels live in ``.cu`` files beside this module and share ``common.cuh``. ``compose``
-returns a file's text with its local ``#include "..."`` lines replaced by the included text,
+The kernels live in ``.cu`` files: each cell's in its folder (``gradcells/cells/<cell>/
+<cell>.cu``), what every cell uses beside this module (``reduce.cu``, ``common.cuh``, which
+every ``.cu`` includes); ``path`` maps a file name to its place. ``compose``
+returns a file's text with its local ``#include "..."`` lines replaced by the included text
+(found by ``path`` too, so a cell's ``#include "common.cuh"`` reaches this folder's),
 and ``module_code`` appends the generated ``extern "C"`` entry points of its kernels
 (``_kernels.entry_points``), so that every consumer compiles one self-contained string:
 NVRTC through CuPy (whose disk cache is keyed by that string and the options), ``nvcc
@@ -15,17 +18,30 @@ import hashlib
 import re
 from pathlib import Path
 
+from .._core.specs import CELLS
 from . import _kernels
 
 SOURCE_DIR = Path(__file__).resolve().parent
-KERNEL_FILES = ("lstm.cu", "gru.cu", "rnn.cu", "reduce.cu")
+"""The backend machinery's sources: ``reduce.cu`` and ``common.cuh``."""
+CELLS_DIR = SOURCE_DIR.parent / "cells"
+"""The cells' folders: ``<cell>/<cell>.cu``."""
+KERNEL_FILES = (*(f"{cell}.cu" for cell in CELLS), "reduce.cu")
 
 _LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.MULTILINE)
 
 
+def path(name: str) -> Path:
+    """Where the source file ``name`` lives: a cell's ``.cu`` (``<cell>.cu``) in that cell's
+    folder, anything else (``reduce.cu``, ``common.cuh``) beside this module."""
+    stem, _, suffix = name.partition(".")
+    if suffix == "cu" and stem in CELLS:
+        return CELLS_DIR / stem / name
+    return SOURCE_DIR / name
+
+
 def read(name: str) -> str:
-    """The text of one source file beside this module."""
-    return (SOURCE_DIR / name).read_text(encoding="utf-8")
+    """The text of one source file (``path``)."""
+    return path(name).read_text(encoding="utf-8")
 
 
 def compose(name: str) -> str:

@@ -15,14 +15,29 @@ backward's split, whose ``z∘g`` joins the carry). With zoneout the saved h is 
 state, so ``act'`` needs the step's own output: the backward recomputes ``act(z_t)`` of all
 steps, one matmul ``h_prev∘m_rec·W_h`` and one ``rnn_forward`` launch over T·B rows
 (``_unzoned``).
+
+Forward mode (docs/spec.md §12, ``rnn_*_jvp``: ``_jvp``) runs the forward's plan with the
+tangent step kernel ``rnn_forward_tangent`` after each step's ``rnn_forward``; the second
+order (``rnn_*_grad_jvp``: ``_grad_jvp``) runs the backward's own code with
+``rnn_backward_tangent`` beside each step's ``rnn_backward`` (the step hook ``_Tangent``);
+what every cell's tangents share is ``gradcells.gpu._tangents``'s.
 """
 
 from __future__ import annotations
 
-from .._core import plan
-from .._core.types import RNNCellGrads, RNNCellState, RNNSequence, RNNSequenceGrads
-from . import _launch
-from ._launch import Launcher, column_sum, contiguous, matmul
+from ..._core import plan
+from ..._core.types import RNNCellGrads, RNNCellState, RNNSequence, RNNSequenceGrads
+from ...gpu import _launch
+from ...gpu._launch import Launcher, column_sum, contiguous, matmul
+from ...gpu._tangents import (
+    input_tangent,
+    recurrent_tangent,
+    running,
+    split_rows,
+    state_buffers,
+    upstream_pair,
+    zeros_or,
+)
 
 
 def rnn_cell(x, h_prev, weights, settings):
@@ -163,7 +178,7 @@ def _backward_steps(rt, x, h0, weights, h, settings, lengths, masks, *, d_h, d_h
     ``[T, B, H]`` and the carry before step 0, ``dL/dh0`` through the steps: ``dZ_0·W_hᵀ``
     (None when T = 0). The masks ``(m_rec, z_h)`` (``_masks``): the carry is
     ``(dZ_t·W_hᵀ)∘m_rec``, plus the old state's part of the zoned h's gradient (the
-    kernel's ``dh_zoned``). ``tangent(t, dh_next, d_z)`` (second order, ``_grad_jvp``),
+    kernel's ``dh_zoned``). ``tangent(t, dh_next, d_z)`` (second order: ``_Tangent``),
     when given, runs after each step's kernel, with the carry the kernel read (None on the
     first step back) and every step's ``dz`` (``[T, B, H]``, written from step t on)."""
     xp = rt.xp
@@ -209,17 +224,15 @@ def _input_and_weight_grads(rt, x, h_prev, w, d_z):
 
 
 # --------------------------------------------------------------------------------------
-# Forward mode (docs/spec.md §12; ``_jvp``)
+# Forward mode (docs/spec.md §12)
 
 
 def rnn_cell_jvp(x, h_prev, weights, tangents, settings):
     """One RNN step and its tangent along ``tangents`` (an ``RNNCellGrads``, None fields
     zero); see ``gradcells.reference.rnn.rnn_cell_jvp``. The primal is ``rnn_cell``'s."""
-    from ._jvp import rnn_jvp
-
     rt, on_device = _launch.runtime_on(x)
     with on_device:
-        steps, _, d_steps, _ = rnn_jvp(rt, x[None], None if tangents.x is None else
+        steps, _, d_steps, _ = _jvp(rt, x[None], None if tangents.x is None else
                                        tangents.x[None], h_prev, tangents.h_prev, weights,
                                        tangents.w, tangents.b, settings)
         return RNNCellState(steps[0]), RNNCellState(d_steps[0])
@@ -228,19 +241,54 @@ def rnn_cell_jvp(x, h_prev, weights, tangents, settings):
 def rnn_sequence_jvp(x, h0, weights, tangents, settings):
     """``rnn_sequence`` and its tangent along ``tangents`` (an ``RNNSequenceGrads``, None
     fields zero); see ``gradcells.reference.rnn.rnn_sequence_jvp``."""
-    from ._jvp import rnn_jvp
-
     rt, on_device = _launch.runtime_on(x)
     with on_device:
-        steps, h, d_steps, dh = rnn_jvp(rt, x, tangents.x, h0, tangents.h0, weights,
+        steps, h, d_steps, dh = _jvp(rt, x, tangents.x, h0, tangents.h0, weights,
                                         tangents.w, tangents.b, settings)
         copy = settings.seq_len is None
         return (RNNSequence(steps, h.copy() if copy else h),
                 RNNSequence(d_steps, dh.copy() if copy else dh))
 
 
+def _jvp(rt, x, dx, h0, dh0, weights, d_w, d_b, settings):
+    """The RNN over ``x [T, B, I]`` and its tangent: ``(steps, h_final, d_steps,
+    d_h_final)``, the primal as ``_forward`` computes it."""
+    xp = rt.xp
+    lengths = _launch.lengths(xp, settings.seq_len)
+    x, dx = running(xp, x, settings, lengths), running(xp, dx, settings, lengths)
+    n_steps, n_batch, n_in = x.shape
+    n_hidden = h0.shape[1]
+    m_rec, z_h = _masks(xp, settings, n_steps, n_batch, n_hidden)
+    w_x, w_h = weights.w[:n_in], weights.w[n_in:]
+    dw_x, dw_h = split_rows(d_w, n_in)
+    x_z = _input_part(xp, x, w_x)
+    dx_z = input_tangent(xp, x, dx, w_x, dw_x, d_b, n_hidden)
+    steps = xp.empty((n_steps, n_batch, n_hidden), dtype=x.dtype)
+    d_steps = xp.empty((n_steps, n_batch, n_hidden), dtype=x.dtype)
+    h, dh = state_buffers(xp, h0, dh0, lengths)
+    b = xp.ascontiguousarray(weights.b)
+    common = dict(seq_len=_launch.lengths_argument(xp, lengths), use_relu=_use_relu(settings),
+                  use_seq_len=lengths is not None, use_zoneout_h=z_h is not None,
+                  batch=n_batch, hidden=n_hidden)
+    forward = Launcher(rt, "rnn_forward", x.dtype, n_batch * n_hidden, b=b, **common,
+                       h_state=steps if lengths is None else h)
+    tangent = Launcher(rt, "rnn_forward_tangent", x.dtype, n_batch * n_hidden, b=b, **common,
+                       dh_state=d_steps if lengths is None else dh)
+    for t in range(n_steps):
+        h_seen = plan.masked(h, m_rec)
+        gh = matmul(xp, h_seen, w_h)
+        dgh = recurrent_tangent(xp, h_seen, plan.masked(dh, m_rec), w_h, dw_h)
+        zoneout = _launch.at_step(z_h, t, h)
+        forward(gx=x_z[t], gh=gh, step=t, h_prev=h, zoneout_h=zoneout, h=steps[t])
+        tangent(gx=x_z[t], gh=gh, dgx=dx_z[t], dgh=dgh, step=t, dh_prev=dh,
+                zoneout_h=zoneout, dh=d_steps[t])
+        if lengths is None:
+            h, dh = steps[t], d_steps[t]
+    return steps, h, d_steps, dh
+
+
 # --------------------------------------------------------------------------------------
-# Second order (docs/spec.md §12; ``_grad_jvp``)
+# Second order (docs/spec.md §12)
 
 
 def rnn_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None,
@@ -248,12 +296,10 @@ def rnn_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None
     """The JVP of ``rnn_cell_grad`` along ``tangents`` (an ``RNNCellGrads``, None fields
     zero) and ``d_h_tangent``: ``(grads, grads_tangent)``, ``grads`` ``rnn_cell_grad``'s;
     see ``gradcells.reference.rnn.rnn_cell_grad_jvp``."""
-    from ._grad_jvp import rnn_grad_jvp, upstream_pair
-
     rt, on_device = _launch.runtime_on(x)
     with on_device:
         d_h, d_h_t = upstream_pair(rt.xp, d_h, d_h_tangent, state.h)
-        pairs = rnn_grad_jvp(
+        pairs = _grad_jvp(
             rt, x[None], h_prev, weights, state.h[None],
             tangents._replace(x=None if tangents.x is None else tangents.x[None]), settings,
             (None if d_h is None else d_h[None], None if d_h_t is None else d_h_t[None],
@@ -266,12 +312,108 @@ def rnn_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
     """The JVP of ``rnn_sequence_grad`` along ``tangents`` (an ``RNNSequenceGrads``, None
     fields zero) and the upstream gradients' tangents: ``(grads, grads_tangent)``, ``grads``
     ``rnn_sequence_grad``'s; see ``gradcells.reference.rnn.rnn_sequence_grad_jvp``."""
-    from ._grad_jvp import rnn_grad_jvp, upstream_pair
-
     rt, on_device = _launch.runtime_on(x)
     with on_device:
         xp = rt.xp
         upstream = (*upstream_pair(xp, d_h, d_h_tangent, seq.h),
                     *upstream_pair(xp, d_h_final, d_h_final_tangent, seq.h_final))
-        pairs = rnn_grad_jvp(rt, x, h0, weights, seq.h, tangents, settings, upstream)
+        pairs = _grad_jvp(rt, x, h0, weights, seq.h, tangents, settings, upstream)
         return tuple(RNNSequenceGrads(*fields) for fields in pairs)
+
+
+def _grad_jvp(rt, x, h0, weights, h, tangents, settings, upstream):
+    """``rnn_sequence_grad`` from the saved steps ``h`` and its tangent along ``tangents``
+    (an ``RNNSequenceGrads`` or ``RNNCellGrads`` of ``[T, B, ·]`` x tangents, None fields
+    zero) and ``upstream = (d_h, d_h_t, d_h_final, d_h_final_t)`` (``upstream_pair``s):
+    two lists of the fields of RNNSequenceGrads. The primal is ``_backward``'s, with
+    ``_Tangent`` as its step hook; the saved steps' tangent is ``_jvp``'s."""
+    xp = rt.xp
+    t_x, t_h0, t_w, t_b = tangents
+    d_h, d_h_t, d_h_final, d_h_final_t = upstream
+    t_h0, t_w = zeros_or(xp, t_h0, h0), zeros_or(xp, t_w, weights.w)
+    t_steps = _jvp(rt, x, t_x, h0, t_h0, weights, t_w, t_b, settings)[2]
+    hook = _Tangent(rt, x, t_x, h0, t_h0, weights, (t_w, t_b), xp.ascontiguousarray(h),
+                       t_steps, settings, upstream)
+    grads = _backward(rt, x, h0, weights, h, settings, d_h=d_h, d_h_final=d_h_final,
+                      tangent=hook)
+    dh0_t = _initial_state_grad(xp, h0, hook.carry, hook.lengths, d_h_final_t)
+    d_z = hook.d_z_t if hook.d_z is None else hook.d_z  # T = 0: both empty
+    dx_t, dw_t, db_t = _input_and_weight_grads(rt, hook.x, hook.h_seen, weights.w, hook.d_z_t)
+    dx_w, dw_w, _ = _input_and_weight_grads(rt, hook.t_x, hook.t_seen, t_w, d_z)
+    dx_t = plan.running_inputs(xp, plan.masked(dx_t + dx_w, settings.input_mask),
+                               hook.lengths)
+    return list(grads), [dx_t, dh0_t, dw_t + dw_w, db_t]
+
+
+def _outputs(rt, x, t_x, h_seen, t_seen, weights, t_w, t_b, settings):
+    """Every step's own output ``act(z_t)`` (``_unzoned``) and its tangent, ``[T, B,
+    H]``: ``rnn_forward_tangent`` over the T·B rows on the tangent's input part (x'·W_x +
+    x·W_x' + b') and recurrent part (h_seen'·W_h + h_seen·W_h'), no lengths."""
+    xp = rt.xp
+    n_steps, n_batch, n_in = x.shape
+    n_hidden = h_seen.shape[2]
+    out = _unzoned(rt, x, h_seen, weights, settings)
+    t_out = xp.empty((n_steps, n_batch, n_hidden), dtype=x.dtype)
+    rows = n_steps * n_batch
+    w_x, w_h = weights.w[:n_in], weights.w[n_in:]
+    Launcher(rt, "rnn_forward_tangent", x.dtype, rows * n_hidden)(
+        gx=_input_part(xp, x, w_x), gh=matmul(xp, plan.flat(h_seen), w_h),
+        b=xp.ascontiguousarray(weights.b),
+        dgx=input_tangent(xp, x, t_x, w_x, t_w[:n_in], t_b, n_hidden),
+        dgh=recurrent_tangent(xp, plan.flat(h_seen), plan.flat(t_seen), w_h, t_w[n_in:]),
+        seq_len=_launch.lengths_argument(xp, None), use_relu=_use_relu(settings),
+        use_seq_len=False, step=0, batch=rows, hidden=n_hidden, dh=t_out, dh_state=t_out)
+    return out, t_out
+
+
+class _Tangent:
+    """``_backward_steps``'s step hook: after step t's ``rnn_backward``,
+    ``rnn_backward_tangent`` (the tangent of its ``dz``, into ``d_z_t[t]``) and the tangent
+    carry ``(dz'·W_hᵀ + dz·W_h'ᵀ)∘m_rec`` (plus zoneout's ``z∘g'``), kept in ``carry``.
+    Built from the call's arrays: the inputs and states as the matmuls saw them (``x``,
+    ``h_seen`` and their tangents) and each step's own output ``act(z_t)`` and tangent."""
+
+    def __init__(self, rt, x, t_x, h0, t_h0, weights, t_weights, h, t_steps, settings,
+                 upstream):
+
+        xp = self.xp = rt.xp
+        t_w, t_b = t_weights
+        self.lengths = lengths = _launch.lengths(xp, settings.seq_len)
+        self.x = running(xp, x, settings, lengths)
+        self.t_x = running(xp, zeros_or(xp, t_x, x), settings, lengths)
+        n_steps, n_batch, n_in = self.x.shape
+        n_hidden = h0.shape[1]
+        self.m_rec, self.z_h = _masks(xp, settings, n_steps, n_batch, n_hidden)
+        self.h_seen = plan.masked(_launch.previous(xp, h0, h), self.m_rec)
+        self.t_seen = plan.masked(_launch.previous(xp, t_h0, t_steps), self.m_rec)
+        self.w_h, self.t_w_h = weights.w[n_in:], t_w[n_in:]
+        self.outputs, self.t_outputs = (h, t_steps) if self.z_h is None else _outputs(
+            rt, self.x, self.t_x, self.h_seen, self.t_seen, weights, t_w, t_b, settings)
+        self.d_h, self.d_h_t, d_h_final, d_h_final_t = upstream
+        self.carry = self.d_z = None
+        self.d_z_t = xp.empty((n_steps, n_batch, n_hidden), dtype=x.dtype)
+        self.placeholder = placeholder = self.outputs
+        self.dh_zoned_t = (placeholder if self.z_h is None
+                           else xp.empty((n_batch, n_hidden), dtype=x.dtype))
+        self.kernel = Launcher(
+            rt, "rnn_backward_tangent", x.dtype, n_batch * n_hidden,
+            d_h_final=placeholder if d_h_final is None else d_h_final,
+            d_h_final_t=placeholder if d_h_final_t is None else d_h_final_t,
+            seq_len=_launch.lengths_argument(xp, lengths), use_relu=_use_relu(settings),
+            has_d_h=self.d_h is not None, has_d_h_final=d_h_final is not None,
+            use_seq_len=lengths is not None, use_zoneout_h=self.z_h is not None,
+            n_steps=n_steps, batch=n_batch, hidden=n_hidden, dh_zoned_t=self.dh_zoned_t)
+
+    def __call__(self, t, dh_next, d_z):
+        placeholder = self.placeholder
+        self.d_z = d_z
+        given = self.d_h is not None
+        self.kernel(h=self.outputs[t], h_t=self.t_outputs[t],
+                    d_h=self.d_h[t] if given else placeholder,
+                    d_h_t=self.d_h_t[t] if given else placeholder,
+                    dh_next=placeholder if dh_next is None else dh_next,
+                    dh_next_t=placeholder if self.carry is None else self.carry, step=t,
+                    zoneout_h=_launch.at_step(self.z_h, t, placeholder), d_z_t=self.d_z_t[t])
+        carry = recurrent_tangent(self.xp, d_z[t], self.d_z_t[t], self.w_h.T, self.t_w_h.T)
+        carry = plan.masked(carry, self.m_rec)
+        self.carry = carry if self.z_h is None else carry + self.dh_zoned_t

@@ -27,20 +27,39 @@ recurrent mask multiplies each step's ``h`` before ``h·W_h`` and the matmul's p
 gradients, adds ``z_cs∘g`` to ``dcs_prev`` and writes ``z_h∘g`` for the ``dh`` carry, and
 recomputes the unzoned ``c̃``, or with a normalising carry its norm, for ``dwco``). With a
 projection ``h``'s zoneout is the projection step's (``_project``, ``_ProjectionGrad``).
+
+Forward mode (docs/spec.md §12, ``lstm_*_jvp``: ``_jvp``) runs the forward's plan with the
+tangent step kernel ``lstm_forward_tangent`` (``_ln`` with a layer norm, which normalises
+the cell's tangent inside; the gate norms' tangents are ``layer_norm_tangent_rows``) after
+each step's; the second order (``lstm_*_grad_jvp``: ``_grad_jvp``) runs the backward's plan
+with ``lstm_backward_tangent`` before each step's ``lstm_backward``, which overwrites the
+``dcs`` carry it reads (``_TangentLoop``; the gate norms' backward tangents are
+``layer_norm_grad_tangent_rows``, ``_NormTangent``); what every cell's tangents share is
+``gradcells.gpu._tangents``'s.
 """
 
 from __future__ import annotations
 
-from .._core import plan
-from .._core.types import (
+from ..._core import plan
+from ..._core.specs import PEEPHOLES
+from ..._core.types import (
     LSTMCellGrads,
     LSTMCellState,
     LSTMNorm,
     LSTMSequence,
     LSTMSequenceGrads,
 )
-from . import _launch
-from ._launch import Launcher, column_sum, contiguous, matmul
+from ...gpu import _launch
+from ...gpu._launch import Launcher, column_sum, contiguous, matmul
+from ...gpu._tangents import (
+    input_tangent,
+    recurrent_tangent,
+    running,
+    state_buffers,
+    sum_pairs,
+    upstream_pair,
+    zeros_filled,
+)
 
 
 def lstm_cell(x, cs_prev, h_prev, weights, settings):
@@ -57,7 +76,8 @@ def lstm_cell_grad(x, cs_prev, h_prev, weights, state, settings, *, d_h=None, d_
     rt, on_device = _launch.runtime_on(x)
     with on_device:
         dx, *rest = _backward(
-            rt, x[None], cs_prev, h_prev, weights, [a[None] for a in state], settings,
+            rt, x[None], cs_prev, h_prev, weights, LSTMCellState(*(a[None] for a in state)),
+            settings,
             d_h=None if d_h is None else d_h[None], d_cs=None if d_cs is None else d_cs[None],
             d_h_final=None, d_cs_final=None, clip_grad=clip_grad)
         return LSTMCellGrads(dx[0], *rest)
@@ -79,9 +99,13 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
     rt, on_device = _launch.runtime_on(x)
     with on_device:
         return LSTMSequenceGrads(*_backward(
-            rt, x, cs0, h0, weights, tuple(seq)[:len(LSTMCellState._fields)], settings,
-            d_h=d_h, d_cs=d_cs, d_h_final=d_h_final, d_cs_final=d_cs_final,
-            clip_grad=clip_grad))
+            rt, x, cs0, h0, weights, _saved_steps(seq), settings, d_h=d_h, d_cs=d_cs,
+            d_h_final=d_h_final, d_cs_final=d_cs_final, clip_grad=clip_grad))
+
+
+def _saved_steps(seq):
+    """The steps an ``LSTMSequence`` saved, an ``LSTMCellState`` of ``[T, B, ·]`` arrays."""
+    return LSTMCellState(*(getattr(seq, name) for name in LSTMCellState._fields))
 
 
 # --------------------------------------------------------------------------------------
@@ -168,7 +192,7 @@ def _forward(rt, x, cs0, h0, weights, settings):
     forward = _forward_step_kernel(rt, weights, settings, lengths, (m_rec, z_cs, z_h),
                                    n_batch, n_hidden, b, cs, m_state if projection else h)
     for t in range(n_steps):
-        outputs = dict(zip(LSTMCellState._fields, (a[t] for a in steps)))
+        outputs = dict(zip(LSTMCellState._fields, (a[t] for a in steps), strict=True))
         if projection:
             outputs["h"] = m_steps[t]
         gh = matmul(xp, plan.masked(h, m_rec), w_h)
@@ -298,7 +322,7 @@ def _backward_steps(rt, x, cs0, weights, steps, settings, lengths, masks, *, d_h
     backward = _backward_kernel(rt, weights, settings, lengths, masks, proj, clip_grad,
                                 (d_h, d_cs, d_h_final, d_cs_final), x.shape, placeholder,
                                 dh_zoned=dh_zoned, dcs_next=dcs, dcs_prev=dcs)
-    saved = LSTMCellState._fields[:-1]  # every output but h
+    saved = [name for name in LSTMCellState._fields if name != "h"]
     for t in reversed(range(n_steps)):
         backward(cs_prev=cs0 if t == 0 else steps.cs[t - 1],
                  **{k: getattr(steps, k)[t] for k in saved},
@@ -338,7 +362,7 @@ def _backward_kernel(rt, weights, settings, lengths, masks, proj, clip_grad, ups
 def _backward_flags(xp, settings, lengths, masks, proj, clip_grad, d_h, d_cs, d_h_final,
                     d_cs_final, n_steps, n_batch, n_hidden):
     """The backward step kernel's flags, sizes and ``seq_len`` (``lstm_backward``'s, also
-    its tangent's, ``_grad_jvp``): which upstream gradients there are (with a projection
+    its tangent's, ``_TangentLoop``): which upstream gradients there are (with a projection
     the kernel's ``d_h`` is always given and ``d_h_final`` is the projection's), the clip
     and its exact mask, zoneout, lengths."""
     _, z_cs, z_h = masks
@@ -471,39 +495,214 @@ def _input_and_weight_grads(rt, x, h_prev, w, d_gates, terms, dz_x, dz_h):
 
 
 # --------------------------------------------------------------------------------------
-# Forward mode (docs/spec.md §12; ``_jvp``)
+# Forward mode (docs/spec.md §12)
 
 
 def lstm_cell_jvp(x, cs_prev, h_prev, weights, tangents, settings):
     """One LSTM step and its tangent along ``tangents`` (an ``LSTMCellGrads``, None fields
     zero); see ``gradcells.reference.lstm.lstm_cell_jvp``. The primal is ``lstm_cell``'s."""
-    from ._jvp import lstm_jvp
-
     rt, on_device = _launch.runtime_on(x)
     with on_device:
-        tangents = tangents._replace(x=None if tangents.x is None else tangents.x[None])
-        steps, _, _, d_steps, _, _ = lstm_jvp(rt, x[None], tangents.x, cs_prev, h_prev,
-                                              weights, tangents, settings)
+        tangents = LSTMSequenceGrads(*tangents)._replace(
+            x=None if tangents.x is None else tangents.x[None])
+        steps, _, _, d_steps, _, _ = _jvp(rt, x[None], tangents.x, cs_prev, h_prev, weights,
+                                          tangents, settings)
         return LSTMCellState(*(a[0] for a in steps)), LSTMCellState(*(a[0] for a in d_steps))
 
 
 def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
     """``lstm_sequence`` and its tangent along ``tangents`` (an ``LSTMSequenceGrads``, None
     fields zero); see ``gradcells.reference.lstm.lstm_sequence_jvp``."""
-    from ._jvp import lstm_jvp
-
     rt, on_device = _launch.runtime_on(x)
     with on_device:
-        steps, cs, h, d_steps, dcs, dh = lstm_jvp(rt, x, tangents.x, cs0, h0, weights,
-                                                  tangents, settings)
+        steps, cs, h, d_steps, dcs, dh = _jvp(rt, x, tangents.x, cs0, h0, weights, tangents,
+                                              settings)
         if settings.seq_len is None:  # views of the last step (or the inputs when T = 0)
             cs, h, dcs, dh = cs.copy(), h.copy(), dcs.copy(), dh.copy()
         return (LSTMSequence(*steps, cs_final=cs, h_final=h),
                 LSTMSequence(*d_steps, cs_final=dcs, h_final=dh))
 
 
+def _norm_field(d_norm, name):
+    """A field of a layer norm's tangent (an ``LSTMNorm`` or None; None: zero)."""
+    return None if d_norm is None else getattr(d_norm, name)
+
+
+def _norm_tangent_rows(rt, z, dz, gamma, d_gamma, d_beta, epsilon):
+    """The tangent of ``LN(z; γ, β)`` over the last axis of ``z`` for ``dz``, ``dγ`` and
+    ``dβ`` (None: zero): ``layer_norm_tangent_rows``, a thread per row."""
+    xp = rt.xp
+    z, dz = xp.ascontiguousarray(z), xp.ascontiguousarray(dz)
+    cols = z.shape[-1]
+    rows = z.size // cols if cols else 0
+    gamma = xp.ascontiguousarray(gamma)
+    dy = xp.empty_like(z)
+    Launcher(rt, "layer_norm_tangent_rows", z.dtype, rows)(
+        z=z, dz=dz, gamma=gamma, d_gamma=gamma if d_gamma is None else contiguous(xp, d_gamma),
+        d_beta=gamma if d_beta is None else contiguous(xp, d_beta), epsilon=epsilon,
+        use_d_gamma=d_gamma is not None, use_d_beta=d_beta is not None, rows=rows,
+        cols=cols, dy=dy)
+    return dy
+
+
+def _peephole_tangents(xp, t, placeholder):
+    """The kernels' ``dwci, dwcf, dwco`` (zeros for a None among given ones) and whether
+    there are any."""
+    given = [t.wci, t.wcf, t.wco]
+    if all(p is None for p in given):
+        return [placeholder] * 3, False
+    shape = next(p for p in given if p is not None).shape
+    return [xp.zeros(shape, dtype=placeholder.dtype) if p is None else xp.ascontiguousarray(p)
+            for p in given], True
+
+
+def _gate_tangents(rt, x, dx, weights, t, settings):
+    """The input part of every step and its tangent, ``[T, B, 4H]``: ``x·W_x`` (its norm
+    with a layer norm, ``layer_norm_rows`` as the forward's) and ``dx·W_x + x·dW_x + db``
+    (through the norm's tangent before the bias's)."""
+    xp = rt.xp
+    n_steps, n_batch, n_in = x.shape
+    width = weights.w.shape[1]
+    w_x = weights.w[:n_in]
+    dw_x = None if t.w is None else t.w[:n_in]
+    x_gates = (plan.flat(x) @ w_x).reshape(n_steps, n_batch, width)
+    norm = weights.layer_norm
+    if norm is None:
+        return x_gates, input_tangent(xp, x, dx, w_x, dw_x, t.b, width)
+    eps, d_norm = settings.ln_epsilon, t.layer_norm
+    d_gates = _norm_tangent_rows(rt, x_gates, input_tangent(xp, x, dx, w_x, dw_x, None, width),
+                                norm.gamma_x, _norm_field(d_norm, "gamma_x"),
+                                _norm_field(d_norm, "beta_x"), eps)
+    if t.b is not None:
+        d_gates += t.b
+    return _norm_rows(rt, x_gates, norm.gamma_x, norm.beta_x, eps), d_gates
+
+
+def _recurrent_part(rt, h_seen, dh_seen, weights, t, settings, n_in):
+    """A step's recurrent part ``h_seen·W_h`` (its norm with a layer norm) and its tangent
+    ``dh_seen·W_h + h_seen·dW_h`` (through the norm's)."""
+    xp = rt.xp
+    w_h = weights.w[n_in:]
+    gh = matmul(xp, h_seen, w_h)
+    dgh = recurrent_tangent(xp, h_seen, dh_seen, w_h, None if t.w is None else t.w[n_in:])
+    norm = weights.layer_norm
+    if norm is None:
+        return gh, dgh
+    eps, d_norm = settings.ln_epsilon, t.layer_norm
+    return (_norm_rows(rt, gh, norm.gamma_h, norm.beta_h, eps),
+            _norm_tangent_rows(rt, gh, dgh, norm.gamma_h, _norm_field(d_norm, "gamma_h"),
+                              _norm_field(d_norm, "beta_h"), eps))
+
+
+def _project_tangent(xp, m, dm, w_proj, dw_proj, proj_clip, z_h, lengths, t, out, dh):
+    """Step t's projected tangent ``dm·w_proj + m·dw_proj`` (zero where the projection's
+    clip is active), zoned with the carried ``dh`` by ``z_h``, into ``out`` (zero past a
+    row's length); returns the carried tangent (``dh`` kept in those rows)."""
+    d_raw = dm @ w_proj
+    if dw_proj is not None:
+        d_raw = d_raw + m @ dw_proj
+    if proj_clip is not None:
+        d_raw = xp.where(abs(m @ w_proj) <= proj_clip, d_raw, xp.zeros((), dtype=d_raw.dtype))
+    d_raw = plan.zoned(z_h, dh, d_raw)
+    if lengths is None:
+        out[...] = d_raw
+        return out
+    valid = (t < lengths)[:, None]
+    out[...] = xp.where(valid, d_raw, xp.zeros((), dtype=out.dtype))
+    return xp.where(valid, d_raw, dh)
+
+
+def _tangent_step_kernel(rt, weights, t, settings, n_batch, n_hidden, lengths, masks,
+                         placeholder):
+    """The step's tangent kernel (``lstm_forward_tangent``, ``_ln`` with a layer norm: a
+    thread per row), its arguments that stay the same from step to step settled."""
+    xp = rt.xp
+    name, n_threads, extra = _step_kernel("lstm_forward_tangent", rt, weights, settings,
+                                          n_batch, n_hidden)
+    if weights.layer_norm is not None:
+        d_gamma, d_beta = (_norm_field(t.layer_norm, f) for f in ("gamma_c", "beta_c"))
+        extra.update(d_gamma_c=placeholder if d_gamma is None else contiguous(xp, d_gamma),
+                     d_beta_c=placeholder if d_beta is None else contiguous(xp, d_beta),
+                     use_d_gamma=d_gamma is not None, use_d_beta=d_beta is not None)
+    wci, wcf, wco = _peepholes(xp, weights, settings, placeholder)
+    (dwci, dwcf, dwco), use_d_peephole = _peephole_tangents(xp, t, placeholder)
+    _, z_cs, z_h = masks
+    cell_clip = settings.cell_clip
+    return Launcher(
+        rt, name, placeholder.dtype, n_threads, **extra, wci=wci, wcf=wcf, wco=wco,
+        dwci=dwci, dwcf=dwcf, dwco=dwco, seq_len=_launch.lengths_argument(xp, lengths),
+        cell_clip=0.0 if cell_clip is None else cell_clip, use_peephole=settings.peepholes,
+        use_d_peephole=use_d_peephole and settings.peepholes, use_clip=cell_clip is not None,
+        use_seq_len=lengths is not None, use_zoneout_cs=z_cs is not None,
+        use_zoneout_h=z_h is not None and weights.w_proj is None, batch=n_batch,
+        hidden=n_hidden)
+
+
+def _jvp(rt, x, dx, cs0, h0, weights, t, settings):
+    """The LSTM over ``x [T, B, I]`` and its tangent along ``t`` (an ``LSTMSequenceGrads``;
+    the input's tangent is ``dx``, ``[T, B, I]``): ``(steps, cs, h, d_steps, dcs, dh)``, the
+    primal as ``_forward`` computes it (its step kernel, norms and projection).
+    Per step: ``_recurrent_part``, the forward's kernel, the tangent kernel
+    (``_tangent_step_kernel``), then with a projection ``_project_tangent``."""
+    xp = rt.xp
+    lengths = _launch.lengths(xp, settings.seq_len)
+    x, dx = running(xp, x, settings, lengths), running(xp, dx, settings, lengths)
+    (n_steps, n_batch, n_in), n_hidden, dtype = x.shape, cs0.shape[1], x.dtype
+    masks = m_rec, z_cs, z_h = _masks(xp, settings, n_steps, n_batch, n_hidden, h0.shape[1])
+    x_gates, d_x_gates = _gate_tangents(rt, x, dx, weights, t, settings)
+    steps, d_steps = (LSTMCellState(*(xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
+                                      for _ in LSTMCellState._fields)) for _ in range(2))
+    (cs, dcs), (h, dh) = (state_buffers(xp, cs0, t.cs0, lengths),
+                          state_buffers(xp, h0, t.h0, lengths))
+    projection = weights.w_proj is not None
+    if projection:  # the kernels' h is m = o∘co; the steps' h is the projected one
+        m_steps, dm_steps = (xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
+                             for _ in range(2))
+        steps, d_steps = (s._replace(h=xp.empty((n_steps, n_batch, h0.shape[1]), dtype=dtype))
+                          for s in (steps, d_steps))
+        m_state, dm_state = (xp.empty((n_batch, n_hidden), dtype=dtype) for _ in range(2))
+    b = xp.ascontiguousarray(weights.b)
+    forward = _forward_step_kernel(rt, weights, settings, lengths, masks, n_batch, n_hidden, b,
+                                   cs, m_state if projection else h)
+    tangent = _tangent_step_kernel(rt, weights, t, settings, n_batch, n_hidden, lengths,
+                                   masks, b)
+    for step in range(n_steps):
+        outputs = dict(zip(LSTMCellState._fields, (a[step] for a in steps), strict=True))
+        d_outputs = dict(zip(LSTMCellState._fields, (a[step] for a in d_steps), strict=True))
+        if projection:
+            outputs["h"], d_outputs["h"] = m_steps[step], dm_steps[step]
+        gh, dgh = _recurrent_part(rt, plan.masked(h, m_rec), plan.masked(dh, m_rec),
+                                  weights, t, settings, n_in)
+        d_gates = d_x_gates[step] + dgh
+        cs_prev = cs.copy() if lengths is not None else cs  # the step updates the buffer
+        zone_cs = _launch.at_step(z_cs, step, b)
+        zone_h = b if projection else _launch.at_step(z_h, step, b)
+        forward(gx=x_gates[step], gh=gh, cs_prev=cs, step=step, h_prev=b if projection else h,
+                zoneout_cs=zone_cs, zoneout_h=zone_h, **outputs)
+        tangent(d_gates=d_gates, cs_prev=cs_prev, dcs_prev=dcs, dh_prev=b if projection else dh,
+                zoneout_cs=zone_cs, zoneout_h=zone_h, step=step,
+                **{k: outputs[k] for k in ("i", "f", "o", "ci", "co")},
+                **{_TANGENT_NAMES[k]: v for k, v in d_outputs.items()},
+                dcs_state=dcs if lengths is not None else b,
+                dh_state=(dm_state if projection else dh) if lengths is not None else b)
+        if projection:
+            z = plan.at_step(z_h, step)
+            dh = _project_tangent(xp, m_steps[step], dm_steps[step], weights.w_proj, t.w_proj,
+                                  settings.proj_clip, z, lengths, step, d_steps.h[step], dh)
+            h = _project(xp, m_steps[step], weights.w_proj, settings.proj_clip, z, lengths,
+                         step, steps.h[step], h)
+        if lengths is None:
+            cs, h, dcs, dh = steps.cs[step], steps.h[step], d_steps.cs[step], d_steps.h[step]
+    return steps, cs, h, d_steps, dcs, dh
+
+
+# The tangent kernels' names of the LSTMCellState fields' tangents.
+_TANGENT_NAMES = {"i": "di", "cs": "dcs", "f": "df", "o": "d_o", "ci": "dci", "co": "dco",
+                  "h": "dh"}
+
+
 # --------------------------------------------------------------------------------------
-# Second order (docs/spec.md §12; ``_grad_jvp``)
+# Second order (docs/spec.md §12)
 
 
 def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *, d_h=None,
@@ -511,20 +710,20 @@ def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *
     """The JVP of ``lstm_cell_grad`` along ``tangents`` (an ``LSTMCellGrads``, None fields
     zero) and the upstream gradients' tangents: ``(grads, grads_tangent)``, two
     ``LSTMCellGrads``; see ``gradcells.reference.lstm.lstm_cell_grad_jvp``. A cell is the
-    sequence's plan with T = 1 (``_grad_jvp.lstm_grad_jvp``), every option included."""
-    from ._grad_jvp import lstm_grad_jvp
+    sequence's plan with T = 1 (``_grad_jvp``), every option included."""
 
     def step(a):
         return None if a is None else a[None]
 
     rt, on_device = _launch.runtime_on(x)
     with on_device:
-        upstream = {"d_h": (step(d_h), step(d_h_tangent)), "d_cs": (step(d_cs), step(d_cs_tangent)),
+        upstream = {"d_h": (step(d_h), step(d_h_tangent)),
+                    "d_cs": (step(d_cs), step(d_cs_tangent)),
                     "d_h_final": (None, None), "d_cs_final": (None, None)}
-        pair = lstm_grad_jvp(rt, x[None], cs_prev, h_prev, weights,
-                             [a[None] for a in state],
-                             LSTMSequenceGrads(*tangents)._replace(x=step(tangents.x)),
-                             settings, upstream, clip_grad)
+        pair = _grad_jvp(rt, x[None], cs_prev, h_prev, weights,
+                         LSTMCellState(*(a[None] for a in state)),
+                         LSTMSequenceGrads(*tangents)._replace(x=step(tangents.x)),
+                         settings, upstream, clip_grad)
         return tuple(LSTMCellGrads(g[0][0], *g[1:]) for g in pair)
 
 
@@ -534,15 +733,269 @@ def lstm_sequence_grad_jvp(x, cs0, h0, weights, seq, tangents, settings, *, d_h=
                            clip_grad="exact"):
     """The JVP of ``lstm_sequence_grad`` along ``tangents`` (an ``LSTMSequenceGrads``, None
     fields zero) and the upstream gradients' tangents: ``(grads, grads_tangent)``; see
-    ``gradcells.reference.lstm.lstm_sequence_grad_jvp`` and ``_grad_jvp.lstm_grad_jvp``
+    ``gradcells.reference.lstm.lstm_sequence_grad_jvp`` and ``_grad_jvp``
     (every option, the layer norm included)."""
-    from ._grad_jvp import lstm_grad_jvp
-
     rt, on_device = _launch.runtime_on(x)
     with on_device:
         upstream = {"d_h": (d_h, d_h_tangent), "d_cs": (d_cs, d_cs_tangent),
                     "d_h_final": (d_h_final, d_h_final_tangent),
                     "d_cs_final": (d_cs_final, d_cs_final_tangent)}
-        pair = lstm_grad_jvp(rt, x, cs0, h0, weights, tuple(seq)[:len(LSTMCellState._fields)],
-                             tangents, settings, upstream, clip_grad)
+        pair = _grad_jvp(rt, x, cs0, h0, weights, _saved_steps(seq), tangents, settings,
+                         upstream, clip_grad)
         return tuple(LSTMSequenceGrads(*g) for g in pair)
+
+
+def _grad_jvp(rt, x, cs0, h0, weights, seq, t, settings, upstream, clip_grad):
+    """The JVP of ``_backward`` along ``t`` (an
+    ``LSTMSequenceGrads`` of the inputs' tangents, ``x``'s ``[T, B, I]``) and the upstream
+    gradients' tangents (``upstream``: name -> ``(gradient, tangent)``, ``d_h``, ``d_cs``,
+    ``d_h_final``, ``d_cs_final``): two lists of the fields of LSTMSequenceGrads. The
+    saved steps' tangents are ``_jvp``'s; per step ``lstm_backward_tangent`` runs
+    before ``lstm_backward`` (it reads the ``dcs`` carry that kernel overwrites)."""
+    xp = rt.xp
+    t = zeros_filled(xp, t, (x, cs0, h0, *weights))
+    d_steps = _jvp_steps(rt, x, cs0, h0, weights, t, settings)
+    lengths = _launch.lengths(xp, settings.seq_len)
+    x_run, t_x = running(xp, x, settings, lengths), running(xp, t.x, settings, lengths)
+    steps = LSTMCellState(*(xp.ascontiguousarray(a) for a in seq))
+    dtype, (n_steps, n_batch, _), n_hidden = x.dtype, x.shape, cs0.shape[1]
+    likes = {"d_h": steps.h, "d_cs": steps.cs, "d_h_final": h0, "d_cs_final": cs0}
+    pairs = {k: upstream_pair(xp, *upstream[k], likes[k]) for k in likes}
+    ups, t_ups = ([pairs[k][j] for k in likes] for j in (0, 1))
+    masks = _masks(xp, settings, n_steps, n_batch, n_hidden, h0.shape[1])
+    h_prev = plan.masked(_launch.previous(xp, h0, steps.h), masks[0])
+    t_h_prev = plan.masked(_launch.previous(xp, t.h0, d_steps.h), masks[0])
+    norm = t_norm = None
+    if weights.layer_norm is not None:
+        norm = _NormGrad(rt, x_run, h_prev, weights, settings.ln_epsilon)
+        t_norm = _NormTangent(rt, norm, t_x, t_h_prev, weights, t)
+    proj = t_proj = None
+    if weights.w_proj is not None:
+        proj, t_proj = (_ProjectionGrad(xp, weights.w_proj, settings.proj_clip, clip_grad,
+                                        lengths, steps, u[0], u[2], masks[2])
+                        for u in (ups, t_ups))
+    loop = _TangentLoop(rt, weights, t, settings, lengths, masks, (proj, t_proj),
+                            (norm, t_norm), clip_grad, ups, t_ups, x.shape, cs0)
+    d_gates, terms, dcs0, dh0, t_d_gates, t_terms, t_dcs0, t_dh0 = loop.run(
+        steps, d_steps, cs0, t.cs0)
+    if n_steps == 0:
+        (dcs0, t_dcs0), (dh0, t_dh0) = (
+            [xp.zeros(like.shape, dtype=dtype) if g is None else g.copy() for g in pair]
+            for pair, like in ((pairs["d_cs_final"], cs0), (pairs["d_h_final"], h0)))
+    elif lengths is not None and ups[2] is not None:  # rows that never ran
+        never = (lengths == 0)[:, None]
+        dh0, t_dh0 = (d + xp.where(never, g, xp.zeros_like(g))
+                      for d, g in ((dh0, ups[2]), (t_dh0, t_ups[2])))
+    primal, tangent = _products(rt, x_run, t_x, h_prev, t_h_prev, weights, t,
+                                     (d_gates, terms, t_d_gates, t_terms), (norm, t_norm))
+    dx, t_dx = (plan.running_inputs(xp, plan.masked(a, settings.input_mask), lengths)
+                for a in (primal[0], tangent[0]))
+    dw_proj = t_dw_proj = None
+    if proj is not None:
+        t_m = d_steps.o * steps.co + steps.o * d_steps.co
+        dw_proj = proj.weight_grad()
+        t_dw_proj = t_proj.weight_grad() + plan.flat(t_m).T @ plan.flat(proj.dh_raw)
+    d_norm = t_d_norm = None
+    if norm is not None:
+        d_norm, t_d_norm = norm.parameter_grads(primal[2]), t_norm.parameter_grads(tangent[2])
+    return ([dx, dcs0, dh0, *primal[1:], dw_proj, d_norm],
+            [t_dx, t_dcs0, t_dh0, *tangent[1:], t_dw_proj, t_d_norm])
+
+
+def _products(rt, x, t_x, h_prev, t_h_prev, weights, t, loop, norms):
+    """``_input_and_weight_grads`` and its tangent, the product rule ``(x, W, dz') + (x', W',
+    dz)`` (``db'`` and the peepholes' from ``dz'`` alone); ``loop``: the gate gradients,
+    the peephole terms and their tangents; with a layer norm (``norms``: the ``_NormGrad``
+    and its ``_NormTangent``) ``dz`` through the gate norms."""
+    d_gates, terms, t_d_gates, t_terms = loop
+    norm, t_norm = norms
+    dz_x, dz_h, t_dz_x, t_dz_h = d_gates, d_gates, t_d_gates, t_d_gates
+    if norm is not None:
+        dz_x, dz_h = norm.input_grad(d_gates), norm.dz_h
+        t_dz_x, t_dz_h = t_norm.input_grad(d_gates, t_d_gates), t_norm.dz_h
+    primal = _input_and_weight_grads(rt, x, h_prev, weights.w, d_gates, terms, dz_x, dz_h)
+    tangent = sum_pairs(
+        _input_and_weight_grads(rt, x, h_prev, weights.w, t_d_gates, t_terms, t_dz_x, t_dz_h),
+        [*_input_and_weight_grads(rt, t_x, t_h_prev, t.w, d_gates, None, dz_x, dz_h)[:2],
+         None, None, None, None])
+    return primal, tangent
+
+
+def _jvp_steps(rt, x, cs0, h0, weights, t, settings):
+    """The saved steps' tangents (an LSTMCellState of ``[T, B, H]`` arrays), by
+    ``_jvp``."""
+    return _jvp(rt, x, t.x, cs0, h0, weights, t, settings)[3]
+
+
+class _TangentLoop:
+    """The backward loop of ``_backward_steps`` with its tangent: per
+    step (from the last) ``lstm_backward_tangent`` then ``lstm_backward``, then the carries
+    ``dh = (dz·W_hᵀ)∘m_rec`` and ``dh' = (dz'·W_hᵀ + dz·W_h'ᵀ)∘m_rec``, plus zoneout's old
+    state's parts (the kernels' ``dh_zoned`` or the projections'). With a projection
+    (``proj``, ``t_proj``: ``_ProjectionGrad``s of the upstream gradients and of their
+    tangents, the same clip mask) the kernels' ``d_h`` is ``dm`` and its tangent
+    ``dm' = dh_raw'·w_projᵀ + dh_raw·w_proj'ᵀ``."""
+
+    def __init__(self, rt, weights, t, settings, lengths, masks, projections, norms,
+                 clip_grad, ups, t_ups, shape, cs0):
+
+        proj, t_proj = projections
+        self.norm, self.t_norm = norms
+        xp = self.xp = rt.xp
+        n_steps, n_batch, n_in = shape
+        n_hidden, dtype = cs0.shape[1], cs0.dtype
+        self.w_h, self.t_w_h = weights.w[n_in:], t.w[n_in:]
+        self.t_w_proj, self.proj, self.t_proj = t.w_proj, proj, t_proj
+        self.masks, self.ups, self.t_ups, self.placeholder = masks, ups, t_ups, cs0
+        self.peephole = settings.peepholes
+        self.n_steps = n_steps
+        self.d_gates, self.t_d_gates = (xp.empty((n_steps, n_batch, 4 * n_hidden), dtype=dtype)
+                                        for _ in range(2))
+        self.terms, self.t_terms = ((xp.empty((n_steps, n_batch, 3 * n_hidden), dtype=dtype)
+                                     if self.peephole else None) for _ in range(2))
+        self.dcs, self.t_dcs = (xp.empty((n_batch, n_hidden), dtype=dtype) for _ in range(2))
+        self.zone_h = masks[2] is not None and proj is None
+        self.dh_zoned, self.t_dh_zoned = (
+            xp.empty((n_batch, n_hidden), dtype=dtype) if self.zone_h else cs0
+            for _ in range(2))
+        common = (rt, weights, settings, lengths, masks, proj, clip_grad)
+        self.backward = _backward_kernel(*common, ups, shape, cs0, dh_zoned=self.dh_zoned,
+                                         dcs_next=self.dcs, dcs_prev=self.dcs)
+        t_peepholes = _peepholes(xp, t, settings, cs0)
+        t_cell_norm = {} if self.norm is None else {
+            "t_gamma_c": t.layer_norm.gamma_c, "t_beta_c": t.layer_norm.beta_c}
+        self.tangent = _backward_kernel(
+            *common, ups, shape, cs0, name="lstm_backward_tangent", **t_cell_norm,
+            **{f"t_{k}": v for k, v in zip(PEEPHOLES, t_peepholes, strict=True)},
+            t_d_h_final=cs0 if t_ups[2] is None else t_ups[2],
+            t_d_cs_final=cs0 if t_ups[3] is None else t_ups[3], t_dh_zoned=self.t_dh_zoned,
+            dcs_next=self.dcs, t_dcs_next=self.t_dcs, t_dcs_prev=self.t_dcs)
+
+    def run(self, steps, d_steps, cs0, t_cs0):
+        """The loop: ``(d_gates, terms, dcs0, dh0)`` and their tangents (``dcs0``, ``dh0``
+        None when T = 0)."""
+        z_cs = self.masks[1]
+        dh = t_dh = None
+        at = _launch.at_step
+        for step in reversed(range(self.n_steps)):
+            state = {k: getattr(steps, k)[step] for k in ("i", "cs", "f", "o", "ci", "co")}
+            d_state = {f"t_{k}": getattr(d_steps, k)[step] for k in state}
+            dh_args, t_dh_args = self._dh_arguments(step, dh, t_dh)
+            zones = {"zoneout_cs": at(z_cs, step, self.placeholder),
+                     "zoneout_h": at(self.masks[2] if self.zone_h else None, step,
+                                     self.placeholder)}
+            d_cs, t_d_cs = (self.placeholder if a is None else a[step]
+                            for a in (self.ups[1], self.t_ups[1]))
+            self.tangent(cs_prev=cs0 if step == 0 else steps.cs[step - 1],
+                         t_cs_prev=t_cs0 if step == 0 else d_steps.cs[step - 1],
+                         **state, **d_state, **dh_args, **t_dh_args, d_cs=d_cs,
+                         t_d_cs=t_d_cs, step=step, **zones,
+                         t_d_gates=self.t_d_gates[step],
+                         t_peephole_terms=self._at(self.t_terms, step),
+                         **self._norm_terms(self.t_norm, step, "t_norm_terms"))
+            self.backward(cs_prev=cs0 if step == 0 else steps.cs[step - 1], **state,
+                          **dh_args, d_cs=d_cs, step=step, **zones,
+                          d_gates=self.d_gates[step],
+                          peephole_terms=self._at(self.terms, step),
+                          **self._norm_terms(self.norm, step, "norm_terms"))
+            dh, t_dh = self._carries(step)
+        return (self.d_gates, self.terms, self.dcs, dh, self.t_d_gates, self.t_terms,
+                self.t_dcs, t_dh)
+
+    @staticmethod
+    def _norm_terms(norm, step, name):
+        """The layer-normalised kernels' cell-norm terms of ``step`` (none without)."""
+        return {} if norm is None else {name: norm.cell_terms[step]}
+
+    def _at(self, terms, step):
+        return terms[step] if terms is not None else self.placeholder
+
+    def _dh_arguments(self, step, dh, t_dh):
+        """Both kernels' ``d_h`` and ``dh_next`` at ``step`` (and their tangents')."""
+        if self.proj is not None:
+            t_dm = self.t_proj.step(step, t_dh)
+            dm = self.proj.step(step, dh)
+            t_dm += matmul(self.xp, self.proj.dh_raw[step], self.t_w_proj.T)
+            zero = self.proj.zero_carry
+            return {"d_h": dm, "dh_next": zero}, {"t_d_h": t_dm, "t_dh_next": zero}
+        pick = [self.placeholder if a is None else a[step]
+                for a in (self.ups[0], self.t_ups[0])]
+        return ({"d_h": pick[0], "dh_next": self.placeholder if dh is None else dh},
+                {"t_d_h": pick[1], "t_dh_next": self.placeholder if t_dh is None else t_dh})
+
+    def _carries(self, step):
+        """The carries ``dh`` and ``dh'`` before ``step``."""
+        xp, m_rec, z_h = self.xp, self.masks[0], self.masks[2]
+        dz, t_dz = self.d_gates[step], self.t_d_gates[step]
+        if self.norm is not None:  # through the recurrent part's norm
+            dz, t_dz = (self.norm.recurrent_grad(step, dz),
+                        self.t_norm.recurrent_grad(step, dz, t_dz))
+        dh = plan.masked(matmul(xp, dz, self.w_h.T), m_rec)
+        t_dh = plan.masked(matmul(xp, t_dz, self.w_h.T) + dz @ self.t_w_h.T, m_rec)
+        if z_h is not None:  # the old state's part of the zoned h's gradient
+            if self.proj is None:
+                dh, t_dh = dh + self.dh_zoned, t_dh + self.t_dh_zoned
+            else:
+                dh, t_dh = dh + self.proj.dh_old, t_dh + self.t_proj.dh_old
+        return xp.ascontiguousarray(dh), xp.ascontiguousarray(t_dh)
+
+
+class _NormTangent:
+    """The tangent of ``_NormGrad`` (``norm``): the recomputed gate
+    norms' inputs' tangents ``z_x' = x'·W_x + x·W_x'`` and ``z_h' = h_prev'·W_h +
+    h_prev·W_h'`` (one matmul pair each), ``layer_norm_grad_tangent_rows`` per step for the
+    recurrent part and after the loop for the x part, and the parameter gradients'
+    tangents (column sums of the terms' tangents; each β's is the bias's)."""
+
+    def __init__(self, rt, norm, t_x, t_h_prev, weights, t):
+        xp = rt.xp
+        self.rt, self.norm, self.d_norm = rt, norm, t.layer_norm
+        n_steps, n_batch, n_in = t_x.shape
+        width = weights.w.shape[1]
+        w, t_w, x, h_prev = weights.w, t.w, norm.x, norm.h_prev
+        self.z_x = (plan.flat(t_x) @ w[:n_in] + plan.flat(x) @ t_w[:n_in]).reshape(
+            n_steps, n_batch, width)
+        self.z_h = (plan.flat(t_h_prev) @ w[n_in:] + plan.flat(h_prev) @ t_w[n_in:]).reshape(
+            n_steps, n_batch, width)
+        self.dz_h, self.h_terms = (xp.empty((n_steps, n_batch, width), dtype=t_x.dtype)
+                                   for _ in range(2))
+        self.x_terms = None
+        self.cell_terms = xp.empty((n_steps, n_batch, width // 2), dtype=t_x.dtype)
+
+    def recurrent_grad(self, step, d_gates, t_d_gates):
+        """``dz_h'`` of ``step`` (kept for ``dW_h'``)."""
+        norm = self.norm
+        return _norm_grad_tangent_rows(self.rt, d_gates, t_d_gates, norm.z_h[step],
+                                       self.z_h[step], norm.norm.gamma_h, self.d_norm.gamma_h,
+                                       norm.epsilon, self.dz_h[step], self.h_terms[step])
+
+    def input_grad(self, d_gates, t_d_gates):
+        """``dz_x'`` of every step."""
+        norm = self.norm
+        self.x_terms = self.rt.xp.empty_like(t_d_gates)
+        return _norm_grad_tangent_rows(self.rt, d_gates, t_d_gates, norm.z_x, self.z_x,
+                                       norm.norm.gamma_x, self.d_norm.gamma_x, norm.epsilon,
+                                       self.rt.xp.empty_like(t_d_gates), self.x_terms)
+
+    def parameter_grads(self, t_db):
+        """The six parameter gradients' tangents, an ``LSTMNorm``."""
+        rt, hidden = self.rt, self.cell_terms.shape[2] // 2
+        cell = column_sum(rt, plan.flat(self.cell_terms))
+        return LSTMNorm(column_sum(rt, plan.flat(self.x_terms)), t_db.copy(),
+                        column_sum(rt, plan.flat(self.h_terms)), t_db.copy(),
+                        cell[:hidden].copy(), cell[hidden:].copy())
+
+
+def _norm_grad_tangent_rows(rt, dy, t_dy, z, t_z, gamma, t_gamma, epsilon, t_dz, t_terms):
+    """The tangent of the layer norm's backward over the last axis
+    (``layer_norm_grad_tangent_rows``, a thread per row) into ``t_dz`` and ``t_terms``
+    (C-contiguous); returns ``t_dz``."""
+    xp = rt.xp
+    cols = z.shape[-1]
+    rows = z.size // cols if cols else 0
+    Launcher(rt, "layer_norm_grad_tangent_rows", dy.dtype, rows)(
+        dy=xp.ascontiguousarray(dy), t_dy=xp.ascontiguousarray(t_dy),
+        z=xp.ascontiguousarray(z), t_z=xp.ascontiguousarray(t_z),
+        gamma=xp.ascontiguousarray(gamma), t_gamma=xp.ascontiguousarray(t_gamma),
+        epsilon=epsilon, rows=rows, cols=cols, t_dz=t_dz, t_dgamma_terms=t_terms)
+    return t_dz
