@@ -35,6 +35,7 @@ A call whose first argument (``x``) is a dask array comes here from
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import inspect
 import math
@@ -42,11 +43,9 @@ import sys
 
 import numpy as np
 
-from . import _core
-from ._core import arrays
+from ._core import arrays, trees, types
 from ._core.specs import MASKS, OPS, STACKS
 from ._core.types import record_settings
-from ._interop import _rebuilt
 
 _SUFFIXES = ("_grad_jvp", "_grad", "_jvp", "")
 _BATCH = "B"
@@ -109,14 +108,6 @@ def _resolve(name):
                     "functions (gc.lstm_sequence, ..., their _grad, _jvp, _grad_jvp) do")
 
 
-def _label(path):
-    """An argument's name as the messages spell it: ``seq.h``, ``weights[0].w``."""
-    text = str(path[0])
-    for part in path[1:]:
-        text += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return text
-
-
 def _labels(call, path):
     """The shape labels of the array at ``path`` (``()`` for a weight: no batch axis), in
     the call's layout, read from the op's specs."""
@@ -126,7 +117,7 @@ def _labels(call, path):
         head, rest = rest[0], rest[1:]
     width = ("T", _BATCH, "W")                          # a stack's joined outputs
     if head == spec.result_arg and rest:
-        labels = dict(zip(spec.result._fields, spec.result_labels()))[rest[0]]
+        labels = dict(zip(spec.result._fields, spec.result_labels(), strict=True))[rest[0]]
     elif head == "x":
         labels = spec.x_labels
     elif head in spec.states:
@@ -162,7 +153,7 @@ def _batch_axis(call, path, shape):
         return axis
     if shape[axis] == 1 and path[0] in (*MASKS, "dropout_masks"):
         return None                                         # a mask broadcast over rows
-    raise ValueError(f"{_label(path)} has {shape[axis]} rows on its batch axis {axis}, x has "
+    raise ValueError(f"{trees.label(path)} has {shape[axis]} rows on its batch axis {axis}, x has "
                      f"{call.batch}")
 
 
@@ -174,7 +165,7 @@ def _rechunk_hint(name, a, axis, chunk):
 def _checked_chunks(call, path, a, axis):
     """ValueError unless dask array ``a`` is one chunk off the batch axis ``axis`` and, on
     it, chunked like ``x``."""
-    name = _label(path)
+    name = trees.label(path)
     chunk = call.chunks[0] if call.chunks else 1
     for k, dim in enumerate(a.chunks):
         if k != axis and len(dim) > 1:
@@ -191,8 +182,8 @@ def _array_slot(call, path, value):
     blockwise argument, or the array itself (a NumPy weight, given whole)."""
     da = _da()
     if arrays.is_dask(value) and any(math.isnan(c) for dim in value.chunks for c in dim):
-        raise ValueError(f"{_label(path)} has unknown chunk sizes (NaN); call "
-                         f"{_label(path)}.compute_chunk_sizes() first")
+        raise ValueError(f"{trees.label(path)} has unknown chunk sizes (NaN); call "
+                         f"{trees.label(path)}.compute_chunk_sizes() first")
     axis = _batch_axis(call, path, value.shape)
     call.inputs[path] = _Out(tuple(value.shape), axis)
     if arrays.is_dask(value):
@@ -207,23 +198,28 @@ def _array_slot(call, path, value):
     return _Slot(len(call.pairs) - 1)
 
 
+def _records_blocks(value):
+    return isinstance(getattr(value, "settings", None), DaskRecord)
+
+
 def _template(call, value, path):
-    """The arguments with every array replaced as ``_array_slot`` says, a dask result's
-    record by its forward blocks, tuples and lists rebuilt."""
+    """The argument ``value`` at ``path`` with every array replaced as ``_array_slot``
+    says and a dask result (its record) by its forward blocks, its nodes rebuilt."""
+    if path[0] == "seq_len" and isinstance(value, (list, tuple)):
+        value = np.asarray(value)
+    return trees.map_with_path(functools.partial(_template_leaf, call), value, path,
+                               is_leaf=_records_blocks)
+
+
+def _template_leaf(call, value, path):
     record = getattr(value, "settings", None)
     if isinstance(record, DaskRecord):
         if record.batch_chunks != call.chunks:
-            raise ValueError(f"{_label(path)} was computed on batch chunks "
+            raise ValueError(f"{trees.label(path)} was computed on batch chunks "
                              f"{record.batch_chunks}, x has {call.chunks}: chunk the "
                              "gradient's arrays as the forward's")
         call.pairs.append((record.blocks, (_BLOCK,)))
         return _Slot(len(call.pairs) - 1)
-    if path[0] == "seq_len" and isinstance(value, (list, tuple)):
-        value = np.asarray(value)
-    if isinstance(value, (tuple, list)):
-        fields = getattr(value, "_fields", None)
-        return _rebuilt(value, [_template(call, item, path + (fields[k] if fields else k,))
-                                for k, item in enumerate(value)])
     if arrays.is_dask(value) or arrays.library_of(value) in arrays.NATIVE:
         return _array_slot(call, path, value)
     return value
@@ -232,16 +228,15 @@ def _template(call, value, path):
 def _filled(template, blocks):
     """``template`` with each ``_Slot`` replaced by its block (lists of one block, as
     blockwise passes an axis it does not concatenate, unwrapped)."""
-    if isinstance(template, _Slot):
-        block = blocks[template.index]
-        while isinstance(block, list):
-            block = block[0]
-        return block
-    if isinstance(template, dict):
-        return {k: _filled(v, blocks) for k, v in template.items()}
-    if isinstance(template, (tuple, list)):
-        return _rebuilt(template, [_filled(item, blocks) for item in template])
-    return template
+    return trees.map_leaves(lambda leaf: _block(leaf, blocks) if isinstance(leaf, _Slot)
+                            else leaf, template)
+
+
+def _block(slot, blocks):
+    block = blocks[slot.index]
+    while isinstance(block, list):
+        block = block[0]
+    return block
 
 
 def _run_block(*blocks, function, template):
@@ -252,8 +247,7 @@ def _run_block(*blocks, function, template):
 
 def _part(block, path, expand):
     """Field ``path`` of a block's result; with ``expand``, with a leading axis of one."""
-    for k in path:
-        block = block[k]
+    block = trees.at(block, path)
     return block[None] if expand else block
 
 
@@ -294,18 +288,12 @@ def _results(call, func, template, x, keywords):
                           dtype=object, meta=np.empty((0,), dtype=object),
                           concatenate=False, align_arrays=False,
                           function=(func.__module__, func.__name__), template=template)
-    out = _out_template(call, keywords)
-
-    def build(node, path):
-        if isinstance(node, _Out):
-            return _result_array(packed, path, node, x.dtype, xp)
-        if isinstance(node, (tuple, list)):
-            return _rebuilt(node, [build(item, path + (k,)) for k, item in enumerate(node)])
-        return node
-
-    result = build(out, ())
+    result = trees.map_with_path(
+        lambda node, path: (_result_array(packed, path, node, x.dtype, xp)
+                            if isinstance(node, _Out) else node),
+        _out_template(call, keywords))
     if call.suffix in ("", "_jvp"):
-        primal = result if call.suffix == "" else result[0]
+        primal = result if call.suffix == "" else result[0]   # a _jvp's (primal, tangent)
         blocks = packed if call.suffix == "" else da.blockwise(
             _part, (_BLOCK,), packed, (_BLOCK,), dtype=object,
             meta=np.empty((0,), dtype=object), path=(0,), expand=False)
@@ -318,7 +306,8 @@ def _result_array(packed, path, out, dtype, xp):
     or (no batch axis) summed over the blocks by a tree reduction."""
     da = _da()
     names = tuple(f"o{k}" for k in range(len(out.shape)))
-    new_axes = {n: size for k, (n, size) in enumerate(zip(names, out.shape)) if k != out.axis}
+    new_axes = {n: size for k, (n, size) in enumerate(zip(names, out.shape, strict=True))
+                if k != out.axis}
     meta = xp.empty((0,) * len(out.shape), dtype=dtype)
     if out.axis is not None:
         index = tuple(_BLOCK if k == out.axis else n for k, n in enumerate(names))
@@ -347,7 +336,7 @@ def _sizes(call):
     for name in ("x", *call.spec.states):
         labels = _labels(call, (name,))
         shape = call.inputs[(name,)].shape
-        sizes.update(zip(labels, shape))
+        sizes.update(zip(labels, shape, strict=True))
     return sizes
 
 
@@ -367,7 +356,7 @@ def _sequence_template(call):
 def _stack_type(call, grads):
     """The stack's result or gradient type (``LSTMStack``, ``LSTMStackGrads``, ...)."""
     kind = call.spec.grads if grads else call.spec.result
-    return getattr(_core.types, kind.__name__.replace("Sequence", "Stack"))
+    return getattr(types, kind.__name__.replace("Sequence", "Stack"))
 
 
 def _stack_template(call, keywords):
@@ -385,13 +374,7 @@ def _stack_template(call, keywords):
 def _grads_template(call):
     """A gradient's structure: each input's ``_Out`` (None for one not given)."""
     def outs(path, value):
-        if (path) in call.inputs:
-            return call.inputs[path]
-        if isinstance(value, (tuple, list)):
-            fields = getattr(value, "_fields", None)
-            return _rebuilt(value, [outs(path + (fields[k] if fields else k,), item)
-                                    for k, item in enumerate(value)])
-        return None
+        return trees.map_with_path(lambda _, leaf_path: call.inputs.get(leaf_path), value, path)
     if call.stack:
         weights = call.arguments.get("weights", ())
         return _stack_type(call, True)(

@@ -25,7 +25,11 @@ CuPy call they are NumPy or CuPy arrays (or Python integers), as the validation 
 ``gradcells.tf_compat``'s mirrors are wrapped too, so they take the same arrays.
 
 A call whose first argument is a dask array goes to ``gradcells._dask`` (chunked along the
-batch, each chunk on its chunk type's backend, lazy dask results), imported only then.
+batch, each chunk on its chunk type's backend, lazy dask results; it imports dask only from
+``sys.modules``).
+
+Nested arguments and results (a stack's weight sets, a result NamedTuple and the settings
+it records) are walked by ``gradcells._core.trees``.
 
 PyTorch and JAX are never imported here: an array is recognised by ``gradcells._core.arrays``
 (its type against the library's module in ``sys.modules``, where it must already be since
@@ -41,8 +45,8 @@ import sys
 
 import numpy as np
 
-from ._core import arrays
-from ._core.types import record_settings
+from . import _dask
+from ._core import arrays, trees
 
 # Argument types that never need converting: the fast path tests membership in this set.
 _NATIVE_TYPES = frozenset({np.ndarray, type(None), float, int, bool, str})
@@ -52,17 +56,14 @@ _library_of = arrays.library_of
 
 
 def _foreign_library(a) -> str | None:
-    """"torch" or "jax" when ``a`` is (or a tuple holding) such an array, else None."""
+    """"torch" or "jax" when ``a`` is (or a tree holding) such an array, else None."""
     if type(a) in _NATIVE_TYPES:
         return None
-    if isinstance(a, (tuple, list)):
-        for item in a:
-            library = _foreign_library(item)
-            if library is not None:
-                return library
-        return None
-    library = arrays.library_of(a)
-    return library if library in _FOREIGN else None
+    for leaf in trees.leaves(a):
+        library = arrays.library_of(leaf)
+        if library in _FOREIGN:
+            return library
+    return None
 
 
 def _any_foreign(values) -> bool:
@@ -80,16 +81,7 @@ def _any_foreign(values) -> bool:
     return False
 
 
-def _rebuilt(value, items):
-    """A tuple of ``value``'s type holding ``items``, with ``value``'s recorded settings."""
-    if not hasattr(value, "_fields"):
-        return type(value)(items)
-    rebuilt = type(value)(*items)
-    settings = getattr(value, "settings", None)
-    return rebuilt if settings is None else record_settings(rebuilt, settings)
-
-
-def _cupy():
+def cupy_module():
     try:
         import cupy
     except ImportError as error:
@@ -97,7 +89,7 @@ def _cupy():
     return cupy
 
 
-def _torch_to_backend(name, t):
+def torch_to_backend(name, t):
     """A NumPy (CPU) or CuPy (CUDA) view of torch tensor ``t``, detached."""
     t = t.detach().resolve_conj().resolve_neg()
     device = t.device.type
@@ -105,7 +97,7 @@ def _torch_to_backend(name, t):
         if device == "cpu":
             return np.from_dlpack(t)
         if device == "cuda":
-            return _cupy().from_dlpack(t)
+            return cupy_module().from_dlpack(t)
     except (BufferError, RuntimeError, TypeError) as error:
         raise TypeError(f"{name}: a {t.dtype} tensor cannot be viewed as an array "
                         f"({error}); pass float32 or float64") from error
@@ -123,7 +115,7 @@ def _jax_to_backend(name, a):
         if platforms == {"cpu"}:
             return np.from_dlpack(a)
         if platforms <= {"gpu", "cuda"}:
-            return _cupy().from_dlpack(a)
+            return cupy_module().from_dlpack(a)
     except (BufferError, RuntimeError, TypeError) as error:
         raise TypeError(f"{name}: a JAX array of dtype {a.dtype} cannot be viewed as an "
                         f"array ({error}); pass float32 or float64") from error
@@ -131,10 +123,10 @@ def _jax_to_backend(name, a):
                     "CPU (NumPy) and on CUDA GPUs (CuPy)")
 
 
-_TO_BACKEND = {"torch": _torch_to_backend, "jax": _jax_to_backend}
+_TO_BACKEND = {"torch": torch_to_backend, "jax": _jax_to_backend}
 
 
-def _from_backend(a, library):
+def from_backend(a, library):
     """Backend result ``a`` (NumPy or CuPy array) as an array of ``library``. A view with a
     negative stride (``_order``'s flip of a reversed sequence) is copied first: PyTorch's
     DLPack import aborts the process on one instead of raising."""
@@ -155,28 +147,16 @@ def _from_backend(a, library):
 
 
 def _convert_results(value, library):
-    if isinstance(value, (tuple, list)):
-        return _rebuilt(value, [_convert_results(item, library) for item in value])
-    if _library_of(value) in arrays.NATIVE:
-        return _from_backend(value, library)
-    return value
+    return trees.map_leaves(
+        lambda a: from_backend(a, library) if _library_of(a) in arrays.NATIVE else a, value)
 
 
 def _named_arrays(names, args, kwargs):
-    """(name, value) for every argument, tuple items named ``name[k]``/``name.field``."""
-    def expand(name, value):
-        if isinstance(value, (tuple, list)):
-            fields = getattr(value, "_fields", None)
-            for k, item in enumerate(value):
-                label = f"{name}.{fields[k]}" if fields else f"{name}[{k}]"
-                yield from expand(label, item)
-        else:
-            yield name, value
-
+    """(name, value) for every argument, tree leaves named ``name[k]``/``name.field``."""
     for k, value in enumerate(args):
-        yield from expand(names[k] if k < len(names) else f"args[{k}]", value)
+        yield from trees.named_leaves(value, (names[k] if k < len(names) else f"args[{k}]",))
     for name, value in kwargs.items():
-        yield from expand(name, value)
+        yield from trees.named_leaves(value, (name,))
 
 
 def _check_one_library(names, args, kwargs):
@@ -192,14 +172,14 @@ def _check_one_library(names, args, kwargs):
             raise TypeError(arrays.two_libraries(name_a, lib_a, name_b, lib_b))
 
 
-def _to_backend(value, name, library):
-    if isinstance(value, (tuple, list)):
-        fields = getattr(value, "_fields", None)
-        return _rebuilt(value, [
-            _to_backend(item, f"{name}.{fields[k]}" if fields else f"{name}[{k}]", library)
-            for k, item in enumerate(value)])
+def _leaf_to_backend(value, path, library):
     other = _foreign_library(value)
-    return value if other is None else _TO_BACKEND[other](name, value)
+    return value if other is None else _TO_BACKEND[other](trees.label(path), value)
+
+
+def _to_backend(value, name, library):
+    return trees.map_with_path(
+        lambda leaf, path: _leaf_to_backend(leaf, path, library), value, (name,))
 
 
 # The library of the arrays the caller passed, while a converted call runs (None otherwise),
@@ -222,9 +202,7 @@ def accepts_any_array(func):
         # tensor among NumPy arrays is then the validation's TypeError, naming it.
         first = args[0] if args else next(iter(kwargs.values()), None)
         if type(first) is not np.ndarray and arrays.is_dask(first):
-            from . import _dask  # dask arrays: gradcells._dask's blockwise
-
-            return _dask.call(func, args, kwargs)
+            return _dask.call(func, args, kwargs)  # dask arrays: gradcells._dask's blockwise
         if type(first) is np.ndarray or not (
                 _any_foreign(args) or (kwargs and _any_foreign(kwargs.values()))):
             return func(*args, **kwargs)

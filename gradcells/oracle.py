@@ -55,6 +55,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from . import _interop
+from ._core import trees
 from ._core.arrays import is_float, library_of
 from ._core.report import table
 
@@ -262,12 +263,9 @@ def _like(output, values):
 
 def _shaped_like(value, items):
     """``items`` in the container type of ``f``'s output ``value`` (a tuple, a NamedTuple or
-    a list), for the claimed vjp's cotangent."""
-    if isinstance(value, list):
-        return list(items)
-    if hasattr(value, "_fields"):
-        return type(value)(*items)
-    return tuple(items)
+    a list; a result's settings record not carried over), for the claimed vjp's
+    cotangent."""
+    return trees.rebuilt(value, items, settings=False)
 
 
 def _index(value) -> bool:

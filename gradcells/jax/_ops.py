@@ -24,6 +24,7 @@ import gradcells as gc
 
 from .. import _dispatch, stacks
 from .. import _validate as v
+from .._core import trees
 from .._core.specs import MASKS, NORM_ARRAYS, OPS, STACKS
 from .._core.types import LSTMNorm
 from ._primitives import Call, forward_p
@@ -142,9 +143,7 @@ def _weights_stand_in(weights, kind):
     given, for the validation to name)."""
     if not isinstance(weights, (list, tuple)):
         return weights
-    return [w if not isinstance(w, kind) else kind(*(
-        LSTMNorm(*map(_stand_in, f)) if isinstance(f, LSTMNorm) else _stand_in(f) for f in w))
-        for w in weights]
+    return [trees.map_leaves(_stand_in, w) if isinstance(w, kind) else w for w in weights]
 
 
 def _stack(name, sequence):

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import sequences, steps
+from .._core import trees
 from .._core.plan import masked
 from .._core.specs import ACTIVATIONS, LN_CARRIES, MASKS, PEEPHOLES
 from .._core.types import GRUWeights, LSTMNorm, LSTMWeights, RNNWeights
@@ -250,13 +251,9 @@ def on_library(case: Case, library: str) -> Case:
         return case
     import cupy
 
-    def move(v):
-        if isinstance(v, list):              # a stack's weight sets or dropout masks
-            return [move(a) for a in v]
-        if hasattr(v, "_fields"):            # a weight set or an LSTMNorm
-            return type(v)(*map(move, v))
-        return cupy.asarray(v) if isinstance(v, np.ndarray) else v
-    return {k: move(v) for k, v in case.items()}
+    # weight sets, an LSTMNorm, a stack's lists of weight sets or dropout masks: trees
+    return trees.map_leaves(lambda a: cupy.asarray(a) if isinstance(a, np.ndarray) else a,
+                            case)
 
 
 # --------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import sequences, stacks, steps
+from .._core import trees
 from .._core.specs import MASKS, NORM_ARRAYS, OPTIONAL_WEIGHTS
 from .._core.specs import OPS as SPECS
 from .._core.types import GRUStackGrads, LSTMNorm, LSTMStackGrads, RNNStackGrads
@@ -260,25 +261,18 @@ def rnn_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
 
 def _flat_weights(weights):
     """Every array of a list of weight sets with its name (``weights[k].w``,
-    ``weights[k].layer_norm.gamma_x``, ...), and where each goes back (``_rebuilt``)."""
-    names, arrays, slots = [], [], []
-    for k, w in enumerate(weights):
-        for name, value in w._asdict().items():
-            nested = value._asdict().items() if isinstance(value, LSTMNorm) else [(None, value)]
-            for field, a in nested:
-                if a is not None:
-                    names.append(f"weights[{k}].{name}" + ("" if field is None else f".{field}"))
-                    arrays.append(a)
-                    slots.append((k, name, field))
-    return names, arrays, slots
+    ``weights[k].layer_norm.gamma_x``, ...), and the arrays alone (absent weights, None,
+    left out; ``_rebuilt`` puts arrays back in their places)."""
+    named = [(name, a) for name, a in trees.named_leaves(weights, ("weights",))
+             if a is not None]
+    return [name for name, _ in named], [a for _, a in named]
 
 
-def _rebuilt(weights, slots, arrays):
-    """``weights`` with the arrays of ``slots`` (from ``_flat_weights``) replaced."""
-    fields = [w._asdict() for w in weights]
-    for (k, name, field), a in zip(slots, arrays):
-        fields[k][name] = a if field is None else fields[k][name]._replace(**{field: a})
-    return [type(w)(**f) for w, f in zip(weights, fields)]
+def _rebuilt(weights, arrays):
+    """``weights`` with its arrays (those ``_flat_weights`` lists) replaced by ``arrays``,
+    in order."""
+    given = iter(arrays)
+    return trees.map_leaves(lambda a: None if a is None else next(given), weights)
 
 
 _STACK_GRADS = {"lstm": LSTMStackGrads, "gru": GRUStackGrads, "rnn": RNNStackGrads}
@@ -294,12 +288,12 @@ def stack_vjp_pair(cell: str, case: dict[str, Any], *, backend: str | None = Non
     forward, gradient = getattr(stacks, f"{cell}_stack"), getattr(stacks, f"{cell}_stack_grad")
     states = ("cs0", "h0") if cell == "lstm" else ("h0",)
     keywords = {k: v for k, v in case.items() if k not in ("x", "weights", *states)}
-    weight_names, arrays, slots = _flat_weights(case["weights"])
+    weight_names, arrays = _flat_weights(case["weights"])
     finals = ("h_final", "cs_final") if cell == "lstm" else ("h_final",)
     extra = {"clip_grad": clip_grad} if cell == "lstm" else {}
 
     def run(args):
-        rebuilt = _rebuilt(case["weights"], slots, args[1 + len(states):])
+        rebuilt = _rebuilt(case["weights"], args[1 + len(states):])
         fixed = (args[0], *args[1:1 + len(states)], rebuilt)
         return fixed, forward(*fixed, **_masks_as(keywords, args[0]), backend=backend)
 
@@ -309,13 +303,13 @@ def stack_vjp_pair(cell: str, case: dict[str, Any], *, backend: str | None = Non
 
     def vjp(ct, *args):
         fixed, stack = run(args)
-        upstream = dict(zip(("d_h", *(f"d_{k}" for k in finals)), ct))
+        upstream = dict(zip(("d_h", *(f"d_{k}" for k in finals)), ct, strict=True))
         g = gradient(*fixed, stack, **upstream, **extra, backend=backend)
         return (g.x, *(getattr(g, k) for k in states), *_flat_weights(g.weights)[1])
 
     def jvp(tangents, *args):
         fixed = run(args)[0]
-        d_weights = _rebuilt(case["weights"], slots, tangents[1 + len(states):])
+        d_weights = _rebuilt(case["weights"], tangents[1 + len(states):])
         given = _STACK_GRADS[cell](tangents[0], *tangents[1:1 + len(states)], d_weights)
         _, d_stack = getattr(stacks, f"{cell}_stack_jvp")(
             *fixed, given, **_masks_as(keywords, args[0]), backend=backend)
@@ -324,10 +318,11 @@ def stack_vjp_pair(cell: str, case: dict[str, Any], *, backend: str | None = Non
     def grad_jvp(tangents, *a):
         n = len(a) - 1 - len(finals)
         fixed, stack = run(a[:n])
-        d_weights = _rebuilt(case["weights"], slots, tangents[1 + len(states):n])
+        d_weights = _rebuilt(case["weights"], tangents[1 + len(states):n])
         given = _STACK_GRADS[cell](tangents[0], *tangents[1:1 + len(states)], d_weights)
-        upstream = dict(zip(("d_h", *(f"d_{k}" for k in finals)), a[n:]))
-        upstream.update({f"{k}_tangent": t for k, t in zip(upstream, tangents[n:])})
+        upstream = dict(zip(("d_h", *(f"d_{k}" for k in finals)), a[n:], strict=True))
+        upstream.update({f"{k}_tangent": t
+                         for k, t in zip(upstream, tangents[n:], strict=True)})
         _, d_grads = getattr(stacks, f"{cell}_stack_grad_jvp")(*fixed, stack, given,
                                                                 **upstream, **extra,
                                                                 backend=backend)

@@ -44,59 +44,22 @@ import torch
 
 import gradcells as gc
 
+from .._core import trees, types
 from .._core.arrays import namespace_of
 from .._core.specs import MASKS, OPS, STACKS
-from .._interop import _cupy, _from_backend, _rebuilt, _torch_to_backend
+from .._interop import cupy_module, from_backend, torch_to_backend
 
 _TORCH = "torch"
 _CONSTANTS = (*MASKS, "seq_len")
 """The array keywords that are data, not primals: never differentiated."""
 
 
-# -- trees of arrays ------------------------------------------------------------------------
-
-
-def _flatten(tree, leaves: list):
-    """Append ``tree``'s leaves (arrays or None) to ``leaves``; return its structure."""
-    if isinstance(tree, (tuple, list)):
-        return type(tree), tuple(_flatten(item, leaves) for item in tree)
-    leaves.append(tree)
-    return None
-
-
-def _unflatten(structure, leaves):
-    """The tree of ``structure`` holding the next leaves of iterator ``leaves``."""
-    if structure is None:
-        return next(leaves)
-    kind, children = structure
-    items = [_unflatten(child, leaves) for child in children]
-    return kind(items) if kind in (list, tuple) else kind(*items)
-
-
-def _leaves_like(structure, tree) -> list:
-    """``tree``'s leaves in the order of ``structure``; a None subtree gives None leaves."""
-    if structure is None:
-        return [tree]
-    children = structure[1]
-    items = (None,) * len(children) if tree is None else tree
-    return [leaf for child, item in zip(children, items) for leaf in _leaves_like(child, item)]
-
-
-def _named(tree, prefix=""):
-    """(name, leaf) for each leaf of a tree: ``h``, ``layers[0].i``, ``weights[1].w``,
-    ``layer_norm.gamma_x``, ..."""
-    fields = getattr(tree, "_fields", None)
-    for k, value in enumerate(tree):
-        name = (f"{prefix}.{fields[k]}" if prefix else fields[k]) if fields else f"{prefix}[{k}]"
-        if isinstance(value, (tuple, list)):
-            yield from _named(value, name)
-        else:
-            yield name, value
+# -- trees of arrays (gradcells._core.trees) ----------------------------------------------
 
 
 def _named_arrays(result):
-    """(name, array) for each array of a result."""
-    return ((name, a) for name, a in _named(result) if hasattr(a, "shape"))
+    """(name, array) for each array of a result: ``h``, ``layers[0].i``, ..."""
+    return ((name, a) for name, a in trees.named_leaves(result) if hasattr(a, "shape"))
 
 
 def _arrays(result) -> list:
@@ -107,20 +70,16 @@ def _arrays(result) -> list:
 def _tangent_arrays(d_result, result) -> list:
     """The arrays of a result's tangent ``d_result``, aligned with ``_arrays(result)``; zeros
     where a field's tangent is None."""
-    if isinstance(result, tuple):
-        items = (None,) * len(result) if d_result is None else d_result
-        return [a for d, r in zip(items, result) for a in _tangent_arrays(d, r)]
-    if not hasattr(result, "shape"):
-        return []
-    return [namespace_of(result).zeros_like(result) if d_result is None else d_result]
+    return [namespace_of(r).zeros_like(r) if d is None else d
+            for r, d in zip(trees.leaves(result), trees.leaves_like(result, d_result),
+                            strict=True)
+            if hasattr(r, "shape")]
 
 
 def _like(template, leaves):
     """``template`` (a result) rebuilt with the next leaves of ``leaves`` as its arrays, its
     recorded settings kept."""
-    if isinstance(template, (tuple, list)):
-        return _rebuilt(template, [_like(item, leaves) for item in template])
-    return next(leaves) if hasattr(template, "shape") else template
+    return trees.map_leaves(lambda a: next(leaves) if hasattr(a, "shape") else a, template)
 
 
 # -- devices --------------------------------------------------------------------------------
@@ -131,7 +90,7 @@ def _on(device: torch.device):
     stream on CUDA, nothing on the CPU."""
     if device.type != "cuda":
         return contextlib.nullcontext()
-    cupy = _cupy()
+    cupy = cupy_module()
     stack = contextlib.ExitStack()
     stack.enter_context(cupy.cuda.Device(device.index))
     stack.enter_context(cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream))
@@ -145,18 +104,18 @@ def _view(t, name="array"):
         return t
     if t.device.type == "cpu" and t.is_floating_point():
         return t.detach().numpy()
-    return _torch_to_backend(name, t)
+    return torch_to_backend(name, t)
 
 
 def _tensor(a):
-    """Backend array ``a`` as a tensor sharing its memory (``_interop._from_backend`` copies
+    """Backend array ``a`` as a tensor sharing its memory (``_interop.from_backend`` copies
     one with a negative stride, a reversed sequence's time axis, which PyTorch has no
     tensor for)."""
     if a is None:
         return None
     if type(a) is np.ndarray and a.flags.writeable and min(a.strides, default=0) >= 0:
         return torch.from_numpy(a)
-    return _from_backend(a, _TORCH)
+    return from_backend(a, _TORCH)
 
 
 # -- one operation --------------------------------------------------------------------------
@@ -193,7 +152,7 @@ class _Op:
 
 def _primals(structure, leaves):
     """The primal tree of backend views of the tensor ``leaves``."""
-    return _unflatten(structure, iter([_view(t) for t in leaves]))
+    return trees.unflatten(structure, [_view(t) for t in leaves])
 
 
 class _Box:
@@ -235,7 +194,7 @@ class _Forward(torch.autograd.Function):
     def backward(ctx, *grads):
         result, op = ctx.result, ctx.op
         upstream = {}
-        for (name, _), grad in zip(_named_arrays(result), grads):
+        for (name, _), grad in zip(_named_arrays(result), grads, strict=True):
             if grad is None:
                 continue
             if f"d_{name}" not in op.upstream(result):
@@ -250,7 +209,8 @@ class _Forward(torch.autograd.Function):
                                    _Box(result=result, device=ctx.device, names=names),
                                    *leaves, *upstream.values())
         return (None, None, None, None,
-                *(d if need else None for d, need in zip(d_leaves, ctx.needs_input_grad[4:])))
+                *(d if need else None
+                  for d, need in zip(d_leaves, ctx.needs_input_grad[4:], strict=True)))
 
     @staticmethod
     def jvp(ctx, *tangents):
@@ -273,10 +233,10 @@ class _Backward(torch.autograd.Function):
         n = len(tensors) - len(names)
         with _on(device):
             primals = _primals(structure, tensors[:n])
-            upstream = {name: _view(u) for name, u in zip(names, tensors[n:])}
+            upstream = {name: _view(u) for name, u in zip(names, tensors[n:], strict=True)}
             grads = op.call("_grad", primals, _backend_only(config),
                             **{op.result_arg: result}, **upstream)
-            return tuple(_tensor(a) for a in _leaves_like(structure, grads))
+            return tuple(_tensor(a) for a in trees.leaves_like(structure, grads))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -304,14 +264,14 @@ class _Backward(torch.autograd.Function):
         n = len(tensors) - len(names)
         with _on(ctx.device):
             primals = _primals(ctx.structure, tensors[:n])
-            upstream = {name: _view(u) for name, u in zip(names, tensors[n:])}
+            upstream = {name: _view(u) for name, u in zip(names, tensors[n:], strict=True)}
             dv = _primals(ctx.structure, v)
             _, d_primals = op.call("_grad_jvp", primals, _backend_only(ctx.config),
                                    **{op.result_arg: ctx.result}, tangents=dv, **upstream)
             _, d_result = op.call("_jvp", primals, ctx.config, tangents=dv)
             d_upstream = [getattr(d_result, name.removeprefix("d_")) for name in names]
             return (None, None, None, None,
-                    *(_tensor(a) for a in _leaves_like(ctx.structure, d_primals)),
+                    *(_tensor(a) for a in trees.leaves_like(ctx.structure, d_primals)),
                     *(_tensor(a) for a in d_upstream))
 
     @staticmethod
@@ -321,13 +281,14 @@ class _Backward(torch.autograd.Function):
         n = len(ctx.tensors) - len(names)
         with _on(ctx.device):
             primals = _primals(ctx.structure, ctx.tensors[:n])
-            upstream = {name: _view(u) for name, u in zip(names, ctx.tensors[n:])}
-            d_upstream = {f"{name}_tangent": _view(t) for name, t in zip(names, tangents[n:])}
+            upstream = {name: _view(u) for name, u in zip(names, ctx.tensors[n:], strict=True)}
+            d_upstream = {f"{name}_tangent": _view(t)
+                          for name, t in zip(names, tangents[n:], strict=True)}
             _, d_grads = op.call("_grad_jvp", primals, _backend_only(ctx.config),
                                  **{op.result_arg: ctx.result},
                                  tangents=_primals(ctx.structure, tangents[:n]),
                                  **upstream, **d_upstream)
-            return tuple(_tensor(a) for a in _leaves_like(ctx.structure, d_grads))
+            return tuple(_tensor(a) for a in trees.leaves_like(ctx.structure, d_grads))
 
 
 class _NoThirdOrder(torch.autograd.Function):
@@ -384,11 +345,14 @@ def _check_primals(name, named) -> torch.device:
 
 
 def _constant(name, arg, value, device):
-    """A mask or ``seq_len`` as a backend array: tensors must not require grad and must be on
-    the primals' device; anything else goes to gc as it is."""
-    if isinstance(value, (list, tuple)):
-        return type(value)(_constant(name, f"{arg}[{k}]", item, device)
-                           for k, item in enumerate(value))
+    """A mask or ``seq_len`` (or a tree of them: the dropout masks) as backend arrays:
+    tensors must not require grad and must be on the primals' device; anything else goes
+    to gc as it is."""
+    return trees.map_with_path(
+        lambda leaf, path: _constant_leaf(name, trees.label(path), leaf, device), value, (arg,))
+
+
+def _constant_leaf(name, arg, value, device):
     if not isinstance(value, torch.Tensor):
         return value
     if value.requires_grad:
@@ -404,13 +368,13 @@ def _primal_tree(op: _Op, arguments: dict):
     """The call's primals as a tree of the op's gradient type (weight sets and ``LSTMNorm``
     rebuilt as their types)."""
     if op.stack:
-        cell = _STACK_CELLS[op.name]
+        kind, grads = _stack_types(op.name)
         weights = arguments.get("weights")
         if not isinstance(weights, (list, tuple)):
             raise TypeError(f"gradcells.torch.{op.name}: weights must be a list of "
-                            f"{cell.weights.__name__}, got {type(weights).__name__}")
-        layers = [_weight_set(op.name, cell.weights, k, ws) for k, ws in enumerate(weights)]
-        return cell.grads(*(arguments.get(s) for s in ("x", *op.spec.states)), layers)
+                            f"{kind.__name__}, got {type(weights).__name__}")
+        layers = [_weight_set(op.name, kind, k, ws) for k, ws in enumerate(weights)]
+        return grads(*(arguments.get(s) for s in ("x", *op.spec.states)), layers)
     fields = dict.fromkeys(op.spec.grads._fields)
     fields.update((k, v) for k, v in arguments.items() if k in fields)
     if fields.get("layer_norm") is not None:
@@ -445,9 +409,8 @@ def _function(name: str):
     def function(*args, **kwargs):
         arguments = signature.bind(*args, **kwargs).arguments
         tree = _primal_tree(op, arguments)
-        leaves = []
-        structure = _flatten(tree, leaves)
-        device = _check_primals(name, _named(tree))
+        leaves, structure = trees.flatten(tree)
+        device = _check_primals(name, trees.named_leaves(tree))
         with _on(device):
             config = {k: (_constant(name, k, v, device) if k in _CONSTANTS or
                           k == "dropout_masks" else v)
@@ -470,10 +433,7 @@ def _function(name: str):
     return function
 
 
-def _stack_cells():
-    from .. import stacks
-
-    return {f"{cell}_stack": getattr(stacks, f"_{cell.upper()}") for cell in ("lstm", "gru", "rnn")}
-
-
-_STACK_CELLS = _stack_cells()
+def _stack_types(name):
+    """A stack's weight set type and gradient type (``LSTMWeights``, ``LSTMStackGrads``)."""
+    spec = OPS[STACKS[name]]
+    return spec.weights, getattr(types, spec.grads.__name__.replace("Sequence", "Stack"))
