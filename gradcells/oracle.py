@@ -58,9 +58,12 @@ from . import _interop
 from ._core.arrays import is_float, library_of
 from ._core.report import table
 
+# (rtol, atol): a check passes where |analytic - numeric| <= atol + rtol·|numeric|.
+_Tolerances = tuple[float, float]
+
 # Default tolerances by the dtype of the claimed gradient: float64 gradients must match the
 # finite differences to their own accuracy; float32 ones to float32 round-off.
-DEFAULT_TOLERANCES = {
+DEFAULT_TOLERANCES: dict[np.dtype, _Tolerances] = {
     np.dtype(np.float64): (1e-7, 1e-9),
     np.dtype(np.float32): (1e-3, 1e-5),
     np.dtype(np.float16): (3e-2, 3e-2),
@@ -559,11 +562,11 @@ def check_jvp(f: Callable[..., Any], jvp: Callable[..., Any], args: Sequence[Any
         for k, m in enumerate(failing):
             numeric[k][m] = (4 * numeric[k][m] - wide[k][m]) / 3
             floor[k][m] = (4 * floor[k][m] + wide_floor[k][m]) / 3
-    checks = tuple(_compare(name, *(v.reshape(np.shape(o)) for v in (an, d, fl)),
-                            np.ones(np.shape(o), dtype=bool), r, a,
-                            claim_dtype=_claim_dtype(t))
-                   for name, o, t, an, d, fl, (r, a)
-                   in zip(names, outputs, claimed, analytic, numeric, floor, tolerances))
+    shapes = [np.shape(o) for o in outputs]
+    checks = tuple(_compare(name, an.reshape(s), d.reshape(s), fl.reshape(s),
+                            np.ones(s, dtype=bool), r, a, claim_dtype=_claim_dtype(t))
+                   for name, s, t, an, d, fl, (r, a)
+                   in zip(names, shapes, claimed, analytic, numeric, floor, tolerances))
     if repeat:
         checks = _repeated(checks, claimed, _claimed_tangents(jvp, value, directions, args),
                            range(len(checks)))
@@ -688,10 +691,12 @@ def _cotangents(value, cotangent, rng):
     return tuple(_to_numpy(c).astype(np.float64) for c in cts_native), cts_native
 
 
-def _analytic(grads, args, wrt, names, rtol, atol):
+def _analytic(grads, args, wrt, names, rtol, atol
+              ) -> tuple[dict[int, np.ndarray], dict[int, _Tolerances]]:
     """The claimed gradients of the checked arguments as NumPy arrays (None as zeros), and
     each one's ``(rtol, atol)``; ValueError naming a gradient of the wrong shape."""
-    analytic, tolerances = {}, {}
+    analytic: dict[int, np.ndarray] = {}
+    tolerances: dict[int, _Tolerances] = {}
     for k in wrt:
         shape = tuple(args[k].shape)
         g = np.zeros(shape) if grads[k] is None else _to_numpy(grads[k])
@@ -709,11 +714,12 @@ def _flat_outputs(f, args64):
     return np.concatenate(outs) if outs else np.zeros(0)
 
 
-def _tolerances(dtype, rtol, atol):
+def _tolerances(dtype: Any, rtol: float | None, atol: float | None) -> _Tolerances:
     """``(rtol, atol)`` for a gradient of ``dtype``: the caller's, or the dtype's defaults
     (None or a dtype without defaults gets float16's, the loosest)."""
-    default_rtol, default_atol = DEFAULT_TOLERANCES.get(
-        None if dtype is None else np.dtype(dtype), DEFAULT_TOLERANCES[np.dtype(np.float16)])
+    loosest = DEFAULT_TOLERANCES[np.dtype(np.float16)]
+    default_rtol, default_atol = (loosest if dtype is None
+                                  else DEFAULT_TOLERANCES.get(np.dtype(dtype), loosest))
     return (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
 
 

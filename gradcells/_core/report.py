@@ -42,7 +42,8 @@ class Progress:
         self.total, self.prefix, self.enabled = total, prefix, enabled
         self.stream = sys.stderr if stream is None else stream
         self.tty = enabled and bool(getattr(self.stream, "isatty", lambda: False)())
-        self.count, self.label, self.width = 0, None, 0
+        self.count, self.width = 0, 0
+        self.label: str | None = None
 
     def step(self, label: str) -> None:
         """Count one step of ``label``."""
