@@ -95,7 +95,7 @@ def _cluster(n_workers, inputs):
         persisted = client.persist([lazy[k] for k in arrays])
         with client.as_current():
             distributed_wait(persisted)
-    lazy.update(zip(arrays, persisted))
+    lazy.update(zip(arrays, persisted, strict=True))
     return cluster, client, lazy
 
 
@@ -134,7 +134,7 @@ def main(argv=None):
     stats, base = summarize(times), times["one process"]
     rows = [[name, duration(s.median), duration(s.minimum),
              ratio(stats["one process"].median, s.median),
-             f"{statistics.median(b / t for b, t in zip(base, times[name])):.2f}×"]
+             f"{statistics.median(b / t for b, t in zip(base, times[name], strict=True)):.2f}×"]
             for name, s in stats.items()]
     print(f"LSTM sequence forward + gradient, float32, (T, B, I, H) = {options.sizes}, "
           f"one BLAS thread per process, {os.cpu_count()} CPUs, median of {options.repeats}")

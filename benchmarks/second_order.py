@@ -72,7 +72,7 @@ def torch_hvp(size, a, target):
     x, y = torch.tensor(a["x"]), torch.tensor(target)
 
     def loss(*p):
-        out, _ = torch.func.functional_call(module, dict(zip(names, p)), (x,))
+        out, _ = torch.func.functional_call(module, dict(zip(names, p, strict=True)), (x,))
         return 0.5 * ((out - y) ** 2).sum()
 
     return lambda: torch.autograd.functional.hvp(loss, params, directions)

@@ -120,7 +120,7 @@ class Adam:
     def step(self, grads: list[np.ndarray]) -> None:
         (b1, b2), self.t = self.betas, self.t + 1
         scale = self.lr * math.sqrt(1 - b2 ** self.t) / (1 - b1 ** self.t)
-        for p, g, m, v in zip(self.params, grads, self.m, self.v):
+        for p, g, m, v in zip(self.params, grads, self.m, self.v, strict=True):
             m *= b1
             m += (1 - b1) * g
             v *= b2

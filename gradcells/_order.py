@@ -151,7 +151,7 @@ def grad_jvp(spec, op, x, states, weights, result, tangents, settings, upstream,
         return op(x, *states, weights, seq, tangents, settings, **upstream, **options)
     order = _RunOrder(x, settings)
     seq = spec.result(*(order.to_run(a) if labels[0] == "T" else a
-                        for a, labels in zip(seq, spec.result_labels())))
+                        for a, labels in zip(seq, spec.result_labels(), strict=True)))
     upstream = {name: order.to_run(g) if spec.upstream_labels(
         name.removesuffix("_tangent"))[0] == "T" else g for name, g in upstream.items()}
     pair = op(order.to_run(x), *states, weights, seq,
@@ -163,7 +163,7 @@ def grad_jvp(spec, op, x, states, weights, result, tangents, settings, upstream,
 def _result_from_run(spec, order, result):
     """A sequence result with every per-step field back from run order."""
     return type(result)(*(order.from_run(a) if labels[0] == "T" else a
-                          for a, labels in zip(result, spec.result_labels())))
+                          for a, labels in zip(result, spec.result_labels(), strict=True)))
 
 
 def grad(spec, op, x, states, weights, result, settings, upstream, *, package=None,
@@ -176,7 +176,7 @@ def grad(spec, op, x, states, weights, result, settings, upstream, *, package=No
         return op(x, *states, weights, seq, settings, **upstream, **options)
     order = _RunOrder(x, settings, runs_reverse(package, settings))
     seq = spec.result(*(order.to_run(a) if labels[0] == "T" else a
-                        for a, labels in zip(seq, spec.result_labels())))
+                        for a, labels in zip(seq, spec.result_labels(), strict=True)))
     upstream = {name: order.to_run(g) if spec.upstream_labels(name)[0] == "T" else g
                 for name, g in upstream.items()}
     grads = op(order.to_run(x), *states, weights, seq, order.settings(settings), **upstream,

@@ -53,8 +53,9 @@ def _ops(op) -> _Ops:
     else:
         raise TypeError(f"op must be a cell, sequence or stack op ({', '.join(OPS)}, "
                         f"{', '.join(STACKS)}), got {name!r}")
-    return _Ops(upstream, *(getattr(module, f"{name}{suffix}")
-                            for suffix in ("_jvp", "_grad", "_grad_jvp")), keywords)
+    return _Ops(upstream=upstream, jvp=getattr(module, f"{name}_jvp"),
+                grad=getattr(module, f"{name}_grad"),
+                grad_jvp=getattr(module, f"{name}_grad_jvp"), keywords=keywords)
 
 
 def _grad_keywords(ops, keywords, clip_grad):

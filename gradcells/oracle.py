@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 import numbers
 import sys
@@ -59,9 +60,12 @@ from ._core import trees
 from ._core.arrays import is_float, library_of
 from ._core.report import table
 
+# (rtol, atol): a check passes where |analytic - numeric| <= atol + rtol·|numeric|.
+_Tolerances = tuple[float, float]
+
 # Default tolerances by the dtype of the claimed gradient: float64 gradients must match the
 # finite differences to their own accuracy; float32 ones to float32 round-off.
-DEFAULT_TOLERANCES = {
+DEFAULT_TOLERANCES: dict[np.dtype, _Tolerances] = {
     np.dtype(np.float64): (1e-7, 1e-9),
     np.dtype(np.float32): (1e-3, 1e-5),
     np.dtype(np.float16): (3e-2, 3e-2),
@@ -360,7 +364,7 @@ def _repeated(checks, claims, again, indices):
     """``checks`` with each one's ``deterministic``: whether the claim at its index in
     ``claims`` was the same, bit for bit, when computed ``again``."""
     return tuple(dataclasses.replace(c, deterministic=_same(claims[k], again[k]))
-                 for c, k in zip(checks, indices))
+                 for c, k in zip(checks, indices, strict=True))
 
 
 @dataclass(frozen=True)
@@ -387,7 +391,7 @@ class TaylorReport:
         rows = [(f"{h:.3e}", f"{r1:.3e}", f"{r2:.3e}",
                  "-" if k == 0 or self.slopes[k - 1] is None else f"{self.slopes[k - 1]:.2f}")
                 for k, (h, r1, r2) in enumerate(zip(self.steps, self.first_order,
-                                                    self.remainders))]
+                                                    self.remainders, strict=True))]
         verdict = "pass" if self.passed else "FAIL"
         return "\n".join(table(("h", "|L(a+hu) - L(a)|", "|... - h<g, u>|", "slope"), rows) + [
             f"(slope {self.slope:.2f} at the smallest steps, 2 for a right gradient; noise "
@@ -447,7 +451,7 @@ def _taylor_report(hs, first, second, noise):
     """The slopes of ``second`` between successive halvings and the verdict."""
     usable = [r > 1e3 * noise for r in second]
     slopes = [float(np.log2(a / b)) if ok_a and ok_b else None
-              for a, b, ok_a, ok_b in zip(second, second[1:], usable, usable[1:])]
+              for (a, ok_a), (b, ok_b) in itertools.pairwise(zip(second, usable, strict=True))]
     measured = [v for v in slopes if v is not None][-3:]   # the smallest steps tell
     slope = float(np.median(measured)) if measured else float("nan")
     passed = (not any(usable)) or (len(measured) >= 2 and slope >= 1.8)
@@ -546,22 +550,24 @@ def check_jvp(f: Callable[..., Any], jvp: Callable[..., Any], args: Sequence[Any
     along = functools.partial(_outputs_along, f, args64, directions)
     numeric, floor = _directional(along, step, atol is None)
     analytic = [np.zeros(np.shape(o)).ravel() if t is None
-                else _to_numpy(t).astype(np.float64).ravel() for o, t in zip(outputs, claimed)]
+                else _to_numpy(t).astype(np.float64).ravel()
+                for o, t in zip(outputs, claimed, strict=True)]
     tolerances = [_tolerances(_tolerance_dtype(o if t is None else t), rtol, atol)
-                  for o, t in zip(outputs, claimed)]
+                  for o, t in zip(outputs, claimed, strict=True)]
     with np.errstate(all="ignore"):
         failing = [~(np.abs(an - d) <= a + r * np.abs(d) + fl)
-                   for an, d, fl, (r, a) in zip(analytic, numeric, floor, tolerances)]
+                   for an, d, fl, (r, a) in zip(analytic, numeric, floor, tolerances, strict=True)]
     if any(m.any() for m in failing):   # Richardson, from the differences with 2·step
         wide, wide_floor = _directional(along, 2 * step, atol is None)
         for k, m in enumerate(failing):
             numeric[k][m] = (4 * numeric[k][m] - wide[k][m]) / 3
             floor[k][m] = (4 * floor[k][m] + wide_floor[k][m]) / 3
-    checks = tuple(_compare(name, *(v.reshape(np.shape(o)) for v in (an, d, fl)),
-                            np.ones(np.shape(o), dtype=bool), r, a,
-                            claim_dtype=_claim_dtype(t))
-                   for name, o, t, an, d, fl, (r, a)
-                   in zip(names, outputs, claimed, analytic, numeric, floor, tolerances))
+    shapes = [np.shape(o) for o in outputs]
+    checks = tuple(_compare(name, an.reshape(s), d.reshape(s), fl.reshape(s),
+                            np.ones(s, dtype=bool), r, a, claim_dtype=_claim_dtype(t))
+                   for name, s, t, an, d, fl, (r, a)
+                   in zip(names, shapes, claimed, analytic, numeric, floor, tolerances,
+                          strict=True))
     if repeat:
         checks = _repeated(checks, claimed, _claimed_tangents(jvp, value, directions, args),
                            range(len(checks)))
@@ -580,7 +586,7 @@ def _tangents(args, tangents, wrt, rng):
         raise ValueError(f"tangents must give one entry per argument ({len(args)}), got "
                          f"{type(tangents).__name__}")
     out = []
-    for k, (a, t) in enumerate(zip(args, tangents)):
+    for k, (a, t) in enumerate(zip(args, tangents, strict=True)):
         if t is None:
             out.append(None)
             continue
@@ -598,13 +604,14 @@ def _tangents(args, tangents, wrt, rng):
 def _claimed_tangents(jvp, value, directions, args) -> tuple:
     """The claimed output tangents, one per output of ``f`` (None: zero): ``jvp`` called
     once with the tangents in each argument's library, device and dtype."""
-    native = tuple(None if v is None else _like(a, v) for a, v in zip(args, directions))
+    native = tuple(None if v is None else _like(a, v)
+                   for a, v in zip(args, directions, strict=True))
     claimed = jvp(native, *args)
     outputs = _as_outputs(value)
     claimed = (claimed,) if not isinstance(value, (tuple, list)) else tuple(claimed)
     if len(claimed) != len(outputs):
         raise ValueError(f"jvp returned {len(claimed)} tangents for {len(outputs)} outputs")
-    for k, (t, o) in enumerate(zip(claimed, outputs)):
+    for k, (t, o) in enumerate(zip(claimed, outputs, strict=True)):
         if t is not None and tuple(np.shape(t)) != tuple(np.shape(o)):
             raise ValueError(f"the tangent of output {k} has shape {tuple(np.shape(t))}, "
                              f"expected {tuple(np.shape(o))}")
@@ -634,7 +641,8 @@ def _step_along(args64, directions):
 
 def _outputs_along(f, args64, directions, step):
     """Every output of ``f`` at ``args64 + step·directions``, one float64 vector each."""
-    shifted = [a if v is None else a + step * _like(a, v) for a, v in zip(args64, directions)]
+    shifted = [a if v is None else a + step * _like(a, v)
+               for a, v in zip(args64, directions, strict=True)]
     return [_to_numpy(o).astype(np.float64).ravel() for o in _as_outputs(f(*shifted))]
 
 
@@ -644,9 +652,9 @@ def _directional(along, step, with_floor):
     plus, minus = along(step), along(-step)
     eps = np.finfo(np.float64).eps
     with np.errstate(invalid="ignore", over="ignore"):
-        numeric = [(p - m) / (2 * step) for p, m in zip(plus, minus)]
+        numeric = [(p - m) / (2 * step) for p, m in zip(plus, minus, strict=True)]
         floor = [eps * np.maximum(np.abs(p), np.abs(m)) / step if with_floor
-                 else np.zeros_like(p) for p, m in zip(plus, minus)]
+                 else np.zeros_like(p) for p, m in zip(plus, minus, strict=True)]
     return numeric, floor
 
 
@@ -679,17 +687,20 @@ def _cotangents(value, cotangent, rng):
         cts = tuple(rng.standard_normal(np.shape(o)) for o in outputs)
     else:
         cts = tuple(_to_numpy(c).astype(np.float64) for c in _as_outputs(cotangent))
-    if len(cts) != len(outputs) or any(c.shape != tuple(np.shape(o)) for c, o in zip(cts, outputs)):
+    if len(cts) != len(outputs) or any(c.shape != tuple(np.shape(o))
+                                       for c, o in zip(cts, outputs, strict=True)):
         raise ValueError("cotangent must match the shapes of f's outputs "
                          f"{[tuple(np.shape(o)) for o in outputs]}")
-    cts_native = tuple(_like(o, c) for o, c in zip(outputs, cts))
+    cts_native = tuple(_like(o, c) for o, c in zip(outputs, cts, strict=True))
     return tuple(_to_numpy(c).astype(np.float64) for c in cts_native), cts_native
 
 
-def _analytic(grads, args, wrt, names, rtol, atol):
+def _analytic(grads, args, wrt, names, rtol, atol
+              ) -> tuple[dict[int, np.ndarray], dict[int, _Tolerances]]:
     """The claimed gradients of the checked arguments as NumPy arrays (None as zeros), and
     each one's ``(rtol, atol)``; ValueError naming a gradient of the wrong shape."""
-    analytic, tolerances = {}, {}
+    analytic: dict[int, np.ndarray] = {}
+    tolerances: dict[int, _Tolerances] = {}
     for k in wrt:
         shape = tuple(args[k].shape)
         g = np.zeros(shape) if grads[k] is None else _to_numpy(grads[k])
@@ -707,11 +718,12 @@ def _flat_outputs(f, args64):
     return np.concatenate(outs) if outs else np.zeros(0)
 
 
-def _tolerances(dtype, rtol, atol):
+def _tolerances(dtype: Any, rtol: float | None, atol: float | None) -> _Tolerances:
     """``(rtol, atol)`` for a gradient of ``dtype``: the caller's, or the dtype's defaults
     (None or a dtype without defaults gets float16's, the loosest)."""
-    default_rtol, default_atol = DEFAULT_TOLERANCES.get(
-        None if dtype is None else np.dtype(dtype), DEFAULT_TOLERANCES[np.dtype(np.float16)])
+    loosest = DEFAULT_TOLERANCES[np.dtype(np.float16)]
+    default_rtol, default_atol = (loosest if dtype is None
+                                  else DEFAULT_TOLERANCES.get(np.dtype(dtype), loosest))
     return (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
 
 
@@ -735,7 +747,7 @@ def _numeric_gradient(outputs_at, cotangent, args64, k, rng, samples, with_floor
         flat_indices = np.sort(rng.choice(size, size=samples, replace=False))
     indices = [tuple(int(i) for i in np.unravel_index(flat, shape)) for flat in flat_indices]
     for index, (value, rounding) in zip(indices, _differences(
-            outputs_at, cotangent, args64, k, indices, 1.0, with_floor)):
+            outputs_at, cotangent, args64, k, indices, 1.0, with_floor), strict=True):
         numeric[index], floor[index] = value, rounding
         differenced[index] = True
     return numeric, floor, differenced
@@ -798,7 +810,7 @@ def _extrapolated(outputs_at, cotangent, args64, k, numeric, floor, indices, wit
     a long chain of steps) passes with it; a wrong one does not."""
     numeric, floor = numeric.copy(), floor.copy()
     for index, (wide, wide_floor) in zip(indices, _differences(
-            outputs_at, cotangent, args64, k, indices, 2.0, with_floor)):
+            outputs_at, cotangent, args64, k, indices, 2.0, with_floor), strict=True):
         numeric[index] = (4 * numeric[index] - wide) / 3
         floor[index] = (4 * floor[index] + wide_floor) / 3
     return numeric, floor
@@ -843,7 +855,7 @@ def _kinks(outputs_at, cotangent, args64, k, analytic, floor, indices, rtol, ato
     mask = np.zeros(analytic.shape, dtype=bool)
     wide, narrow = (_one_sided(outputs_at, cotangent, args64, k, indices, scale)
                     for scale in (1.0, 0.5))
-    for index, (p1, m1), (p2, m2) in zip(indices, wide, narrow):
+    for index, (p1, m1), (p2, m2) in zip(indices, wide, narrow, strict=True):
         bound = atol + rtol * max(abs(p2), abs(m2)) + 2 * floor[index]
         slack = bound + abs(p1 - p2) + abs(m1 - m2)
         gap1, gap2 = abs(p1 - m1), abs(p2 - m2)

@@ -96,7 +96,8 @@ def _forward(cell, x, states, weights, *, bidirectional, seq_len, batch_first, d
              backend, **attrs):
     """Every layer and direction in turn; returns the stack's result, recorded."""
     directions, widths, masks = v.stack_args(
-        cell.weights, x, dict(zip(cell.states, states)), weights, bidirectional=bidirectional,
+        cell.weights, x, dict(zip(cell.states, states,
+                                  strict=True)), weights, bidirectional=bidirectional,
         batch_first=batch_first, dropout_masks=dropout_masks)
     xp = namespace_of(x)
     layers = []
@@ -123,7 +124,8 @@ def _forward_jvp(cell, x, states, weights, tangents, *, bidirectional, seq_len, 
     """``_forward`` and its tangent: each layer's input and its tangent (the masks are
     constants) through the layer's sequence JVPs. Returns ``(result, result_tangent)``."""
     directions, widths, masks = v.stack_args(
-        cell.weights, x, dict(zip(cell.states, states)), weights, bidirectional=bidirectional,
+        cell.weights, x, dict(zip(cell.states, states,
+                                  strict=True)), weights, bidirectional=bidirectional,
         batch_first=batch_first, dropout_masks=dropout_masks)
     dx, d_states, d_weights = v.stack_tangents(cell.grads, tangents, x, states, weights)
     xp = namespace_of(x)

@@ -158,11 +158,11 @@ def _peepholes(use_peephole, wci, wcf, wco, like):
     of rank 1 (any length), here also of ``like``'s library and dtype when ``like`` (x) is
     an array; None is accepted too."""
     if not use_peephole:
-        for name, vector in zip(_PEEPHOLES, (wci, wcf, wco)):
+        for name, vector in zip(_PEEPHOLES, (wci, wcf, wco), strict=True):
             if vector is not None:
                 _check_unused_peephole(name, vector, like)
         return {}
-    given = dict(zip(_PEEPHOLES, (wci, wcf, wco)))
+    given = dict(zip(_PEEPHOLES, (wci, wcf, wco), strict=True))
     for name, vector in given.items():
         if vector is None:
             raise TypeError(f"{name} must be an array [H] when use_peephole=True, got None")

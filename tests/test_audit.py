@@ -394,7 +394,7 @@ def test_docs_audit_md_holds_every_check_with_an_expected_result():
     for title, rows in sections.items():
         checks = by_framework[framework(title)]
         assert [r[0] for r in rows] == [c.name for c in checks], title
-        for (name, _, result, _), check in zip(rows, checks):
+        for (name, _, result, _), check in zip(rows, checks, strict=True):
             allowed = {"agrees", "skipped"} | {FAULTS[e].label for e in check.entries}
             assert set(result.split(" (")[0].split(" + ")) <= allowed, (name, result)
     assert "UNEXPECTED" not in text

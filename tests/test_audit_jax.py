@@ -128,8 +128,8 @@ def test_the_weight_converters_are_each_others_transpose(cell):
     g = [rng.standard_normal(np.shape(w)) for w in weights]
     back = audit_jax.flax_gradients(api, kind, cls, list(p), g)
     assert [np.shape(b) for b in back] == [s for _, s in shapes]
-    left = sum(float(np.sum(w * v)) for w, v in zip(weights, g))
-    right = sum(float(np.sum(a * b)) for a, b in zip(p.values(), back))
+    left = sum(float(np.sum(w * v)) for w, v in zip(weights, g, strict=True))
+    right = sum(float(np.sum(a * b)) for a, b in zip(p.values(), back, strict=True))
     assert left == pytest.approx(right, rel=1e-12)
 
 

@@ -91,10 +91,10 @@ def test_the_transcription_equals_gradcells_without_clip_and_the_clip_acts(kind,
     rng = np.random.default_rng(3)
     case = audit_ort.Case(rng, kind, direction=direction, lengths="full", initial=True)
     truth = case.gradcells()
-    for got, want in zip(audit_ort.spec_outputs(case, None), truth):
+    for got, want in zip(audit_ort.spec_outputs(case, None), truth, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
     clipped = audit_ort.spec_outputs(case, 0.2)
-    assert max(np.abs(c - t).max() for c, t in zip(clipped, truth)) > 1e-3
+    assert max(np.abs(c - t).max() for c, t in zip(clipped, truth, strict=True)) > 1e-3
     verdict = audit_ort.clip_verdict(rng, kind)
     assert verdict.kind(40 if kind == "lstm" else None) == ("fault" if kind == "lstm" else
                                                              "agrees")

@@ -95,7 +95,7 @@ def test_lstm_block_cell(seed, batch, input_size, hidden, use_peephole, clip_mod
     public = gc.lstm_cell(case["x"], case["cs_prev"], case["h_prev"], case["w"], case["b"],
                           **({k: case[k] for k in PEEPHOLES} if use_peephole else {}),
                           forget_bias=forget_bias, cell_clip=tf_clip)
-    for k, theirs in zip(STEP_FIELDS, expected):
+    for k, theirs in zip(STEP_FIELDS, expected, strict=True):
         close(getattr(mirror, k), theirs, k)
         close(getattr(public, k), theirs, k)
 
@@ -114,12 +114,13 @@ def test_lstm_block_cell_grad(seed, batch, input_size, hidden, use_peephole, cli
                                              cell_clip=tf_clip, use_peephole=use_peephole))
     rng = np.random.default_rng(seed + 1)
     cs_grad, h_grad = (rng.standard_normal(forward[1].shape).astype(np.float32) for _ in "ch")
-    saved = dict(zip(STEP_FIELDS[:6], forward[:6]))
+    saved = dict(zip(STEP_FIELDS[:6], forward[:6], strict=True))
     expected = numpy(tf.raw_ops.LSTMBlockCellGrad(**args, **saved, cs_grad=cs_grad,
                                                   h_grad=h_grad, use_peephole=use_peephole))
     mirror = tc.lstm_block_cell_grad(**args, **saved, cs_grad=cs_grad, h_grad=h_grad,
                                      use_peephole=use_peephole)
-    for name, mine, theirs in zip(tc.LSTMBlockCellGradOutput._fields, mirror, expected):
+    for name, mine, theirs in zip(tc.LSTMBlockCellGradOutput._fields, mirror, expected,
+                                  strict=True):
         close(mine, theirs, name)
 
     public = gc.lstm_cell_grad(
@@ -135,7 +136,7 @@ def test_lstm_block_cell_grad(seed, batch, input_size, hidden, use_peephole, cli
     close(public.b, dicfo.sum(0), "b")
     close(public.cs_prev, expected[0], "cs_prev")
     if use_peephole:
-        for k, theirs in zip(PEEPHOLES, expected[2:]):
+        for k, theirs in zip(PEEPHOLES, expected[2:], strict=True):
             close(getattr(public, k), theirs, k)
 
 
@@ -150,7 +151,7 @@ def test_gru_block_cell_and_grad(seed, batch, input_size, hidden):
     expected = numpy(tf.raw_ops.GRUBlockCell(**args))
     mirror = tc.gru_block_cell(**args)
     public = gc.gru_cell(*args.values())
-    for k, theirs in zip(("r", "u", "c", "h"), expected):
+    for k, theirs in zip(("r", "u", "c", "h"), expected, strict=True):
         close(getattr(mirror, k), theirs, k)
         close(getattr(public, k), theirs, k)
 
@@ -159,7 +160,7 @@ def test_gru_block_cell_and_grad(seed, batch, input_size, hidden):
     expected_grad = numpy(tf.raw_ops.GRUBlockCellGrad(**args, r=r, u=u, c=c, d_h=d_h))
     mirror_grad = tc.gru_block_cell_grad(**args, r=r, u=u, c=c, d_h=d_h)
     for name, mine, theirs in zip(tc.GRUBlockCellGradOutput._fields, mirror_grad,
-                                  expected_grad):
+                                  expected_grad, strict=True):
         close(mine, theirs, name)
     # The seed's Python composition of the weight gradients (docs/spec.md §3) against the
     # public API.
@@ -208,7 +209,7 @@ def test_block_lstm_and_grad(seed, batch, input_size, hidden, use_peephole, clip
     expected = numpy(getattr(tf.raw_ops, tf_forward)(seq_len_max=np.int64(seq_len_max), **args,
                                                      **attrs))
     mirror = mirror_forward(seq_len_max, **args, **attrs)
-    for k, mine, theirs in zip(STEP_FIELDS, mirror, expected):
+    for k, mine, theirs in zip(STEP_FIELDS, mirror, expected, strict=True):
         close(mine[:seq_len_max], theirs[:seq_len_max], k)
         assert not mine[seq_len_max:].any(), k  # TF: zeros for cs, h; garbage for the rest
     for theirs in (expected[1], expected[6]):
@@ -218,15 +219,15 @@ def test_block_lstm_and_grad(seed, batch, input_size, hidden, use_peephole, clip
             case["x"], case["cs0"], case["h0"], case["w"], case["b"],
             **({k: case[k] for k in PEEPHOLES} if use_peephole else {}),
             forget_bias=forget_bias if version == 1 else 0.0, cell_clip=tf_clip)
-        for k, theirs in zip(STEP_FIELDS, expected):
+        for k, theirs in zip(STEP_FIELDS, expected, strict=True):
             close(getattr(public, k), theirs, k)
 
     rng = np.random.default_rng(seed + 1)
     cs_grad, h_grad = (rng.standard_normal(expected[0].shape).astype(np.float32) for _ in "ch")
-    saved = dict(zip(STEP_FIELDS, expected))
+    saved = dict(zip(STEP_FIELDS, expected, strict=True))
     grads = {"cs_grad": cs_grad, "h_grad": h_grad, "use_peephole": use_peephole}
     expected_grad = numpy(getattr(tf.raw_ops, tf_grad)(seq_len_max=np.int64(seq_len_max),
                                                        **args, **saved, **grads))
     mine = mirror_grad(seq_len_max, **args, **saved, **grads)
-    for name, g, theirs in zip(tc.BlockLSTMGradOutput._fields, mine, expected_grad):
+    for name, g, theirs in zip(tc.BlockLSTMGradOutput._fields, mine, expected_grad, strict=True):
         close(g, theirs, name)

@@ -53,7 +53,7 @@ def autograd(outputs, inputs, cotangents):
     grads = torch.autograd.grad(outputs, inputs, [torch.tensor(c) for c in cotangents],
                                 allow_unused=True)
     return [np.zeros(tuple(a.shape)) if g is None else g.numpy()
-            for a, g in zip(inputs, grads)]
+            for a, g in zip(inputs, grads, strict=True)]
 
 
 def close(actual, expected, what=""):
@@ -116,12 +116,12 @@ def test_lstm_cell(case, upstream, clip_grad, seed):
     peeps = {k: case[k] for k in PEEPHOLES}
     for backend in backends("lstm_cell"):
         state = gc.lstm_cell(*arrays[:5], **peeps, **attrs, backend=backend)
-        for k, theirs in zip(STEP_FIELDS, out):
+        for k, theirs in zip(STEP_FIELDS, out, strict=True):
             close(getattr(state, k), theirs.detach().numpy(), f"{backend} {k}")
         grads = gc.lstm_cell_grad(*arrays[:5], state, d_h=d_h, d_cs=d_cs, **peeps,
                                   cell_clip=case["cell_clip"], clip_grad=clip_grad,
                                   backend=backend)
-        for k, theirs in zip(names, expected):
+        for k, theirs in zip(names, expected, strict=True):
             close(getattr(grads, k), theirs, f"{backend} d{k}")
         if not peephole:
             assert grads.wci is None and grads.wcf is None and grads.wco is None
@@ -138,10 +138,10 @@ def test_gru_cell(case, seed):
     expected = autograd([out[3]], inputs, [d_h])
     for backend in backends("gru_cell"):
         state = gc.gru_cell(*arrays, reset_after=reset_after, backend=backend)
-        for k, theirs in zip(("r", "u", "c", "h"), out):
+        for k, theirs in zip(("r", "u", "c", "h"), out, strict=True):
             close(getattr(state, k), theirs.detach().numpy(), f"{backend} {k}")
         grads = gc.gru_cell_grad(*arrays, state, d_h=d_h, reset_after=reset_after, backend=backend)
-        for k, theirs in zip(GRU_ARGS, expected):
+        for k, theirs in zip(GRU_ARGS, expected, strict=True):
             close(getattr(grads, k), theirs, f"{backend} d{k}")
 
 
@@ -170,7 +170,7 @@ def test_lstm_sequence(case, clip_grad, seed):
     outputs = {k: [] for k in STEP_FIELDS}
     for t in range(steps):
         state = torch_lstm_cell(x[t], cs, h, w, b, *peeps, **attrs, clip_grad=clip_grad)
-        for k, value in zip(STEP_FIELDS, state):
+        for k, value in zip(STEP_FIELDS, state, strict=True):
             outputs[k].append(torch.where(running[t], value, torch.zeros_like(value)))
         cs = torch.where(running[t], state[1], cs)
         h = torch.where(running[t], state[6], h)
@@ -196,7 +196,7 @@ def test_lstm_sequence(case, clip_grad, seed):
         grads = gc.lstm_sequence_grad(*arrays[:5], seq, **d, **peep_kw,
                                       cell_clip=case["cell_clip"], clip_grad=clip_grad,
                                       seq_len=case["seq_len"], backend=backend)
-        for k, theirs in zip(names, expected):
+        for k, theirs in zip(names, expected, strict=True):
             close(getattr(grads, k), theirs, f"{backend} d{k}")
 
 
@@ -215,7 +215,7 @@ def test_gru_sequence(case, seed):
     outputs = {k: [] for k in ("r", "u", "c", "h")}
     for t in range(steps):
         state = torch_gru_cell(x[t], h, *weights, reset_after=reset_after)
-        for k, value in zip(outputs, state):
+        for k, value in zip(outputs, state, strict=True):
             outputs[k].append(torch.where(running[t], value, torch.zeros_like(value)))
         h = torch.where(running[t], state[3], h)
     stacked = {k: torch.stack(v) for k, v in outputs.items()}
@@ -233,5 +233,5 @@ def test_gru_sequence(case, seed):
         grads = gc.gru_sequence_grad(*arrays, seq, d_h=d_h, d_h_final=d_h_final,
                                      reset_after=reset_after, seq_len=case["seq_len"],
                                      backend=backend)
-        for k, theirs in zip(names, expected):
+        for k, theirs in zip(names, expected, strict=True):
             close(getattr(grads, k), theirs, f"{backend} d{k}")

@@ -54,7 +54,7 @@ def test_every_converter_states_its_conventions(convert, arrays, framework, opti
     assert isinstance(conv, tuple) and all(isinstance(a, np.ndarray) for a in conv)
     states = [np.full((1, 2), k, float) for k in range(len(order))]
     mapped = conv.gradcells_states(*states)
-    named = dict(zip(order, states))
+    named = dict(zip(order, states, strict=True))
     assert mapped[-1] is named["h"] and (len(order) == 1 or mapped[0] is named["c"])
     with pytest.raises(TypeError, match=f"{framework} passes {len(order)} states"):
         conv.gradcells_states(*states, states[0])

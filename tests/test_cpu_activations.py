@@ -128,7 +128,7 @@ def test_tanh_float64_against_mpmath():
     rel = np.abs(_tanh(z) - np.tanh(z)) / np.maximum(np.abs(np.tanh(z)), 1e-300)
     worst = z[np.argsort(rel)[-200:]]                 # where we differ most from NumPy
     mpmath.mp.prec = 120
-    for value, got in zip(worst, _tanh(worst)):
+    for value, got in zip(worst, _tanh(worst), strict=True):
         exact = mpmath.tanh(mpmath.mpf(float(value)))
         assert abs((mpmath.mpf(float(got)) - exact) / exact) <= act.TANH64_MAX_REL, value
 

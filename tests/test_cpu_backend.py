@@ -122,8 +122,8 @@ def assert_float32_agrees(actual, reference32, exact, name, amplification=1.0):
 
 def pairs(*results):
     """(field name, arrays...) for every non-None field of matching NamedTuples."""
-    for fields in zip(*results):
-        for name, *arrays in zip(fields[0]._fields, *fields):
+    for fields in zip(*results, strict=True):
+        for name, *arrays in zip(fields[0]._fields, *fields, strict=True):
             if arrays[0] is not None:
                 yield name, arrays
 
@@ -316,7 +316,7 @@ def test_numpy_arrays_default_to_the_cpu_backend():
     args = [case[k] for k in LSTM_ARGS]
     by_default = gc.lstm_cell(*args)
     on_cpu = backend_calls.forward(cpu_backend, "lstm_cell", case)
-    for a, b in zip(by_default, on_cpu):
+    for a, b in zip(by_default, on_cpu, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -476,8 +476,8 @@ def test_eight_threads_at_once_give_identical_results():
     assert not errors, errors
     for per_thread in results:
         for outcome in per_thread:
-            for want, got in zip(expected, outcome):
-                for a, b in zip(want, got):
+            for want, got in zip(expected, outcome, strict=True):
+                for a, b in zip(want, got, strict=True):
                     if a is not None:
                         np.testing.assert_array_equal(b, a)
 
@@ -498,7 +498,7 @@ def test_forward_kernel_takes_a_per_row_addend():
                                           case["cell_clip"], *out)
         return out
 
-    for a, b in zip(forward(case["b"]), forward(per_row)):
+    for a, b in zip(forward(case["b"]), forward(per_row), strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -518,7 +518,7 @@ def test_backward_kernel_accumulates_the_reductions():
     grads = gc.lstm_cell_grad(*[case[k] for k in LSTM_ARGS], state, d_h=d_h,
                               **{k: case[k] for k in PEEPHOLES}, backend="reference")
     for total, before, expected in zip(sums, start, (grads.b, grads.wci, grads.wcf,
-                                                     grads.wco)):
+                                                     grads.wco), strict=True):
         np.testing.assert_allclose(total - before, expected, rtol=1e-12, atol=1e-13)
 
 

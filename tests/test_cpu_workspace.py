@@ -96,7 +96,7 @@ def test_results_never_live_in_the_scratch_buffer(cell):
     kept = [a.copy() for a in first]
     run(5, 4, seed=2)
     run(12, 7, seed=3)
-    for a, b in zip(first, kept):
+    for a, b in zip(first, kept, strict=True):
         np.testing.assert_array_equal(a, b)
     assert not any(np.shares_memory(a, b) for k, a in enumerate(first) for b in first[k + 1:])
 
@@ -133,7 +133,7 @@ def test_eight_threads_running_sequences_at_once_give_the_serial_results():
     for t in threads:
         t.join()
     assert not errors, errors
-    for want, got_runs in zip(expected, results):
+    for want, got_runs in zip(expected, results, strict=True):
         for got in got_runs:
-            for a, b in zip(want, got):
+            for a, b in zip(want, got, strict=True):
                 np.testing.assert_array_equal(b, a)

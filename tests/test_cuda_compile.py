@@ -157,7 +157,7 @@ def test_arguments_come_out_in_cu_order_with_exact_types():
                            (np.float16, np.float32)):
         args = _kernels.arguments(kernel, (dtype,), **_forward_values(dtype=dtype))
         assert len(args) == len(kernel.params)
-        by_name = dict(zip(kernel.param_names, args))
+        by_name = dict(zip(kernel.param_names, args, strict=True))
         assert type(by_name["forget_bias"]) is compute and by_name["forget_bias"] == 1.0
         assert type(by_name["use_peephole"]) is np.int32 and by_name["use_peephole"] == 1
         assert type(by_name["use_seq_len"]) is np.int32
@@ -171,7 +171,8 @@ def test_a_launch_may_leave_the_zoneout_arguments_out():
         assert kernel.optional <= set(kernel.param_names), kernel.name
     kernel = _kernels.KERNELS["lstm_forward"]
     values = {k: v for k, v in _forward_values().items() if k not in kernel.optional}
-    by_name = dict(zip(kernel.param_names, _kernels.arguments(kernel, (np.float32,), **values)))
+    by_name = dict(zip(kernel.param_names, _kernels.arguments(kernel, (np.float32,), **values),
+                       strict=True))
     assert by_name["use_zoneout_cs"] == 0 and by_name["use_zoneout_h"] == 0
     assert by_name["zoneout_h"] is values["gx"] and by_name["h_prev"] is values["gx"]
     del values["gx"]

@@ -118,7 +118,7 @@ def assert_close(actual, expected, dtype, what=""):
     """Each field within 16 eps(dtype) of the float64 reference, relative to its size."""
     tolerance = 16 * np.finfo(dtype).eps
     for field, a, e in zip(getattr(expected, "_fields", range(len(expected))), actual,
-                           expected):
+                           expected, strict=True):
         if e is None:
             assert a is None, f"{what}{field}: expected None"
             continue
@@ -137,7 +137,7 @@ def assert_close(actual, expected, dtype, what=""):
 
 def upstream(rng, dtype, shapes, wanted):
     return {name: rng.standard_normal(shape).astype(dtype) if on else None
-            for (name, shape), on in zip(shapes.items(), wanted)}
+            for (name, shape), on in zip(shapes.items(), wanted, strict=True)}
 
 
 def as64(arrays, dtype=np.float64):
@@ -450,14 +450,14 @@ def _lstm_cell_pair(backend, case):
     names = LSTM_ARRAYS + (PEEPHOLES if peephole else ())
 
     def forward_on(*arrays):
-        return forward(backend, "lstm_cell", case, **dict(zip(names, arrays)))
+        return forward(backend, "lstm_cell", case, **dict(zip(names, arrays, strict=True)))
 
     def f(*arrays):
         state = forward_on(*arrays)
         return state.cs, state.h
 
     def vjp(ct, *arrays):
-        grads = grad(backend, "lstm_cell", {**case, **dict(zip(names, arrays))},
+        grads = grad(backend, "lstm_cell", {**case, **dict(zip(names, arrays, strict=True))},
                      forward_on(*arrays), d_cs=ct[0], d_h=ct[1])
         return tuple(grads)[: len(arrays)]
 
@@ -469,14 +469,14 @@ def _lstm_sequence_pair(backend, case):
     names = ("x", "cs0", "h0", "w", "b") + (PEEPHOLES if peephole else ())
 
     def forward_on(*arrays):
-        return forward(backend, "lstm_sequence", case, **dict(zip(names, arrays)))
+        return forward(backend, "lstm_sequence", case, **dict(zip(names, arrays, strict=True)))
 
     def f(*arrays):
         seq = forward_on(*arrays)
         return seq.h, seq.cs, seq.h_final, seq.cs_final
 
     def vjp(ct, *arrays):
-        grads = grad(backend, "lstm_sequence", {**case, **dict(zip(names, arrays))},
+        grads = grad(backend, "lstm_sequence", {**case, **dict(zip(names, arrays, strict=True))},
                      forward_on(*arrays), d_h=ct[0], d_cs=ct[1], d_h_final=ct[2],
                      d_cs_final=ct[3])
         return tuple(grads)[: len(arrays)]
@@ -489,7 +489,7 @@ def _gru_pair(backend, case, sequence):
     op = "gru_sequence" if sequence else "gru_cell"
 
     def forward_on(*arrays):
-        return forward(backend, op, case, **dict(zip(names, arrays)))
+        return forward(backend, op, case, **dict(zip(names, arrays, strict=True)))
 
     if sequence:
         def f(*arrays):
@@ -497,14 +497,14 @@ def _gru_pair(backend, case, sequence):
             return seq.h, seq.h_final
 
         def vjp(ct, *arrays):
-            return tuple(grad(backend, op, {**case, **dict(zip(names, arrays))},
+            return tuple(grad(backend, op, {**case, **dict(zip(names, arrays, strict=True))},
                               forward_on(*arrays), d_h=ct[0], d_h_final=ct[1]))
     else:
         def f(*arrays):
             return forward_on(*arrays).h
 
         def vjp(ct, *arrays):
-            return tuple(grad(backend, op, {**case, **dict(zip(names, arrays))},
+            return tuple(grad(backend, op, {**case, **dict(zip(names, arrays, strict=True))},
                               forward_on(*arrays), d_h=ct))
 
     return f, vjp, tuple(case[n] for n in names), names
@@ -515,7 +515,7 @@ def _rnn_pair(backend, case, sequence):
     op = "rnn_sequence" if sequence else "rnn_cell"
 
     def forward_on(*arrays):
-        return forward(backend, op, case, **dict(zip(names, arrays)))
+        return forward(backend, op, case, **dict(zip(names, arrays, strict=True)))
 
     def f(*arrays):
         result = forward_on(*arrays)
@@ -523,7 +523,7 @@ def _rnn_pair(backend, case, sequence):
 
     def vjp(ct, *arrays):
         upstream = {"d_h": ct[0], "d_h_final": ct[1]} if sequence else {"d_h": ct}
-        return tuple(grad(backend, op, {**case, **dict(zip(names, arrays))},
+        return tuple(grad(backend, op, {**case, **dict(zip(names, arrays, strict=True))},
                           forward_on(*arrays), **upstream))
 
     return f, vjp, tuple(case[n] for n in names), names
@@ -624,7 +624,7 @@ def test_results_do_not_depend_on_launch_shape_or_thread_order(dtype):
         assert _launch.runtime().launches["column_sum"] > 0
     with emulated_gpu(TINY, reverse=True) as backend:
         reverse = _run_everything(backend, dtype)
-    for a, b, c in zip(default, tiny, reverse):
+    for a, b, c in zip(default, tiny, reverse, strict=True):
         if a is None:
             continue
         assert not np.isnan(a).any()
@@ -741,15 +741,16 @@ def _rnn_layouts(backend, case):
             saved = [a.copy() for a in base]
             grads = grad(backend, "rnn_sequence", {**case, **changes}, base, d_h=d_h,
                          d_h_final=base.h_final)
-            for a, b in zip(base, saved):
+            for a, b in zip(base, saved, strict=True):
                 np.testing.assert_array_equal(a, b)
             pairs += zip((*base, *grads), (*other, *grad(
                 backend, "rnn_sequence", {**variant, **changes}, other, d_h=d_h,
-                d_h_final=other.h_final)))
+                d_h_final=other.h_final)), strict=True)
     state = forward(backend, "rnn_cell", cell)
     state_s = forward(backend, "rnn_cell", cell_strided)
     pairs += zip((*state, *grad(backend, "rnn_cell", cell, state, d_h=state.h)),
-                 (*state_s, *grad(backend, "rnn_cell", cell_strided, state_s, d_h=state_s.h)))
+                 (*state_s, *grad(backend, "rnn_cell", cell_strided, state_s,
+                                  d_h=state_s.h)), strict=True)
     return pairs
 
 
@@ -792,9 +793,9 @@ def test_inputs_are_never_modified_and_layout_does_not_matter():
         np.testing.assert_array_equal(rnn[k], v, err_msg=k)
     for a, b in rnn_layouts:
         np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-14)
-    for a, b in zip(seq, seq_snapshot):
+    for a, b in zip(seq, seq_snapshot, strict=True):
         np.testing.assert_array_equal(a, b)
-    for a, b in zip((*seq, *gseq, *full, *cell), (*seq_f, *gseq_s, *full_f, *cell_f)):
+    for a, b in zip((*seq, *gseq, *full, *cell), (*seq_f, *gseq_s, *full_f, *cell_f), strict=True):
         # BLAS may order the sums differently for another layout
         np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-14)
     assert isinstance(seq, LSTMSequence) and all(g is not None for g in grads[:-2])
@@ -831,7 +832,7 @@ def test_padding_past_the_lengths_is_never_read(cell):
             seq = forward(backend, op, padded)
             grads = grad(backend, op, padded, seq, d_h=d_h)
             results.append((*seq, *grads))
-    for want, got in zip(*results):
+    for want, got in zip(*results, strict=True):
         if want is not None:
             np.testing.assert_array_equal(got, want)
 
@@ -847,7 +848,7 @@ def _check_empty_rnn(backend, rng, steps, batch, n_in):
         assert grads.x.shape == (steps, batch, n_in) and grads.h0.shape == (batch, 3)
         assert grads.w.shape == (n_in + 3, 3) and grads.b.shape == (3,)
         expected = grad(reference, "rnn_sequence", case, seq, d_h_final=d_h_final)
-        for a, e in zip(grads, expected):
+        for a, e in zip(grads, expected, strict=True):
             np.testing.assert_allclose(a, e, rtol=1e-14, atol=1e-15)
         if steps == 0:
             np.testing.assert_array_equal(grads.h0, d_h_final)
@@ -931,7 +932,7 @@ def test_the_64_bit_index_path_gives_the_same_results(dtype):
         wide = _run_everything(gpu, dtype) + _run_ln(gpu, dtype)
     finally:
         _launch.use_runtime(saved)
-    for a, b in zip(narrow, wide):
+    for a, b in zip(narrow, wide, strict=True):
         if a is not None:
             np.testing.assert_array_equal(a, b)
 
@@ -1140,15 +1141,16 @@ def _projection_pair(backend, op, case, names):
     ups = ("d_h", "d_cs") if op == "lstm_cell" else ("d_h", "d_cs", "d_h_final", "d_cs_final")
 
     def forward_on(*arrays):
-        return forward(backend, op, case, **dict(zip(names, arrays)))
+        return forward(backend, op, case, **dict(zip(names, arrays, strict=True)))
 
     def f(*arrays):
         result = forward_on(*arrays)
         return tuple(getattr(result, k) for k in fields)
 
     def vjp(ct, *arrays):
-        grads = grad(backend, op, {**case, **dict(zip(names, arrays))}, forward_on(*arrays),
-                     **dict(zip(ups, ct)))
+        grads = grad(backend, op, {**case, **dict(zip(names, arrays, strict=True))},
+                     forward_on(*arrays),
+                     **dict(zip(ups, ct, strict=True)))
         return tuple(grads)[:len(names) - 1] + (grads.w_proj,)
 
     return f, vjp
@@ -1169,7 +1171,7 @@ def test_lstm_projection_does_not_depend_on_launch_shape(dtype):
     for policy, reverse in ((_kernels.DEFAULT_POLICY, False), (TINY, False), (TINY, True)):
         with emulated_gpu(policy, reverse) as backend:
             runs.append(_projection_run(backend, case, d_h))
-    for a, b, c in zip(*runs):
+    for a, b, c in zip(*runs, strict=True):
         if a is None:
             continue
         np.testing.assert_array_equal(b, c)  # same launch shape, opposite thread order
@@ -1198,7 +1200,7 @@ def test_lstm_projection_never_reads_padding_nor_modifies_inputs():
             runs.append(_projection_run(backend, padded, d_h))
             for k, v in before.items():
                 np.testing.assert_array_equal(padded[k], v, err_msg=k)
-    for want, got in zip(*runs):
+    for want, got in zip(*runs, strict=True):
         np.testing.assert_array_equal(got, want)
     assert np.all(runs[0][6][past] == 0.0)  # h past the lengths
     np.testing.assert_array_equal(runs[0][8][1], case["h0"][1])  # h_final of a row of length 0
@@ -1219,7 +1221,7 @@ def test_lstm_projection_empty_sizes():
             assert grads.w_proj.shape == (5, 3)
             expected = grad(reference, "lstm_sequence", case, seq,
                             d_h_final=np.ones((batch, 3)))
-            for got, want in zip(grads, expected):
+            for got, want in zip(grads, expected, strict=True):
                 if want is not None:
                     np.testing.assert_allclose(got, want, atol=1e-12)
 
@@ -1251,7 +1253,7 @@ _EXACT = np.longdouble
 
 def _flat_fields(result, prefix=""):
     """``(name, array or None)`` of a result, a layer norm's fields one by one."""
-    for field, value in zip(result._fields, result):
+    for field, value in zip(result._fields, result, strict=True):
         if isinstance(value, LSTMNorm):
             yield from _flat_fields(value, f"{prefix}{field}.")
         else:
@@ -1299,7 +1301,7 @@ def _assert_close_ln(actual, run_reference, dtype, what="", amplification=1.0):
     runs.append(run_reference(lambda a: a.astype(dtype)))   # the reference in the dtype
     tolerance = 16 * amplification * np.finfo(dtype).eps
     for (field, a), (_, e), *others in zip(_flat_fields(actual), _flat_fields(exact),
-                                           *(_flat_fields(r) for r in runs)):
+                                           *(_flat_fields(r) for r in runs), strict=True):
         if e is None:
             assert a is None, f"{what}{field}: expected None"
             continue
@@ -1385,7 +1387,8 @@ def _ln_pair(backend, op, case):
     fields = ("h", "cs") if op == "lstm_cell" else ("h", "cs", "h_final", "cs_final")
 
     def with_arrays(arrays):
-        return {**case, **dict(zip(names, arrays)), "layer_norm": LSTMNorm(*arrays[n_plain:])}
+        return {**case, **dict(zip(names, arrays[:n_plain], strict=True)),
+                "layer_norm": LSTMNorm(*arrays[n_plain:])}
 
     def f(*arrays):
         result = forward(backend, op, with_arrays(arrays))
@@ -1393,7 +1396,7 @@ def _ln_pair(backend, op, case):
 
     def vjp(ct, *arrays):
         grads = grad(backend, op, with_arrays(arrays), forward(backend, op, with_arrays(arrays)),
-                     **{f"d_{k}": c for k, c in zip(fields, ct)})
+                     **{f"d_{k}": c for k, c in zip(fields, ct, strict=True)})
         return (*(getattr(grads, k) for k in names), *grads.layer_norm)
 
     args = (*(case[k] for k in names), *case["layer_norm"])
@@ -1437,7 +1440,7 @@ def test_layer_norm_does_not_depend_on_launch_shape_or_thread_order(dtype):
     for policy, reverse in ((_kernels.DEFAULT_POLICY, False), (TINY, False), (TINY, True)):
         with emulated_gpu(policy, reverse) as backend:
             runs.append(_run_ln(backend, dtype))
-    for a, b, c in zip(*runs):
+    for a, b, c in zip(*runs, strict=True):
         if a is None:
             continue
         assert not np.isnan(a).any()
@@ -1472,7 +1475,7 @@ def test_layer_norm_never_reads_padding_nor_modifies_inputs():
                                   for k, v in case["layer_norm"]._asdict().items()}}
             for k, v in before.items():
                 np.testing.assert_array_equal(after[k], v, err_msg=k)
-    for want, got in zip(*runs):
+    for want, got in zip(*runs, strict=True):
         if want is not None:
             np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(runs[0][7][1], case["cs0"][1])  # cs_final, length 0
@@ -1491,7 +1494,8 @@ def test_layer_norm_empty_sizes():
             up = {"d_h_final": np.ones((batch, width)), "d_cs_final": np.ones((batch, 4))}
             grads = grad(backend, "lstm_sequence", case, seq, **up)
             expected = grad(reference, "lstm_sequence", case, seq, **up)
-            for (field, got), (_, want) in zip(_flat_fields(grads), _flat_fields(expected)):
+            for (field, got), (_, want) in zip(_flat_fields(grads), _flat_fields(expected),
+                                               strict=True):
                 if want is not None:
                     assert got.shape == want.shape, field
                     np.testing.assert_allclose(got, want, atol=1e-12, err_msg=field)
@@ -1704,7 +1708,7 @@ def test_masks_past_a_rows_length_are_never_read(op, options, reverse):
             up = {"d_h": np.ones(seq.h.shape), "d_h_final": np.ones(seq.h_final.shape)}
             grads = recorded_grad(op, c, seq, "gpu", **up)
             runs.append([a for _, a in (*_flat_fields(seq), *_flat_fields(grads))])
-    for want, got in zip(*runs):
+    for want, got in zip(*runs, strict=True):
         if want is not None:
             assert not np.isnan(want).any()
             np.testing.assert_array_equal(got, want)
@@ -1740,7 +1744,7 @@ def test_masked_results_do_not_depend_on_launch_shape_or_thread_order(dtype):
     for policy, reverse in ((_kernels.DEFAULT_POLICY, False), (TINY, False), (TINY, True)):
         with emulated_gpu(policy, reverse):
             runs.append(_run_masked(dtype))
-    for a, b, c in zip(*runs):
+    for a, b, c in zip(*runs, strict=True):
         if a is None:
             continue
         assert not np.isnan(a).any()

@@ -46,7 +46,7 @@ def _squared_loss(rng, case, op):
 
 def _tangents(rng, op, arrays, keywords):
     spec = OPS[op]
-    given = {**dict(zip(spec.arrays, arrays)), **keywords}
+    given = {**dict(zip(spec.arrays, arrays, strict=True)), **keywords}
     return spec.grads(*(None if given.get(n) is None else rng.standard_normal(given[n].shape)
                         for n in spec.grads._fields if n != "layer_norm"))
 
@@ -68,7 +68,7 @@ def test_the_hessian_vector_product_is_the_gradients_derivative(op, rng):
     optional = [k for k in OPTIONAL_WEIGHTS if keywords.get(k) is not None]
 
     def grad_of(*a):
-        named = {**keywords, **dict(zip(optional, a[len(arrays):]))}
+        named = {**keywords, **dict(zip(optional, a[len(arrays):], strict=True))}
         result = getattr(gc, op)(*a[:len(arrays)], **named)
         g = getattr(gc, f"{op}_grad")(*a[:len(arrays)], result, **loss_grad(result),
                                       **{k: named[k] for k in optional})
@@ -77,7 +77,7 @@ def test_the_hessian_vector_product_is_the_gradients_derivative(op, rng):
     args = (*arrays, *(keywords[k] for k in optional))
     report = gc.check_jvp(grad_of, lambda t, *a: _flat(hvp), args, tangents=_flat(tangents))
     assert report.passed, report
-    for a, b in zip(_flat(gradient), grad_of(*args)):      # the loss's gradient itself
+    for a, b in zip(_flat(gradient), grad_of(*args), strict=True):      # the loss's gradient itself
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
 
 
@@ -91,7 +91,7 @@ def test_the_gauss_newton_product_is_symmetric_and_positive(op, rng):
               for t in (u, v))
 
     def dot(a, b):
-        return sum(float(np.sum(x * y)) for x, y in zip(_flat(a), _flat(b)))
+        return sum(float(np.sum(x * y)) for x, y in zip(_flat(a), _flat(b), strict=True))
 
     assert abs(dot(v, gu) - dot(u, gv)) <= 1e-10 * (abs(dot(v, gu)) + 1)
     assert dot(u, gu) >= -1e-12 and dot(v, gv) >= -1e-12
@@ -118,14 +118,14 @@ def test_the_hessian_vector_product_equals_pytorchs_through_nn_lstm(rng):
 
     def loss(*p):
         out, _ = torch.func.functional_call(module, dict(zip(
-            [n for n, _ in module.named_parameters()], p)), (torch.tensor(x),))
+            [n for n, _ in module.named_parameters()], p, strict=True)), (torch.tensor(x),))
         return 0.5 * ((out - torch.tensor(y)) ** 2).sum()
 
     _, expected = torch.autograd.functional.hvp(loss, tuple(params), tuple(directions))
     # The same direction in gradcells's layout: convert a module holding the direction.
     moved = torch.nn.LSTM(3, 4).double()
     with torch.no_grad():
-        for p, d in zip(moved.parameters(), directions):
+        for p, d in zip(moved.parameters(), directions, strict=True):
             p.copy_(d)
     d_w = gc.layouts.stack_from_torch(moved)[0]
     # b = b_ih + b_hh: its tangent is the sum; the layout's forget_bias is 0 for torch.
@@ -136,7 +136,7 @@ def test_the_hessian_vector_product_equals_pytorchs_through_nn_lstm(rng):
     # Back to PyTorch's parameters. Both biases enter as their sum b, so each one's HVP is
     # all of b's: stack_to_torch puts b in bias_ih and zeros in bias_hh.
     back = gc.layouts.stack_to_torch([gc.LSTMWeights(hvp.w, hvp.b)])
-    for (name, _), e in zip(module.named_parameters(), expected):
+    for (name, _), e in zip(module.named_parameters(), expected, strict=True):
         got = back["bias_ih_l0"] + back["bias_hh_l0"] if name.startswith("bias") else back[name]
         np.testing.assert_allclose(got, e.numpy(), rtol=1e-9, atol=1e-11, err_msg=name)
 

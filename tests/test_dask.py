@@ -72,7 +72,7 @@ def _leaves(tree, path=()):
 def _assert_equal(expected, lazy):
     want, got = _leaves(expected), _leaves(lazy)
     assert [p for p, _ in want] == [p for p, _ in got]
-    assert all((a is None) == (b is None) for (_, a), (_, b) in zip(want, got))
+    assert all((a is None) == (b is None) for (_, a), (_, b) in zip(want, got, strict=True))
     arrays = [b for _, b in got if b is not None]
     assert all(isinstance(b, da.Array) for b in arrays)
     computed = iter(dask.compute(*arrays))
@@ -94,7 +94,7 @@ def _like(rng, tree):
 def _upstream(rng, name, result):
     """Every upstream gradient of ``name``'s gradient (and its tangent), drawn."""
     params = inspect.signature(getattr(gc, f"{name}_grad_jvp")).parameters
-    fields = dict(zip(type(result)._fields, result))
+    fields = dict(zip(type(result)._fields, result, strict=True))
     return {p: rng.standard_normal(fields[p.removeprefix("d_").removesuffix("_tangent")].shape)
             for p in params if p.startswith("d_")}
 
@@ -248,7 +248,8 @@ def test_a_distributed_cluster_runs_a_sequence_forward_and_gradient(rng, cluster
     futures = cluster_client.compute([lazy_seq.h, lazy_seq.h_final, lazy_grads.x, lazy_grads.w,
                                       lazy_grads.b, lazy_grads.cs0])
     computed = [f.result(timeout=30) for f in futures]
-    for want, got in zip((seq.h, seq.h_final, grads.x, grads.w, grads.b, grads.cs0), computed):
+    for want, got in zip((seq.h, seq.h_final, grads.x, grads.w, grads.b, grads.cs0), computed,
+                         strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
     workers = cluster_client.run(lambda: 1)
     assert len(workers) == 2
@@ -284,6 +285,6 @@ def test_cupy_chunks_run_on_the_gpu(rng):
     lazy_grads = _call("lstm_sequence", "_grad", lazy, seq=lazy_seq,
                        d_h=_on_device(_chunked(d_h), cupy))
     computed = dask.compute(lazy_seq.h, lazy_grads.x, lazy_grads.w)
-    for want, got in zip((seq.h, grads.x, grads.w), computed):
+    for want, got in zip((seq.h, grads.x, grads.w), computed, strict=True):
         assert isinstance(got, cupy.ndarray)
         np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-9, atol=1e-11)

@@ -82,7 +82,7 @@ def _assert_close(got, want, what, rtol=1e-12, atol=1e-13):
         if b is None:
             assert a is None, f"{what}: {name}"
         elif isinstance(b, tuple):
-            for x, y in zip(a, b):
+            for x, y in zip(a, b, strict=True):
                 np.testing.assert_allclose(x, y, rtol=rtol, atol=atol, err_msg=f"{what}: {name}")
         else:
             np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=f"{what}: {name}")
@@ -115,7 +115,7 @@ def test_reverse_without_lengths_is_the_flipped_sequence(backend, op):
     case = _case(op, np.random.default_rng(5), steps=4, batch=3)
     flipped = {**case, "x": case["x"][::-1].copy()}
     want, got = _forward(op, flipped, backend), _forward(op, {**case, "reverse": True}, backend)
-    for name, a, b in zip(want._fields, got, want):
+    for name, a, b in zip(want._fields, got, want, strict=True):
         np.testing.assert_array_equal(a, b[::-1] if b.ndim == 3 else b, err_msg=name)
     up = _upstream(op, got, 2)
     flipped_up = {k: v[::-1] if v.ndim == 3 else v for k, v in up.items()}
@@ -159,7 +159,7 @@ def test_batch_first_is_the_transposed_call(backend, op, reverse):
     np.testing.assert_array_equal(batch_major["x"], time_major["x"].transpose(1, 0, 2))
     want, got = _forward(op, time_major, backend), _forward(op, batch_major, backend)
     assert got.settings.batch_first and not want.settings.batch_first
-    for name, a, b in zip(want._fields, got, want):
+    for name, a, b in zip(want._fields, got, want, strict=True):
         np.testing.assert_array_equal(a, b.transpose(1, 0, 2) if b.ndim == 3 else b,
                                       err_msg=name)
     up = _upstream(op, want, 4)
@@ -249,7 +249,7 @@ def test_inputs_are_never_modified(backend, op):
         np.testing.assert_array_equal(case[name], value, err_msg=name)
     for name, value in kept.items():
         np.testing.assert_array_equal(up[name], value, err_msg=name)
-    for a, b in zip(seq, saved):
+    for a, b in zip(seq, saved, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -270,6 +270,6 @@ def test_padding_is_never_read_in_either_direction(backend, op, batch_first):
         seq = _forward(op, {**case, "x": padded}, backend)
         grads = _grad(op, {**case, "x": padded}, seq, backend, **_upstream(op, seq, 1))
     clean = _forward(op, case, backend)
-    for a, b in zip(seq, clean):
+    for a, b in zip(seq, clean, strict=True):
         np.testing.assert_array_equal(a, b)
     assert all(np.isfinite(g).all() for g in grads if isinstance(g, np.ndarray))

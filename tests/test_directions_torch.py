@@ -71,7 +71,8 @@ def _run_torch(torch, module, x, lengths, states, batch_first, cotangents):
     out, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=batch_first,
                                                     total_length=x.shape[1 if batch_first else 0])
     finals = finals if isinstance(finals, tuple) else (finals,)
-    loss = sum((a * torch.from_numpy(c)).sum() for a, c in zip((out, *finals), cotangents))
+    loss = sum((a * torch.from_numpy(c)).sum()
+               for a, c in zip((out, *finals), cotangents, strict=True))
     loss.backward()
     return out.detach().numpy(), [f.detach().numpy() for f in finals]
 
@@ -125,6 +126,6 @@ def test_bidirectional_torch_on_a_packed_ragged_batch(torch, rng, backend, cell,
         theirs = _converted(module, cell, "_reverse" if reverse else "", grads=True)
         ours = [getattr(grads, name) for name in type(grads)._fields[2 if cell != "lstm"
                                                                      else 3:][:len(theirs)]]
-        for k, (a, b) in enumerate(zip(ours, theirs)):
+        for k, (a, b) in enumerate(zip(ours, theirs, strict=True)):
             np.testing.assert_allclose(a, b, **TOL, err_msg=f"weight {k}, direction {d}")
     np.testing.assert_allclose(d_x, x_t.grad.numpy(), **TOL)

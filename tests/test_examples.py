@@ -66,7 +66,7 @@ def test_the_numpy_gradient_matches_finite_differences(layers):
     arrays = m.flatten(params)
     assert [g.shape for g in grads] == [a.shape for a in arrays]
     eps = 1e-6
-    for k, (a, g) in enumerate(zip(arrays, grads)):
+    for k, (a, g) in enumerate(zip(arrays, grads, strict=True)):
         u = rng.standard_normal(a.shape)
         a += eps * u
         plus = m.loss_and_grads(params, inputs, targets)[0]

@@ -49,7 +49,7 @@ def lstm_forward(case, peephole=False, cell_clip=None):
     """``f`` for the oracle: the LSTM cell's ``(cs, h)`` from its arrays, in gradcells order
     ``x, cs_prev, h_prev, w, b[, wci, wcf, wco]``, with the case's attributes."""
     def f(*arrays):
-        peeps = dict(zip(PEEPHOLES, arrays[5:])) if peephole else {}
+        peeps = dict(zip(PEEPHOLES, arrays[5:], strict=True)) if peephole else {}
         state = gc.lstm_cell(*arrays[:5], **peeps, forget_bias=case["forget_bias"],
                              cell_clip=cell_clip)
         return state.cs, state.h
@@ -70,7 +70,7 @@ def tf_lstm_inputs(tf, arrays, peephole):
 def tf_lstm_cell(tf, arrays, peephole=False, **attrs):
     """TF's LSTMBlockCell on gradcells-ordered arrays (keyword arguments only, as raw ops are)."""
     inputs = tf_lstm_inputs(tf, arrays, peephole)
-    return tf.raw_ops.LSTMBlockCell(**dict(zip(TF_LSTM_INPUTS, inputs)), **attrs,
+    return tf.raw_ops.LSTMBlockCell(**dict(zip(TF_LSTM_INPUTS, inputs, strict=True)), **attrs,
                                     use_peephole=peephole)
 
 
@@ -104,7 +104,7 @@ def tf_lstm_vjp(tf, case, peephole, cell_clip, seed_naming=True):
     def vjp(ct, *arrays):
         ct_cs, ct_h = (tf.constant(f32(c)) for c in ct)
         inputs = tf_lstm_inputs(tf, arrays, peephole)
-        outputs = tf.raw_ops.LSTMBlockCell(**dict(zip(TF_LSTM_INPUTS, inputs)),
+        outputs = tf.raw_ops.LSTMBlockCell(**dict(zip(TF_LSTM_INPUTS, inputs, strict=True)),
                                            forget_bias=case["forget_bias"],
                                            cell_clip=cell_clip or 0.0, use_peephole=peephole)
         zeros = tf.zeros_like(ct_h)
@@ -132,7 +132,7 @@ def test_fault_1_gate_order_is_i_ci_f_o(tf, rng):
     kernel_order = gc.lstm_cell(*arrays)
     as_documented = gc.lstm_cell(case["x"], case["cs_prev"], case["h_prev"],
                                  swap_ci_f(case["w"]), swap_ci_f(case["b"]))
-    for k, t in zip(STEP_FIELDS, theirs):
+    for k, t in zip(STEP_FIELDS, theirs, strict=True):
         np.testing.assert_allclose(getattr(kernel_order, k), t.numpy(), **F32, err_msg=k)
     assert not np.allclose(as_documented.h, theirs.h.numpy(), atol=1e-3)
 
@@ -154,7 +154,7 @@ def test_fault_2_default_cell_clip_silently_clips(tf, rng):
     assert not np.allclose(theirs[6], unclipped.h, atol=1e-3)
     clipped = gc.lstm_cell(*arrays, cell_clip=3.0)
     mirror = tc.lstm_block_cell(*arrays[:4], *[np.zeros(6, np.float32)] * 3, arrays[4])
-    for k, t in zip(STEP_FIELDS, theirs):
+    for k, t in zip(STEP_FIELDS, theirs, strict=True):
         np.testing.assert_allclose(getattr(clipped, k), t, **F32, err_msg=k)
         np.testing.assert_allclose(getattr(mirror, k), t, **F32, err_msg=k)
 
@@ -322,7 +322,7 @@ def test_fault_6_block_lstm_v2_registered_gradient_is_wrong(tf, rng):
                                      h_prev=h_prev, w=w, wci=p, wcf=p, wco=p, b=b)
         g = tf.raw_ops.BlockLSTMGradV2(
             seq_len_max=np.int64(steps), x=x, cs_prev=cs_prev, h_prev=h_prev, w=w, wci=p,
-            wcf=p, wco=p, b=b, **{k: t for k, t in zip(STEP_FIELDS, out)},
+            wcf=p, wco=p, b=b, **{k: t for k, t in zip(STEP_FIELDS, out, strict=True)},
             cs_grad=f32(ct[0]), h_grad=f32(ct[1]), use_peephole=False)
         return [t.numpy() for t in (g.x_grad, g.cs_prev_grad, g.h_prev_grad, g.w_grad,
                                     g.b_grad)]
@@ -377,7 +377,7 @@ def test_fault_9_no_gradient_registered_for_the_cells(tf, rng, op):
         check = ("gru_cell", gru_cell_case(rng))
     with tf.GradientTape() as tape:
         tape.watch(inputs[0])
-        h = getattr(tf.raw_ops, op)(**dict(zip(names, inputs))).h
+        h = getattr(tf.raw_ops, op)(**dict(zip(names, inputs, strict=True))).h
         loss = tf.reduce_sum(h)
     with pytest.raises(LookupError, match=f"no entry for: {op}"):
         tape.gradient(loss, inputs[0])
@@ -533,7 +533,7 @@ def reproductions():
 
     ready = [f for f in RUNNABLE if not _missing(f.reproduction)]
     with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
-        outputs = dict(zip((f.number for f in ready), pool.map(_run, ready)))
+        outputs = dict(zip((f.number for f in ready), pool.map(_run, ready), strict=True))
     return {f.number: outputs.get(f.number) for f in RUNNABLE}
 
 

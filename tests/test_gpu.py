@@ -101,7 +101,7 @@ def as64(arrays):
 
 def assert_close(actual, expected, dtype, what=""):
     tolerance = 16 * np.finfo(dtype).eps
-    for field, a, e in zip(expected._fields, actual, expected):
+    for field, a, e in zip(expected._fields, actual, expected, strict=True):
         if e is None:
             assert a is None, f"{what}{field}"
             continue
@@ -118,7 +118,7 @@ def assert_close(actual, expected, dtype, what=""):
 def upstream(seed, dtype, shapes, wanted):
     rng = np.random.default_rng(seed)
     return {name: cp.asarray(rng.standard_normal(shape).astype(dtype)) if on else None
-            for (name, shape), on in zip(shapes.items(), wanted)}
+            for (name, shape), on in zip(shapes.items(), wanted, strict=True)}
 
 
 def up64(up):
@@ -137,7 +137,7 @@ def test_cupy_arrays_dispatch_to_the_gpu_backend():
     automatic = gc.lstm_cell(**case)
     explicit = gc.lstm_cell(**case, backend="gpu")
     assert all(isinstance(a, cp.ndarray) for a in automatic)
-    for a, b in zip(automatic, explicit):
+    for a, b in zip(automatic, explicit, strict=True):
         cp.testing.assert_array_equal(a, b)
     assert gc._dispatch.backend_module("gpu") is gradcells.gpu
     assert isinstance(_launch._active, gradcells.gpu._runtime.CupyRuntime)
@@ -389,7 +389,7 @@ def test_inputs_are_never_modified_and_results_never_alias_them():
                              (rnn, snapshots[3], (*rseq, *rgrads)),
                              (rnn_cell, snapshots[4], (*rstate, *rcgrads))):
         _assert_untouched(c, snap, results)
-    for a, b in zip(seq, seq_copy):  # the saved forward is an input of the gradient
+    for a, b in zip(seq, seq_copy, strict=True):  # the saved forward is an input of the gradient
         cp.testing.assert_array_equal(a, b)
 
 
@@ -402,7 +402,7 @@ def test_layout_does_not_change_results():
                and v.dtype.kind == "f" else v for k, v in case.items()}
     base = gc.lstm_sequence(**case)
     for variant in (fortran, strided):
-        for a, b in zip(base, gc.lstm_sequence(**variant)):
+        for a, b in zip(base, gc.lstm_sequence(**variant), strict=True):
             cp.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-14)
 
 
@@ -500,7 +500,7 @@ def test_device_and_host_emulation_agree():
                 *backend_calls.forward(gpu, "rnn_sequence", rnn)]
     finally:
         _launch.use_runtime(saved)
-    for a, b in zip(device, host):
+    for a, b in zip(device, host, strict=True):
         np.testing.assert_allclose(a.get(), b, rtol=16 * np.finfo(np.float64).eps,
                                    atol=16 * np.finfo(np.float64).eps)
 
@@ -520,7 +520,7 @@ def test_arrays_on_another_device_run_there():
                                       d_h=cp.ones_like(seq.h), seq_len=on_one["seq_len"],
                                       **{k: on_one[k] for k in PEEPHOLES})
         assert all(a.device.id == 1 for a in (*seq, *grads) if a is not None)
-        for a, b in zip(seq, expected):
+        for a, b in zip(seq, expected, strict=True):
             np.testing.assert_array_equal(a.get(), b.get())
         mixed = {**on_one, "h0": cp.asarray(case["h0"])}          # h0 on device 0
         with pytest.raises(ValueError, match="h0 is on CUDA device 0 but x is on device 1"):
@@ -637,7 +637,7 @@ def _perturbed(dtype, draw):
 
 
 def _ln_fields(result, prefix=""):
-    for field, value in zip(result._fields, result):
+    for field, value in zip(result._fields, result, strict=True):
         if isinstance(value, gc.LSTMNorm):
             yield from _ln_fields(value, f"{prefix}{field}.")
         else:
@@ -651,7 +651,7 @@ def _assert_close_ln(actual, run_reference, dtype, what=""):
     runs = [run_reference(_perturbed(dtype, draw)) for draw in range(4)]
     tolerance = 16 * np.finfo(dtype).eps
     for (field, a), (_, e), *others in zip(_ln_fields(actual), _ln_fields(exact),
-                                           *(_ln_fields(r) for r in runs)):
+                                           *(_ln_fields(r) for r in runs), strict=True):
         if e is None:
             assert a is None, f"{what}{field}"
             continue
@@ -750,7 +750,7 @@ def test_layer_norm_device_and_host_emulation_agree():
         host = [a for case in cases for a in run(case)]
     finally:
         _launch.use_runtime(saved)
-    for a, b in zip(device, host):
+    for a, b in zip(device, host, strict=True):
         np.testing.assert_allclose(a.get(), b, rtol=64 * np.finfo(np.float64).eps,
                                    atol=64 * np.finfo(np.float64).eps)
 
@@ -769,7 +769,7 @@ def test_reverse_and_batch_first_on_the_device(op, batch_first):
     vjp_check(op, case, backend="gpu").raise_if_failed()
     f_gpu = gc.testing.OPS[op][1](case, backend="gpu")[0]
     f_ref, _, args, _ = gc.testing.OPS[op][1](case, backend="reference")
-    for a, b in zip(f_gpu(*args), f_ref(*args)):
+    for a, b in zip(f_gpu(*args), f_ref(*args), strict=True):
         assert isinstance(a, cp.ndarray)
         cp.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
 
@@ -871,7 +871,7 @@ def test_masks_past_a_rows_length_are_never_read_on_the_device(op, options):
         weights = {k: v for k, v in c.items() if k in OPTIONAL_WEIGHTS}
         grads = getattr(gc, f"{op}_grad")(*(c[k] for k in arrays), seq, **weights, **up)
         runs.append([*seq, *(g for g in grads if isinstance(g, cp.ndarray))])
-    for want, got in zip(*runs):
+    for want, got in zip(*runs, strict=True):
         assert not bool(cp.isnan(want).any())
         cp.testing.assert_array_equal(got, want)
 
@@ -894,7 +894,7 @@ def test_forward_mode_and_second_order_on_cupy_arrays(op):
     got = jvp(tangents, *args)
     f64, jvp64, args64, _ = OPS[op][1](case, mode="jvp")
     want = jvp64([t.get() for t in tangents], *args64)
-    for a, b in zip(got, want):
+    for a, b in zip(got, want, strict=True):
         assert isinstance(a, cp.ndarray)
         np.testing.assert_allclose(a.get(), b, rtol=1e-12, atol=1e-12)
 
@@ -946,8 +946,10 @@ def test_gpu_forward_mode_agrees_with_reference(op, dtype, data, wanted, seed):
             return gc.LSTMNorm(*(draw(p) for p in a))
         return cp.asarray(rng.standard_normal(a.shape).astype(dtype))
 
+    # strict=False: ``wanted`` holds a flag for each of the LSTM's ten fields; the GRU and the
+    # plain RNN have fewer
     tangents = grads(*(draw(case[k]) if on and case.get(k) is not None else None
-                       for k, on in zip(grads._fields, wanted)))
+                       for k, on in zip(grads._fields, wanted, strict=False)))
     result, d_result = _jvp_call(op, case, arrays, tangents)
     tangents64 = type(tangents)(*(None if t is None else type(t)(*(p.astype(cp.float64)
                                   for p in t)) if isinstance(t, gc.LSTMNorm)

@@ -97,12 +97,14 @@ def _draws(op, case, result, rng, dtype, wanted):
         return cp.asarray(rng.standard_normal(a.shape).astype(dtype))
 
     tangents = grads(*(draw(case[k]) if on and case.get(k) is not None else None
-                       for k, on in zip(grads._fields, wanted[:10])))
+                       for k, on in zip(grads._fields, wanted[:10], strict=True)))
     like = {"d_h": result.h, "d_cs": result.cs}
     if op == "lstm_sequence":
         like.update(d_h_final=result.h_final, d_cs_final=result.cs_final)
     up = {}
-    for k, g, dg in zip(_UPSTREAM[op], wanted[10::2], wanted[11::2]):
+    # strict=False: ``wanted`` holds pairs for a sequence's four upstream gradients; a cell
+    # has two
+    for k, g, dg in zip(_UPSTREAM[op], wanted[10::2], wanted[11::2], strict=False):
         up[k] = draw(like[k]) if g else None
         up[f"{k}_tangent"] = draw(like[k]) if dg else None
     return tangents, up
@@ -135,7 +137,7 @@ def test_gpu_second_order_agrees_with_reference(op, dtype, data, wanted, seed, c
     tangents, up = _draws(op, case, result, np.random.default_rng(seed), dtype, wanted)
     grads, d_grads = _call(op, case, result, tangents, up, clip_grad)
     own = _call(op, case, result, None, up, clip_grad, suffix="_grad")
-    for a, b in zip(grads, own):
+    for a, b in zip(grads, own, strict=True):
         if b is not None:
             cp.testing.assert_array_equal(a, b)
     expected, d_expected = _call(op, case64, _forward(op, case64, "reference"),
@@ -174,7 +176,7 @@ def test_gpu_second_order_with_a_layer_norm_agrees_with_reference(op):
     tangents, up = _draws(op, case, result, rng, np.float64, (True,) * 18)
     got = _call(op, case, result, tangents, up, "exact")
     want = _call(op, case, result, tangents, up, "exact", "reference")
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert_close(g._replace(layer_norm=None), w._replace(layer_norm=None), np.float64)
         assert_close(g.layer_norm, w.layer_norm, np.float64, "layer_norm.")
 
@@ -209,8 +211,8 @@ def test_device_and_host_emulation_agree():
                     type(result)(*map(device_array, result)),
                     type(tangents)(*map(device_array, tangents)),
                     {k: device_array(v) for k, v in up.items()}, "exact")
-    for d, h in zip(device, host):
-        for a, b in zip(d, h):
+    for d, h in zip(device, host, strict=True):
+        for a, b in zip(d, h, strict=True):
             if b is not None:
                 np.testing.assert_allclose(a.get(), b, rtol=16 * np.finfo(np.float64).eps,
                                            atol=16 * np.finfo(np.float64).eps)

@@ -157,7 +157,7 @@ def _check(op, case, dtype, seed, wanted, upstream_wanted):
                                     {k: _as64(v) for k, v in upstream.items()}, "reference")
     assert_close(grads, expected, dtype, f"{op} gradient ")
     assert_close(d_grads, d_expected, dtype, f"{op} gradient's tangent ")
-    for got, own in zip(grads, _own_grad(op, case, result, upstream)):
+    for got, own in zip(grads, _own_grad(op, case, result, upstream), strict=True):
         np.testing.assert_array_equal(got, own)
 
 
@@ -252,7 +252,7 @@ def test_read_only_inputs_are_never_modified(op):
     for pair in grad_jvp(op, case, result, tangents, upstream, "gpu"):
         for g in pair:
             assert not any(np.shares_memory(g, a) for a in arrays)
-    for a, s in zip(arrays, saved):
+    for a, s in zip(arrays, saved, strict=True):
         np.testing.assert_array_equal(a, s)
 
 
@@ -272,8 +272,8 @@ def test_grad_jvp_does_not_depend_on_launch_shape_or_thread_order(op, dtype, var
     runs = [grad_jvp(op, case, result, tangents, upstream, "gpu", policy, reverse)
             for policy, reverse in ((None, False), (TINY, False), (TINY, True))]
     eps = np.finfo(dtype).eps
-    for default, tiny, tiny_reversed in zip(*runs):  # gradient, then its tangent
-        for a, b, c in zip(default, tiny, tiny_reversed):
+    for default, tiny, tiny_reversed in zip(*runs, strict=True):  # gradient, then its tangent
+        for a, b, c in zip(default, tiny, tiny_reversed, strict=True):
             assert not np.isnan(a).any()
             np.testing.assert_array_equal(b, c)
             if a.ndim == 1:

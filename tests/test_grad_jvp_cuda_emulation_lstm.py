@@ -77,7 +77,7 @@ def _tangents(op, case, rng, wanted):
         return rng.standard_normal(a.shape).astype(a.dtype)
 
     return OPS_SPECS[op].grads(**{name: draw(case[name]) if on and case.get(name) is not None
-                                  else None for name, on in zip(fields, wanted)})
+                                  else None for name, on in zip(fields, wanted, strict=True)})
 
 
 def _upstream(op, result, rng, wanted):
@@ -86,7 +86,10 @@ def _upstream(op, result, rng, wanted):
     if op == "lstm_sequence":
         like.update(d_h_final=result.h_final, d_cs_final=result.cs_final)
     up = {}
-    for k, (g, dg) in zip(_UPSTREAM[op], zip(wanted[::2], wanted[1::2])):
+    # strict=False: ``wanted`` holds pairs for a sequence's four upstream gradients; a cell
+    # has two
+    pairs = zip(wanted[::2], wanted[1::2], strict=True)
+    for k, (g, dg) in zip(_UPSTREAM[op], pairs, strict=False):
         up[k] = rng.standard_normal(like[k].shape).astype(like[k].dtype) if g else None
         up[f"{k}_tangent"] = rng.standard_normal(like[k].shape).astype(like[k].dtype) \
             if dg else None
@@ -156,9 +159,9 @@ def _check(op, case, dtype, seed, wanted, clip_grad):
             up = _upstream(op, result, rng, wanted[10:])
             grads, d_grads = _public(op, case, result, tangents, up, "gpu", clip_grad)
             own = _public(op, case, result, None, up, "gpu", clip_grad, "_grad")
-    for a, b in zip(grads, own):
+    for a, b in zip(grads, own, strict=True):
         for a_part, b_part in zip(*((x,) if isinstance(x, np.ndarray) else x
-                                    for x in (a, b))) if b is not None else ():
+                                    for x in (a, b)), strict=True) if b is not None else ():
             np.testing.assert_array_equal(a_part, b_part)
     if case.get("layer_norm") is not None:
         # A norm amplifies rounding (the float64 reference's own too):
@@ -270,7 +273,7 @@ def test_grad_jvp_inputs_are_never_modified():
         a.flags.writeable = False
     with public_gpu():
         _public("lstm_sequence", case, result, tangents, up, "gpu", "exact")
-    for a, s in zip(arrays, saved):
+    for a, s in zip(arrays, saved, strict=True):
         np.testing.assert_array_equal(a, s)
 
 
@@ -306,7 +309,7 @@ def test_grad_jvp_does_not_depend_on_launch_shape_or_thread_order(dtype):
             runs.append(_below(backend, "lstm_sequence", case, "grad_jvp", result, tangents,
                                up, "exact"))
     for other in runs[1:]:
-        for want, got in zip(runs[0], other):       # grads, then their tangent
-            for a, b in zip(want, got):
+        for want, got in zip(runs[0], other, strict=True):       # grads, then their tangent
+            for a, b in zip(want, got, strict=True):
                 if a is not None:
                     np.testing.assert_array_equal(a, b)

@@ -97,7 +97,7 @@ def test_straight_through_equals_exact_without_active_clipping(backend):
     exact = gc.lstm_cell_grad(*args, state, d_h=d_h, **peeps, cell_clip=100.0, backend=backend)
     straight = gc.lstm_cell_grad(*args, state, d_h=d_h, **peeps, cell_clip=100.0,
                                  clip_grad="straight_through", backend=backend)
-    for a, b in zip(exact, straight):
+    for a, b in zip(exact, straight, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -126,7 +126,7 @@ def test_gradient_passes_exactly_on_the_clip_boundary(backend):
     d_cs = np.ones_like(state.cs)
     on_boundary = gc.lstm_cell_grad(*args, state, d_cs=d_cs, cell_clip=clip, backend=backend)
     free = gc.lstm_cell_grad(*args, unclipped, d_cs=d_cs, backend=backend)
-    for a, b in zip(on_boundary, free):
+    for a, b in zip(on_boundary, free, strict=True):
         if a is not None:
             np.testing.assert_array_equal(a, b)
 
@@ -139,6 +139,6 @@ def test_missing_upstream_gradients_are_zeros():
     zeros = np.zeros_like(state.h)
     none = gc.lstm_cell_grad(*args, state, **peeps)
     explicit = gc.lstm_cell_grad(*args, state, d_h=zeros, d_cs=zeros, **peeps)
-    for a, b in zip(none, explicit):
+    for a, b in zip(none, explicit, strict=True):
         np.testing.assert_array_equal(a, b)
         assert not np.any(a)

@@ -49,7 +49,7 @@ def _convert(value, to_library):
 
 def _assert_same_values(result, expected, is_foreign, to_numpy):
     assert type(result) is type(expected)
-    for got, want in zip(result, expected):
+    for got, want in zip(result, expected, strict=True):
         if want is None:
             assert got is None
             continue

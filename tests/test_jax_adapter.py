@@ -83,9 +83,9 @@ def run(step, x, states, seq_len=None, reverse=False, **kw):
     for t in (reversed(range(x.shape[0])) if reverse else range(x.shape[0])):
         valid = (t < lengths)[:, None]
         new, out = step(x[t], *states, **kw)
-        states = tuple(jnp.where(valid, n, s) for n, s in zip(new, states))
+        states = tuple(jnp.where(valid, n, s) for n, s in zip(new, states, strict=True))
         outs[t] = tuple(jnp.where(valid, o, 0) for o in out)
-    return tuple(jnp.stack(field) for field in zip(*outs)) + states
+    return tuple(jnp.stack(field) for field in zip(*outs, strict=True)) + states
 
 
 # --------------------------------------------------------------------------------------
@@ -205,7 +205,7 @@ def test_sequence_equals_numpy_op_and_transcription(cell, init, kw):
     assert all(isinstance(f, jax.Array) for f in ours)
     numpy = call_op(getattr(gc, f"{cell}_sequence"), cell,
                     {k: np.asarray(a) for k, a in arrays.items()}, kw)
-    for a, b in zip(ours, numpy):
+    for a, b in zip(ours, numpy, strict=True):
         np.testing.assert_array_equal(np.asarray(a), b)
     trees_close(tuple(ours), tuple(ref_result(cell, arrays, kw)))
     trees_close(tuple(jax.jit(lambda a: gc_call(cell, a, kw))(arrays)), tuple(numpy))

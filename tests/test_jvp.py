@@ -60,11 +60,13 @@ def test_the_tangent_and_the_gradient_are_one_linear_map(op, seed):
     tangents = [rng.standard_normal(a.shape) for a in args]
     outputs = f(*args)
     cotangents = [rng.standard_normal(o.shape) for o in outputs]
-    forward = sum(float(np.sum(c * d)) for c, d in zip(cotangents, jvp(tangents, *args)))
+    forward = sum(float(np.sum(c * d))
+                  for c, d in zip(cotangents, jvp(tangents, *args), strict=True))
     grads = vjp(tuple(cotangents), *args)
-    reverse = sum(float(np.sum(g * t)) for g, t in zip(grads, tangents) if g is not None)
+    reverse = sum(float(np.sum(g * t))
+                  for g, t in zip(grads, tangents, strict=True) if g is not None)
     scale = sum(float(np.sum(np.abs(c * d))) for c, d in zip(cotangents,
-                                                              jvp(tangents, *args)))
+                                                              jvp(tangents, *args), strict=True))
     assert abs(forward - reverse) <= 1e-12 * max(scale, 1.0), (forward, reverse)
 
 
@@ -79,7 +81,7 @@ def test_the_result_is_the_forwards_and_records_its_settings(op, rng):
     positional, keywords = _split(op, case)
     result, d_result = getattr(gc, f"{op}_jvp")(*positional, None, **keywords)
     expected = getattr(gc, op)(*positional, **keywords)
-    for a, b in zip(result, expected):
+    for a, b in zip(result, expected, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
     assert repr(result.settings) == repr(expected.settings)
     for d in d_result:           # tangents None: every tangent zero
@@ -94,13 +96,13 @@ def test_the_tangent_is_linear_in_the_tangents(op, rng):
     case = testing.OPS[op][0](rng)
     f, jvp, args, _ = _jvp_pair(op, case)
     t1, t2 = ([rng.standard_normal(a.shape) for a in args] for _ in range(2))
-    combined = jvp([2.5 * a + b for a, b in zip(t1, t2)], *args)
-    for c, a, b in zip(combined, jvp(t1, *args), jvp(t2, *args)):
+    combined = jvp([2.5 * a + b for a, b in zip(t1, t2, strict=True)], *args)
+    for c, a, b in zip(combined, jvp(t1, *args), jvp(t2, *args), strict=True):
         np.testing.assert_allclose(c, 2.5 * a + b, rtol=1e-12, atol=1e-12)
     # A None tangent is a zero one.
     with_none = jvp([None] + t1[1:], *args)
     with_zero = jvp([np.zeros_like(args[0])] + t1[1:], *args)
-    for a, b in zip(with_none, with_zero):
+    for a, b in zip(with_none, with_zero, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -140,7 +142,7 @@ def test_inputs_are_not_modified(rng):
                                                 "wco")))
     before = [a.copy() for a in (*tangents[:8], case["x"], case["w"])]
     _lstm_jvp(case, tangents)
-    for a, b in zip((*tangents[:8], case["x"], case["w"]), before):
+    for a, b in zip((*tangents[:8], case["x"], case["w"]), before, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -157,8 +159,8 @@ def test_the_cpu_and_the_gpu_run_forward_mode_and_the_second_order(rng):
         _dispatch.backend_module("cpu"))               # by default on NumPy arrays: the cpu
     cpu = _lstm_jvp(case, tangents)
     reference = _lstm_jvp(case, tangents, backend="reference")
-    for got, want in zip(cpu, reference):
-        for a, b in zip(got, want):
+    for got, want in zip(cpu, reference, strict=True):
+        for a, b in zip(got, want, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
     for backend, library in (("cpu", "numpy"), ("gpu", "cupy")):
         module = _dispatch.backend_module(backend)

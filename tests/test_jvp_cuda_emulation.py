@@ -89,9 +89,11 @@ def _tangents(op, case, rng, wanted):
             return LSTMNorm(*(draw(p) for p in a))
         return rng.standard_normal(a.shape).astype(a.dtype)
 
+    # strict=False: ``wanted`` holds a flag for each of the LSTM's ten fields; the GRU and the
+    # plain RNN have fewer
     return OPS_SPECS[op].grads(**{
         name: draw(case[name]) if on and case.get(name) is not None else None
-        for name, on in zip(fields, wanted)})
+        for name, on in zip(fields, wanted, strict=False)})
 
 
 def _as(tangents, dtype):
@@ -239,7 +241,7 @@ def test_jvp_inputs_are_never_modified(op):
         backend_jvp(backend, op, case, tangents)
     for k, v in saved[0].items():
         np.testing.assert_array_equal(case[k], v)
-    for t, s in zip(tangents, saved[1]):
+    for t, s in zip(tangents, saved[1], strict=True):
         if s is not None:
             np.testing.assert_array_equal(t, s)
 
@@ -265,6 +267,6 @@ def test_jvp_does_not_depend_on_launch_shape_or_thread_order(op, dtype):
         with emulated_gpu(*(() if policy is None else (policy, reverse))) as backend:
             runs.append(backend_jvp(backend, op, case, tangents))
     for other in runs[1:]:
-        for want, got in zip(runs[0], other):       # primal, then tangent
-            for a, b in zip(want, got):
+        for want, got in zip(runs[0], other, strict=True):       # primal, then tangent
+            for a, b in zip(want, got, strict=True):
                 np.testing.assert_array_equal(a, b)

@@ -231,12 +231,12 @@ def torch_sequence(cell, p, case):
         fields, new = STEPS[cell](p, case, x_run[step], *states, **extra)
         valid = (step < lengths)[:, None]
         outputs.append([torch.where(valid, a, torch.zeros_like(a)) for a in fields])
-        states = [torch.where(valid, a, b) for a, b in zip(new, states)]
+        states = [torch.where(valid, a, b) for a, b in zip(new, states, strict=True)]
     if not steps:              # no steps: empty outputs of the step's widths
         fields = STEPS[cell](p, case, x.new_zeros((batch, x.shape[-1])), *states)[0]
         stacked = [a.new_zeros((0, *a.shape)) for a in fields]
     else:
-        stacked = [torch.stack(a)[source, rows] for a in zip(*outputs)]
+        stacked = [torch.stack(a)[source, rows] for a in zip(*outputs, strict=True)]
     if batch_first:
         stacked = [a.transpose(0, 1) for a in stacked]
     return (*stacked, *states)                  # finals: cs_final, h_final (LSTM)
@@ -263,7 +263,7 @@ def flat_arrays(op, case):
         if value is None:
             continue
         if name == "layer_norm":
-            flat.update(zip(NORM_FIELDS, value))
+            flat.update(zip(NORM_FIELDS, value, strict=True))
         else:
             flat[name] = value
     return flat
@@ -288,7 +288,7 @@ def flat_grads(grads):
     flat = {}
     for name, value in grads._asdict().items():
         if name == "layer_norm" and value is not None:
-            flat.update(zip(NORM_FIELDS, value))
+            flat.update(zip(NORM_FIELDS, value, strict=True))
         elif value is not None:
             flat[name] = value
     return flat
@@ -300,7 +300,7 @@ def draw_tangents(rng, arrays):
 
 def torch_function(op, case, names):
     def f(*tensors):
-        return torch_op(op, dict(zip(names, tensors)), case)
+        return torch_op(op, dict(zip(names, tensors, strict=True)), case)
     return f
 
 
@@ -317,7 +317,8 @@ def check_jvp(op, case, seed):
                                                 **keywords)
     fields = OPS[op].result._fields
     assert len(out) == len(fields)
-    for name, ours, d_ours, theirs, d_theirs in zip(fields, result, d_result, out, d_out):
+    for name, ours, d_ours, theirs, d_theirs in zip(fields, result, d_result, out, d_out,
+                                                    strict=True):
         close(ours, theirs.numpy(), f"{op} {name}")
         close(d_ours, d_theirs.numpy(), f"{op} d{name}")
 
@@ -340,7 +341,7 @@ def check_grad_jvp(op, case, seed, clip_grad="exact"):
 
     def loss(primals, cts):
         out = f(*primals)
-        return sum((out[k] * ct).sum() for k, ct in zip(where, cts))
+        return sum((out[k] * ct).sum() for k, ct in zip(where, cts, strict=True))
 
     def gradient(primals, cts):
         return torch.func.grad(loss)(primals, cts)
@@ -357,7 +358,7 @@ def check_grad_jvp(op, case, seed, clip_grad="exact"):
         **({"clip_grad": clip_grad} if op.startswith("lstm") else {}))
     ours, d_ours = flat_grads(ours), flat_grads(d_ours)
     assert list(ours) == names
-    for k, theirs, d_theirs in zip(names, grads, d_grads):
+    for k, theirs, d_theirs in zip(names, grads, d_grads, strict=True):
         close(ours[k], theirs.numpy(), f"{op} grad {k}")
         close(d_ours[k], d_theirs.numpy(), f"{op} grad's tangent {k}")
 
@@ -567,7 +568,7 @@ def test_stack_forward_mode_equals_torch_modules(config):
 
     def run(x, params, *states):
         out, finals = torch.func.functional_call(
-            module, dict(zip(names, params)),
+            module, dict(zip(names, params, strict=True)),
             (pack(x, lengths, batch_first), tuple(states) if kind == "lstm" else states[0]))
         return (unpack(out, lengths, batch_first), *(finals if kind == "lstm" else (finals,)))
 
@@ -624,7 +625,7 @@ def torch_stack(cell, weights, case):
             finals.append(out[-2:] if cell == "lstm" else out[-1:])
         h_field = -3 if cell == "lstm" else -2
         layer_input = torch.cat([run[h_field] for run in runs], -1)
-    stacked = [torch.stack(list(a)) for a in zip(*finals)]
+    stacked = [torch.stack(list(a)) for a in zip(*finals, strict=True)]
     return (layer_input, *stacked)
 
 
@@ -634,7 +635,7 @@ def _weight_tensors(weights):
     for w in weights:
         flat = {k: v for k, v in w._asdict().items() if v is not None and k != "layer_norm"}
         if getattr(w, "layer_norm", None) is not None:
-            flat.update(zip(NORM_FIELDS, w.layer_norm))
+            flat.update(zip(NORM_FIELDS, w.layer_norm, strict=True))
         sets.append(flat)
     return sets
 
@@ -672,7 +673,7 @@ def test_stack_forward_mode_equals_the_transcriptions_stack(cell, options):
     tangents = draw_tangents(rng, arrays)
 
     def f(*tensors):
-        p = dict(zip(names, tensors))
+        p = dict(zip(names, tensors, strict=True))
         weights = {k: p[k] for k in ("x", *states)}
         for k, flat in enumerate(sets):
             weights[k] = {n: p[f"{k}.{n}"] for n in flat}
@@ -681,14 +682,14 @@ def test_stack_forward_mode_equals_the_transcriptions_stack(cell, options):
     out, d_out = torch.func.jvp(f, tuple(as_tensor(arrays[k]) for k in names),
                                 tuple(as_tensor(tangents[k]) for k in names))
     d_weights = [_weight_set(w, {n: tangents[f"{k}.{n}"] for n in flat})
-                 for k, (w, flat) in enumerate(zip(case["weights"], sets))]
+                 for k, (w, flat) in enumerate(zip(case["weights"], sets, strict=True))]
     keywords = {k: v for k, v in case.items() if k not in ("x", *states, "weights")}
     ours, d_ours = getattr(gc, f"{cell}_stack_jvp")(
         case["x"], *(case[k] for k in states), case["weights"],
         getattr(gc, f"{cell.upper()}StackGrads")(
             tangents["x"], *(tangents[k] for k in states), d_weights), **keywords)
     fields = ("h", "cs_final", "h_final") if cell == "lstm" else ("h", "h_final")
-    for name, theirs, d_theirs in zip(fields, out, d_out):
+    for name, theirs, d_theirs in zip(fields, out, d_out, strict=True):
         close(getattr(ours, name), theirs.numpy(), name)
         close(getattr(d_ours, name), d_theirs.numpy(), f"d{name}")
 
@@ -721,7 +722,7 @@ def test_hessian_vector_product_equals_torch_hvp_through_the_module(cell, ragged
     def loss(x_t, h0_t, *params):
         inputs = x_t if lengths is None else torch.nn.utils.rnn.pack_padded_sequence(
             x_t, torch.as_tensor(lengths), enforce_sorted=False)
-        out, h_n = torch.func.functional_call(module, dict(zip(names, params)),
+        out, h_n = torch.func.functional_call(module, dict(zip(names, params, strict=True)),
                                               (inputs, h0_t[None]))
         if lengths is not None:
             out, _ = torch.nn.utils.rnn.pad_packed_sequence(out, total_length=steps)
@@ -740,7 +741,7 @@ def test_hessian_vector_product_equals_torch_hvp_through_the_module(cell, ragged
     conv = layouts.stack_from_torch(module)
     moved = _module(cell, 1, False, None, False, n_in, hidden)
     with torch.no_grad():
-        for p, d in zip(moved.parameters(), directions):
+        for p, d in zip(moved.parameters(), directions, strict=True):
             p.copy_(d)
     d_w = layouts.stack_from_torch(moved)[0]
     op = f"{kind}_sequence"
@@ -758,7 +759,7 @@ def test_hessian_vector_product_equals_torch_hvp_through_the_module(cell, ragged
         close(ours.x, theirs[0].numpy(), f"{what} x")
         close(ours.h0, theirs[1].numpy(), f"{what} h0")
         back = layouts.stack_to_torch([type(conv[0])(*ours[2:])], bidirectional=False)
-        for name, e in zip(names, theirs[2:]):
+        for name, e in zip(names, theirs[2:], strict=True):
             got = np.array(back[name])
             if name.startswith("bias"):
                 got[summed] = (back["bias_ih_l0"] + back["bias_hh_l0"])[summed]

@@ -132,7 +132,7 @@ def test_the_weights_scale_drops_out_and_their_gradient_scales_inversely(backend
     case["ln_epsilon"] = 1e-12
     scaled = {**case, "w": 4.0 * case["w"]}
     base, big = _forward(kind, case, backend), _forward(kind, scaled, backend)
-    for a, b in zip(base, big):
+    for a, b in zip(base, big, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-10)
     up = _upstream(base, 1)
     g_base = _grad(kind, case, base, backend, **up)
@@ -166,7 +166,7 @@ def test_sequence_equals_its_cell_loop(backend, carry):
             got = getattr(grads, name)
             for field, a, b in zip(getattr(value, "_fields", [name]),
                                    got if name == "layer_norm" else [got],
-                                   value if name == "layer_norm" else [value]):
+                                   value if name == "layer_norm" else [value], strict=True):
                 np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-12, err_msg=f"{k}: {field}")
 
 
@@ -183,7 +183,7 @@ def test_the_result_records_the_layer_norm(kind):
     up = _upstream(result, 0)
     short = _grad(kind, case, result, "reference", **up)  # the record decides
     full = _grad(kind, case, result, "reference", ln_epsilon=1e-3, ln_carry="normalized", **up)
-    for a, b in zip(short.layer_norm, full.layer_norm):
+    for a, b in zip(short.layer_norm, full.layer_norm, strict=True):
         np.testing.assert_array_equal(a, b)
     untold = _grad(kind, case, type(result)(*result), "reference", **up)  # a bare tuple
     assert not np.allclose(untold.x, short.x)
@@ -247,11 +247,11 @@ def test_inputs_are_never_modified(backend, kind):
         _grad(kind, case, result, backend, clip_grad=clip_grad, **up)
     for name, value in before.items():
         np.testing.assert_array_equal(case[name], value, err_msg=name)
-    for a, b in zip(case["layer_norm"], norm_before):
+    for a, b in zip(case["layer_norm"], norm_before, strict=True):
         np.testing.assert_array_equal(a, b)
     for name, value in kept.items():
         np.testing.assert_array_equal(up[name], value, err_msg=name)
-    for a, b in zip(result, saved):
+    for a, b in zip(result, saved, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -268,7 +268,7 @@ def test_torch_tensors_travel_inside_the_norm(torch):
     assert isinstance(grads.layer_norm, gc.LSTMNorm)
     assert all(isinstance(g, torch.Tensor) for g in grads.layer_norm)
     want = _grad("cell", case, gc.lstm_cell(**case), None, d_h=np.ones(state.h.shape))
-    for a, b in zip(grads.layer_norm, want.layer_norm):
+    for a, b in zip(grads.layer_norm, want.layer_norm, strict=True):
         np.testing.assert_allclose(a.numpy(), b, rtol=1e-14, atol=1e-15)
 
 

@@ -110,7 +110,7 @@ class TorchLNLSTM:
                      else torch.from_numpy(np.asarray(lengths) > t))[:, None]
             steps.append([torch.where(valid, a, torch.zeros_like(a)) for a in state])
             cs, h = torch.where(valid, state[1], cs), torch.where(valid, state[6], h)
-        return [torch.stack(a) for a in zip(*steps)], cs, h
+        return [torch.stack(a) for a in zip(*steps, strict=True)], cs, h
 
 
 PARAMETER_NAMES = ("w", "b", "wci", "wcf", "wco", "w_proj")
@@ -120,12 +120,13 @@ def _leaves(torch, case, names):
     """Autograd leaves of the case's arrays among ``names`` and of its six norm
     parameters (by their field names)."""
     leaves = {k: torch_leaf(torch, case[k]) for k in names if case.get(k) is not None}
-    leaves.update({k: torch_leaf(torch, a) for k, a in zip(NORM_NAMES, case["layer_norm"])})
+    leaves.update({k: torch_leaf(torch, a)
+                   for k, a in zip(NORM_NAMES, case["layer_norm"], strict=True)})
     return leaves
 
 
 def _norm_grads(grads):
-    return dict(zip(NORM_NAMES, grads.layer_norm))
+    return dict(zip(NORM_NAMES, grads.layer_norm, strict=True))
 
 
 def _check_torch_cell(torch, backend, case):
@@ -141,7 +142,7 @@ def _check_torch_cell(torch, backend, case):
 
     state = gc.lstm_cell(**case, backend=backend)
     assert state.settings.layer_norm and state.settings.ln_carry == case["ln_carry"]
-    for name, a in zip(STEP_FIELDS, theirs):
+    for name, a in zip(STEP_FIELDS, theirs, strict=True):
         close(getattr(state, name), a.detach().numpy(), name, FORWARD_TOL)
     arrays = {k: v for k, v in case.items() if k not in ("forget_bias", "ln_epsilon",
                                                           "ln_carry")}
@@ -172,7 +173,7 @@ def _check_torch_sequence(torch, backend, case):
     loss.backward()
 
     seq = gc.lstm_sequence(**case, backend=backend)
-    for name, a in zip(STEP_FIELDS, theirs):
+    for name, a in zip(STEP_FIELDS, theirs, strict=True):
         close(getattr(seq, name), a.detach().numpy(), name, FORWARD_TOL)
     close(seq.h_final, h_n.detach().numpy(), "h_final", FORWARD_TOL)
     close(seq.cs_final, cs_n.detach().numpy(), "cs_final", FORWARD_TOL)
@@ -430,7 +431,7 @@ def test_tf_addons_cell_forward_and_every_gradient(keras, backend, batch, input_
     for name, ours, theirs in (("x", grads.x, g_x), ("h_prev", grads.h_prev, g_h),
                                ("cs_prev", grads.cs_prev, g_c), ("w", grads.w, dw),
                                ("b", grads.b, db),
-                               *zip(NORM_NAMES, grads.layer_norm, d_norm)):
+                               *zip(NORM_NAMES, grads.layer_norm, d_norm, strict=True)):
         close(ours, theirs, f"d{name}")
 
 
@@ -480,7 +481,7 @@ def test_tf_addons_rnn_layer_forward_and_every_gradient(keras, backend, ragged):
     for name, ours, theirs in (("x", grads.x, dx), ("h0", grads.h0, g_h0),
                                ("cs0", grads.cs0, g_c0), ("w", grads.w, dw),
                                ("b", grads.b, db),
-                               *zip(NORM_NAMES, grads.layer_norm, d_norm)):
+                               *zip(NORM_NAMES, grads.layer_norm, d_norm, strict=True)):
         close(ours, theirs, f"d{name}")
 
 

@@ -312,7 +312,7 @@ def _copies(tree):
 def _assert_same(a, b):
     for name in a:
         if isinstance(a[name], LSTMNorm):
-            for x, y in zip(a[name], b[name]):
+            for x, y in zip(a[name], b[name], strict=True):
                 np.testing.assert_array_equal(x, y, err_msg=name)
         elif isinstance(a[name], np.ndarray):
             np.testing.assert_array_equal(a[name], b[name], err_msg=name)
@@ -344,7 +344,7 @@ def test_inputs_are_never_modified(kind):
             _grads_at(case, record, up, "cpu", clip_grad)
         _assert_same(before, case)
         _assert_same(kept, up)
-        for a, b in zip(record, saved):
+        for a, b in zip(record, saved, strict=True):
             np.testing.assert_array_equal(a, b)
 
 
@@ -389,7 +389,7 @@ def test_empty_sizes(dtype, carry):
         grads = _grads_at(case, _forward(case, "cpu"), _upstream(case, _forward(case, "cpu"),
                                                                  names), "cpu", "exact")
         assert grads.layer_norm is not None
-        for mine, given_ in zip(grads.layer_norm, case["layer_norm"]):
+        for mine, given_ in zip(grads.layer_norm, case["layer_norm"], strict=True):
             assert mine.shape == given_.shape and mine.dtype == dtype
 
 

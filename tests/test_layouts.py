@@ -67,7 +67,7 @@ def test_lstm_round_trip_is_identity(seed, input_size, hidden, framework, dtype)
     to = getattr(layouts, f"lstm_to_{framework}")
     back = getattr(layouts, f"lstm_from_{framework}")(*to(w, b))
     assert len(back) == 2
-    for original, result in zip((w, b), back):
+    for original, result in zip((w, b), back, strict=True):
         assert result.dtype == original.dtype
         np.testing.assert_array_equal(result, original)
 
@@ -81,7 +81,7 @@ def test_gru_round_trip_is_identity(seed, input_size, hidden, variant):
     arrays = getattr(layouts, f"gru_to_{framework}")(*weights)
     kwargs = {"linear_before_reset": int(reset_after)} if framework == "onnx" else {}
     back = getattr(layouts, f"gru_from_{framework}")(*arrays, **kwargs)
-    for original, result in zip(weights, back):
+    for original, result in zip(weights, back, strict=True):
         np.testing.assert_array_equal(result, original)
 
 
@@ -127,7 +127,7 @@ def test_results_are_new_arrays_and_inputs_untouched(rng):
     np.testing.assert_array_equal(b, b0)
     # Fortran-ordered and non-contiguous inputs give the same results.
     same = layouts.lstm_to_torch(np.asfortranarray(w), b[::1])
-    for a, c in zip(same, layouts.lstm_to_torch(w, b)):
+    for a, c in zip(same, layouts.lstm_to_torch(w, b), strict=True):
         np.testing.assert_array_equal(a, c)
 
 
@@ -249,7 +249,7 @@ def test_lstm_to_torch_lstm_sequence_forward(torch, rng, batch, input_size, hidd
     w, b = _lstm_weights(rng, input_size, hidden)
     lstm = torch.nn.LSTM(input_size, hidden, dtype=torch.float64)
     with torch.no_grad():
-        for p, a in zip(lstm.parameters(), layouts.lstm_to_torch(w, b)):
+        for p, a in zip(lstm.parameters(), layouts.lstm_to_torch(w, b), strict=True):
             p.copy_(_t(torch, a))
     x = rng.standard_normal((T, batch, input_size))
     h0, c0 = rng.standard_normal((2, batch, hidden))
@@ -315,7 +315,7 @@ def test_gru_to_torch_gru_sequence_forward_and_every_gradient(torch, rng, batch,
     weights = _gru_weights(rng, input_size, hidden, reset_after=True)
     gru = torch.nn.GRU(input_size, hidden, dtype=torch.float64)
     with torch.no_grad():
-        for p, a in zip(gru.parameters(), layouts.gru_to_torch(*weights)):
+        for p, a in zip(gru.parameters(), layouts.gru_to_torch(*weights), strict=True):
             p.copy_(_t(torch, a))
     x, h0 = rng.standard_normal((T, batch, input_size)), rng.standard_normal((batch, hidden))
     x_t, h0_t = _t(torch, x).requires_grad_(), _t(torch, h0[None]).requires_grad_()
@@ -336,7 +336,7 @@ def test_gru_to_torch_gru_sequence_forward_and_every_gradient(torch, rng, batch,
         g = gc.gru_cell_grad(x[t], h_prevs[t], *weights, state, d_h=d_h + d_out[t],
                              reset_after=True)
         dx[t], d_h = g.x, g.h_prev
-        totals = g if totals is None else type(g)(*(a + c for a, c in zip(totals, g)))
+        totals = g if totals is None else type(g)(*(a + c for a, c in zip(totals, g, strict=True)))
     np.testing.assert_allclose(dx, x_t.grad.numpy(), **F64_TOL)
     np.testing.assert_allclose(d_h, h0_t.grad.numpy()[0], **F64_TOL)
     _assert_gru_parameter_grads(totals, gru.parameters(), hidden)
@@ -532,7 +532,7 @@ def onnx_run():
         session = ort.InferenceSession(model.SerializeToString(),
                                        providers=["CPUExecutionProvider"])
         feed = {n: np.asarray(a, np.float32) for n, a in inputs.items() if n}
-        return dict(zip(outputs, session.run(None, feed)))
+        return dict(zip(outputs, session.run(None, feed), strict=True))
 
     return run
 

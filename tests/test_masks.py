@@ -102,7 +102,7 @@ def test_what_each_mask_means(op):
     plain = _forward(op, case)
     ones = {name: np.ones(mask.shape) for name, mask in _masks(rng, op, case, full=True).items()
             if not name.startswith("zoneout")}
-    for a, b in zip(_forward(op, {**case, **ones}), plain):
+    for a, b in zip(_forward(op, {**case, **ones}), plain, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-15)
     zero_input = _forward(op, {**case, "input_mask": np.zeros(n_in)})
     np.testing.assert_allclose(zero_input.h, _forward(op, {**case, "x": 0 * case["x"]}).h,
@@ -138,7 +138,7 @@ def test_masks_past_a_rows_length_are_never_read(op, reverse):
         seq = _forward(op, poisoned)
         up = {"d_h": np.ones(seq.h.shape)}
         grads = _grad(op, poisoned, seq, **up)
-    for a, b in zip(seq, _forward(op, case)):
+    for a, b in zip(seq, _forward(op, case), strict=True):
         np.testing.assert_array_equal(a, b)
     want = _grad(op, case, _forward(op, case), **up)
     for name, a in grads._asdict().items():

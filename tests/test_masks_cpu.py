@@ -334,7 +334,7 @@ def test_inputs_and_masks_are_never_modified(op):
     _grads(op, case, record, up, "cpu")
     for k, v in before.items():
         np.testing.assert_array_equal(case[k], v, err_msg=k)
-    for a, b in zip(_fields(record).values(), saved):
+    for a, b in zip(_fields(record).values(), saved, strict=True):
         np.testing.assert_array_equal(a, b)
     for k, v in up_before.items():
         np.testing.assert_array_equal(up[k], v, err_msg=k)

@@ -134,7 +134,7 @@ def test_samples_limits_the_work(xw):
 def test_inputs_are_not_modified(xw):
     before = [a.copy() for a in xw]
     gc.check_vjp(tanh_sum, tanh_sum_vjp, xw)
-    for a, b in zip(xw, before):
+    for a, b in zip(xw, before, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -484,7 +484,8 @@ def test_the_unrolled_loop_of_the_testing_tools_passes_the_oracle(seed):
              "seq_len": case["seq_len"]}
 
     def run(*arrays):
-        return unrolled.lstm_forward(*arrays[:5], **dict(zip(names[5:], arrays[5:])), **attrs)
+        return unrolled.lstm_forward(*arrays[:5], **dict(zip(names[5:], arrays[5:], strict=True)),
+                                     **attrs)
 
     def f(*arrays):
         outputs = run(*arrays).outputs

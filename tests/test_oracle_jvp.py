@@ -21,7 +21,7 @@ def tanh_sum(x, w):
 
 
 def tanh_sum_jvp(tangents, x, w):
-    dx, dw = (np.zeros_like(a) if t is None else t for a, t in zip((x, w), tangents))
+    dx, dw = (np.zeros_like(a) if t is None else t for a, t in zip((x, w), tangents, strict=True))
     dz = dx @ w + x @ dw
     return Out((1 - np.tanh(x @ w) ** 2) * dz, 2 * (x * dx).sum(axis=0))
 
@@ -129,7 +129,7 @@ def test_a_single_output_and_non_array_arguments(rng):
 def test_inputs_are_not_modified(xw):
     before = [a.copy() for a in xw]
     gc.check_jvp(tanh_sum, tanh_sum_jvp, xw)
-    for a, b in zip(xw, before):
+    for a, b in zip(xw, before, strict=True):
         np.testing.assert_array_equal(a, b)
 
 

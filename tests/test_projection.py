@@ -53,7 +53,7 @@ def _vjp_at(kind, case, backend, clip_grad="exact", seed=1):
     f, vjp, args, names = _pair(kind, case, backend=backend, clip_grad=clip_grad)
     rng = np.random.default_rng(seed)
     ct = tuple(rng.standard_normal(o.shape).astype(o.dtype) for o in f(*args))
-    return dict(zip(names, vjp(ct, *args)))
+    return dict(zip(names, vjp(ct, *args), strict=True))
 
 
 def _clip_is_active(case, backend):
@@ -252,5 +252,5 @@ def test_inputs_are_never_modified(backend, kind):
             np.testing.assert_array_equal(case[name], value, err_msg=name)
         for name, value in kept.items():
             np.testing.assert_array_equal(up[name], value, err_msg=name)
-        for a, b in zip(record, saved):
+        for a, b in zip(record, saved, strict=True):
             np.testing.assert_array_equal(a, b)

@@ -151,7 +151,7 @@ def test_torch_runs_weights_converted_to_torch(torch, rng, backend, hidden, proj
     names = [name for name, _ in module.named_parameters()]
     assert names == ["weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0",
                      "weight_hr_l0"]
-    module.load_state_dict({n: torch.from_numpy(a) for n, a in zip(names, arrays)})
+    module.load_state_dict({n: torch.from_numpy(a) for n, a in zip(names, arrays, strict=True)})
     x = rng.standard_normal((steps, batch, input_size))
     h0, c0 = rng.standard_normal((batch, proj)), rng.standard_normal((batch, hidden))
     with torch.no_grad():
@@ -204,7 +204,7 @@ def test_tf1_proj_clip_gradient_is_the_exact_one(rng, backend, hidden, proj):
     assert clipped.any() and not clipped.all()
     arrays = {k: case[k] for k in names}
     grads = gc.lstm_cell_grad(**arrays, state=state, d_h=d_h, d_cs=d_cs, backend=backend)
-    for k, t in zip(names, theirs):
+    for k, t in zip(names, theirs, strict=True):
         close(getattr(grads, k), t.numpy(), f"d{k}")
     straight = gc.lstm_cell_grad(**arrays, state=state, d_h=d_h, d_cs=d_cs,
                                  clip_grad="straight_through", backend=backend)

@@ -28,7 +28,7 @@ def test_from_torch_keeps_two_arrays_and_carries_w_proj(rng):
     np.testing.assert_array_equal(w_proj, arrays[4].T)
     assert not np.shares_memory(w_proj, arrays[4])
     assert conv.state_order == ("h", "c")
-    for a, c in zip(arrays, copies):                # inputs are never modified
+    for a, c in zip(arrays, copies, strict=True):                # inputs are never modified
         np.testing.assert_array_equal(a, c)
 
 

@@ -100,8 +100,8 @@ def test_lstm_memory_layout_does_not_matter(backend, how, case):
     case = with_upstream(case, 2)
     expected = run_lstm(case, backend)
     actual = run_lstm(reordered(case, how), backend)
-    for want, got in zip(expected, actual):
-        for a, b in zip(want, got):
+    for want, got in zip(expected, actual, strict=True):
+        for a, b in zip(want, got, strict=True):
             if a is not None:
                 np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
 
@@ -113,8 +113,8 @@ def test_gru_memory_layout_does_not_matter(backend, how, case):
     case = with_upstream(case, 3, lstm=False)
     expected = run_gru(case, backend)
     actual = run_gru(reordered(case, how), backend)
-    for want, got in zip(expected, actual):
-        for a, b in zip(want, got):
+    for want, got in zip(expected, actual, strict=True):
+        for a, b in zip(want, got, strict=True):
             np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
 
 

@@ -66,7 +66,7 @@ def test_torch_rnn_cell_forward_and_every_gradient(torch, rng, backend, activati
     close(state.h, h.detach().numpy(), "h")
     grads = gc.rnn_cell_grad(*arrays, state, d_h=d_h, backend=backend)
     dw, db = _torch_parameter_grads(cell)
-    for k, theirs in zip(GRAD_FIELDS, (x.grad.numpy(), h_prev.grad.numpy(), dw, db)):
+    for k, theirs in zip(GRAD_FIELDS, (x.grad.numpy(), h_prev.grad.numpy(), dw, db), strict=True):
         close(getattr(grads, k), theirs, f"d{k}")
 
 
@@ -117,7 +117,8 @@ def test_torch_rnn_over_a_ragged_batch_forward_and_every_gradient(
         assert not seq.h[past].any()
     grads = gc.rnn_sequence_grad(*arrays, seq, d_h=d_h, d_h_final=d_h_final, backend=backend)
     dw, db = _torch_parameter_grads(module)
-    for k, theirs in zip(("x", "h0", "w", "b"), (x.grad.numpy(), h0.grad.numpy(), dw, db)):
+    for k, theirs in zip(("x", "h0", "w", "b"), (x.grad.numpy(), h0.grad.numpy(), dw, db),
+                         strict=True):
         close(getattr(grads, k), theirs, f"d{k}")
 
 
@@ -130,7 +131,8 @@ def test_torch_rnn_runs_weights_converted_to_torch(torch, rng, backend, activati
                                         hidden=hidden, activation=activation)
     module = torch.nn.RNN(input_size, hidden, nonlinearity=activation, dtype=torch.float64)
     with torch.no_grad():
-        for p, a in zip(module.parameters(), layouts.rnn_to_torch(case["w"], case["b"])):
+        for p, a in zip(module.parameters(), layouts.rnn_to_torch(case["w"], case["b"]),
+                        strict=True):
             p.copy_(torch.from_numpy(a))
     out, h_n = module(torch.from_numpy(case["x"]), torch.from_numpy(case["h0"])[None])
     seq = gc.rnn_sequence(**case, backend=backend)
@@ -181,7 +183,7 @@ def test_keras_simple_rnn_forward_and_every_gradient(keras, rng, backend, activa
     grads = gc.rnn_sequence_grad(case["x"], case["h0"], case["w"], case["b"], seq, d_h=d_h,
                                  d_h_final=d_h_final, backend=backend)
     expected = (np.swapaxes(np.asarray(g_x), 0, 1), np.asarray(g_h0), *conv)
-    for k, theirs in zip(("x", "h0", "w", "b"), expected):
+    for k, theirs in zip(("x", "h0", "w", "b"), expected, strict=True):
         close(getattr(grads, k), theirs, f"d{k}")
 
 
@@ -191,7 +193,7 @@ def test_keras_weights_convert_back(keras, rng, activation):
     layer.build((2, 4, 2))
     conv = layouts.rnn_from_keras(*layer.get_weights(), activation=activation)
     assert conv.options == {"activation": activation}
-    for theirs, ours in zip(layer.get_weights(), layouts.rnn_to_keras(*conv)):
+    for theirs, ours in zip(layer.get_weights(), layouts.rnn_to_keras(*conv), strict=True):
         np.testing.assert_array_equal(ours, theirs)
 
 
@@ -225,7 +227,7 @@ def onnx_rnn():
                                        providers=["CPUExecutionProvider"])
         feed = {n: np.asarray(a, np.int32 if n == "sequence_lens" else np.float32)
                 for n, a in inputs.items()}
-        return dict(zip(outputs, session.run(None, feed)))
+        return dict(zip(outputs, session.run(None, feed), strict=True))
 
     return run
 

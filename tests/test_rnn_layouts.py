@@ -36,7 +36,7 @@ def test_rnn_round_trip_is_identity(seed, input_size, hidden, framework, dtype, 
     assert back.framework == framework and back.state_order == ("h",)
     assert back.options == {"activation": activation}
     assert back.gradcells_states("h0") == ("h0",)
-    for original, result in zip((w, b), back):
+    for original, result in zip((w, b), back, strict=True):
         assert result.dtype == original.dtype
         np.testing.assert_array_equal(result, original)
 

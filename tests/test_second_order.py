@@ -46,9 +46,9 @@ def test_the_hessian_is_symmetric(op, seed):
     u, v = ([rng.standard_normal(a.shape) for a in args[:gradient_args]] for _ in range(2))
     zeros = [None] * (len(args) - gradient_args)
     hu, hv = (jvp(t + zeros, *args) for t in (u, v))
-    forward = sum(float(np.sum(a * b)) for a, b in zip(v, hu))
-    backward = sum(float(np.sum(a * b)) for a, b in zip(u, hv))
-    scale = sum(float(np.sum(np.abs(a * b))) for a, b in zip(v, hu)) + 1.0
+    forward = sum(float(np.sum(a * b)) for a, b in zip(v, hu, strict=True))
+    backward = sum(float(np.sum(a * b)) for a, b in zip(u, hv, strict=True))
+    scale = sum(float(np.sum(np.abs(a * b))) for a, b in zip(v, hu, strict=True)) + 1.0
     assert abs(forward - backward) <= 1e-11 * scale, (forward, backward)
 
 
@@ -91,7 +91,7 @@ def test_a_hessian_vector_product_equals_pytorchs_double_backward(rng):
     _, hvp = gc.lstm_sequence_grad_jvp(*primals[:5], seq, gc.LSTMSequenceGrads(*tangents),
                                        d_h=ct, wci=case["wci"], wcf=case["wcf"],
                                        wco=case["wco"])
-    for name, a, b in zip(names, hvp, expected):
+    for name, a, b in zip(names, hvp, expected, strict=True):
         np.testing.assert_allclose(a, b.numpy(), rtol=1e-10, atol=1e-12, err_msg=name)
 
 
@@ -107,7 +107,7 @@ def test_the_forward_on_dual_numbers_is_the_hand_derived_jvp(op, seed):
     spec = OPS[op]
     settings = seq.settings
     assume(not (settings.reverse or settings.batch_first))   # the backends' order and layout
-    arrays = {**dict(zip(spec.arrays, positional)), **keywords}
+    arrays = {**dict(zip(spec.arrays, positional, strict=True)), **keywords}
     primals = [arrays.get(n) for n in spec.arrays]
     tangents = [None if p is None else (type(p)(*(rng.standard_normal(a.shape) for a in p))
                                         if hasattr(p, "_fields") else
@@ -117,9 +117,10 @@ def test_the_forward_on_dual_numbers_is_the_hand_derived_jvp(op, seed):
     _, hand = getattr(reference, f"{op}_jvp")(*primals[:n], weights, spec.grads(*tangents),
                                              settings)
     duals = [None if p is None else (type(p)(*map(Dual, p, t)) if hasattr(p, "_fields")
-                                     else Dual(p, t)) for p, t in zip(primals, tangents)]
+                                     else Dual(p, t)) for p, t in zip(primals, tangents,
+                                                                      strict=True)]
     run = getattr(reference, op)(*duals[:n], spec.weights(*duals[n:]), settings)
-    for name, a, b in zip(spec.result._fields, run, hand):
+    for name, a, b in zip(spec.result._fields, run, hand, strict=True):
         np.testing.assert_allclose(a.t, b, rtol=1e-12, atol=1e-13, err_msg=name)
 
 

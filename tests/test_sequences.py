@@ -183,8 +183,8 @@ def test_full_lengths_equal_no_lengths(backend):
     d = upstream(case, 1)
     with_lengths = run_lstm({**case, "seq_len": np.array([3, 3], dtype=np.uint8)}, backend, d)
     without = run_lstm(case, backend, d)
-    for a, b in zip(with_lengths, without):
-        for u, v in zip(a, b):
+    for a, b in zip(with_lengths, without, strict=True):
+        for u, v in zip(a, b, strict=True):
             if u is not None:
                 np.testing.assert_array_equal(u, v)
 
@@ -220,8 +220,8 @@ def test_padding_past_the_lengths_is_never_read(backend, cell):
     d_poisoned = {k: v if v is None or v.ndim == 2 else _padded(v, lengths, [np.nan, np.inf])
                   for k, v in d.items()}
     expected, actual = run(zero, backend, d), run(poisoned, backend, d_poisoned)
-    for want, got in zip(expected, actual):
-        for field, u, v in zip(want._fields, want, got):
+    for want, got in zip(expected, actual, strict=True):
+        for field, u, v in zip(want._fields, want, got, strict=True):
             if u is not None:
                 np.testing.assert_array_equal(v, u, err_msg=field)
 
@@ -310,7 +310,7 @@ def test_lstm_pure_and_order_independent(backend):
         if name != "seq_len":
             (odd if name in case else odd_d)[name] = odd_layout(v, k)
     seq2, grads2 = run_lstm(odd, backend, odd_d)
-    for a, b in zip((*seq, *grads), (*seq2, *grads2)):
+    for a, b in zip((*seq, *grads), (*seq2, *grads2), strict=True):
         if backend == "cpu" or a is None:
             np.testing.assert_array_equal(a, b)
         else:       # NumPy's matmul hands BLAS a Fortran-ordered w as a transposed operand,
@@ -347,7 +347,7 @@ def test_lstm_float32_tracks_float64(backend, seed):
     seq32, grads32 = run_lstm(as_dtype(case, np.float32), backend, as_dtype(d, np.float32))
     for g in (grads32, grads64):  # no projection and no layer norm here
         assert g.w_proj is None and g.layer_norm is None
-    for a32, a64 in zip((*seq32, *grads32[:-2]), (*seq64, *grads64[:-2])):
+    for a32, a64 in zip((*seq32, *grads32[:-2]), (*seq64, *grads64[:-2]), strict=True):
         assert a32.dtype == np.float32
         np.testing.assert_allclose(a32, a64, rtol=2e-4, atol=2e-5)
 
@@ -360,7 +360,7 @@ def test_gru_float32_tracks_float64(backend, reset_after):
     d = upstream(case, 4, lstm=False)
     seq64, grads64 = run_gru(case, backend, d)
     seq32, grads32 = run_gru(as_dtype(case, np.float32), backend, as_dtype(d, np.float32))
-    for a32, a64 in zip((*seq32, *grads32), (*seq64, *grads64)):
+    for a32, a64 in zip((*seq32, *grads32), (*seq64, *grads64), strict=True):
         assert a32.dtype == np.float32
         np.testing.assert_allclose(a32, a64, rtol=2e-4, atol=2e-5)
 
@@ -378,8 +378,9 @@ def assert_cpu_agrees(dtype, run, case, d, **kwargs):
     the steps and sums over T·B rows in another order exceeded it in 4 of those cases."""
     case, d = as_dtype(case, dtype), as_dtype(d, dtype)
     tol = {"rtol": 1e-12, "atol": 1e-13} if dtype == np.float64 else {"rtol": 1e-4, "atol": 1e-5}
-    for result, expected in zip(run(case, "cpu", d, **kwargs), run(case, "reference", d, **kwargs)):
-        for name, a, b in zip(result._fields, result, expected):
+    for result, expected in zip(run(case, "cpu", d, **kwargs), run(case, "reference", d, **kwargs),
+                                strict=True):
+        for name, a, b in zip(result._fields, result, expected, strict=True):
             if b is None:
                 assert a is None, name
                 continue

@@ -74,7 +74,7 @@ def run_torch(module, x, states, lengths, d_out, d_finals):
     out, _ = torch.nn.utils.rnn.pad_packed_sequence(out, total_length=x.shape[0])
     finals = (finals,) if len(states_t) == 1 else finals
     loss = (out * torch.tensor(d_out)).sum()
-    loss = loss + sum((f[0] * torch.tensor(d)).sum() for f, d in zip(finals, d_finals))
+    loss = loss + sum((f[0] * torch.tensor(d)).sum() for f, d in zip(finals, d_finals, strict=True))
     loss.backward()
     return (to_numpy(out), [to_numpy(f[0]) for f in finals], to_numpy(x_t.grad),
             [to_numpy(s.grad[0]) for s in states_t])

@@ -64,7 +64,7 @@ def _upstream(op, rng, result):
 
 def _assert_same(got, want):
     fields = getattr(type(want), "_fields", range(len(want)))
-    for field, a, b in zip(fields, got, want):
+    for field, a, b in zip(fields, got, want, strict=True):
         if b is None:
             assert a is None, field
         else:
@@ -94,7 +94,8 @@ def test_the_gradient_needs_only_the_arrays_the_result_and_the_upstream(op, back
     elif op in ("gru_cell", "rnn_cell") and not (op == "rnn_cell" and variant):
         _assert_same(plain(), full)  # nothing to remember
     else:
-        assert any(not np.array_equal(a, b) for a, b in zip(plain(), full) if a is not None)
+        assert any(not np.array_equal(a, b)
+                   for a, b in zip(plain(), full, strict=True) if a is not None)
 
 
 def test_results_record_their_settings_and_unpack_as_before():

@@ -86,7 +86,7 @@ def test_a_stack_is_its_layers(backend, cell):
                         if n not in ("w", "b", "w_ru", "w_c", "b_ru", "b_c") and a is not None}
             alone = op(layer_input, *states, *positional, **optional, reverse=d == 1,
                        seq_len=case["seq_len"], **_CELL_ATTRS[cell], backend=backend)
-            for a, b in zip(run, alone):
+            for a, b in zip(run, alone, strict=True):
                 np.testing.assert_array_equal(a, b)
         layer_input = np.concatenate([r.h for r in runs], axis=-1)
         if layer < 2:
@@ -157,7 +157,7 @@ def test_empty_sizes_and_purity(backend, cell):
         assert grads.x.shape == case["x"].shape and len(grads.weights) == 4
         for k, v in before.items():
             np.testing.assert_array_equal(case[k], v, err_msg=k)
-        for a, b in zip(case.get("dropout_masks", []), masks):
+        for a, b in zip(case.get("dropout_masks", []), masks, strict=True):
             np.testing.assert_array_equal(a, b)
 
 

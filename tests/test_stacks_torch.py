@@ -74,7 +74,8 @@ def test_multi_layer_torch_on_a_packed_ragged_batch(torch, rng, backend, config)
                                                     total_length=steps)
     finals = finals if isinstance(finals, tuple) else (finals,)
     cts = [rng.standard_normal(tuple(a.shape)) for a in (out, *finals)]
-    sum((a * torch.from_numpy(c)).sum() for a, c in zip((out, *finals), cts)).backward()
+    sum((a * torch.from_numpy(c)).sum()
+        for a, c in zip((out, *finals), cts, strict=True)).backward()
 
     kind = cell.split("_")[0]
     states = conv.gradcells_states(*torch_states)
@@ -95,7 +96,7 @@ def test_multi_layer_torch_on_a_packed_ragged_batch(torch, rng, backend, config)
         np.testing.assert_allclose(grads.cs0, states_t[1].grad.numpy(), **TOL)
     theirs = layouts.stack_from_torch(_parameter_grads(module, cell),
                                       nonlinearity=conv.options.get("activation"))
-    for k, (ours, want) in enumerate(zip(grads.weights, theirs)):
+    for k, (ours, want) in enumerate(zip(grads.weights, theirs, strict=True)):
         for name, a in want._asdict().items():
             if a is not None:
                 np.testing.assert_allclose(getattr(ours, name), a, **TOL,

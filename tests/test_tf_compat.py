@@ -99,7 +99,7 @@ def test_unused_peepholes_are_ignored(rng):
         d_cs, d_h = upstream(rng, cs_prev.shape)
         grads = tc.lstm_block_cell_grad(x, cs_prev, h_prev, w, *peeps, b, *out[:6], d_cs, d_h,
                                         False)
-        for p, g in zip(peeps, grads[2:]):
+        for p, g in zip(peeps, grads[2:], strict=True):
             assert g.shape == ((hidden,) if p is None else p.shape)
             assert not g.any()
 
@@ -138,7 +138,7 @@ def test_lstm_block_cell_grad_is_tensorflows_composition(seed, use_peephole, dty
     assert_close(grad.dicfo.sum(0), straight.b, **tol)
     assert_close(grad.cs_prev_grad, straight.cs_prev, **tol)
     if use_peephole:
-        for k, g in zip(PEEPHOLES, grad[2:]):
+        for k, g in zip(PEEPHOLES, grad[2:], strict=True):
             assert_close(g, getattr(straight, k), **tol)
     if case["cell_clip"] is not None:  # the clip is active somewhere: straight-through is wrong
         assert not np.allclose(straight.cs_prev, public["exact"].cs_prev)
@@ -149,7 +149,7 @@ def test_gru_block_cell_is_gru_cell(rng):
     args = [case[k] for k in ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")]
     out = tc.gru_block_cell(*args)
     assert isinstance(out, tc.GRUBlockCellOutput) and out._fields == ("r", "u", "c", "h")
-    for got, expected in zip(out, gc.gru_cell(*args)):
+    for got, expected in zip(out, gc.gru_cell(*args), strict=True):
         np.testing.assert_array_equal(got, expected)
 
 
@@ -261,7 +261,7 @@ def test_block_lstm_grad_is_the_straight_through_bptt(rng, use_peephole):
                          (grad.h_prev_grad, public.h0), (grad.w_grad, public.w),
                          (grad.b_grad, public.b)):
         assert_close(mine, theirs)
-    for k, g in zip(PEEPHOLES, grad[4:7]):
+    for k, g in zip(PEEPHOLES, grad[4:7], strict=True):
         if use_peephole:
             assert_close(g, getattr(public, k))
         else:
@@ -281,14 +281,14 @@ def test_block_lstm_grad_ignores_steps_past_seq_len_max(rng):
         a[3:] = (np.nan, np.inf, -3.7e36)[k % 3]
     before = [a.copy() for a in garbage]
     grad = tc.block_lstm_grad(3, *args, *garbage, True)
-    for a, b in zip(garbage, before):
+    for a, b in zip(garbage, before, strict=True):
         np.testing.assert_array_equal(a, b)
 
     truncated = [a[:3] for a in (*out, d_cs, d_h)]
     short = tc.block_lstm_grad(3, case["x"][:3], *args[1:], *truncated, True)
     assert np.isfinite(grad.x_grad).all() and not grad.x_grad[3:].any()
     assert_close(grad.x_grad[:3], short.x_grad)
-    for g, s in zip(grad[1:], short[1:]):
+    for g, s in zip(grad[1:], short[1:], strict=True):
         assert_close(g, s)
 
 
@@ -509,5 +509,5 @@ def test_mirrors_do_not_modify_inputs(rng):
     tc.block_lstm_v2(2, *args, use_peephole=True)
     tc.lstm_block_cell_grad(args[0][0], *args[1:], *(a[0] for a in out[:6]), d[0][0], d[1][0],
                             True)
-    for a, b in zip(everything, before):
+    for a, b in zip(everything, before, strict=True):
         np.testing.assert_array_equal(a, b)

@@ -127,7 +127,7 @@ def test_result_equals_numpy_op(name, seed):
     _collect(result, got)
     _collect(expected, want)
     assert len(got) == len(want) > 0
-    for a, b in zip(got, want):
+    for a, b in zip(got, want, strict=True):
         assert isinstance(a, torch.Tensor)
         np.testing.assert_array_equal(a.detach().numpy(), b)
 
@@ -184,7 +184,7 @@ def test_gradients_equal_gc_grad(name):
     _collect(grads, want)
     got = [t.grad for t in _leaves(tcase)]
     assert len(got) == len(want)
-    for a, b in zip(got, want):
+    for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a.numpy(), b, rtol=1e-12, atol=1e-12)
 
 
@@ -303,7 +303,7 @@ def test_inputs_never_modified(name):
     outputs = f(*leaves)
     grads = torch.autograd.grad(sum(o.sum() for o in outputs), leaves, create_graph=True)
     torch.autograd.grad(sum((g * g).sum() for g in grads), leaves, allow_unused=True)
-    for a, b in zip(_tensors(tcase), before):
+    for a, b in zip(_tensors(tcase), before, strict=True):
         assert torch.equal(a.detach(), b)
 
 
@@ -339,12 +339,12 @@ def test_cuda_matches_cpu(name):
     f_cpu, leaves_cpu = _as_function(name, cpu)
     f_cuda, leaves_cuda = _as_function(name, cuda)
     out_cpu, out_cuda = f_cpu(*leaves_cpu), f_cuda(*leaves_cuda)
-    for a, b in zip(out_cpu, out_cuda):
+    for a, b in zip(out_cpu, out_cuda, strict=True):
         assert b.device.type == "cuda"
         torch.testing.assert_close(b.cpu(), a)
     g_cpu = torch.autograd.grad(sum(o.sum() for o in out_cpu), leaves_cpu)
     g_cuda = torch.autograd.grad(sum(o.sum() for o in out_cuda), leaves_cuda)
-    for a, b in zip(g_cpu, g_cuda):
+    for a, b in zip(g_cpu, g_cuda, strict=True):
         torch.testing.assert_close(b.cpu(), a)
     assert torch.autograd.gradcheck(f_cuda, leaves_cuda, check_forward_ad=True)
 

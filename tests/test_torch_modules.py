@@ -59,9 +59,9 @@ def run(module, x, hx, data=None):
 
 def assert_same_run(ours, theirs):
     (out_a, grads_a, params_a), (out_b, grads_b, params_b) = ours, theirs
-    for a, b in zip(out_a, out_b):
+    for a, b in zip(out_a, out_b, strict=True):
         torch.testing.assert_close(a, b, **TIGHT)
-    for a, b in zip(grads_a, grads_b):
+    for a, b in zip(grads_a, grads_b, strict=True):
         torch.testing.assert_close(a, b, **TIGHT)
     assert params_a.keys() == params_b.keys()
     for name in params_a:
@@ -96,7 +96,7 @@ CONFIGS = [
 def test_tensor_input_matches_nn(cell, kwargs, with_states):
     ours, theirs = pair(cell, 3, 4, **kwargs)
     assert [n for n, _ in ours.named_parameters()] == [n for n, _ in theirs.named_parameters()]
-    for (name, a), b in zip(ours.state_dict().items(), theirs.state_dict().values()):
+    for (name, a), b in zip(ours.state_dict().items(), theirs.state_dict().values(), strict=True):
         assert torch.equal(a, b), f"{name}: a seed must give nn's initial weights"
     torch.manual_seed(1)
     shape = (2, 5, 3) if kwargs.get("batch_first") else (5, 2, 3)
@@ -141,7 +141,7 @@ def test_float32_default_dtype_matches_nn(cell):
     out_a, finals_a = a(x)
     out_b, finals_b = b(x)
     assert out_a.dtype == torch.float32
-    for u, v in zip((out_a, *as_tuple(finals_a)), (out_b, *as_tuple(finals_b))):
+    for u, v in zip((out_a, *as_tuple(finals_a)), (out_b, *as_tuple(finals_b)), strict=True):
         torch.testing.assert_close(u, v, rtol=1e-5, atol=1e-6)
 
 
@@ -187,8 +187,8 @@ def test_gate_permutation_is_gradcells_layout():
     """The forward hands gradcells the weights ``gc.layouts.stack_from_torch`` converts."""
     ours, _ = pair("lstm", 3, 4, num_layers=2, bidirectional=True, proj_size=2)
     converted = gc.layouts.stack_from_torch(ours)
-    for mine, theirs in zip(ours.weight_sets(), converted):
-        for a, b in zip(mine, theirs):
+    for mine, theirs in zip(ours.weight_sets(), converted, strict=True):
+        for a, b in zip(mine, theirs, strict=True):
             if b is not None:
                 torch.testing.assert_close(a.detach(), torch.from_numpy(b), **TIGHT)
 
@@ -271,7 +271,7 @@ def test_lstm_options_match_torch_ops(options):
     h0, c0 = torch.randn(1, 2, 4, dtype=F64), torch.randn(1, 2, 4, dtype=F64)
     out, (h_n, c_n) = module(x, (h0, c0))
     expected = torch_lstm_layer(module, x, h0[0], c0[0])
-    for a, b in zip((out, h_n[0], c_n[0]), expected):
+    for a, b in zip((out, h_n[0], c_n[0]), expected, strict=True):
         torch.testing.assert_close(a, b, **TIGHT)
 
 
@@ -306,7 +306,7 @@ def gradcheck_module(module, x, hx, seed=None):
         if seed is not None:
             torch.manual_seed(seed)
         given = rest[:len(states)]
-        params = dict(zip(names, rest[len(states):]))
+        params = dict(zip(names, rest[len(states):], strict=True))
         hx_ = tuple(given) if len(given) == 2 else given[0]
         out, finals = functional_call(module, params, (x, hx_))
         return (out, *as_tuple(finals))

@@ -278,7 +278,7 @@ def test_empty_inputs_are_valid(batch, input_size):
     state = gc.lstm_cell(*args, **peeps, cell_clip=1.0)
     assert all(a.shape == (batch, 3) for a in state)
     grads = gc.lstm_cell_grad(*args, state, d_h=np.ones((batch, 3)), **peeps, cell_clip=1.0)
-    for name, g in zip(gc.LSTMCellGrads._fields, grads):
+    for name, g in zip(gc.LSTMCellGrads._fields, grads, strict=True):
         assert g.shape == case[name].shape if name in case else g is None  # no w_proj
     if batch == 0:
         assert not np.any(grads.w) and not np.any(grads.b) and not np.any(grads.wci)
@@ -288,7 +288,7 @@ def test_empty_inputs_are_valid(batch, input_size):
     gstate = gc.gru_cell(*gargs)
     assert all(a.shape == (batch, 3) for a in gstate)
     ggrads = gc.gru_cell_grad(*gargs, gstate, d_h=np.ones((batch, 3)))
-    for name, grad in zip(gc.GRUCellGrads._fields, ggrads):
+    for name, grad in zip(gc.GRUCellGrads._fields, ggrads, strict=True):
         assert grad.shape == g[name].shape
 
 
@@ -313,7 +313,7 @@ def test_attributes_beyond_the_dtype_range(backend):
         gc.lstm_cell(*args.values(), forget_bias=1e300, backend=backend)
     unclipped = gc.lstm_cell(*args.values(), backend=backend)
     huge = gc.lstm_cell(*args.values(), cell_clip=1e300, backend=backend)
-    for a, b in zip(huge, unclipped):
+    for a, b in zip(huge, unclipped, strict=True):
         np.testing.assert_array_equal(a, b)
     assert gc.lstm_cell(*(a.astype(np.float64) for a in args.values()), forget_bias=1e300,
                         backend=backend).f.dtype == np.float64      # float64 holds it
@@ -329,7 +329,8 @@ def test_integers_beyond_float64_are_judged_not_overflowed(backend):
         gc.lstm_cell(*args.values(), forget_bias=-10**400, backend=backend)
     unclipped = gc.lstm_cell(*args.values(), backend=backend)
     for clip in (10**400, -10**400):
-        for a, b in zip(gc.lstm_cell(*args.values(), cell_clip=clip, backend=backend), unclipped):
+        for a, b in zip(gc.lstm_cell(*args.values(), cell_clip=clip, backend=backend), unclipped,
+                        strict=True):
             np.testing.assert_array_equal(a, b)
 
 
@@ -350,7 +351,7 @@ def test_zero_dimensional_attributes_are_numbers():
     args, _ = lstm_inputs()
     plain = gc.lstm_cell(*args.values(), forget_bias=0.5, cell_clip=0.75)
     as_arrays = gc.lstm_cell(*args.values(), forget_bias=np.array(0.5), cell_clip=np.array(0.75))
-    for a, b in zip(as_arrays, plain):
+    for a, b in zip(as_arrays, plain, strict=True):
         np.testing.assert_array_equal(a, b)
     for bad in (np.array([0.5]), np.array(True)):
         with pytest.raises(TypeError, match="forget_bias must be a real number, got ndarray"):

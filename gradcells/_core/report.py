@@ -25,7 +25,7 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]], *,
     widths = [max(len(c[k]) for c in cells) for k in range(measured)]
     if free_last:
         widths.append(len(header[-1]))
-    lines = ["  ".join(v.ljust(w) for v, w in zip(c, widths)).rstrip() for c in cells]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)).rstrip() for c in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return lines
 
@@ -42,7 +42,8 @@ class Progress:
         self.total, self.prefix, self.enabled = total, prefix, enabled
         self.stream = sys.stderr if stream is None else stream
         self.tty = enabled and bool(getattr(self.stream, "isatty", lambda: False)())
-        self.count, self.label, self.width = 0, None, 0
+        self.count, self.width = 0, 0
+        self.label: str | None = None
 
     def step(self, label: str) -> None:
         """Count one step of ``label``."""
@@ -76,5 +77,6 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> l
     cells = [[str(c).replace("|", "\\|") for c in row] for row in [header, *rows]]
     widths = [max(len(row[k]) for row in cells) for k in range(len(header))]
     rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in cells]
+    lines = ["| " + " | ".join(c.ljust(w)
+                               for c, w in zip(row, widths, strict=True)) + " |" for row in cells]
     return [lines[0], rule, *lines[1:]]

@@ -10,6 +10,7 @@ LSTM's recurrent width (its projection's, else H), ``I+H``, ``I+P``,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .types import (
     GRUCellGrads,
@@ -82,10 +83,10 @@ class OpSpec:
     name: str
     sequence: bool
     states: tuple[str, ...]
-    weights: type
+    weights: type[NamedTuple]
     settings: type
-    result: type
-    grads: type
+    result: type[NamedTuple]
+    grads: type[NamedTuple]
     upstream: tuple[str, ...]
     h_width: str = "H"
 

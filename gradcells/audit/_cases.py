@@ -52,7 +52,7 @@ def lstm_backprop(x, cs0, h0, w, b, states, d_cs, d_h, *, wci=None, wcf=None, wc
     """Backpropagation through time over ``lstm_steps``'s ``states`` for upstream gradients
     ``d_cs, d_h [T, B, H]`` of every step's cs and h. Returns the gradients of
     ``(x, cs0, h0, w, b[, wci, wcf, wco])``."""
-    weights = {"w": w, "b": b, **dict(zip(PEEPHOLES, (wci, wcf, wco)))}
+    weights = {"w": w, "b": b, **dict(zip(PEEPHOLES, (wci, wcf, wco), strict=True))}
     starts = [(cs0, h0)] + [(s.cs, s.h) for s in states[:-1]]
     run = unrolled.Unrolled("lstm", x, weights, {"cell_clip": cell_clip}, None, None,
                             list(states), starts, {"cs_final": cs0, "h_final": h0})

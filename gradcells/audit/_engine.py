@@ -210,7 +210,7 @@ def _named(entries: tuple[int, ...]) -> str:
 
 
 def _unexpected_row(check: Check, n: int, verdicts, kinds) -> Row:
-    bad = next(v for v, k in zip(verdicts, kinds) if k == "unexpected")
+    bad = next(v for v, k in zip(verdicts, kinds, strict=True) if k == "unexpected")
     detail = (f"raised {bad.raised}" if bad.raised else
               f"|Δ| {bad.truth.abs_error:.2g} in {bad.truth.where} "
               f"({bad.truth.ratio:.3g}× tolerance)")
@@ -221,7 +221,7 @@ def _unexpected_row(check: Check, n: int, verdicts, kinds) -> Row:
 
 
 def _fault_row(check: Check, n: int, verdicts, kinds) -> Row:
-    shown = [v for v, k in zip(verdicts, kinds) if k == "fault"]
+    shown = [v for v, k in zip(verdicts, kinds, strict=True) if k == "fault"]
     entries = tuple(sorted({e for v in shown
                             for e in (check.entries if v.entries is None else v.entries)}))
     share = "" if len(shown) == n else f" ({len(shown)}/{n})"

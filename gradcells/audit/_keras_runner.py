@@ -66,7 +66,7 @@ class Job:
     def call(self, tensors):
         """The layer's outputs (a tuple) for backend tensors aligned with ``names``."""
         ops = self.keras.ops
-        named = dict(zip(self.names, tensors))
+        named = dict(zip(self.names, tensors, strict=True))
         weights = [named[n] for n in self.names[len(self.states) + 1:]]
         mask = None if self.mask is None else ops.convert_to_tensor(self.mask)
         frozen = [v.value for v in self.layer.non_trainable_variables]   # a seed generator
@@ -113,7 +113,8 @@ def _tf_vjp(job, ct, arrays):
         tape.watch(tensors)
         out = job.call(tensors)
     grads = tape.gradient(list(out), tensors, output_gradients=[tf.constant(c) for c in ct])
-    return [np.zeros_like(a) if g is None else g.numpy() for a, g in zip(arrays, grads)]
+    return [np.zeros_like(a) if g is None else g.numpy()
+            for a, g in zip(arrays, grads, strict=True)]
 
 
 def _jax_vjp(job, ct, arrays):
@@ -130,7 +131,8 @@ def _torch_vjp(job, ct, arrays):
     out = job.call(tensors)
     grads = torch.autograd.grad(out, tensors, [torch.from_numpy(np.array(c)) for c in ct],
                                 allow_unused=True)
-    return [np.zeros_like(a) if g is None else g.detach().numpy() for a, g in zip(arrays, grads)]
+    return [np.zeros_like(a) if g is None else g.detach().numpy()
+            for a, g in zip(arrays, grads, strict=True)]
 
 
 VJPS = {"tensorflow": _tf_vjp, "jax": _jax_vjp, "torch": _torch_vjp}
@@ -143,7 +145,7 @@ def _tf_jvp(job, tangents, arrays):
     with tf.autodiff.ForwardAccumulator(tensors, [tf.constant(t) for t in tangents]) as acc:
         out = job.call(tensors)
     return [np.zeros(o.shape) if d is None else d.numpy()
-            for o, d in zip(out, (acc.jvp(o) for o in out))]
+            for o, d in zip(out, (acc.jvp(o) for o in out), strict=True)]
 
 
 def _jax_jvp(job, tangents, arrays):
@@ -160,11 +162,11 @@ def _torch_jvp(job, tangents, arrays):
 
     with fwad.dual_level():
         duals = [fwad.make_dual(torch.from_numpy(np.array(a)), torch.from_numpy(np.array(t)))
-                 for a, t in zip(arrays, tangents)]
+                 for a, t in zip(arrays, tangents, strict=True)]
         out = job.call(duals)
         found = [fwad.unpack_dual(o).tangent for o in out]
     return [np.zeros(tuple(o.shape)) if d is None else d.detach().numpy()
-            for o, d in zip(out, found)]
+            for o, d in zip(out, found, strict=True)]
 
 
 JVPS = {"tensorflow": _tf_jvp, "jax": _jax_jvp, "torch": _torch_jvp}
@@ -182,7 +184,7 @@ def _tf_hvp(job, ct, tangents, arrays):
         grads = inner.gradient(list(out), tensors,
                                output_gradients=[tf.constant(c) for c in ct])
     hvp = outer.gradient(grads, tensors, output_gradients=[tf.constant(t) for t in tangents])
-    return [np.zeros_like(a) if h is None else h.numpy() for a, h in zip(arrays, hvp)]
+    return [np.zeros_like(a) if h is None else h.numpy() for a, h in zip(arrays, hvp, strict=True)]
 
 
 def _jax_hvp(job, ct, tangents, arrays):
@@ -204,7 +206,8 @@ def _torch_hvp(job, ct, tangents, arrays):
     hvp = torch.autograd.grad([g for _, g in used], tensors,
                               [torch.from_numpy(np.array(tangents[k])) for k, _ in used],
                               allow_unused=True) if used else [None] * len(tensors)
-    return [np.zeros_like(a) if h is None else h.detach().numpy() for a, h in zip(arrays, hvp)]
+    return [np.zeros_like(a) if h is None else h.detach().numpy()
+            for a, h in zip(arrays, hvp, strict=True)]
 
 
 HVPS = {"tensorflow": _tf_hvp, "jax": _jax_hvp, "torch": _torch_hvp}
@@ -228,8 +231,8 @@ def run_job(keras, path) -> str:
     np.savez(result, **{k: json.dumps(_rows(r)) for k, r in reports.items()},
              **{f"out{k}": o for k, o in enumerate(out)},
              **{f"jvp{k}": t for k, t in enumerate(tangents)},
-             **{f"grad_{n}": g for n, g in zip(job.names, grads)},
-             **{f"hvp_{n}": h for n, h in zip(job.names, job.hvp())})
+             **{f"grad_{n}": g for n, g in zip(job.names, grads, strict=True)},
+             **{f"hvp_{n}": h for n, h in zip(job.names, job.hvp(), strict=True)})
     return result
 
 

@@ -98,16 +98,16 @@ def _unblocks(api, kind, cls, names, kx, kh, bias):
     split = functools.partial(np.split, indices_or_sections=kh.shape[1] // hidden, axis=-1)
     if kind == "lstm" and not (api == "nnx" and cls == "OptimizedLSTMCell"):
         xs = [n.replace("if", "if_") if api == "nnx" else n for n in LSTM_X]
-        out = {f"{n}.kernel": k for n, k in zip(xs, split(kx))}
-        out.update({f"{n}.kernel": k for n, k in zip(LSTM_H, split(kh))})
-        out.update({f"{n}.bias": v for n, v in zip(LSTM_H, split(bias))})
+        out = {f"{n}.kernel": k for n, k in zip(xs, split(kx), strict=True)}
+        out.update({f"{n}.kernel": k for n, k in zip(LSTM_H, split(kh), strict=True)})
+        out.update({f"{n}.bias": v for n, v in zip(LSTM_H, split(bias), strict=True)})
     elif kind == "lstm":
         out = {"dense_i.kernel": kx, "dense_h.kernel": kh, "dense_h.bias": bias}
     elif api == "nnx":
         out = {"dense_i.kernel": kx, "dense_h.kernel": kh, "dense_i.bias": bias[0]}
     else:
-        out = {f"{n}.kernel": k for n, k in zip(GRU_X + GRU_H, split(kx) + split(kh))}
-        out.update({f"{n}.bias": v for n, v in zip(GRU_X, split(bias[0]))}, **{
+        out = {f"{n}.kernel": k for n, k in zip(GRU_X + GRU_H, split(kx) + split(kh), strict=True)}
+        out.update({f"{n}.bias": v for n, v in zip(GRU_X, split(bias[0]), strict=True)}, **{
             "hn.bias": bias[1]})
     return [out[n] for n in names]
 
@@ -143,7 +143,7 @@ def flax_gradients(api, kind, cls, names, weights):
 
 def _nested(paths, arrays):
     tree: dict = {}
-    for path, a in zip(paths, arrays):
+    for path, a in zip(paths, arrays, strict=True):
         node = tree
         for key in path[:-1]:
             node = node.setdefault(key, {})
@@ -248,7 +248,7 @@ def jax_jvp(fn, tangents, *arrays):
 
 
 def _loss(fn, ct, *arrays):
-    return sum((o * c).sum() for o, c in zip(fn(*arrays), ct))
+    return sum((o * c).sum() for o, c in zip(fn(*arrays), ct, strict=True))
 
 
 def jax_hvp(fn, ct, tangents, *arrays):
@@ -302,7 +302,8 @@ class CellCase:
         return _numpy(self.jitted["vjp"](tuple(ct), *arrays))
 
     def jvp(self, tangents, *arrays):
-        tangents = [np.zeros(np.shape(a)) if t is None else t for a, t in zip(arrays, tangents)]
+        tangents = [np.zeros(np.shape(a)) if t is None else t
+                    for a, t in zip(arrays, tangents, strict=True)]
         return _numpy(self.jitted["jvp"](tangents, *arrays))
 
     def hvp(self):
@@ -316,7 +317,7 @@ class CellCase:
         """gradcells's arrays ``(x, cs_prev, h_prev, w, b)`` or ``(x, h_prev, w_ru, w_c,
         b_ru, b_c)`` for arrays aligned with ``names`` (inputs or their tangents)."""
         n = self.n_inputs()
-        params = dict(zip(self.params, arrays[n:]))
+        params = dict(zip(self.params, arrays[n:], strict=True))
         return tuple(arrays[:n]) + gradcells_weights(self.api, self.kind, self.cls, params)
 
     def gradcells_state(self):
@@ -373,7 +374,7 @@ def cell_forward(rng, api, kind, cls) -> Verdict:
     """Flax's float64 forward against gradcells's on the converted weights."""
     case = CellCase(rng, api, kind, cls)
     return Verdict(compare(zip(case.outputs, case.forward(*case.args),
-                               case.gradcells_forward()), FLOAT64))
+                               case.gradcells_forward(), strict=True), FLOAT64))
 
 
 def cell_vjp_oracle(rng, api, kind, cls) -> Verdict:
@@ -388,7 +389,7 @@ def cell_vjp_gradcells(rng, api, kind, cls) -> Verdict:
     """``jax.vjp`` against gradcells's ``*_cell_grad``, in Flax's layout."""
     case = CellCase(rng, api, kind, cls)
     return Verdict(compare(zip(case.names, case.vjp(case.cotangent, *case.args),
-                               case.gradcells_grads()), FLOAT64))
+                               case.gradcells_grads(), strict=True), FLOAT64))
 
 
 def cell_jvp_oracle(rng, api, kind, cls) -> Verdict:
@@ -402,13 +403,13 @@ def cell_jvp_gradcells(rng, api, kind, cls) -> Verdict:
     """``jax.jvp`` against gradcells's ``*_cell_jvp`` along the same tangents."""
     case = CellCase(rng, api, kind, cls)
     return Verdict(compare(zip(case.outputs, case.jvp(case.tangents, *case.args),
-                               case.gradcells_jvp()), FLOAT64))
+                               case.gradcells_jvp(), strict=True), FLOAT64))
 
 
 def cell_hvp_gradcells(rng, api, kind, cls) -> Verdict:
     """``jax.jvp(jax.grad(<ct, f>))`` against gradcells's ``*_cell_grad_jvp``."""
     case = CellCase(rng, api, kind, cls)
-    return Verdict(compare(zip(case.names, case.hvp(), case.gradcells_hvp()), FLOAT64))
+    return Verdict(compare(zip(case.names, case.hvp(), case.gradcells_hvp(), strict=True), FLOAT64))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -517,7 +518,7 @@ def seq_forward(rng, api, kind) -> Verdict:
     ``seq_len``/``reverse`` (``batch_first``)."""
     case = SeqCase(rng, api, kind)
     return Verdict(compare(zip(case.outputs, case.masked(case.forward(*case.args)),
-                               case.gradcells_forward()), FLOAT64))
+                               case.gradcells_forward(), strict=True), FLOAT64))
 
 
 def seq_padding(rng, api, kind) -> Verdict:
@@ -525,8 +526,8 @@ def seq_padding(rng, api, kind) -> Verdict:
     documents them as not zeroed; the model compares the valid steps only)."""
     case = SeqCase(rng, api, kind)
     out, truth = case.forward(*case.args), case.gradcells_forward()
-    return judge(compare(zip(case.outputs, out, truth), FLOAT64),
-                 lambda: compare(zip(case.outputs, case.masked(out), truth), FLOAT64))
+    return judge(compare(zip(case.outputs, out, truth, strict=True), FLOAT64),
+                 lambda: compare(zip(case.outputs, case.masked(out), truth, strict=True), FLOAT64))
 
 
 def seq_order(rng, api, kind) -> Verdict:
@@ -536,8 +537,8 @@ def seq_order(rng, api, kind) -> Verdict:
     case = SeqCase(rng, api, kind, keep_order=False, reverse=True)
     out, truth = case.masked(case.forward(*case.args)), case.gradcells_forward()
     model = (flipped(truth[0], case.lengths),) + tuple(truth[1:])
-    return judge(compare(zip(case.outputs, out, truth), FLOAT64),
-                 lambda: compare(zip(case.outputs, out, model), FLOAT64))
+    return judge(compare(zip(case.outputs, out, truth, strict=True), FLOAT64),
+                 lambda: compare(zip(case.outputs, out, model, strict=True), FLOAT64))
 
 
 def seq_empty(rng, api, kind) -> Verdict:
@@ -546,9 +547,9 @@ def seq_empty(rng, api, kind) -> Verdict:
     case = SeqCase(rng, api, kind, empty=True)
     out = case.masked(case.forward(*case.args))
     full = np.where(case.lengths == 0, case.valid.shape[1], case.lengths)
-    return judge(compare(zip(case.outputs, out, case.gradcells_forward()), FLOAT64),
+    return judge(compare(zip(case.outputs, out, case.gradcells_forward(), strict=True), FLOAT64),
                  lambda: compare(zip(case.outputs[1:], out[1:],
-                                     case.gradcells_forward(full)[1:]), FLOAT64))
+                                     case.gradcells_forward(full)[1:], strict=True), FLOAT64))
 
 
 def seq_vjp_oracle(rng, api, kind) -> Verdict:
@@ -565,7 +566,7 @@ def seq_vjp_gradcells(rng, api, kind) -> Verdict:
     ``*_sequence_grad`` with ``seq_len``/``reverse``."""
     case = SeqCase(rng, api, kind)
     return Verdict(compare(zip(case.names, case.vjp(case.cotangent, *case.args),
-                               case.gradcells_grads()), FLOAT64))
+                               case.gradcells_grads(), strict=True), FLOAT64))
 
 
 def seq_jvp_gradcells(rng, api, kind) -> Verdict:
@@ -573,14 +574,14 @@ def seq_jvp_gradcells(rng, api, kind) -> Verdict:
     ``*_sequence_jvp``."""
     case = SeqCase(rng, api, kind)
     return Verdict(compare(zip(case.outputs, case.masked(case.jvp(case.tangents, *case.args)),
-                               case.gradcells_jvp()), FLOAT64))
+                               case.gradcells_jvp(), strict=True), FLOAT64))
 
 
 def seq_hvp_gradcells(rng, api, kind) -> Verdict:
     """``jax.jvp(jax.grad(<ct, RNN>))`` (cotangent zero past the lengths) against
     gradcells's ``*_sequence_grad_jvp``: second order through time."""
     case = SeqCase(rng, api, kind)
-    return Verdict(compare(zip(case.names, case.hvp(), case.gradcells_hvp()), FLOAT64))
+    return Verdict(compare(zip(case.names, case.hvp(), case.gradcells_hvp(), strict=True), FLOAT64))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -598,8 +599,9 @@ def nnx_gru_documented(rng) -> Verdict:
     out = _numpy(jitted["forward"](*case.args[:2], *params))
     truth = case.gradcells_forward()
     case.args[case.names.index("hn.bias")] = np.zeros_like(b_hn)
-    return judge(compare(zip(case.outputs, out, truth), FLOAT64),
-                 lambda: compare(zip(case.outputs, out, case.gradcells_forward()), FLOAT64))
+    return judge(compare(zip(case.outputs, out, truth, strict=True), FLOAT64),
+                 lambda: compare(zip(case.outputs, out, case.gradcells_forward(), strict=True),
+                                 FLOAT64))
 
 
 def lstm_forget_bias(rng) -> Verdict:
@@ -608,8 +610,9 @@ def lstm_forget_bias(rng) -> Verdict:
     case = CellCase(rng, "linen", "lstm", "LSTMCell")
     out = case.forward(*case.args)
     state = steps.lstm_cell(*case.gradcells_args(case.args))
-    return judge(compare(zip(case.outputs, out, (state.h, state.cs)), FLOAT64),
-                 lambda: compare(zip(case.outputs, out, case.gradcells_forward()), FLOAT64))
+    return judge(compare(zip(case.outputs, out, (state.h, state.cs), strict=True), FLOAT64),
+                 lambda: compare(zip(case.outputs, out, case.gradcells_forward(), strict=True),
+                                 FLOAT64))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -515,7 +515,8 @@ def judge_forward(backend, case) -> Verdict:
     claim = keras_outputs(keras_result(backend, case), case)
     names = output_names(case)
     return judge_entries(lambda active: compare(
-        zip(names, claim, expected_outputs(case, active)), tolerance(active, FLOAT32_FORWARD)),
+        zip(names, claim, expected_outputs(case, active), strict=True), tolerance(active,
+                                                                                  FLOAT32_FORWARD)),
         case_entries(backend, case, "forward"))
 
 
@@ -531,7 +532,7 @@ def judge_gradient(backend, case) -> Verdict:
     result = keras_result(backend, case)
     claim = [result[f"grad_{n}"] for n in case.args]
     return judge_entries(lambda active: compare(
-        zip(case.args, claim, gradcells_grads(case, active)),
+        zip(case.args, claim, gradcells_grads(case, active), strict=True),
         tolerance(active, FLOAT32_GRADIENT)), case_entries(backend, case, "gradient"))
 
 
@@ -566,9 +567,9 @@ def float32_model(case, result, kind, masking) -> Outcome:
     gradient; ``"jvp oracle"``: its tangents) against gradcells's to float32 round-off."""
     if kind == "oracle":
         return compare(zip(case.args, [result[f"grad_{n}"] for n in case.args],
-                           gradcells_grads(case, masking)), FLOAT32_GRADIENT)
+                           gradcells_grads(case, masking), strict=True), FLOAT32_GRADIENT)
     return compare(zip(output_names(case), keras_outputs(result, case, "jvp"),
-                       expected_tangents(case, masking)), FLOAT32_GRADIENT)
+                       expected_tangents(case, masking), strict=True), FLOAT32_GRADIENT)
 
 
 def jvp_verdict(rng, backend, cell, reset_after, masked) -> Verdict:
@@ -582,7 +583,7 @@ def judge_jvp(backend, case) -> Verdict:
     claim = keras_outputs(keras_result(backend, case), case, "jvp")
     names = output_names(case)
     return judge_entries(lambda active: compare(
-        zip(names, claim, expected_tangents(case, active)),
+        zip(names, claim, expected_tangents(case, active), strict=True),
         tolerance(active, FLOAT32_GRADIENT)), case_entries(backend, case, "jvp"))
 
 
@@ -598,7 +599,7 @@ def judge_hvp(backend, case) -> Verdict:
     result = keras_result(backend, case)
     claim = [result[f"hvp_{n}"] for n in case.args]
     return judge_entries(lambda active: compare(
-        zip(case.args, claim, gradcells_hvp(case, active)),
+        zip(case.args, claim, gradcells_hvp(case, active), strict=True),
         tolerance(active, FLOAT32_GRADIENT)), case_entries(backend, case, "hvp"))
 
 
@@ -614,7 +615,8 @@ def jax_rnn_scan(rng) -> Verdict:
         if "carry" not in str(error):
             raise
         return refused("SimpleRNN", str(error)[:90])
-    return Verdict(compare(zip(output_names(case), claim, expected_outputs(case)), FLOAT64))
+    return Verdict(compare(zip(output_names(case), claim, expected_outputs(case), strict=True),
+                           FLOAT64))
 
 
 KINDS = (("forward", "forward vs gradcells", forward_verdict),

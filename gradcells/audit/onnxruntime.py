@@ -77,7 +77,7 @@ def run_node(op: str, feeds: dict, outputs, **attrs) -> dict:
     options.log_severity_level = 4
     session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
-    return dict(zip(outputs, session.run(None, {n: feeds[n] for n in inputs if n})))
+    return dict(zip(outputs, session.run(None, {n: feeds[n] for n in inputs if n}), strict=True))
 
 
 def draw_lengths(rng, steps, batch, lengths):
@@ -182,7 +182,8 @@ class Case:
         h0 = self.initial("initial_h")[d]
         if self.kind == "lstm":
             cs0, h0 = conv.gradcells_states(h0, self.initial("initial_c")[d])
-            peeps = dict(zip(PEEPHOLES, conv[2:]))
+            # the peepholes follow (w, b) only when ONNX's P is given
+            peeps = dict(zip(PEEPHOLES, conv[2:], strict=False))
             return sequences.lstm_sequence(x, cs0, h0, *conv[:2], **peeps, **common)
         op = sequences.gru_sequence if self.kind == "gru" else sequences.rnn_sequence
         return op(x, h0, *conv, **common)
@@ -202,7 +203,7 @@ class Case:
         return [y, out.h_final] + ([out.cs_final] if self.kind == "lstm" else [])
 
     def verdict(self, claim, truth, tolerance=FLOAT32_FORWARD) -> Outcome:
-        return compare(zip(self.outputs, claim, truth), tolerance)
+        return compare(zip(self.outputs, claim, truth, strict=True), tolerance)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,7 +232,7 @@ def to_onnx(rng, kind) -> Verdict:
     truth = case.gradcells()
     if kind == "gru":
         case.attrs["linear_before_reset"] = int(conv[3].shape[0] == 2 * case.hidden)
-    arrays = zip(names[kind], getattr(layouts, f"{kind}_to_onnx")(*conv))
+    arrays = zip(names[kind], getattr(layouts, f"{kind}_to_onnx")(*conv), strict=True)
     case.feeds.update({n: a.astype(np.float32) for n, a in arrays})
     return Verdict(case.verdict(case.run(), truth))
 

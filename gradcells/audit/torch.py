@@ -103,7 +103,7 @@ class Case:
         (every step's h, final c) or every step's h for a sequence."""
         from torch.func import functional_call
 
-        named = dict(zip(self.names, tensors))
+        named = dict(zip(self.names, tensors, strict=True))
         params = {k + self.suffix: named[k] for k in PARAM_NAMES}
         x, h, lstm = named["x"], named["h"], self.kind == "lstm"
         if self.sequence:
@@ -175,7 +175,7 @@ def torch_layout(cell, d_weights) -> dict:
     if cell == "lstm":
         w, b, *rest = d_weights
         arrays = layouts.lstm_to_torch(w, b, rest[3] if len(rest) > 3 else None)
-        named = dict(zip(("weight_ih", "weight_hh", "bias_ih"), arrays))
+        named = dict(zip(("weight_ih", "weight_hh", "bias_ih"), arrays[:3], strict=True))
         named.update(bias_hh=arrays[2], **({"weight_hr": arrays[4]} if len(arrays) > 4 else {}))
         return named
     if cell == "gru":
@@ -193,7 +193,8 @@ def forward_verdict(rng, kind, sequence) -> Verdict:
     """PyTorch's forward against gradcells's on the converted weights."""
     case = Case(rng, kind, sequence)
     names = ("h", "c") if kind == "lstm" else ("h",)
-    return Verdict(compare(zip(names, case.forward(*case.args), case.gradcells_forward()),
+    return Verdict(compare(zip(names, case.forward(*case.args), case.gradcells_forward(),
+                               strict=True),
                            FLOAT64))
 
 
@@ -209,7 +210,7 @@ def gradcells_verdict(rng, kind, sequence) -> Verdict:
     """PyTorch's autograd against gradcells's gradient, in PyTorch's layout."""
     case = Case(rng, kind, sequence)
     claim = case.vjp(case.cotangent, *case.args)
-    return Verdict(compare(zip(case.names, claim, case.gradcells_grads()), FLOAT64))
+    return Verdict(compare(zip(case.names, claim, case.gradcells_grads(), strict=True), FLOAT64))
 
 
 def _rows(label, kind, sequence) -> list[Check]:
@@ -296,7 +297,7 @@ class StackCase:
         from torch.func import functional_call
         from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-        named = dict(zip(self.names, tensors))
+        named = dict(zip(self.names, tensors, strict=True))
         x, params = named["x"], {k: named[k] for k in self.params}
         state = (named["h0"], named["c0"]) if self.cell == "lstm" else named["h0"]
         if self.packed:
@@ -339,7 +340,8 @@ class StackCase:
         """gradcells's gradients (``*_stack_grad``) in PyTorch's layout, aligned with
         ``names``."""
         conv, states, stack = self.gradcells_run()
-        upstream = dict(zip(("d_h", "d_h_final", "d_cs_final"), self.cotangent))
+        # strict=False: a GRU's or plain RNN's stack has no c_n, nor its cotangent
+        upstream = dict(zip(("d_h", "d_h_final", "d_cs_final"), self.cotangent, strict=False))
         grads = stack_op(self.cell, "_grad")(self.inputs["x"], *states, conv, stack, **upstream)
         return [grads.x, grads.h0] + ([grads.cs0] if self.cell == "lstm" else []) + \
             self.torch_weights(grads.weights)
@@ -359,7 +361,8 @@ def stack_forward_verdict(rng, cell, nonlinearity=None) -> Verdict:
     (``seq_len``) on ``layouts.stack_from_torch``'s weights."""
     case = StackCase(rng, cell, nonlinearity)
     names = ("out", "h_n", "c_n")
-    return Verdict(compare(zip(names, case.forward(*case.args), case.gradcells_forward()),
+    return Verdict(compare(zip(names, case.forward(*case.args), case.gradcells_forward(),
+                               strict=True),
                            FLOAT64))
 
 
@@ -376,7 +379,7 @@ def stack_gradcells_verdict(rng, cell, nonlinearity=None) -> Verdict:
     """The packed module's autograd against gradcells's ``*_stack_grad``, every element."""
     case = StackCase(rng, cell, nonlinearity)
     claim = case.vjp(case.cotangent, *case.args)
-    return Verdict(compare(zip(case.names, claim, case.gradcells_grads()), FLOAT64))
+    return Verdict(compare(zip(case.names, claim, case.gradcells_grads(), strict=True), FLOAT64))
 
 
 def stack_label(label, cell, nonlinearity, packed=True):
@@ -422,7 +425,7 @@ def torch_double_backward(case, tangent, *arrays):
                                  allow_unused=True)
     arrays = list(arrays) + list(case.cotangent)
     out = [np.zeros_like(a) if g is None else g.detach().numpy()
-           for g, a in zip(second, arrays)]
+           for g, a in zip(second, arrays, strict=True)]
     return tuple(out[:len(tensors)]), tuple(out[len(tensors):])
 
 
@@ -450,13 +453,14 @@ def torch_dual_tangent(case, tangent, *arrays):
     import torch.autograd.forward_ad as fwad
 
     with fwad.dual_level():
-        duals = [fwad.make_dual(a, t) for a, t in zip(_tensors(arrays), _tensors(tangent))]
+        duals = [fwad.make_dual(a, t)
+                 for a, t in zip(_tensors(arrays), _tensors(tangent), strict=True)]
         return tuple(fwad.unpack_dual(o).tangent.numpy() for o in case.torch_outputs(duals))
 
 
 def cell_tangents(case):
     """The case's tangent (aligned with ``names``) as gradcells's cell gradient type."""
-    named = dict(zip(case.names, case.tangent))
+    named = dict(zip(case.names, case.tangent, strict=True))
     if case.kind == "lstm":
         w, b = layouts.lstm_from_torch(*(named[k] for k in PARAM_NAMES))
         return LSTMCellGrads(named["x"], named["c"], named["h"], w, b)
@@ -517,8 +521,8 @@ def hvp_gradcells_verdict(rng, kind) -> Verdict:
     hvp, jvp = torch_double_backward(case, case.tangent, *case.args)
     outputs = [f"d {n} (by the cotangent)" for n in ("h", "c")[:len(jvp)]]
     return Verdict(compare(zip(list(case.names) + outputs, hvp + jvp,
-                               gradcells_hvp(case) + list(gradcells_cell_tangent(case))),
-                           FLOAT64))
+                               gradcells_hvp(case) + list(gradcells_cell_tangent(case)),
+                               strict=True), FLOAT64))
 
 
 def jvp_oracle_verdict(rng, kind) -> Verdict:
@@ -537,7 +541,8 @@ def jvp_gradcells_verdict(rng, kind) -> Verdict:
     truth = gradcells_cell_tangent(case)
     names = ("h", "c") if kind == "lstm" else ("h",)
     return worst_verdict([Verdict(compare(zip([f"{n} ({how})" for n in names],
-                                              claim(case, case.tangent, *case.args), truth),
+                                              claim(case, case.tangent,
+                                                    *case.args), truth, strict=True),
                                           FLOAT64))
                           for how, claim in (("func.jvp", torch_tangent),
                                              ("forward_ad", torch_dual_tangent))])
@@ -548,7 +553,7 @@ STACK_GRADS = {"lstm": LSTMStackGrads, "gru": GRUStackGrads, "rnn": RNNStackGrad
 
 def stack_tangents(case, conv):
     """The case's tangent (aligned with ``names``) as gradcells's stack gradient type."""
-    named = dict(zip(case.names, case.tangent))
+    named = dict(zip(case.names, case.tangent, strict=True))
     d_states = conv.gradcells_states(*(named[k] for k in case.inputs if k != "x"))
     return STACK_GRADS[case.cell](named["x"], *d_states, case.converted(named))
 
@@ -566,7 +571,8 @@ def gradcells_stack_hvp(case):
     """gradcells's ``*_stack_grad_jvp`` along the case's tangent (the cotangent fixed), in
     PyTorch's layout, aligned with ``names``."""
     conv, states, stack = case.gradcells_run()
-    upstream = dict(zip(("d_h", "d_h_final", "d_cs_final"), case.cotangent))
+    # strict=False: a GRU's or plain RNN's stack has no c_n, nor its cotangent
+    upstream = dict(zip(("d_h", "d_h_final", "d_cs_final"), case.cotangent, strict=False))
     _, t = stack_op(case.cell, "_grad_jvp")(case.inputs["x"], *states, conv, stack,
                                             stack_tangents(case, conv), **upstream)
     return [t.x, t.h0] + ([t.cs0] if case.cell == "lstm" else []) + \
@@ -587,7 +593,7 @@ def stack_hvp_gradcells_verdict(rng, cell, nonlinearity=None) -> Verdict:
     """The packed module's double backward against gradcells's ``*_stack_grad_jvp``."""
     case = StackCase(rng, cell, nonlinearity)
     claim = torch_hvp(case, case.tangent, *case.args)
-    return Verdict(compare(zip(case.names, claim, gradcells_stack_hvp(case)), FLOAT64))
+    return Verdict(compare(zip(case.names, claim, gradcells_stack_hvp(case), strict=True), FLOAT64))
 
 
 def stack_jvp_oracle_verdict(rng, cell, nonlinearity=None) -> Verdict:
@@ -602,8 +608,9 @@ def stack_jvp_gradcells_verdict(rng, cell, nonlinearity=None) -> Verdict:
     """The module's forward mode (unpacked) against gradcells's ``*_stack_jvp``."""
     case = StackCase(rng, cell, nonlinearity, packed=False)
     claim = torch_tangent(case, case.tangent, *case.args)
-    return Verdict(compare(zip(("out", "h_n", "c_n"), claim, gradcells_stack_tangent(case)),
-                           FLOAT64))
+    # strict=False: a GRU's or plain RNN's stack has no c_n
+    return Verdict(compare(zip(("out", "h_n", "c_n"), claim, gradcells_stack_tangent(case),
+                               strict=False), FLOAT64))
 
 
 PACKED_FORWARD_AD = "forward AD with _pack_padded_sequence"
@@ -625,8 +632,8 @@ def packed_jvp_verdict(rng) -> Verdict:
                            tangents=case.tangent, seed=case.seed)
         return Verdict(FAILED, oracle_outcome(report),
                        raised=str(error).splitlines()[0][:120])
-    return Verdict(compare(zip(("out", "h_n", "c_n"), claim, gradcells_stack_tangent(case)),
-                           FLOAT64))
+    return Verdict(compare(zip(("out", "h_n", "c_n"), claim, gradcells_stack_tangent(case),
+                               strict=True), FLOAT64))
 
 
 SECOND_ORDER_CHECKS = tuple(

@@ -61,7 +61,7 @@ def _flat_case(case, names):
     for name in names:
         value = case.get(name)
         if name == "layer_norm" and value is not None:
-            flat.update(zip(NORM_ARRAYS, value))
+            flat.update(zip(NORM_ARRAYS, value, strict=True))
         elif name not in OPTIONAL_WEIGHTS or value is not None:
             flat[name] = value
     return tuple(flat), tuple(flat.values())
@@ -117,7 +117,7 @@ def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backen
     n_positional = sum(n not in OPTIONAL_WEIGHTS for n in names)
 
     def split(arrays):
-        optional = dict(zip(names[n_positional:], arrays[n_positional:]))
+        optional = dict(zip(names[n_positional:], arrays[n_positional:], strict=True))
         if NORM_ARRAYS[0] in optional:
             optional["layer_norm"] = LSTMNorm(*(optional.pop(n) for n in NORM_ARRAYS))
         return arrays[:n_positional], optional
@@ -132,7 +132,7 @@ def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backen
 
     def vjp(ct, *arrays):
         positional, peepholes = split(arrays)
-        upstream = {f"d_{k}": c for k, c in zip(outputs, ct)}
+        upstream = {f"d_{k}": c for k, c in zip(outputs, ct, strict=True)}
         grads = gradient(*positional, run(*arrays), **upstream, **peepholes,
                          **_masks_as(grad_attrs, arrays[0]), backend=backend)
         return tuple(_gradient_of(grads, n) for n in names)  # named as the inputs
@@ -141,7 +141,8 @@ def _vjp_pair(forward, gradient, case, names, outputs, attrs, grad_attrs, backen
         positional, peepholes = split(arrays)
         t_positional, t_optional = split(tangents)
         spec = SPECS[forward.__name__]
-        given = spec.grads(**dict(zip(spec.grads._fields, t_positional)), **t_optional)
+        given = spec.grads(**dict(zip(names[:n_positional], t_positional, strict=True)),
+                           **t_optional)
         _, d_result = getattr(sequences if spec.sequence else steps, f"{spec.name}_jvp")(
             *positional, given, **peepholes, **_masks_as(attrs, arrays[0]), backend=backend)
         return tuple(getattr(d_result, k) for k in outputs)
@@ -169,16 +170,18 @@ def _second_order(f, vjp, args, names, split, gradient, run, outputs, keywords) 
 
     def gradient_of(*a):
         grads = vjp(a[n:], *a[:n])
-        return tuple(np.zeros_like(x) if g is None else g for g, x in zip(grads, a[:n]))
+        return tuple(np.zeros_like(x) if g is None else g
+                     for g, x in zip(grads, a[:n], strict=True))
 
     def grad_jvp(tangents, *a):
         arrays, cts = a[:n], a[n:]
         positional, peepholes = split(arrays)
         t_positional, t_optional = split(tangents[:n])
         spec = SPECS[gradient.__name__.removesuffix("_grad")]
-        given = spec.grads(**dict(zip(spec.grads._fields, t_positional)), **t_optional)
-        upstream = {**{f"d_{k}": c for k, c in zip(outputs, cts)},
-                    **{f"d_{k}_tangent": t for k, t in zip(outputs, tangents[n:])}}
+        given = spec.grads(**dict(zip(names[:len(t_positional)], t_positional, strict=True)),
+                           **t_optional)
+        upstream = {**{f"d_{k}": c for k, c in zip(outputs, cts, strict=True)},
+                    **{f"d_{k}_tangent": t for k, t in zip(outputs, tangents[n:], strict=True)}}
         _, d_grads = getattr(sequences if spec.sequence else steps, f"{gradient.__name__}_jvp")(
             *positional, run(*arrays), given, **upstream, **peepholes, **keywords(arrays[0]))
         return tuple(_gradient_of(d_grads, name) for name in names)

@@ -92,7 +92,8 @@ def lstm_forward(x: Array, cs0: Array, h0: Array, w: Array, b: Array, *,
     With a projection ``w_proj [H, P]`` (and ``proj_clip``) ``h0`` and every ``h`` are
     ``[B, P]``; ``layer_norm``, ``ln_epsilon`` and ``ln_carry`` as for ``lstm_cell``."""
     xp = namespace_of(x)
-    weights = {"w": w, "b": b, **dict(zip(PEEPHOLES, (wci, wcf, wco))), "w_proj": w_proj,
+    weights = {"w": w, "b": b, **dict(zip(PEEPHOLES, (wci, wcf, wco), strict=True)),
+               "w_proj": w_proj,
                "layer_norm": layer_norm}
     attrs = {"forget_bias": forget_bias, "cell_clip": cell_clip, "proj_clip": proj_clip,
              "ln_epsilon": ln_epsilon, "ln_carry": ln_carry}
@@ -126,7 +127,9 @@ def _zeros_like(xp, a):
 
 def _plus(total, g):
     """``total + g`` for arrays, fieldwise for ``LSTMNorm`` gradients."""
-    return LSTMNorm(*(t + d for t, d in zip(total, g))) if isinstance(g, LSTMNorm) else total + g
+    if isinstance(g, LSTMNorm):
+        return LSTMNorm(*(t + d for t, d in zip(total, g, strict=True)))
+    return total + g
 
 
 def lstm_backprop(run: Unrolled, *, d_h: Array | None = None, d_cs: Array | None = None,
