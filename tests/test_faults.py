@@ -14,6 +14,8 @@ gradients); the forwards agree to float32 round-off (``test_conformance_tf.py``)
 """
 
 import re
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -498,16 +500,45 @@ def test_a_fault_prints_as_its_line():
 
 RUNNABLE = [fault for fault in FAULTS.values() if fault.shows is not None]
 ENVIRONMENT = re.compile(r"# ((?:\w+=\S+ ?)+)")
-IMPORTS = re.compile(r"^(?:import ([\w., ]+)|from (\w+))", re.M)
+
+
+def _imported(source) -> set[str]:
+    """The modules ``source`` imports, at any depth (a function's own imports included),
+    by their full dotted names; relative imports are left out."""
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def _needed(reproduction) -> set[str]:
+    """The top-level modules beyond the standard library that the reproduction needs: those
+    it imports; those that each gradcells module it imports imports, in its functions too
+    (gradcells imports a framework it audits only where it uses it: fault 41's ``run_node``
+    needs onnx and onnxruntime); and the Keras backend its first line sets
+    (``KERAS_BACKEND=jax`` needs jax)."""
+    import importlib.util
+
+    imported = _imported(reproduction)
+    for name in [n for n in imported if n.split(".")[0] == "gradcells"]:
+        imported |= _imported(Path(importlib.util.find_spec(name).origin).read_text("utf-8"))
+    found = ENVIRONMENT.match(reproduction)
+    backend = dict(kv.split("=", 1) for kv in found[1].split()).get("KERAS_BACKEND") \
+        if found else None
+    return ({n.split(".")[0] for n in imported} | {backend} - {None}) - set(
+        sys.stdlib_module_names)
 
 
 def _missing(reproduction) -> list[str]:
-    """The modules the reproduction imports that are not installed here."""
+    """The modules the reproduction needs (``_needed``) that are not installed here."""
     import importlib.util
 
-    names = {n.split()[0].split(".")[0] for a, b in IMPORTS.findall(reproduction)
-             for n in (a.split(",") if a else [b])}
-    return sorted(n for n in names if importlib.util.find_spec(n) is None)
+    return sorted(n for n in _needed(reproduction) if importlib.util.find_spec(n) is None)
 
 
 def _run(fault) -> str:
@@ -546,3 +577,20 @@ def test_the_reproduction_runs_and_shows_the_fault(fault, reproductions):
         pytest.skip(f"not installed: {', '.join(_missing(fault.reproduction))}")
     output = reproductions[fault.number]
     assert re.search(fault.shows, output), output[-3000:]
+
+
+def test_a_reproduction_needs_what_the_gradcells_function_it_calls_imports(monkeypatch):
+    """Fault 41's script imports NumPy and gradcells's ``run_node``, whose body imports onnx
+    and onnxruntime: without onnx it is skipped as not installed (it used to run and fail
+    with ModuleNotFoundError); a Keras reproduction needs the backend its first line sets."""
+    import importlib.util
+
+    assert _needed(FAULTS[41].reproduction) == {"numpy", "gradcells", "onnx", "onnxruntime"}
+    assert _needed(FAULTS[31].reproduction) == {"numpy", "keras", "jax"}
+    assert _needed(FAULTS[24].reproduction) == {"numpy", "gradcells"}
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *rest: None if name == "onnx" else real(name, *rest))
+    assert _missing(FAULTS[41].reproduction) == ["onnx"]
+    assert _missing(FAULTS[43].reproduction) == ["onnx"]
+    assert _missing(FAULTS[24].reproduction) == []
