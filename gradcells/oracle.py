@@ -562,17 +562,22 @@ def check_jvp(f: Callable[..., Any], jvp: Callable[..., Any], args: Sequence[Any
         for k, m in enumerate(failing):
             numeric[k][m] = (4 * numeric[k][m] - wide[k][m]) / 3
             floor[k][m] = (4 * floor[k][m] + wide_floor[k][m]) / 3
-    shapes = [np.shape(o) for o in outputs]
-    checks = tuple(_compare(name, an.reshape(s), d.reshape(s), fl.reshape(s),
-                            np.ones(s, dtype=bool), r, a, claim_dtype=_claim_dtype(t))
-                   for name, s, t, an, d, fl, (r, a)
-                   in zip(names, shapes, claimed, analytic, numeric, floor, tolerances,
-                          strict=True))
+    checks = _jvp_checks(names, outputs, claimed, (analytic, numeric, floor), tolerances)
     if repeat:
         checks = _repeated(checks, claimed, _claimed_tangents(jvp, value, directions, args),
                            range(len(checks)))
     loosest = max(tolerances, default=_tolerances(np.float64, rtol, atol))
     return JVPReport(checks, *loosest, atol is None)
+
+
+def _jvp_checks(names, outputs, claimed, flat, tolerances):
+    """One ``_compare`` per output of ``check_jvp``: ``flat = (analytic, numeric, floor)``,
+    each a list of raveled float64 arrays, reshaped to the output's shape."""
+    shapes = [np.shape(o) for o in outputs]
+    return tuple(_compare(name, an.reshape(s), d.reshape(s), fl.reshape(s),
+                          np.ones(s, dtype=bool), r, a, claim_dtype=_claim_dtype(t))
+                 for name, s, t, an, d, fl, (r, a)
+                 in zip(names, shapes, claimed, *flat, tolerances, strict=True))
 
 
 def _tangents(args, tangents, wrt, rng):
