@@ -384,10 +384,14 @@ class RNNStackGrads(NamedTuple):
 
 
 # --------------------------------------------------------------------------------------
-# The backend protocol: every backend has one module per cell with these functions, names
-# and signatures (tests/test_architecture.py holds every backend to them). Arguments arrive
-# validated and normalised by the public layer; results are plain result tuples (the public
-# layer records the settings on them).
+# The backend contract: every cell has one module per backend with these functions, names
+# and signatures, one per mode: the forward, the gradient (``d_``: the upstream cotangents),
+# forward mode (``_jvp``: ``tangents`` a gradient type holding one tangent per argument,
+# None for zero; returns the result and its tangent) and second order (``_grad_jvp``: the
+# JVP of the gradient, ``d_*_tangent`` the upstream cotangents' tangents; returns the
+# gradients and their tangent). tests/test_architecture.py holds every cell on every backend
+# to them. Arguments arrive validated and normalised by the public layer; results are plain
+# result tuples (the public layer records the settings on them).
 
 
 class LSTMBackend(Protocol):
@@ -406,6 +410,26 @@ class LSTMBackend(Protocol):
                            d_cs_final=None, clip_grad="exact") -> LSTMSequenceGrads: ...
 
 
+    def lstm_cell_jvp(self, x, cs_prev, h_prev, weights: LSTMWeights, tangents: LSTMCellGrads,
+                      settings: LSTMSettings) -> tuple[LSTMCellState, LSTMCellState]: ...
+
+    def lstm_sequence_jvp(self, x, cs0, h0, weights: LSTMWeights, tangents: LSTMSequenceGrads,
+                          settings: LSTMSettings) -> tuple[LSTMSequence, LSTMSequence]: ...
+
+    def lstm_cell_grad_jvp(self, x, cs_prev, h_prev, weights: LSTMWeights,
+                           state: LSTMCellState, tangents: LSTMCellGrads,
+                           settings: LSTMSettings, *, d_h=None, d_cs=None, d_h_tangent=None,
+                           d_cs_tangent=None,
+                           clip_grad="exact") -> tuple[LSTMCellGrads, LSTMCellGrads]: ...
+
+    def lstm_sequence_grad_jvp(self, x, cs0, h0, weights: LSTMWeights, seq: LSTMSequence,
+                               tangents: LSTMSequenceGrads, settings: LSTMSettings, *,
+                               d_h=None, d_cs=None, d_h_final=None, d_cs_final=None,
+                               d_h_tangent=None, d_cs_tangent=None, d_h_final_tangent=None,
+                               d_cs_final_tangent=None, clip_grad="exact"
+                               ) -> tuple[LSTMSequenceGrads, LSTMSequenceGrads]: ...
+
+
 class GRUBackend(Protocol):
     def gru_cell(self, x, h_prev, weights: GRUWeights, settings: GRUSettings) -> GRUCellState: ...
 
@@ -417,6 +441,22 @@ class GRUBackend(Protocol):
     def gru_sequence_grad(self, x, h0, weights: GRUWeights, seq: GRUSequence,
                           settings: GRUSettings, *, d_h=None,
                           d_h_final=None) -> GRUSequenceGrads: ...
+
+    def gru_cell_jvp(self, x, h_prev, weights: GRUWeights, tangents: GRUCellGrads,
+                     settings: GRUSettings) -> tuple[GRUCellState, GRUCellState]: ...
+
+    def gru_sequence_jvp(self, x, h0, weights: GRUWeights, tangents: GRUSequenceGrads,
+                         settings: GRUSettings) -> tuple[GRUSequence, GRUSequence]: ...
+
+    def gru_cell_grad_jvp(self, x, h_prev, weights: GRUWeights, state: GRUCellState,
+                          tangents: GRUCellGrads, settings: GRUSettings, *, d_h=None,
+                          d_h_tangent=None) -> tuple[GRUCellGrads, GRUCellGrads]: ...
+
+    def gru_sequence_grad_jvp(self, x, h0, weights: GRUWeights, seq: GRUSequence,
+                              tangents: GRUSequenceGrads, settings: GRUSettings, *,
+                              d_h=None, d_h_final=None, d_h_tangent=None,
+                              d_h_final_tangent=None
+                              ) -> tuple[GRUSequenceGrads, GRUSequenceGrads]: ...
 
 
 class RNNBackend(Protocol):
@@ -430,6 +470,22 @@ class RNNBackend(Protocol):
     def rnn_sequence_grad(self, x, h0, weights: RNNWeights, seq: RNNSequence,
                           settings: RNNSettings, *, d_h=None,
                           d_h_final=None) -> RNNSequenceGrads: ...
+
+    def rnn_cell_jvp(self, x, h_prev, weights: RNNWeights, tangents: RNNCellGrads,
+                     settings: RNNSettings) -> tuple[RNNCellState, RNNCellState]: ...
+
+    def rnn_sequence_jvp(self, x, h0, weights: RNNWeights, tangents: RNNSequenceGrads,
+                         settings: RNNSettings) -> tuple[RNNSequence, RNNSequence]: ...
+
+    def rnn_cell_grad_jvp(self, x, h_prev, weights: RNNWeights, state: RNNCellState,
+                          tangents: RNNCellGrads, settings: RNNSettings, *, d_h=None,
+                          d_h_tangent=None) -> tuple[RNNCellGrads, RNNCellGrads]: ...
+
+    def rnn_sequence_grad_jvp(self, x, h0, weights: RNNWeights, seq: RNNSequence,
+                              tangents: RNNSequenceGrads, settings: RNNSettings, *,
+                              d_h=None, d_h_final=None, d_h_tangent=None,
+                              d_h_final_tangent=None
+                              ) -> tuple[RNNSequenceGrads, RNNSequenceGrads]: ...
 
 
 # Which protocol each backend cell module follows.
