@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import cells, sequences
+from .. import sequences
+from .. import steps as cells  # the public cell operations (gradcells/steps.py)
 from .._core.plan import masked
 from .._core.specs import ACTIVATIONS, LN_CARRIES, MASKS, PEEPHOLES
 from .._core.types import GRUWeights, LSTMNorm, LSTMWeights, RNNWeights

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import cells, sequences
+from .. import sequences
+from .. import steps as cells  # the public cell operations (gradcells/steps.py)
 from .._core.specs import MASKS, NORM_ARRAYS, OPTIONAL_WEIGHTS
 from .._core.specs import OPS as SPECS
 from .._core.types import GRUStackGrads, LSTMNorm, LSTMStackGrads, RNNStackGrads

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import cells
+from .. import steps as cells  # the public cell operations (gradcells/steps.py)
 from .._core.arrays import namespace_of
 from .._core.specs import OPS, PEEPHOLES
 from .._core.types import Array, LSTMNorm
