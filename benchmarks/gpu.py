@@ -12,7 +12,7 @@ the peer:
    forward + ``torch.autograd.grad`` for input, states and parameters (PyTorch's fused CUDA
    cell); GRU likewise with ``reset_after=True`` against ``torch.nn.GRUCell``, and the plain
    RNN (tanh) against ``torch.nn.RNNCell``. The row
-   "gradcells backend" calls ``gradcells.gpu`` directly (one weight set and one settings
+   "gradcells backend" calls the cells' ``gpu.py`` directly (one weight set and one settings
    record, the backend protocol), without the public layer's argument checks.
 2. **sequence**, forward over T steps + backpropagation through time from an upstream
    gradient on every step's h: ``gc.lstm_sequence(_grad)`` against ``torch.nn.LSTM``
@@ -46,7 +46,6 @@ import cupy as cp
 import numpy as np
 
 import gradcells as gc
-import gradcells.gpu as gpu
 from gradcells._core import report
 from gradcells._core.types import (
     GRUSettings,
@@ -56,8 +55,11 @@ from gradcells._core.types import (
     RNNSettings,
     RNNWeights,
 )
+from gradcells._dispatch import backend_module
 from gradcells.gpu import _kernels
 from gradcells.gpu._runtime import CupyRuntime
+
+gpu = backend_module("gpu")  # every cell's gradcells/cells/<cell>/gpu.py
 
 CELL_SIZES = [(64, 256, 256), (256, 512, 512), (1024, 1024, 1024)]  # (B, I, H)
 SEQUENCE_SIZES = [(100, 32, 256, 256), (100, 64, 512, 512), (50, 256, 1024, 1024)]  # T,B,I,H

@@ -1,8 +1,9 @@
-"""The GPU backend run on the CPU: ``gradcells.gpu`` itself, with its CuPy runtime swapped for
+"""The GPU backend run on the CPU: the cells' ``gpu.py`` (``gradcells/cells/<cell>/``) and the
+machinery of ``gradcells.gpu`` themselves, with its CuPy runtime swapped for
 ``tests/cuda_host.HostRuntime``, which runs the very ``.cu`` source the GPU runs (compiled
 by the system C++ compiler through a shim header) with the grid, block and argument tuples
-the GPU would get. Every line of ``gradcells/gpu`` runs here: the public backend functions,
-the matmul plans and step loops of ``lstm``, ``gru`` and ``rnn``, the shared launch helpers
+the GPU would get. Every line of the GPU backend runs here: the public backend functions,
+the matmul plans and step loops of the cells' ``gpu.py``, the shared launch helpers
 of ``_launch``, the kernel table, the kernels in all three dtypes (float16 through the
 shim's conversions, checked against NumPy's), and ``_runtime`` with a stand-in for CuPy that
 compiles what it is given for the host. What cannot run here
@@ -45,12 +46,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import gradcells as gc
-import gradcells.gpu as gpu
-from gradcells import _dispatch, _order, reference
+from gradcells import _dispatch, _order, cells, reference
 from gradcells._core.specs import ACTIVATIONS, OPTIONAL_WEIGHTS, PEEPHOLES
 from gradcells._core.specs import OPS as OPS_SPECS
 from gradcells._core.types import CELL_PROTOCOLS, LSTMNorm, LSTMSequence, RNNSequence
-from gradcells.gpu import _kernels, _launch, _sources
+from gradcells.gpu import _kernels, _launch, _runtime, _sources
 from gradcells.oracle import check_vjp
 from gradcells.testing import (
     gru_cell_case,
@@ -82,13 +82,15 @@ OPS = ("lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_sequenc
 JVP_OPS = tuple(f"{cell}_{kind}_{mode}" for cell in ("gru", "rnn", "lstm")
                 for kind in ("cell", "sequence") for mode in ("jvp", "grad_jvp"))
 LSTM_ARRAYS = ("x", "cs_prev", "h_prev", "w", "b")
+# The GPU backend: every cell's ``gpu.py`` (``gradcells.cells.<cell>.gpu``), through the registry.
+gpu = _dispatch.backend_module("gpu")
 
 
 
 
 @contextlib.contextmanager
 def emulated_gpu(policy=_kernels.DEFAULT_POLICY, reverse=False):
-    """``gradcells.gpu`` with its kernels running on the host."""
+    """The GPU backend (``gpu``) with its kernels running on the host."""
     saved = _launch.use_runtime(cuda_host.HostRuntime(policy, reverse))
     try:
         yield gpu
@@ -165,28 +167,33 @@ def _parameters(function):
 
 
 def test_cell_modules_follow_the_backend_protocol():
-    """``gradcells.gpu.lstm``, ``.gru`` and ``.rnn`` have the protocol's functions, parameter by
-    parameter, and the package re-exports them."""
+    """``gradcells.cells.lstm.gpu``, ``gru.gpu`` and ``rnn.gpu`` have the protocol's
+    functions, parameter by parameter, the backend serves them, and they are all it serves."""
+    served = []
     for cell, protocol in CELL_PROTOCOLS.items():
-        module = importlib.import_module(f"gradcells.gpu.{cell}")
+        module = cells.implementation(cell, "gpu")
+        assert module is importlib.import_module(f"gradcells.cells.{cell}.gpu")
+        served += [n for n, v in vars(module).items()
+                   if n.startswith(f"{cell}_") and inspect.isfunction(v)]
         names = [n for n in vars(protocol) if n.startswith(cell)]
         assert names
         for name in names:
             assert _parameters(getattr(module, name)) == _parameters(getattr(protocol, name)), name
             assert getattr(gpu, name) is getattr(module, name)
-    assert sorted(gpu.__all__) == sorted(OPS + JVP_OPS)
+    assert sorted(served) == sorted(OPS + JVP_OPS)
     for name in JVP_OPS:
         cell = name.split("_")[0]
-        module = importlib.import_module(f"gradcells.gpu.{cell}")
+        module = importlib.import_module(f"gradcells.cells.{cell}.gpu")
         assert getattr(gpu, name) is getattr(module, name)
 
 
 def test_importing_the_backend_imports_no_cupy_and_compiles_nothing():
-    code = ("import sys, gradcells.gpu, gradcells.gpu.lstm, gradcells.gpu.gru, "
-            "gradcells.gpu.rnn, gradcells.gpu._launch, gradcells.gpu._kernels, "
-            "gradcells.gpu._sources; "
+    code = ("import sys, gradcells.gpu, gradcells.cells.lstm.gpu, gradcells.cells.gru.gpu, "
+            "gradcells.cells.rnn.gpu, gradcells.gpu._launch, gradcells.gpu._kernels, "
+            "gradcells.gpu._sources, gradcells.gpu._tangents, gradcells.gpu._runtime; "
+            "from gradcells import _dispatch; "
+            "_dispatch.backend_module('gpu').lstm_sequence_grad_jvp; "
             "assert 'cupy' not in sys.modules; "
-            "assert 'gradcells.gpu._runtime' not in sys.modules; "
             "assert gradcells.gpu._launch._active is None")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -232,12 +239,10 @@ def test_the_cupy_runtime_compiles_and_launches_what_the_emulation_runs(monkeypa
     no fast-math option, and each launch by the entry point the table gives."""
     stand_in = _StandInCupy()
     monkeypatch.setitem(sys.modules, "cupy", stand_in)
-    monkeypatch.setattr(_launch, "_active", None)
-    sys.modules.pop("gradcells.gpu._runtime", None)
-    import gradcells.gpu._runtime as runtime_module  # built on the stand-in
+    monkeypatch.setattr(_launch, "_active", None)  # the next call makes one, on the stand-in
 
     # The stand-in's arrays are NumPy's, on no device: nothing to switch to.
-    monkeypatch.setattr(runtime_module.CupyRuntime, "device_of",
+    monkeypatch.setattr(_runtime.CupyRuntime, "device_of",
                         staticmethod(lambda a: contextlib.nullcontext()))
     rng = np.random.default_rng(58)
     lstm = cast(lstm_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=4,
@@ -246,17 +251,13 @@ def test_the_cupy_runtime_compiles_and_launches_what_the_emulation_runs(monkeypa
                np.float32)
     rnn = cast(rnn_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=4,
                                  activation="relu", ragged=True), np.float32)
-    try:
-        seq = forward(gpu, "lstm_sequence", lstm)
-        grads = grad(gpu, "lstm_sequence", lstm, seq, d_h=np.ones_like(seq.h))
-        gseq = forward(gpu, "gru_sequence", gru)
-        rseq = forward(gpu, "rnn_sequence", rnn)
-        rgrads = grad(gpu, "rnn_sequence", rnn, rseq, d_h=np.ones_like(rseq.h))
-        assert type(_launch.runtime()).__module__ == "gradcells.gpu._runtime"
-    finally:
-        sys.modules.pop("gradcells.gpu._runtime", None)
-        if hasattr(gpu, "_runtime"):
-            del gpu._runtime
+    seq = forward(gpu, "lstm_sequence", lstm)
+    grads = grad(gpu, "lstm_sequence", lstm, seq, d_h=np.ones_like(seq.h))
+    gseq = forward(gpu, "gru_sequence", gru)
+    rseq = forward(gpu, "rnn_sequence", rnn)
+    rgrads = grad(gpu, "rnn_sequence", rnn, rseq, d_h=np.ones_like(rseq.h))
+    assert type(_launch.runtime()).__module__ == "gradcells.gpu._runtime"
+    assert _launch.runtime().xp is stand_in
     lstm64 = cast(lstm, np.float64)
     assert_close(seq, forward(reference, "lstm_sequence", lstm64), np.float32)
     assert_close(grads, grad(reference, "lstm_sequence", lstm64, as64(seq),
@@ -279,24 +280,18 @@ def test_the_gpu_benchmarks_bandwidth_launches_run(monkeypatch):
     """``benchmarks/gpu.py``'s bandwidth section builds its launches through the backend's
     own runtime and table: on the stand-in CuPy, every one of them runs."""
     monkeypatch.setitem(sys.modules, "cupy", _StandInCupy())
-    sys.modules.pop("gradcells.gpu._runtime", None)
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu.py"
     spec = importlib.util.spec_from_file_location("gradcells_gpu_benchmark", path)
     benchmark = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(benchmark)
-        for dtype in (np.float32, np.float16):
-            launches = benchmark.kernel_launches(4, 8, dtype)
-            assert set(launches) == {"lstm_forward", "lstm_backward",
-                                     "gru_forward_reset_after", "rnn_forward", "rnn_backward",
-                                     "column_sum [B, 4H]"}
-            for launch, n_bytes in launches.values():
-                launch()
-                assert n_bytes > 0
-    finally:
-        sys.modules.pop("gradcells.gpu._runtime", None)
-        if hasattr(gpu, "_runtime"):
-            del gpu._runtime
+    spec.loader.exec_module(benchmark)
+    for dtype in (np.float32, np.float16):
+        launches = benchmark.kernel_launches(4, 8, dtype)
+        assert set(launches) == {"lstm_forward", "lstm_backward",
+                                 "gru_forward_reset_after", "rnn_forward", "rnn_backward",
+                                 "column_sum [B, 4H]"}
+        for launch, n_bytes in launches.values():
+            launch()
+            assert n_bytes > 0
 
 
 def test_host_half_conversions_round_like_the_device():
@@ -1530,7 +1525,7 @@ _MASK_NAMES = ("input_mask", "recurrent_mask", "zoneout_h", "zoneout_cs")
 @contextlib.contextmanager
 def public_gpu(policy=_kernels.DEFAULT_POLICY, reverse=False):
     """The public operations with ``backend="gpu"`` taking NumPy arrays, served by the
-    emulated ``gradcells.gpu`` (the dispatcher's table of which library a backend takes is
+    emulated GPU backend (the dispatcher's table of which library a backend takes is
     patched for the duration)."""
     libraries = _dispatch._BACKEND_LIBRARY
     saved = libraries["gpu"]

@@ -1,7 +1,8 @@
 """The GPU backend on a CUDA device (marker ``gpu``; the module is skipped without CuPy or a
 device). ``benchmarks/gpu_check.sh`` runs it on a GPU machine.
 
-- Dispatch: CuPy arrays go to ``gradcells.gpu`` (``backend=None``), results are CuPy arrays.
+- Dispatch: CuPy arrays go to the GPU backend (``gradcells.cells.<cell>.gpu``, with
+  ``backend=None``), results are CuPy arrays.
 - Agreement, every op (LSTM, GRU, plain RNN), forward and backward, float64 and float32
   (Hypothesis cases moved to CuPy): the GPU backend against the reference backend run on
   CuPy in float64 on the same (rounded) inputs, max |gpu - reference| <= 16 eps(dtype)
@@ -50,9 +51,8 @@ from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import gradcells as gc  # noqa: E402
-import gradcells.gpu  # noqa: E402
 from gradcells._core.specs import ACTIVATIONS, OPTIONAL_WEIGHTS, PEEPHOLES  # noqa: E402
-from gradcells.gpu import _launch  # noqa: E402
+from gradcells.gpu import _launch, _runtime  # noqa: E402
 from gradcells.testing import (  # noqa: E402
     OPS,
     gru_cell_case,
@@ -72,6 +72,9 @@ from gradcells.testing import (  # noqa: E402
     rnn_sequence_inputs,
     vjp_check,
 )
+
+# The GPU backend: every cell's ``gpu.py`` (``gradcells.cells.<cell>.gpu``).
+GPU_BACKEND = gc._dispatch.backend_module("gpu")
 
 LSTM_CELL = ("x", "cs_prev", "h_prev", "w", "b")
 GRU_CELL = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
@@ -139,8 +142,8 @@ def test_cupy_arrays_dispatch_to_the_gpu_backend():
     assert all(isinstance(a, cp.ndarray) for a in automatic)
     for a, b in zip(automatic, explicit, strict=True):
         cp.testing.assert_array_equal(a, b)
-    assert gc._dispatch.backend_module("gpu") is gradcells.gpu
-    assert isinstance(_launch._active, gradcells.gpu._runtime.CupyRuntime)
+    assert gc._dispatch.backend_module("gpu") is GPU_BACKEND
+    assert isinstance(_launch._active, _runtime.CupyRuntime)
     reference = gc.lstm_cell(**case, backend="reference")
     assert all(isinstance(a, cp.ndarray) for a in reference)
 
@@ -489,7 +492,7 @@ def test_device_and_host_emulation_agree():
     lstm = lstm_sequence_case(rng, peephole=True, clip=True, ragged=True)
     gru = gru_sequence_case(rng, ragged=True)
     rnn = rnn_sequence_case(rng, ragged=True)
-    gpu = gradcells.gpu
+    gpu = GPU_BACKEND
     device = [*backend_calls.forward(gpu, "lstm_sequence", on_library(lstm, "cupy")),
               *backend_calls.forward(gpu, "gru_sequence", on_library(gru, "cupy")),
               *backend_calls.forward(gpu, "rnn_sequence", on_library(rnn, "cupy"))]
@@ -582,14 +585,14 @@ def test_lstm_projection_agrees_with_reference(dtype, ragged, clip_grad):
                                          proj_size=3, proj_clip=True, clip=True,
                                          peephole=True, ragged=ragged), dtype)
     case64 = float64(seq_case)
-    seq = backend_calls.forward(gradcells.gpu, "lstm_sequence", seq_case)
+    seq = backend_calls.forward(GPU_BACKEND, "lstm_sequence", seq_case)
     assert seq.h.shape == (4, 4, 3) and seq.cs.shape == (4, 4, 5)
     assert_close(seq, backend_calls.forward(reference, "lstm_sequence", case64), dtype,
                  "forward ")
     up = upstream(81, dtype, {"d_h": seq.h.shape, "d_cs": seq.cs.shape,
                               "d_h_final": seq.h_final.shape,
                               "d_cs_final": seq.cs_final.shape}, (True,) * 4)
-    grads = backend_calls.grad(gradcells.gpu, "lstm_sequence", seq_case, seq, **up,
+    grads = backend_calls.grad(GPU_BACKEND, "lstm_sequence", seq_case, seq, **up,
                                clip_grad=clip_grad)
     assert grads.w_proj is not None
     expected = backend_calls.grad(reference, "lstm_sequence", case64, as64(seq), **up64(up),
@@ -674,7 +677,7 @@ def _check_ln_on_device(rng, op, case, dtype):
 
     case = _ln_case(case, dtype)
     on_device = on_library(case, "cupy")
-    result = backend_calls.forward(gradcells.gpu, op, on_device)
+    result = backend_calls.forward(GPU_BACKEND, op, on_device)
     _assert_close_ln(result, lambda f: backend_calls.forward(reference, op,
                                                              _map_arrays(case, f)),
                      dtype, f"{op} forward ")
@@ -682,7 +685,7 @@ def _check_ln_on_device(rng, op, case, dtype):
     up = {f"d_{k}": rng.standard_normal(getattr(result, k).shape).astype(dtype)
           for k in fields}
     for clip_grad in ("exact", "straight_through"):
-        grads = backend_calls.grad(gradcells.gpu, op, on_device, result,
+        grads = backend_calls.grad(GPU_BACKEND, op, on_device, result,
                                    **{k: cp.asarray(v) for k, v in up.items()},
                                    clip_grad=clip_grad)
         assert isinstance(grads.layer_norm, gc.LSTMNorm)
@@ -732,7 +735,7 @@ def test_layer_norm_device_and_host_emulation_agree():
     if cuda_host.compiler() is None:
         pytest.skip("no C++ compiler for the host emulation")
     rng = np.random.default_rng(92)
-    gpu = gradcells.gpu
+    gpu = GPU_BACKEND
     cases = [lstm_sequence_case(rng, peephole=True, clip=True, ragged=True, layer_norm=True,
                                 ln_carry=carry, proj_size=3, proj_clip=True)
              for carry in ("raw", "normalized")]
@@ -821,7 +824,7 @@ def test_masked_sequences_agree_with_reference(op, dtype, data, wanted, seed):
     strategy, arrays = _MASKED[op]
     case = on_gpu(data.draw(strategy), dtype)
     case64 = float64(case)
-    assert gc._dispatch.backend_for(None, "cupy") is gradcells.gpu
+    assert gc._dispatch.backend_for(None, "cupy") is GPU_BACKEND
     seq = _masked_call(op, case, arrays)
     assert_close(seq, _masked_call(op, case64, arrays, "reference"), dtype, "forward ")
     fields = ("h", "cs", "h_final", "cs_final") if op == "lstm_sequence" else ("h", "h_final")
@@ -899,7 +902,7 @@ def test_forward_mode_and_second_order_on_cupy_arrays(op):
         np.testing.assert_allclose(a.get(), b, rtol=1e-12, atol=1e-12)
 
 
-# The forward-mode ops the GPU backend runs (docs/spec.md §12; gradcells/gpu/_jvp.py).
+# The forward-mode ops the GPU backend runs (docs/spec.md §12; the cells' gpu.py).
 _GPU_JVP = {
     "rnn_cell": (rnn_cell_inputs(min_size=0), RNN_CELL),
     "gru_cell": (gru_cell_inputs(min_size=0), GRU_CELL),
@@ -937,8 +940,8 @@ def test_gpu_forward_mode_agrees_with_reference(op, dtype, data, wanted, seed):
         # checks float32 and float16 with its layer-norm rule, tests/test_jvp_cuda_emulation.py)
     case = on_gpu(case, dtype)
     case64 = float64(case)
-    assert hasattr(gradcells.gpu, f"{op}_jvp")
-    assert gc._dispatch.backend_for(None, "cupy") is gradcells.gpu
+    assert hasattr(GPU_BACKEND, f"{op}_jvp")
+    assert gc._dispatch.backend_for(None, "cupy") is GPU_BACKEND
     grads = gc._core.specs.OPS[op].grads
     rng = np.random.default_rng(seed)
     def draw(a):

@@ -3,7 +3,7 @@
 forward-mode tests:
 
 - Dispatch: ``rnn_*_grad_jvp`` and ``gru_*_grad_jvp`` on CuPy arrays run on
-  ``gradcells.gpu`` by default.
+  the GPU backend (``gradcells.cells.<cell>.gpu``) by default.
 - Agreement, float64, float32 and float16, Hypothesis-drawn cases with every option (tanh
   and relu, both GRU variants, masks and zoneout, directions, layouts, ragged lengths,
   empty sizes), tangents and upstream gradients (and theirs) drawn or None: the gradient
@@ -36,7 +36,6 @@ from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import gradcells as gc  # noqa: E402
-import gradcells.gpu  # noqa: E402
 from gradcells._core.specs import OPS as OPS_SPECS  # noqa: E402
 from gradcells.testing import (  # noqa: E402
     OPS,
@@ -51,6 +50,9 @@ from gradcells.testing import (  # noqa: E402
     rnn_sequence_case,
     rnn_sequence_inputs,
 )
+
+# The GPU backend: every cell's ``gpu.py`` (``gradcells.cells.<cell>.gpu``).
+GPU_BACKEND = gc._dispatch.backend_module("gpu")
 
 DTYPES = [np.float64, np.float32, np.float16]
 _ARRAYS = {"rnn_cell": ("x", "h_prev", "w", "b"), "rnn_sequence": ("x", "h0", "w", "b"),
@@ -132,8 +134,8 @@ def _draws(op, case, result, rng, dtype, wanted, upstream_wanted):
 
 def test_cupy_arrays_run_the_second_order_on_the_gpu():
     for op in _ARRAYS:
-        assert hasattr(gradcells.gpu, f"{op}_grad_jvp")
-        assert gc._dispatch.backend_for(None, "cupy") is gradcells.gpu
+        assert hasattr(GPU_BACKEND, f"{op}_grad_jvp")
+        assert gc._dispatch.backend_for(None, "cupy") is GPU_BACKEND
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

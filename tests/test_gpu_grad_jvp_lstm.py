@@ -2,7 +2,7 @@
 skipped without CuPy or a device), as ``tests/test_gpu.py``'s forward-mode tests:
 
 - dispatch: ``lstm_cell_grad_jvp`` and ``lstm_sequence_grad_jvp`` on CuPy arrays run on
-  ``gradcells.gpu`` by default, and return CuPy arrays;
+  the GPU backend (``gradcells.cells.<cell>.gpu``) by default, and return CuPy arrays;
 - agreement (Hypothesis cases with every option but the layer norm, moved to CuPy, the three
   dtypes): ``(grads, grads_tangent)`` against the reference run on CuPy in float64 on the
   same rounded inputs, 16 eps(dtype) relative to each field's size, and the grads against
@@ -43,7 +43,6 @@ from test_gpu import (  # noqa: E402
 )
 
 import gradcells as gc  # noqa: E402
-import gradcells.gpu  # noqa: E402
 from gradcells._core.specs import OPTIONAL_WEIGHTS  # noqa: E402
 from gradcells.gpu import _launch  # noqa: E402
 from gradcells.testing import (  # noqa: E402
@@ -53,6 +52,9 @@ from gradcells.testing import (  # noqa: E402
     lstm_sequence_inputs,
     on_library,
 )
+
+# The GPU backend: every cell's ``gpu.py`` (``gradcells.cells.<cell>.gpu``).
+GPU_BACKEND = gc._dispatch.backend_module("gpu")
 
 _ARRAYS = {"lstm_cell": LSTM_CELL, "lstm_sequence": LSTM_SEQ}
 _STRATEGY = {
@@ -120,10 +122,10 @@ def _to64(a):
 
 def test_the_lstm_second_order_runs_on_the_gpu():
     for op in ("lstm_cell_grad_jvp", "lstm_sequence_grad_jvp"):
-        assert hasattr(gradcells.gpu, op)
-        assert gc._dispatch.backend_for(None, "cupy") is gradcells.gpu
-        assert hasattr(gradcells.gpu, op)
-        assert gc._dispatch.backend_for("gpu", "cupy") is gradcells.gpu
+        assert hasattr(GPU_BACKEND, op)
+        assert gc._dispatch.backend_for(None, "cupy") is GPU_BACKEND
+        assert hasattr(GPU_BACKEND, op)
+        assert gc._dispatch.backend_for("gpu", "cupy") is GPU_BACKEND
 
 
 @pytest.mark.parametrize("dtype", GPU_DTYPES)
@@ -195,11 +197,11 @@ def test_device_and_host_emulation_agree():
                               proj_clip=True)
     saved = _launch.use_runtime(cuda_host.HostRuntime())
     try:  # the host first: NumPy arrays
-        result = _below(gradcells.gpu, "lstm_sequence", case, "forward")
+        result = _below(GPU_BACKEND, "lstm_sequence", case, "forward")
         tangents, up = _draws("lstm_sequence", case, result, rng, np.float64, (True,) * 18)
         tangents = type(tangents)(*(None if t is None else t.get() for t in tangents))
         up = {k: None if v is None else v.get() for k, v in up.items()}
-        host = _below(gradcells.gpu, "lstm_sequence", case, "grad_jvp", result, tangents, up,
+        host = _below(GPU_BACKEND, "lstm_sequence", case, "grad_jvp", result, tangents, up,
                       "exact")
     finally:
         _launch.use_runtime(saved)
@@ -207,7 +209,7 @@ def test_device_and_host_emulation_agree():
     def device_array(a):
         return None if a is None else cp.asarray(a)
 
-    device = _below(gradcells.gpu, "lstm_sequence", on_library(case, "cupy"), "grad_jvp",
+    device = _below(GPU_BACKEND, "lstm_sequence", on_library(case, "cupy"), "grad_jvp",
                     type(result)(*map(device_array, result)),
                     type(tangents)(*map(device_array, tangents)),
                     {k: device_array(v) for k, v in up.items()}, "exact")

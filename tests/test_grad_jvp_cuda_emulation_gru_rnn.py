@@ -1,5 +1,5 @@
 """Second order (docs/spec.md §12) of the GPU backend's plain RNN and GRU run on the CPU:
-``gradcells.gpu``'s ``rnn_*_grad_jvp`` and ``gru_*_grad_jvp`` with the host emulation of
+the cells' ``gpu.py``'s ``rnn_*_grad_jvp`` and ``gru_*_grad_jvp`` with the host emulation of
 ``tests/test_cuda_emulation.py`` (the very ``.cu`` source, compiled for the host; NumPy
 standing in for CuPy), called through the public layer with ``backend="gpu"``.
 
@@ -36,8 +36,7 @@ from test_cuda_emulation import (
 from test_jvp_cuda_emulation import _strategy, _tangents
 
 import gradcells as gc
-import gradcells.gpu as gpu
-from gradcells import _dispatch, _order, reference
+from gradcells import _dispatch, _order, cells, reference
 from gradcells._core.specs import OPS as OPS_SPECS
 from gradcells.gpu import _launch
 from gradcells.testing import (
@@ -47,6 +46,9 @@ from gradcells.testing import (
     rnn_cell_case,
     rnn_sequence_case,
 )
+
+# The GPU backend: every cell's ``gpu.py`` (``gradcells.cells.<cell>.gpu``).
+gpu = _dispatch.backend_module("gpu")
 
 pytestmark = pytest.mark.skipif(cuda_host.compiler() is None,
                                 reason="no C++ compiler for the host emulation")
@@ -172,9 +174,10 @@ def test_grad_jvp_matches_reference(op, dtype, data, wanted, upstream, seed):
 def test_the_gpu_backend_has_the_second_order_ops():
     for op in OPS:
         name = f"{op}_grad_jvp"
-        assert hasattr(gpu, name) and name in gpu.__all__
+        assert hasattr(gpu, name) and name in vars(
+            cells.implementation(op.split("_")[0], "gpu"))
         assert getattr(gpu, name) is getattr(importlib.import_module(
-            f"gradcells.gpu.{op.split('_')[0]}"), name)
+            f"gradcells.cells.{op.split('_')[0]}.gpu"), name)
         assert inspect.signature(getattr(gpu, name)) == inspect.signature(
             getattr(reference, name))
         assert hasattr(gpu, name)

@@ -1,6 +1,6 @@
 """Second order (docs/spec.md §12) of the GPU backend's LSTM run on the CPU:
-``gradcells.gpu.lstm_cell_grad_jvp`` and ``lstm_sequence_grad_jvp`` with the host emulation
-of ``tests/test_cuda_emulation.py`` (the very ``.cu`` source, compiled for the host; NumPy
+``gradcells.cells.lstm.gpu.lstm_cell_grad_jvp`` and ``lstm_sequence_grad_jvp`` with the host
+emulation of ``tests/test_cuda_emulation.py`` (the very ``.cu`` source, compiled for the host; NumPy
 standing in for CuPy), called through the public layer with ``backend="gpu"``.
 
 Checked on Hypothesis-drawn cases with every option but the layer norm (peepholes, clips,
@@ -34,8 +34,7 @@ from test_cuda_emulation import (
 )
 
 import gradcells as gc
-import gradcells.gpu as gpu
-from gradcells import _dispatch, _order, reference
+from gradcells import _dispatch, _order, cells, reference
 from gradcells._core.specs import OPS as OPS_SPECS
 from gradcells._core.types import LSTMNorm
 from gradcells.gpu import _launch
@@ -46,6 +45,9 @@ from gradcells.testing import (
     lstm_sequence_case,
     lstm_sequence_inputs,
 )
+
+# The GPU backend: every cell's ``gpu.py`` (``gradcells.cells.<cell>.gpu``).
+gpu = _dispatch.backend_module("gpu")
 
 pytestmark = pytest.mark.skipif(cuda_host.compiler() is None,
                                 reason="no C++ compiler for the host emulation")
@@ -195,7 +197,8 @@ def test_grad_jvp_matches_reference(op, dtype, data, wanted, seed, clip_grad):
 def test_the_gpu_backend_has_the_lstm_second_order():
     for op in OPS:
         name = f"{op}_grad_jvp"
-        assert hasattr(gpu, name) and name in gpu.__all__
+        assert hasattr(gpu, name) and name in vars(
+            cells.implementation(op.split("_")[0], "gpu"))
         assert hasattr(gpu, name)
         assert _dispatch.backend_for("gpu", "cupy") is gpu
 

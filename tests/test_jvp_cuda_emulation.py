@@ -1,4 +1,4 @@
-"""Forward mode (docs/spec.md §12) of the GPU backend run on the CPU: ``gradcells.gpu``'s
+"""Forward mode (docs/spec.md §12) of the GPU backend run on the CPU: the cells' ``gpu.py``'s
 ``*_jvp`` operations with the host emulation of ``tests/test_cuda_emulation.py`` (the very
 ``.cu`` source, compiled for the host; NumPy standing in for CuPy), called through the
 public layer with ``backend="gpu"``.
@@ -31,8 +31,7 @@ from test_cuda_emulation import (
 )
 
 import gradcells as gc
-import gradcells.gpu as gpu
-from gradcells import _dispatch, _order, reference
+from gradcells import _dispatch, _order, cells, reference
 from gradcells._core.specs import OPS as OPS_SPECS
 from gradcells._core.types import LSTMNorm
 from gradcells.gpu import _launch
@@ -51,6 +50,9 @@ from gradcells.testing import (
     rnn_sequence_case,
     rnn_sequence_inputs,
 )
+
+# The GPU backend: every cell's ``gpu.py`` (``gradcells.cells.<cell>.gpu``).
+gpu = _dispatch.backend_module("gpu")
 
 pytestmark = pytest.mark.skipif(cuda_host.compiler() is None,
                                 reason="no C++ compiler for the host emulation")
@@ -150,7 +152,8 @@ def test_jvp_matches_reference(op, dtype, data, wanted, seed):
 def test_the_gpu_backend_has_the_forward_mode_ops():
     for op in GPU_JVP_OPS:
         for name in (f"{op}_jvp",):
-            assert hasattr(gpu, name) and name in gpu.__all__
+            assert hasattr(gpu, name) and name in vars(
+                cells.implementation(op.split("_")[0], "gpu"))
             assert hasattr(gpu, name)
             assert _dispatch.backend_for("gpu", "cupy") is gpu
 

@@ -1,5 +1,6 @@
 // Host emulation of the CUDA constructs the gradcells kernels use, so that the very kernel
-// source the GPU runs (gradcells/gpu/*.cu, composed by gradcells.gpu._sources) compiles
+// source the GPU runs (gradcells/cells/<cell>/<cell>.cu and gradcells/gpu/reduce.cu, composed
+// by gradcells.gpu._sources) compiles
 // with the system C++ compiler and runs on the CPU:
 //   - __global__, __device__, __host__, __forceinline__ as plain (inline) C++;
 //   - threadIdx, blockIdx, blockDim, gridDim as globals that the launcher sets;

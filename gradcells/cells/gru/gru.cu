@@ -322,7 +322,7 @@ GC_KERNEL void gru_backward_reset(
 
 // Forward mode (docs/spec.md section 12): the step's tangents from its primal outputs
 // (r, u, c as the forward stored them) and the tangent pre-activations, in two launches
-// after the step's forward kernels (the tangent's matmuls around them: gradcells/gpu/_jvp.py).
+// after the step's forward kernels (the tangent's matmuls around them: gpu.py, _jvp).
 //
 // Part 1 of 2, the gates (d_ru: the [B, 2H] tangent of [r, u]'s pre-activation,
 // C-contiguous; h_seen, dh_seen: the state the matmuls see and its tangent):
@@ -443,7 +443,7 @@ GC_KERNEL void gru_candidate_tangent(
 // Second order (docs/spec.md section 12): the tangents (suffix _t) of the backward's
 // outputs along those of the step's saved r, u, c, of h_prev, of n_pre (reset after, its
 // bias's tangent db_ch included), of the upstream gradients and of the carry, one launch
-// beside each backward kernel (gradcells/gpu/_grad_jvp.py; the primal values are recomputed
+// beside each backward kernel (gpu.py, _grad_jvp; the primal values are recomputed
 // from the same inputs as the backward's).
 //
 // Part 1, beside gru_backward_candidate (dh: the upstream after zoneout's split, as there;

@@ -88,7 +88,7 @@ __device__ __forceinline__ A rnn_upstream(
 //   dz = dh*(1 - h^2)                        tanh
 //   dz = dh*(h > 0 ? 1 : 0)                  relu (relu'(0) = 0)
 // A row past its length has dz = 0 (its final-state gradient passes to h0 around the
-// kernels: gradcells/gpu/rnn.py).
+// kernels: gpu.py beside this file).
 // Zoneout splits the upstream gradient g of the zoned state: dh = (1-z)*g is the new
 // state's, dh_zoned = z*g the old one's (added to the carry around the kernel; 0 in a row
 // past its length). Then h must be the step's own act(z), not the saved (zoned) state.
