@@ -37,7 +37,8 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from .._core.specs import ACTIVATIONS, LN_CARRIES, NORM_FIELDS, OPS, PEEPHOLES, STACKS
 from .._core.types import GRUWeights, LSTMNorm, LSTMWeights, RNNWeights
-from ..layouts import _GRU_TORCH, _LSTM_GRADCELLS, _LSTM_TORCH
+from ..layouts._common import LSTM_GRADCELLS
+from ..layouts.torch import GRU_TORCH, LSTM_TORCH
 from ..stacks import _split
 
 __all__ = ["LSTM", "GRU", "RNN"]
@@ -446,8 +447,8 @@ class LSTM(_RecurrentBase):
     def _weight_set(self, suffix):
         p = self._parameters_of(suffix)
         rows, biases = self._rows(p)
-        w = _reorder(rows, _LSTM_TORCH, _LSTM_GRADCELLS, dim=1)
-        b = _reorder(biases[0] + biases[1], _LSTM_TORCH, _LSTM_GRADCELLS, dim=0)
+        w = _reorder(rows, LSTM_TORCH, LSTM_GRADCELLS, dim=1)
+        b = _reorder(biases[0] + biases[1], LSTM_TORCH, LSTM_GRADCELLS, dim=0)
         options = {}
         if self.peepholes:
             options.update({k: self._tensor(f"{n}{suffix}") for k, n in _PEEPHOLE_NAMES.items()})
@@ -456,7 +457,7 @@ class LSTM(_RecurrentBase):
         if self.layer_norm:
             norm = {f: self._tensor(f"{n}{suffix}") for f, n in _NORM_NAMES.items()}
             options["layer_norm"] = LSTMNorm(**{
-                f: _reorder(a, _LSTM_TORCH, _LSTM_GRADCELLS, dim=0) if _gate_wide(f) else a
+                f: _reorder(a, LSTM_TORCH, LSTM_GRADCELLS, dim=0) if _gate_wide(f) else a
                 for f, a in norm.items()})
         return LSTMWeights(w, b, **options)
 
@@ -504,8 +505,8 @@ class GRU(_RecurrentBase):
 
     def _weight_set(self, suffix):
         rows, biases = self._rows(self._parameters_of(suffix))
-        w = dict(zip(_GRU_TORCH, rows.chunk(3, dim=1)))
-        b_x, b_h = (dict(zip(_GRU_TORCH, b.chunk(3))) for b in biases)
+        w = dict(zip(GRU_TORCH, rows.chunk(3, dim=1)))
+        b_x, b_h = (dict(zip(GRU_TORCH, b.chunk(3))) for b in biases)
         b_c = (torch.cat([b_x["c"], b_h["c"]]) if self.reset_after else b_x["c"] + b_h["c"])
         return GRUWeights(torch.cat([w["r"], w["u"]], dim=1), w["c"].contiguous(),
                           torch.cat([b_x["r"] + b_h["r"], b_x["u"] + b_h["u"]]), b_c)
