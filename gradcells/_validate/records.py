@@ -50,8 +50,8 @@ def forward_args(op: str, x, states, weights, *, forget_bias=1.0, cell_clip=None
     seq_len = (recorded_copy(seq_len_value(seq_len, library, x, order[1]))
                if spec.sequence else None)
     settings = settings_record(spec, x, weights, seq_len, reset_after=reset_after,
-                         activation=activation, forget_bias=forget_bias, cell_clip=cell_clip,
-                         proj_clip=proj_clip, ln_epsilon=ln_epsilon, ln_carry=ln_carry)
+                               activation=activation, forget_bias=forget_bias, cell_clip=cell_clip,
+                               proj_clip=proj_clip, ln_epsilon=ln_epsilon, ln_carry=ln_carry)
     if order != (False, False):
         settings = dataclasses.replace(settings, reverse=order[0], batch_first=order[1])
     if masks and any(m is not None for m in masks.values()):

@@ -194,7 +194,7 @@ def mask_value(name, mask, x, states, *, batch_first):
 
 
 def settings_record(spec, x, weights, seq_len, *, reset_after, activation, forget_bias, cell_clip,
-              proj_clip, ln_epsilon, ln_carry):
+                    proj_clip, ln_epsilon, ln_carry):
     """The settings record of a forward call of ``spec`` (time order and layout aside)."""
     kind = spec.settings
     if kind is GRUSettings:
