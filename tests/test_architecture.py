@@ -226,8 +226,11 @@ def test_imports_point_down(name):
 
 
 def test_validation_checks_and_dispatch_chooses():
-    assert "gradcells._dispatch" not in set(_imports(ROOT / "_validate.py"))
-    assert "gradcells._validate" not in set(_imports(ROOT / "_dispatch.py"))
+    validation = sorted((ROOT / "_validate").glob("*.py"))
+    assert validation, "gradcells/_validate/ holds the validation's modules"
+    for path in validation:
+        assert "gradcells._dispatch" not in set(_imports(path)), path.name
+    assert not any(m.startswith("gradcells._validate") for m in _imports(ROOT / "_dispatch.py"))
 
 
 def _name_tuples():

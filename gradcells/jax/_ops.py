@@ -63,7 +63,7 @@ def _flat_arrays(spec, arguments):
         if norm is not None and not isinstance(norm, LSTMNorm):
             raise TypeError(f"layer_norm must be None or a gradcells.LSTMNorm, got "
                             f"{type(norm).__name__}")
-        named.update(zip(NORM_ARRAYS, (None,) * 6 if norm is None else norm))
+        named.update(zip(NORM_ARRAYS, (None,) * 6 if norm is None else norm, strict=True))
     return named
 
 
@@ -86,9 +86,9 @@ def _result_shapes(spec, arrays, batch_first):
     def ordered(labels):
         return (labels[1], labels[0], *labels[2:]) if batch_first and len(labels) == 3 else labels
 
-    sizes = dict(zip(ordered(spec.x_labels), arrays["x"].shape))
-    for labels, name in zip(spec.state_labels, spec.states):
-        sizes.update(zip(labels, arrays[name].shape))
+    sizes = dict(zip(ordered(spec.x_labels), arrays["x"].shape, strict=True))
+    for labels, name in zip(spec.state_labels, spec.states, strict=True):
+        sizes.update(zip(labels, arrays[name].shape, strict=True))
     return [tuple(sizes[label] for label in ordered(labels))
             for labels in spec.result_labels()]
 
@@ -160,7 +160,7 @@ def _stack(name, sequence):
         weights, masks = a["weights"], a["dropout_masks"]
         directions, widths, _ = v.stack_args(
             cell.weights, _stand_in(a["x"]),
-            {n: _stand_in(s) for n, s in zip(cell.states, states)},
+            {n: _stand_in(s) for n, s in zip(cell.states, states, strict=True)},
             _weights_stand_in(weights, cell.weights), bidirectional=a["bidirectional"],
             batch_first=a["batch_first"],
             dropout_masks=masks if not isinstance(masks, (list, tuple))

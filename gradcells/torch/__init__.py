@@ -11,18 +11,18 @@ in reverse mode (``backward``, second order included) and forward mode
 does not.
 """
 
-from ._functions import _function
+from ._functions import FUNCTIONS
 from ._modules import GRU, LSTM, RNN
 
-lstm_cell = _function("lstm_cell")
-gru_cell = _function("gru_cell")
-rnn_cell = _function("rnn_cell")
-lstm_sequence = _function("lstm_sequence")
-gru_sequence = _function("gru_sequence")
-rnn_sequence = _function("rnn_sequence")
-lstm_stack = _function("lstm_stack")
-gru_stack = _function("gru_stack")
-rnn_stack = _function("rnn_stack")
+lstm_cell = FUNCTIONS["lstm_cell"]
+gru_cell = FUNCTIONS["gru_cell"]
+rnn_cell = FUNCTIONS["rnn_cell"]
+lstm_sequence = FUNCTIONS["lstm_sequence"]
+gru_sequence = FUNCTIONS["gru_sequence"]
+rnn_sequence = FUNCTIONS["rnn_sequence"]
+lstm_stack = FUNCTIONS["lstm_stack"]
+gru_stack = FUNCTIONS["gru_stack"]
+rnn_stack = FUNCTIONS["rnn_stack"]
 
 __all__ = ["lstm_cell", "gru_cell", "rnn_cell", "lstm_sequence", "gru_sequence",
            "rnn_sequence", "lstm_stack", "gru_stack", "rnn_stack", "LSTM", "GRU", "RNN"]

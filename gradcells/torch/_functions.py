@@ -437,3 +437,8 @@ def _stack_types(name):
     """A stack's weight set type and gradient type (``LSTMWeights``, ``LSTMStackGrads``)."""
     spec = OPS[STACKS[name]]
     return spec.weights, getattr(types, spec.grads.__name__.replace("Sequence", "Stack"))
+
+
+FUNCTIONS = {name: _function(name) for name in (*OPS, *STACKS)}
+"""``gradcells.torch.<op>`` for every forward op, by name (the package and its modules read
+them here)."""

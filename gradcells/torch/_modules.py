@@ -37,8 +37,9 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from .._core.specs import ACTIVATIONS, LN_CARRIES, NORM_FIELDS, OPS, PEEPHOLES, STACKS
 from .._core.types import GRUWeights, LSTMNorm, LSTMWeights, RNNWeights
-from ..layouts import _GRU_TORCH, _LSTM_GRADCELLS, _LSTM_TORCH
-from ..stacks import _split
+from ..layouts._common import LSTM_GRADCELLS
+from ..layouts.torch import GRU_TORCH, LSTM_TORCH
+from ._functions import FUNCTIONS
 
 __all__ = ["LSTM", "GRU", "RNN"]
 
@@ -50,16 +51,8 @@ _NORM_NAMES = {name: f"ln_{name}" for name in NORM_FIELDS}              # gamma_
 def _reorder(a, source, target, dim):
     """``a`` with its gate blocks along ``dim`` moved from order ``source`` to ``target``
     (strings of gate letters), by differentiable torch ops."""
-    blocks = dict(zip(source, a.chunk(len(source), dim=dim)))
+    blocks = dict(zip(source, a.chunk(len(source), dim=dim), strict=True))
     return torch.cat([blocks[g] for g in target], dim=dim)
-
-
-def _op(name):
-    """``gradcells.torch.<name>``, the differentiable function (looked up at call time: the
-    package imports this module)."""
-    from .. import torch as adapter
-
-    return getattr(adapter, name)
 
 
 def _gate_wide(field):
@@ -303,12 +296,13 @@ class _RecurrentBase(nn.Module):
         """``(top outputs, final states in gradcells's order)`` of the stack."""
         if self.zoneout:
             return self._run_zoned(x, states, lengths)
-        stack = _op(f"{self._cell}_stack")(
+        stack = FUNCTIONS[f"{self._cell}_stack"](
             x, *states, self.weight_sets(), bidirectional=self.bidirectional,
             seq_len=None if lengths is None else lengths.tolist(),
             batch_first=self.batch_first, dropout_masks=self._dropout_masks(x),
             **self._attributes())
-        return stack[0], list(stack[1:-1])
+        states = OPS[STACKS[f"{self._cell}_stack"]].states                  # cs0, h0
+        return stack.h, [getattr(stack, f"{s.removesuffix('0')}_final") for s in states]
 
     def _attributes(self):
         """The cell's settings the stack takes by keyword."""
@@ -335,12 +329,12 @@ class _RecurrentBase(nn.Module):
         for layer in range(self.num_layers):
             outputs = []
             for k in range(layer * directions, (layer + 1) * directions):
-                positional, optional = _split(weights[k])
-                seq = _op(name)(layer_input, *(s[k] for s in states), *positional, **optional,
-                                seq_len=seq_len, reverse=k % directions == 1,
-                                batch_first=self.batch_first, **self._attributes(),
-                                **{f"zoneout_{s}": self._zoneout_mask(x, widths[s])
-                                   for s in state_names})
+                seq = FUNCTIONS[name](layer_input, *(s[k] for s in states),
+                                      **weights[k]._asdict(), seq_len=seq_len,
+                                      reverse=k % directions == 1,
+                                      batch_first=self.batch_first, **self._attributes(),
+                                      **{f"zoneout_{s}": self._zoneout_mask(x, widths[s])
+                                         for s in state_names})
                 outputs.append(seq.h)
                 for s in state_names:
                     finals[s].append(getattr(seq, f"{s}_final"))
@@ -446,8 +440,8 @@ class LSTM(_RecurrentBase):
     def _weight_set(self, suffix):
         p = self._parameters_of(suffix)
         rows, biases = self._rows(p)
-        w = _reorder(rows, _LSTM_TORCH, _LSTM_GRADCELLS, dim=1)
-        b = _reorder(biases[0] + biases[1], _LSTM_TORCH, _LSTM_GRADCELLS, dim=0)
+        w = _reorder(rows, LSTM_TORCH, LSTM_GRADCELLS, dim=1)
+        b = _reorder(biases[0] + biases[1], LSTM_TORCH, LSTM_GRADCELLS, dim=0)
         options = {}
         if self.peepholes:
             options.update({k: self._tensor(f"{n}{suffix}") for k, n in _PEEPHOLE_NAMES.items()})
@@ -456,7 +450,7 @@ class LSTM(_RecurrentBase):
         if self.layer_norm:
             norm = {f: self._tensor(f"{n}{suffix}") for f, n in _NORM_NAMES.items()}
             options["layer_norm"] = LSTMNorm(**{
-                f: _reorder(a, _LSTM_TORCH, _LSTM_GRADCELLS, dim=0) if _gate_wide(f) else a
+                f: _reorder(a, LSTM_TORCH, LSTM_GRADCELLS, dim=0) if _gate_wide(f) else a
                 for f, a in norm.items()})
         return LSTMWeights(w, b, **options)
 
@@ -504,8 +498,8 @@ class GRU(_RecurrentBase):
 
     def _weight_set(self, suffix):
         rows, biases = self._rows(self._parameters_of(suffix))
-        w = dict(zip(_GRU_TORCH, rows.chunk(3, dim=1)))
-        b_x, b_h = (dict(zip(_GRU_TORCH, b.chunk(3))) for b in biases)
+        w = dict(zip(GRU_TORCH, rows.chunk(3, dim=1), strict=True))
+        b_x, b_h = (dict(zip(GRU_TORCH, b.chunk(3), strict=True)) for b in biases)
         b_c = (torch.cat([b_x["c"], b_h["c"]]) if self.reset_after else b_x["c"] + b_h["c"])
         return GRUWeights(torch.cat([w["r"], w["u"]], dim=1), w["c"].contiguous(),
                           torch.cat([b_x["r"] + b_h["r"], b_x["u"] + b_h["u"]]), b_c)

@@ -1,0 +1,40 @@
+"""Argument checking for every public operation (docs/spec.md §7 and §10): checks only.
+
+``forward_args`` and ``grad_args`` check everything about one call's arguments before any
+computation, raise ``TypeError`` or ``ValueError`` naming the offending argument with the
+expected and actual shape or dtype, and return the arrays' library and the call's settings
+record (``gradcells._core.types``). What an operation takes is read from
+``gradcells._core.specs``. Nothing here computes or copies an array, and nothing here
+chooses a backend (``_dispatch`` does).
+
+One module per job: ``arrays`` (libraries, dtypes, shapes of one call's arrays),
+``settings`` (each keyword checked and normalised; the settings record), ``records`` (a
+forward or gradient call whole, a gradient's settings resolved against the forward's
+record), ``stacks`` (what a stack adds to its layers' calls) and ``tangents`` (forward-mode
+and second-order tangents). The names the public layer calls are re-exported here.
+"""
+
+from .arrays import FLOAT_DTYPES, refused_subclass
+from .records import forward_args, grad_args
+from .settings import (
+    activation_value,
+    bool_value,
+    cell_clip_value,
+    clip_grad_value,
+    forget_bias_value,
+    ln_carry_value,
+    ln_epsilon_value,
+    mask_value,
+    peepholes_given,
+    reset_after_value,
+    seq_len_value,
+)
+from .stacks import stack_args, stack_upstream
+from .tangents import stack_tangents, tangents_value, upstream_tangents
+
+__all__ = [
+    "FLOAT_DTYPES", "refused_subclass", "forward_args", "grad_args", "activation_value",
+    "bool_value", "cell_clip_value", "clip_grad_value", "forget_bias_value", "ln_carry_value",
+    "ln_epsilon_value", "mask_value", "peepholes_given", "reset_after_value", "seq_len_value",
+    "stack_args", "stack_upstream", "stack_tangents", "tangents_value", "upstream_tangents",
+]

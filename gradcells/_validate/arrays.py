@@ -1,0 +1,266 @@
+"""One call's arrays (docs/spec.md §7): given where required, of one library (NumPy or
+CuPy), device and float dtype, of the ranks and shapes ``gradcells._core.specs`` gives each
+argument, with the sizes read from ``x`` and the states; ``checked_library`` checks a
+forward or gradient call's arrays at once and returns their library.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import numpy as np
+
+from .._core import arrays
+from .._core.specs import NORM_ARRAYS, NORM_FIELDS, OPS, OPTIONAL_WEIGHTS, WEIGHT_LABELS, Labels
+from .._core.types import LSTMNorm, LSTMSettings
+
+_FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
+FLOAT_DTYPES = (_FLOAT32, _FLOAT64)
+_FLOAT16 = np.dtype(np.float16)  # accepted for CuPy arrays only (the GPU backend's half path)
+refused_subclass = arrays.refused_subclass
+
+
+def library_and_dtype(specs):
+    """Check that every given array is a NumPy/CuPy float array of one library and dtype.
+
+    ``specs`` is a sequence of (name, array-or-None, ...). Returns (library, dtype).
+    This runs on every call, so the common case (all NumPy, one dtype) is kept cheap.
+    """
+    first_name = library = dtype = device = None
+    for spec in specs:
+        a = spec[1]
+        if a is None:
+            continue
+        lib = "numpy" if type(a) is np.ndarray else arrays.library_of(a)
+        if lib is None or (type(a) is not np.ndarray and refused_subclass(a)):
+            raise TypeError(f"{spec[0]} must be a NumPy or CuPy array, got "
+                            f"{type(a).__name__} (PyTorch and JAX arrays are taken too)")
+        if lib not in arrays.NATIVE:  # a tensor among NumPy arrays (the first decides)
+            raise TypeError(arrays.two_libraries(first_name or "x", "numpy", spec[0], lib))
+        a_dtype = a.dtype
+        if library is None:
+            # Identity first: comparing dtypes by value costs far more than the rest.
+            if (a_dtype is not _FLOAT32 and a_dtype is not _FLOAT64 and a_dtype not in FLOAT_DTYPES
+                    and not (lib == "cupy" and a_dtype == _FLOAT16)):
+                also = " (or float16 for CuPy arrays)" if lib == "cupy" else ""
+                raise TypeError(
+                    f"{spec[0]} must have dtype float32 or float64{also}, got {a_dtype}")
+            first_name, library, dtype = spec[0], lib, a_dtype
+            device = a.device.id if lib == "cupy" else None
+            continue
+        if lib != library:
+            raise TypeError(arrays.two_libraries(first_name, library, spec[0], lib))
+        if device is not None and a.device.id != device:
+            raise ValueError(
+                f"{spec[0]} is on CUDA device {a.device.id} but {first_name} is on device "
+                f"{device}; pass arrays on one device")
+        if a_dtype is not dtype and a_dtype != dtype:
+            if a_dtype not in FLOAT_DTYPES and not (lib == "cupy" and a_dtype == _FLOAT16):
+                raise TypeError(f"{spec[0]} must have dtype float32 or float64, got {a_dtype}")
+            raise TypeError(
+                f"{spec[0]} must have the same dtype as {first_name} ({dtype}), got {a_dtype}")
+    return library, dtype
+
+
+def _matrix_dims(name, a, labels):
+    """Check that ``a`` has rank len(labels) and return its shape."""
+    if a.ndim != len(labels):
+        raise ValueError(
+            f"{name} must be a {len(labels)}-D array [{', '.join(labels)}], "
+            f"got shape {tuple(a.shape)}")
+    return a.shape
+
+
+def _check_shapes(specs, expected_shapes, origin):
+    """``specs``: (name, array-or-None, labels); ``expected_shapes``: each one's shape;
+    ``origin()``: which arguments the sizes were read from, for the message."""
+    for (name, a, labels), expected in zip(specs, expected_shapes, strict=True):
+        if a is not None and a.shape != expected:
+            raise ValueError(
+                f"{name} must have shape [{', '.join(labels)}] = {expected}, "
+                f"got {tuple(a.shape)} ({origin()})")
+
+
+_EXPECTED_SHAPES: dict = {}  # (layout key, x's shape, H) -> every array's expected shape
+
+
+def _expected_shapes(key, labels, x_shape, n_hidden, n_proj):
+    """The shape each of ``labels`` (a tuple of label tuples, named by the small hashable
+    ``key``) stands for, given x's shape (``[B, I]``, ``[T, B, I]`` or ``[B, T, I]`` as
+    ``labels[0]``, x's labels, says), H and P. A program's
+    calls repeat a few shapes, so the answer is kept (up to a few thousand of them)."""
+    cached = _EXPECTED_SHAPES.get((key, x_shape, n_hidden, n_proj))
+    if cached is not None:
+        return cached
+    n_in = x_shape[-1]
+    sizes = {**dict(zip(labels[0], x_shape, strict=True)), "H": n_hidden,
+             "I+H": n_in + n_hidden,
+             "2H": 2 * n_hidden, "4H": 4 * n_hidden, "P": n_proj, "I+P": n_in + n_proj}
+    if len(_EXPECTED_SHAPES) >= 4096:
+        _EXPECTED_SHAPES.clear()
+    shapes = tuple(tuple([sizes[label] for label in each]) for each in labels)
+    _EXPECTED_SHAPES[(key, x_shape, n_hidden, n_proj)] = shapes
+    return shapes
+
+
+def _check_arrays(specs, n_required, labels, key, proj=None):
+    """Every check on one call's arrays; returns their library ("numpy" or "cupy").
+
+    ``specs``: (name, array-or-None, shape labels), x (``[B, I]`` or ``[T, B, I]``) first and
+    an array ``[B, H]`` second; the first ``n_required`` must be given; ``labels``: the
+    specs' labels as one tuple, named by the hashable ``key``; ``proj``: the index of the
+    spec whose width is P (an LSTM's ``w_proj``), when it is given. In order: required
+    arrays given, one library and float dtype, the ranks of x, of the ``[B, H]`` array and
+    of ``w_proj`` (which fix the sizes), every shape.
+    """
+    (x_name, x, x_labels), (h_name, h, h_labels) = specs[0], specs[1]
+    require_arrays(specs[:n_required])
+    library, _ = library_and_dtype(specs)
+    x_shape = _matrix_dims(x_name, x, x_labels)
+    h_shape = _matrix_dims(h_name, h, h_labels)
+    n_proj = h_shape[1] if proj is None else _matrix_dims(*specs[proj])[1]
+
+    def origin():
+        return (f"{', '.join(x_labels)} from {x_name} {tuple(x_shape)}, "
+                f"H from {h_name} {tuple(h_shape)}"
+                + ("" if proj is None else f", P from w_proj {tuple(specs[proj][1].shape)}"))
+
+    _check_shapes(specs, _expected_shapes(key, labels, tuple(x_shape), h_shape[1], n_proj),
+                  origin)
+    return library
+
+
+def require_arrays(specs):
+    for name, a, _ in specs:
+        if a is None:
+            raise TypeError(f"{name} must be an array, got None")
+
+
+def described(a):
+    """``shape (...)`` of an array, else its type's name, for a message."""
+    return f"shape {tuple(a.shape)}" if hasattr(a, "shape") else type(a).__name__
+
+
+def check_result(spec, result):
+    """TypeError unless ``result`` (a cell's ``state``, a sequence's ``seq``) is a tuple of
+    as many arrays as the forward's result has fields."""
+    fields = spec.result._fields
+    if not isinstance(result, tuple) or len(result) != len(fields):
+        raise TypeError(
+            f"{spec.result_arg} must be a tuple of {len(fields)} arrays ({', '.join(fields)}), "
+            f"got {type(result).__name__}"
+            + (f" of length {len(result)}" if isinstance(result, tuple) else ""))
+
+
+@functools.cache
+def _qualified_names(prefix, fields):
+    """``("state.i", "state.cs", ...)``: built once, not on every call."""
+    return tuple(f"{prefix}.{field}" for field in fields)
+
+
+class _Layout(NamedTuple):
+    """What one operation's arrays are called and shaped like, settled once per operation
+    and GRU variant: the forward's arrays (x, the states, the weights) with the required
+    ones first, then the gradient's result fields and upstream gradients."""
+
+    names: tuple[str, ...]
+    labels: tuple[Labels, ...]
+    n_required: int
+    result_names: tuple[str, ...]
+    result_labels: tuple[Labels, ...]
+    upstream: tuple[str, ...]
+    upstream_labels: tuple[Labels, ...]
+    grad_labels: tuple[Labels, ...]  # a gradient call's arrays' labels, in checking order
+
+
+@functools.cache
+def _layout(op: str, reset_after: bool, projection: bool = False,
+            batch_first: bool = False) -> _Layout:
+    spec = OPS[op]
+    names = spec.flat_arrays
+    labels = ((spec.x_labels,) + spec.state_labels
+              + tuple(_weight_labels(spec, name, reset_after)
+                      for name in names[1 + len(spec.states):]))
+    n_required = sum(name not in OPTIONAL_WEIGHTS for name in names)
+    upstream_labels = tuple(spec.upstream_labels(name) for name in spec.upstream)
+    result_labels = spec.result_labels()
+    if not projection:  # P is H: the messages say so
+        labels, result_labels, upstream_labels = (
+            _without_projection(group) for group in (labels, result_labels, upstream_labels))
+    if batch_first:  # every per-step array is [B, T, ·]
+        labels, result_labels, upstream_labels = (
+            _batch_first(group) for group in (labels, result_labels, upstream_labels))
+    return _Layout(names, labels, n_required,
+                   _qualified_names(spec.result_arg, spec.result._fields),
+                   result_labels, spec.upstream, upstream_labels,
+                   labels[:n_required] + result_labels + labels[n_required:]
+                   + upstream_labels)
+
+
+def _without_projection(group):
+    """Label tuples with ``P`` read as ``H`` (an LSTM without a projection)."""
+    renamed = {"P": "H", "I+P": "I+H"}
+    return tuple(tuple(renamed.get(label, label) for label in each) for each in group)
+
+
+def _batch_first(group):
+    """Label tuples with ``[T, B, ·]`` read as ``[B, T, ·]``."""
+    return tuple(("B", "T", *each[2:]) if each[:2] == ("T", "B") else each for each in group)
+
+
+def _weight_labels(spec, name, reset_after):
+    """A weight's shape labels, the GRU candidate bias's ``C`` read as ``2H`` or ``H``."""
+    labels = WEIGHT_LABELS[spec.weights][name]
+    return labels if labels != ("C",) else ("2H",) if reset_after else ("H",)
+
+
+_NO_NORM = (None,) * len(NORM_FIELDS)
+
+
+def _flat_weights(spec, weights):
+    """The weight set's arrays in ``spec.flat_arrays`` order: an LSTM's ``layer_norm`` as
+    its six arrays (six Nones without one), after checking that it is an ``LSTMNorm`` of
+    arrays."""
+    if spec.settings is not LSTMSettings:
+        return weights
+    norm = weights.layer_norm
+    unnormed = (weights.w, weights.b, weights.wci, weights.wcf, weights.wco, weights.w_proj)
+    if norm is None:
+        return (*unnormed, *_NO_NORM)
+    if not isinstance(norm, LSTMNorm):
+        raise TypeError(f"layer_norm must be a gradcells.LSTMNorm of six arrays or None, got "
+                        f"{type(norm).__name__}")
+    require_arrays([(name, a, None) for name, a in zip(NORM_ARRAYS, norm, strict=True)])
+    return (*unnormed, *norm)
+
+
+def checked_library(spec, x, states, weights, *, reset_after, batch_first=False, result=None,
+                    upstream=None):
+    """Check every array of a forward call (and of its gradient when ``upstream`` is given);
+    return the arrays' library (the peepholes' all-or-none rule is the caller's:
+    ``settings.peepholes_given``). The optional arrays (the peepholes, the projection, the
+    layer norm) come last in ``spec.flat_arrays``."""
+    projection = spec.settings is LSTMSettings and weights.w_proj is not None
+    layout = _layout(spec.name, reset_after, projection, batch_first)
+    specs = list(zip(layout.names, (x, *states, *_flat_weights(spec, weights)), layout.labels,
+                     strict=True))
+    n_required = layout.n_required
+    if upstream is not None:
+        check_result(spec, result)
+        specs[n_required:n_required] = zip(layout.result_names, result, layout.result_labels,
+                                           strict=True)
+        n_required += len(layout.result_names)
+        specs += zip(layout.upstream, [upstream[name] for name in layout.upstream],
+                     layout.upstream_labels, strict=True)
+    grad = upstream is not None
+    proj = _proj_index(layout, grad) if projection else None
+    return _check_arrays(specs, n_required, layout.grad_labels if grad else layout.labels,
+                         (spec.name, reset_after, projection, batch_first, grad), proj)
+
+
+def _proj_index(layout, grad):
+    """Where ``w_proj`` stands among the specs of a call that has one."""
+    index = layout.names.index("w_proj")
+    return index + len(layout.result_names) if grad else index
+

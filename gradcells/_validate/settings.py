@@ -1,0 +1,269 @@
+"""The settings a call gives by keyword, each checked and normalised (``forget_bias`` a
+finite float, ``cell_clip`` None or positive, ``seq_len`` an integer array or None, a mask
+checked against the shape it broadcasts to, ...), and the frozen settings record a forward
+builds from them (``settings_record``; docs/spec.md §10).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+import numbers
+
+import numpy as np
+
+from .._core import arrays
+from .._core.specs import ACTIVATIONS, CLIP_GRADS, LN_CARRIES, MASKS, PEEPHOLES
+from .._core.types import GRUSettings, LSTMSettings, RNNSettings
+from .arrays import library_and_dtype, refused_subclass
+
+
+def _real(name, value):
+    """A finite real attribute as a float: a Python or NumPy number, or a 0-d integer or
+    float array (what a PyTorch or JAX scalar becomes on its way in). An integer beyond
+    float64 (finite, but beyond every dtype) comes back as ±inf for the caller to judge."""
+    if type(value) is float and math.isfinite(value):  # the common case, first
+        return value
+    scalar_array = (getattr(value, "shape", None) == ()
+                    and getattr(getattr(value, "dtype", None), "kind", None) in ("f", "i", "u"))
+    if isinstance(value, bool) or not (isinstance(value, numbers.Real) or scalar_array):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    try:
+        number = float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be finite, got {number}")
+    return number
+
+
+_HALF_MAX = float(np.finfo(np.float16).max)
+
+
+def _beyond(value, dtype):
+    """Whether the float ``value`` is beyond the largest finite number of ``dtype``."""
+    return abs(value) > _HALF_MAX and abs(value) > float(np.finfo(dtype).max)
+
+
+def _shown(number):
+    """``number`` for a message: ``1e+300``, or an integer beyond float64 by its size."""
+    try:
+        return f"{float(number):.4g}"
+    except OverflowError:
+        return f"an integer of {int(number).bit_length()} bits"
+
+
+def forget_bias_value(forget_bias, dtype):
+    """``forget_bias`` as a float, finite in the arrays' ``dtype`` (1e300 would be inf in
+    float32)."""
+    value = _real("forget_bias", forget_bias)
+    if _beyond(value, dtype):
+        raise ValueError(f"forget_bias must be finite in the arrays' dtype {np.dtype(dtype)} "
+                         f"(|forget_bias| <= {np.finfo(dtype).max:.4g}), got {_shown(forget_bias)}")
+    return value
+
+
+def cell_clip_value(cell_clip, dtype, name="cell_clip"):
+    """None, 0 or negative means no clipping (returned as None); otherwise a positive float.
+    A clip beyond the largest finite number of the arrays' ``dtype`` can never act: None.
+    (``proj_clip`` follows the same rule, under its own ``name``.)"""
+    if cell_clip is None:
+        return None
+    value = _real(name, cell_clip)
+    return value if 0 < value and not _beyond(value, dtype) else None
+
+
+def clip_grad_value(clip_grad):
+    """``clip_grad``, one of ``CLIP_GRADS``."""
+    if not isinstance(clip_grad, str) or clip_grad not in CLIP_GRADS:
+        raise ValueError(f"clip_grad must be one of {CLIP_GRADS}, got {clip_grad!r}")
+    return clip_grad
+
+
+def activation_value(activation):
+    """``activation``, one of ``ACTIVATIONS``."""
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    return activation
+
+
+def bool_value(name, value):
+    """``value`` of the flag ``name`` as a bool (a bool or NumPy bool only)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return bool(value)
+
+
+def reset_after_value(reset_after):
+    """``reset_after`` as a bool."""
+    return bool_value("reset_after", reset_after)
+
+
+def peepholes_given(wci, wcf, wco):
+    """True when all three peephole vectors are given, False when none is; else ValueError."""
+    if wci is None and wcf is None and wco is None:
+        return False
+    given = [name for name, v in zip(PEEPHOLES, (wci, wcf, wco), strict=True) if v is not None]
+    if given and len(given) != len(PEEPHOLES):
+        missing = [name for name in PEEPHOLES if name not in given]
+        raise ValueError(
+            f"peepholes need all of {', '.join(PEEPHOLES[:-1])} and {PEEPHOLES[-1]} or none: "
+            f"got {', '.join(given)} "
+            f"without {', '.join(missing)}")
+    return bool(given)
+
+
+def seq_len_value(seq_len, library, x, batch_first=False):
+    """Check ``seq_len``: None, a list or tuple of integers, or an integer array ``[B]`` of
+    ``library`` (on ``x``'s device), with values in ``[0, T]``. Returns None when it is None
+    or every row runs all T steps, else the lengths as an array of ``library``.
+
+    Reading the extremes of a CuPy array synchronises with the device once.
+    """
+    if seq_len is None:
+        return None
+    if isinstance(seq_len, (list, tuple)):
+        seq_len = _lengths_array(seq_len, library, x)
+    lib = arrays.library_of(seq_len)
+    if lib not in arrays.NATIVE or refused_subclass(seq_len):
+        raise TypeError(
+            f"seq_len must be a {library} integer array [B] (or a list of integers), got "
+            f"{type(seq_len).__name__}")
+    if lib != library:
+        raise TypeError(
+            f"seq_len must come from the same array library as x ({library}), got {lib}")
+    if lib == "cupy" and seq_len.device.id != x.device.id:
+        raise ValueError(f"seq_len is on CUDA device {seq_len.device.id} but x is on device "
+                         f"{x.device.id}; pass arrays on one device")
+    n_steps, n_batch = x.shape[1::-1] if batch_first else x.shape[:2]
+    if seq_len.dtype.kind not in "iu":
+        raise TypeError(f"seq_len must have an integer dtype, got {seq_len.dtype}")
+    if tuple(seq_len.shape) != (n_batch,):
+        raise ValueError(
+            f"seq_len must have shape [B] = ({n_batch},), got {tuple(seq_len.shape)}")
+    if n_batch == 0:
+        return None
+    with contextlib.nullcontext() if lib == "numpy" else seq_len.device:
+        # On x's device (checked above) whatever device is current: a CuPy reduction on
+        # another device needs peer access, and warns or fails without it.
+        shortest, longest = int(seq_len.min()), int(seq_len.max())
+    if shortest < 0 or longest > n_steps:
+        bad = shortest if shortest < 0 else longest
+        raise ValueError(
+            f"seq_len must hold lengths in [0, T] = [0, {n_steps}], got {bad}")
+    return None if shortest == n_steps else seq_len
+
+
+def _lengths_array(values, library, x):
+    """A list or tuple of lengths as an array of ``library`` on ``x``'s device (its dtype
+    then says whether they were integers)."""
+    if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in values):
+        raise TypeError("seq_len must hold integers, got "
+                        f"{sorted({type(n).__name__ for n in values})}")
+    lengths = np.asarray(values, dtype=np.int64).reshape(len(values))
+    if library == "numpy":
+        return lengths
+    with x.device:
+        return arrays.namespace_of(x).asarray(lengths)
+
+
+def mask_value(name, mask, x, states, *, batch_first):
+    """Check a sequence's mask (docs/spec.md §11.3): an array of x's library and dtype that
+    broadcasts to its shape in ``MASKS`` (in the ``batch_first`` layout when it has a time
+    axis). Returns it."""
+    library_and_dtype([("x", x), (name, mask)])
+    labels = MASKS[name]
+    if states[0].shape[1] == states[-1].shape[1]:  # no projection: P is H
+        labels = tuple("H" if label == "P" else label for label in labels)
+    if batch_first and labels[0] == "T":
+        labels = ("B", "T", *labels[2:])
+    n_steps, n_batch = x.shape[1::-1] if batch_first else x.shape[:2]
+    sizes = {"T": n_steps, "B": n_batch, "I": x.shape[-1], "H": states[0].shape[1],
+             "P": states[-1].shape[1]}
+    target = tuple(sizes[label] for label in labels)
+    try:
+        fits = np.broadcast_shapes(tuple(mask.shape), target) == target
+    except ValueError:
+        fits = False
+    if not fits or mask.ndim > len(target):
+        raise ValueError(f"{name} must broadcast to [{', '.join(labels)}] = {target}, got "
+                         f"shape {tuple(mask.shape)}")
+    return mask
+
+
+def settings_record(spec, x, weights, seq_len, *, reset_after, activation, forget_bias, cell_clip,
+                    proj_clip, ln_epsilon, ln_carry):
+    """The settings record of a forward call of ``spec`` (time order and layout aside)."""
+    kind = spec.settings
+    if kind is GRUSettings:
+        return GRUSettings(reset_after, seq_len)
+    if kind is RNNSettings:
+        return RNNSettings(activation, seq_len)
+    values = (forget_bias_value(forget_bias, x.dtype), cell_clip_value(cell_clip, x.dtype),
+              weights.wci is not None, proj_clip_value(proj_clip, weights, x.dtype),
+              norm_values(weights, ln_epsilon, ln_carry, x.dtype))
+    return (_lstm_settings(*values) if seq_len is None
+            else dataclasses.replace(_lstm_settings(*values), seq_len=seq_len))
+
+
+@functools.lru_cache(maxsize=256)
+def _lstm_settings(forget_bias, cell_clip, peepholes, proj_clip, norm):
+    """The record of a call without lengths; records are frozen, so calls share them."""
+    return LSTMSettings(forget_bias, cell_clip, peepholes, None, projection=proj_clip[0],
+                        proj_clip=proj_clip[1], layer_norm=norm[0], ln_epsilon=norm[1],
+                        ln_carry=norm[2])
+
+
+_DEFAULT_NORM = (LSTMSettings.ln_epsilon, LSTMSettings.ln_carry)
+
+
+def norm_values(weights, ln_epsilon, ln_carry, dtype):
+    """``(layer_norm, ln_epsilon, ln_carry)``: whether ``layer_norm`` is given and its
+    settings, checked; without a layer norm, settings other than the defaults are refused."""
+    values = (ln_epsilon_value(ln_epsilon, dtype), ln_carry_value(ln_carry))
+    if weights.layer_norm is None and values != _DEFAULT_NORM:
+        name = "ln_epsilon" if values[0] != _DEFAULT_NORM[0] else "ln_carry"
+        raise ValueError(f"{name} is a setting of the layer norm: pass layer_norm with it")
+    return (weights.layer_norm is not None, *values)
+
+
+def ln_epsilon_value(ln_epsilon, dtype):
+    """``ln_epsilon`` as a float, positive and a positive normal number in ``dtype`` (the
+    layer norms divide by ``sqrt(var + ε)``, and ``var`` may be 0)."""
+    value = _real("ln_epsilon", ln_epsilon)
+    if not (float(np.finfo(dtype).tiny) <= value and not _beyond(value, dtype)):
+        raise ValueError(f"ln_epsilon must be positive and a normal number in the arrays' dtype "
+                         f"{np.dtype(dtype)} (>= {np.finfo(dtype).tiny:.4g}), got "
+                         f"{_shown(ln_epsilon)}")
+    return value
+
+
+def ln_carry_value(ln_carry):
+    """``ln_carry``, one of ``LN_CARRIES``."""
+    if not isinstance(ln_carry, str) or ln_carry not in LN_CARRIES:
+        raise ValueError(f"ln_carry must be one of {LN_CARRIES}, got {ln_carry!r}")
+    return ln_carry
+
+
+def proj_clip_value(proj_clip, weights, dtype):
+    """``(projection, proj_clip)``: whether ``w_proj`` is given and its clip (None: off, as
+    ``cell_clip``); a clip without a projection is refused."""
+    clip = cell_clip_value(proj_clip, dtype, "proj_clip")
+    if weights.w_proj is None and clip is not None:
+        raise ValueError("proj_clip clips the projection: pass w_proj with it")
+    return weights.w_proj is not None, clip
+
+
+def recorded_copy(array):
+    """An array (lengths, a mask) as the record keeps it: a copy (a caller who changes their
+    array later does not change what the forward was computed with), read-only where NumPy
+    allows."""
+    if array is None:
+        return None
+    kept = array.copy()
+    if isinstance(kept, np.ndarray):
+        kept.flags.writeable = False
+    return kept
+
