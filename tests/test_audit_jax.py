@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import pytest
+from audit_runs import whole_audit
 
 pytest.importorskip("flax")
 
@@ -34,13 +35,17 @@ def _restores_float32():
     jax.config.update("jax_enable_x64", before)
 
 
+def _parsed(text):
+    """{check name: result} of the audit's printed text."""
+    return {m["name"]: m["result"] for m in map(ROW.match, text.splitlines()) if m}
+
+
 def _audit(**options):
     """(exit status, {check name: result}, full text) of one Flax audit run."""
     out = io.StringIO()
     status = audit.run("jax", stream=out, progress=False, **options)
     text = out.getvalue()
-    rows = {m["name"]: m["result"] for m in map(ROW.match, text.splitlines()) if m}
-    return status, rows, text
+    return status, _parsed(text), text
 
 
 def _expected(result, check):
@@ -57,8 +62,29 @@ def fresh():
 
 
 @pytest.fixture(scope="module")
-def gru_audit():
-    return _audit(examples=1, select="GRUCell")
+def flax_audit():
+    """The whole Flax audit, one case per check (``tests/audit_runs.py``: CI's only run of
+    it): ``(exit status, {check name: result}, text)``."""
+    status, text = whole_audit("jax")
+    return status, _parsed(text), text
+
+
+@pytest.mark.conformance
+def test_the_flax_audit_agrees_or_shows_its_listed_faults(flax_audit):
+    """Exit status 0, a row per check in order, each 'agrees' or the entry its check
+    expects."""
+    status, rows, text = flax_audit
+    assert status == 0, text
+    assert list(rows) == [c.name for c in audit_jax.CHECKS], text
+    for check in audit_jax.CHECKS:
+        assert _expected(rows[check.name], check), (check.name, rows[check.name])
+
+
+@pytest.fixture(scope="module")
+def gru_audit(flax_audit):
+    """The GRU cells' rows of the whole audit."""
+    status, rows, text = flax_audit
+    return status, {n: r for n, r in rows.items() if "grucell" in n.lower()}, text
 
 
 @pytest.mark.conformance

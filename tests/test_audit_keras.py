@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+from audit_runs import whole_audit
 
 from gradcells import audit
 from gradcells.audit import faults
@@ -21,17 +22,24 @@ ROW = re.compile(r"^(?P<name>keras\[.+?)\s{2,}(?P<cases>\d+)\s{2,}"
                  r"|UNEXPECTED MISMATCH \(\d+/\d+\))")
 
 
+def _parsed(text):
+    """{check name: result} of the audit's printed text."""
+    return {m["name"].rstrip(): m["result"] for m in map(ROW.match, text.splitlines()) if m}
+
+
 def _audit(**options):
     out = io.StringIO()
     status = audit.run("keras", stream=out, progress=False, examples=1, **options)
     text = out.getvalue()
-    rows = {m["name"].rstrip(): m["result"] for m in map(ROW.match, text.splitlines()) if m}
-    return status, rows, text
+    return status, _parsed(text), text
 
 
 @pytest.fixture(scope="module")
 def keras_audit():
-    return _audit()
+    """The whole Keras audit, one case per check (``tests/audit_runs.py``: CI's only run of
+    it): ``(exit status, {check name: result}, text)``."""
+    status, text = whole_audit("keras")
+    return status, _parsed(text), text
 
 
 @pytest.mark.conformance

@@ -1,13 +1,17 @@
 """The extended PyTorch audit (``gradcells.audit.torch``): whole modules on packed ragged
 sequences, the cells' double backward and forward mode agree with the oracle and gradcells;
 PyTorch's missing forward AD through ``pack_padded_sequence`` is fault 50; an injected wrong
-double backward or forward-mode tangent is an unexpected mismatch.
+double backward or forward-mode tangent is an unexpected mismatch. The whole audit (the
+first edition's rows too) runs once, in ``tests/audit_runs.py``.
 
 Every test skips without PyTorch.
 """
 
+import re
+
 import numpy as np
 import pytest
+from audit_runs import whole_audit
 
 from gradcells import audit
 from gradcells.audit.faults import FAULTS
@@ -16,6 +20,8 @@ from gradcells.oracle import check_jvp
 pytestmark = pytest.mark.conformance
 
 EXTENDED = ("packed", "double backward", "forward AD")
+ROW = re.compile(r"^(?P<name>.+?)\s{2,}(?P<cases>\d+)\s{2,}(?P<result>agrees|known fault \d+"
+                 r"(?: \(\d+/\d+\))?|UNEXPECTED MISMATCH \(\d+/\d+\))(?:\s{2,}(?P<detail>.*))?$")
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +38,32 @@ def _rows(checks, select=None, examples=1):
             if select is None or select in c.name}
 
 
-def test_the_extended_checks_agree_or_show_fault_50(audit_torch):
-    rows = _rows(audit_torch.CHECKS)
+@pytest.fixture(scope="module")
+def torch_audit(audit_torch):
+    """The whole PyTorch audit, one case per check (``tests/audit_runs.py``: CI's only run
+    of it): ``(exit status, {check name: result}, text)``."""
+    status, text = whole_audit("torch")
+    return status, {m["name"]: m["result"] for m in map(ROW.match, text.splitlines()) if m}, text
+
+
+def test_the_torch_audit_agrees_or_shows_its_known_fault(audit_torch, torch_audit):
+    """Exit status 0, a row per check in order, each 'agrees' or the fault its check
+    expects."""
+    status, rows, text = torch_audit
+    assert status == 0, text
+    assert list(rows) == [c.name for c in audit_torch.CHECKS], text
+    for check in audit_torch.CHECKS:
+        assert rows[check.name] == (f"known fault {check.fault}" if check.fault else
+                                    "agrees"), text
+
+
+def test_the_extended_checks_agree_or_show_fault_50(torch_audit):
+    _, rows, text = torch_audit
     extended = {n: r for n, r in rows.items() if any(k in n for k in EXTENDED)}
     assert len(extended) == 33
-    for name, row in rows.items():
+    for name, result in rows.items():     # (an unexpected row's result: UNEXPECTED MISMATCH)
         expected = "known fault 50" if name == FAULTS[50].checks[0] else "agrees"
-        assert row.result == expected and not row.unexpected, (name, row)
+        assert result == expected, (name, result, text)
 
 
 def test_the_first_editions_rows_keep_their_names(audit_torch):

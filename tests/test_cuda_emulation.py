@@ -20,7 +20,9 @@ layer-normalised LSTM on a grid of its options (both carries, also masked), agai
 reference in long double (see its section: a norm amplifies rounding, so the float64
 reference itself is off by tens of eps there). Agreement: max |emulated - reference| <= 16
 eps(dtype) (1 + max |reference|) per output (measured: at most 3 eps). float64 gradients
-are also checked against finite differences with the oracle, launches with tiny and
+are also checked against finite differences with the oracle (element by element on the
+reference, which the emulation equals at that point, and along a random direction through
+the emulation: ``assert_gradients_pass_the_oracle``), launches with tiny and
 reversed grids must agree, and unwritten outputs cannot pass by luck (the emulated
 ``empty`` fills NaN).
 """
@@ -52,6 +54,7 @@ from gradcells._core.specs import OPS as OPS_SPECS
 from gradcells._core.types import CELL_PROTOCOLS, LSTMNorm, LSTMSequence, RNNSequence
 from gradcells.gpu import _kernels, _launch, _runtime, _sources
 from gradcells.oracle import check_vjp
+from gradcells.testing import OPS as PAIRS
 from gradcells.testing import (
     gru_cell_case,
     gru_cell_inputs,
@@ -65,7 +68,6 @@ from gradcells.testing import (
     rnn_cell_inputs,
     rnn_sequence_case,
     rnn_sequence_inputs,
-    vjp_check,
 )
 
 pytestmark = pytest.mark.skipif(cuda_host.compiler() is None,
@@ -437,7 +439,70 @@ def test_rnn_sequence_matches_reference(dtype, case, wanted, seed):
 
 
 # --------------------------------------------------------------------------------------
-# Finite differences (float64): the emulated gradients against the oracle directly
+# Finite differences (float64): the emulated gradients against the oracle
+#
+# An element-wise check through the emulation costs two emulated forwards per element of
+# every argument (it was three quarters of this file's time), so it is split in two halves
+# that together assert it: the element-wise check on the reference, and the emulation equal
+# to the reference at the same point and cotangent, then checked end to end along a random
+# direction (``assert_gradients_pass_the_oracle``).
+
+
+def _cotangent(value, rng):
+    """A standard normal cotangent with the structure of ``f``'s output ``value``."""
+    if isinstance(value, tuple):
+        return tuple(rng.standard_normal(np.shape(v)) for v in value)
+    return rng.standard_normal(np.shape(value))
+
+
+def _as_tuple(value):
+    return value if isinstance(value, tuple) else (value,)
+
+
+def assert_gradients_pass_the_oracle(pair, emulation, *, seed, bound=None, amplification=1.0):
+    """The element-wise finite-difference check of the emulated gradient, asserted as:
+
+    - the reference's ``pair(reference)`` passes ``check_vjp`` element by element at a
+      seeded cotangent ``ct`` (with ``bound``: every element's error below it);
+    - under ``emulation()`` (a context giving the emulated backend), ``pair(backend)``'s
+      forward and its gradient at ``ct`` equal the reference's within
+      ``16 · amplification · eps (1 + max |reference|)`` per output (the file's agreement;
+      ``amplification``: a layer norm's, ``layer_norm_amplification``), and a second call
+      gives the same bits (``check_vjp``'s ``repeat``);
+    - the emulated pair passes ``check_vjp(fast=True)``: along one random direction of every
+      argument at once, its gradient against the central difference of its own forward, end
+      to end (where that misses, the oracle falls back to the element-wise check).
+
+    Each element of the emulated gradient is then within 16 eps of one that passed its own
+    central difference: the element-wise check, at two emulated forwards instead of two per
+    element."""
+    f, vjp, args, names = pair(reference)
+    value = f(*args)
+    ct = _cotangent(value, np.random.default_rng(seed))
+    report = check_vjp(f, vjp, args, names=names, cotangent=ct, seed=seed)
+    assert report.passed, f"\nreference\n{report}"
+    if bound is not None:
+        assert report.max_abs_error < bound, f"\nreference\n{report}"
+    expected = vjp(ct, *args)
+    with emulation() as backend:
+        f, vjp, _, names = pair(backend)
+        tolerance = 16 * amplification * np.finfo(np.float64).eps
+        for what, actual, wanted in (("forward", _as_tuple(f(*args)), _as_tuple(value)),
+                                     ("gradient", vjp(ct, *args), expected)):
+            for name, a, e in zip(names if what == "gradient" else range(len(wanted)),
+                                  actual, wanted):
+                assert (a is None) == (e is None), f"{what} {name}"
+                if e is not None and e.size:
+                    error = np.max(np.abs(np.asarray(a, np.float64) - e))
+                    assert error <= tolerance * (1 + np.max(np.abs(e))), (
+                        f"{what} {name}: {error:.3g} ({error / np.finfo(np.float64).eps:.1f} "
+                        "eps) from the reference")
+        again = vjp(ct, *args)
+        assert all((a is None and b is None) or a.tobytes() == b.tobytes()
+                   for a, b in zip(actual, again)), "the emulated gradient is not deterministic"
+        emulated = check_vjp(f, vjp, args, names=names, cotangent=ct, seed=seed, fast=True)
+        assert emulated.passed, f"\nemulated\n{emulated}"
+        assert _launch.runtime().launches           # the emulated kernels did run
 
 
 def _lstm_cell_pair(backend, case):
@@ -532,12 +597,8 @@ def test_lstm_gradients_match_finite_differences(peephole, clip):
     sequence = lstm_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=3,
                                   peephole=peephole, clip=clip, ragged=True)
     assert (cell["cell_clip"] is not None) == clip
-    with emulated_gpu(TINY) as backend:
-        for pair in (_lstm_cell_pair(backend, cell), _lstm_sequence_pair(backend, sequence)):
-            f, vjp, args, names = pair
-            report = check_vjp(f, vjp, args, names=names, seed=1)
-            assert report.passed, f"\n{report}"
-            assert report.max_abs_error < 1e-8
+    for pair in (lambda b: _lstm_cell_pair(b, cell), lambda b: _lstm_sequence_pair(b, sequence)):
+        assert_gradients_pass_the_oracle(pair, lambda: emulated_gpu(TINY), seed=1, bound=1e-8)
 
 
 @pytest.mark.parametrize("reset_after", [False, True])
@@ -546,12 +607,8 @@ def test_gru_gradients_match_finite_differences(reset_after):
     cell = gru_cell_case(rng, reset_after=reset_after)
     sequence = gru_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=3,
                                  reset_after=reset_after, ragged=True)
-    with emulated_gpu(TINY) as backend:
-        for pair in (_gru_pair(backend, cell, False), _gru_pair(backend, sequence, True)):
-            f, vjp, args, names = pair
-            report = check_vjp(f, vjp, args, names=names, seed=2)
-            assert report.passed, f"\n{report}"
-            assert report.max_abs_error < 1e-8
+    for pair in (lambda b: _gru_pair(b, cell, False), lambda b: _gru_pair(b, sequence, True)):
+        assert_gradients_pass_the_oracle(pair, lambda: emulated_gpu(TINY), seed=2, bound=1e-8)
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
@@ -560,12 +617,8 @@ def test_rnn_gradients_match_finite_differences(activation):
     cell = rnn_cell_case(rng, activation=activation)
     sequence = rnn_sequence_case(rng, steps=4, batch=4, input_size=2, hidden=3,
                                  activation=activation, ragged=True)
-    with emulated_gpu(TINY) as backend:
-        for pair in (_rnn_pair(backend, cell, False), _rnn_pair(backend, sequence, True)):
-            f, vjp, args, names = pair
-            report = check_vjp(f, vjp, args, names=names, seed=3)
-            assert report.passed, f"\n{report}"
-            assert report.max_abs_error < 1e-8
+    for pair in (lambda b: _rnn_pair(b, cell, False), lambda b: _rnn_pair(b, sequence, True)):
+        assert_gradients_pass_the_oracle(pair, lambda: emulated_gpu(TINY), seed=3, bound=1e-8)
 
 
 # --------------------------------------------------------------------------------------
@@ -1123,12 +1176,12 @@ def test_lstm_projection_gradients_match_finite_differences():
     cell, seq = _projection_cases(rng, np.float64, True)
     names = LSTM_ARRAYS + PEEPHOLES + ("w_proj",)
     seq_names = ("x", "cs0", "h0", "w", "b") + PEEPHOLES + ("w_proj",)
-    with emulated_gpu(TINY) as backend:
-        for op, case, keys in (("lstm_cell", cell, names), ("lstm_sequence", seq, seq_names)):
-            f, vjp = _projection_pair(backend, op, case, keys)
-            report = check_vjp(f, vjp, tuple(case[n] for n in keys), names=keys, seed=1)
-            assert report.passed, f"\n{report}"
-            assert report.max_abs_error < 1e-8
+    for op, case, keys in (("lstm_cell", cell, names), ("lstm_sequence", seq, seq_names)):
+        def pair(backend, op=op, case=case, keys=keys):
+            return (*_projection_pair(backend, op, case, keys), tuple(case[n] for n in keys),
+                    keys)
+
+        assert_gradients_pass_the_oracle(pair, lambda: emulated_gpu(TINY), seed=1, bound=1e-8)
 
 
 def _projection_pair(backend, op, case, names):
@@ -1404,13 +1457,12 @@ def _ln_pair(backend, op, case):
 def test_layer_norm_gradients_match_finite_differences(ln_carry, peephole, clip, projection):
     rng = np.random.default_rng(81)
     cell, seq = _ln_cases(rng, np.float64, peephole, clip, projection, ln_carry, True)
-    with emulated_gpu(TINY) as backend:
-        for op, case in (("lstm_cell", cell), ("lstm_sequence", seq)):
-            f, vjp, args, names = _ln_pair(backend, op, case)
-            report = check_vjp(f, vjp, args, names=names, seed=4)
-            # (No absolute bound as above: through the norms the difference quotients
-            # themselves are off by up to ~4e-7 here, the reference's exactly as much.)
-            assert report.passed, f"\n{op}\n{report}"
+    for op, case in (("lstm_cell", cell), ("lstm_sequence", seq)):
+        # (No absolute bound as above: through the norms the difference quotients
+        # themselves are off by up to ~4e-7 here, the reference's exactly as much.)
+        assert_gradients_pass_the_oracle(lambda b, op=op, case=case: _ln_pair(b, op, case),
+                                         lambda: emulated_gpu(TINY), seed=4,
+                                         amplification=layer_norm_amplification(case))
 
 
 def _run_ln(backend, dtype):
@@ -1675,10 +1727,10 @@ def test_masked_gradients_match_finite_differences(op, options, reverse, batch_f
     rng = np.random.default_rng(87)
     case = _SEQUENCE_CASES[op](rng, steps=3, batch=3, input_size=2, hidden=3, ragged=True,
                                reverse=reverse, batch_first=batch_first, masks=True, **options)
-    with public_gpu(TINY):
-        report = vjp_check(op, case, backend="gpu")
-        assert _launch.runtime().launches
-    assert report.passed, f"\n{report}"
+    def pair(backend):
+        return PAIRS[op][1](case, backend="gpu" if backend is gpu else "reference")
+
+    assert_gradients_pass_the_oracle(pair, lambda: public_gpu(TINY), seed=0)
 
 
 @pytest.mark.parametrize("op, options", _ORACLE_VARIANTS)
