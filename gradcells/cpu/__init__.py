@@ -1,20 +1,17 @@
-"""The CPU backend: Numba-jitted fused kernels plus BLAS matmuls, for NumPy arrays.
-
-The twelve public operations, the six forward-mode ones (``*_jvp``, docs/spec.md §12;
-their plumbing in ``_jvp``, their kernels in ``_jvp_kernels``) and the six second-order ones
-(``*_grad_jvp``: the gradient's backward loop with a tangent beside every value; their
-plumbing in ``_grad_jvp``, their tangent kernels in ``_grad_jvp_kernels``; a cell is a
-sequence of one step), one module per cell
-(``lstm``, ``gru``, ``rnn``) with the backend protocol's names and signatures
-(``gradcells._core.types``: the arrays, one weight set, one settings record); the public
-layer has validated and normalised every argument. Results agree with the reference to
-round-off: float64 within ~1e-15 relative per operation, float32 within a few float32 ulp
-(the activations are vectorizable approximations, see ``_activations``).
+"""The CPU backend's machinery: what every cell's ``cpu.py`` (``gradcells.cells.<cell>``) runs
+on, for NumPy arrays, Numba-jitted fused passes around BLAS matmuls. Nothing here is
+cell-specific: ``_sequence`` (the sequence plan: lengths, direction, masks, the time walk),
+``_tangents`` (the plumbing of forward mode and second order), ``_workspace`` (scratch),
+``_compile`` and ``_activations`` (how kernels compile; vectorizable activations),
+``_walk_kernels`` and ``_zoneout_kernels`` (the passes every cell shares). The public layer
+has validated and normalised every argument. Results agree with the reference to round-off:
+float64 within ~1e-15 relative per operation, float32 within a few float32 ulp (the
+activations are vectorizable approximations, see ``_activations``).
 
 Each cell step is its matmuls (NumPy's BLAS, on the caller's thread pool) around one fused
 elementwise pass per direction (two for the reset-before GRU, whose reset gate feeds the
-candidate's matmul; ``_cpu_kernels``, ``_cpu_kernels``, ``_cpu_kernels``, whose kernels are
-documented for reuse per time step; ``_sequence`` holds the sequence plan the cells share). The
+candidate's matmul; each cell's ``_cpu_kernels``, whose kernels are documented for reuse
+per time step; ``_sequence`` holds the sequence plan the cells share). The
 kernels run serially on the calling thread, release the GIL, and are SIMD-vectorized: a
 ``prange`` version's threads and OpenBLAS's wait on each other for the cores (measured in
 docs/performance.md, "The CPU backend: accuracy and threads"), so the matmuls alone use
