@@ -35,7 +35,7 @@ from ._interop import accepts_any_array
 
 
 @dataclasses.dataclass(frozen=True)
-class _Cell:
+class StackCell:
     """What a stack of one cell calls: its sequence op and gradient and its types."""
 
     op: str
@@ -49,25 +49,25 @@ class _Cell:
         return OPS[self.op].states
 
     def forward(self, x, states, weights, **keywords):
-        positional, optional = _split(weights)
+        positional, optional = split_weights(weights)
         return getattr(sequences, self.op)(x, *states, *positional, **optional, **keywords)
 
     def jvp(self, x, states, weights, tangents, **keywords):
         """The sequence's JVP, ``tangents`` a ``(dx, d_states, d_weights)`` triple."""
-        positional, optional = _split(weights)
+        positional, optional = split_weights(weights)
         return getattr(sequences, f"{self.op}_jvp")(x, *states, *positional,
                                                     self._given(weights, tangents),
                                                     **optional, **keywords)
 
     def gradient(self, x, states, weights, seq, **keywords):
-        positional, optional = _split(weights)
+        positional, optional = split_weights(weights)
         return getattr(sequences, f"{self.op}_grad")(x, *states, *positional, seq,
                                                      **optional, **keywords)
 
     def grad_jvp(self, x, states, weights, seq, tangents, **keywords):
         """The sequence gradient's JVP, ``tangents`` a ``(dx, d_states, d_weights)``
         triple."""
-        positional, optional = _split(weights)
+        positional, optional = split_weights(weights)
         return getattr(sequences, f"{self.op}_grad_jvp")(
             x, *states, *positional, seq, self._given(weights, tangents), **optional,
             **keywords)
@@ -79,13 +79,13 @@ class _Cell:
         return OPS[self.op].grads(dx, *d_states, *d_weights)
 
 
-_LSTM = _Cell("lstm_sequence", LSTMWeights, LSTMStack, LSTMStackGrads,
+LSTM_STACK = StackCell("lstm_sequence", LSTMWeights, LSTMStack, LSTMStackGrads,
               ("forget_bias", "cell_clip", "proj_clip", "ln_epsilon", "ln_carry"))
-_GRU = _Cell("gru_sequence", GRUWeights, GRUStack, GRUStackGrads, ("reset_after",))
-_RNN = _Cell("rnn_sequence", RNNWeights, RNNStack, RNNStackGrads, ("activation",))
+GRU_STACK = StackCell("gru_sequence", GRUWeights, GRUStack, GRUStackGrads, ("reset_after",))
+RNN_STACK = StackCell("rnn_sequence", RNNWeights, RNNStack, RNNStackGrads, ("activation",))
 
 
-def _split(weights):
+def split_weights(weights):
     """A weight set as the sequence op takes it: the required arrays, the optional ones."""
     named = weights._asdict()
     return ([a for n, a in named.items() if n not in OPTIONAL_WEIGHTS],
@@ -107,16 +107,16 @@ def _forward(cell, x, states, weights, *, bidirectional, seq_len, batch_first, d
                                 reverse=k % directions == 1, seq_len=seq_len,
                                 batch_first=batch_first, backend=backend, **attrs)
                    for k in range(layer * directions, (layer + 1) * directions)]
-    return record_settings(_stacked(cell, xp, layers, directions),
+    return record_settings(stacked(cell, xp, layers, directions),
                            StackSettings(directions == 2, batch_first, masks))
 
 
-def _stacked(cell, xp, runs, directions):
+def stacked(cell, xp, runs, directions):
     """A stack's result from its sequence results ``runs``: the top layer's outputs, the
     final states ``[L·D, B, ·]`` and the runs."""
     finals = [xp.stack([getattr(run, f"{name.removesuffix('0')}_final") for run in runs])
               for name in cell.states]
-    return cell.result(_joined(xp, runs[-directions:]), *finals, tuple(runs))
+    return cell.result(joined(xp, runs[-directions:]), *finals, tuple(runs))
 
 
 def _forward_jvp(cell, x, states, weights, tangents, *, bidirectional, seq_len, batch_first,
@@ -141,12 +141,12 @@ def _forward_jvp(cell, x, states, weights, tangents, *, bidirectional, seq_len, 
                                   batch_first=batch_first, backend=backend, **attrs)
             layers.append(run)
             d_layers.append(d_run)
-    return (record_settings(_stacked(cell, xp, layers, directions),
+    return (record_settings(stacked(cell, xp, layers, directions),
                             StackSettings(directions == 2, batch_first, masks)),
-            _stacked(cell, xp, d_layers, directions))
+            stacked(cell, xp, d_layers, directions))
 
 
-def _joined(xp, runs):
+def joined(xp, runs):
     """The per-step outputs of a layer's directions, concatenated (forward first)."""
     return runs[0].h if len(runs) == 1 else xp.concatenate([r.h for r in runs], axis=-1)
 
@@ -156,7 +156,7 @@ def _layer_input(x, layers, layer, directions, masks):
     (``layers``: the sequence results so far) times that boundary's mask."""
     if layer == 0:
         return x
-    below = _joined(namespace_of(layers[0].h), layers[(layer - 1) * directions:layer * directions])
+    below = joined(namespace_of(layers[0].h), layers[(layer - 1) * directions:layer * directions])
     return below if masks is None else below * masks[layer - 1]
 
 
@@ -276,7 +276,7 @@ def lstm_stack(x: Array, cs0: Array, h0: Array, weights: list[LSTMWeights], *,
 
     Returns ``LSTMStack(h [T, B, D·P], cs_final [L·D, B, H], h_final [L·D, B, P], layers)``.
     """
-    return _forward(_LSTM, x, (cs0, h0), weights, bidirectional=bidirectional,
+    return _forward(LSTM_STACK, x, (cs0, h0), weights, bidirectional=bidirectional,
                     seq_len=seq_len, batch_first=batch_first, dropout_masks=dropout_masks,
                     backend=backend, forget_bias=forget_bias, cell_clip=cell_clip,
                     proj_clip=proj_clip, ln_epsilon=ln_epsilon, ln_carry=ln_carry)
@@ -300,7 +300,7 @@ def lstm_stack_jvp(x: Array, cs0: Array, h0: Array, weights: list[LSTMWeights],
     Returns ``(stack, d_stack)``: ``lstm_stack``'s result and an ``LSTMStack`` of the
     tangents (its ``layers`` the per-layer sequence tangents).
     """
-    return _forward_jvp(_LSTM, x, (cs0, h0), weights, tangents, bidirectional=bidirectional,
+    return _forward_jvp(LSTM_STACK, x, (cs0, h0), weights, tangents, bidirectional=bidirectional,
                         seq_len=seq_len, batch_first=batch_first,
                         dropout_masks=dropout_masks, backend=backend,
                         forget_bias=forget_bias, cell_clip=cell_clip, proj_clip=proj_clip,
@@ -320,7 +320,7 @@ def lstm_stack_grad(x: Array, cs0: Array, h0: Array, weights: list[LSTMWeights],
     Returns ``LSTMStackGrads(x, cs0, h0, weights)``, ``weights`` a list of ``LSTMWeights`` of
     gradients in the order of ``weights``.
     """
-    return _backward(_LSTM, x, (cs0, h0), weights, _checked(stack, LSTMStack),
+    return _backward(LSTM_STACK, x, (cs0, h0), weights, _checked(stack, LSTMStack),
                      {"d_h": d_h, "d_h_final": d_h_final, "d_cs_final": d_cs_final}, backend,
                      clip_grad=clip_grad)
 
@@ -337,7 +337,7 @@ def lstm_stack_grad_jvp(x: Array, cs0: Array, h0: Array, weights: list[LSTMWeigh
     (as for ``lstm_stack_jvp``) and the upstream gradients' tangents (None: zero). Each
     layer and direction is one ``lstm_sequence_grad_jvp``, the layers' input tangents from
     the stack's forward JVP. Returns ``(grads, grads_tangent)``, ``LSTMStackGrads`` both."""
-    return _backward_jvp(_LSTM, x, (cs0, h0), weights, _checked(stack, LSTMStack), tangents,
+    return _backward_jvp(LSTM_STACK, x, (cs0, h0), weights, _checked(stack, LSTMStack), tangents,
                          {"d_h": d_h, "d_h_final": d_h_final, "d_cs_final": d_cs_final,
                           "d_h_tangent": d_h_tangent, "d_h_final_tangent": d_h_final_tangent,
                           "d_cs_final_tangent": d_cs_final_tangent}, backend,
@@ -351,7 +351,7 @@ def gru_stack(x: Array, h0: Array, weights: list[GRUWeights], *, bidirectional: 
               backend: str | None = None) -> GRUStack:
     """A stack of GRU layers, as ``lstm_stack`` (``h0 [L·D, B, H]``); ``reset_after``
     defaults to True, PyTorch's and Keras's GRU. Returns ``GRUStack(h, h_final, layers)``."""
-    return _forward(_GRU, x, (h0,), weights, bidirectional=bidirectional, seq_len=seq_len,
+    return _forward(GRU_STACK, x, (h0,), weights, bidirectional=bidirectional, seq_len=seq_len,
                     batch_first=batch_first, dropout_masks=dropout_masks, backend=backend,
                     reset_after=reset_after)
 
@@ -364,7 +364,7 @@ def gru_stack_jvp(x: Array, h0: Array, weights: list[GRUWeights],
                   backend: str | None = None) -> tuple[GRUStack, GRUStack]:
     """Forward mode of ``gru_stack``, as ``lstm_stack_jvp`` (``tangents`` a
     ``GRUStackGrads``). Returns ``(stack, d_stack)``."""
-    return _forward_jvp(_GRU, x, (h0,), weights, tangents, bidirectional=bidirectional,
+    return _forward_jvp(GRU_STACK, x, (h0,), weights, tangents, bidirectional=bidirectional,
                         seq_len=seq_len, batch_first=batch_first,
                         dropout_masks=dropout_masks, backend=backend, reset_after=reset_after)
 
@@ -375,7 +375,7 @@ def gru_stack_grad(x: Array, h0: Array, weights: list[GRUWeights], stack: GRUSta
                    backend: str | None = None) -> GRUStackGrads:
     """Backpropagation through ``gru_stack``, as ``lstm_stack_grad``. Returns
     ``GRUStackGrads(x, h0, weights)``."""
-    return _backward(_GRU, x, (h0,), weights, _checked(stack, GRUStack),
+    return _backward(GRU_STACK, x, (h0,), weights, _checked(stack, GRUStack),
                      {"d_h": d_h, "d_h_final": d_h_final}, backend)
 
 
@@ -386,7 +386,7 @@ def gru_stack_grad_jvp(x: Array, h0: Array, weights: list[GRUWeights], stack: GR
                        d_h_final_tangent: Array | None = None,
                        backend: str | None = None) -> tuple[GRUStackGrads, GRUStackGrads]:
     """Second order: the JVP of ``gru_stack_grad``, as ``lstm_stack_grad_jvp``."""
-    return _backward_jvp(_GRU, x, (h0,), weights, _checked(stack, GRUStack), tangents,
+    return _backward_jvp(GRU_STACK, x, (h0,), weights, _checked(stack, GRUStack), tangents,
                          {"d_h": d_h, "d_h_final": d_h_final, "d_h_tangent": d_h_tangent,
                           "d_h_final_tangent": d_h_final_tangent}, backend)
 
@@ -398,7 +398,7 @@ def rnn_stack(x: Array, h0: Array, weights: list[RNNWeights], *, bidirectional: 
               backend: str | None = None) -> RNNStack:
     """A stack of plain RNN layers, as ``lstm_stack`` (``h0 [L·D, B, H]``). Returns
     ``RNNStack(h, h_final, layers)``."""
-    return _forward(_RNN, x, (h0,), weights, bidirectional=bidirectional, seq_len=seq_len,
+    return _forward(RNN_STACK, x, (h0,), weights, bidirectional=bidirectional, seq_len=seq_len,
                     batch_first=batch_first, dropout_masks=dropout_masks, backend=backend,
                     activation=activation)
 
@@ -411,7 +411,7 @@ def rnn_stack_jvp(x: Array, h0: Array, weights: list[RNNWeights],
                   backend: str | None = None) -> tuple[RNNStack, RNNStack]:
     """Forward mode of ``rnn_stack``, as ``lstm_stack_jvp`` (``tangents`` an
     ``RNNStackGrads``). Returns ``(stack, d_stack)``."""
-    return _forward_jvp(_RNN, x, (h0,), weights, tangents, bidirectional=bidirectional,
+    return _forward_jvp(RNN_STACK, x, (h0,), weights, tangents, bidirectional=bidirectional,
                         seq_len=seq_len, batch_first=batch_first,
                         dropout_masks=dropout_masks, backend=backend, activation=activation)
 
@@ -422,7 +422,7 @@ def rnn_stack_grad(x: Array, h0: Array, weights: list[RNNWeights], stack: RNNSta
                    backend: str | None = None) -> RNNStackGrads:
     """Backpropagation through ``rnn_stack``, as ``lstm_stack_grad``. Returns
     ``RNNStackGrads(x, h0, weights)``."""
-    return _backward(_RNN, x, (h0,), weights, _checked(stack, RNNStack),
+    return _backward(RNN_STACK, x, (h0,), weights, _checked(stack, RNNStack),
                      {"d_h": d_h, "d_h_final": d_h_final}, backend)
 
 
@@ -433,7 +433,7 @@ def rnn_stack_grad_jvp(x: Array, h0: Array, weights: list[RNNWeights], stack: RN
                        d_h_final_tangent: Array | None = None,
                        backend: str | None = None) -> tuple[RNNStackGrads, RNNStackGrads]:
     """Second order: the JVP of ``rnn_stack_grad``, as ``lstm_stack_grad_jvp``."""
-    return _backward_jvp(_RNN, x, (h0,), weights, _checked(stack, RNNStack), tangents,
+    return _backward_jvp(RNN_STACK, x, (h0,), weights, _checked(stack, RNNStack), tangents,
                          {"d_h": d_h, "d_h_final": d_h_final, "d_h_tangent": d_h_tangent,
                           "d_h_final_tangent": d_h_final_tangent}, backend)
 

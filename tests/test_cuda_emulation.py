@@ -490,7 +490,7 @@ def assert_gradients_pass_the_oracle(pair, emulation, *, seed, bound=None, ampli
         for what, actual, wanted in (("forward", _as_tuple(f(*args)), _as_tuple(value)),
                                      ("gradient", vjp(ct, *args), expected)):
             for name, a, e in zip(names if what == "gradient" else range(len(wanted)),
-                                  actual, wanted):
+                                  actual, wanted, strict=True):
                 assert (a is None) == (e is None), f"{what} {name}"
                 if e is not None and e.size:
                     error = np.max(np.abs(np.asarray(a, np.float64) - e))
@@ -499,7 +499,7 @@ def assert_gradients_pass_the_oracle(pair, emulation, *, seed, bound=None, ampli
                         "eps) from the reference")
         again = vjp(ct, *args)
         assert all((a is None and b is None) or a.tobytes() == b.tobytes()
-                   for a, b in zip(actual, again)), "the emulated gradient is not deterministic"
+                   for a, b in zip(actual, again, strict=True)), "the emulated gradient is not deterministic"
         emulated = check_vjp(f, vjp, args, names=names, cotangent=ct, seed=seed, fast=True)
         assert emulated.passed, f"\nemulated\n{emulated}"
         assert _launch.runtime().launches           # the emulated kernels did run

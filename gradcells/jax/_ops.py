@@ -133,7 +133,8 @@ def _op(name):
     return op
 
 
-_CELLS = {"lstm_stack": stacks._LSTM, "gru_stack": stacks._GRU, "rnn_stack": stacks._RNN}
+_CELLS = {"lstm_stack": stacks.LSTM_STACK, "gru_stack": stacks.GRU_STACK,
+          "rnn_stack": stacks.RNN_STACK}
 _STACK_KEYS = ("x", "weights", "bidirectional", "seq_len", "batch_first", "dropout_masks",
                "backend")
 
@@ -169,15 +170,15 @@ def _stack(name, sequence):
         layers = []
         for layer in range(len(widths)):
             below = layers[(layer - 1) * directions:layer * directions]
-            layer_input = (a["x"] if layer == 0 else stacks._joined(jnp, below)
-                           if masks is None else stacks._joined(jnp, below) * masks[layer - 1])
+            layer_input = (a["x"] if layer == 0 else stacks.joined(jnp, below)
+                           if masks is None else stacks.joined(jnp, below) * masks[layer - 1])
             for k in range(layer * directions, (layer + 1) * directions):
-                positional, optional = stacks._split(weights[k])
+                positional, optional = stacks.split_weights(weights[k])
                 layers.append(sequence(layer_input, *(s[k] for s in states), *positional,
                                        **optional, reverse=k % directions == 1,
                                        seq_len=a["seq_len"], batch_first=a["batch_first"],
                                        backend=a["backend"], **attrs))
-        return stacks._stacked(cell, jnp, layers, directions)
+        return stacks.stacked(cell, jnp, layers, directions)
 
     op.__doc__ = (f"``gc.{name}`` as a JAX function: each layer and direction one "
                   f"``gradcells.jax.{sequence.__name__}`` call, so jit, grad, jvp and vmap "
