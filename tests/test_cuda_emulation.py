@@ -499,7 +499,8 @@ def assert_gradients_pass_the_oracle(pair, emulation, *, seed, bound=None, ampli
                         "eps) from the reference")
         again = vjp(ct, *args)
         assert all((a is None and b is None) or a.tobytes() == b.tobytes()
-                   for a, b in zip(actual, again, strict=True)), "the emulated gradient is not deterministic"
+                   for a, b in zip(actual, again, strict=True)), (
+            "the emulated gradient is not deterministic")
         emulated = check_vjp(f, vjp, args, names=names, cotangent=ct, seed=seed, fast=True)
         assert emulated.passed, f"\nemulated\n{emulated}"
         assert _launch.runtime().launches           # the emulated kernels did run
