@@ -304,7 +304,7 @@ def blas_bound_lstm(size):
 
 
 def blas_bound_lstm_ln(size):
-    """The matmuls of gradcells's layer-normalised LSTM plan (``gradcells/cpu/lstm.py``):
+    """The matmuls of gradcells's layer-normalised LSTM plan (``gradcells/cells/lstm/cpu.py``):
     the LSTM's, and before the backward loop the recompute of ``x·W_x`` and ``h_prev·W_h``
     for every step (the ``ẑ`` and ``r`` of the gate norms; three matmuls)."""
     return _matmul_plan(lstm_ln_inputs(*size), size, 4 * size[3], recompute=True)
@@ -356,7 +356,7 @@ def _matmul_plan(a, size, width, recompute=False):
 
 
 def blas_bound_lstm_proj(size):
-    """The matmuls of gradcells's LSTM plan with a projection (``gradcells/cpu/lstm.py``):
+    """The matmuls of gradcells's LSTM plan with a projection (``gradcells/cells/lstm/cpu.py``):
     per step also ``m·w_proj`` forward and ``dh·w_projᵀ`` backward, and ``dw_proj`` after
     the loop."""
     steps, batch, n_in, hidden = size
@@ -397,7 +397,7 @@ def blas_bound_lstm_proj(size):
 
 
 def blas_bound_gru(size, reset_after):
-    """The matmuls of gradcells's GRU plan (``gradcells/cpu/gru.py``) and nothing else."""
+    """The matmuls of gradcells's GRU plan (``gradcells/cells/gru/cpu.py``) and nothing else."""
     steps, batch, n_in, hidden = size
     a = gru_inputs(*size, reset_after=reset_after)
     w_rux, w_ruh = a["w_ru"][:n_in], a["w_ru"][n_in:]
@@ -450,7 +450,7 @@ def blas_bound_gru(size, reset_after):
 
 
 def blas_bound_rnn(size):
-    """The matmuls of gradcells's plain RNN plan (``gradcells/cpu/rnn.py``) and nothing
+    """The matmuls of gradcells's plain RNN plan (``gradcells/cells/rnn/cpu.py``) and nothing
     else."""
     return _matmul_plan(rnn_inputs(*size), size, size[3])
 

@@ -8,7 +8,7 @@
 # # 1. The LSTM cell, forward and backward
 #
 # This notebook derives the gradient of one step of TensorFlow's LSTM block cell, one line
-# at a time, puts each derived line beside the line of `gradcells/reference/lstm.py` that
+# at a time, puts each derived line beside the line of `gradcells/cells/lstm/reference.py` that
 # computes it, and then lets the finite-difference oracle `gc.check_vjp` decide whether the
 # derivation is right. The chain rule is all you need.
 #

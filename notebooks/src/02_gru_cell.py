@@ -8,7 +8,7 @@
 # # 2. The GRU cell, and three errors in a docstring
 #
 # First the same work as notebook 1 for TensorFlow's GRU block cell: the equations, each
-# gradient line derived beside the line of `gradcells/reference/gru.py` that computes it, and
+# gradient line derived beside the line of `gradcells/cells/gru/reference.py` that computes it, and
 # the oracle's verdict. Then TensorFlow's own documentation of this gradient (the docstring
 # of `_GRUBlockCellGrad`), which has three errors (docs/spec.md §6, fault 5): we run the
 # docstring as code and watch the oracle catch each error, with its size.

@@ -12,7 +12,7 @@
 # see the first step of backpropagation through time: the gradient carried from one step to
 # the one before is multiplied by the step's Jacobian, and over many steps by a product of
 # Jacobians. This notebook derives the backward line by line beside the code of
-# `gradcells/reference/rnn.py`, lets the oracle `gc.check_vjp` judge it, then follows the
+# `gradcells/cells/rnn/reference.py`, lets the oracle `gc.check_vjp` judge it, then follows the
 # gradient back through time for a few spectral radii of $W_h$, with tanh and with relu.
 #
 # Every call names `backend="reference"`: the code shown is the reference's.
