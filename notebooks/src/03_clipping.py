@@ -67,7 +67,7 @@ d_cs, d_h = rng.standard_normal((2, 1, 3))
 
 
 def point(t):
-    return [a + t * d for a, d in zip(theta, v, strict=True)]
+    return [a + t * d for a, d in zip(theta, v)]
 
 
 def cs_raw(t):
@@ -92,7 +92,7 @@ def predicted_slope(t, clip_grad):
     st = gc.lstm_cell(*point(t), cell_clip=clip)
     grads = gc.lstm_cell_grad(*point(t), st, d_h=d_h, d_cs=d_cs, cell_clip=clip,
                               clip_grad=clip_grad)
-    return sum(float(np.vdot(g, d)) for g, d in zip(grads, v, strict=True))
+    return sum(float(np.vdot(g, d)) for g, d in zip(grads, v))
 
 
 ts = np.linspace(-1, 1, 201)

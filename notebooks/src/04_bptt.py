@@ -81,7 +81,7 @@ d_h, d_h_final = rng.standard_normal((T, B, H)), rng.standard_normal((B, H))
 loop = bptt_with_cells(x, cs0, h0, w, b, d_h, d_h_final)
 seq = gc.lstm_sequence(x, cs0, h0, w, b)
 lib = gc.lstm_sequence_grad(x, cs0, h0, w, b, seq, d_h=d_h, d_h_final=d_h_final)
-for name, ours, theirs in zip(("x", "cs0", "h0", "w", "b"), loop, lib, strict=True):
+for name, ours, theirs in zip(("x", "cs0", "h0", "w", "b"), loop, lib):
     print(f"{name:4} max |loop - lstm_sequence_grad| = {np.max(np.abs(ours - theirs)):.1e}")
 
 # %% [markdown]

@@ -68,13 +68,13 @@ def lstm(x, cs_prev, h_prev, w, b, wci, wcf, wco):
 
 
 def phi(t, dtype=np.float64):
-    st = lstm(*[(a + t * d).astype(dtype) for a, d in zip(theta, v, strict=True)])
+    st = lstm(*[(a + t * d).astype(dtype) for a, d in zip(theta, v)])
     return np.sum(d_cs * st.cs, dtype=np.float64) + np.sum(d_h * st.h, dtype=np.float64)
 
 
 grads = gc.lstm_cell_grad(*theta[:5], lstm(*theta), d_h=d_h, d_cs=d_cs,
                           wci=theta[5], wcf=theta[6], wco=theta[7])
-exact = sum(float(np.vdot(g, d)) for g, d in zip(grads, v, strict=True))
+exact = sum(float(np.vdot(g, d)) for g, d in zip(grads, v))
 print(f"phi'(0) = {exact:.12f}")
 
 # %%
@@ -89,7 +89,7 @@ for dtype in (np.float32, np.float64):
 
 # %%
 fig, ax = plt.subplots()
-for (name, (central, forward)), color in zip(errors.items(), ("C3", "C0"), strict=True):
+for (name, (central, forward)), color in zip(errors.items(), ("C3", "C0")):
     eps = np.finfo(name).eps
     ax.loglog(steps, np.maximum(central, 1e-17), color=color, label=f"{name} central")
     ax.loglog(steps, np.maximum(forward, 1e-17), color=color, ls=":", label=f"{name} forward")
@@ -253,7 +253,7 @@ clip = big["cell_clip"]
 
 
 def loss(t):
-    st = gc.lstm_cell(*[a + t * d for a, d in zip(theta, v, strict=True)], cell_clip=clip)
+    st = gc.lstm_cell(*[a + t * d for a, d in zip(theta, v)], cell_clip=clip)
     return np.sum(d_cs * st.cs) + np.sum(d_h * st.h)
 
 
@@ -264,7 +264,7 @@ print(f"{sum(a.size for a in theta)} inputs; the elementwise check needs "
 for clip_grad in ("exact", "straight_through"):
     g = gc.lstm_cell_grad(*theta, gc.lstm_cell(*theta, cell_clip=clip), d_h=d_h, d_cs=d_cs,
                           cell_clip=clip, clip_grad=clip_grad)
-    claimed = sum(float(np.vdot(gk, vk)) for gk, vk in zip(g, v, strict=True))
+    claimed = sum(float(np.vdot(gk, vk)) for gk, vk in zip(g, v))
     print(f"{clip_grad:17} <grad, v> = {claimed:+.10f}   numeric = {numeric:+.10f}"
           f"   rel. difference {abs(claimed - numeric) / abs(numeric):.1e}")
 
@@ -292,15 +292,15 @@ kink_clip = float(raw.max())  # the largest unit reaches the clip exactly at t =
 
 
 def phi_kink(t):
-    st = gc.lstm_cell(*[a + t * d for a, d in zip(theta, v, strict=True)], cell_clip=kink_clip)
+    st = gc.lstm_cell(*[a + t * d for a, d in zip(theta, v)], cell_clip=kink_clip)
     return np.sum(d_cs * st.cs) + np.sum(d_h * st.h)
 
 
 def slope_at(t):
-    point = [a + t * d for a, d in zip(theta, v, strict=True)]
+    point = [a + t * d for a, d in zip(theta, v)]
     g = gc.lstm_cell_grad(*point, gc.lstm_cell(*point, cell_clip=kink_clip), d_h=d_h,
                           d_cs=d_cs, cell_clip=kink_clip)
-    return sum(float(np.vdot(gk, vk)) for gk, vk in zip(g, v, strict=True))
+    return sum(float(np.vdot(gk, vk)) for gk, vk in zip(g, v))
 
 
 steps = np.logspace(-9, -1, 33)

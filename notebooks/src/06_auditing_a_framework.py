@@ -198,12 +198,12 @@ if needs(tf, "TensorFlow"):
                                  wcf=args_c[6], wco=args_c[7], cell_clip=clip,
                                  clip_grad="straight_through")
     print("max |TF - gradcells straight_through| over all eight gradients:",
-          max(max_diff(a, b) for a, b in zip(tf_grads, straight, strict=True)))
+          max(max_diff(a, b) for a, b in zip(tf_grads, straight)))
     mirror = gc.tf_compat.lstm_block_cell_grad(*args_c[:4], *args_c[5:8], args_c[4], *st[:6],
                                                d_cs, d_h, True)
     print("max |TF - tf_compat mirror| over cs_prev and the peepholes:",
           max(max_diff(tf_grads[k], g) for k, g in
-              zip((1, 5, 6, 7), (mirror.cs_prev_grad, *mirror[2:]), strict=True)))
+              zip((1, 5, 6, 7), (mirror.cs_prev_grad, *mirror[2:]))))
 
 # %% [markdown]
 # **The seed's peephole swap (fault 4).** TensorFlow 2 registers no gradient for
@@ -366,7 +366,7 @@ def tf_gru_vjp(d_h, x, h_prev, w_ru, w_c, b_ru, b_c):
 
 # %%
 if needs(tf, "TensorFlow"):
-    theirs = tf.raw_ops.GRUBlockCell(**dict(zip(gru_names, gru_args, strict=True)))
+    theirs = tf.raw_ops.GRUBlockCell(**dict(zip(gru_names, gru_args)))
     print("GRUBlockCell forward, max |TF - gradcells|:",
           max_diff(theirs.h, gc.gru_cell(*gru_args).h))
     report = gc.check_vjp(lambda *a: gc.gru_cell(*a).h, tf_gru_vjp, gru_args, names=gru_names)
@@ -393,7 +393,7 @@ def torch_sequence_fns(module):
         t = [torch.tensor(a, dtype=torch.float64, requires_grad=requires_grad) for a in arrays]
         state = (t[1][None], t[2][None]) if is_lstm else t[1][None]
         n_states = 2 if is_lstm else 1
-        weights = dict(zip(params, t[1 + n_states:], strict=True))
+        weights = dict(zip(params, t[1 + n_states:]))
         out, _ = torch.func.functional_call(module, weights, (t[0], state))
         return out, t
 

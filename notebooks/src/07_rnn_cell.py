@@ -181,7 +181,7 @@ loop = bptt_with_cells(xs, h0, w := seq_case["w"], seq_case["b"], d_h, d_h_final
 seq = gc.rnn_sequence(xs, h0, w, seq_case["b"], **REF)
 fused = gc.rnn_sequence_grad(xs, h0, w, seq_case["b"], seq, d_h=d_h, d_h_final=d_h_final,
                              **REF)
-for name, a, c in zip(("x", "h0", "w", "b"), loop, fused, strict=True):
+for name, a, c in zip(("x", "h0", "w", "b"), loop, fused):
     print(f"d{name}: max |loop - rnn_sequence_grad| = {np.max(np.abs(a - c)):.1e}")
 
 # %% [markdown]
@@ -241,7 +241,7 @@ RHOS = (0.5, 0.9, 1.0, 1.2, 1.5, 2.0)
 norms = {(act, rho): carried_norms(rho, act) for act in ("tanh", "relu") for rho in RHOS}
 
 fig, axes = plt.subplots(1, 2, sharey=True)
-for ax, act in zip(axes, ("tanh", "relu"), strict=True):
+for ax, act in zip(axes, ("tanh", "relu")):
     for rho in RHOS:
         ax.semilogy(norms[act, rho], label=f"ρ = {rho}")
     ax.set_title(f"{act}: $W_h = ρQ$")

@@ -180,8 +180,7 @@ assert not reports["variance term dropped"].passed, "UNEXPECTED: a wrong gradien
 right = common.layer_norm_grad(dy, gamma, z_hat, rstd)[0]
 fig, axes = plt.subplots(1, 2, sharey=True)
 for ax, (label, grad) in zip(axes, (("mean term missing", grad_without_mean_term),
-                                    ("variance term dropped",
-                                     grad_without_variance_term)), strict=True):
+                                    ("variance term dropped", grad_without_variance_term))):
     error = grad(dy, gamma, z_hat, rstd)[0] - right
     for row in range(B):
         ax.plot(z_hat[row], error[row], "o", ms=4, label=f"row {row}")
@@ -434,7 +433,7 @@ def input_gradient_norms(scale, layer_norm, steps=40, batch=16, size=8, seed=11)
 SCALES = (0.25, 1.0, 4.0, 16.0)
 curves = {(ln, s): input_gradient_norms(s, ln) for ln in (False, True) for s in SCALES}
 fig, axes = plt.subplots(1, 2, sharey=True)
-for ax, ln in zip(axes, (False, True), strict=True):
+for ax, ln in zip(axes, (False, True)):
     for s in SCALES:
         ax.semilogy(curves[ln, s], label=f"s = {s}")
     ax.set_title("with layer norm" if ln else "without layer norm")

@@ -54,8 +54,7 @@ def show(func, *fragments):
 
 def dot(a, b):
     """<a, b> summed over every pair of fields that are both present."""
-    return sum(float(np.sum(x * y))
-               for x, y in zip(a, b, strict=True) if x is not None and y is not None)
+    return sum(float(np.sum(x * y)) for x, y in zip(a, b) if x is not None and y is not None)
 
 # %% [markdown]
 # ## 1. The chain rule, forwards and backwards
@@ -389,11 +388,11 @@ def gauss_newton(w, b, v):
 
 # %%
 def axpy(alpha, u, v):
-    return tuple(alpha * a + c for a, c in zip(u, v, strict=True))
+    return tuple(alpha * a + c for a, c in zip(u, v))
 
 
 def inner(u, v):
-    return sum(float(np.sum(a * c)) for a, c in zip(u, v, strict=True))
+    return sum(float(np.sum(a * c)) for a, c in zip(u, v))
 
 
 def conjugate_gradient(product, rhs, iterations):

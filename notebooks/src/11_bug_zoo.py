@@ -149,8 +149,7 @@ ours = backward(ct, *args)
 seq = gc.lstm_sequence(*args[:5], wci=args[5], wcf=args[6], wco=args[7], **REF)
 theirs = gc.lstm_sequence_grad(*args[:5], seq, d_h=ct[0], d_cs_final=ct[1], wci=args[5],
                                wcf=args[6], wco=args[7], **REF)
-print("max |ours - gradcells's|:", max(np.abs(a - b).max()
-                                       for a, b in zip(ours, theirs, strict=True)))
+print("max |ours - gradcells's|:", max(np.abs(a - b).max() for a, b in zip(ours, theirs)))
 right = gc.check_vjp(forward, backward, args, names=NAMES)
 print(right)
 assert right.passed, "UNEXPECTED: the right backward failed the oracle"
@@ -227,12 +226,12 @@ def directional(vjp, seed=0):
     r = np.random.default_rng(seed)
     cts = (r.standard_normal(forward(*args)[0].shape), r.standard_normal(args[1].shape))
     u = [r.standard_normal(a.shape) for a in args]
-    claimed = sum(float(np.sum(g * d)) for g, d in zip(vjp(cts, *args), u, strict=True))
+    claimed = sum(float(np.sum(g * d)) for g, d in zip(vjp(cts, *args), u))
     eps = np.cbrt(np.finfo(float).eps) * max(1, max(np.abs(a).max() for a in args))
 
     def loss(s):
-        outs = forward(*(a + s * d for a, d in zip(args, u, strict=True)))
-        return sum(float(np.sum(c * o)) for c, o in zip(cts, outs, strict=True))
+        outs = forward(*(a + s * d for a, d in zip(args, u)))
+        return sum(float(np.sum(c * o)) for c, o in zip(cts, outs))
 
     return claimed, (loss(eps) - loss(-eps)) / (2 * eps)
 
@@ -392,7 +391,7 @@ rows = [(bug, ", ".join(failing(reports[bug])),
          "caught" if not fast[bug].passed else "MISSED", str(smallest[bug])) for bug in BUGS]
 widths = [max(len(r[k]) for r in (header, *rows)) for k in range(len(header))]
 for r in (header, tuple("-" * n for n in widths), *rows):
-    print("  ".join(cell.ljust(n) for cell, n in zip(r, widths, strict=True)))
+    print("  ".join(cell.ljust(n) for cell, n in zip(r, widths)))
 
 # %% [markdown]
 # What the zoo teaches: the oracle catches every one of them, and *which* arguments fail
