@@ -592,7 +592,7 @@ def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams
     n_steps, dtype = x.shape[0], x.dtype
     walk = Walk(n_steps, lengths, False)
     seq = tuple(map(contiguous, seq[:4]))
-    d_t = [tangent_or_zeros(d, p) for d, p in zip(tangents[1:], (h0, *weights))]
+    d_t = [tangent_or_zeros(d, p) for d, p in zip(tangents[1:], (h0, *weights), strict=True)]
     split = _split_weights(weights.w_ru, weights.w_c, n_in)
     d_split = _split_weights(d_t[1], d_t[2], n_in)
     lin_ruh = back_linear(split[1], None if tangents.w_ru is None else d_split[1])
@@ -738,6 +738,6 @@ def _gru_product_rule(walk, primal, tangent, work, d_work, reset_after):
     a = _input_and_weight_grads(walk, *primal, on_tangents, reset_after)
     b = _input_and_weight_grads(walk, *tangent, work._replace(d_n_or_reset_h=rows[1]),
                                 reset_after)
-    for part, more in zip(a, b):
+    for part, more in zip(a, b, strict=True):
         part += more
     return grads, a

@@ -768,7 +768,7 @@ def _lstm_input_part(x, dx, weights, tangent, settings, buffers):
 def norm_tangents(d_norm, norm):
     """The layer norm's tangents as an ``LSTMNorm`` with every None a zero array."""
     d_norm = d_norm if d_norm is not None else LSTMNorm(*(None,) * len(norm))
-    return LSTMNorm(*(tangent_or_zeros(d, p) for d, p in zip(d_norm, norm)))
+    return LSTMNorm(*(tangent_or_zeros(d, p) for d, p in zip(d_norm, norm, strict=True)))
 
 
 def layer_norm_stats(z, epsilon):
@@ -796,8 +796,8 @@ def _lstm_step_pass(weights, t_w, settings):
     b = contiguous(weights.b)
     peephole = settings.peepholes
     peeps = tuple(contiguous(a) for a in weights[2:5]) if peephole else (b, b, b)
-    d_peeps = (tuple(tangent_or_zeros(d, p) for d, p in zip(t_w[2:5], peeps)) if peephole
-               else (b, b, b))
+    d_peeps = (tuple(tangent_or_zeros(d, p) for d, p in zip(t_w[2:5], peeps, strict=True))
+               if peephole else (b, b, b))
     clip = math.inf if settings.cell_clip is None else settings.cell_clip
     if weights.layer_norm is None:
         fixed = (*peeps, peephole, settings.forget_bias, clip)
@@ -850,7 +850,7 @@ def _ln_step_tangent(z_h, dz_h, dx_g, cs, new, fixed, settings):
     if peephole:
         dgo = dgo + d_cs * wco + cs_new * dwco
     do = o * (1 - o) * dgo
-    for out, value in zip(new[1], (di, d_cs, df, do, dci, dco, do * co + o * dco)):
+    for out, value in zip(new[1], (di, d_cs, df, do, dci, dco, do * co + o * dco), strict=True):
         out[...] = value
 
 
@@ -960,7 +960,7 @@ def _own_cells(firsts, seq, d_seq, weights, tangents, settings, masks):
     i, cs, f, _, ci = seq[:5]
     di, _, df, _, dci = d_seq[:5]
     cs_prev, dcs_prev = (np.concatenate((first[None], steps[:-1]))[:n_steps]
-                         for first, steps in zip(firsts, (cs, d_seq[1])))
+                         for first, steps in zip(firsts, (cs, d_seq[1]), strict=True))
     c_tilde, d_tilde = _candidate(seq[:5], d_seq[:5], cs_prev, dcs_prev, settings)
     norm = weights.layer_norm
     if norm is not None and settings.ln_carry == "normalized":
@@ -1011,14 +1011,14 @@ def _lstm_backward(n_in, firsts, saved, w_pair, cell, settings, upstreams, runni
     for t in range(n_steps - 1, -1, -1):
         stopped = stopped_rows(lengths, t)
         ups_h = [state_step(masks.zoneout_h, t, c, d, stopped, h_bufs[2 * k:2 * k + 2])
-                 for k, (c, d) in enumerate(zip(carry_h, (d_h, t_h)))]
+                 for k, (c, d) in enumerate(zip(carry_h, (d_h, t_h), strict=True))]
         ups_cs = [state_step(masks.zoneout_cs, t, c, d, stopped, cs_bufs[2 * k:2 * k + 2])
-                  for k, (c, d) in enumerate(zip(carry_cs, (d_cs, t_cs)))]
+                  for k, (c, d) in enumerate(zip(carry_cs, (d_cs, t_cs), strict=True))]
         to_h = [u[0] for u in ups_h]
         if proj is not None:
             to_h = proj.step(t, to_h, seq, d_seq)
         at = [(step_pair(t, first, steps[7]), *(a[t] for a in steps[:6]))
-              for first, steps in zip(firsts, (seq, d_seq))]
+              for first, steps in zip(firsts, (seq, d_seq), strict=True)]
         d_z = cell(t, at, to_h, [u[0] for u in ups_cs], prev_cs)
         for k in range(2):
             finish_state_grad(prev_cs[k], None, ups_cs[k][1])
@@ -1047,7 +1047,8 @@ class _LSTMCell:
         dtype = weights.w.dtype
         *peeps, peephole = _peepholes(weights, settings, kernel_array)
         self.peeps = tuple(peeps)
-        self.d_peeps = (tuple(tangent_or_zeros(d, p) for d, p in zip(tangents[5:8], peeps))
+        self.d_peeps = (tuple(tangent_or_zeros(d, p)
+                              for d, p in zip(tangents[5:8], peeps, strict=True))
                         if peephole else self.peeps)
         self.options = (peephole, _mask_clip(settings, clip_grad))
         self.sums = [_norm_sums(4 * n_hidden, n_hidden, peephole, dtype) for _ in range(2)]
@@ -1095,7 +1096,7 @@ class _LSTMNormCell:
         self.fixed = _backward_norm_fixed(self.norm, weights, settings, clip_grad,
                                           kernel_array)
         self.d_peeps = tuple(tangent_or_zeros(d, p)
-                             for d, p in zip(tangents[5:8], self.fixed[:3]))
+                             for d, p in zip(tangents[5:8], self.fixed[:3], strict=True))
         self.settings, self.mask_clip = settings, _mask_clip(settings, clip_grad)
         peephole = settings.peepholes
         self.sums = [_norm_sums(4 * n_hidden, n_hidden, peephole, dtype) for _ in range(2)]

@@ -345,7 +345,7 @@ def lstm_sequence(x, cs0, h0, weights, settings):
             h=zoned(at_step(settings.zoneout_h, t), h,
                     lstm_project(xp, state.h, w_proj, settings.proj_clip)))
         valid = valid_rows(seq_len, t)
-        for out, value in zip(steps, state):
+        for out, value in zip(steps, state, strict=True):
             out[t] = keep(valid, value, 0)
         cs, h = keep(valid, state.cs, cs), keep(valid, state.h, h)
     return LSTMSequence(*steps, cs_final=cs.copy(), h_final=h.copy())
@@ -402,7 +402,7 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
             dz_h[t] = layer_norm_grad(gg.gates, norm.gamma_h, *(a[t] for a in stats[1]))[0]
         dh_next = keep(valid, _plus(masked(dz_h[t] @ w_h.T, m_rec), dh_old), dh_next)
         dcs_next = keep(valid, _plus(gg.cs_prev, dcs_old), dcs_next)
-        sums = [acc if g is None else acc + g for acc, g in zip(sums, gg[2:])]
+        sums = [acc if g is None else acc + g for acc, g in zip(sums, gg[2:], strict=True)]
         dw_proj = None if w_proj is None else dw_proj + dw_proj_t
 
     dx, dw, db, d_norm = _weight_grads(xp, x, h_prev, w, d_gates, dz_h, norm, stats)
@@ -580,7 +580,7 @@ def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
         state = state._replace(cs=zoned(z_cs, cs, state.cs), h=zoned(z_h, h, state.h))
         d_state = d_state._replace(cs=zoned(z_cs, dcs, d_state.cs), h=zoned(z_h, dh, d_state.h))
         valid = valid_rows(seq_len, step)
-        for out, d_out, a, da in zip(outs, d_outs, state, d_state):
+        for out, d_out, a, da in zip(outs, d_outs, state, d_state, strict=True):
             out[step], d_out[step] = keep(valid, a, 0), keep(valid, da, 0)
         cs, h = keep(valid, state.cs, cs), keep(valid, state.h, h)
         dcs, dh = keep(valid, d_state.cs, dcs), keep(valid, d_state.h, dh)
