@@ -327,7 +327,9 @@ def gru_sequence_jvp(x, h0, weights, tangents, settings):
                                        settings.reset_after)
         z, valid = at_step(settings.zoneout_h, step), valid_rows(seq_len, step)
         h_new, dh_new = zoned(z, h, state.h), zoned(z, dh, d_state.h)
-        for k, (a, da) in enumerate(zip((*state[:3], h_new), (*d_state[:3], dh_new), strict=True)):
+        pairs = zip((state.r, state.u, state.c, h_new), (d_state.r, d_state.u, d_state.c, dh_new),
+                    strict=True)
+        for k, (a, da) in enumerate(pairs):
             outs[k, step], d_outs[k, step] = keep(valid, a, 0), keep(valid, da, 0)
         h, dh = keep(valid, h_new, h), keep(valid, dh_new, dh)
     return GRUSequence(*outs, h_final=h.copy()), GRUSequence(*d_outs, h_final=dh.copy())
