@@ -78,10 +78,16 @@ def filled(xp, tangents, primals):
         if p is None:
             return None
         if hasattr(p, "_fields"):
-            return type(p)(*(fill(a, b) for a, b in zip(t or (None,) * len(p), p)))
+            return type(p)(*(fill(a, b) for a, b in zip(t or (None,) * len(p), p, strict=True)))
         return xp.zeros_like(p) if t is None else t
 
-    return type(tangents)(*(fill(t, p) for t, p in zip(tangents, primals)))
+    return type(tangents)(*(fill(t, p) for t, p in zip(tangents, primals, strict=True)))
+
+
+def weights_part(grads, weights):
+    """The weights' fields of a gradient-type NamedTuple (a gradient, or the tangents of a
+    call), read by name, as ``weights``'s type."""
+    return type(weights)(*(getattr(grads, name) for name in weights._fields))
 
 
 def layer_norm_jvp(xp, z, dz, gamma, d_gamma, beta, d_beta, epsilon):
@@ -116,10 +122,11 @@ def gradient_jvp(forward_jvp, gradient, arrays, weights, result, tangents, setti
     xp = namespace_of(arrays[0])
     t = filled(xp, tangents, (*arrays, *weights))
     d_result = forward_jvp(*arrays, weights, t, settings)[1]
-    n = len(arrays)
-    duals = [_dual(a, da) for a, da in zip(arrays, t[:n])]
-    dual_weights = type(weights)(*(_dual(w, dw) for w, dw in zip(weights, t[n:])))
-    dual_result = type(result)(*(Dual(a, da) for a, da in zip(result, d_result)))
+    t_arrays = [getattr(t, name) for name in t._fields if name not in weights._fields]
+    duals = [_dual(a, da) for a, da in zip(arrays, t_arrays, strict=True)]
+    dual_weights = type(weights)(*(_dual(w, dw) for w, dw
+                                   in zip(weights, weights_part(t, weights), strict=True)))
+    dual_result = type(result)(*(Dual(a, da) for a, da in zip(result, d_result, strict=True)))
     dual_upstream = {name: _upstream_dual(xp, g, dg, like)
                      for name, (g, dg, like) in upstream.items()}
     grads = gradient(*duals, dual_weights, dual_result, settings, **dual_upstream, **options)
@@ -132,7 +139,7 @@ def _dual(a, da):
     if a is None:
         return None
     if hasattr(a, "_fields"):
-        return type(a)(*(_dual(p, t) for p, t in zip(a, da)))
+        return type(a)(*(_dual(p, t) for p, t in zip(a, da, strict=True)))
     return Dual(a, da)
 
 

@@ -58,48 +58,48 @@ def optional(tangent):
 
 
 class Linear(NamedTuple):
-    """The tangent of ``a·w`` along ``(da, dw)``: ``da·w + a·dw``, each term left out when
-    its tangent is None (``da``: a per-call array; ``w``, ``dw`` fixed for the call).
-    ``stacked_w``: ``[w; dw]`` when both terms can be there (one BLAS call, K doubled)."""
+    """The tangent of ``a·w`` along ``(t_a, t_w)``: ``t_a·w + a·t_w``, each term left out when
+    its tangent is None (``t_a``: a per-call array; ``w``, ``t_w`` fixed for the call).
+    ``stacked_w``: ``[w; t_w]`` when both terms can be there (one BLAS call, K doubled)."""
 
     w: np.ndarray
-    dw: np.ndarray | None
+    t_w: np.ndarray | None
     stacked_w: np.ndarray | None
 
     @classmethod
-    def of(cls, w, dw):
+    def of(cls, w, t_w):
         w = contiguous(w)
-        dw = optional(dw)
-        return cls(w, dw, None if dw is None else np.concatenate((w, dw)))
+        t_w = optional(t_w)
+        return cls(w, t_w, None if t_w is None else np.concatenate((w, t_w)))
 
     def stacks(self):
-        """Whether ``into`` may stack ``[da, a]`` (both terms can be there)."""
-        return self.dw is not None
+        """Whether ``into`` may stack ``[t_a, a]`` (both terms can be there)."""
+        return self.t_w is not None
 
-    def into(self, da, a, out, stack):
-        """``out = da·w + a·dw`` (``da`` None: ``a·dw``; both None: zeros); ``stack``: a
-        ``[rows, 2K]`` scratch for ``[da, a]`` (read only when both terms are there)."""
-        if self.dw is None:
-            if da is None:
+    def into(self, t_a, a, out, stack):
+        """``out = t_a·w + a·t_w`` (``t_a`` None: ``a·t_w``; both None: zeros); ``stack``: a
+        ``[rows, 2K]`` scratch for ``[t_a, a]`` (read only when both terms are there)."""
+        if self.t_w is None:
+            if t_a is None:
                 out[...] = 0
             else:
-                np.matmul(da, self.w, out=out)
-        elif da is None:
-            np.matmul(a, self.dw, out=out)
+                np.matmul(t_a, self.w, out=out)
+        elif t_a is None:
+            np.matmul(a, self.t_w, out=out)
         else:
-            k = da.shape[1]
-            stack[:, :k] = da
+            k = t_a.shape[1]
+            stack[:, :k] = t_a
             stack[:, k:] = a
             np.matmul(stack, self.stacked_w, out=out)
         return out
 
 
-def input_tangent(linear, dx, x, d_bias, out, stack):
-    """``dx·W_x + x·dW_x (+ db)`` for every step at once into ``out [T, B, N]`` (``stack``:
+def input_tangent(linear, t_x, x, t_bias, out, stack):
+    """``t_x·W_x + x·t_W_x (+ t_b)`` for every step at once into ``out [T, B, N]`` (``stack``:
     a ``[T·B, 2I]`` scratch, or an empty one when ``linear`` needs none)."""
-    linear.into(None if dx is None else flat(dx), flat(x), flat(out), stack)
-    if d_bias is not None:
-        out += d_bias
+    linear.into(None if t_x is None else flat(t_x), flat(x), flat(out), stack)
+    if t_bias is not None:
+        out += t_bias
     return out
 
 
@@ -113,12 +113,12 @@ def step_pair(t, first, steps):
     return first if t == 0 else steps[t - 1]
 
 
-def finish(steps, d_steps, first, d_first, lengths):
+def finish(steps, t_steps, first, t_first, lengths):
     """The final state and tangent (``final_state``), then the stopped rows zeroed."""
-    final, d_final = final_state(steps[-1], first, lengths), final_state(d_steps[-1], d_first,
+    final, t_final = final_state(steps[-1], first, lengths), final_state(t_steps[-1], t_first,
                                                                         lengths)
-    zero_stopped((*steps, *d_steps), lengths)
-    return final, d_final
+    zero_stopped((*steps, *t_steps), lengths)
+    return final, t_final
 
 
 class Inputs(NamedTuple):
@@ -126,41 +126,41 @@ class Inputs(NamedTuple):
     (None: zero), the lengths and the masks."""
 
     x: np.ndarray
-    dx: np.ndarray | None
+    t_x: np.ndarray | None
     lengths: np.ndarray | None
     masks: Masks
 
 
-def sequence_inputs(x, dx, settings, width, n_hidden=0):
+def sequence_inputs(x, t_x, settings, width, n_hidden=0):
     """``Inputs`` of a sequence (a cell's settings: no masks or lengths)."""
     x = contiguous(x)
-    dx = optional(dx)
+    t_x = optional(t_x)
     n_steps, n_batch = x.shape[:2]
     lengths = lengths_of(settings.seq_len)
     masks = sequence_masks(settings, n_steps, lengths, n_batch, width, n_hidden)
     def run(a):
         return running_inputs(masked(a, masks.input), lengths)
-    return Inputs(run(x), None if dx is None else run(dx), lengths, masks)
+    return Inputs(run(x), None if t_x is None else run(t_x), lengths, masks)
 
 
 def cell_gates(x, h_prev, w, tangent):
     """``[x, h_prev]·w`` as the CPU cell computes it (``np.dot``) and its tangent
-    ``[dx, dh_prev]·w + [x, h_prev]·dw`` (one stacked BLAS call; ``tangent = (dx, dh_prev,
-    dw)``, None fields zero)."""
-    dx, dh_prev, dw = tangent
+    ``[t_x, t_h_prev]·w + [x, h_prev]·t_w`` (one stacked BLAS call; ``tangent = (t_x, t_h_prev,
+    t_w)``, None fields zero)."""
+    t_x, t_h_prev, t_w = tangent
     xh = np.concatenate((x, h_prev), axis=1)
     gates = np.dot(xh, w)
-    d_xh = np.concatenate((tangent_or_zeros(dx, x), tangent_or_zeros(dh_prev, h_prev)), axis=1)
-    linear = Linear.of(w, dw)
+    t_xh = np.concatenate((tangent_or_zeros(t_x, x), tangent_or_zeros(t_h_prev, h_prev)), axis=1)
+    linear = Linear.of(w, t_w)
     stack = np.empty(stack_shape(linear, xh.shape[0]), gates.dtype)
-    return gates, linear.into(d_xh, xh, np.empty_like(gates), stack)
+    return gates, linear.into(t_xh, xh, np.empty_like(gates), stack)
 
 
-def cell_linear(w, dw, da, a):
-    """``da·w + a·dw`` for one cell step (``Linear``), a fresh array."""
-    linear = Linear.of(w, dw)
+def cell_linear(w, t_w, t_a, a):
+    """``t_a·w + a·t_w`` for one cell step (``Linear``), a fresh array."""
+    linear = Linear.of(w, t_w)
     out = np.empty((a.shape[0], linear.w.shape[1]), a.dtype)
-    return linear.into(da, a, out, np.empty(stack_shape(linear, a.shape[0]), a.dtype))
+    return linear.into(t_a, a, out, np.empty(stack_shape(linear, a.shape[0]), a.dtype))
 
 
 def upstream_pair(gradient, tangent):
@@ -169,15 +169,15 @@ def upstream_pair(gradient, tangent):
             None if tangent is None else contiguous(tangent))
 
 
-def carry_pair(final, d_final, shape, dtype):
+def carry_pair(final, t_final, shape, dtype):
     """The carried state gradient and its tangent before the backward loop
     (``initial_carry`` of each)."""
-    return initial_carry(final, shape, dtype), initial_carry(d_final, shape, dtype)
+    return initial_carry(final, shape, dtype), initial_carry(t_final, shape, dtype)
 
 
-def back_linear(w_h, dw_h):
-    """``Linear`` of the carried gradient's matmul: ``[W_hᵀ; dW_hᵀ]`` (C-contiguous)."""
-    return Linear.of(np.ascontiguousarray(w_h.T), None if dw_h is None else dw_h.T)
+def back_linear(w_h, t_w_h):
+    """``Linear`` of the carried gradient's matmul: ``[W_hᵀ; t_W_hᵀ]`` (C-contiguous)."""
+    return Linear.of(np.ascontiguousarray(w_h.T), None if t_w_h is None else t_w_h.T)
 
 
 def sequence_of_one(x, h_prev, state, tangents, d_h, d_h_tangent):
@@ -188,7 +188,7 @@ def sequence_of_one(x, h_prev, state, tangents, d_h, d_h_tangent):
     def step(a):
         return None if a is None else a[None]
 
-    return (x[None], h_prev, (*map(step, state), state.h), (step(tangents.x), *tangents[1:]),
+    return (x[None], h_prev, (*map(step, state), state.h), tangents._replace(x=step(tangents.x)),
             (step(d_h), None, step(d_h_tangent), None))
 
 

@@ -38,7 +38,7 @@ def scratch(dtype, *shapes):
         total += -(-n // _ALIGN) * _ALIGN
     buffer = _buffer(total)
     return [buffer[start:start + n].view(dtype).reshape(shape)
-            for start, n, shape in zip(starts, nbytes, shapes)]
+            for start, n, shape in zip(starts, nbytes, shapes, strict=True)]
 
 
 def release_scratch():

@@ -275,7 +275,7 @@ def template_dtypes(kernel: Kernel, dtypes) -> dict[str, np.dtype]:
     for d in dtypes:
         if d not in C_TYPE:
             raise TypeError(f"{kernel.name}: no kernel for dtype {d}")
-    bound = dict(zip(kernel.template, dtypes))
+    bound = dict(zip(kernel.template, dtypes, strict=True))
     if kernel.template == ("T",):
         bound["A"] = COMPUTE_DTYPE[dtypes[0]]
     bound["int"] = INT32

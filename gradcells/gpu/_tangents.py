@@ -1,9 +1,9 @@
 """What every cell's forward mode and second order on the GPU share (docs/spec.md §12).
 
 Forward mode runs the forward's own plan with a tangent beside every value: the tangent's
-matmuls are cuBLAS ones, the input part ``dx·W_x + x·dW_x + db`` of all steps at once
+matmuls are cuBLAS ones, the input part ``t_x·W_x + x·t_W_x + t_b`` of all steps at once
 (``input_tangent``; the input mask and the zeroed inputs past a row's length applied to
-``dx`` as to ``x``: ``running``), and per step ``dh·W_h + h·dW_h`` (``recurrent_tangent``,
+``t_x`` as to ``x``: ``running``), and per step ``t_h·W_h + h·t_W_h`` (``recurrent_tangent``,
 both states through the recurrent mask). The second order runs the backward's plan the same
 way, by the product rule; an upstream gradient and its tangent travel as a pair
 (``upstream_pair``). A None tangent is zero: its matmul terms are left out, or it is
@@ -31,25 +31,25 @@ def state_buffers(xp, state, tangent, lengths):
             xp.zeros_like(state, order="C") if tangent is None else tangent.copy(order="C"))
 
 
-def input_tangent(xp, x, dx, w_x, dw_x, db, width):
-    """``dx·W_x + x·dW_x + db`` of every step, ``[T, B, width]`` (C-contiguous); ``x`` and
-    ``dx`` as the input matmul sees them, None terms left out."""
+def input_tangent(xp, x, t_x, w_x, t_w_x, t_b, width):
+    """``t_x·W_x + x·t_W_x + t_b`` of every step, ``[T, B, width]`` (C-contiguous); ``x`` and
+    ``t_x`` as the input matmul sees them, None terms left out."""
     n_steps, n_batch, _ = x.shape
     out = xp.zeros((n_steps * n_batch, width), dtype=x.dtype)
-    if dx is not None:
-        out += plan.flat(dx) @ w_x
-    if dw_x is not None:
-        out += plan.flat(x) @ dw_x
-    if db is not None:
-        out += db
+    if t_x is not None:
+        out += plan.flat(t_x) @ w_x
+    if t_w_x is not None:
+        out += plan.flat(x) @ t_w_x
+    if t_b is not None:
+        out += t_b
     return out.reshape(n_steps, n_batch, width)
 
 
-def recurrent_tangent(xp, h, dh, w_h, dw_h):
-    """``dh·W_h + h·dW_h`` (C-contiguous), the states as the matmul sees them."""
-    out = matmul(xp, dh, w_h)
-    if dw_h is not None:
-        out += h @ dw_h
+def recurrent_tangent(xp, h, t_h, w_h, t_w_h):
+    """``t_h·W_h + h·t_W_h`` (C-contiguous), the states as the matmul sees them."""
+    out = matmul(xp, t_h, w_h)
+    if t_w_h is not None:
+        out += h @ t_w_h
     return out
 
 
@@ -65,12 +65,12 @@ def split_rows(a, n_in):
     return (None, None) if a is None else (a[:n_in], a[n_in:])
 
 
-def upstream_pair(xp, g, g_t, like):
+def upstream_pair(xp, g, t_g, like):
     """An upstream gradient and its tangent as C-contiguous arrays, ``(None, None)`` when
     both are None, else zeros (shaped as ``like``) for the missing one."""
-    if g is None and g_t is None:
+    if g is None and t_g is None:
         return None, None
-    return zeros_or(xp, g, like), zeros_or(xp, g_t, like)
+    return zeros_or(xp, g, like), zeros_or(xp, t_g, like)
 
 
 def zeros_filled(xp, tangents, primals):

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..._core.plan import flat, masked
 from ..._core.types import GRUCellGrads, GRUCellState, GRUSequence, GRUSequenceGrads
+from ..._core.xpmath import weights_part
 from ...cpu._compile import kernel_array
 from ...cpu._sequence import (
     Walk,
@@ -102,7 +103,7 @@ def gru_cell_grad(x, h_prev, weights, state, settings, *, d_h=None):
     n_batch, n_hidden = h_prev.shape
     dtype = h_prev.dtype
     h_prev = kernel_array(h_prev)
-    r, u, c = (kernel_array(a) for a in state[:3])
+    r, u, c = (kernel_array(a) for a in (state.r, state.u, state.c))
     has_d_h = d_h is not None
     d_h = kernel_array(d_h) if has_d_h else h_prev
     xh = np.concatenate((x, h_prev), axis=1)
@@ -170,6 +171,12 @@ def _reset_before_cell_grad(x, weights, upstream_and_state, dc_bar, d_ru, d_bias
 
 # --------------------------------------------------------------------------------------
 # sequence
+
+
+def _steps(seq):
+    """A ``GRUSequence``'s every-step arrays ``(r, u, c, h)``, by name (``h_final`` left
+    out)."""
+    return seq.r, seq.u, seq.c, seq.h
 
 
 def _split_weights(w_ru, w_c, n_in):
@@ -277,7 +284,7 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     walk = Walk(n_steps, lengths, settings.reverse)
     masks = sequence_masks(settings, n_steps, lengths, n_batch, n_hidden)
     x = running_inputs(masked(x, masks.input), lengths)
-    seq = tuple(map(contiguous, seq[:4]))
+    seq = tuple(map(contiguous, _steps(seq)))
     d_h = None if d_h is None else contiguous(d_h)
     split = _split_weights(weights.w_ru, weights.w_c, n_in)
     grad_h = initial_carry(d_h_final, (n_batch, n_hidden), dtype)
@@ -383,7 +390,8 @@ def gru_sequence_jvp(x, h0, weights, tangents, settings):
     fields zero): ``(GRUSequence, GRUSequence of tangents)``. The primal is the forward's,
     bitwise; ``gru_jvp`` states the plan."""
 
-    outs, d_outs = gru_jvp(x, tangents.x, h0, tangents.h0, weights, tangents[2:], settings,
+    outs, d_outs = gru_jvp(x, tangents.x, h0, tangents.h0, weights,
+                           weights_part(tangents, weights), settings,
                            settings.reset_after)
     return GRUSequence(*outs), GRUSequence(*d_outs)
 
@@ -584,17 +592,19 @@ def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams
     the loop ``gru._input_and_weight_grads`` three times: on the gate gradients, on their
     tangents, and on the gate gradients with the tangents of ``x``, the states, the weights
     and (reset before) of the rows ``r∘h_seen``."""
-    d_seq = gru_jvp(x, tangents.x, h0, tangents.h0, weights, tangents[2:], settings,
-                    reset_after)[1]
+    d_seq = gru_jvp(x, tangents.x, h0, tangents.h0, weights, weights_part(tangents, weights),
+                    settings, reset_after)[1]
     h0, b_c = contiguous(h0), contiguous(weights.b_c)
     n_in, (n_batch, n_hidden) = x.shape[2], h0.shape
     x, dx, lengths, masks = sequence_inputs(x, tangents.x, settings, n_hidden)
     n_steps, dtype = x.shape[0], x.dtype
     walk = Walk(n_steps, lengths, False)
-    seq = tuple(map(contiguous, seq[:4]))
-    d_t = [tangent_or_zeros(d, p) for d, p in zip(tangents[1:], (h0, *weights))]
+    seq = tuple(map(contiguous, _steps(seq)))
+    t_h0 = tangent_or_zeros(tangents.h0, h0)
+    t_weights = type(weights)(*(tangent_or_zeros(d, p) for d, p in zip(
+        weights_part(tangents, weights), weights, strict=True)))
     split = _split_weights(weights.w_ru, weights.w_c, n_in)
-    d_split = _split_weights(d_t[1], d_t[2], n_in)
+    d_split = _split_weights(t_weights.w_ru, t_weights.w_c, n_in)
     lin_ruh = back_linear(split[1], None if tangents.w_ru is None else d_split[1])
     lin_ch = back_linear(split[3], None if tangents.w_c is None else d_split[3])
     work, d_work, stacks = _gru_scratch(dtype, (n_steps, n_batch, n_in, n_hidden), reset_after,
@@ -602,7 +612,7 @@ def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams
     np.copyto(work.w_ruh_t, split[1].T)
     np.copyto(work.w_ch_t, split[3].T)
     h0_seen, h_seen = seen_states(h0, seq[3], masks.recurrent)
-    dh0_seen, dh_seen = seen_states(d_t[0], d_seq[3], masks.recurrent)
+    dh0_seen, dh_seen = seen_states(t_h0, d_seq[3], masks.recurrent)
     b_ch = None
     if reset_after:
         b_ch = b_c[n_hidden:]
@@ -610,10 +620,10 @@ def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams
         walk.recurrent_projection(dh0_seen, dh_seen, split[3], d_work.recurrent)
         if tangents.w_c is not None:
             d_work.recurrent[...] += recurrent_product(walk, h0_seen, h_seen, d_split[3])
-        d_work.recurrent[...] += d_t[4][n_hidden:]
+        d_work.recurrent[...] += t_weights.b_c[n_hidden:]
     carry = carry_pair(upstreams[1], upstreams[3], (n_batch, n_hidden), dtype)
     sums = [(np.zeros(2 * n_hidden, dtype), np.zeros(b_c.shape[0], dtype)) for _ in range(2)]
-    _gru_backward_steps((h0, d_t[0]), (seq, d_seq[:4]), upstream_pair(*upstreams[::2]), carry,
+    _gru_backward_steps((h0, t_h0), (seq, d_seq[:4]), upstream_pair(*upstreams[::2]), carry,
                         walk, (work, d_work, stacks), (lin_ruh, lin_ch, b_ch, masks), sums)
     if masks.recurrent is not None and not reset_after:     # the rows r∘h_prev∘m_rec
         for w in (work, d_work):
@@ -738,6 +748,6 @@ def _gru_product_rule(walk, primal, tangent, work, d_work, reset_after):
     a = _input_and_weight_grads(walk, *primal, on_tangents, reset_after)
     b = _input_and_weight_grads(walk, *tangent, work._replace(d_n_or_reset_h=rows[1]),
                                 reset_after)
-    for part, more in zip(a, b):
+    for part, more in zip(a, b, strict=True):
         part += more
     return grads, a

@@ -170,7 +170,7 @@ def gru_sequence(x, h0, weights, settings):
             c = xp.tanh(x_c + (r * h_seen) @ w_ch)
         h_new = zoned(at_step(settings.zoneout_h, t), h, u * h + (1 - u) * c)
         valid = valid_rows(seq_len, t)
-        for out, value in zip(steps, (r, u, c, h_new)):
+        for out, value in zip(steps, (r, u, c, h_new), strict=True):
             out[t] = keep(valid, value, 0)
         h = keep(valid, h_new, h)
     return GRUSequence(*steps, h_final=h.copy())
@@ -327,7 +327,9 @@ def gru_sequence_jvp(x, h0, weights, tangents, settings):
                                        settings.reset_after)
         z, valid = at_step(settings.zoneout_h, step), valid_rows(seq_len, step)
         h_new, dh_new = zoned(z, h, state.h), zoned(z, dh, d_state.h)
-        for k, (a, da) in enumerate(zip((*state[:3], h_new), (*d_state[:3], dh_new))):
+        pairs = zip((state.r, state.u, state.c, h_new), (d_state.r, d_state.u, d_state.c, dh_new),
+                    strict=True)
+        for k, (a, da) in enumerate(pairs):
             outs[k, step], d_outs[k, step] = keep(valid, a, 0), keep(valid, da, 0)
         h, dh = keep(valid, h_new, h), keep(valid, dh_new, dh)
     return GRUSequence(*outs, h_final=h.copy()), GRUSequence(*d_outs, h_final=dh.copy())

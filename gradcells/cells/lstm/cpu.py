@@ -31,6 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..._core.plan import flat, masked
+from ..._core.specs import PEEPHOLES
 from ..._core.types import (
     LSTMCellGrads,
     LSTMCellState,
@@ -38,6 +39,7 @@ from ..._core.types import (
     LSTMSequence,
     LSTMSequenceGrads,
 )
+from ..._core.xpmath import weights_part
 from ...cpu._compile import kernel_array
 from ...cpu._sequence import (
     Walk,
@@ -111,7 +113,7 @@ def lstm_cell(x, cs_prev, h_prev, weights, settings):
     b = kernel_array(weights.b)
     peephole = settings.peepholes
     if peephole:
-        wci, wcf, wco = (kernel_array(a) for a in weights[2:5])
+        wci, wcf, wco = (kernel_array(a) for a in _peepholes_of(weights))
     else:
         wci = wcf = wco = b
     dtype = gates.dtype
@@ -150,13 +152,13 @@ def lstm_cell_grad(x, cs_prev, h_prev, weights, state, settings, *, d_h=None, d_
     n_in = x.shape[1]
     dtype = cs_prev.dtype
     cs_prev = kernel_array(cs_prev)
-    saved = [kernel_array(a) for a in state[:6]]
+    saved = [kernel_array(a) for a in _gate_arrays(state)]
     d_gates = np.empty((n_batch, 4 * n_hidden), dtype)
     dcs_prev = np.empty((n_batch, n_hidden), dtype)
     d_bias = np.zeros(4 * n_hidden, dtype)
     peephole = settings.peepholes
     if peephole:
-        wci, wcf, wco = (kernel_array(a) for a in weights[2:5])
+        wci, wcf, wco = (kernel_array(a) for a in _peepholes_of(weights))
         d_peep = np.zeros((3, n_hidden), dtype)
         d_wci, d_wcf, d_wco = d_peep
     else:
@@ -230,11 +232,29 @@ def _forward_norm_fixed(norm, settings):
             settings.ln_carry == "normalized")
 
 
+def _peepholes_of(a):
+    """The peephole fields ``(wci, wcf, wco)`` of a weight set, a gradient or tangents, by
+    name (``PEEPHOLES``)."""
+    return tuple(getattr(a, name) for name in PEEPHOLES)
+
+
+def _gate_arrays(state):
+    """An ``LSTMCellState``'s arrays before the output ``(i, cs, f, o, ci, co)``, by
+    name (``h`` left out)."""
+    return state.i, state.cs, state.f, state.o, state.ci, state.co
+
+
+def _steps(seq):
+    """An ``LSTMSequence``'s every-step arrays, by name (``LSTMCellState``'s fields; the
+    final states left out)."""
+    return tuple(getattr(seq, name) for name in LSTMCellState._fields)
+
+
 def _peepholes(weights, settings, contiguous_as=kernel_array):
     """``(wci, wcf, wco, peephole)`` for the kernels (the bias stands in without
     peepholes: never read)."""
     if settings.peepholes:
-        return (*(contiguous_as(a) for a in weights[2:5]), True)
+        return (*(contiguous_as(a) for a in _peepholes_of(weights)), True)
     b = contiguous_as(weights.b)
     return b, b, b, False
 
@@ -256,7 +276,7 @@ def _norm_cell_grad(x, cs_prev, h_prev, weights, state, settings, d_h, d_cs, cli
     w = weights.w
     dz_x, dz_h = np.dot(x, w[:n_in]), np.dot(h_prev, w[n_in:])   # ẑ first, then dz
     rstd_x, rstd_h = _norm_stats(dz_x, settings.ln_epsilon), _norm_stats(dz_h, settings.ln_epsilon)
-    saved = [kernel_array(a) for a in state[:6]]
+    saved = [kernel_array(a) for a in _gate_arrays(state)]
     d_h, d_w_proj = _cell_projection_grad(d_h, saved, weights.w_proj, settings, clip_grad)
     cs_prev = kernel_array(cs_prev)
     d_gates = np.empty((n_batch, 4 * n_hidden), dtype)
@@ -408,7 +428,7 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
     walk = Walk(n_steps, lengths, settings.reverse)
     masks = sequence_masks(settings, n_steps, lengths, n_batch, n_state, n_hidden)
     x = running_inputs(masked(x, masks.input), lengths)
-    seq = tuple(map(contiguous, seq[:7]))
+    seq = tuple(map(contiguous, _steps(seq)))
     d_h, d_cs = (None if d is None else contiguous(d) for d in (d_h, d_cs))
     grad_h = initial_carry(d_h_final, (n_batch, n_state), dtype)
     grad_cs = initial_carry(d_cs_final, (n_batch, n_hidden), dtype)
@@ -609,9 +629,9 @@ def lstm_cell_jvp(x, cs_prev, h_prev, weights, tangents, settings):
         return LSTMCellState(*outs), LSTMCellState(*d_outs)
     outs, d_outs = lstm_jvp(x[None], None if tangents.x is None else tangents.x[None],
                             (cs_prev, h_prev), (tangents.cs_prev, tangents.h_prev), weights,
-                            tangents[3:], settings)
-    return (LSTMCellState(*(a[0] for a in outs[:7])),
-            LSTMCellState(*(a[0] for a in d_outs[:7])))
+                            weights_part(tangents, weights), settings)
+    return tuple(LSTMCellState(*(a[0] for a in _steps(LSTMSequence(*o))))
+                 for o in (outs, d_outs))
 
 
 def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
@@ -620,7 +640,7 @@ def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
     forward's, bitwise; ``lstm_jvp`` states the plan."""
 
     outs, d_outs = lstm_jvp(x, tangents.x, (cs0, h0), (tangents.cs0, tangents.h0), weights,
-                            tangents[3:], settings)
+                            weights_part(tangents, weights), settings)
     return LSTMSequence(*outs), LSTMSequence(*d_outs)
 
 
@@ -639,12 +659,14 @@ def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *
         return None if a is None else a[None]
 
     seq = LSTMSequence(*(a[None] for a in state), cs_final=state.cs, h_final=state.h)
-    t_seq = LSTMSequenceGrads(step(tangents.x), *tangents[1:])
+    t_seq = LSTMSequenceGrads(step(tangents.x), tangents.cs_prev, tangents.h_prev,
+                              *weights_part(tangents, weights))
     upstreams = ((step(d_h), step(d_h_tangent)), (step(d_cs), step(d_cs_tangent)),
                  (None, None), (None, None))
     results = lstm_grad_jvp(x[None], (cs_prev, h_prev), weights, seq, t_seq, settings,
                             upstreams, clip_grad)
-    return tuple(LSTMCellGrads(g.x[0], *g[1:]) for g in results)
+    return tuple(LSTMCellGrads(g.x[0], g.cs0, g.h0, *weights_part(g, weights))
+                 for g in results)
 
 
 def lstm_sequence_grad_jvp(x, cs0, h0, weights, seq, tangents, settings, *, d_h=None,
@@ -768,7 +790,7 @@ def _lstm_input_part(x, dx, weights, tangent, settings, buffers):
 def norm_tangents(d_norm, norm):
     """The layer norm's tangents as an ``LSTMNorm`` with every None a zero array."""
     d_norm = d_norm if d_norm is not None else LSTMNorm(*(None,) * len(norm))
-    return LSTMNorm(*(tangent_or_zeros(d, p) for d, p in zip(d_norm, norm)))
+    return LSTMNorm(*(tangent_or_zeros(d, p) for d, p in zip(d_norm, norm, strict=True)))
 
 
 def layer_norm_stats(z, epsilon):
@@ -795,9 +817,10 @@ def _lstm_step_pass(weights, t_w, settings):
     and their tangents: never read)."""
     b = contiguous(weights.b)
     peephole = settings.peepholes
-    peeps = tuple(contiguous(a) for a in weights[2:5]) if peephole else (b, b, b)
-    d_peeps = (tuple(tangent_or_zeros(d, p) for d, p in zip(t_w[2:5], peeps)) if peephole
-               else (b, b, b))
+    peeps = tuple(contiguous(a) for a in _peepholes_of(weights)) if peephole else (b, b, b)
+    d_peeps = (tuple(tangent_or_zeros(d, p)
+                     for d, p in zip(_peepholes_of(t_w), peeps, strict=True))
+               if peephole else (b, b, b))
     clip = math.inf if settings.cell_clip is None else settings.cell_clip
     if weights.layer_norm is None:
         fixed = (*peeps, peephole, settings.forget_bias, clip)
@@ -850,7 +873,7 @@ def _ln_step_tangent(z_h, dz_h, dx_g, cs, new, fixed, settings):
     if peephole:
         dgo = dgo + d_cs * wco + cs_new * dwco
     do = o * (1 - o) * dgo
-    for out, value in zip(new[1], (di, d_cs, df, do, dci, dco, do * co + o * dco)):
+    for out, value in zip(new[1], (di, d_cs, df, do, dci, dco, do * co + o * dco), strict=True):
         out[...] = value
 
 
@@ -879,7 +902,7 @@ def lstm_cell_step(x, cs_prev, h_prev, weights, tangents, settings):
     cs_prev = contiguous(cs_prev)
     outs = [np.empty((n_batch, n_hidden), gates.dtype) for _ in range(7)]
     d_outs = [np.empty_like(a) for a in outs]
-    run = _lstm_step_pass(weights, tangents[3:], settings)
+    run = _lstm_step_pass(weights, weights_part(tangents, weights), settings)
     run(gates, b, d_gates, tangent_or_zeros(tangents.b, b),    # the bias as the addend
         (cs_prev, tangent_or_zeros(tangents.cs_prev, cs_prev)), (outs, d_outs))
     if weights.w_proj is not None:
@@ -908,14 +931,14 @@ def lstm_grad_jvp(x, states, weights, seq, tangents, settings, upstreams, clip_g
     cs0, h0 = (kernel_array(a) for a in states)
     n_hidden, n_state = cs0.shape[1], h0.shape[1]
     d_seq = lstm_jvp(x, tangents.x, (cs0, h0), (tangents.cs0, tangents.h0), weights,
-                     tangents[3:], settings)[1]
+                     weights_part(tangents, weights), settings)[1]
     x, dx, lengths, masks = sequence_inputs(x, tangents.x, settings, n_state, n_hidden)
     dx = np.zeros_like(x) if dx is None else dx
     walk = Walk(x.shape[0], lengths, False)
     w = kernel_array(weights.w)
     t_w = tangent_or_zeros(tangents.w, w)
     firsts = (cs0, tangent_or_zeros(tangents.cs0, cs0))
-    saved = _own_cells(firsts, tuple(map(kernel_array, seq[:7])), d_seq[:7], weights,
+    saved = _own_cells(firsts, tuple(map(kernel_array, _steps(seq))), d_seq[:7], weights,
                        tangents, settings, masks)
     h_steps = seen_states(h0, saved[0][6], masks.recurrent), seen_states(
         tangent_or_zeros(tangents.h0, h0), saved[1][6], masks.recurrent)
@@ -960,7 +983,7 @@ def _own_cells(firsts, seq, d_seq, weights, tangents, settings, masks):
     i, cs, f, _, ci = seq[:5]
     di, _, df, _, dci = d_seq[:5]
     cs_prev, dcs_prev = (np.concatenate((first[None], steps[:-1]))[:n_steps]
-                         for first, steps in zip(firsts, (cs, d_seq[1])))
+                         for first, steps in zip(firsts, (cs, d_seq[1]), strict=True))
     c_tilde, d_tilde = _candidate(seq[:5], d_seq[:5], cs_prev, dcs_prev, settings)
     norm = weights.layer_norm
     if norm is not None and settings.ln_carry == "normalized":
@@ -1011,14 +1034,14 @@ def _lstm_backward(n_in, firsts, saved, w_pair, cell, settings, upstreams, runni
     for t in range(n_steps - 1, -1, -1):
         stopped = stopped_rows(lengths, t)
         ups_h = [state_step(masks.zoneout_h, t, c, d, stopped, h_bufs[2 * k:2 * k + 2])
-                 for k, (c, d) in enumerate(zip(carry_h, (d_h, t_h)))]
+                 for k, (c, d) in enumerate(zip(carry_h, (d_h, t_h), strict=True))]
         ups_cs = [state_step(masks.zoneout_cs, t, c, d, stopped, cs_bufs[2 * k:2 * k + 2])
-                  for k, (c, d) in enumerate(zip(carry_cs, (d_cs, t_cs)))]
+                  for k, (c, d) in enumerate(zip(carry_cs, (d_cs, t_cs), strict=True))]
         to_h = [u[0] for u in ups_h]
         if proj is not None:
             to_h = proj.step(t, to_h, seq, d_seq)
         at = [(step_pair(t, first, steps[7]), *(a[t] for a in steps[:6]))
-              for first, steps in zip(firsts, (seq, d_seq))]
+              for first, steps in zip(firsts, (seq, d_seq), strict=True)]
         d_z = cell(t, at, to_h, [u[0] for u in ups_cs], prev_cs)
         for k in range(2):
             finish_state_grad(prev_cs[k], None, ups_cs[k][1])
@@ -1047,7 +1070,8 @@ class _LSTMCell:
         dtype = weights.w.dtype
         *peeps, peephole = _peepholes(weights, settings, kernel_array)
         self.peeps = tuple(peeps)
-        self.d_peeps = (tuple(tangent_or_zeros(d, p) for d, p in zip(tangents[5:8], peeps))
+        self.d_peeps = (tuple(tangent_or_zeros(d, p)
+                              for d, p in zip(_peepholes_of(tangents), peeps, strict=True))
                         if peephole else self.peeps)
         self.options = (peephole, _mask_clip(settings, clip_grad))
         self.sums = [_norm_sums(4 * n_hidden, n_hidden, peephole, dtype) for _ in range(2)]
@@ -1095,7 +1119,8 @@ class _LSTMNormCell:
         self.fixed = _backward_norm_fixed(self.norm, weights, settings, clip_grad,
                                           kernel_array)
         self.d_peeps = tuple(tangent_or_zeros(d, p)
-                             for d, p in zip(tangents[5:8], self.fixed[:3]))
+                             for d, p in zip(_peepholes_of(tangents), self.fixed[:3],
+                                             strict=True))
         self.settings, self.mask_clip = settings, _mask_clip(settings, clip_grad)
         peephole = settings.peepholes
         self.sums = [_norm_sums(4 * n_hidden, n_hidden, peephole, dtype) for _ in range(2)]

@@ -71,6 +71,7 @@ from ..._core.xpmath import (
     masked,
     sigmoid,
     valid_rows,
+    weights_part,
     zoned,
     zoneout_grad,
 )
@@ -345,7 +346,7 @@ def lstm_sequence(x, cs0, h0, weights, settings):
             h=zoned(at_step(settings.zoneout_h, t), h,
                     lstm_project(xp, state.h, w_proj, settings.proj_clip)))
         valid = valid_rows(seq_len, t)
-        for out, value in zip(steps, state):
+        for out, value in zip(steps, state, strict=True):
             out[t] = keep(valid, value, 0)
         cs, h = keep(valid, state.cs, cs), keep(valid, state.h, h)
     return LSTMSequence(*steps, cs_final=cs.copy(), h_final=h.copy())
@@ -395,14 +396,14 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
                                       dcs_next if d_cs is None else dcs_next + d_cs[t])
         # After the split: a zoneout mask past a row's length is never read.
         gg, dw_proj_t = _step_grads(
-            xp, LSTMCellState(*(a[t] for a in seq[:7])), cs_prev[t], keep(valid, dh_t, zeros),
+            xp, _at(seq, t), cs_prev[t], keep(valid, dh_t, zeros),
             keep(valid, dcs_t, cs_zeros), weights, settings, clip_grad)
         d_gates[t] = gg.gates
         if norm is not None:  # the recurrent part's norm, step by step
             dz_h[t] = layer_norm_grad(gg.gates, norm.gamma_h, *(a[t] for a in stats[1]))[0]
         dh_next = keep(valid, _plus(masked(dz_h[t] @ w_h.T, m_rec), dh_old), dh_next)
         dcs_next = keep(valid, _plus(gg.cs_prev, dcs_old), dcs_next)
-        sums = [acc if g is None else acc + g for acc, g in zip(sums, gg[2:])]
+        sums = [acc if g is None else acc + g for acc, g in zip(sums, _sums(gg), strict=True)]
         dw_proj = None if w_proj is None else dw_proj + dw_proj_t
 
     dx, dw, db, d_norm = _weight_grads(xp, x, h_prev, w, d_gates, dz_h, norm, stats)
@@ -411,6 +412,16 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
     return LSTMSequenceGrads(x=dx, cs0=dcs_next, h0=dh_next,
                              w=dw, b=db, wci=dwci, wcf=dwcf, wco=dwco, w_proj=dw_proj,
                              layer_norm=d_norm and LSTMNorm(*d_norm, *sums[3:]))
+
+
+def _at(seq, t):
+    """Step t of an ``LSTMSequence``'s every-step arrays, an ``LSTMCellState`` (by name)."""
+    return LSTMCellState(*(getattr(seq, name)[t] for name in LSTMCellState._fields))
+
+
+def _sums(gg):
+    """A ``GateGrads``'s parts summed over the steps: the peepholes' and the cell norm's."""
+    return gg.wci, gg.wcf, gg.wco, gg.gamma_c, gg.beta_c
 
 
 def _step_grads(xp, step, cs_prev, d_h, d_cs, weights, settings, clip_grad):
@@ -575,12 +586,12 @@ def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
     for step in range(x.shape[0]):
         state, d_state = lstm_cell_jvp(
             x[step], cs, masked(h, m_rec), weights,
-            LSTMCellGrads(dx[step], dcs, masked(dh, m_rec), *t[3:]), settings)
+            LSTMCellGrads(dx[step], dcs, masked(dh, m_rec), *weights_part(t, weights)), settings)
         z_cs, z_h = at_step(settings.zoneout_cs, step), at_step(settings.zoneout_h, step)
         state = state._replace(cs=zoned(z_cs, cs, state.cs), h=zoned(z_h, h, state.h))
         d_state = d_state._replace(cs=zoned(z_cs, dcs, d_state.cs), h=zoned(z_h, dh, d_state.h))
         valid = valid_rows(seq_len, step)
-        for out, d_out, a, da in zip(outs, d_outs, state, d_state):
+        for out, d_out, a, da in zip(outs, d_outs, state, d_state, strict=True):
             out[step], d_out[step] = keep(valid, a, 0), keep(valid, da, 0)
         cs, h = keep(valid, state.cs, cs), keep(valid, state.h, h)
         dcs, dh = keep(valid, d_state.cs, dcs), keep(valid, d_state.h, dh)

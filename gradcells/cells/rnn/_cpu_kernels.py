@@ -90,33 +90,33 @@ def rnn_backward_kernel(h, carry, d_h, has_d_h, relu, d_z, d_bias):
 
 
 @kernel
-def rnn_jvp_kernel(gates, addend, d_gates, d_addend, relu, h, dh):
-    """The RNN step and its tangent; writes ``h, dh [B, H]``.
+def rnn_jvp_kernel(gates, addend, t_gates, t_addend, relu, h, t_h):
+    """The RNN step and its tangent; writes ``h, t_h [B, H]``.
 
     ``gates [B, H]`` (e.g. ``h_prev·W_h``), ``addend`` (``x·W_x + b`` or ``b``) and their
-    tangents ``d_gates [B, H]``, ``d_addend``; ``relu``: True for relu, False for tanh:
+    tangents ``t_gates [B, H]``, ``t_addend``; ``relu``: True for relu, False for tanh:
 
         z = gates + addend;   h = act(z)
-        dh = (d_gates + d_addend)·(1 - h²)      tanh
-        dh = (d_gates + d_addend)·[h > 0]       relu (relu'(0) = 0; NaN gives 0·dz)
+        t_h = (t_gates + t_addend)·(1 - h²)      tanh
+        t_h = (t_gates + t_addend)·[h > 0]       relu (relu'(0) = 0; NaN gives 0·dz)
     """
     n_batch, n_hidden = h.shape
     zero = typed(0.0, h)
     one = typed(1.0, h)
     for row in range(n_batch):
         g, a, h_r = gates[row], row_of(addend, row), h[row]
-        dg, da, dh_r = d_gates[row], row_of(d_addend, row), dh[row]
+        t_g, t_a, t_h_r = t_gates[row], row_of(t_addend, row), t_h[row]
         if relu:
             for j in range(n_hidden):
                 z = g[j] + a[j]
                 out = zero if z < zero else z
                 h_r[j] = out
-                dh_r[j] = (dg[j] + da[j]) * (one if out > zero else zero)
+                t_h_r[j] = (t_g[j] + t_a[j]) * (one if out > zero else zero)
         else:
             for j in range(n_hidden):
                 out = tanh(g[j] + a[j])
                 h_r[j] = out
-                dh_r[j] = (dg[j] + da[j]) * (one - out * out)
+                t_h_r[j] = (t_g[j] + t_a[j]) * (one - out * out)
 
 
 # --------------------------------------------------------------------------------------
@@ -124,29 +124,29 @@ def rnn_jvp_kernel(gates, addend, d_gates, d_addend, relu, h, dh):
 
 
 @kernel
-def rnn_backward_tangent_kernel(h, dh, up, d_up, relu, d_z, d_bias):
-    """The tangent of ``rnn_backward_kernel``'s ``dz = up·act'(z)``; writes ``d_z [B, H]``
-    and accumulates (``+=``) ``d_bias [H]`` with Σ_batch d_z.
+def rnn_backward_tangent_kernel(h, t_h, up, t_up, relu, t_d_z, t_d_bias):
+    """The tangent of ``rnn_backward_kernel``'s ``dz = up·act'(z)``; writes ``t_d_z [B, H]``
+    and accumulates (``+=``) ``t_d_bias [H]`` with Σ_batch t_d_z.
 
     ``h [B, H]``: the output act'(z) is read from (the step's own, before zoneout) and
-    ``dh`` its tangent; ``up [B, H]``: the gradient the backward kernel took and ``d_up``
+    ``t_h`` its tangent; ``up [B, H]``: the gradient the backward kernel took and ``t_up``
     its tangent; ``relu``: the activation (False: tanh):
 
-        d_z = d_up·(1 - h²) - up·2h·dh       tanh
-        d_z = d_up·[h > 0]                   relu
+        t_d_z = t_up·(1 - h²) - up·2h·t_h       tanh
+        t_d_z = t_up·[h > 0]                   relu
     """
     n_batch, n_hidden = h.shape
     zero = typed(0.0, h)
     one = typed(1.0, h)
     two = typed(2.0, h)
     for row in range(n_batch):
-        h_r, dh_r, up_r, dup_r, dz_r = h[row], dh[row], up[row], d_up[row], d_z[row]
+        h_r, t_h_r, up_r, t_up_r, t_dz_r = h[row], t_h[row], up[row], t_up[row], t_d_z[row]
         if relu:
             for j in range(n_hidden):
-                dz_r[j] = dup_r[j] * (one if h_r[j] > zero else zero)
+                t_dz_r[j] = t_up_r[j] * (one if h_r[j] > zero else zero)
         else:
             for j in range(n_hidden):
                 out = h_r[j]
-                dz_r[j] = dup_r[j] * (one - out * out) - up_r[j] * (two * out * dh_r[j])
+                t_dz_r[j] = t_up_r[j] * (one - out * out) - up_r[j] * (two * out * t_h_r[j])
         for j in range(n_hidden):
-            d_bias[j] += dz_r[j]
+            t_d_bias[j] += t_dz_r[j]

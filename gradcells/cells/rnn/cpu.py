@@ -232,11 +232,11 @@ def _backward_steps(h, d_h, grad_h, walk, buffers, relu, d_bias, masks):
 
 def rnn_cell_jvp(x, h_prev, weights, tangents, settings):
     """One RNN step and its tangent along ``tangents`` (an ``RNNCellGrads``, None fields
-    zero): ``(RNNCellState(h), RNNCellState(dh))``, the primal exactly as ``rnn_cell``'s
+    zero): ``(RNNCellState(h), RNNCellState(t_h))``, the primal exactly as ``rnn_cell``'s
     (``rnn_cell_step``)."""
 
-    h, dh = rnn_cell_step(x, h_prev, weights, tangents, _is_relu(settings))
-    return RNNCellState(h), RNNCellState(dh)
+    h, t_h = rnn_cell_step(x, h_prev, weights, tangents, _is_relu(settings))
+    return RNNCellState(h), RNNCellState(t_h)
 
 
 def rnn_sequence_jvp(x, h0, weights, tangents, settings):
@@ -244,9 +244,9 @@ def rnn_sequence_jvp(x, h0, weights, tangents, settings):
     fields zero): ``(RNNSequence, RNNSequence of tangents)``. The primal is the forward's,
     bitwise; ``rnn_jvp`` states the plan."""
 
-    h, final, dh, d_final = rnn_jvp(x, tangents.x, h0, tangents.h0, weights,
+    h, final, t_h, t_final = rnn_jvp(x, tangents.x, h0, tangents.h0, weights,
                                     (tangents.w, tangents.b), settings, _is_relu(settings))
-    return RNNSequence(h, final), RNNSequence(dh, d_final)
+    return RNNSequence(h, final), RNNSequence(t_h, t_final)
 
 
 
@@ -282,53 +282,53 @@ def rnn_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
 # forward mode (docs/spec.md §12): the primal as the forward computes it, its tangent beside it
 
 
-def rnn_jvp(x, dx, h0, dh0, weights, tangent_w, settings, relu):
-    """The RNN sequence ``x [T, B, I]`` from ``h0`` and its tangent: ``(h, h_final, dh,
-    dh_final)`` (``tangent_w = (dw, db)``).
+def rnn_jvp(x, t_x, h0, t_h0, weights, t_weights, settings, relu):
+    """The RNN sequence ``x [T, B, I]`` from ``h0`` and its tangent: ``(h, h_final, t_h,
+    t_h_final)`` (``t_weights = (t_w, t_b)``).
 
-    Per step: ``h_seen·W_h`` and ``[dh_seen, h_seen]·[W_h; dW_h]`` (BLAS), then
+    Per step: ``h_seen·W_h`` and ``[t_h_seen, h_seen]·[W_h; t_W_h]`` (BLAS), then
     ``rnn_jvp_kernel`` with the step's slices of ``x·W_x + b`` and its tangent, writing
-    ``h[t], dh[t]``; zoneout on both (``zone``)."""
+    ``h[t], t_h[t]``; zoneout on both (``zone``)."""
     h0, w, b = (contiguous(a) for a in (h0, weights.w, weights.b))
-    dw, db = tangent_w
+    t_w, t_b = t_weights
     n_in, (n_batch, n_hidden) = x.shape[2], h0.shape
-    inputs = sequence_inputs(x, dx, settings, n_hidden)
-    x, dx, lengths, masks = inputs
+    inputs = sequence_inputs(x, t_x, settings, n_hidden)
+    x, t_x, lengths, masks = inputs
     n_steps, dtype = x.shape[0], x.dtype
-    dh0, db = tangent_or_zeros(dh0, h0), tangent_or_zeros(db, b)
-    lin_x = Linear.of(w[:n_in], None if dw is None else dw[:n_in])
-    lin_h = Linear.of(w[n_in:], None if dw is None else dw[n_in:])
+    t_h0, t_b = tangent_or_zeros(t_h0, h0), tangent_or_zeros(t_b, b)
+    lin_x = Linear.of(w[:n_in], None if t_w is None else t_w[:n_in])
+    lin_h = Linear.of(w[n_in:], None if t_w is None else t_w[n_in:])
     state, steps = (n_batch, n_hidden), (n_steps, n_batch, n_hidden)
-    x_z, dx_z, x_stack, h_z, dh_z, h_seen, dh_seen, h_stack = scratch(
+    x_z, t_x_z, x_stack, h_z, t_h_z, h_seen, t_h_seen, h_stack = scratch(
         dtype, steps, steps, stack_shape(lin_x, n_steps * n_batch), state, state, state, state,
         stack_shape(lin_h, n_batch))
     projection(x, lin_x.w, b, x_z)
-    input_tangent(lin_x, dx, x, db, dx_z, x_stack)
-    h, dh = step_outputs(2, steps, dtype)
+    input_tangent(lin_x, t_x, x, t_b, t_x_z, x_stack)
+    h, t_h = step_outputs(2, steps, dtype)
     for t in range(n_steps):
-        h_prev, dh_prev = step_pair(t, h0, h), step_pair(t, dh0, dh)
+        h_prev, t_h_prev = step_pair(t, h0, h), step_pair(t, t_h0, t_h)
         h_read = seen(h_prev, masks.recurrent, h_seen)
-        dh_read = seen(dh_prev, masks.recurrent, dh_seen)
+        t_h_read = seen(t_h_prev, masks.recurrent, t_h_seen)
         np.matmul(h_read, lin_h.w, out=h_z)
-        lin_h.into(dh_read, h_read, dh_z, h_stack)
-        rnn_jvp_kernel(h_z, x_z[t], dh_z, dx_z[t], relu, h[t], dh[t])
+        lin_h.into(t_h_read, h_read, t_h_z, h_stack)
+        rnn_jvp_kernel(h_z, x_z[t], t_h_z, t_x_z[t], relu, h[t], t_h[t])
         zone(masks.zoneout_h, t, h_prev, h[t])
-        zone(masks.zoneout_h, t, dh_prev, dh[t])
-    final, d_final = finish((h,), (dh,), h0, dh0, lengths)
-    return h, final, dh, d_final
+        zone(masks.zoneout_h, t, t_h_prev, t_h[t])
+    final, t_final = finish((h,), (t_h,), h0, t_h0, lengths)
+    return h, final, t_h, t_final
 
 
 
 
 def rnn_cell_step(x, h_prev, weights, tangents, relu):
     """The RNN cell and its tangent, the primal exactly as ``rnn_cell``'s:
-    ``(h, dh)``."""
-    gates, d_gates = cell_gates(x, h_prev, weights.w, (tangents.x, tangents.h_prev,
+    ``(h, t_h)``."""
+    gates, t_gates = cell_gates(x, h_prev, weights.w, (tangents.x, tangents.h_prev,
                                                         tangents.w))
     b = contiguous(weights.b)
-    h, dh = np.empty_like(gates), np.empty_like(gates)
-    rnn_jvp_kernel(gates, b, d_gates, tangent_or_zeros(tangents.b, b), relu, h, dh)
-    return h, dh
+    h, t_h = np.empty_like(gates), np.empty_like(gates)
+    rnn_jvp_kernel(gates, b, t_gates, tangent_or_zeros(tangents.b, b), relu, h, t_h)
+    return h, t_h
 
 
 # --------------------------------------------------------------------------------------
@@ -336,7 +336,7 @@ def rnn_cell_step(x, h_prev, weights, tangents, relu):
 
 
 def rnn_grad_jvp(x, h0, weights, seq, tangents, settings, relu, upstreams):
-    """``rnn_sequence_grad`` and its tangent: ``(grads, d_grads)``, each ``(dx, dh0,
+    """``rnn_sequence_grad`` and its tangent: ``(grads, t_grads)``, each ``(dx, dh0,
     dw, db)``; ``upstreams = (d_h, d_h_final, d_h_tangent, d_h_final_tangent)``. Per step,
     ``up`` the step's gradient ((1-z)∘ of carry plus ``d_h[t]``) and ``up'`` its tangent:
 
@@ -347,61 +347,63 @@ def rnn_grad_jvp(x, h0, weights, seq, tangents, settings, relu, upstreams):
     the saved ``h`` and the forward-mode tangent ``h'`` (``rnn_jvp``) without zoneout or with
     a binary one (``rnn._reads_saved_states``), else ``h̃ = act(x·W_x + b + h_seen·W_h)``
     and its tangent recomputed over all steps at once (``_rnn_unzoned``)."""
-    t_w = (tangents.w, tangents.b)
-    _, _, dh_seq, _ = rnn_jvp(x, tangents.x, h0, tangents.h0, weights, t_w, settings, relu)
+    t_weights = (tangents.w, tangents.b)
+    _, _, t_h_seq, _ = rnn_jvp(x, tangents.x, h0, tangents.h0, weights, t_weights, settings,
+                               relu)
     h0, w = contiguous(h0), contiguous(weights.w)
     n_in, (n_batch, n_hidden) = x.shape[2], h0.shape
-    x, dx, lengths, masks = sequence_inputs(x, tangents.x, settings, n_hidden)
+    x, t_x, lengths, masks = sequence_inputs(x, tangents.x, settings, n_hidden)
     n_steps, dtype = x.shape[0], x.dtype
     walk = Walk(n_steps, lengths, False)
-    d_h, d_h_t = upstream_pair(upstreams[0], upstreams[2])
-    grad_h, d_grad_h = carry_pair(upstreams[1], upstreams[3], (n_batch, n_hidden), dtype)
-    dw, dh0 = tangent_or_zeros(tangents.w, w), tangent_or_zeros(tangents.h0, h0)
+    d_h, t_d_h = upstream_pair(upstreams[0], upstreams[2])
+    grad_h, t_grad_h = carry_pair(upstreams[1], upstreams[3], (n_batch, n_hidden), dtype)
+    t_w, t_h0 = tangent_or_zeros(tangents.w, w), tangent_or_zeros(tangents.h0, h0)
     h = contiguous(seq.h)
     h0_seen, h_seen = seen_states(h0, h, masks.recurrent)
-    dh0_seen, dh_seen = seen_states(dh0, dh_seq, masks.recurrent)
-    lin_back = back_linear(w[n_in:], None if tangents.w is None else dw[n_in:])
+    t_h0_seen, t_h_seen = seen_states(t_h0, t_h_seq, masks.recurrent)
+    lin_back = back_linear(w[n_in:], None if tangents.w is None else t_w[n_in:])
     state, steps = (n_batch, n_hidden), (n_steps, n_batch, n_hidden)
     recompute = not _reads_saved_states(masks.zoneout_h)
     buffers = scratch(dtype, steps, steps, *[state] * 6, stack_shape(lin_back, n_batch),
                       *([steps] * 4 if recompute else []))
-    d_z, dd_z = buffers[:2]
-    outputs = (h, dh_seq) if not recompute else _rnn_unzoned(
-        walk, (x, dx), (h0_seen, h_seen, dh0_seen, dh_seen), weights, t_w, relu, buffers[9:])
+    d_z, t_d_z = buffers[:2]
+    outputs = (h, t_h_seq) if not recompute else _rnn_unzoned(
+        walk, (x, t_x), (h0_seen, h_seen, t_h0_seen, t_h_seen), weights, t_weights, relu,
+        buffers[9:])
     sums = np.zeros(n_hidden, dtype), np.zeros(n_hidden, dtype)
-    _rnn_backward_steps(outputs, (d_h, d_h_t), (grad_h, d_grad_h), walk, (d_z, dd_z),
+    _rnn_backward_steps(outputs, (d_h, t_d_h), (grad_h, t_grad_h), walk, (d_z, t_d_z),
                         (lin_back, relu, masks), buffers[2:9], sums)
-    (dx, dw), (d_dx, d_dw) = product_grads(
-        walk, (x, h0_seen, w, h_seen), (tangent_or_zeros(dx, x), dh0_seen, dw, dh_seen),
-        (d_z, dd_z))
+    (dx, dw), (t_dx, t_dw) = product_grads(
+        walk, (x, h0_seen, w, h_seen), (tangent_or_zeros(t_x, x), t_h0_seen, t_w, t_h_seen),
+        (d_z, t_d_z))
     return ((masked_input_grad(dx, masks.input), grad_h, dw, sums[0]),
-            (masked_input_grad(d_dx, masks.input), d_grad_h, d_dw, sums[1]))
+            (masked_input_grad(t_dx, masks.input), t_grad_h, t_dw, sums[1]))
 
 
-def _rnn_unzoned(walk, inputs, states, weights, t_w, relu, buffers):
+def _rnn_unzoned(walk, inputs, states, weights, t_weights, relu, buffers):
     """Every step's output before zoneout and its tangent, ``(h̃, h̃')``: the primal as
     ``rnn._unzoned_outputs`` computes it, ``h̃ = act(x·W_x + b + h_seen·W_h)``, and
     ``h̃' = act'∘(x'·W_x + x·W_x' + b' + h_seen'·W_h + h_seen·W_h')`` (``rnn_jvp_kernel``
     over all ``T·B`` rows). ``buffers``: four ``[T, B, H]`` scratch arrays."""
-    x, dx = inputs
-    h0_seen, h_seen, dh0_seen, dh_seen = states
-    x_z, h_z, dx_z, dh_z = buffers
+    x, t_x = inputs
+    h0_seen, h_seen, t_h0_seen, t_h_seen = states
+    x_z, h_z, t_x_z, t_h_z = buffers
     n_in = x.shape[2]
     w, b = contiguous(weights.w), contiguous(weights.b)
-    dw, db = t_w
+    t_w, t_b = t_weights
     projection(x, w[:n_in], b, x_z)
     walk.recurrent_projection(h0_seen, h_seen, w[n_in:], h_z)
-    lin_x = Linear.of(w[:n_in], None if dw is None else dw[:n_in])
+    lin_x = Linear.of(w[:n_in], None if t_w is None else t_w[:n_in])
     stack = np.empty(stack_shape(lin_x, x.shape[0] * x.shape[1]), x.dtype)
-    input_tangent(lin_x, dx, x, None if db is None else contiguous(db), dx_z, stack)
-    walk.recurrent_projection(dh0_seen, dh_seen, w[n_in:], dh_z)
-    if dw is not None:
-        dh_z += recurrent_product(walk, h0_seen, h_seen, contiguous(dw[n_in:]))
-    out, d_out = np.empty_like(x_z), np.empty_like(x_z)
+    input_tangent(lin_x, t_x, x, None if t_b is None else contiguous(t_b), t_x_z, stack)
+    walk.recurrent_projection(t_h0_seen, t_h_seen, w[n_in:], t_h_z)
+    if t_w is not None:
+        t_h_z += recurrent_product(walk, h0_seen, h_seen, contiguous(t_w[n_in:]))
+    out, t_out = np.empty_like(x_z), np.empty_like(x_z)
     if out.size:
-        rnn_jvp_kernel(flat(h_z), flat(x_z), flat(dh_z), flat(dx_z), relu, flat(out),
-                       flat(d_out))
-    return out, d_out
+        rnn_jvp_kernel(flat(h_z), flat(x_z), flat(t_h_z), flat(t_x_z), relu, flat(out),
+                       flat(t_out))
+    return out, t_out
 
 
 
@@ -411,20 +413,20 @@ def _rnn_backward_steps(outputs, d_h, carry, walk, d_z, fixed, buffers, sums):
     to the gradient of ``h0`` and its tangent, writes every step's ``d_z = (dz, dz')`` and
     accumulates ``sums = (db, db')``. ``outputs = (h̃, h̃')``, ``d_h = (d_h, d_h')``;
     ``fixed = (lin_back, relu, masks)``; ``buffers``: six ``[B, H]`` and the stack."""
-    h, dh = outputs
+    h, t_h = outputs
     lin_back, relu, masks = fixed
-    bufs, d_bufs, (prev, d_prev), stack = buffers[0:2], buffers[2:4], buffers[4:6], buffers[6]
+    bufs, t_bufs, (prev, t_prev), stack = buffers[0:2], buffers[2:4], buffers[4:6], buffers[6]
     for t in walk.back_times():
         stopped = stopped_rows(walk.lengths, t)
         up, up_old = state_step(masks.zoneout_h, t, carry[0], d_h[0], stopped, bufs)
-        d_up, d_up_old = state_step(masks.zoneout_h, t, carry[1], d_h[1], stopped, d_bufs)
+        t_up, t_up_old = state_step(masks.zoneout_h, t, carry[1], d_h[1], stopped, t_bufs)
         rnn_backward_kernel(h[t], up, up, False, relu, d_z[0][t], sums[0])
-        rnn_backward_tangent_kernel(h[t], dh[t], up, d_up, relu, d_z[1][t], sums[1])
-        target = carry if stopped is None else (prev, d_prev)
+        rnn_backward_tangent_kernel(h[t], t_h[t], up, t_up, relu, d_z[1][t], sums[1])
+        target = carry if stopped is None else (prev, t_prev)
         np.matmul(d_z[0][t], lin_back.w, out=target[0])
         lin_back.into(d_z[1][t], d_z[0][t], target[1], stack)
         finish_state_grad(target[0], masks.recurrent, up_old)
-        finish_state_grad(target[1], masks.recurrent, d_up_old)
+        finish_state_grad(target[1], masks.recurrent, t_up_old)
         if stopped is not None:      # stopped rows keep their state gradient
             np.copyto(carry[0], prev, where=~stopped)
-            np.copyto(carry[1], d_prev, where=~stopped)
+            np.copyto(carry[1], t_prev, where=~stopped)

@@ -232,10 +232,10 @@ def rnn_cell_jvp(x, h_prev, weights, tangents, settings):
     zero); see ``gradcells.reference.rnn.rnn_cell_jvp``. The primal is ``rnn_cell``'s."""
     rt, on_device = _launch.runtime_on(x)
     with on_device:
-        steps, _, d_steps, _ = _jvp(rt, x[None], None if tangents.x is None else
+        steps, _, t_steps, _ = _jvp(rt, x[None], None if tangents.x is None else
                                        tangents.x[None], h_prev, tangents.h_prev, weights,
                                        tangents.w, tangents.b, settings)
-        return RNNCellState(steps[0]), RNNCellState(d_steps[0])
+        return RNNCellState(steps[0]), RNNCellState(t_steps[0])
 
 
 def rnn_sequence_jvp(x, h0, weights, tangents, settings):
@@ -243,29 +243,29 @@ def rnn_sequence_jvp(x, h0, weights, tangents, settings):
     fields zero); see ``gradcells.reference.rnn.rnn_sequence_jvp``."""
     rt, on_device = _launch.runtime_on(x)
     with on_device:
-        steps, h, d_steps, dh = _jvp(rt, x, tangents.x, h0, tangents.h0, weights,
+        steps, h, t_steps, t_h = _jvp(rt, x, tangents.x, h0, tangents.h0, weights,
                                         tangents.w, tangents.b, settings)
         copy = settings.seq_len is None
         return (RNNSequence(steps, h.copy() if copy else h),
-                RNNSequence(d_steps, dh.copy() if copy else dh))
+                RNNSequence(t_steps, t_h.copy() if copy else t_h))
 
 
-def _jvp(rt, x, dx, h0, dh0, weights, d_w, d_b, settings):
-    """The RNN over ``x [T, B, I]`` and its tangent: ``(steps, h_final, d_steps,
-    d_h_final)``, the primal as ``_forward`` computes it."""
+def _jvp(rt, x, t_x, h0, t_h0, weights, t_w, t_b, settings):
+    """The RNN over ``x [T, B, I]`` and its tangent: ``(steps, h_final, t_steps,
+    t_h_final)``, the primal as ``_forward`` computes it."""
     xp = rt.xp
     lengths = _launch.lengths(xp, settings.seq_len)
-    x, dx = running(xp, x, settings, lengths), running(xp, dx, settings, lengths)
+    x, t_x = running(xp, x, settings, lengths), running(xp, t_x, settings, lengths)
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
     m_rec, z_h = _masks(xp, settings, n_steps, n_batch, n_hidden)
     w_x, w_h = weights.w[:n_in], weights.w[n_in:]
-    dw_x, dw_h = split_rows(d_w, n_in)
+    t_w_x, t_w_h = split_rows(t_w, n_in)
     x_z = _input_part(xp, x, w_x)
-    dx_z = input_tangent(xp, x, dx, w_x, dw_x, d_b, n_hidden)
+    t_x_z = input_tangent(xp, x, t_x, w_x, t_w_x, t_b, n_hidden)
     steps = xp.empty((n_steps, n_batch, n_hidden), dtype=x.dtype)
-    d_steps = xp.empty((n_steps, n_batch, n_hidden), dtype=x.dtype)
-    h, dh = state_buffers(xp, h0, dh0, lengths)
+    t_steps = xp.empty((n_steps, n_batch, n_hidden), dtype=x.dtype)
+    h, t_h = state_buffers(xp, h0, t_h0, lengths)
     b = xp.ascontiguousarray(weights.b)
     common = dict(seq_len=_launch.lengths_argument(xp, lengths), use_relu=_use_relu(settings),
                   use_seq_len=lengths is not None, use_zoneout_h=z_h is not None,
@@ -273,18 +273,18 @@ def _jvp(rt, x, dx, h0, dh0, weights, d_w, d_b, settings):
     forward = Launcher(rt, "rnn_forward", x.dtype, n_batch * n_hidden, b=b, **common,
                        h_state=steps if lengths is None else h)
     tangent = Launcher(rt, "rnn_forward_tangent", x.dtype, n_batch * n_hidden, b=b, **common,
-                       dh_state=d_steps if lengths is None else dh)
+                       dh_state=t_steps if lengths is None else t_h)
     for t in range(n_steps):
         h_seen = plan.masked(h, m_rec)
         gh = matmul(xp, h_seen, w_h)
-        dgh = recurrent_tangent(xp, h_seen, plan.masked(dh, m_rec), w_h, dw_h)
+        t_gh = recurrent_tangent(xp, h_seen, plan.masked(t_h, m_rec), w_h, t_w_h)
         zoneout = _launch.at_step(z_h, t, h)
         forward(gx=x_z[t], gh=gh, step=t, h_prev=h, zoneout_h=zoneout, h=steps[t])
-        tangent(gx=x_z[t], gh=gh, dgx=dx_z[t], dgh=dgh, step=t, dh_prev=dh,
-                zoneout_h=zoneout, dh=d_steps[t])
+        tangent(gx=x_z[t], gh=gh, dgx=t_x_z[t], dgh=t_gh, step=t, dh_prev=t_h,
+                zoneout_h=zoneout, dh=t_steps[t])
         if lengths is None:
-            h, dh = steps[t], d_steps[t]
-    return steps, h, d_steps, dh
+            h, t_h = steps[t], t_steps[t]
+    return steps, h, t_steps, t_h
 
 
 # --------------------------------------------------------------------------------------
@@ -298,11 +298,11 @@ def rnn_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None
     see ``gradcells.reference.rnn.rnn_cell_grad_jvp``."""
     rt, on_device = _launch.runtime_on(x)
     with on_device:
-        d_h, d_h_t = upstream_pair(rt.xp, d_h, d_h_tangent, state.h)
+        d_h, t_d_h = upstream_pair(rt.xp, d_h, d_h_tangent, state.h)
         pairs = _grad_jvp(
             rt, x[None], h_prev, weights, state.h[None],
             tangents._replace(x=None if tangents.x is None else tangents.x[None]), settings,
-            (None if d_h is None else d_h[None], None if d_h_t is None else d_h_t[None],
+            (None if d_h is None else d_h[None], None if t_d_h is None else t_d_h[None],
              None, None))
         return tuple(RNNCellGrads(dx[0], *rest) for dx, *rest in pairs)
 
@@ -324,25 +324,25 @@ def rnn_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
 def _grad_jvp(rt, x, h0, weights, h, tangents, settings, upstream):
     """``rnn_sequence_grad`` from the saved steps ``h`` and its tangent along ``tangents``
     (an ``RNNSequenceGrads`` or ``RNNCellGrads`` of ``[T, B, ·]`` x tangents, None fields
-    zero) and ``upstream = (d_h, d_h_t, d_h_final, d_h_final_t)`` (``upstream_pair``s):
+    zero) and ``upstream = (d_h, t_d_h, d_h_final, t_d_h_final)`` (``upstream_pair``s):
     two lists of the fields of RNNSequenceGrads. The primal is ``_backward``'s, with
     ``_Tangent`` as its step hook; the saved steps' tangent is ``_jvp``'s."""
     xp = rt.xp
     t_x, t_h0, t_w, t_b = tangents
-    d_h, d_h_t, d_h_final, d_h_final_t = upstream
+    d_h, t_d_h, d_h_final, t_d_h_final = upstream
     t_h0, t_w = zeros_or(xp, t_h0, h0), zeros_or(xp, t_w, weights.w)
     t_steps = _jvp(rt, x, t_x, h0, t_h0, weights, t_w, t_b, settings)[2]
     hook = _Tangent(rt, x, t_x, h0, t_h0, weights, (t_w, t_b), xp.ascontiguousarray(h),
                        t_steps, settings, upstream)
     grads = _backward(rt, x, h0, weights, h, settings, d_h=d_h, d_h_final=d_h_final,
                       tangent=hook)
-    dh0_t = _initial_state_grad(xp, h0, hook.carry, hook.lengths, d_h_final_t)
-    d_z = hook.d_z_t if hook.d_z is None else hook.d_z  # T = 0: both empty
-    dx_t, dw_t, db_t = _input_and_weight_grads(rt, hook.x, hook.h_seen, weights.w, hook.d_z_t)
-    dx_w, dw_w, _ = _input_and_weight_grads(rt, hook.t_x, hook.t_seen, t_w, d_z)
-    dx_t = plan.running_inputs(xp, plan.masked(dx_t + dx_w, settings.input_mask),
+    t_dh0 = _initial_state_grad(xp, h0, hook.carry, hook.lengths, t_d_h_final)
+    d_z = hook.t_d_z if hook.d_z is None else hook.d_z  # T = 0: both empty
+    t_dx, t_dw, t_db = _input_and_weight_grads(rt, hook.x, hook.h_seen, weights.w, hook.t_d_z)
+    t_dx_w, t_dw_w, _ = _input_and_weight_grads(rt, hook.t_x, hook.t_seen, t_w, d_z)
+    t_dx = plan.running_inputs(xp, plan.masked(t_dx + t_dx_w, settings.input_mask),
                                hook.lengths)
-    return list(grads), [dx_t, dh0_t, dw_t + dw_w, db_t]
+    return list(grads), [t_dx, t_dh0, t_dw + t_dw_w, t_db]
 
 
 def _outputs(rt, x, t_x, h_seen, t_seen, weights, t_w, t_b, settings):
@@ -368,7 +368,7 @@ def _outputs(rt, x, t_x, h_seen, t_seen, weights, t_w, t_b, settings):
 
 class _Tangent:
     """``_backward_steps``'s step hook: after step t's ``rnn_backward``,
-    ``rnn_backward_tangent`` (the tangent of its ``dz``, into ``d_z_t[t]``) and the tangent
+    ``rnn_backward_tangent`` (the tangent of its ``dz``, into ``t_d_z[t]``) and the tangent
     carry ``(dz'·W_hᵀ + dz·W_h'ᵀ)∘m_rec`` (plus zoneout's ``z∘g'``), kept in ``carry``.
     Built from the call's arrays: the inputs and states as the matmuls saw them (``x``,
     ``h_seen`` and their tangents) and each step's own output ``act(z_t)`` and tangent."""
@@ -389,20 +389,20 @@ class _Tangent:
         self.w_h, self.t_w_h = weights.w[n_in:], t_w[n_in:]
         self.outputs, self.t_outputs = (h, t_steps) if self.z_h is None else _outputs(
             rt, self.x, self.t_x, self.h_seen, self.t_seen, weights, t_w, t_b, settings)
-        self.d_h, self.d_h_t, d_h_final, d_h_final_t = upstream
+        self.d_h, self.t_d_h, d_h_final, t_d_h_final = upstream
         self.carry = self.d_z = None
-        self.d_z_t = xp.empty((n_steps, n_batch, n_hidden), dtype=x.dtype)
+        self.t_d_z = xp.empty((n_steps, n_batch, n_hidden), dtype=x.dtype)
         self.placeholder = placeholder = self.outputs
-        self.dh_zoned_t = (placeholder if self.z_h is None
+        self.t_dh_zoned = (placeholder if self.z_h is None
                            else xp.empty((n_batch, n_hidden), dtype=x.dtype))
         self.kernel = Launcher(
             rt, "rnn_backward_tangent", x.dtype, n_batch * n_hidden,
             d_h_final=placeholder if d_h_final is None else d_h_final,
-            d_h_final_t=placeholder if d_h_final_t is None else d_h_final_t,
+            d_h_final_t=placeholder if t_d_h_final is None else t_d_h_final,
             seq_len=_launch.lengths_argument(xp, lengths), use_relu=_use_relu(settings),
             has_d_h=self.d_h is not None, has_d_h_final=d_h_final is not None,
             use_seq_len=lengths is not None, use_zoneout_h=self.z_h is not None,
-            n_steps=n_steps, batch=n_batch, hidden=n_hidden, dh_zoned_t=self.dh_zoned_t)
+            n_steps=n_steps, batch=n_batch, hidden=n_hidden, dh_zoned_t=self.t_dh_zoned)
 
     def __call__(self, t, dh_next, d_z):
         placeholder = self.placeholder
@@ -410,10 +410,10 @@ class _Tangent:
         given = self.d_h is not None
         self.kernel(h=self.outputs[t], h_t=self.t_outputs[t],
                     d_h=self.d_h[t] if given else placeholder,
-                    d_h_t=self.d_h_t[t] if given else placeholder,
+                    d_h_t=self.t_d_h[t] if given else placeholder,
                     dh_next=placeholder if dh_next is None else dh_next,
                     dh_next_t=placeholder if self.carry is None else self.carry, step=t,
-                    zoneout_h=_launch.at_step(self.z_h, t, placeholder), d_z_t=self.d_z_t[t])
-        carry = recurrent_tangent(self.xp, d_z[t], self.d_z_t[t], self.w_h.T, self.t_w_h.T)
+                    zoneout_h=_launch.at_step(self.z_h, t, placeholder), d_z_t=self.t_d_z[t])
+        carry = recurrent_tangent(self.xp, d_z[t], self.t_d_z[t], self.w_h.T, self.t_w_h.T)
         carry = plan.masked(carry, self.m_rec)
-        self.carry = carry if self.z_h is None else carry + self.dh_zoned_t
+        self.carry = carry if self.z_h is None else carry + self.t_dh_zoned
