@@ -580,7 +580,7 @@ def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams
     d_h_final_tangent)``.
 
     The saved gates' tangents are ``gru_jvp``'s. Per step (``_gru_backward_steps``) the
-    gradient's kernels and their tangents' passes (``_grad_jvp_kernels``) around the
+    gradient's kernels and their tangents' passes (``_cpu_kernels``) around the
     matmuls' tangents (``Linear``):
 
         reset before:  d_hr' = (dc_bar'·W_chᵀ + dc_bar·W_ch'ᵀ)∘m_rec
