@@ -78,7 +78,7 @@ def _parameters(function):
 
 def _grouped(names, values):
     """Flat ``name -> array``, the six ``layer_norm.*`` arrays as one ``LSTMNorm``."""
-    named = dict(zip(names, values))
+    named = dict(zip(names, values, strict=True))
     norm = [named.pop(n) for n in NORM_ARRAYS if n in named]
     if norm:
         named["layer_norm"] = LSTMNorm(*norm)
@@ -113,7 +113,7 @@ def _host_jvp(call, grad, *arrays):
     _, d_result = getattr(gc, f"{call.op}_jvp")(**call.keywords(arrays[:n]),
                                                 tangents=tangents)
     return tuple(np.zeros(s, d) if t is None else np.asarray(t, d)
-                 for t, (s, d) in zip(d_result, call.out))
+                 for t, (s, d) in zip(d_result, call.out, strict=True))
 
 
 def _gradient_args(call, grad, arrays):
@@ -124,14 +124,14 @@ def _gradient_args(call, grad, arrays):
     n, n_out = len(call.diff) + len(call.const), len(call.out)
     upstream = arrays[n + n_out:n + n_out + len(given)]
     rest = arrays[n + n_out + len(given):]
-    for name, ct in zip(unsupported, rest):
+    for name, ct in zip(unsupported, rest[:len(unsupported)], strict=True):
         if np.any(ct):
             raise ValueError(
                 f"{call.op}_grad takes no upstream gradient of the result's {name!r}: "
                 f"differentiate through {', '.join(call.spec.upstream)} only")
     keywords = {**call.keywords(arrays[:n], of=getattr(gc, f"{call.op}_grad")),
                 call.spec.result_arg: call.spec.result(*arrays[n:n + n_out]),
-                **dict(zip(given, upstream))}
+                **dict(zip(given, upstream, strict=True))}
     return keywords, rest[len(unsupported):]
 
 
@@ -141,7 +141,8 @@ def _host_vjp(call, grad, *arrays):
     arrays = _host(arrays)
     keywords, _ = _gradient_args(call, grad, arrays)
     grads = getattr(gc, f"{call.op}_grad")(**keywords)
-    return tuple(np.asarray(g, a.dtype) for g, a in zip(_flat(grads, call.diff), arrays))
+    diff = arrays[:len(call.diff)]
+    return tuple(np.asarray(g, a.dtype) for g, a in zip(_flat(grads, call.diff), diff, strict=True))
 
 
 def _host_grad_jvp(call, grad, *arrays):
@@ -158,9 +159,10 @@ def _host_grad_jvp(call, grad, *arrays):
     tangents = call.spec.grads(**_grouped(call.diff, d_inputs))
     _, d_grads = getattr(gc, f"{call.op}_grad_jvp")(
         **keywords, tangents=tangents,
-        **{f"{u}_tangent": t for u, t in zip(grad[0], d_upstream)})
+        **{f"{u}_tangent": t for u, t in zip(grad[0], d_upstream, strict=True)})
     return tuple(np.zeros(a.shape, a.dtype) if g is None else np.asarray(g, a.dtype)
-                 for g, a in zip(_flat(d_grads, call.diff), arrays))
+                 for g, a in zip(_flat(d_grads, call.diff), arrays[:len(call.diff)],
+                                 strict=True))
 
 
 # --------------------------------------------------------------------------------------
@@ -230,7 +232,7 @@ def _jvp_transpose(cts, *operands, call, grad):
                        *(cts[fields.index(f)] for f in unsupported), call=call,
                        grad=(given, unsupported))
     return [None] * (n + n_out) + [g if ad.is_undefined_primal(t) else None
-                                   for g, t in zip(grads, tangents)]
+                                   for g, t in zip(grads, tangents, strict=True)]
 
 
 def _vjp_jvp(primals, tangents, *, call, grad):
@@ -268,12 +270,12 @@ def _batched(p, operands, dims, *, call, grad):
     folded = _folded(p, operands, dims, call) if p in (forward_p, jvp_p) else None
     if folded is not None:
         return folded
-    moved = [a if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(operands, dims)]
+    moved = [a if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(operands, dims, strict=True)]
     mapped = [i for i, d in enumerate(dims) if d is not None]
 
     def one(slices):
         args = list(moved)
-        for i, s in zip(mapped, slices):
+        for i, s in zip(mapped, slices, strict=True):
             args[i] = s
         return p.bind(*args, call=call, grad=grad)
 
@@ -285,7 +287,7 @@ def _operand_labels(p, call):
     """The shape labels of ``p``'s operands (weights: none with ``B``; the masks marked
     ``None``: they broadcast, and fold only when their ``B`` extent is 1)."""
     spec = call.spec
-    by_name = {"x": spec.x_labels, **dict(zip(spec.states, spec.state_labels)),
+    by_name = {"x": spec.x_labels, **dict(zip(spec.states, spec.state_labels, strict=True)),
                "seq_len": ("B",)}
     diff = [by_name.get(n, ()) for n in call.diff]
     const = [by_name.get(n) for n in call.const]
@@ -306,15 +308,17 @@ def _folded(p, operands, dims, call):
     batch_first = dict(call.options).get("batch_first", False)
     labels = _operand_labels(p, call)
     axes = [_batch_axis(lab, batch_first) for lab in labels]
-    n = next(a.shape[d] for a, d in zip(operands, dims) if d is not None)
+    n = next(a.shape[d] for a, d in zip(operands, dims, strict=True) if d is not None)
     names = [*call.diff, *call.const]
-    for a, d, lab, axis, name in zip(operands, dims, labels, axes, names + [""] * len(dims)):
+    # strict=False: ``names`` is padded past the operands, whose trailing masks have none
+    padded = names + [""] * len(dims)
+    for a, d, lab, axis, name in zip(operands, dims, labels, axes, padded, strict=False):
         if lab is None and (d is not None or _mask_rows(a, name, batch_first) != 1):
             return None
         if lab is not None and d is not None and axis is None:
             return None
     merged = []
-    for a, d, axis in zip(operands, dims, axes):
+    for a, d, axis in zip(operands, dims, axes, strict=True):
         if axis is not None:
             a = (jnp.broadcast_to(jnp.expand_dims(a, axis), (*a.shape[:axis], n,
                                                              *a.shape[axis:]))
@@ -323,10 +327,10 @@ def _folded(p, operands, dims, call):
         merged.append(a)
     out_axes = [_batch_axis(lab, batch_first) for lab in call.spec.result_labels()]
     out = tuple((tuple(n * k if i == axis else k for i, k in enumerate(shape)), dtype)
-                for (shape, dtype), axis in zip(call.out, out_axes))
+                for (shape, dtype), axis in zip(call.out, out_axes, strict=True))
     results = p.bind(*merged, call=dataclasses.replace(call, out=out), grad=())
     return ([r.reshape(*r.shape[:axis], n, r.shape[axis] // n, *r.shape[axis + 1:])
-             for r, axis in zip(results, out_axes)], out_axes)
+             for r, axis in zip(results, out_axes, strict=True)], out_axes)
 
 
 def _mask_rows(mask, name, batch_first):

@@ -257,7 +257,7 @@ class _RecurrentBase(nn.Module):
             return [x.new_zeros(shape) for shape in shapes]
         given = self._gradcells_order(hx)
         states = []
-        for name, state, shape in zip(self._state_names, given, shapes):
+        for name, state, shape in zip(self._state_names, given, shapes, strict=True):
             if not isinstance(state, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(state).__name__}")
             if unbatched and state.ndim == 2:
