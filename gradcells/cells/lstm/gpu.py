@@ -871,7 +871,7 @@ class _TangentLoop:
             t_d_cs_final=cs0 if t_ups[3] is None else t_ups[3], t_dh_zoned=self.t_dh_zoned,
             dcs_next=self.dcs, t_dcs_next=self.t_dcs, t_dcs_prev=self.t_dcs)
 
-    def run(self, steps, d_steps, cs0, t_cs0):
+    def run(self, steps, t_steps, cs0, t_cs0):
         """The loop: ``(d_gates, terms, dcs0, dh0)`` and their tangents (``dcs0``, ``dh0``
         None when T = 0)."""
         z_cs = self.masks[1]
@@ -879,7 +879,7 @@ class _TangentLoop:
         at = _launch.at_step
         for step in reversed(range(self.n_steps)):
             state = {k: getattr(steps, k)[step] for k in ("i", "cs", "f", "o", "ci", "co")}
-            d_state = {f"t_{k}": getattr(d_steps, k)[step] for k in state}
+            t_state = {f"t_{k}": getattr(t_steps, k)[step] for k in state}
             dh_args, t_dh_args = self._dh_arguments(step, dh, t_dh)
             zones = {"zoneout_cs": at(z_cs, step, self.placeholder),
                      "zoneout_h": at(self.masks[2] if self.zone_h else None, step,
@@ -887,8 +887,8 @@ class _TangentLoop:
             d_cs, t_d_cs = (self.placeholder if a is None else a[step]
                             for a in (self.ups[1], self.t_ups[1]))
             self.tangent(cs_prev=cs0 if step == 0 else steps.cs[step - 1],
-                         t_cs_prev=t_cs0 if step == 0 else d_steps.cs[step - 1],
-                         **state, **d_state, **dh_args, **t_dh_args, d_cs=d_cs,
+                         t_cs_prev=t_cs0 if step == 0 else t_steps.cs[step - 1],
+                         **state, **t_state, **dh_args, **t_dh_args, d_cs=d_cs,
                          t_d_cs=t_d_cs, step=step, **zones,
                          t_d_gates=self.t_d_gates[step],
                          t_peephole_terms=self._at(self.t_terms, step),
@@ -949,7 +949,7 @@ class _NormTangent:
 
     def __init__(self, rt, norm, t_x, t_h_prev, weights, t):
         xp = rt.xp
-        self.rt, self.norm, self.d_norm = rt, norm, t.layer_norm
+        self.rt, self.norm, self.t_norm = rt, norm, t.layer_norm
         n_steps, n_batch, n_in = t_x.shape
         width = weights.w.shape[1]
         w, t_w, x, h_prev = weights.w, t.w, norm.x, norm.h_prev
@@ -966,7 +966,7 @@ class _NormTangent:
         """``dz_h'`` of ``step`` (kept for ``dW_h'``)."""
         norm = self.norm
         return _norm_grad_tangent_rows(self.rt, d_gates, t_d_gates, norm.z_h[step],
-                                       self.z_h[step], norm.norm.gamma_h, self.d_norm.gamma_h,
+                                       self.z_h[step], norm.norm.gamma_h, self.t_norm.gamma_h,
                                        norm.epsilon, self.dz_h[step], self.h_terms[step])
 
     def input_grad(self, d_gates, t_d_gates):
@@ -974,7 +974,7 @@ class _NormTangent:
         norm = self.norm
         self.x_terms = self.rt.xp.empty_like(t_d_gates)
         return _norm_grad_tangent_rows(self.rt, d_gates, t_d_gates, norm.z_x, self.z_x,
-                                       norm.norm.gamma_x, self.d_norm.gamma_x, norm.epsilon,
+                                       norm.norm.gamma_x, self.t_norm.gamma_x, norm.epsilon,
                                        self.rt.xp.empty_like(t_d_gates), self.x_terms)
 
     def parameter_grads(self, t_db):
