@@ -213,27 +213,28 @@ def gru_reset_after_grad_kernel(d_h, has_d_h, r, u, c, h_prev, gates_ch, addend_
 
 
 @kernel
-def gru_gates_jvp_kernel(gates_ru, addend_ru, d_gates_ru, d_addend_ru, h_seen, dh_seen,
-                         outs, d_outs):
+def gru_gates_jvp_kernel(gates_ru, addend_ru, t_gates_ru, t_addend_ru, h_seen, t_h_seen,
+                         outs, t_outs):
     """Reset before, pass 1: the gates, the reset state and their tangents.
 
     ``gates_ru [B, 2H] = h_seen·W_ruh`` (or ``[x, h_seen]·w_ru``), ``addend_ru`` as
-    ``gru_gates_kernel`` takes it, and their tangents; ``h_seen, dh_seen [B, H]``: the state
-    the matmuls read and its tangent; ``outs = (r, u, rh)``, ``d_outs = (dr, du, d_rh)``,
-    all ``[B, H]``, written:
+    ``gru_gates_kernel`` takes it, and their tangents ``t_gates_ru``, ``t_addend_ru``;
+    ``h_seen, t_h_seen [B, H]``: the state the matmuls read and its tangent; ``outs = (r,
+    u, rh)``, ``t_outs = (t_r, t_u, t_rh)``, all ``[B, H]``, written:
 
         [r, u] = σ(gates_ru + addend_ru);  rh = r·h_seen
-        [dr, du] = [r(1-r), u(1-u)]·(d_gates_ru + d_addend_ru);  d_rh = dr·h_seen + r·dh_seen
+        [t_r, t_u] = [r(1-r), u(1-u)]·(t_gates_ru + t_addend_ru);  t_rh = t_r·h_seen + r·t_h_seen
     """
     r, u, rh = outs
-    dr, du, d_rh = d_outs
+    t_r, t_u, t_rh = t_outs
     n_batch, n_hidden = h_seen.shape
     one = typed(1.0, h_seen)
     for row in range(n_batch):
         g, a = gates_ru[row], row_of(addend_ru, row)
-        dg, da = d_gates_ru[row], row_of(d_addend_ru, row)
-        h_r, dh_r = h_seen[row], dh_seen[row]
-        r_r, u_r, rh_r, dr_r, du_r, drh_r = r[row], u[row], rh[row], dr[row], du[row], d_rh[row]
+        t_g, t_a = t_gates_ru[row], row_of(t_addend_ru, row)
+        h_r, t_h_r = h_seen[row], t_h_seen[row]
+        r_r, u_r, rh_r = r[row], u[row], rh[row]
+        t_r_r, t_u_r, t_rh_r = t_r[row], t_u[row], t_rh[row]
         for j in range(n_hidden):
             k = n_hidden + j
             gate_r = sigmoid(g[j] + a[j])
@@ -241,78 +242,78 @@ def gru_gates_jvp_kernel(gates_ru, addend_ru, d_gates_ru, d_addend_ru, h_seen, d
             r_r[j] = gate_r
             u_r[j] = gate_u
             rh_r[j] = gate_r * h_r[j]
-            d_r = gate_r * (one - gate_r) * (dg[j] + da[j])
-            dr_r[j] = d_r
-            du_r[j] = gate_u * (one - gate_u) * (dg[k] + da[k])
-            drh_r[j] = d_r * h_r[j] + gate_r * dh_r[j]
+            t_gate_r = gate_r * (one - gate_r) * (t_g[j] + t_a[j])
+            t_r_r[j] = t_gate_r
+            t_u_r[j] = gate_u * (one - gate_u) * (t_g[k] + t_a[k])
+            t_rh_r[j] = t_gate_r * h_r[j] + gate_r * t_h_r[j]
 
 
 @kernel
-def gru_candidate_jvp_kernel(gates_c, addend_c, d_gates_c, d_addend_c, h_prev, dh_prev, u,
-                             du, outs, d_outs):
+def gru_candidate_jvp_kernel(gates_c, addend_c, t_gates_c, t_addend_c, h_prev, t_h_prev, u,
+                             t_u, outs, t_outs):
     """Reset before, pass 2: the candidate, the new state and their tangents.
 
     ``gates_c [B, H] = (r∘h_seen)·W_ch`` (or ``[x, r∘h_seen]·w_c``), ``addend_c`` as
-    ``gru_candidate_kernel`` takes it, and their tangents; ``h_prev, dh_prev``: the state
-    the update interpolates and its tangent; ``u, du`` from pass 1; ``outs = (c, h)``,
-    ``d_outs = (dc, dh)``, all ``[B, H]``, written:
+    ``gru_candidate_kernel`` takes it, and their tangents ``t_gates_c``, ``t_addend_c``;
+    ``h_prev, t_h_prev``: the state the update interpolates and its tangent; ``u, t_u``
+    from pass 1; ``outs = (c, h)``, ``t_outs = (t_c, t_h)``, all ``[B, H]``, written:
 
         c = tanh(gates_c + addend_c);   h = u·h_prev + (1-u)·c
-        dc = (1-c²)·(d_gates_c + d_addend_c);  dh = du·(h_prev - c) + u·dh_prev + (1-u)·dc
+        t_c = (1-c²)·(t_gates_c + t_addend_c);  t_h = t_u·(h_prev - c) + u·t_h_prev + (1-u)·t_c
     """
     c, h = outs
-    dc, dh = d_outs
+    t_c, t_h = t_outs
     n_batch, n_hidden = h_prev.shape
     one = typed(1.0, h_prev)
     for row in range(n_batch):
         g, a = gates_c[row], row_of(addend_c, row)
-        dg, da = d_gates_c[row], row_of(d_addend_c, row)
-        h_p, dh_p, u_r, du_r = h_prev[row], dh_prev[row], u[row], du[row]
-        c_r, h_r, dc_r, dh_r = c[row], h[row], dc[row], dh[row]
+        t_g, t_a = t_gates_c[row], row_of(t_addend_c, row)
+        h_p, t_h_p, u_r, t_u_r = h_prev[row], t_h_prev[row], u[row], t_u[row]
+        c_r, h_r, t_c_r, t_h_r = c[row], h[row], t_c[row], t_h[row]
         for j in range(n_hidden):
             cand = tanh(g[j] + a[j])
             gate_u = u_r[j]
             c_r[j] = cand
             h_r[j] = gate_u * h_p[j] + (one - gate_u) * cand
-            d_c = (one - cand * cand) * (dg[j] + da[j])
-            dc_r[j] = d_c
-            dh_r[j] = du_r[j] * (h_p[j] - cand) + gate_u * dh_p[j] + (one - gate_u) * d_c
+            t_cand = (one - cand * cand) * (t_g[j] + t_a[j])
+            t_c_r[j] = t_cand
+            t_h_r[j] = t_u_r[j] * (h_p[j] - cand) + gate_u * t_h_p[j] + (one - gate_u) * t_cand
 
 
 
 @kernel
-def gru_reset_after_tangent_kernel(d_ru, d_cx, d_ch, g_ch, a_ch, r, u, c, h_prev, dh_prev, dr,
-                                   du, dc, dh):
+def gru_reset_after_tangent_kernel(t_ru, t_cx, t_ch, g_ch, a_ch, r, u, c, h_prev, t_h_prev,
+                                   t_r, t_u, t_c, t_h):
     """The reset-after GRU step's tangent, from the primal ``gru_reset_after_kernel``
-    wrote; writes ``dr, du, dc, dh [B, H]``.
+    wrote; writes ``t_r, t_u, t_c, t_h [B, H]``.
 
-    ``d_ru [B, 2H]``, ``d_cx [B, H]``, ``d_ch [B, H]``: the tangents of the pre-activations
+    ``t_ru [B, 2H]``, ``t_cx [B, H]``, ``t_ch [B, H]``: the tangents of the pre-activations
     ``[x, h_seen]·w_ru + b_ru``, ``x·W_cx + b_cx`` and ``n = h_seen·W_ch + b_ch``;
     ``g_ch [B, H]`` and ``a_ch`` (``[H]`` or ``[B, H]``): n's two parts as the forward
-    kernel added them; ``r, u, c [B, H]``: the primal; ``h_prev, dh_prev``: the state the
+    kernel added them; ``r, u, c [B, H]``: the primal; ``h_prev, t_h_prev``: the state the
     update interpolates and its tangent:
 
-        [dr, du] = [r(1-r), u(1-u)]·d_ru;   dc = (1-c²)·(d_cx + dr·n + r·d_ch)
-        dh = du·(h_prev - c) + u·dh_prev + (1-u)·dc
+        [t_r, t_u] = [r(1-r), u(1-u)]·t_ru;   t_c = (1-c²)·(t_cx + t_r·n + r·t_ch)
+        t_h = t_u·(h_prev - c) + u·t_h_prev + (1-u)·t_c
     """
     n_batch, n_hidden = h_prev.shape
     one = typed(1.0, h_prev)
     for row in range(n_batch):
-        d_gates = d_ru[row]
-        d_r, d_u = d_gates[:n_hidden], d_gates[n_hidden:]
-        dx_r, dn_r, g_r, a_r = d_cx[row], d_ch[row], g_ch[row], row_of(a_ch, row)
-        r_r, u_r, c_r, h_p, dh_p = r[row], u[row], c[row], h_prev[row], dh_prev[row]
-        dr_r, du_r, dc_r, dh_r = dr[row], du[row], dc[row], dh[row]
+        t_pre = t_ru[row]
+        t_pre_r, t_pre_u = t_pre[:n_hidden], t_pre[n_hidden:]
+        t_cx_r, t_ch_r, g_r, a_r = t_cx[row], t_ch[row], g_ch[row], row_of(a_ch, row)
+        r_r, u_r, c_r, h_p, t_h_p = r[row], u[row], c[row], h_prev[row], t_h_prev[row]
+        t_r_r, t_u_r, t_c_r, t_h_r = t_r[row], t_u[row], t_c[row], t_h[row]
         for j in range(n_hidden):
             gate_r, gate_u, cand = r_r[j], u_r[j], c_r[j]
-            d_gate_r = gate_r * (one - gate_r) * d_r[j]
-            d_gate_u = gate_u * (one - gate_u) * d_u[j]
-            d_cand = (one - cand * cand) * (dx_r[j] + d_gate_r * (g_r[j] + a_r[j])
-                                            + gate_r * dn_r[j])
-            dr_r[j] = d_gate_r
-            du_r[j] = d_gate_u
-            dc_r[j] = d_cand
-            dh_r[j] = d_gate_u * (h_p[j] - cand) + gate_u * dh_p[j] + (one - gate_u) * d_cand
+            t_gate_r = gate_r * (one - gate_r) * t_pre_r[j]
+            t_gate_u = gate_u * (one - gate_u) * t_pre_u[j]
+            t_cand = (one - cand * cand) * (t_cx_r[j] + t_gate_r * (g_r[j] + a_r[j])
+                                            + gate_r * t_ch_r[j])
+            t_r_r[j] = t_gate_r
+            t_u_r[j] = t_gate_u
+            t_c_r[j] = t_cand
+            t_h_r[j] = t_gate_u * (h_p[j] - cand) + gate_u * t_h_p[j] + (one - gate_u) * t_cand
 
 
 # --------------------------------------------------------------------------------------
@@ -320,142 +321,142 @@ def gru_reset_after_tangent_kernel(d_ru, d_cx, d_ch, g_ch, a_ch, r, u, c, h_prev
 
 
 @helper
-def _update_tangents(g, dg, gate_u, cand, d_gate_u, d_cand, h_p, dh_p, one):
-    """The tangents ``(dc_bar', du_bar')`` of ``dc_bar = g(1-u)(1-c²)`` and ``du_bar =
+def _update_tangents(g, t_g, gate_u, cand, t_gate_u, t_cand, h_p, t_h_p, one):
+    """The tangents ``(t_dc_bar, t_du_bar)`` of ``dc_bar = g(1-u)(1-c²)`` and ``du_bar =
     g(h_prev-c)u(1-u)``, one element (both GRU variants' kernels; LLVM inlines it; ``one``:
-    1 in the arrays' dtype):
+    1 in the arrays' dtype; ``t_`` the tangents):
 
-        dc_bar' = g'(1-u)(1-c²) - g·u'(1-c²) - g(1-u)·2c·c'
-        du_bar' = [g'(h_prev-c) + g(h_prev'-c')]·u(1-u) + g(h_prev-c)·(u'(1-u) - u·u')
+        t_dc_bar = t_g(1-u)(1-c²) - g·t_u(1-c²) - g(1-u)·2c·t_c
+        t_du_bar = [t_g(h_prev-c) + g(t_h_prev-t_c)]·u(1-u) + g(h_prev-c)·(t_u(1-u) - u·t_u)
     """
     two = one + one
     tanh_d = one - cand * cand
-    dd_c = (dg * (one - gate_u) * tanh_d - g * d_gate_u * tanh_d
-            - g * (one - gate_u) * (two * cand * d_cand))
+    t_dc = (t_g * (one - gate_u) * tanh_d - g * t_gate_u * tanh_d
+            - g * (one - gate_u) * (two * cand * t_cand))
     diff = h_p - cand
-    dd_u = ((dg * diff + g * (dh_p - d_cand)) * (gate_u * (one - gate_u))
-            + g * diff * (d_gate_u * (one - gate_u) - gate_u * d_gate_u))
-    return dd_c, dd_u
+    t_du = ((t_g * diff + g * (t_h_p - t_cand)) * (gate_u * (one - gate_u))
+            + g * diff * (t_gate_u * (one - gate_u) - gate_u * t_gate_u))
+    return t_dc, t_du
 
 
 @kernel
-def gru_reset_after_grad_tangent_kernel(up, d_up, outs, d_outs, states, n_parts, d_n_pre,
-                                        grads, d_grads, d_sums):
+def gru_reset_after_grad_tangent_kernel(up, t_up, outs, t_outs, states, n_parts, t_n_pre,
+                                        grads, t_grads, t_sums):
     """The tangent of ``gru_reset_after_grad_kernel``'s step.
 
-    ``up, d_up [B, H]``: the step's gradient and its tangent; ``outs = (r, u, c)`` the
-    saved gates and ``d_outs = (dr, du, dc)`` their tangents; ``states = (h_prev,
-    dh_prev)``: the state the update interpolates and its tangent; ``n_parts = (gates_ch,
-    addend_ch)``: n = h_seen·W_ch + b_ch as the backward kernel added it, ``d_n_pre [B, H]``
-    its tangent; ``grads = (dc_bar, d_n)``: the backward kernel's. Writes ``d_grads =
-    (dc_bar', d_n' [B, H], d_ru' [B, 2H], direct' [B, H])`` and accumulates ``d_sums =
-    (db_ru' [2H], db_c' [2H])``:
+    ``up, t_up [B, H]``: the step's gradient and its tangent; ``outs = (r, u, c)`` the
+    saved gates and ``t_outs = (t_r, t_u, t_c)`` their tangents; ``states = (h_prev,
+    t_h_prev)``: the state the update interpolates and its tangent; ``n_parts = (gates_ch,
+    addend_ch)``: n = h_seen·W_ch + b_ch as the backward kernel added it, ``t_n_pre [B, H]``
+    its tangent; ``grads = (dc_bar, d_n)``: the backward kernel's. Writes ``t_grads =
+    (t_dc_bar, t_d_n [B, H], t_d_ru [B, 2H], t_direct [B, H])`` and accumulates ``t_sums =
+    (t_db_ru [2H], t_db_c [2H])``:
 
-        dc_bar', du_bar' = _update_tangents's, with g = up
-        dr_bar' = dc_bar'·n·r(1-r) + dc_bar·n'·r(1-r) + dc_bar·n·(r'(1-r) - r·r')
-        d_n' = dc_bar'·r + dc_bar·r';   direct' = up'·u + up·u'
+        t_dc_bar, t_du_bar = _update_tangents's, with g = up
+        t_dr_bar = t_dc_bar·n·r(1-r) + dc_bar·t_n·r(1-r) + dc_bar·n·(t_r(1-r) - r·t_r)
+        t_d_n = t_dc_bar·r + dc_bar·t_r;   t_direct = t_up·u + up·t_u
     """
     r, u, c = outs
-    dr, du, dc = d_outs
-    h_prev, dh_prev = states
+    t_r, t_u, t_c = t_outs
+    h_prev, t_h_prev = states
     gates_ch, addend_ch = n_parts
     dc_bar, d_n = grads
-    ddc_bar, dd_n, dd_ru, d_direct = d_grads
-    db_ru, db_c = d_sums
+    t_dc_bar, t_d_n, t_d_ru, t_direct = t_grads
+    t_db_ru, t_db_c = t_sums
     n_batch, n_hidden = h_prev.shape
     one = typed(1.0, h_prev)
-    db_r, db_u = db_ru[:n_hidden], db_ru[n_hidden:]
-    db_cx, db_ch = db_c[:n_hidden], db_c[n_hidden:]
+    t_db_r, t_db_u = t_db_ru[:n_hidden], t_db_ru[n_hidden:]
+    t_db_cx, t_db_ch = t_db_c[:n_hidden], t_db_c[n_hidden:]
     for row in range(n_batch):
-        up_r, dup_r, h_p, dh_p = up[row], d_up[row], h_prev[row], dh_prev[row]
-        r_r, u_r, c_r, dr_r, du_r, dc_r = r[row], u[row], c[row], dr[row], du[row], dc[row]
-        g_ch, a_ch, dn_pre = gates_ch[row], row_of(addend_ch, row), d_n_pre[row]
-        dcb_r, ddcb_r, ddn_r, ddir_r = dc_bar[row], ddc_bar[row], dd_n[row], d_direct[row]
-        ddr_r, ddu_r = dd_ru[row, :n_hidden], dd_ru[row, n_hidden:]
+        up_r, t_up_r, h_p, t_h_p = up[row], t_up[row], h_prev[row], t_h_prev[row]
+        r_r, u_r, c_r, t_r_r, t_u_r, t_c_r = r[row], u[row], c[row], t_r[row], t_u[row], t_c[row]
+        g_ch, a_ch, t_n_pre_r = gates_ch[row], row_of(addend_ch, row), t_n_pre[row]
+        dcb_r, t_dcb_r, t_dn_r, t_dir_r = dc_bar[row], t_dc_bar[row], t_d_n[row], t_direct[row]
+        t_dr_r, t_du_r = t_d_ru[row, :n_hidden], t_d_ru[row, n_hidden:]
         for j in range(n_hidden):        # two loops: fewer streams each, so both vectorize
-            g, dg, gate_u = up_r[j], dup_r[j], u_r[j]
-            dd_c, dd_u = _update_tangents(g, dg, gate_u, c_r[j], du_r[j], dc_r[j], h_p[j],
-                                          dh_p[j], one)
-            ddcb_r[j] = dd_c
-            ddu_r[j] = dd_u
-            ddir_r[j] = dg * gate_u + g * du_r[j]
-            db_u[j] += dd_u
-            db_cx[j] += dd_c
+            g, t_g, gate_u = up_r[j], t_up_r[j], u_r[j]
+            t_dc, t_du = _update_tangents(g, t_g, gate_u, c_r[j], t_u_r[j], t_c_r[j], h_p[j],
+                                          t_h_p[j], one)
+            t_dcb_r[j] = t_dc
+            t_du_r[j] = t_du
+            t_dir_r[j] = t_g * gate_u + g * t_u_r[j]
+            t_db_u[j] += t_du
+            t_db_cx[j] += t_dc
         for j in range(n_hidden):
-            gate_r, d_gate_r, dd_c, d_c = r_r[j], dr_r[j], ddcb_r[j], dcb_r[j]
+            gate_r, t_gate_r, t_dc, d_c = r_r[j], t_r_r[j], t_dcb_r[j], dcb_r[j]
             n = g_ch[j] + a_ch[j]
             sig_r = gate_r * (one - gate_r)
-            dd_r = (dd_c * n * sig_r + d_c * dn_pre[j] * sig_r
-                    + d_c * n * (d_gate_r * (one - gate_r) - gate_r * d_gate_r))
-            dd_nn = dd_c * gate_r + d_c * d_gate_r
-            ddn_r[j] = dd_nn
-            ddr_r[j] = dd_r
-            db_r[j] += dd_r
-            db_ch[j] += dd_nn
+            t_dr = (t_dc * n * sig_r + d_c * t_n_pre_r[j] * sig_r
+                    + d_c * n * (t_gate_r * (one - gate_r) - gate_r * t_gate_r))
+            t_dn = t_dc * gate_r + d_c * t_gate_r
+            t_dn_r[j] = t_dn
+            t_dr_r[j] = t_dr
+            t_db_r[j] += t_dr
+            t_db_ch[j] += t_dn
 
 
 @kernel
-def gru_candidate_grad_tangent_kernel(up, d_up, outs, d_outs, states, d_grads, d_sums):
+def gru_candidate_grad_tangent_kernel(up, t_up, outs, t_outs, states, t_grads, t_sums):
     """Reset before, pass 1: the tangent of ``gru_candidate_grad_kernel``'s step.
 
-    ``up, d_up [B, H]``, ``outs = (r, u, c)``, ``d_outs = (dr, du, dc)``, ``states =
-    (h_prev, dh_prev)`` as ``gru_reset_after_grad_tangent_kernel`` takes them. Writes
-    ``d_grads = (dc_bar' [B, H], d_ru' [B, 2H] (its right half du_bar'), d_rh' [B, H])`` and
-    accumulates ``d_sums = (db_ru' [2H] (its right half), db_c' [H])``:
+    ``up, t_up [B, H]``, ``outs = (r, u, c)``, ``t_outs = (t_r, t_u, t_c)``, ``states =
+    (h_prev, t_h_prev)`` as ``gru_reset_after_grad_tangent_kernel`` takes them. Writes
+    ``t_grads = (t_dc_bar [B, H], t_d_ru [B, 2H] (its right half t_du_bar), t_rh [B, H])``
+    and accumulates ``t_sums = (t_db_ru [2H] (its right half), t_db_c [H])``:
 
-        dc_bar', du_bar' as the reset-after kernel's;   d_rh' = r'·h_prev + r·h_prev'
+        t_dc_bar, t_du_bar as the reset-after kernel's;   t_rh = t_r·h_prev + r·t_h_prev
     """
     r, u, c = outs
-    dr, du, dc = d_outs
-    h_prev, dh_prev = states
-    ddc_bar, dd_ru, d_rh = d_grads
-    db_ru, db_c = d_sums
+    t_r, t_u, t_c = t_outs
+    h_prev, t_h_prev = states
+    t_dc_bar, t_d_ru, t_rh = t_grads
+    t_db_ru, t_db_c = t_sums
     n_batch, n_hidden = h_prev.shape
     one = typed(1.0, h_prev)
-    db_u = db_ru[n_hidden:]
+    t_db_u = t_db_ru[n_hidden:]
     for row in range(n_batch):
-        up_r, dup_r, h_p, dh_p = up[row], d_up[row], h_prev[row], dh_prev[row]
-        r_r, u_r, c_r, dr_r, du_r, dc_r = r[row], u[row], c[row], dr[row], du[row], dc[row]
-        ddcb_r, ddu_r, drh_r = ddc_bar[row], dd_ru[row, n_hidden:], d_rh[row]
+        up_r, t_up_r, h_p, t_h_p = up[row], t_up[row], h_prev[row], t_h_prev[row]
+        r_r, u_r, c_r, t_r_r, t_u_r, t_c_r = r[row], u[row], c[row], t_r[row], t_u[row], t_c[row]
+        t_dcb_r, t_du_r, t_rh_r = t_dc_bar[row], t_d_ru[row, n_hidden:], t_rh[row]
         for j in range(n_hidden):
-            dd_c, dd_u = _update_tangents(up_r[j], dup_r[j], u_r[j], c_r[j], du_r[j], dc_r[j],
-                                          h_p[j], dh_p[j], one)
-            ddcb_r[j] = dd_c
-            ddu_r[j] = dd_u
-            drh_r[j] = dr_r[j] * h_p[j] + r_r[j] * dh_p[j]
-            db_c[j] += dd_c
-            db_u[j] += dd_u
+            t_dc, t_du = _update_tangents(up_r[j], t_up_r[j], u_r[j], c_r[j], t_u_r[j],
+                                          t_c_r[j], h_p[j], t_h_p[j], one)
+            t_dcb_r[j] = t_dc
+            t_du_r[j] = t_du
+            t_rh_r[j] = t_r_r[j] * h_p[j] + r_r[j] * t_h_p[j]
+            t_db_c[j] += t_dc
+            t_db_u[j] += t_du
 
 
 @kernel
-def gru_reset_grad_tangent_kernel(d_hr, dd_hr, up, d_up, outs, d_outs, states, dd_ru,
-                                  d_bias_ru):
+def gru_reset_grad_tangent_kernel(d_hr, t_d_hr, up, t_up, outs, t_outs, states, t_d_ru,
+                                  t_d_bias_ru):
     """Reset before, pass 2: the tangent of ``gru_reset_grad_kernel``'s step, run before
     it (which overwrites ``d_hr``).
 
-    ``d_hr [B, H]``: ``(dc_bar·W_chᵀ)∘m_rec`` as that kernel reads it; ``dd_hr [B, H]``: its
-    tangent, **overwritten in place** with direct'; ``up, d_up``, ``outs = (r, u)``,
-    ``d_outs = (dr, du)``, ``states = (h_prev, dh_prev)`` as the other kernels take them.
-    Writes the left half ``dr_bar'`` of ``dd_ru [B, 2H]`` and accumulates (``+=``) the left
-    half of ``d_bias_ru [2H]``:
+    ``d_hr [B, H]``: ``(dc_bar·W_chᵀ)∘m_rec`` as that kernel reads it; ``t_d_hr [B, H]``:
+    its tangent, **overwritten in place** with t_direct; ``up, t_up``, ``outs = (r, u)``,
+    ``t_outs = (t_r, t_u)``, ``states = (h_prev, t_h_prev)`` as the other kernels take
+    them. Writes the left half ``t_dr_bar`` of ``t_d_ru [B, 2H]`` and accumulates (``+=``)
+    the left half of ``t_d_bias_ru [2H]``:
 
-        dr_bar' = [d_hr'·h_prev + d_hr·h_prev']·r(1-r) + d_hr·h_prev·(r'(1-r) - r·r')
-        direct' = d_hr'·r + d_hr·r' + up'·u + up·u'
+        t_dr_bar = [t_d_hr·h_prev + d_hr·t_h_prev]·r(1-r) + d_hr·h_prev·(t_r(1-r) - r·t_r)
+        t_direct = t_d_hr·r + d_hr·t_r + t_up·u + up·t_u
     """
     r, u = outs
-    dr, du = d_outs
-    h_prev, dh_prev = states
+    t_r, t_u = t_outs
+    h_prev, t_h_prev = states
     n_batch, n_hidden = h_prev.shape
     one = typed(1.0, h_prev)
-    db_r = d_bias_ru[:n_hidden]
+    t_db_r = t_d_bias_ru[:n_hidden]
     for row in range(n_batch):
-        a_r, da_r, up_r, dup_r = d_hr[row], dd_hr[row], up[row], d_up[row]
-        r_r, u_r, dr_r, du_r = r[row], u[row], dr[row], du[row]
-        h_p, dh_p, ddr_r = h_prev[row], dh_prev[row], dd_ru[row, :n_hidden]
+        a_r, t_a_r, up_r, t_up_r = d_hr[row], t_d_hr[row], up[row], t_up[row]
+        r_r, u_r, t_r_r, t_u_r = r[row], u[row], t_r[row], t_u[row]
+        h_p, t_h_p, t_dr_r = h_prev[row], t_h_prev[row], t_d_ru[row, :n_hidden]
         for j in range(n_hidden):
-            gate_r, d_gate_r, a, da = r_r[j], dr_r[j], a_r[j], da_r[j]
-            dd_r = ((da * h_p[j] + a * dh_p[j]) * (gate_r * (one - gate_r))
-                    + a * h_p[j] * (d_gate_r * (one - gate_r) - gate_r * d_gate_r))
-            ddr_r[j] = dd_r
-            db_r[j] += dd_r
-            da_r[j] = da * gate_r + a * d_gate_r + dup_r[j] * u_r[j] + up_r[j] * du_r[j]
+            gate_r, t_gate_r, a, t_a = r_r[j], t_r_r[j], a_r[j], t_a_r[j]
+            t_dr = ((t_a * h_p[j] + a * t_h_p[j]) * (gate_r * (one - gate_r))
+                    + a * h_p[j] * (t_gate_r * (one - gate_r) - gate_r * t_gate_r))
+            t_dr_r[j] = t_dr
+            t_db_r[j] += t_dr
+            t_a_r[j] = t_a * gate_r + a * t_gate_r + t_up_r[j] * u_r[j] + up_r[j] * t_u_r[j]

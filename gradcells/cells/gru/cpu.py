@@ -381,8 +381,8 @@ def gru_cell_jvp(x, h_prev, weights, tangents, settings):
     zero): ``(GRUCellState(r, u, c, h), GRUCellState of tangents)``, the primal exactly as
     ``gru_cell``'s (``gru_cell_step``)."""
 
-    outs, d_outs = gru_cell_step(x, h_prev, weights, tangents, settings.reset_after)
-    return GRUCellState(*outs), GRUCellState(*d_outs)
+    outs, t_outs = gru_cell_step(x, h_prev, weights, tangents, settings.reset_after)
+    return GRUCellState(*outs), GRUCellState(*t_outs)
 
 
 def gru_sequence_jvp(x, h0, weights, tangents, settings):
@@ -390,10 +390,10 @@ def gru_sequence_jvp(x, h0, weights, tangents, settings):
     fields zero): ``(GRUSequence, GRUSequence of tangents)``. The primal is the forward's,
     bitwise; ``gru_jvp`` states the plan."""
 
-    outs, d_outs = gru_jvp(x, tangents.x, h0, tangents.h0, weights,
+    outs, t_outs = gru_jvp(x, tangents.x, h0, tangents.h0, weights,
                            weights_part(tangents, weights), settings,
                            settings.reset_after)
-    return GRUSequence(*outs), GRUSequence(*d_outs)
+    return GRUSequence(*outs), GRUSequence(*t_outs)
 
 
 
@@ -433,34 +433,35 @@ class _GRUStep(NamedTuple):
     """A GRU sequence's per-step scratch (``_workspace.scratch``), all ``[B, ·]``."""
 
     g_ru: np.ndarray         # [B, 2H] h_seen·W_ruh
-    dg_ru: np.ndarray        # [B, 2H] its tangent
+    t_g_ru: np.ndarray       # [B, 2H] its tangent
     g_c: np.ndarray          # [B, H]  h_seen·W_ch (reset after) or (r∘h_seen)·W_ch
-    dg_c: np.ndarray         # [B, H]  its tangent
+    t_g_c: np.ndarray        # [B, H]  its tangent
     h_seen: np.ndarray       # [B, H]  h_prev∘m_rec
-    dh_seen: np.ndarray      # [B, H]
+    t_h_seen: np.ndarray     # [B, H]
     rh: np.ndarray           # [B, H]  reset before: r∘h_seen
-    d_rh: np.ndarray         # [B, H]
-    stack_ru: np.ndarray     # [B, 2H] [dh_seen, h_seen] for W_ruh (when dW_ru is given)
-    stack_c: np.ndarray      # [B, 2H] [dh_seen, h_seen] or [d_rh, rh] for W_ch
+    t_rh: np.ndarray         # [B, H]
+    stack_ru: np.ndarray     # [B, 2H] [t_h_seen, h_seen] for W_ruh (when t_w_ru is given)
+    stack_c: np.ndarray      # [B, 2H] [t_h_seen, h_seen] or [t_rh, rh] for W_ch
 
 
-def gru_jvp(x, dx, h0, dh0, weights, tangent_w, settings, reset_after):
-    """The GRU sequence ``x [T, B, I]`` from ``h0`` and its tangent: ``(outs, d_outs)``,
-    each ``(r, u, c, h [T, B, H], h_final)`` (``tangent_w = (dw_ru, dw_c, db_ru, db_c)``).
+def gru_jvp(x, t_x, h0, t_h0, weights, t_weights, settings, reset_after):
+    """The GRU sequence ``x [T, B, I]`` from ``h0`` and its tangent: ``(outs, t_outs)``,
+    each ``(r, u, c, h [T, B, H], h_final)`` (``t_weights = (t_w_ru, t_w_c, t_b_ru,
+    t_b_c)``).
 
     The forward's plan (``gru_sequence``): reset before, per step ``h_seen·W_ruh`` ->
     ``gru_gates_jvp_kernel`` -> ``(r∘h_seen)·W_ch`` -> ``gru_candidate_jvp_kernel``; reset
     after, ``h_seen·W_ruh`` and ``h_seen·W_ch`` -> ``gru_reset_after_jvp_kernel``; each
     matmul's tangent one stacked BLAS call beside it (``Linear``)."""
     h0, b_ru, b_c = (contiguous(a) for a in (h0, weights.b_ru, weights.b_c))
-    dw_ru, dw_c, db_ru, db_c = tangent_w
+    t_w_ru, t_w_c, t_b_ru, t_b_c = t_weights
     n_in, (n_batch, n_hidden) = x.shape[2], h0.shape
-    x, dx, lengths, masks = sequence_inputs(x, dx, settings, n_hidden)
+    x, t_x, lengths, masks = sequence_inputs(x, t_x, settings, n_hidden)
     n_steps, dtype = x.shape[0], x.dtype
-    dh0, db_ru, db_c = (tangent_or_zeros(t, p) for t, p in ((dh0, h0), (db_ru, b_ru),
-                                                             (db_c, b_c)))
-    lin = [Linear.of(w[rows], None if dw is None else dw[rows])
-           for w, dw in ((weights.w_ru, dw_ru), (weights.w_c, dw_c))
+    t_h0, t_b_ru, t_b_c = (tangent_or_zeros(t, p) for t, p in ((t_h0, h0), (t_b_ru, b_ru),
+                                                                (t_b_c, b_c)))
+    lin = [Linear.of(w[rows], None if t_w is None else t_w[rows])
+           for w, t_w in ((weights.w_ru, t_w_ru), (weights.w_c, t_w_c))
            for rows in (slice(None, n_in), slice(n_in, None))]
     lin_rux, lin_ruh, lin_cx, lin_ch = lin
     ru, c_steps, state = (n_steps, n_batch, 2 * n_hidden), (n_steps, n_batch, n_hidden), (
@@ -470,104 +471,105 @@ def gru_jvp(x, dx, h0, dh0, weights, tangent_w, settings, reset_after):
                       else (n_steps * n_batch, 2 * n_in),
                       (n_batch, 2 * n_hidden), (n_batch, 2 * n_hidden), *[state] * 6,
                       stack_shape(lin_ruh, n_batch), stack_shape(lin_ch, n_batch))
-    x_ru, dx_ru, x_c, dx_c, x_stack = buffers[:5]
+    x_ru, t_x_ru, x_c, t_x_c, x_stack = buffers[:5]
     step = _GRUStep(*buffers[5:])
     b_cx = None if reset_after else b_c
     projection(x, lin_rux.w, b_ru, x_ru)
     projection(x, lin_cx.w, b_cx, x_c)
-    input_tangent(lin_rux, dx, x, db_ru, dx_ru, x_stack)
-    input_tangent(lin_cx, dx, x, db_c[:n_hidden] if reset_after else db_c, dx_c, x_stack)
-    outs, d_outs = step_outputs(4, c_steps, dtype), step_outputs(4, c_steps, dtype)
-    projections = (x_ru, dx_ru, x_c, dx_c)
-    biases = (b_c[:n_hidden], b_c[n_hidden:], db_c[:n_hidden], db_c[n_hidden:])
+    input_tangent(lin_rux, t_x, x, t_b_ru, t_x_ru, x_stack)
+    input_tangent(lin_cx, t_x, x, t_b_c[:n_hidden] if reset_after else t_b_c, t_x_c, x_stack)
+    outs, t_outs = step_outputs(4, c_steps, dtype), step_outputs(4, c_steps, dtype)
+    projections = (x_ru, t_x_ru, x_c, t_x_c)
+    biases = (b_c[:n_hidden], b_c[n_hidden:], t_b_c[:n_hidden], t_b_c[n_hidden:])
     for t in range(n_steps):
-        h_prev, dh_prev = step_pair(t, h0, outs[3]), step_pair(t, dh0, d_outs[3])
+        h_prev, t_h_prev = step_pair(t, h0, outs[3]), step_pair(t, t_h0, t_outs[3])
         h_read = seen(h_prev, masks.recurrent, step.h_seen)
-        dh_read = seen(dh_prev, masks.recurrent, step.dh_seen)
+        t_h_read = seen(t_h_prev, masks.recurrent, step.t_h_seen)
         np.matmul(h_read, lin_ruh.w, out=step.g_ru)
-        lin_ruh.into(dh_read, h_read, step.dg_ru, step.stack_ru)
+        lin_ruh.into(t_h_read, h_read, step.t_g_ru, step.stack_ru)
         at = tuple(a[t] for a in projections)
-        new = tuple(a[t] for a in outs), tuple(a[t] for a in d_outs)
+        new = tuple(a[t] for a in outs), tuple(a[t] for a in t_outs)
         if reset_after:
-            _reset_after_step(step, lin_ch, at, biases, (h_prev, dh_prev, h_read, dh_read),
+            _reset_after_step(step, lin_ch, at, biases, (h_prev, t_h_prev, h_read, t_h_read),
                               new)
         else:
-            _reset_before_step(step, lin_ch, at, (h_prev, dh_prev, h_read, dh_read), new)
+            _reset_before_step(step, lin_ch, at, (h_prev, t_h_prev, h_read, t_h_read), new)
         zone(masks.zoneout_h, t, h_prev, outs[3][t])
-        zone(masks.zoneout_h, t, dh_prev, d_outs[3][t])
-    final, d_final = finish(outs, d_outs, h0, dh0, lengths)
-    return (*outs, final), (*d_outs, d_final)
+        zone(masks.zoneout_h, t, t_h_prev, t_outs[3][t])
+    final, t_final = finish(outs, t_outs, h0, t_h0, lengths)
+    return (*outs, final), (*t_outs, t_final)
 
 
 def _reset_after_step(step, lin_ch, at, biases, states, new):
     """A reset-after step: ``h_seen·W_ch`` and its tangent, the forward's
     ``gru_reset_after_kernel``, then the tangent's pass into the step's outputs
-    ``new = ((r, u, c, h), (dr, du, dc, dh))`` (``dx_c`` holds ``db_cx`` already)."""
-    x_ru, dx_ru, x_c, dx_c = at
-    b_cx, b_ch, _, db_ch = biases
-    h_prev, dh_prev, h_read, dh_read = states
+    ``new = ((r, u, c, h), (t_r, t_u, t_c, t_h))`` (``t_x_c`` holds ``t_b_cx`` already)."""
+    x_ru, t_x_ru, x_c, t_x_c = at
+    b_cx, b_ch, _, t_b_ch = biases
+    h_prev, t_h_prev, h_read, t_h_read = states
     np.matmul(h_read, lin_ch.w, out=step.g_c)
-    lin_ch.into(dh_read, h_read, step.dg_c, step.stack_c)
+    lin_ch.into(t_h_read, h_read, step.t_g_c, step.stack_c)
     gru_reset_after_kernel(step.g_ru, x_ru, x_c, b_cx, step.g_c, b_ch, h_prev, *new[0])
-    np.add(step.dg_ru, dx_ru, out=step.dg_ru)
-    np.add(step.dg_c, db_ch, out=step.dg_c)
-    gru_reset_after_tangent_kernel(step.dg_ru, dx_c, step.dg_c, step.g_c, b_ch, *new[0][:3],
-                                   h_prev, dh_prev, *new[1])
+    np.add(step.t_g_ru, t_x_ru, out=step.t_g_ru)
+    np.add(step.t_g_c, t_b_ch, out=step.t_g_c)
+    gru_reset_after_tangent_kernel(step.t_g_ru, t_x_c, step.t_g_c, step.g_c, b_ch,
+                                   *new[0][:3], h_prev, t_h_prev, *new[1])
 
 
 def _reset_before_step(step, lin_ch, at, states, new):
     """A reset-before step: the gates' pass, ``(r∘h_seen)·W_ch`` and its tangent, then the
-    candidate's pass into ``new = ((r, u, c, h), (dr, du, dc, dh))``."""
-    x_ru, dx_ru, x_c, dx_c = at
-    h_prev, dh_prev, h_read, dh_read = states
-    (r, u, c, h), (dr, du, dc, dh) = new
-    gru_gates_jvp_kernel(step.g_ru, x_ru, step.dg_ru, dx_ru, h_read, dh_read,
-                         (r, u, step.rh), (dr, du, step.d_rh))
+    candidate's pass into ``new = ((r, u, c, h), (t_r, t_u, t_c, t_h))``."""
+    x_ru, t_x_ru, x_c, t_x_c = at
+    h_prev, t_h_prev, h_read, t_h_read = states
+    (r, u, c, h), (t_r, t_u, t_c, t_h) = new
+    gru_gates_jvp_kernel(step.g_ru, x_ru, step.t_g_ru, t_x_ru, h_read, t_h_read,
+                         (r, u, step.rh), (t_r, t_u, step.t_rh))
     np.matmul(step.rh, lin_ch.w, out=step.g_c)
-    lin_ch.into(step.d_rh, step.rh, step.dg_c, step.stack_c)
-    gru_candidate_jvp_kernel(step.g_c, x_c, step.dg_c, dx_c, h_prev, dh_prev, u, du, (c, h),
-                             (dc, dh))
+    lin_ch.into(step.t_rh, step.rh, step.t_g_c, step.stack_c)
+    gru_candidate_jvp_kernel(step.g_c, x_c, step.t_g_c, t_x_c, h_prev, t_h_prev, u, t_u,
+                             (c, h), (t_c, t_h))
 
 
 
 
 def gru_cell_step(x, h_prev, weights, tangents, reset_after):
     """The GRU cell and its tangent, the primal exactly as ``gru_cell``'s (its matmuls
-    and kernels, ``[x, h_prev]·w_ru`` first): ``(outs, d_outs)``, each ``(r, u, c, h)``."""
+    and kernels, ``[x, h_prev]·w_ru`` first): ``(outs, t_outs)``, each ``(r, u, c, h)``."""
     w_ru, w_c, b_ru, b_c = weights
     n_batch, n_hidden = h_prev.shape
     n_in = x.shape[1]
     x, h_prev = contiguous(x), contiguous(h_prev)
-    dx, dh_prev = tangents.x, tangent_or_zeros(tangents.h_prev, h_prev)
-    dw_c = tangents.w_c
+    t_x, t_h_prev = tangents.x, tangent_or_zeros(tangents.h_prev, h_prev)
+    t_w_c = tangents.w_c
     b_ru, b_c = contiguous(b_ru), contiguous(b_c)
-    db_ru, db_c = tangent_or_zeros(tangents.b_ru, b_ru), tangent_or_zeros(tangents.b_c, b_c)
-    gates_ru, d_ru = cell_gates(x, h_prev, w_ru, (dx, tangents.h_prev, tangents.w_ru))
+    t_b_ru, t_b_c = tangent_or_zeros(tangents.b_ru, b_ru), tangent_or_zeros(tangents.b_c, b_c)
+    gates_ru, t_ru = cell_gates(x, h_prev, w_ru, (t_x, tangents.h_prev, tangents.w_ru))
     outs = [np.empty((n_batch, n_hidden), gates_ru.dtype) for _ in range(4)]
-    d_outs = [np.empty_like(a) for a in outs]
+    t_outs = [np.empty_like(a) for a in outs]
     if reset_after:
         g_cx, g_ch = np.dot(x, w_c[:n_in]), np.dot(h_prev, w_c[n_in:])
-        dg_cx = cell_linear(w_c[:n_in], None if dw_c is None else dw_c[:n_in], dx, x)
-        dg_ch = cell_linear(w_c[n_in:], None if dw_c is None else dw_c[n_in:], dh_prev,
+        t_g_cx = cell_linear(w_c[:n_in], None if t_w_c is None else t_w_c[:n_in], t_x, x)
+        t_g_ch = cell_linear(w_c[n_in:], None if t_w_c is None else t_w_c[n_in:], t_h_prev,
                              h_prev)
         gru_reset_after_kernel(gates_ru, b_ru, g_cx, b_c[:n_hidden], g_ch, b_c[n_hidden:],
                                h_prev, *outs)
-        d_ru += db_ru
-        dg_cx += db_c[:n_hidden]
-        dg_ch += db_c[n_hidden:]
-        gru_reset_after_tangent_kernel(d_ru, dg_cx, dg_ch, g_ch, b_c[n_hidden:], *outs[:3],
-                                       h_prev, dh_prev, *d_outs)
-        return outs, d_outs
-    (r, u, c, h), (dr, du, dc, dh) = outs, d_outs
-    rh, d_rh = np.empty_like(h_prev), np.empty_like(h_prev)
-    gru_gates_jvp_kernel(gates_ru, b_ru, d_ru, db_ru, h_prev, dh_prev, (r, u, rh), (dr, du, d_rh))
+        t_ru += t_b_ru
+        t_g_cx += t_b_c[:n_hidden]
+        t_g_ch += t_b_c[n_hidden:]
+        gru_reset_after_tangent_kernel(t_ru, t_g_cx, t_g_ch, g_ch, b_c[n_hidden:], *outs[:3],
+                                       h_prev, t_h_prev, *t_outs)
+        return outs, t_outs
+    (r, u, c, h), (t_r, t_u, t_c, t_h) = outs, t_outs
+    rh, t_rh = np.empty_like(h_prev), np.empty_like(h_prev)
+    gru_gates_jvp_kernel(gates_ru, b_ru, t_ru, t_b_ru, h_prev, t_h_prev, (r, u, rh),
+                         (t_r, t_u, t_rh))
     xrh = np.concatenate((x, rh), axis=1)
-    d_xrh = np.concatenate((tangent_or_zeros(dx, x), d_rh), axis=1)
+    t_xrh = np.concatenate((tangent_or_zeros(t_x, x), t_rh), axis=1)
     gates_c = np.dot(xrh, w_c)
-    d_gates_c = cell_linear(w_c, dw_c, d_xrh, xrh)
-    gru_candidate_jvp_kernel(gates_c, b_c, d_gates_c, db_c, h_prev, dh_prev, u, du, (c, h),
-                             (dc, dh))
-    return outs, d_outs
+    t_gates_c = cell_linear(w_c, t_w_c, t_xrh, xrh)
+    gru_candidate_jvp_kernel(gates_c, b_c, t_gates_c, t_b_c, h_prev, t_h_prev, u, t_u, (c, h),
+                             (t_c, t_h))
+    return outs, t_outs
 
 
 # --------------------------------------------------------------------------------------
@@ -575,7 +577,7 @@ def gru_cell_step(x, h_prev, weights, tangents, reset_after):
 
 
 def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams):
-    """``gru_sequence_grad`` and its tangent: ``(grads, d_grads)``, each ``(dx, dh0,
+    """``gru_sequence_grad`` and its tangent: ``(grads, t_grads)``, each ``(dx, dh0,
     dw_ru, dw_c, db_ru, db_c)``; ``upstreams = (d_h, d_h_final, d_h_tangent,
     d_h_final_tangent)``.
 
@@ -592,53 +594,54 @@ def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams
     the loop ``gru._input_and_weight_grads`` three times: on the gate gradients, on their
     tangents, and on the gate gradients with the tangents of ``x``, the states, the weights
     and (reset before) of the rows ``r∘h_seen``."""
-    d_seq = gru_jvp(x, tangents.x, h0, tangents.h0, weights, weights_part(tangents, weights),
+    t_seq = gru_jvp(x, tangents.x, h0, tangents.h0, weights, weights_part(tangents, weights),
                     settings, reset_after)[1]
     h0, b_c = contiguous(h0), contiguous(weights.b_c)
     n_in, (n_batch, n_hidden) = x.shape[2], h0.shape
-    x, dx, lengths, masks = sequence_inputs(x, tangents.x, settings, n_hidden)
+    x, t_x, lengths, masks = sequence_inputs(x, tangents.x, settings, n_hidden)
     n_steps, dtype = x.shape[0], x.dtype
     walk = Walk(n_steps, lengths, False)
     seq = tuple(map(contiguous, _steps(seq)))
     t_h0 = tangent_or_zeros(tangents.h0, h0)
-    t_weights = type(weights)(*(tangent_or_zeros(d, p) for d, p in zip(
+    t_weights = type(weights)(*(tangent_or_zeros(t, p) for t, p in zip(
         weights_part(tangents, weights), weights, strict=True)))
     split = _split_weights(weights.w_ru, weights.w_c, n_in)
-    d_split = _split_weights(t_weights.w_ru, t_weights.w_c, n_in)
-    lin_ruh = back_linear(split[1], None if tangents.w_ru is None else d_split[1])
-    lin_ch = back_linear(split[3], None if tangents.w_c is None else d_split[3])
-    work, d_work, stacks = _gru_scratch(dtype, (n_steps, n_batch, n_in, n_hidden), reset_after,
+    t_split = _split_weights(t_weights.w_ru, t_weights.w_c, n_in)
+    lin_ruh = back_linear(split[1], None if tangents.w_ru is None else t_split[1])
+    lin_ch = back_linear(split[3], None if tangents.w_c is None else t_split[3])
+    work, t_work, stacks = _gru_scratch(dtype, (n_steps, n_batch, n_in, n_hidden), reset_after,
                                         (lin_ruh, lin_ch))
     np.copyto(work.w_ruh_t, split[1].T)
     np.copyto(work.w_ch_t, split[3].T)
     h0_seen, h_seen = seen_states(h0, seq[3], masks.recurrent)
-    dh0_seen, dh_seen = seen_states(t_h0, d_seq[3], masks.recurrent)
+    t_h0_seen, t_h_seen = seen_states(t_h0, t_seq[3], masks.recurrent)
     b_ch = None
     if reset_after:
         b_ch = b_c[n_hidden:]
         walk.recurrent_projection(h0_seen, h_seen, split[3], work.recurrent)
-        walk.recurrent_projection(dh0_seen, dh_seen, split[3], d_work.recurrent)
+        walk.recurrent_projection(t_h0_seen, t_h_seen, split[3], t_work.recurrent)
         if tangents.w_c is not None:
-            d_work.recurrent[...] += recurrent_product(walk, h0_seen, h_seen, d_split[3])
-        d_work.recurrent[...] += t_weights.b_c[n_hidden:]
+            t_work.recurrent[...] += recurrent_product(walk, h0_seen, h_seen, t_split[3])
+        t_work.recurrent[...] += t_weights.b_c[n_hidden:]
     carry = carry_pair(upstreams[1], upstreams[3], (n_batch, n_hidden), dtype)
     sums = [(np.zeros(2 * n_hidden, dtype), np.zeros(b_c.shape[0], dtype)) for _ in range(2)]
-    _gru_backward_steps((h0, t_h0), (seq, d_seq[:4]), upstream_pair(*upstreams[::2]), carry,
-                        walk, (work, d_work, stacks), (lin_ruh, lin_ch, b_ch, masks), sums)
+    _gru_backward_steps((h0, t_h0), (seq, t_seq[:4]), upstream_pair(*upstreams[::2]), carry,
+                        walk, (work, t_work, stacks), (lin_ruh, lin_ch, b_ch, masks), sums)
     if masks.recurrent is not None and not reset_after:     # the rows r∘h_prev∘m_rec
-        for w in (work, d_work):
+        for w in (work, t_work):
             np.multiply(w.d_n_or_reset_h, masks.recurrent, out=w.d_n_or_reset_h)
     grads = _gru_product_rule(walk, (x, h0_seen, h_seen, split),
-                              (tangent_or_zeros(dx, x), dh0_seen, dh_seen, d_split),
-                              work, d_work, reset_after)
-    (dx, dw_ru, dw_c), (d_dx, d_dw_ru, d_dw_c) = grads
+                              (tangent_or_zeros(t_x, x), t_h0_seen, t_h_seen, t_split),
+                              work, t_work, reset_after)
+    (dx, dw_ru, dw_c), (t_dx, t_dw_ru, t_dw_c) = grads
     return ((masked_input_grad(dx, masks.input), carry[0], dw_ru, dw_c, *sums[0]),
-            (masked_input_grad(d_dx, masks.input), carry[1], d_dw_ru, d_dw_c, *sums[1]))
+            (masked_input_grad(t_dx, masks.input), carry[1], t_dw_ru, t_dw_c, *sums[1]))
 
 
 def _gru_scratch(dtype, sizes, reset_after, linears):
-    """The gradient's ``gru._Scratch``, its tangent's (the same fields; no ``W_ᵀ`` copies)
-    and the two stacks of ``linears`` ``(W_ruhᵀ, W_chᵀ)``, taken at once."""
+    """The gradient's ``gru._Scratch``, its tangent's (the same fields, each holding the
+    tangent of the gradient's; no ``W_ᵀ`` copies) and the two stacks of ``linears``
+    ``(W_ruhᵀ, W_chᵀ)``, taken at once."""
     n_steps, n_batch, n_in, n_hidden = sizes
     state, steps = (n_batch, n_hidden), (n_steps, n_batch, n_hidden)
 
@@ -655,12 +658,12 @@ def _gru_scratch(dtype, sizes, reset_after, linears):
 
 def _gru_backward_steps(first, saved, d_h, carry, walk, work, fixed, sums):
     """The backward loop with its tangent (``gru._backward_steps``, each value with its
-    tangent beside it): updates ``carry = (grad_h, grad_h')`` in place, writes every step's
-    gate gradients and their tangents into ``work = (work, d_work, stacks)`` and accumulates
-    ``sums = ((db_ru, db_c), (db_ru', db_c'))``. ``first = (h0, h0')``; ``saved = ((r, u, c,
-    h), their tangents)``; ``d_h = (d_h, d_h')``; ``fixed = (lin_ruh, lin_ch, b_ch,
+    tangent beside it): updates ``carry = (grad_h, t_grad_h)`` in place, writes every step's
+    gate gradients and their tangents into ``work = (work, t_work, stacks)`` and accumulates
+    ``sums = ((db_ru, db_c), (t_db_ru, t_db_c))``. ``first = (h0, t_h0)``; ``saved = ((r, u,
+    c, h), their tangents)``; ``d_h = (d_h, t_d_h)``; ``fixed = (lin_ruh, lin_ch, b_ch,
     masks)`` (``b_ch`` None: reset before)."""
-    (r, u, c, h), (dr, du, dc, dh) = saved
+    (r, u, c, h), (t_r, t_u, t_c, t_h) = saved
     works, stacks = work[:2], work[2]
     lin_ruh, lin_ch, b_ch, masks = fixed
     for t in walk.back_times():
@@ -668,8 +671,8 @@ def _gru_backward_steps(first, saved, d_h, carry, walk, work, fixed, sums):
         ups = [state_step(masks.zoneout_h, t, carry[k], d_h[k], stopped, (w.upstream, w.old))
                for k, w in enumerate(works)]
         states = tuple(walk.previous_of_step(a, first[k], t, works[k].previous)
-                       for k, a in enumerate((h, dh)))
-        step = (ups[0][0], ups[1][0], (r[t], u[t], c[t]), (dr[t], du[t], dc[t]), states)
+                       for k, a in enumerate((h, t_h)))
+        step = (ups[0][0], ups[1][0], (r[t], u[t], c[t]), (t_r[t], t_u[t], t_c[t]), states)
         if b_ch is not None:
             _gru_reset_after_step(t, step, works, (lin_ch, b_ch, stacks[1]), sums,
                                   masks.recurrent)
@@ -691,60 +694,60 @@ def _gru_backward_steps(first, saved, d_h, carry, walk, work, fixed, sums):
 
 def _gru_reset_after_step(t, step, works, fixed, sums, m_rec):
     """A reset-after step's gate gradients and their tangents into ``works = (work,
-    d_work)``: the gradient's kernel, the tangent's pass, ``d_n·W_chᵀ`` and its tangent
-    (added to ``direct`` here without a recurrent mask); ``step = (up, up', outs, d_outs,
+    t_work)``: the gradient's kernel, the tangent's pass, ``d_n·W_chᵀ`` and its tangent
+    (added to ``direct`` here without a recurrent mask); ``step = (up, t_up, outs, t_outs,
     states)``; ``fixed = (lin_ch, b_ch, stack)``."""
-    up, d_up, outs, d_outs, states = step
-    work, d_work = works
+    up, t_up, outs, t_outs, states = step
+    work, t_work = works
     lin_ch, b_ch, stack = fixed
     gru_reset_after_grad_kernel(up, True, *outs, states[0], work.recurrent[t], b_ch,
                                 work.d_c[t], work.d_n_or_reset_h[t], work.d_ru[t], work.direct,
                                 *sums[0])
     gru_reset_after_grad_tangent_kernel(
-        up, d_up, outs, d_outs, states, (work.recurrent[t], b_ch), d_work.recurrent[t],
+        up, t_up, outs, t_outs, states, (work.recurrent[t], b_ch), t_work.recurrent[t],
         (work.d_c[t], work.d_n_or_reset_h[t]),
-        (d_work.d_c[t], d_work.d_n_or_reset_h[t], d_work.d_ru[t], d_work.direct), sums[1])
+        (t_work.d_c[t], t_work.d_n_or_reset_h[t], t_work.d_ru[t], t_work.direct), sums[1])
     np.matmul(work.d_n_or_reset_h[t], work.w_ch_t, out=work.candidate_h)
-    lin_ch.into(d_work.d_n_or_reset_h[t], work.d_n_or_reset_h[t], d_work.candidate_h, stack)
+    lin_ch.into(t_work.d_n_or_reset_h[t], work.d_n_or_reset_h[t], t_work.candidate_h, stack)
     if m_rec is None:
         work.direct[...] += work.candidate_h
-        d_work.direct[...] += d_work.candidate_h
+        t_work.direct[...] += t_work.candidate_h
 
 
 def _gru_reset_before_step(t, step, works, fixed, sums, m_rec):
     """A reset-before step's gate gradients and their tangents into ``works = (work,
-    d_work)``: the candidate's kernel and its tangent's pass, ``d_hr = (dc_bar·W_chᵀ)∘m_rec``
+    t_work)``: the candidate's kernel and its tangent's pass, ``d_hr = (dc_bar·W_chᵀ)∘m_rec``
     and its tangent, then the reset gate's tangent pass (before the gradient's kernel
     overwrites ``d_hr``) and kernel; ``fixed = (lin_ch, stack)``."""
-    up, d_up, outs, d_outs, states = step
-    work, d_work = works
+    up, t_up, outs, t_outs, states = step
+    work, t_work = works
     lin_ch, stack = fixed
     no_x = np.empty((up.shape[0], 0), up.dtype)
     gru_candidate_grad_kernel(up, True, *outs, states[0], no_x, work.d_c[t], work.d_ru[t],
                               work.d_n_or_reset_h[t], *sums[0])
     gru_candidate_grad_tangent_kernel(
-        up, d_up, outs, d_outs, states,
-        (d_work.d_c[t], d_work.d_ru[t], d_work.d_n_or_reset_h[t]), sums[1])
+        up, t_up, outs, t_outs, states,
+        (t_work.d_c[t], t_work.d_ru[t], t_work.d_n_or_reset_h[t]), sums[1])
     np.matmul(work.d_c[t], work.w_ch_t, out=work.direct)
-    lin_ch.into(d_work.d_c[t], work.d_c[t], d_work.direct, stack)
+    lin_ch.into(t_work.d_c[t], work.d_c[t], t_work.direct, stack)
     finish_state_grad(work.direct, m_rec, None)
-    finish_state_grad(d_work.direct, m_rec, None)
-    gru_reset_grad_tangent_kernel(work.direct, d_work.direct, up, d_up, outs[:2], d_outs[:2],
-                                  states, d_work.d_ru[t], sums[1][0])
+    finish_state_grad(t_work.direct, m_rec, None)
+    gru_reset_grad_tangent_kernel(work.direct, t_work.direct, up, t_up, outs[:2], t_outs[:2],
+                                  states, t_work.d_ru[t], sums[1][0])
     gru_reset_grad_kernel(work.direct, up, True, *outs[:2], states[0], work.d_ru[t],
                           sums[0][0])
 
 
-def _gru_product_rule(walk, primal, tangent, work, d_work, reset_after):
-    """``gru._input_and_weight_grads`` and its tangent: ``((dx, dw_ru, dw_c), (dx', dw_ru',
-    dw_c'))``; ``primal = (x, h0_seen, h_seen, split weights)`` and ``tangent`` theirs. The
-    tangent is the function on the gate gradients' tangents (with the rows ``r∘h_seen``
-    reset before) plus the function on the tangents' inputs with the gate gradients (and
-    the rows' tangent)."""
+def _gru_product_rule(walk, primal, tangent, work, t_work, reset_after):
+    """``gru._input_and_weight_grads`` and its tangent: ``((dx, dw_ru, dw_c), (t_dx,
+    t_dw_ru, t_dw_c))``; ``primal = (x, h0_seen, h_seen, split weights)`` and ``tangent``
+    theirs. The tangent is the function on the gate gradients' tangents (with the rows
+    ``r∘h_seen`` reset before) plus the function on the tangents' inputs with the gate
+    gradients (and the rows' tangent)."""
     grads = _input_and_weight_grads(walk, *primal, work, reset_after)
-    rows = ((d_work.d_n_or_reset_h, work.d_n_or_reset_h) if reset_after
-            else (work.d_n_or_reset_h, d_work.d_n_or_reset_h))
-    on_tangents = work._replace(d_ru=d_work.d_ru, d_c=d_work.d_c, d_n_or_reset_h=rows[0])
+    rows = ((t_work.d_n_or_reset_h, work.d_n_or_reset_h) if reset_after
+            else (work.d_n_or_reset_h, t_work.d_n_or_reset_h))
+    on_tangents = work._replace(d_ru=t_work.d_ru, d_c=t_work.d_c, d_n_or_reset_h=rows[0])
     a = _input_and_weight_grads(walk, *primal, on_tangents, reset_after)
     b = _input_and_weight_grads(walk, *tangent, work._replace(d_n_or_reset_h=rows[1]),
                                 reset_after)

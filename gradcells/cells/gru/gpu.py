@@ -335,10 +335,10 @@ def gru_cell_jvp(x, h_prev, weights, tangents, settings):
     zero); see ``gradcells.reference.gru.gru_cell_jvp``. The primal is ``gru_cell``'s."""
     rt, on_device = _launch.runtime_on(x)
     with on_device:
-        steps, _, d_steps, _ = _jvp(rt, x[None], None if tangents.x is None else
+        steps, _, t_steps, _ = _jvp(rt, x[None], None if tangents.x is None else
                                     tangents.x[None], h_prev, tangents.h_prev, weights,
                                     _weight_tangents(tangents), settings)
-        return GRUCellState(*(a[0] for a in steps)), GRUCellState(*(a[0] for a in d_steps))
+        return GRUCellState(*(a[0] for a in steps)), GRUCellState(*(a[0] for a in t_steps))
 
 
 def gru_sequence_jvp(x, h0, weights, tangents, settings):
@@ -346,60 +346,60 @@ def gru_sequence_jvp(x, h0, weights, tangents, settings):
     fields zero); see ``gradcells.reference.gru.gru_sequence_jvp``."""
     rt, on_device = _launch.runtime_on(x)
     with on_device:
-        steps, h, d_steps, dh = _jvp(rt, x, tangents.x, h0, tangents.h0, weights,
+        steps, h, t_steps, t_h = _jvp(rt, x, tangents.x, h0, tangents.h0, weights,
                                      _weight_tangents(tangents), settings)
         copy = settings.seq_len is None
         return (GRUSequence(*steps, h_final=h.copy() if copy else h),
-                GRUSequence(*d_steps, h_final=dh.copy() if copy else dh))
+                GRUSequence(*t_steps, h_final=t_h.copy() if copy else t_h))
 
 
-def _gru_input_tangents(xp, x, dx, weights, d_weights, reset_after):
+def _gru_input_tangents(xp, x, t_x, weights, t_weights, reset_after):
     """The tangents of the gates' and the candidate's input parts, ``[T, B, 2H]`` and
     ``[T, B, H]`` (their biases' tangents in them), and the recurrent parts' weight and
-    bias tangents ``(dW_ruh, dW_ch, db_ch)`` (None: zero; ``db_ch`` reset after only)."""
+    bias tangents ``(t_w_ruh, t_w_ch, t_b_ch)`` (None: zero; ``t_b_ch`` reset after only)."""
     n_in, n_hidden = x.shape[2], weights.w_c.shape[1]
-    (dw_rux, dw_ruh), (dw_cx, dw_ch) = (split_rows(d_weights.w_ru, n_in),
-                                        split_rows(d_weights.w_c, n_in))
-    db_cx, db_ch = d_weights.b_c, None
-    if reset_after and d_weights.b_c is not None:
-        db_cx, db_ch = d_weights.b_c[:n_hidden], d_weights.b_c[n_hidden:]
-    return (input_tangent(xp, x, dx, weights.w_ru[:n_in], dw_rux, d_weights.b_ru,
+    (t_w_rux, t_w_ruh), (t_w_cx, t_w_ch) = (split_rows(t_weights.w_ru, n_in),
+                                            split_rows(t_weights.w_c, n_in))
+    t_b_cx, t_b_ch = t_weights.b_c, None
+    if reset_after and t_weights.b_c is not None:
+        t_b_cx, t_b_ch = t_weights.b_c[:n_hidden], t_weights.b_c[n_hidden:]
+    return (input_tangent(xp, x, t_x, weights.w_ru[:n_in], t_w_rux, t_weights.b_ru,
                           2 * n_hidden),
-            input_tangent(xp, x, dx, weights.w_c[:n_in], dw_cx, db_cx, n_hidden),
-            (dw_ruh, dw_ch, db_ch))
+            input_tangent(xp, x, t_x, weights.w_c[:n_in], t_w_cx, t_b_cx, n_hidden),
+            (t_w_ruh, t_w_ch, t_b_ch))
 
 
-def _candidate_recurrent_tangent(xp, h_seen, dh_seen, w_ch, dw_ch, db_ch, reset_after):
-    """Reset after, ``dn = dh_seen·W_ch + h_seen·dW_ch + db_ch`` (before the step: the state
+def _candidate_recurrent_tangent(xp, h_seen, t_h_seen, w_ch, t_w_ch, t_b_ch, reset_after):
+    """Reset after, ``t_n = t_h_seen·W_ch + h_seen·t_W_ch + t_b_ch`` (before the step: the state
     buffer is updated in it); reset before None (its input is the step's ``r∘h_seen``)."""
     if not reset_after:
         return None
-    dn = recurrent_tangent(xp, h_seen, dh_seen, w_ch, dw_ch)
-    if db_ch is not None:
-        dn += db_ch
-    return dn
+    t_n = recurrent_tangent(xp, h_seen, t_h_seen, w_ch, t_w_ch)
+    if t_b_ch is not None:
+        t_n += t_b_ch
+    return t_n
 
 
-def _jvp(rt, x, dx, h0, dh0, weights, d_weights, settings):
-    """The GRU over ``x [T, B, I]`` and its tangent: ``(steps, h_final, d_steps,
-    d_h_final)``, ``steps`` and ``d_steps`` GRUCellStates of ``[T, B, H]`` arrays; the
+def _jvp(rt, x, t_x, h0, t_h0, weights, t_weights, settings):
+    """The GRU over ``x [T, B, I]`` and its tangent: ``(steps, h_final, t_steps,
+    t_h_final)``, ``steps`` and ``t_steps`` GRUCellStates of ``[T, B, H]`` arrays; the
     primal is ``_forward``'s (its step objects and kernels). Per step,
-    after the primal step's kernels: ``gru_gates_tangent`` (dr, du and, reset before, the
+    after the primal step's kernels: ``gru_gates_tangent`` (t_r, t_u and, reset before, the
     tangent of ``r∘h_seen``), the candidate's recurrent tangent matmul, then
-    ``gru_candidate_tangent`` (dc and dh)."""
+    ``gru_candidate_tangent`` (t_c and t_h)."""
     xp = rt.xp
     reset_after = settings.reset_after
     lengths = _launch.lengths(xp, settings.seq_len)
-    x, dx = running(xp, x, settings, lengths), running(xp, dx, settings, lengths)
+    x, t_x = running(xp, x, settings, lengths), running(xp, t_x, settings, lengths)
     (n_steps, n_batch, n_in), n_hidden, dtype = x.shape, h0.shape[1], x.dtype
     w_ruh, w_ch = weights.w_ru[n_in:], weights.w_c[n_in:]
     m_rec, z_h = _masks(xp, settings, n_steps, n_batch, n_hidden)
     gx_ru, gx_c = _x_projection(xp, x, weights.w_ru, weights.w_c)
-    d_gx_ru, d_gx_c, (dw_ruh, dw_ch, db_ch) = _gru_input_tangents(xp, x, dx, weights,
-                                                                   d_weights, reset_after)
-    steps, d_steps = (GRUCellState(*(xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
+    t_gx_ru, t_gx_c, (t_w_ruh, t_w_ch, t_b_ch) = _gru_input_tangents(xp, x, t_x, weights,
+                                                                     t_weights, reset_after)
+    steps, t_steps = (GRUCellState(*(xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
                                      for _ in GRUCellState._fields)) for _ in range(2))
-    h, dh = state_buffers(xp, h0, dh0, lengths)
+    h, t_h = state_buffers(xp, h0, t_h0, lengths)
     n = n_batch * n_hidden
     common = {"seq_len": _launch.lengths_argument(xp, lengths),
               "use_seq_len": lengths is not None, "batch": n_batch, "hidden": n_hidden}
@@ -409,33 +409,33 @@ def _jvp(rt, x, dx, h0, dh0, weights, d_weights, settings):
     candidate = Launcher(rt, "gru_candidate_tangent", dtype, n,
                          b_c=xp.ascontiguousarray(weights.b_c), reset_after=reset_after,
                          use_zoneout_h=z_h is not None, **common)
-    d_rh = xp.empty((n_batch, n_hidden), dtype=dtype)
+    t_rh = xp.empty((n_batch, n_hidden), dtype=dtype)
     for t in range(n_steps):
         # The primal step updates the state buffer in place (with lengths): keep h_prev.
         h_prev = h.copy() if lengths is not None else h
-        h_seen, dh_seen = plan.masked(h_prev, m_rec), plan.masked(dh, m_rec)
-        d_ru = d_gx_ru[t] + recurrent_tangent(xp, h_seen, dh_seen, w_ruh, dw_ruh)
-        dn = _candidate_recurrent_tangent(xp, h_seen, dh_seen, w_ch, dw_ch, db_ch,
-                                          reset_after)
+        h_seen, t_h_seen = plan.masked(h_prev, m_rec), plan.masked(t_h, m_rec)
+        t_ru = t_gx_ru[t] + recurrent_tangent(xp, h_seen, t_h_seen, w_ruh, t_w_ruh)
+        t_n = _candidate_recurrent_tangent(xp, h_seen, t_h_seen, w_ch, t_w_ch, t_b_ch,
+                                           reset_after)
         h_state = h if lengths is not None else steps.h[t]
         z = _launch.at_step(z_h, t, h)
         saved = step(t, gx_ru[t], gx_c[t], h, plan.masked(h, m_rec), z, steps.r[t],
                      steps.u[t], steps.c[t], steps.h[t], h_state)
-        gates(r=steps.r[t], u=steps.u[t], d_ru=xp.ascontiguousarray(d_ru),
-              h_seen=xp.ascontiguousarray(h_seen), dh_seen=xp.ascontiguousarray(dh_seen),
-              step=t, dr=d_steps.r[t], du=d_steps.u[t], d_rh=d_rh)
+        gates(r=steps.r[t], u=steps.u[t], d_ru=xp.ascontiguousarray(t_ru),
+              h_seen=xp.ascontiguousarray(h_seen), dh_seen=xp.ascontiguousarray(t_h_seen),
+              step=t, dr=t_steps.r[t], du=t_steps.u[t], d_rh=t_rh)
         # saved: reset after the forward's gh_c; reset before its r∘h_seen, what
         # (r∘h_seen)·W_ch saw
-        dgh_c = dn if reset_after else recurrent_tangent(xp, saved, d_rh, w_ch, dw_ch)
-        gh_c = saved if reset_after else dgh_c
-        candidate(r=steps.r[t], u=steps.u[t], c=steps.c[t], h_prev=h_prev, dr=d_steps.r[t],
-                  du=d_steps.u[t], dgx_c=d_gx_c[t], dgh_c=xp.ascontiguousarray(dgh_c),
-                  gh_c=gh_c, ld_gh_c=_launch.row_stride(gh_c), step=t, dh_prev=dh,
-                  zoneout_h=z, dc=d_steps.c[t], dh=d_steps.h[t],
-                  dh_state=d_steps.h[t] if lengths is None else dh)
+        t_gh_c = t_n if reset_after else recurrent_tangent(xp, saved, t_rh, w_ch, t_w_ch)
+        gh_c = saved if reset_after else t_gh_c
+        candidate(r=steps.r[t], u=steps.u[t], c=steps.c[t], h_prev=h_prev, dr=t_steps.r[t],
+                  du=t_steps.u[t], dgx_c=t_gx_c[t], dgh_c=xp.ascontiguousarray(t_gh_c),
+                  gh_c=gh_c, ld_gh_c=_launch.row_stride(gh_c), step=t, dh_prev=t_h,
+                  zoneout_h=z, dc=t_steps.c[t], dh=t_steps.h[t],
+                  dh_state=t_steps.h[t] if lengths is None else t_h)
         if lengths is None:
-            h, dh = steps.h[t], d_steps.h[t]
-    return steps, h, d_steps, dh
+            h, t_h = steps.h[t], t_steps.h[t]
+    return steps, h, t_steps, t_h
 
 
 def _weight_tangents(tangents):
@@ -455,12 +455,12 @@ def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None
     see ``gradcells.reference.gru.gru_cell_grad_jvp``."""
     rt, on_device = _launch.runtime_on(x)
     with on_device:
-        d_h, d_h_t = upstream_pair(rt.xp, d_h, d_h_tangent, state.h)
+        d_h, t_d_h = upstream_pair(rt.xp, d_h, d_h_tangent, state.h)
         pairs = _grad_jvp(
             rt, x[None], h_prev, weights, GRUCellState(*(a[None] for a in state)),
             GRUSequenceGrads(*tangents)._replace(
                 x=None if tangents.x is None else tangents.x[None]), settings,
-            (None if d_h is None else d_h[None], None if d_h_t is None else d_h_t[None],
+            (None if d_h is None else d_h[None], None if t_d_h is None else t_d_h[None],
              None, None))
         return tuple(GRUCellGrads(dx[0], *rest) for dx, *rest in pairs)
 
@@ -483,13 +483,13 @@ def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
 def _grad_jvp(rt, x, h0, weights, steps, tangents, settings, upstream):
     """``gru_sequence_grad`` from the saved steps ``(r, u, c, h)`` and its tangent along
     ``tangents`` (a ``GRUSequenceGrads`` of ``[T, B, ·]`` x tangents,
-    None fields zero) and ``upstream = (d_h, d_h_t, d_h_final, d_h_final_t)``
+    None fields zero) and ``upstream = (d_h, t_d_h, d_h_final, t_d_h_final)``
     (``upstream_pair``s): two lists of the fields of GRUSequenceGrads. The primal is
     ``_backward``'s, with ``_Tangent`` as its step hook; the saved steps'
     tangents are ``_jvp``'s."""
     xp = rt.xp
     t_x = tangents.x
-    d_h, d_h_t, d_h_final, d_h_final_t = upstream
+    d_h, t_d_h, d_h_final, t_d_h_final = upstream
     t_h0 = zeros_or(xp, tangents.h0, h0)
     t_weights = GRUWeights(*(zeros_or(xp, t, w) for t, w in zip(_weight_tangents(tangents),
                                                                  weights, strict=True)))
@@ -499,21 +499,21 @@ def _grad_jvp(rt, x, h0, weights, steps, tangents, settings, upstream):
     grads = _backward(rt, x, h0, weights, steps, settings, d_h=d_h, d_h_final=d_h_final,
                       tangent=hook)
     if hook.carry is None:  # T = 0
-        dh0_t = xp.zeros_like(h0) if d_h_final_t is None else d_h_final_t.copy()
-        d_gates, d_n, rh = hook.d_gates_t, hook.d_n_t, hook.rh_t  # empty
+        t_dh0 = xp.zeros_like(h0) if t_d_h_final is None else t_d_h_final.copy()
+        d_gates, d_n, rh = hook.t_d_gates, hook.t_d_n, hook.t_rh  # empty
     else:
-        dh0_t = hook.carry + hook.dh_direct_t
+        t_dh0 = hook.carry + hook.t_dh_direct
         d_gates, d_n, rh = hook.primal
     m_rec = hook.m_rec
-    rh, rh_t = (None, None) if rh is None else (plan.masked(rh, m_rec),
-                                                plan.masked(hook.rh_t, m_rec))
-    dx_t, dw_ru_t, dw_c_t, db_ru_t, db_c_t = _weight_grads(
-        rt, hook.x, weights, hook.h_seen, hook.d_gates_t, hook.d_n_t, rh)
-    dx_w, dw_ru_w, dw_c_w, _, _ = _weight_grads(rt, hook.t_x, t_weights, hook.t_seen, d_gates,
-                                                d_n, rh_t)
-    dx_t = plan.running_inputs(xp, plan.masked(dx_t + dx_w, settings.input_mask),
+    rh, t_rh = (None, None) if rh is None else (plan.masked(rh, m_rec),
+                                                plan.masked(hook.t_rh, m_rec))
+    t_dx, t_dw_ru, t_dw_c, t_db_ru, t_db_c = _weight_grads(
+        rt, hook.x, weights, hook.h_seen, hook.t_d_gates, hook.t_d_n, rh)
+    t_dx_w, t_dw_ru_w, t_dw_c_w, _, _ = _weight_grads(rt, hook.t_x, t_weights, hook.t_seen,
+                                                      d_gates, d_n, t_rh)
+    t_dx = plan.running_inputs(xp, plan.masked(t_dx + t_dx_w, settings.input_mask),
                                hook.lengths)
-    return list(grads), [dx_t, dh0_t, dw_ru_t + dw_ru_w, dw_c_t + dw_c_w, db_ru_t, db_c_t]
+    return list(grads), [t_dx, t_dh0, t_dw_ru + t_dw_ru_w, t_dw_c + t_dw_c_w, t_db_ru, t_db_c]
 
 
 class _Tangent:
@@ -523,7 +523,7 @@ class _Tangent:
     its own over it), reset before the tangent of ``d_hr``, ``(dC'·W_chᵀ + dC·W_ch'ᵀ)∘m_rec``,
     and ``gru_backward_reset_tangent``, then the tangent carry ``([dR', dU']·W_ruhᵀ +
     [dR, dU]·W_ruh'ᵀ (+ dN'·W_chᵀ + dN·W_ch'ᵀ reset after))∘m_rec``, kept in ``carry``
-    (its direct part in ``dh_direct_t``). Built from the call's arrays: the inputs and
+    (its direct part in ``t_dh_direct``). Built from the call's arrays: the inputs and
     states as the matmuls saw them (``x``, ``h_seen`` and their tangents), the saved steps
     and theirs, reset after ``n_pre``'s tangent ``h_seen'·W_ch + h_seen·W_ch' + b_ch'``."""
 
@@ -547,31 +547,31 @@ class _Tangent:
         self.t_seen = plan.masked(self.t_prev, self.m_rec)
         self.w_ruh, self.w_ch = weights.w_ru[n_in:], weights.w_c[n_in:]
         self.t_w_ruh, self.t_w_ch = t_weights.w_ru[n_in:], t_weights.w_c[n_in:]
-        self.n_pre_t = None
+        self.t_n_pre = None
         if reset_after:
-            self.n_pre_t = recurrent_tangent(xp, plan.flat(self.h_seen), plan.flat(self.t_seen),
-                                             self.w_ch, self.t_w_ch)
-            self.n_pre_t = (self.n_pre_t + t_weights.b_c[n_hidden:]).reshape(shape)
-        self.d_gates_t = xp.empty((n_steps, n_batch, 3 * n_hidden), dtype=dtype)
-        self.d_n_t = xp.empty(shape, dtype=dtype) if reset_after else None
-        self.rh_t = None if reset_after else xp.empty(shape, dtype=dtype)
-        self.dh_direct_t = xp.empty((n_batch, n_hidden), dtype=dtype)
-        self.d_h, self.d_h_t, d_h_final, d_h_final_t = upstream
+            self.t_n_pre = recurrent_tangent(xp, plan.flat(self.h_seen),
+                                             plan.flat(self.t_seen), self.w_ch, self.t_w_ch)
+            self.t_n_pre = (self.t_n_pre + t_weights.b_c[n_hidden:]).reshape(shape)
+        self.t_d_gates = xp.empty((n_steps, n_batch, 3 * n_hidden), dtype=dtype)
+        self.t_d_n = xp.empty(shape, dtype=dtype) if reset_after else None
+        self.t_rh = None if reset_after else xp.empty(shape, dtype=dtype)
+        self.t_dh_direct = xp.empty((n_batch, n_hidden), dtype=dtype)
+        self.d_h, self.t_d_h, d_h_final, t_d_h_final = upstream
         self.carry = self.direct = self.primal = None
         self.placeholder = placeholder = xp.ascontiguousarray(weights.b_c)
         n = n_batch * n_hidden
         self.candidate = Launcher(
             rt, "gru_backward_candidate_tangent", dtype, n, b_c=placeholder,
             d_h_final=placeholder if d_h_final is None else d_h_final,
-            d_h_final_t=placeholder if d_h_final_t is None else d_h_final_t,
+            d_h_final_t=placeholder if t_d_h_final is None else t_d_h_final,
             seq_len=_launch.lengths_argument(xp, lengths), reset_after=reset_after,
             has_d_h=self.d_h is not None, has_d_h_final=d_h_final is not None,
             use_seq_len=lengths is not None, use_zoneout_h=self.z_h is not None,
-            n_steps=n_steps, batch=n_batch, hidden=n_hidden, dh_next_b_t=self.dh_direct_t,
-            dh_direct_t=self.dh_direct_t)
+            n_steps=n_steps, batch=n_batch, hidden=n_hidden, dh_next_b_t=self.t_dh_direct,
+            dh_direct_t=self.t_dh_direct)
         self.reset = Launcher(rt, "gru_backward_reset_tangent", dtype, n,
                                       batch=n_batch, hidden=n_hidden,
-                                      dh_direct_t=self.dh_direct_t)
+                                      dh_direct_t=self.t_dh_direct)
 
     def __call__(self, t, dh_next_a, arrays, d_hr, dh_direct):
         xp, placeholder, ra = self.xp, self.placeholder, self.reset_after
@@ -586,22 +586,23 @@ class _Tangent:
         self.candidate(
             r=r[t], u=u[t], c=c[t], h_prev=self.h_prev[t], r_t=t_r[t], u_t=t_u[t], c_t=t_c[t],
             h_prev_t=self.t_prev[t], n_pre=n_pre[t] if ra else placeholder,
-            n_pre_t=self.n_pre_t[t] if ra else placeholder,
+            n_pre_t=self.t_n_pre[t] if ra else placeholder,
             d_h=self.d_h[t] if given else placeholder,
-            d_h_t=self.d_h_t[t] if given else placeholder, dh_next_a=either(dh_next_a),
+            d_h_t=self.t_d_h[t] if given else placeholder, dh_next_a=either(dh_next_a),
             dh_next_b=either(self.direct), dh_next_a_t=either(self.carry), step=t,
-            zoneout_h=_launch.at_step(self.z_h, t, placeholder), d_gates_t=self.d_gates_t[t],
-            d_n_t=self.d_n_t[t] if ra else placeholder, rh_t=placeholder if ra else self.rh_t[t])
+            zoneout_h=_launch.at_step(self.z_h, t, placeholder), d_gates_t=self.t_d_gates[t],
+            d_n_t=self.t_d_n[t] if ra else placeholder, rh_t=placeholder if ra else self.t_rh[t])
         n_ru = self.w_ruh.shape[1]
-        d_gates_t = self.d_gates_t[t]
+        t_d_gates = self.t_d_gates[t]
         if not ra:
-            d_hr_t = plan.masked(recurrent_tangent(xp, d_gates[t][:, n_ru:], d_gates_t[:, n_ru:],
-                                                   self.w_ch.T, self.t_w_ch.T), self.m_rec)
-            self.reset(d_hr=d_hr, d_hr_t=xp.ascontiguousarray(d_hr_t), r=r[t], r_t=t_r[t],
-                       h_prev=self.h_prev[t], h_prev_t=self.t_prev[t], d_gates_t=d_gates_t)
-        carry = recurrent_tangent(xp, d_gates[t][:, :n_ru], d_gates_t[:, :n_ru], self.w_ruh.T,
+            t_d_hr = plan.masked(recurrent_tangent(xp, d_gates[t][:, n_ru:],
+                                                   t_d_gates[:, n_ru:], self.w_ch.T,
+                                                   self.t_w_ch.T), self.m_rec)
+            self.reset(d_hr=d_hr, d_hr_t=xp.ascontiguousarray(t_d_hr), r=r[t], r_t=t_r[t],
+                       h_prev=self.h_prev[t], h_prev_t=self.t_prev[t], d_gates_t=t_d_gates)
+        carry = recurrent_tangent(xp, d_gates[t][:, :n_ru], t_d_gates[:, :n_ru], self.w_ruh.T,
                                   self.t_w_ruh.T)
         if ra:
-            carry += recurrent_tangent(xp, d_n[t], self.d_n_t[t], self.w_ch.T, self.t_w_ch.T)
+            carry += recurrent_tangent(xp, d_n[t], self.t_d_n[t], self.w_ch.T, self.t_w_ch.T)
         self.carry = plan.masked(carry, self.m_rec)
         self.direct = dh_direct.copy()

@@ -584,76 +584,77 @@ def lstm_ln_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, ha
 
 
 @kernel
-def lstm_tangent_kernel(d_gates, cs_prev, dcs_prev, peepholes, d_peepholes, options, outs,
-                        d_outs):
+def lstm_tangent_kernel(t_gates, cs_prev, t_cs_prev, peepholes, t_peepholes, options, outs,
+                        t_outs):
     """The LSTM step's tangent, from the primal ``lstm_forward_kernel`` wrote, one pass per
     row in two loops (as the forward's).
 
-    ``d_gates [B, 4H]``: the tangent of the pre-activations ``G`` (icfo, bias included);
-    ``cs_prev, dcs_prev [B, H]``; ``peepholes = (wci, wcf, wco)`` and ``d_peepholes`` (their
+    ``t_gates [B, 4H]``: the tangent of the pre-activations ``G`` (icfo, bias included);
+    ``cs_prev, t_cs_prev [B, H]``; ``peepholes = (wci, wcf, wco)`` and ``t_peepholes`` (their
     tangents; ``[H]``, read only when ``peephole``: otherwise any arrays of length >= H);
     ``options = (peephole, cell_clip, clipped)`` (``clipped`` False: no clipping, then
-    ``cell_clip`` is never read); ``outs = (i, cs, f, o, ci, co)`` the primal; ``d_outs =
-    (di, dcs, df, do, dci, dco, dh)``, all ``[B, H]``, written. With σ' = s(1-s),
+    ``cell_clip`` is never read); ``outs = (i, cs, f, o, ci, co)`` the primal; ``t_outs =
+    (t_i, t_cs, t_f, t_o, t_ci, t_co, t_h)``, all ``[B, H]``, written. With σ' = s(1-s),
     tanh' = 1 - t²:
 
-        di = σ'(i)·(dGi + dcs_prev·wci + cs_prev·dwci);  dci = tanh'(ci)·dGc
-        df = σ'(f)·(dGf + dcs_prev·wcf + cs_prev·dwcf)
-        dcs = di·ci + i·dci + df·cs_prev + f·dcs_prev,  0 unless |i·ci + f·cs_prev| <= clip
-        dco = tanh'(co)·dcs;  do = σ'(o)·(dGo + dcs·wco + cs·dwco);  dh = do·co + o·dco
+        t_i = σ'(i)·(t_Gi + t_cs_prev·wci + cs_prev·t_wci);  t_ci = tanh'(ci)·t_Gc
+        t_f = σ'(f)·(t_Gf + t_cs_prev·wcf + cs_prev·t_wcf)
+        t_cs = t_i·ci + i·t_ci + t_f·cs_prev + f·t_cs_prev,  0 unless |i·ci + f·cs_prev| <= clip
+        t_co = tanh'(co)·t_cs;  t_o = σ'(o)·(t_Go + t_cs·wco + cs·t_wco);  t_h = t_o·co + o·t_co
 
     (``i·ci + f·cs_prev`` is the forward's unclipped state, recomputed with its expression;
     a NaN there gives a zero tangent under a clip, as the reference's mask does).
     """
     wci, wcf, wco = peepholes
-    dwci, dwcf, dwco = d_peepholes
+    t_wci, t_wcf, t_wco = t_peepholes
     peephole, cell_clip, clipped = options
     i, cs, f, o, ci, co = outs
-    di, dcs, df, do, dci, dco, dh = d_outs
+    t_i, t_cs, t_f, t_o, t_ci, t_co, t_h = t_outs
     n_batch, n_hidden = cs_prev.shape
     clip = typed(cell_clip, cs_prev)
     zero = typed(0.0, cs_prev)
     one = typed(1.0, cs_prev)
     w_i, w_f, w_o = wci[:n_hidden], wcf[:n_hidden], wco[:n_hidden]
-    dw_i, dw_f, dw_o = dwci[:n_hidden], dwcf[:n_hidden], dwco[:n_hidden]
+    t_w_i, t_w_f, t_w_o = t_wci[:n_hidden], t_wcf[:n_hidden], t_wco[:n_hidden]
     for row in range(n_batch):
-        dg = d_gates[row]
-        dg_i, dg_c = dg[:n_hidden], dg[n_hidden:2 * n_hidden]
-        dg_f, dg_o = dg[2 * n_hidden:3 * n_hidden], dg[3 * n_hidden:]
-        c_prev, dc_prev = cs_prev[row], dcs_prev[row]
+        t_g = t_gates[row]
+        t_g_i, t_g_c = t_g[:n_hidden], t_g[n_hidden:2 * n_hidden]
+        t_g_f, t_g_o = t_g[2 * n_hidden:3 * n_hidden], t_g[3 * n_hidden:]
+        c_prev, t_c_prev = cs_prev[row], t_cs_prev[row]
         i_r, f_r, ci_r = i[row], f[row], ci[row]
-        di_r, df_r, dci_r, dcs_r = di[row], df[row], dci[row], dcs[row]
+        t_i_r, t_f_r, t_ci_r, t_cs_r = t_i[row], t_f[row], t_ci[row], t_cs[row]
         for j in range(n_hidden):
-            d_pre_i = dg_i[j]
-            d_pre_f = dg_f[j]
+            t_pre_i = t_g_i[j]
+            t_pre_f = t_g_f[j]
             if peephole:
-                d_pre_i = d_pre_i + dc_prev[j] * w_i[j] + c_prev[j] * dw_i[j]
-                d_pre_f = d_pre_f + dc_prev[j] * w_f[j] + c_prev[j] * dw_f[j]
+                t_pre_i = t_pre_i + t_c_prev[j] * w_i[j] + c_prev[j] * t_w_i[j]
+                t_pre_f = t_pre_f + t_c_prev[j] * w_f[j] + c_prev[j] * t_w_f[j]
             gate_i, gate_ci, gate_f = i_r[j], ci_r[j], f_r[j]
-            d_i = gate_i * (one - gate_i) * d_pre_i
-            d_ci = (one - gate_ci * gate_ci) * dg_c[j]
-            d_f = gate_f * (one - gate_f) * d_pre_f
-            d_state = d_i * gate_ci + gate_i * d_ci + d_f * c_prev[j] + gate_f * dc_prev[j]
+            t_gate_i = gate_i * (one - gate_i) * t_pre_i
+            t_gate_ci = (one - gate_ci * gate_ci) * t_g_c[j]
+            t_gate_f = gate_f * (one - gate_f) * t_pre_f
+            t_state = (t_gate_i * gate_ci + gate_i * t_gate_ci + t_gate_f * c_prev[j]
+                       + gate_f * t_c_prev[j])
             if clipped:
                 raw = gate_i * gate_ci + gate_f * c_prev[j]
-                d_state = d_state if abs(raw) <= clip else zero
-            di_r[j] = d_i
-            dci_r[j] = d_ci
-            df_r[j] = d_f
-            dcs_r[j] = d_state
+                t_state = t_state if abs(raw) <= clip else zero
+            t_i_r[j] = t_gate_i
+            t_ci_r[j] = t_gate_ci
+            t_f_r[j] = t_gate_f
+            t_cs_r[j] = t_state
         cs_r, o_r, co_r = cs[row], o[row], co[row]
-        do_r, dco_r, dh_r = do[row], dco[row], dh[row]
+        t_o_r, t_co_r, t_h_r = t_o[row], t_co[row], t_h[row]
         for j in range(n_hidden):
-            d_state = dcs_r[j]
-            d_pre_o = dg_o[j]
+            t_state = t_cs_r[j]
+            t_pre_o = t_g_o[j]
             if peephole:
-                d_pre_o = d_pre_o + d_state * w_o[j] + cs_r[j] * dw_o[j]
+                t_pre_o = t_pre_o + t_state * w_o[j] + cs_r[j] * t_w_o[j]
             gate_o, state_co = o_r[j], co_r[j]
-            d_o = gate_o * (one - gate_o) * d_pre_o
-            d_co = (one - state_co * state_co) * d_state
-            do_r[j] = d_o
-            dco_r[j] = d_co
-            dh_r[j] = d_o * state_co + gate_o * d_co
+            t_gate_o = gate_o * (one - gate_o) * t_pre_o
+            t_state_co = (one - state_co * state_co) * t_state
+            t_o_r[j] = t_gate_o
+            t_co_r[j] = t_state_co
+            t_h_r[j] = t_gate_o * state_co + gate_o * t_state_co
 
 
 # --------------------------------------------------------------------------------------
@@ -675,90 +676,91 @@ def lstm_tangent_kernel(d_gates, cs_prev, dcs_prev, peepholes, d_peepholes, opti
 
 @helper
 def _output_tangents(ups, gate_o, state_co, one, two):
-    """``(do, do', dcs, dcs')`` before the peephole: from ``(d_h, d_h', d_cs, d_cs')``,
-    ``(o, o')``, ``(co, co')`` (``lstm_backward_tangent_kernel``)."""
-    (uh, duh, ucs, ducs), (go, dgo), (sc, dsc) = ups, gate_o, state_co
+    """``(do, t_do, dcs, t_dcs)`` before the peephole: from ``(d_h, t_d_h, d_cs, t_d_cs)``,
+    ``(o, t_o)``, ``(co, t_co)`` (``lstm_backward_tangent_kernel``)."""
+    (uh, t_uh, ucs, t_ucs), (go, t_go), (sc, t_sc) = ups, gate_o, state_co
     s_o = go * (one - go)
     tanh_co = one - sc * sc
     d_o = uh * sc * s_o
-    t_do = (duh * sc + uh * dsc) * s_o + uh * sc * dgo * (one - two * go)
+    t_do = (t_uh * sc + uh * t_sc) * s_o + uh * sc * t_go * (one - two * go)
     return (d_o, t_do, uh * go * tanh_co + ucs,
-            (duh * go + uh * dgo) * tanh_co - uh * go * two * sc * dsc + ducs)
+            (t_uh * go + uh * t_go) * tanh_co - uh * go * two * sc * t_sc + t_ucs)
 
 
 @helper
-def _gate_tangents(d_state, t_state, gates, d_gates, one, two):
-    """``(di, di', dci', df, df')`` from the cell state's gradient ``dcs`` and its tangent,
-    ``gates = (i, ci, f, cs_prev)`` and their tangents (``lstm_backward_tangent_kernel``)."""
+def _gate_tangents(d_state, t_state, gates, t_gates, one, two):
+    """``(di, t_di, t_dci, df, t_df)`` from the cell state's gradient ``dcs`` and its tangent,
+    ``gates = (i, ci, f, cs_prev)`` and their tangents ``t_gates``
+    (``lstm_backward_tangent_kernel``)."""
     gi, gc, gf, c_p = gates
-    dgi, dgc, dgf, dc_p = d_gates
+    t_gi, t_gc, t_gf, t_c_p = t_gates
     s_i = gi * (one - gi)
     s_f = gf * (one - gf)
     d_i = d_state * gc * s_i
-    t_di = (t_state * gc + d_state * dgc) * s_i + d_state * gc * dgi * (one - two * gi)
-    t_dci = (t_state * gi + d_state * dgi) * (one - gc * gc) - d_state * gi * two * gc * dgc
+    t_di = (t_state * gc + d_state * t_gc) * s_i + d_state * gc * t_gi * (one - two * gi)
+    t_dci = (t_state * gi + d_state * t_gi) * (one - gc * gc) - d_state * gi * two * gc * t_gc
     d_f = d_state * c_p * s_f
-    t_df = (t_state * c_p + d_state * dc_p) * s_f + d_state * c_p * dgf * (one - two * gf)
+    t_df = (t_state * c_p + d_state * t_c_p) * s_f + d_state * c_p * t_gf * (one - two * gf)
     return d_i, t_di, t_dci, d_f, t_df
 
 
 @kernel
-def lstm_backward_tangent_kernel(saved, d_saved, up, d_up, peepholes, d_peepholes, options,
-                                 d_gates, dcs_prev, sums):
+def lstm_backward_tangent_kernel(saved, t_saved, up, t_up, peepholes, t_peepholes, options,
+                                 t_d_gates, t_dcs_prev, sums):
     """The tangent of ``lstm_backward_kernel``'s outputs, one pass per row.
 
     ``saved = (cs_prev, i, cs, f, o, ci, co)`` (``cs`` the step's own, unzoned state) and
-    ``d_saved`` their tangents, ``[B, H]``; ``up = (d_h, d_cs)`` the upstream gradients of
-    the step's new states and ``d_up`` their tangents, ``[B, H]``; ``peepholes = (wci, wcf,
-    wco)`` and ``d_peepholes`` (``[H]``, read only when ``peephole``); ``options =
+    ``t_saved`` their tangents, ``[B, H]``; ``up = (d_h, d_cs)`` the upstream gradients of
+    the step's new states and ``t_up`` their tangents, ``[B, H]``; ``peepholes = (wci, wcf,
+    wco)`` and ``t_peepholes`` (``[H]``, read only when ``peephole``); ``options =
     (peephole, cell_clip)``, ``cell_clip`` the backward kernel's (``math.inf``: no mask).
-    Writes ``d_gates [B, 4H]`` and ``dcs_prev [B, H]``, the tangents of ``dG`` and
-    ``dcs_prev``; accumulates ``sums = (d_bias [4H], d_wci, d_wcf, d_wco [H])``, the
+    Writes ``t_d_gates [B, 4H]`` and ``t_dcs_prev [B, H]``, the tangents of ``dG`` and
+    ``dcs_prev``; accumulates ``sums = (t_d_bias [4H], t_d_wci, t_d_wcf, t_d_wco [H])``, the
     tangents of the backward kernel's sums (the peepholes' only when ``peephole``). The
     math: the section's comment above.
     """
     cs_prev, i, cs, f, o, ci, co = saved
-    t_prev, t_i, t_cs, t_f, t_o, t_ci, t_co = d_saved
-    (g_h, g_cs), (t_gh, t_gcs) = up, d_up
+    t_prev, t_i, t_cs, t_f, t_o, t_ci, t_co = t_saved
+    (g_h, g_cs), (t_g_h, t_g_cs) = up, t_up
     peephole, cell_clip = options
-    d_bias, d_wci, d_wcf, d_wco = sums
+    t_d_bias, t_d_wci, t_d_wcf, t_d_wco = sums
     n_batch, n_hidden = cs_prev.shape
     zero, one, two = typed(0.0, cs_prev), typed(1.0, cs_prev), typed(2.0, cs_prev)
     clip = typed(cell_clip, cs_prev)
     masked = cell_clip < math.inf
     w_i, w_f, w_o = peepholes[0][:n_hidden], peepholes[1][:n_hidden], peepholes[2][:n_hidden]
-    tw_i, tw_f = d_peepholes[0][:n_hidden], d_peepholes[1][:n_hidden]
-    tw_o = d_peepholes[2][:n_hidden]
+    t_w_i, t_w_f = t_peepholes[0][:n_hidden], t_peepholes[1][:n_hidden]
+    t_w_o = t_peepholes[2][:n_hidden]
     for row in range(n_batch):
-        dg = d_gates[row]
-        dg_i, dg_c = dg[:n_hidden], dg[n_hidden:2 * n_hidden]
-        dg_f, dg_o = dg[2 * n_hidden:3 * n_hidden], dg[3 * n_hidden:]
+        t_dg = t_d_gates[row]
+        t_dg_i, t_dg_c = t_dg[:n_hidden], t_dg[n_hidden:2 * n_hidden]
+        t_dg_f, t_dg_o = t_dg[2 * n_hidden:3 * n_hidden], t_dg[3 * n_hidden:]
         for j in range(n_hidden):
-            c_p, dc_p = cs_prev[row, j], t_prev[row, j]
+            c_p, t_c_p = cs_prev[row, j], t_prev[row, j]
             gi, gf, go, gc, sc = i[row, j], f[row, j], o[row, j], ci[row, j], co[row, j]
-            dgi, dgf, dgo = t_i[row, j], t_f[row, j], t_o[row, j]
-            dgc, dsc = t_ci[row, j], t_co[row, j]
-            uh, ucs, duh, ducs = g_h[row, j], g_cs[row, j], t_gh[row, j], t_gcs[row, j]
+            t_gi, t_gf, t_go = t_i[row, j], t_f[row, j], t_o[row, j]
+            t_gc, t_sc = t_ci[row, j], t_co[row, j]
+            uh, ucs, t_uh, t_ucs = g_h[row, j], g_cs[row, j], t_g_h[row, j], t_g_cs[row, j]
             d_o, t_do, d_state, t_state = _output_tangents(
-                (uh, duh, ucs, ducs), (go, dgo), (sc, dsc), one, two)
+                (uh, t_uh, ucs, t_ucs), (go, t_go), (sc, t_sc), one, two)
             if peephole:
                 d_state = d_state + d_o * w_o[j]
-                t_state = t_state + t_do * w_o[j] + d_o * tw_o[j]
+                t_state = t_state + t_do * w_o[j] + d_o * t_w_o[j]
             if masked:
                 raw = gi * gc + gf * c_p
                 if not abs(raw) <= clip:
                     d_state = zero
                     t_state = zero
             d_i, t_di, t_dci, d_f, t_df = _gate_tangents(
-                d_state, t_state, (gi, gc, gf, c_p), (dgi, dgc, dgf, dc_p), one, two)
-            dg_i[j], dg_c[j], dg_f[j], dg_o[j] = t_di, t_dci, t_df, t_do
-            t_prev_j = t_state * gf + d_state * dgf
+                d_state, t_state, (gi, gc, gf, c_p), (t_gi, t_gc, t_gf, t_c_p), one, two)
+            t_dg_i[j], t_dg_c[j], t_dg_f[j], t_dg_o[j] = t_di, t_dci, t_df, t_do
+            t_prev_j = t_state * gf + d_state * t_gf
             if peephole:
-                t_prev_j = (t_prev_j + t_di * w_i[j] + d_i * tw_i[j]
-                            + t_df * w_f[j] + d_f * tw_f[j])
-                d_wci[j] += t_di * c_p + d_i * dc_p
-                d_wcf[j] += t_df * c_p + d_f * dc_p
-                d_wco[j] += t_do * cs[row, j] + d_o * t_cs[row, j]
-            dcs_prev[row, j] = t_prev_j
+                t_prev_j = (t_prev_j + t_di * w_i[j] + d_i * t_w_i[j]
+                            + t_df * w_f[j] + d_f * t_w_f[j])
+                t_d_wci[j] += t_di * c_p + d_i * t_c_p
+                t_d_wcf[j] += t_df * c_p + d_f * t_c_p
+                t_d_wco[j] += t_do * cs[row, j] + d_o * t_cs[row, j]
+            t_dcs_prev[row, j] = t_prev_j
         for k in range(4 * n_hidden):
-            d_bias[k] += dg[k]
+            t_d_bias[k] += t_dg[k]

@@ -625,13 +625,13 @@ def lstm_cell_jvp(x, cs_prev, h_prev, weights, tangents, settings):
     ``lstm_jvp``, whose matmuls are then the cell's)."""
 
     if weights.layer_norm is None:
-        outs, d_outs = lstm_cell_step(x, cs_prev, h_prev, weights, tangents, settings)
-        return LSTMCellState(*outs), LSTMCellState(*d_outs)
-    outs, d_outs = lstm_jvp(x[None], None if tangents.x is None else tangents.x[None],
+        outs, t_outs = lstm_cell_step(x, cs_prev, h_prev, weights, tangents, settings)
+        return LSTMCellState(*outs), LSTMCellState(*t_outs)
+    outs, t_outs = lstm_jvp(x[None], None if tangents.x is None else tangents.x[None],
                             (cs_prev, h_prev), (tangents.cs_prev, tangents.h_prev), weights,
                             weights_part(tangents, weights), settings)
     return tuple(LSTMCellState(*(a[0] for a in _steps(LSTMSequence(*o))))
-                 for o in (outs, d_outs))
+                 for o in (outs, t_outs))
 
 
 def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
@@ -639,9 +639,9 @@ def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
     fields zero): ``(LSTMSequence, LSTMSequence of tangents)``. The primal is the
     forward's, bitwise; ``lstm_jvp`` states the plan."""
 
-    outs, d_outs = lstm_jvp(x, tangents.x, (cs0, h0), (tangents.cs0, tangents.h0), weights,
+    outs, t_outs = lstm_jvp(x, tangents.x, (cs0, h0), (tangents.cs0, tangents.h0), weights,
                             weights_part(tangents, weights), settings)
-    return LSTMSequence(*outs), LSTMSequence(*d_outs)
+    return LSTMSequence(*outs), LSTMSequence(*t_outs)
 
 
 # --------------------------------------------------------------------------------------
@@ -693,69 +693,71 @@ class _LSTMStep(NamedTuple):
     """An LSTM sequence's per-step scratch (``_workspace.scratch``)."""
 
     h_g: np.ndarray          # [B, 4H] h_seen·W_h
-    dh_g: np.ndarray         # [B, 4H] its tangent
+    t_h_g: np.ndarray        # [B, 4H] its tangent
     h_seen: np.ndarray       # [B, P]  h_prev∘m_rec
-    dh_seen: np.ndarray      # [B, P]
-    h_stack: np.ndarray      # [B, 2P] [dh_seen, h_seen] (when dW_h is given)
+    t_h_seen: np.ndarray     # [B, P]
+    h_stack: np.ndarray      # [B, 2P] [t_h_seen, h_seen] (when t_W_h is given)
     m: np.ndarray            # [B, H]  o∘co before the projection (or [B, 0])
-    dm: np.ndarray           # [B, H]
-    m_stack: np.ndarray      # [B, 2H] [dm, m] (when dw_proj is given)
+    t_m: np.ndarray          # [B, H]
+    m_stack: np.ndarray      # [B, 2H] [t_m, m] (when t_w_proj is given)
 
 
-def lstm_jvp(x, dx, states, d_states, weights, t_w, settings):
+def lstm_jvp(x, t_x, states, t_states, weights, t_weights, settings):
     """The LSTM sequence ``x [T, B, I]`` from ``states = (cs0, h0)`` and its tangent:
-    ``(outs, d_outs)``, each ``(i, cs, f, o, ci, co, h [T, B, ·], cs_final, h_final)``
-    (a cell's settings have no masks or lengths; ``t_w``: the tangents of ``weights``).
+    ``(outs, t_outs)``, each ``(i, cs, f, o, ci, co, h [T, B, ·], cs_final, h_final)``
+    (a cell's settings have no masks or lengths; ``t_weights``: the tangents of
+    ``weights``).
 
     The forward's plan (``lstm_sequence``): the input part ``x·W_x + b`` (with a layer
     norm ``LN(x·W_x) + b``) for all steps, per step ``h_seen·W_h`` and the step's pass, then
     the projection ``clip(m·w_proj)``; each matmul's tangent one stacked BLAS call beside it.
     The primal's pass is the forward's kernel; the tangent's is ``lstm_tangent_kernel``
     (with a layer norm NumPy's, ``_ln_step_tangent``)."""
-    (cs0, h0), (dcs0, dh0) = (contiguous(a) for a in states), d_states
-    dw, db, dwci, dwcf, dwco, dw_proj, d_norm = t_w
+    (cs0, h0), (t_cs0, t_h0) = (contiguous(a) for a in states), t_states
+    t_w, t_b, t_wci, t_wcf, t_wco, t_w_proj, t_norm = t_weights
     n_in, (n_batch, n_hidden), n_state = x.shape[2], cs0.shape, h0.shape[1]
-    x, dx, lengths, masks = sequence_inputs(x, dx, settings, n_state, n_hidden)
+    x, t_x, lengths, masks = sequence_inputs(x, t_x, settings, n_state, n_hidden)
     n_steps, dtype = x.shape[0], x.dtype
-    dcs0, dh0 = tangent_or_zeros(dcs0, cs0), tangent_or_zeros(dh0, h0)
+    t_cs0, t_h0 = tangent_or_zeros(t_cs0, cs0), tangent_or_zeros(t_h0, h0)
     w = contiguous(weights.w)
-    lin_x = Linear.of(w[:n_in], None if dw is None else dw[:n_in])
-    lin_h = Linear.of(w[n_in:], None if dw is None else dw[n_in:])
+    lin_x = Linear.of(w[:n_in], None if t_w is None else t_w[:n_in])
+    lin_h = Linear.of(w[n_in:], None if t_w is None else t_w[n_in:])
     projected = weights.w_proj is not None
-    lin_p = Linear.of(weights.w_proj, dw_proj) if projected else None
+    lin_p = Linear.of(weights.w_proj, t_w_proj) if projected else None
     gates, steps = (n_steps, n_batch, 4 * n_hidden), (n_steps, n_batch, n_hidden)
     m_shape = (n_batch, n_hidden if projected else 0)
     buffers = scratch(dtype, gates, gates, stack_shape(lin_x, n_steps * n_batch),
                       (n_batch, 4 * n_hidden), (n_batch, 4 * n_hidden), (n_batch, n_state),
                       (n_batch, n_state), stack_shape(lin_h, n_batch), m_shape, m_shape,
                       stack_shape(lin_p, n_batch) if projected else (0, 0))
-    x_g, dx_g, x_stack = buffers[:3]
+    x_g, t_x_g, x_stack = buffers[:3]
     step = _LSTMStep(*buffers[3:])
-    _lstm_input_part(x, dx, weights, (lin_x, db, d_norm), settings, (x_g, dx_g, x_stack))
-    outs, d_outs = _lstm_outputs(steps, n_state, dtype), _lstm_outputs(steps, n_state, dtype)
-    run_step = _lstm_step_pass(weights, t_w, settings)
+    _lstm_input_part(x, t_x, weights, (lin_x, t_b, t_norm), settings, (x_g, t_x_g, x_stack))
+    outs, t_outs = _lstm_outputs(steps, n_state, dtype), _lstm_outputs(steps, n_state, dtype)
+    run_step = _lstm_step_pass(weights, t_weights, settings)
     for t in range(n_steps):
         cs_prev, h_prev = step_pair(t, cs0, outs[1]), step_pair(t, h0, outs[6])
-        dcs_prev, dh_prev = step_pair(t, dcs0, d_outs[1]), step_pair(t, dh0, d_outs[6])
+        t_cs_prev, t_h_prev = step_pair(t, t_cs0, t_outs[1]), step_pair(t, t_h0, t_outs[6])
         h_read = seen(h_prev, masks.recurrent, step.h_seen)
-        dh_read = seen(dh_prev, masks.recurrent, step.dh_seen)
+        t_h_read = seen(t_h_prev, masks.recurrent, step.t_h_seen)
         np.matmul(h_read, lin_h.w, out=step.h_g)
-        lin_h.into(dh_read, h_read, step.dh_g, step.h_stack)
-        new = [a[t] for a in outs], [a[t] for a in d_outs]
+        lin_h.into(t_h_read, h_read, step.t_h_g, step.h_stack)
+        new = [a[t] for a in outs], [a[t] for a in t_outs]
         final_h = new[0][6], new[1][6]
         if projected:
-            new[0][6], new[1][6] = step.m, step.dm
-        run_step(step.h_g, x_g[t], step.dh_g, dx_g[t], (cs_prev, dcs_prev), new)
+            new[0][6], new[1][6] = step.m, step.t_m
+        run_step(step.h_g, x_g[t], step.t_h_g, t_x_g[t], (cs_prev, t_cs_prev), new)
         if projected:
             _project_jvp(lin_p, step, settings.proj_clip, final_h)
-        for k, (old, d_old) in ((1, (cs_prev, dcs_prev)), (6, (h_prev, dh_prev))):
+        for k, (old, t_old) in ((1, (cs_prev, t_cs_prev)), (6, (h_prev, t_h_prev))):
             zoneout = masks.zoneout_cs if k == 1 else masks.zoneout_h
             zone(zoneout, t, old, outs[k][t])
-            zone(zoneout, t, d_old, d_outs[k][t])
+            zone(zoneout, t, t_old, t_outs[k][t])
     finals = [final_state(outs[k], first, lengths) for k, first in ((1, cs0), (6, h0))]
-    d_finals = [final_state(d_outs[k], first, lengths) for k, first in ((1, dcs0), (6, dh0))]
-    zero_stopped((*outs, *d_outs), lengths)
-    return (*outs, *finals), (*d_outs, *d_finals)
+    t_finals = [final_state(t_outs[k], first, lengths)
+                for k, first in ((1, t_cs0), (6, t_h0))]
+    zero_stopped((*outs, *t_outs), lengths)
+    return (*outs, *finals), (*t_outs, *t_finals)
 
 
 def _lstm_outputs(steps, n_state, dtype):
@@ -763,34 +765,34 @@ def _lstm_outputs(steps, n_state, dtype):
     return [*step_outputs(6, steps, dtype), np.empty((*steps[:2], n_state), dtype)]
 
 
-def _lstm_input_part(x, dx, weights, tangent, settings, buffers):
-    """Every step's input part into ``buffers = (x_g, dx_g, stack)``: the forward's
+def _lstm_input_part(x, t_x, weights, tangent, settings, buffers):
+    """Every step's input part into ``buffers = (x_g, t_x_g, stack)``: the forward's
     ``x·W_x + b`` (or ``LN(x·W_x) + b``, ``layer_norm_forward_kernel`` in place) and its
-    tangent ``dx·W_x + x·dW_x + db`` (or ``dLN(x·W_x) + db``); ``tangent = (lin_x, db,
-    d_norm)``."""
-    lin_x, db, d_norm = tangent
-    x_g, dx_g, stack = buffers
+    tangent ``t_x·W_x + x·t_W_x + t_b`` (or ``t_LN(x·W_x) + t_b``); ``tangent = (lin_x, t_b,
+    t_norm)``."""
+    lin_x, t_b, t_norm = tangent
+    x_g, t_x_g, stack = buffers
     b = contiguous(weights.b)
     norm = weights.layer_norm
     if norm is None:
         projection(x, lin_x.w, b, x_g)
-        input_tangent(lin_x, dx, x, db, dx_g, stack)
+        input_tangent(lin_x, t_x, x, t_b, t_x_g, stack)
         return
     norm = LSTMNorm(*map(contiguous, norm))
-    d_norm = norm_tangents(d_norm, norm)
+    t_norm = norm_tangents(t_norm, norm)
     projection(x, lin_x.w, None, x_g)
-    input_tangent(lin_x, dx, x, None, dx_g, stack)
-    dx_g[...] = layer_norm_tangent(x_g, dx_g, norm.gamma_x, d_norm.gamma_x, d_norm.beta_x,
+    input_tangent(lin_x, t_x, x, None, t_x_g, stack)
+    t_x_g[...] = layer_norm_tangent(x_g, t_x_g, norm.gamma_x, t_norm.gamma_x, t_norm.beta_x,
                                    settings.ln_epsilon)
-    if db is not None:
-        dx_g += db
+    if t_b is not None:
+        t_x_g += t_b
     layer_norm_forward_kernel(flat(x_g), norm.gamma_x, norm.beta_x, b, settings.ln_epsilon)
 
 
-def norm_tangents(d_norm, norm):
+def norm_tangents(t_norm, norm):
     """The layer norm's tangents as an ``LSTMNorm`` with every None a zero array."""
-    d_norm = d_norm if d_norm is not None else LSTMNorm(*(None,) * len(norm))
-    return LSTMNorm(*(tangent_or_zeros(d, p) for d, p in zip(d_norm, norm, strict=True)))
+    t_norm = t_norm if t_norm is not None else LSTMNorm(*(None,) * len(norm))
+    return LSTMNorm(*(tangent_or_zeros(t, p) for t, p in zip(t_norm, norm, strict=True)))
 
 
 def layer_norm_stats(z, epsilon):
@@ -801,91 +803,92 @@ def layer_norm_stats(z, epsilon):
     return centred * rstd, rstd
 
 
-def layer_norm_tangent(z, dz, gamma, d_gamma, d_beta, epsilon):
-    """The tangent of ``LN(z; γ, β)``: ``dγ∘ẑ + γ∘r·(dz - mean(dz) - ẑ∘mean(ẑ∘dz)) + dβ``
+def layer_norm_tangent(z, t_z, gamma, t_gamma, t_beta, epsilon):
+    """The tangent of ``LN(z; γ, β)``: ``t_γ∘ẑ + γ∘r·(t_z - mean(t_z) - ẑ∘mean(ẑ∘t_z)) + t_β``
     (``xpmath.layer_norm_jvp``'s)."""
     z_hat, rstd = layer_norm_stats(z, epsilon)
     n = max(z.shape[-1], 1)
-    d_hat = rstd * (dz - dz.sum(axis=-1, keepdims=True) / n
-                    - z_hat * (z_hat * dz).sum(axis=-1, keepdims=True) / n)
-    return d_gamma * z_hat + gamma * d_hat + d_beta
+    t_hat = rstd * (t_z - t_z.sum(axis=-1, keepdims=True) / n
+                    - z_hat * (z_hat * t_z).sum(axis=-1, keepdims=True) / n)
+    return t_gamma * z_hat + gamma * t_hat + t_beta
 
 
-def _lstm_step_pass(weights, t_w, settings):
-    """The step's elementwise pass as ``run(h_g, x_g, dh_g, dx_g, (cs_prev, dcs_prev),
-    (outs, d_outs))``, its fixed arguments bound (the bias stands in for absent peepholes
+def _lstm_step_pass(weights, t_weights, settings):
+    """The step's elementwise pass as ``run(h_g, x_g, t_h_g, t_x_g, (cs_prev, t_cs_prev),
+    (outs, t_outs))``, its fixed arguments bound (the bias stands in for absent peepholes
     and their tangents: never read)."""
     b = contiguous(weights.b)
     peephole = settings.peepholes
     peeps = tuple(contiguous(a) for a in _peepholes_of(weights)) if peephole else (b, b, b)
-    d_peeps = (tuple(tangent_or_zeros(d, p)
-                     for d, p in zip(_peepholes_of(t_w), peeps, strict=True))
+    t_peeps = (tuple(tangent_or_zeros(t, p)
+                     for t, p in zip(_peepholes_of(t_weights), peeps, strict=True))
                if peephole else (b, b, b))
     clip = math.inf if settings.cell_clip is None else settings.cell_clip
     if weights.layer_norm is None:
         fixed = (*peeps, peephole, settings.forget_bias, clip)
         options = (peephole, clip, settings.cell_clip is not None)
 
-        def run(h_g, x_g, dh_g, dx_g, cs, new):
+        def run(h_g, x_g, t_h_g, t_x_g, cs, new):
             lstm_forward_kernel(h_g, x_g, cs[0], *fixed, *new[0])
-            dh_g += dx_g
-            lstm_tangent_kernel(dh_g, cs[0], cs[1], peeps, d_peeps, options,
+            t_h_g += t_x_g
+            lstm_tangent_kernel(t_h_g, cs[0], cs[1], peeps, t_peeps, options,
                                 tuple(new[0][:6]), tuple(new[1]))
         return run
     norm = LSTMNorm(*map(contiguous, weights.layer_norm))
-    d_norm = norm_tangents(t_w[6], norm)
+    t_norm = norm_tangents(t_weights[6], norm)
     fixed = (norm.gamma_h, norm.beta_h, norm.gamma_c, norm.beta_c, settings.ln_epsilon,
              settings.ln_carry == "normalized", *peeps, peephole, settings.forget_bias, clip)
 
-    def run_norm(h_g, x_g, dh_g, dx_g, cs, new):
+    def run_norm(h_g, x_g, t_h_g, t_x_g, cs, new):
         lstm_ln_forward_kernel(h_g, x_g, cs[0], *fixed, *new[0])
-        _ln_step_tangent(h_g, dh_g, dx_g, cs, new, (norm, d_norm, peeps, d_peeps, peephole),
+        _ln_step_tangent(h_g, t_h_g, t_x_g, cs, new, (norm, t_norm, peeps, t_peeps, peephole),
                          settings)
     return run_norm
 
 
-def _ln_step_tangent(z_h, dz_h, dx_g, cs, new, fixed, settings):
+def _ln_step_tangent(z_h, t_z_h, t_x_g, cs, new, fixed, settings):
     """The layer-normalised step's tangent (NumPy; the reference's
     ``lstm_gates_jvp``/``lstm_activations_jvp``) into ``new[1]``, from the primal the
     kernel wrote (``new[0]``), ``z_h = h_seen·W_h``, its tangent and the input part's."""
-    norm, d_norm, (wci, wcf, wco), (dwci, dwcf, dwco), peephole = fixed
-    cs_prev, dcs_prev = cs
+    norm, t_norm, (wci, wcf, wco), (t_wci, t_wcf, t_wco), peephole = fixed
+    cs_prev, t_cs_prev = cs
     i, cs_new, f, o, ci, co, _ = new[0]
     n_hidden, eps = cs_prev.shape[1], settings.ln_epsilon
-    d_g = layer_norm_tangent(z_h, dz_h, norm.gamma_h, d_norm.gamma_h, d_norm.beta_h, eps)
-    d_g += dx_g
-    dgi, dgc, dgf, dgo = (d_g[:, k * n_hidden:(k + 1) * n_hidden] for k in range(4))
+    t_g = layer_norm_tangent(z_h, t_z_h, norm.gamma_h, t_norm.gamma_h, t_norm.beta_h, eps)
+    t_g += t_x_g
+    t_gi, t_gc, t_gf, t_go = (t_g[:, k * n_hidden:(k + 1) * n_hidden] for k in range(4))
     if peephole:
-        dgi = dgi + dcs_prev * wci + cs_prev * dwci
-        dgf = dgf + dcs_prev * wcf + cs_prev * dwcf
-    di, dci, df = i * (1 - i) * dgi, (1 - ci * ci) * dgc, f * (1 - f) * dgf
-    d_tilde = di * ci + i * dci + df * cs_prev + f * dcs_prev
+        t_gi = t_gi + t_cs_prev * wci + cs_prev * t_wci
+        t_gf = t_gf + t_cs_prev * wcf + cs_prev * t_wcf
+    t_i, t_ci, t_f = i * (1 - i) * t_gi, (1 - ci * ci) * t_gc, f * (1 - f) * t_gf
+    t_tilde = t_i * ci + i * t_ci + t_f * cs_prev + f * t_cs_prev
     raw = i * ci + f * cs_prev
     c_tilde = raw
     if settings.cell_clip is not None:
-        d_tilde = np.where(np.abs(raw) <= settings.cell_clip, d_tilde,
-                           np.zeros((), d_tilde.dtype))
+        t_tilde = np.where(np.abs(raw) <= settings.cell_clip, t_tilde,
+                           np.zeros((), t_tilde.dtype))
         c_tilde = np.clip(raw, -settings.cell_clip, settings.cell_clip)
-    d_n = layer_norm_tangent(c_tilde, d_tilde, norm.gamma_c, d_norm.gamma_c, d_norm.beta_c,
+    t_n = layer_norm_tangent(c_tilde, t_tilde, norm.gamma_c, t_norm.gamma_c, t_norm.beta_c,
                              eps)
-    d_cs = d_n if settings.ln_carry == "normalized" else d_tilde
-    dco = (1 - co * co) * d_n
+    t_cs = t_n if settings.ln_carry == "normalized" else t_tilde
+    t_co = (1 - co * co) * t_n
     if peephole:
-        dgo = dgo + d_cs * wco + cs_new * dwco
-    do = o * (1 - o) * dgo
-    for out, value in zip(new[1], (di, d_cs, df, do, dci, dco, do * co + o * dco), strict=True):
+        t_go = t_go + t_cs * wco + cs_new * t_wco
+    t_o = o * (1 - o) * t_go
+    for out, value in zip(new[1], (t_i, t_cs, t_f, t_o, t_ci, t_co, t_o * co + o * t_co),
+                          strict=True):
         out[...] = value
 
 
 def _project_jvp(lin_p, step, proj_clip, out):
     """The projection and its tangent: ``h = clip(m·w_proj)`` (the forward's: BLAS, then
-    the clip in place) and ``dh = dm·w_proj + m·dw_proj``, zero where the clip is active
-    (the boundary passes), into ``out = (h, dh)``."""
-    h, dh = out
+    the clip in place) and ``t_h = t_m·w_proj + m·t_w_proj``, zero where the clip is active
+    (the boundary passes), into ``out = (h, t_h)``."""
+    h, t_h = out
     np.matmul(step.m, lin_p.w, out=h)
-    lin_p.into(step.dm, step.m, dh, step.m_stack)
+    lin_p.into(step.t_m, step.m, t_h, step.m_stack)
     if proj_clip is not None:
-        np.copyto(dh, 0, where=~(np.abs(h) <= proj_clip))
+        np.copyto(t_h, 0, where=~(np.abs(h) <= proj_clip))
         np.clip(h, -proj_clip, proj_clip, out=h)
 
 
@@ -894,25 +897,25 @@ def _project_jvp(lin_p, step, proj_clip, out):
 def lstm_cell_step(x, cs_prev, h_prev, weights, tangents, settings):
     """The LSTM cell without a layer norm and its tangent, the primal exactly as
     ``lstm_cell``'s (``lstm_forward_kernel`` on ``[x, h_prev]·w``, then the
-    projection): ``(outs, d_outs)``, each the seven ``LSTMCellState`` fields."""
-    gates, d_gates = cell_gates(x, h_prev, weights.w, (tangents.x, tangents.h_prev,
+    projection): ``(outs, t_outs)``, each the seven ``LSTMCellState`` fields."""
+    gates, t_gates = cell_gates(x, h_prev, weights.w, (tangents.x, tangents.h_prev,
                                                         tangents.w))
     b = contiguous(weights.b)
     n_batch, n_hidden = cs_prev.shape
     cs_prev = contiguous(cs_prev)
     outs = [np.empty((n_batch, n_hidden), gates.dtype) for _ in range(7)]
-    d_outs = [np.empty_like(a) for a in outs]
+    t_outs = [np.empty_like(a) for a in outs]
     run = _lstm_step_pass(weights, weights_part(tangents, weights), settings)
-    run(gates, b, d_gates, tangent_or_zeros(tangents.b, b),    # the bias as the addend
-        (cs_prev, tangent_or_zeros(tangents.cs_prev, cs_prev)), (outs, d_outs))
+    run(gates, b, t_gates, tangent_or_zeros(tangents.b, b),    # the bias as the addend
+        (cs_prev, tangent_or_zeros(tangents.cs_prev, cs_prev)), (outs, t_outs))
     if weights.w_proj is not None:
         lin_p = Linear.of(weights.w_proj, tangents.w_proj)
-        m, dm = outs[6], d_outs[6]
-        step = _LSTMStep(*(None,) * 5, m, dm, np.empty(stack_shape(lin_p, n_batch), m.dtype))
+        m, t_m = outs[6], t_outs[6]
+        step = _LSTMStep(*(None,) * 5, m, t_m, np.empty(stack_shape(lin_p, n_batch), m.dtype))
         outs[6] = np.empty((n_batch, lin_p.w.shape[1]), m.dtype)
-        d_outs[6] = np.empty_like(outs[6])
-        _project_jvp(lin_p, step, settings.proj_clip, (outs[6], d_outs[6]))
-    return outs, d_outs
+        t_outs[6] = np.empty_like(outs[6])
+        _project_jvp(lin_p, step, settings.proj_clip, (outs[6], t_outs[6]))
+    return outs, t_outs
 
 
 # --------------------------------------------------------------------------------------
@@ -930,15 +933,15 @@ def lstm_grad_jvp(x, states, weights, seq, tangents, settings, upstreams, clip_g
     ``product_grads``."""
     cs0, h0 = (kernel_array(a) for a in states)
     n_hidden, n_state = cs0.shape[1], h0.shape[1]
-    d_seq = lstm_jvp(x, tangents.x, (cs0, h0), (tangents.cs0, tangents.h0), weights,
+    t_seq = lstm_jvp(x, tangents.x, (cs0, h0), (tangents.cs0, tangents.h0), weights,
                      weights_part(tangents, weights), settings)[1]
-    x, dx, lengths, masks = sequence_inputs(x, tangents.x, settings, n_state, n_hidden)
-    dx = np.zeros_like(x) if dx is None else dx
+    x, t_x, lengths, masks = sequence_inputs(x, tangents.x, settings, n_state, n_hidden)
+    t_x = np.zeros_like(x) if t_x is None else t_x
     walk = Walk(x.shape[0], lengths, False)
     w = kernel_array(weights.w)
     t_w = tangent_or_zeros(tangents.w, w)
     firsts = (cs0, tangent_or_zeros(tangents.cs0, cs0))
-    saved = _own_cells(firsts, tuple(map(kernel_array, _steps(seq))), d_seq[:7], weights,
+    saved = _own_cells(firsts, tuple(map(kernel_array, _steps(seq))), t_seq[:7], weights,
                        tangents, settings, masks)
     h_steps = seen_states(h0, saved[0][6], masks.recurrent), seen_states(
         tangent_or_zeros(tangents.h0, h0), saved[1][6], masks.recurrent)
@@ -947,17 +950,17 @@ def lstm_grad_jvp(x, states, weights, seq, tangents, settings, upstreams, clip_g
         cell = _LSTMCell(weights, tangents, settings, clip_grad, shape)
     else:
         cell = _LSTMNormCell(weights, tangents, settings, clip_grad, shape,
-                             (walk, (x, dx), h_steps, (w, t_w)))
+                             (walk, (x, t_x), h_steps, (w, t_w)))
     proj = None if weights.w_proj is None else _ProjectionJVP(weights, tangents, settings,
                                                               clip_grad, seq)
     carries = _lstm_backward(x.shape[2], firsts, saved, (w, t_w), cell, settings, upstreams,
                              (lengths, masks), proj)
     d_parts, norms = (cell.gates, None) if weights.layer_norm is None else cell.finish()
-    (gx, gw), (tx, tw) = product_grads(walk, (x, h_steps[0][0], w, h_steps[0][1]),
-                                       (dx, h_steps[1][0], t_w, h_steps[1][1]), d_parts)
+    (gx, gw), (t_gx, t_gw) = product_grads(walk, (x, h_steps[0][0], w, h_steps[0][1]),
+                                           (t_x, h_steps[1][0], t_w, h_steps[1][1]), d_parts)
     w_proj = (None, None) if proj is None else proj.weight_grads()
     results = []
-    for k, (g_x, g_w) in enumerate(((gx, gw), (tx, tw))):
+    for k, (g_x, g_w) in enumerate(((gx, gw), (t_gx, t_gw))):
         sums = cell.sums[k]
         peeps = sums[1:4] if settings.peepholes else (None, None, None)
         results.append(LSTMSequenceGrads(
@@ -967,8 +970,8 @@ def lstm_grad_jvp(x, states, weights, seq, tangents, settings, upstreams, clip_g
     return tuple(results)
 
 
-def _own_cells(firsts, seq, d_seq, weights, tangents, settings, masks):
-    """``(saved, d_saved)``: the saved steps and their tangents with every step's own cell
+def _own_cells(firsts, seq, t_seq, weights, tangents, settings, masks):
+    """``(saved, t_saved)``: the saved steps and their tangents with every step's own cell
     state (before zoneout mixed it with the old one) in place of the saved one, as the
     gradient reads them (``lstm._unzoned_cells``), and the saved (zoned) cell state after
     them, the next step's ``cs_prev``; the tangent ``c̃' = i'∘ci + i∘ci' + f'∘cs_prev +
@@ -976,41 +979,41 @@ def _own_cells(firsts, seq, d_seq, weights, tangents, settings, masks):
     normalising carry ``LN(c̃)``'s (``layer_norm_tangent``)."""
 
     if masks.zoneout_cs is None:
-        return (*seq, seq[1]), (*d_seq, d_seq[1])
+        return (*seq, seq[1]), (*t_seq, t_seq[1])
     n_steps = seq[0].shape[0]
     own = _unzoned_cells(Walk(n_steps, None, False), firsts[0], seq, weights, settings, masks,
                          np.empty_like(seq[0]))
     i, cs, f, _, ci = seq[:5]
-    di, _, df, _, dci = d_seq[:5]
-    cs_prev, dcs_prev = (np.concatenate((first[None], steps[:-1]))[:n_steps]
-                         for first, steps in zip(firsts, (cs, d_seq[1]), strict=True))
-    c_tilde, d_tilde = _candidate(seq[:5], d_seq[:5], cs_prev, dcs_prev, settings)
+    t_i, _, t_f, _, t_ci = t_seq[:5]
+    cs_prev, t_cs_prev = (np.concatenate((first[None], steps[:-1]))[:n_steps]
+                          for first, steps in zip(firsts, (cs, t_seq[1]), strict=True))
+    c_tilde, t_tilde = _candidate(seq[:5], t_seq[:5], cs_prev, t_cs_prev, settings)
     norm = weights.layer_norm
     if norm is not None and settings.ln_carry == "normalized":
-        d_norm = norm_tangents(tangents.layer_norm, norm)
-        d_tilde = layer_norm_tangent(c_tilde, d_tilde, norm.gamma_c, d_norm.gamma_c,
-                                     d_norm.beta_c, settings.ln_epsilon)
-    return (*own, cs), (di, d_tilde, *d_seq[2:], d_seq[1])
+        t_norm = norm_tangents(tangents.layer_norm, norm)
+        t_tilde = layer_norm_tangent(c_tilde, t_tilde, norm.gamma_c, t_norm.gamma_c,
+                                     t_norm.beta_c, settings.ln_epsilon)
+    return (*own, cs), (t_i, t_tilde, *t_seq[2:], t_seq[1])
 
 
-def _candidate(gates, d_gates, cs_prev, dcs_prev, settings):
+def _candidate(gates, t_gates, cs_prev, t_cs_prev, settings):
     """``(c̃, c̃')``: ``c̃ = clip(i∘ci + f∘cs_prev)`` from the saved ``gates = (i, cs, f, o,
     ci)`` (``cs`` unread) and its tangent, zero where the clip is active."""
     i, _, f, _, ci = gates
-    di, _, df, _, dci = d_gates
+    t_i, _, t_f, _, t_ci = t_gates
     raw = i * ci + f * cs_prev
-    d_tilde = di * ci + i * dci + df * cs_prev + f * dcs_prev
+    t_tilde = t_i * ci + i * t_ci + t_f * cs_prev + f * t_cs_prev
     if settings.cell_clip is None:
-        return raw, d_tilde
+        return raw, t_tilde
     passes = np.abs(raw) <= settings.cell_clip
     return (np.clip(raw, -settings.cell_clip, settings.cell_clip),
-            np.where(passes, d_tilde, np.zeros((), d_tilde.dtype)))
+            np.where(passes, t_tilde, np.zeros((), t_tilde.dtype)))
 
 
 def _lstm_backward(n_in, firsts, saved, w_pair, cell, settings, upstreams, running, proj):
     """``lstm_sequence_grad``'s backward loop (``lstm._backward_steps``) with a tangent
     beside every value; returns the state gradients before step 0 and their tangents
-    ``((dcs0, dh0), (dcs0', dh0'))``. ``cell`` (``_LSTMCell`` or ``_LSTMNormCell``) runs
+    ``((dcs0, dh0), (t_dcs0, t_dh0))``. ``cell`` (``_LSTMCell`` or ``_LSTMNormCell``) runs
     each step's kernels, keeping the gate gradients, their tangents and the sums;
     ``proj``: a ``_ProjectionJVP`` or None.
 
@@ -1019,13 +1022,13 @@ def _lstm_backward(n_in, firsts, saved, w_pair, cell, settings, upstreams, runni
     ``dZ_t·W_hᵀ`` and ``dZ'_t·W_hᵀ + dZ_t·W_h'ᵀ`` (BLAS; ``dZ`` what multiplies ``W_hᵀ``,
     ``dG`` or with a layer norm ``dz_h``) through ``finish_state_grad``; stopped rows keep
     their state gradients and tangents."""
-    (seq, d_seq), (lengths, masks), (w, t_w) = saved, running, w_pair
+    (seq, t_seq), (lengths, masks), (w, t_w) = saved, running, w_pair
     n_steps, n_batch, n_hidden = seq[0].shape
     n_state, dtype = seq[6].shape[2], seq[0].dtype
-    (d_h, t_h), (d_cs, t_cs), (d_hf, t_hf), (d_csf, t_csf) = (
+    (d_h, t_d_h), (d_cs, t_d_cs), (d_hf, t_d_hf), (d_csf, t_d_csf) = (
         tuple(None if a is None else kernel_array(a) for a in pair) for pair in upstreams)
-    carry_h = [initial_carry(a, (n_batch, n_state), dtype) for a in (d_hf, t_hf)]
-    carry_cs = [initial_carry(a, (n_batch, n_hidden), dtype) for a in (d_csf, t_csf)]
+    carry_h = [initial_carry(a, (n_batch, n_state), dtype) for a in (d_hf, t_d_hf)]
+    carry_cs = [initial_carry(a, (n_batch, n_hidden), dtype) for a in (d_csf, t_d_csf)]
     w_h_t, t_w_h_t = (np.ascontiguousarray(a[n_in:].T) for a in (w, t_w))
     h_bufs, cs_bufs = ([np.empty((n_batch, n), dtype) for _ in range(4)]
                        for n in (n_state, n_hidden))
@@ -1034,14 +1037,14 @@ def _lstm_backward(n_in, firsts, saved, w_pair, cell, settings, upstreams, runni
     for t in range(n_steps - 1, -1, -1):
         stopped = stopped_rows(lengths, t)
         ups_h = [state_step(masks.zoneout_h, t, c, d, stopped, h_bufs[2 * k:2 * k + 2])
-                 for k, (c, d) in enumerate(zip(carry_h, (d_h, t_h), strict=True))]
+                 for k, (c, d) in enumerate(zip(carry_h, (d_h, t_d_h), strict=True))]
         ups_cs = [state_step(masks.zoneout_cs, t, c, d, stopped, cs_bufs[2 * k:2 * k + 2])
-                  for k, (c, d) in enumerate(zip(carry_cs, (d_cs, t_cs), strict=True))]
+                  for k, (c, d) in enumerate(zip(carry_cs, (d_cs, t_d_cs), strict=True))]
         to_h = [u[0] for u in ups_h]
         if proj is not None:
-            to_h = proj.step(t, to_h, seq, d_seq)
+            to_h = proj.step(t, to_h, seq, t_seq)
         at = [(step_pair(t, first, steps[7]), *(a[t] for a in steps[:6]))
-              for first, steps in zip(firsts, (seq, d_seq), strict=True)]
+              for first, steps in zip(firsts, (seq, t_seq), strict=True)]
         d_z = cell(t, at, to_h, [u[0] for u in ups_cs], prev_cs)
         for k in range(2):
             finish_state_grad(prev_cs[k], None, ups_cs[k][1])
@@ -1070,8 +1073,8 @@ class _LSTMCell:
         dtype = weights.w.dtype
         *peeps, peephole = _peepholes(weights, settings, kernel_array)
         self.peeps = tuple(peeps)
-        self.d_peeps = (tuple(tangent_or_zeros(d, p)
-                              for d, p in zip(_peepholes_of(tangents), peeps, strict=True))
+        self.t_peeps = (tuple(tangent_or_zeros(t, p)
+                              for t, p in zip(_peepholes_of(tangents), peeps, strict=True))
                         if peephole else self.peeps)
         self.options = (peephole, _mask_clip(settings, clip_grad))
         self.sums = [_norm_sums(4 * n_hidden, n_hidden, peephole, dtype) for _ in range(2)]
@@ -1083,7 +1086,7 @@ class _LSTMCell:
         lstm_backward_kernel(*at[0], to_h[0], True, to_cs[0], True, *self.peeps,
                              *self.options, gates[0][t], prev_cs[0], *sums[0][:4])
         lstm_backward_tangent_kernel(at[0], at[1], (to_h[0], to_cs[0]), (to_h[1], to_cs[1]),
-                                     self.peeps, self.d_peeps, self.options, gates[1][t],
+                                     self.peeps, self.t_peeps, self.options, gates[1][t],
                                      prev_cs[1], tuple(sums[1][:4]))
         return gates[0][t], gates[1][t]
 
@@ -1100,26 +1103,26 @@ class _LSTMNormCell:
 
     def __init__(self, weights, tangents, settings, clip_grad, shape, context):
 
-        walk, (x, dx), (h_seen, dh_seen), (w, t_w) = context
+        walk, (x, t_x), (h_seen, t_h_seen), (w, t_w) = context
         n_steps, n_batch, n_hidden = shape
         n_in, dtype = x.shape[2], x.dtype
         gates = (n_steps, n_batch, 4 * n_hidden)
         self.norm = LSTMNorm(*map(kernel_array, weights.layer_norm))
-        self.d_norm = norm_tangents(tangents.layer_norm, self.norm)
+        self.t_norm = norm_tangents(tangents.layer_norm, self.norm)
         self.x_hat, self.h_hat, t_zh, t_part = (np.zeros(gates, dtype) for _ in range(4))
         self.rstd = np.empty((2, n_steps, n_batch), dtype)
         projection(x, w[:n_in], None, self.x_hat)
         walk.recurrent_projection(*h_seen, w[n_in:], self.h_hat)
         for z, r in ((self.x_hat, self.rstd[0]), (self.h_hat, self.rstd[1])):
             layer_norm_stats_kernel(flat(z), settings.ln_epsilon, r.reshape(-1))
-        self.t_zx = (flat(dx) @ w[:n_in] + flat(x) @ t_w[:n_in]).reshape(gates)
-        walk.recurrent_projection(*dh_seen, w[n_in:], t_zh)
+        self.t_zx = (flat(t_x) @ w[:n_in] + flat(x) @ t_w[:n_in]).reshape(gates)
+        walk.recurrent_projection(*t_h_seen, w[n_in:], t_zh)
         walk.recurrent_projection(*h_seen, t_w[n_in:], t_part)
         self.t_zh = t_zh + t_part
         self.fixed = _backward_norm_fixed(self.norm, weights, settings, clip_grad,
                                           kernel_array)
-        self.d_peeps = tuple(tangent_or_zeros(d, p)
-                             for d, p in zip(_peepholes_of(tangents), self.fixed[:3],
+        self.t_peeps = tuple(tangent_or_zeros(t, p)
+                             for t, p in zip(_peepholes_of(tangents), self.fixed[:3],
                                              strict=True))
         self.settings, self.mask_clip = settings, _mask_clip(settings, clip_grad)
         peephole = settings.peepholes
@@ -1136,7 +1139,7 @@ class _LSTMNormCell:
                                 *sums[0][:7])
         gates[1][t], prev_cs[1][...] = _ln_cell_tangent(at, to_h, to_cs, self)
         _, dz_h[1][t], t_gamma_h, _ = layer_norm_grad_tangent(
-            gates[0][t], gates[1][t], norm.gamma_h, self.d_norm.gamma_h, self.h_hat[t],
+            gates[0][t], gates[1][t], norm.gamma_h, self.t_norm.gamma_h, self.h_hat[t],
             self.rstd[1][t][:, None], self.t_zh[t])
         sums[1][6] += t_gamma_h
         return dz_h[0][t], dz_h[1][t]
@@ -1150,7 +1153,7 @@ class _LSTMNormCell:
         layer_norm_grad_kernel(flat(self.gates[0]), self.norm.gamma_x, flat(dz_x),
                                self.rstd[0].reshape(-1), self.sums[0][7])
         _, t_dz_x, t_gamma_x, _ = layer_norm_grad_tangent(
-            self.gates[0], self.gates[1], self.norm.gamma_x, self.d_norm.gamma_x, self.x_hat,
+            self.gates[0], self.gates[1], self.norm.gamma_x, self.t_norm.gamma_x, self.x_hat,
             self.rstd[0][..., None], self.t_zx)
         self.sums[1][7] += t_gamma_x
         return ((dz_x, self.dz_h[0]), (t_dz_x, self.dz_h[1])), [_norm_grads(s)
@@ -1167,8 +1170,8 @@ def _ln_cell_tangent(at, to_h, to_cs, cell):
     (cs_prev, i, cs, f, o, ci, co), (t_prev, t_i, t_cs, t_f, t_o, t_ci, t_co) = at
     (uh, t_uh), (ucs, t_ucs) = to_h, to_cs
     wci, wcf, wco, peephole = cell.fixed[:4]
-    twci, twcf, twco = cell.d_peeps
-    settings, norm, d_norm, sums = cell.settings, cell.norm, cell.d_norm, cell.sums[1]
+    t_wci, t_wcf, t_wco = cell.t_peeps
+    settings, norm, t_norm, sums = cell.settings, cell.norm, cell.t_norm, cell.sums[1]
     normalized = settings.ln_carry == "normalized"
     c_tilde, t_tilde = _candidate((i, cs, f, o, ci), (t_i, t_cs, t_f, t_o, t_ci), cs_prev,
                                   t_prev, settings)
@@ -1180,10 +1183,10 @@ def _ln_cell_tangent(at, to_h, to_cs, cell):
     t_dco = (t_uh * o + uh * t_o) * (1 - co * co) - 2 * uh * o * co * t_co
     d_carry, t_carry = ucs, t_ucs
     if peephole:
-        d_carry, t_carry = ucs + d_o * wco, t_ucs + t_do * wco + d_o * twco
+        d_carry, t_carry = ucs + d_o * wco, t_ucs + t_do * wco + d_o * t_wco
     d_n, t_dn = (d_co + d_carry, t_dco + t_carry) if normalized else (d_co, t_dco)
     d_state, t_state, t_gamma_c, _ = layer_norm_grad_tangent(
-        d_n, t_dn, norm.gamma_c, d_norm.gamma_c, c_hat, r_c, t_tilde)
+        d_n, t_dn, norm.gamma_c, t_norm.gamma_c, c_hat, r_c, t_tilde)
     if not normalized:
         d_state, t_state = d_state + d_carry, t_state + t_carry
     if cell.mask_clip < np.inf:
@@ -1195,17 +1198,17 @@ def _ln_cell_tangent(at, to_h, to_cs, cell):
     t_di = (t_state * ci + d_state * t_ci) * s_i + d_state * ci * t_i * (1 - 2 * i)
     t_dci = (t_state * i + d_state * t_i) * (1 - ci * ci) - 2 * d_state * i * ci * t_ci
     t_df = (t_state * cs_prev + d_state * t_prev) * s_f + d_state * cs_prev * t_f * (1 - 2 * f)
-    t_gates = np.concatenate((t_di, t_dci, t_df, t_do), axis=1)
+    t_d_gates = np.concatenate((t_di, t_dci, t_df, t_do), axis=1)
     t_dcs_prev = t_state * f + d_state * t_f
-    sums[0] += t_gates.sum(axis=0)
+    sums[0] += t_d_gates.sum(axis=0)
     if peephole:
-        t_dcs_prev += t_di * wci + d_i * twci + t_df * wcf + d_f * twcf
+        t_dcs_prev += t_di * wci + d_i * t_wci + t_df * wcf + d_f * t_wcf
         sums[1] += (t_di * cs_prev + d_i * t_prev).sum(axis=0)
         sums[2] += (t_df * cs_prev + d_f * t_prev).sum(axis=0)
         sums[3] += (t_do * cs + d_o * t_cs).sum(axis=0)
     sums[4] += t_gamma_c
     sums[5] += t_dn.sum(axis=0)
-    return t_gates, t_dcs_prev
+    return t_d_gates, t_dcs_prev
 
 
 def layer_norm_grad_tangent(dy, t_dy, gamma, t_gamma, z_hat, rstd, t_z):
@@ -1254,11 +1257,11 @@ class _ProjectionJVP:
         self.dh_raw = [np.zeros(shape, seq[0].dtype) for _ in range(2)]
         self.m = [np.zeros(seq[0].shape, seq[0].dtype) for _ in range(2)]
 
-    def step(self, t, ups, seq, d_seq):
-        """``(dm_t, dm'_t)`` from the state gradient and its tangent ``ups``."""
-        o, co, do, dco = seq[3][t], seq[5][t], d_seq[3][t], d_seq[5][t]
+    def step(self, t, ups, seq, t_seq):
+        """``(dm_t, t_dm_t)`` from the state gradient and its tangent ``ups``."""
+        o, co, t_o, t_co = seq[3][t], seq[5][t], t_seq[3][t], t_seq[5][t]
         np.multiply(o, co, out=self.m[0][t])
-        self.m[1][t] = do * co + o * dco
+        self.m[1][t] = t_o * co + o * t_co
         for k in range(2):
             np.copyto(self.dh_raw[k][t], ups[k])
         if self.clip is not None:

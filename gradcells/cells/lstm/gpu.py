@@ -505,9 +505,9 @@ def lstm_cell_jvp(x, cs_prev, h_prev, weights, tangents, settings):
     with on_device:
         tangents = LSTMSequenceGrads(*tangents)._replace(
             x=None if tangents.x is None else tangents.x[None])
-        steps, _, _, d_steps, _, _ = _jvp(rt, x[None], tangents.x, cs_prev, h_prev, weights,
+        steps, _, _, t_steps, _, _ = _jvp(rt, x[None], tangents.x, cs_prev, h_prev, weights,
                                           tangents, settings)
-        return LSTMCellState(*(a[0] for a in steps)), LSTMCellState(*(a[0] for a in d_steps))
+        return LSTMCellState(*(a[0] for a in steps)), LSTMCellState(*(a[0] for a in t_steps))
 
 
 def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
@@ -515,39 +515,39 @@ def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
     fields zero); see ``gradcells.reference.lstm.lstm_sequence_jvp``."""
     rt, on_device = _launch.runtime_on(x)
     with on_device:
-        steps, cs, h, d_steps, dcs, dh = _jvp(rt, x, tangents.x, cs0, h0, weights, tangents,
-                                              settings)
+        steps, cs, h, t_steps, t_cs, t_h = _jvp(rt, x, tangents.x, cs0, h0, weights, tangents,
+                                                settings)
         if settings.seq_len is None:  # views of the last step (or the inputs when T = 0)
-            cs, h, dcs, dh = cs.copy(), h.copy(), dcs.copy(), dh.copy()
+            cs, h, t_cs, t_h = cs.copy(), h.copy(), t_cs.copy(), t_h.copy()
         return (LSTMSequence(*steps, cs_final=cs, h_final=h),
-                LSTMSequence(*d_steps, cs_final=dcs, h_final=dh))
+                LSTMSequence(*t_steps, cs_final=t_cs, h_final=t_h))
 
 
-def _norm_field(d_norm, name):
+def _norm_field(t_norm, name):
     """A field of a layer norm's tangent (an ``LSTMNorm`` or None; None: zero)."""
-    return None if d_norm is None else getattr(d_norm, name)
+    return None if t_norm is None else getattr(t_norm, name)
 
 
-def _norm_tangent_rows(rt, z, dz, gamma, d_gamma, d_beta, epsilon):
-    """The tangent of ``LN(z; γ, β)`` over the last axis of ``z`` for ``dz``, ``dγ`` and
-    ``dβ`` (None: zero): ``layer_norm_tangent_rows``, a thread per row."""
+def _norm_tangent_rows(rt, z, t_z, gamma, t_gamma, t_beta, epsilon):
+    """The tangent of ``LN(z; γ, β)`` over the last axis of ``z`` for ``t_z``, ``t_γ`` and
+    ``t_β`` (None: zero): ``layer_norm_tangent_rows``, a thread per row."""
     xp = rt.xp
-    z, dz = xp.ascontiguousarray(z), xp.ascontiguousarray(dz)
+    z, t_z = xp.ascontiguousarray(z), xp.ascontiguousarray(t_z)
     cols = z.shape[-1]
     rows = z.size // cols if cols else 0
     gamma = xp.ascontiguousarray(gamma)
-    dy = xp.empty_like(z)
+    t_y = xp.empty_like(z)
     Launcher(rt, "layer_norm_tangent_rows", z.dtype, rows)(
-        z=z, dz=dz, gamma=gamma, d_gamma=gamma if d_gamma is None else contiguous(xp, d_gamma),
-        d_beta=gamma if d_beta is None else contiguous(xp, d_beta), epsilon=epsilon,
-        use_d_gamma=d_gamma is not None, use_d_beta=d_beta is not None, rows=rows,
-        cols=cols, dy=dy)
-    return dy
+        z=z, dz=t_z, gamma=gamma, d_gamma=gamma if t_gamma is None else contiguous(xp, t_gamma),
+        d_beta=gamma if t_beta is None else contiguous(xp, t_beta), epsilon=epsilon,
+        use_d_gamma=t_gamma is not None, use_d_beta=t_beta is not None, rows=rows,
+        cols=cols, dy=t_y)
+    return t_y
 
 
 def _peephole_tangents(xp, t, placeholder):
-    """The kernels' ``dwci, dwcf, dwco`` (zeros for a None among given ones) and whether
-    there are any."""
+    """The kernels' ``dwci, dwcf, dwco``, the peepholes' tangents ``t_wci, t_wcf, t_wco``
+    (zeros for a None among given ones), and whether there are any."""
     given = [t.wci, t.wcf, t.wco]
     if all(p is None for p in given):
         return [placeholder] * 3, False
@@ -556,60 +556,60 @@ def _peephole_tangents(xp, t, placeholder):
             for p in given], True
 
 
-def _gate_tangents(rt, x, dx, weights, t, settings):
+def _gate_tangents(rt, x, t_x, weights, t, settings):
     """The input part of every step and its tangent, ``[T, B, 4H]``: ``x·W_x`` (its norm
-    with a layer norm, ``layer_norm_rows`` as the forward's) and ``dx·W_x + x·dW_x + db``
+    with a layer norm, ``layer_norm_rows`` as the forward's) and ``t_x·W_x + x·t_W_x + t_b``
     (through the norm's tangent before the bias's)."""
     xp = rt.xp
     n_steps, n_batch, n_in = x.shape
     width = weights.w.shape[1]
     w_x = weights.w[:n_in]
-    dw_x = None if t.w is None else t.w[:n_in]
+    t_w_x = None if t.w is None else t.w[:n_in]
     x_gates = (plan.flat(x) @ w_x).reshape(n_steps, n_batch, width)
     norm = weights.layer_norm
     if norm is None:
-        return x_gates, input_tangent(xp, x, dx, w_x, dw_x, t.b, width)
-    eps, d_norm = settings.ln_epsilon, t.layer_norm
-    d_gates = _norm_tangent_rows(rt, x_gates, input_tangent(xp, x, dx, w_x, dw_x, None, width),
-                                norm.gamma_x, _norm_field(d_norm, "gamma_x"),
-                                _norm_field(d_norm, "beta_x"), eps)
+        return x_gates, input_tangent(xp, x, t_x, w_x, t_w_x, t.b, width)
+    eps, t_norm = settings.ln_epsilon, t.layer_norm
+    t_gates = _norm_tangent_rows(rt, x_gates, input_tangent(xp, x, t_x, w_x, t_w_x, None, width),
+                                 norm.gamma_x, _norm_field(t_norm, "gamma_x"),
+                                 _norm_field(t_norm, "beta_x"), eps)
     if t.b is not None:
-        d_gates += t.b
-    return _norm_rows(rt, x_gates, norm.gamma_x, norm.beta_x, eps), d_gates
+        t_gates += t.b
+    return _norm_rows(rt, x_gates, norm.gamma_x, norm.beta_x, eps), t_gates
 
 
-def _recurrent_part(rt, h_seen, dh_seen, weights, t, settings, n_in):
+def _recurrent_part(rt, h_seen, t_h_seen, weights, t, settings, n_in):
     """A step's recurrent part ``h_seen·W_h`` (its norm with a layer norm) and its tangent
-    ``dh_seen·W_h + h_seen·dW_h`` (through the norm's)."""
+    ``t_h_seen·W_h + h_seen·t_W_h`` (through the norm's)."""
     xp = rt.xp
     w_h = weights.w[n_in:]
     gh = matmul(xp, h_seen, w_h)
-    dgh = recurrent_tangent(xp, h_seen, dh_seen, w_h, None if t.w is None else t.w[n_in:])
+    t_gh = recurrent_tangent(xp, h_seen, t_h_seen, w_h, None if t.w is None else t.w[n_in:])
     norm = weights.layer_norm
     if norm is None:
-        return gh, dgh
-    eps, d_norm = settings.ln_epsilon, t.layer_norm
+        return gh, t_gh
+    eps, t_norm = settings.ln_epsilon, t.layer_norm
     return (_norm_rows(rt, gh, norm.gamma_h, norm.beta_h, eps),
-            _norm_tangent_rows(rt, gh, dgh, norm.gamma_h, _norm_field(d_norm, "gamma_h"),
-                              _norm_field(d_norm, "beta_h"), eps))
+            _norm_tangent_rows(rt, gh, t_gh, norm.gamma_h, _norm_field(t_norm, "gamma_h"),
+                              _norm_field(t_norm, "beta_h"), eps))
 
 
-def _project_tangent(xp, m, dm, w_proj, dw_proj, proj_clip, z_h, lengths, t, out, dh):
-    """Step t's projected tangent ``dm·w_proj + m·dw_proj`` (zero where the projection's
-    clip is active), zoned with the carried ``dh`` by ``z_h``, into ``out`` (zero past a
-    row's length); returns the carried tangent (``dh`` kept in those rows)."""
-    d_raw = dm @ w_proj
-    if dw_proj is not None:
-        d_raw = d_raw + m @ dw_proj
+def _project_tangent(xp, m, t_m, w_proj, t_w_proj, proj_clip, z_h, lengths, t, out, t_h):
+    """Step t's projected tangent ``t_m·w_proj + m·t_w_proj`` (zero where the projection's
+    clip is active), zoned with the carried ``t_h`` by ``z_h``, into ``out`` (zero past a
+    row's length); returns the carried tangent (``t_h`` kept in those rows)."""
+    t_raw = t_m @ w_proj
+    if t_w_proj is not None:
+        t_raw = t_raw + m @ t_w_proj
     if proj_clip is not None:
-        d_raw = xp.where(abs(m @ w_proj) <= proj_clip, d_raw, xp.zeros((), dtype=d_raw.dtype))
-    d_raw = plan.zoned(z_h, dh, d_raw)
+        t_raw = xp.where(abs(m @ w_proj) <= proj_clip, t_raw, xp.zeros((), dtype=t_raw.dtype))
+    t_raw = plan.zoned(z_h, t_h, t_raw)
     if lengths is None:
-        out[...] = d_raw
+        out[...] = t_raw
         return out
     valid = (t < lengths)[:, None]
-    out[...] = xp.where(valid, d_raw, xp.zeros((), dtype=out.dtype))
-    return xp.where(valid, d_raw, dh)
+    out[...] = xp.where(valid, t_raw, xp.zeros((), dtype=out.dtype))
+    return xp.where(valid, t_raw, t_h)
 
 
 def _tangent_step_kernel(rt, weights, t, settings, n_batch, n_hidden, lengths, masks,
@@ -620,17 +620,17 @@ def _tangent_step_kernel(rt, weights, t, settings, n_batch, n_hidden, lengths, m
     name, n_threads, extra = _step_kernel("lstm_forward_tangent", rt, weights, settings,
                                           n_batch, n_hidden)
     if weights.layer_norm is not None:
-        d_gamma, d_beta = (_norm_field(t.layer_norm, f) for f in ("gamma_c", "beta_c"))
-        extra.update(d_gamma_c=placeholder if d_gamma is None else contiguous(xp, d_gamma),
-                     d_beta_c=placeholder if d_beta is None else contiguous(xp, d_beta),
-                     use_d_gamma=d_gamma is not None, use_d_beta=d_beta is not None)
+        t_gamma, t_beta = (_norm_field(t.layer_norm, f) for f in ("gamma_c", "beta_c"))
+        extra.update(d_gamma_c=placeholder if t_gamma is None else contiguous(xp, t_gamma),
+                     d_beta_c=placeholder if t_beta is None else contiguous(xp, t_beta),
+                     use_d_gamma=t_gamma is not None, use_d_beta=t_beta is not None)
     wci, wcf, wco = _peepholes(xp, weights, settings, placeholder)
-    (dwci, dwcf, dwco), use_d_peephole = _peephole_tangents(xp, t, placeholder)
+    (t_wci, t_wcf, t_wco), use_d_peephole = _peephole_tangents(xp, t, placeholder)
     _, z_cs, z_h = masks
     cell_clip = settings.cell_clip
     return Launcher(
         rt, name, placeholder.dtype, n_threads, **extra, wci=wci, wcf=wcf, wco=wco,
-        dwci=dwci, dwcf=dwcf, dwco=dwco, seq_len=_launch.lengths_argument(xp, lengths),
+        dwci=t_wci, dwcf=t_wcf, dwco=t_wco, seq_len=_launch.lengths_argument(xp, lengths),
         cell_clip=0.0 if cell_clip is None else cell_clip, use_peephole=settings.peepholes,
         use_d_peephole=use_d_peephole and settings.peepholes, use_clip=cell_clip is not None,
         use_seq_len=lengths is not None, use_zoneout_cs=z_cs is not None,
@@ -638,29 +638,29 @@ def _tangent_step_kernel(rt, weights, t, settings, n_batch, n_hidden, lengths, m
         hidden=n_hidden)
 
 
-def _jvp(rt, x, dx, cs0, h0, weights, t, settings):
+def _jvp(rt, x, t_x, cs0, h0, weights, t, settings):
     """The LSTM over ``x [T, B, I]`` and its tangent along ``t`` (an ``LSTMSequenceGrads``;
-    the input's tangent is ``dx``, ``[T, B, I]``): ``(steps, cs, h, d_steps, dcs, dh)``, the
+    the input's tangent is ``t_x``, ``[T, B, I]``): ``(steps, cs, h, t_steps, t_cs, t_h)``, the
     primal as ``_forward`` computes it (its step kernel, norms and projection).
     Per step: ``_recurrent_part``, the forward's kernel, the tangent kernel
     (``_tangent_step_kernel``), then with a projection ``_project_tangent``."""
     xp = rt.xp
     lengths = _launch.lengths(xp, settings.seq_len)
-    x, dx = running(xp, x, settings, lengths), running(xp, dx, settings, lengths)
+    x, t_x = running(xp, x, settings, lengths), running(xp, t_x, settings, lengths)
     (n_steps, n_batch, n_in), n_hidden, dtype = x.shape, cs0.shape[1], x.dtype
     masks = m_rec, z_cs, z_h = _masks(xp, settings, n_steps, n_batch, n_hidden, h0.shape[1])
-    x_gates, d_x_gates = _gate_tangents(rt, x, dx, weights, t, settings)
-    steps, d_steps = (LSTMCellState(*(xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
+    x_gates, t_x_gates = _gate_tangents(rt, x, t_x, weights, t, settings)
+    steps, t_steps = (LSTMCellState(*(xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
                                       for _ in LSTMCellState._fields)) for _ in range(2))
-    (cs, dcs), (h, dh) = (state_buffers(xp, cs0, t.cs0, lengths),
+    (cs, t_cs), (h, t_h) = (state_buffers(xp, cs0, t.cs0, lengths),
                           state_buffers(xp, h0, t.h0, lengths))
     projection = weights.w_proj is not None
     if projection:  # the kernels' h is m = o∘co; the steps' h is the projected one
-        m_steps, dm_steps = (xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
+        m_steps, t_m_steps = (xp.empty((n_steps, n_batch, n_hidden), dtype=dtype)
                              for _ in range(2))
-        steps, d_steps = (s._replace(h=xp.empty((n_steps, n_batch, h0.shape[1]), dtype=dtype))
-                          for s in (steps, d_steps))
-        m_state, dm_state = (xp.empty((n_batch, n_hidden), dtype=dtype) for _ in range(2))
+        steps, t_steps = (s._replace(h=xp.empty((n_steps, n_batch, h0.shape[1]), dtype=dtype))
+                          for s in (steps, t_steps))
+        m_state, t_m_state = (xp.empty((n_batch, n_hidden), dtype=dtype) for _ in range(2))
     b = xp.ascontiguousarray(weights.b)
     forward = _forward_step_kernel(rt, weights, settings, lengths, masks, n_batch, n_hidden, b,
                                    cs, m_state if projection else h)
@@ -668,32 +668,32 @@ def _jvp(rt, x, dx, cs0, h0, weights, t, settings):
                                    masks, b)
     for step in range(n_steps):
         outputs = dict(zip(LSTMCellState._fields, (a[step] for a in steps), strict=True))
-        d_outputs = dict(zip(LSTMCellState._fields, (a[step] for a in d_steps), strict=True))
+        t_outputs = dict(zip(LSTMCellState._fields, (a[step] for a in t_steps), strict=True))
         if projection:
-            outputs["h"], d_outputs["h"] = m_steps[step], dm_steps[step]
-        gh, dgh = _recurrent_part(rt, plan.masked(h, m_rec), plan.masked(dh, m_rec),
+            outputs["h"], t_outputs["h"] = m_steps[step], t_m_steps[step]
+        gh, t_gh = _recurrent_part(rt, plan.masked(h, m_rec), plan.masked(t_h, m_rec),
                                   weights, t, settings, n_in)
-        d_gates = d_x_gates[step] + dgh
+        t_gates = t_x_gates[step] + t_gh
         cs_prev = cs.copy() if lengths is not None else cs  # the step updates the buffer
         zone_cs = _launch.at_step(z_cs, step, b)
         zone_h = b if projection else _launch.at_step(z_h, step, b)
         forward(gx=x_gates[step], gh=gh, cs_prev=cs, step=step, h_prev=b if projection else h,
                 zoneout_cs=zone_cs, zoneout_h=zone_h, **outputs)
-        tangent(d_gates=d_gates, cs_prev=cs_prev, dcs_prev=dcs, dh_prev=b if projection else dh,
+        tangent(d_gates=t_gates, cs_prev=cs_prev, dcs_prev=t_cs, dh_prev=b if projection else t_h,
                 zoneout_cs=zone_cs, zoneout_h=zone_h, step=step,
                 **{k: outputs[k] for k in ("i", "f", "o", "ci", "co")},
-                **{_TANGENT_NAMES[k]: v for k, v in d_outputs.items()},
-                dcs_state=dcs if lengths is not None else b,
-                dh_state=(dm_state if projection else dh) if lengths is not None else b)
+                **{_TANGENT_NAMES[k]: v for k, v in t_outputs.items()},
+                dcs_state=t_cs if lengths is not None else b,
+                dh_state=(t_m_state if projection else t_h) if lengths is not None else b)
         if projection:
             z = plan.at_step(z_h, step)
-            dh = _project_tangent(xp, m_steps[step], dm_steps[step], weights.w_proj, t.w_proj,
-                                  settings.proj_clip, z, lengths, step, d_steps.h[step], dh)
+            t_h = _project_tangent(xp, m_steps[step], t_m_steps[step], weights.w_proj, t.w_proj,
+                                   settings.proj_clip, z, lengths, step, t_steps.h[step], t_h)
             h = _project(xp, m_steps[step], weights.w_proj, settings.proj_clip, z, lengths,
                          step, steps.h[step], h)
         if lengths is None:
-            cs, h, dcs, dh = steps.cs[step], steps.h[step], d_steps.cs[step], d_steps.h[step]
-    return steps, cs, h, d_steps, dcs, dh
+            cs, h, t_cs, t_h = steps.cs[step], steps.h[step], t_steps.cs[step], t_steps.h[step]
+    return steps, cs, h, t_steps, t_cs, t_h
 
 
 # The tangent kernels' names of the LSTMCellState fields' tangents.
@@ -754,7 +754,7 @@ def _grad_jvp(rt, x, cs0, h0, weights, seq, t, settings, upstream, clip_grad):
     before ``lstm_backward`` (it reads the ``dcs`` carry that kernel overwrites)."""
     xp = rt.xp
     t = zeros_filled(xp, t, (x, cs0, h0, *weights))
-    d_steps = _jvp_steps(rt, x, cs0, h0, weights, t, settings)
+    t_steps = _jvp_steps(rt, x, cs0, h0, weights, t, settings)
     lengths = _launch.lengths(xp, settings.seq_len)
     x_run, t_x = running(xp, x, settings, lengths), running(xp, t.x, settings, lengths)
     steps = LSTMCellState(*(xp.ascontiguousarray(a) for a in seq))
@@ -764,7 +764,7 @@ def _grad_jvp(rt, x, cs0, h0, weights, seq, t, settings, upstream, clip_grad):
     ups, t_ups = ([pairs[k][j] for k in likes] for j in (0, 1))
     masks = _masks(xp, settings, n_steps, n_batch, n_hidden, h0.shape[1])
     h_prev = plan.masked(_launch.previous(xp, h0, steps.h), masks[0])
-    t_h_prev = plan.masked(_launch.previous(xp, t.h0, d_steps.h), masks[0])
+    t_h_prev = plan.masked(_launch.previous(xp, t.h0, t_steps.h), masks[0])
     norm = t_norm = None
     if weights.layer_norm is not None:
         norm = _NormGrad(rt, x_run, h_prev, weights, settings.ln_epsilon)
@@ -777,7 +777,7 @@ def _grad_jvp(rt, x, cs0, h0, weights, seq, t, settings, upstream, clip_grad):
     loop = _TangentLoop(rt, weights, t, settings, lengths, masks, (proj, t_proj),
                             (norm, t_norm), clip_grad, ups, t_ups, x.shape, cs0)
     d_gates, terms, dcs0, dh0, t_d_gates, t_terms, t_dcs0, t_dh0 = loop.run(
-        steps, d_steps, cs0, t.cs0)
+        steps, t_steps, cs0, t.cs0)
     if n_steps == 0:
         (dcs0, t_dcs0), (dh0, t_dh0) = (
             [xp.zeros(like.shape, dtype=dtype) if g is None else g.copy() for g in pair]
@@ -792,7 +792,7 @@ def _grad_jvp(rt, x, cs0, h0, weights, seq, t, settings, upstream, clip_grad):
                 for a in (primal[0], tangent[0]))
     dw_proj = t_dw_proj = None
     if proj is not None:
-        t_m = d_steps.o * steps.co + steps.o * d_steps.co
+        t_m = t_steps.o * steps.co + steps.o * t_steps.co
         dw_proj = proj.weight_grad()
         t_dw_proj = t_proj.weight_grad() + plan.flat(t_m).T @ plan.flat(proj.dh_raw)
     d_norm = t_d_norm = None
@@ -871,7 +871,7 @@ class _TangentLoop:
             t_d_cs_final=cs0 if t_ups[3] is None else t_ups[3], t_dh_zoned=self.t_dh_zoned,
             dcs_next=self.dcs, t_dcs_next=self.t_dcs, t_dcs_prev=self.t_dcs)
 
-    def run(self, steps, d_steps, cs0, t_cs0):
+    def run(self, steps, t_steps, cs0, t_cs0):
         """The loop: ``(d_gates, terms, dcs0, dh0)`` and their tangents (``dcs0``, ``dh0``
         None when T = 0)."""
         z_cs = self.masks[1]
@@ -879,7 +879,7 @@ class _TangentLoop:
         at = _launch.at_step
         for step in reversed(range(self.n_steps)):
             state = {k: getattr(steps, k)[step] for k in ("i", "cs", "f", "o", "ci", "co")}
-            d_state = {f"t_{k}": getattr(d_steps, k)[step] for k in state}
+            t_state = {f"t_{k}": getattr(t_steps, k)[step] for k in state}
             dh_args, t_dh_args = self._dh_arguments(step, dh, t_dh)
             zones = {"zoneout_cs": at(z_cs, step, self.placeholder),
                      "zoneout_h": at(self.masks[2] if self.zone_h else None, step,
@@ -887,8 +887,8 @@ class _TangentLoop:
             d_cs, t_d_cs = (self.placeholder if a is None else a[step]
                             for a in (self.ups[1], self.t_ups[1]))
             self.tangent(cs_prev=cs0 if step == 0 else steps.cs[step - 1],
-                         t_cs_prev=t_cs0 if step == 0 else d_steps.cs[step - 1],
-                         **state, **d_state, **dh_args, **t_dh_args, d_cs=d_cs,
+                         t_cs_prev=t_cs0 if step == 0 else t_steps.cs[step - 1],
+                         **state, **t_state, **dh_args, **t_dh_args, d_cs=d_cs,
                          t_d_cs=t_d_cs, step=step, **zones,
                          t_d_gates=self.t_d_gates[step],
                          t_peephole_terms=self._at(self.t_terms, step),
@@ -949,7 +949,7 @@ class _NormTangent:
 
     def __init__(self, rt, norm, t_x, t_h_prev, weights, t):
         xp = rt.xp
-        self.rt, self.norm, self.d_norm = rt, norm, t.layer_norm
+        self.rt, self.norm, self.t_norm = rt, norm, t.layer_norm
         n_steps, n_batch, n_in = t_x.shape
         width = weights.w.shape[1]
         w, t_w, x, h_prev = weights.w, t.w, norm.x, norm.h_prev
@@ -966,7 +966,7 @@ class _NormTangent:
         """``dz_h'`` of ``step`` (kept for ``dW_h'``)."""
         norm = self.norm
         return _norm_grad_tangent_rows(self.rt, d_gates, t_d_gates, norm.z_h[step],
-                                       self.z_h[step], norm.norm.gamma_h, self.d_norm.gamma_h,
+                                       self.z_h[step], norm.norm.gamma_h, self.t_norm.gamma_h,
                                        norm.epsilon, self.dz_h[step], self.h_terms[step])
 
     def input_grad(self, d_gates, t_d_gates):
@@ -974,7 +974,7 @@ class _NormTangent:
         norm = self.norm
         self.x_terms = self.rt.xp.empty_like(t_d_gates)
         return _norm_grad_tangent_rows(self.rt, d_gates, t_d_gates, norm.z_x, self.z_x,
-                                       norm.norm.gamma_x, self.d_norm.gamma_x, norm.epsilon,
+                                       norm.norm.gamma_x, self.t_norm.gamma_x, norm.epsilon,
                                        self.rt.xp.empty_like(t_d_gates), self.x_terms)
 
     def parameter_grads(self, t_db):
