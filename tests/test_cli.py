@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import gradcells.reference
-from gradcells import cli
+from gradcells import _dispatch, cli
 
 
 def test_check_passes_and_prints_a_table(capsys):
@@ -31,7 +31,7 @@ def test_check_fails_on_a_wrong_gradient(monkeypatch, capsys):
         grads = right(*args, **kwargs)
         return grads._replace(b_c=grads.b_c * 1.001)
 
-    monkeypatch.setattr(gradcells.reference, "gru_cell_grad", wrong)
+    monkeypatch.setattr(_dispatch.backend_module("reference"), "gru_cell_grad", wrong)
     status = cli.main(["check", "--examples", "2", "--backends", "reference",
                        "--ops", "gru_cell", "--dtypes", "float64"])
     out = capsys.readouterr().out
@@ -43,7 +43,7 @@ def test_check_reports_an_exception_as_a_failure(monkeypatch, capsys):
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(gradcells.reference, "lstm_cell_grad", broken)
+    monkeypatch.setattr(_dispatch.backend_module("reference"), "lstm_cell_grad", broken)
     status = cli.main(["check", "--examples", "1", "--backends", "reference",
                        "--ops", "lstm_cell", "--dtypes", "float64"])
     assert status == 1
@@ -71,7 +71,7 @@ def test_check_fails_on_a_wrong_rnn_gradient(monkeypatch, capsys):
         grads = right(*args, **kwargs)
         return grads._replace(h0=grads.h0 + 1e-3)  # wrong whatever the case draws
 
-    monkeypatch.setattr(gradcells.reference, "rnn_sequence_grad", wrong)
+    monkeypatch.setattr(_dispatch.backend_module("reference"), "rnn_sequence_grad", wrong)
     status = cli.main(["check", "--examples", "2", "--backends", "reference",
                        "--ops", "rnn_sequence", "--dtypes", "float64"])
     assert status == 1
@@ -205,7 +205,7 @@ def test_check_runs_the_forward_mode_and_fails_a_wrong_tangent(monkeypatch, caps
         state, d_state = right(*args, **kwargs)
         return state, d_state._replace(h=d_state.h + 1e-3)
 
-    monkeypatch.setattr(gradcells.reference, "rnn_cell_jvp", wrong)
+    monkeypatch.setattr(_dispatch.backend_module("reference"), "rnn_cell_jvp", wrong)
     assert cli.main(["check", "--examples", "2", "--ops", "rnn_cell_jvp", "--dtypes",
                      "float64"]) == 1
     assert "FAIL (2 of 2)" in capsys.readouterr().out

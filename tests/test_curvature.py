@@ -46,7 +46,7 @@ def _squared_loss(rng, case, op):
 
 def _tangents(rng, op, arrays, keywords):
     spec = OPS[op]
-    given = {**dict(zip(spec.arrays, arrays, strict=True)), **keywords}
+    given = {**dict(zip(spec.arrays[:len(arrays)], arrays, strict=True)), **keywords}
     return spec.grads(*(None if given.get(n) is None else rng.standard_normal(given[n].shape)
                         for n in spec.grads._fields if n != "layer_norm"))
 
