@@ -2,7 +2,6 @@
 follow PyTorch's packed semantics, empty sizes are valid, inputs are never modified, float32
 tracks float64, the CPU backend agrees with the reference, and bad input is rejected."""
 
-import importlib
 
 import numpy as np
 import pytest
@@ -20,10 +19,6 @@ from gradcells.testing import (
     unrolled,
 )
 
-# The NumPy backends that are built (an empty ``gradcells/cpu`` folder imports as a namespace
-# package without any operation in it).
-NUMPY_BACKENDS = [name for name in NUMPY_BACKENDS
-                  if hasattr(importlib.import_module(f"gradcells.{name}"), "lstm_cell")]
 LSTM_ARGS = ("x", "cs0", "h0", "w", "b")
 GRU_ARGS = ("x", "h0", "w_ru", "w_c", "b_ru", "b_c")
 STEP_FIELDS = ("i", "cs", "f", "o", "ci", "co", "h")

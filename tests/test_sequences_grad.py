@@ -3,7 +3,6 @@ over short sequences (T <= 4): ragged lengths with zero-length rows, peepholes, 
 (levels kept away from every unclipped cell state of every step), each upstream gradient,
 both GRU variants, float64 and float32, every NumPy backend."""
 
-import importlib
 
 import numpy as np
 import pytest
@@ -20,9 +19,6 @@ from gradcells.testing import (
     lstm_sequence_vjp_pair,
     vjp_check,
 )
-
-NUMPY_BACKENDS = [name for name in NUMPY_BACKENDS
-                  if hasattr(importlib.import_module(f"gradcells.{name}"), "lstm_cell")]
 
 
 def as_dtype(case, dtype):

@@ -7,7 +7,6 @@ The weights are converted inline: PyTorch's LSTM gates are (i, f, g, o) in the r
 (r, z, n) reset-after, z playing gradcells's u.
 """
 
-import importlib
 
 import numpy as np
 import pytest
@@ -18,8 +17,6 @@ import gradcells as gc
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.conformance
 
-NUMPY_BACKENDS = [name for name in NUMPY_BACKENDS
-                  if hasattr(importlib.import_module(f"gradcells.{name}"), "lstm_cell")]
 TORCH_TO_ICFO = [0, 2, 1, 3]  # torch block k of (i, f, g, o) -> gradcells block order
 
 
