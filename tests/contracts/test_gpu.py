@@ -937,7 +937,8 @@ def test_gpu_forward_mode_agrees_with_reference(op, dtype, data, wanted, seed):
     case = data.draw(strategy)
     if dtype != np.float64 and case.get("layer_norm") is not None:
         return  # a norm amplifies rounding: the layer norm at float64 here (the emulation
-        # checks float32 and float16 with its layer-norm rule, tests/contracts/test_jvp_cuda_emulation.py)
+        # checks float32 and float16 with its layer-norm rule,
+        # tests/contracts/test_jvp_cuda_emulation.py)
     case = on_gpu(case, dtype)
     case64 = float64(case)
     assert hasattr(GPU_BACKEND, f"{op}_jvp")

@@ -1,5 +1,6 @@
 """Second order (docs/spec.md §12) of the GPU backend's plain RNN and GRU on a CUDA device
-(marker ``gpu``; the module is skipped without CuPy or a device), as ``tests/contracts/test_gpu.py``'s
+(marker ``gpu``; the module is skipped without CuPy or a device), as
+``tests/contracts/test_gpu.py``'s
 forward-mode tests:
 
 - Dispatch: ``rnn_*_grad_jvp`` and ``gru_*_grad_jvp`` on CuPy arrays run on

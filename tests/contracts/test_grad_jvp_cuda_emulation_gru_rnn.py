@@ -7,7 +7,8 @@ standing in for CuPy), called through the public layer with ``backend="gpu"``.
   tanh and relu, both GRU variants, masks and zoneout, both directions and layouts, ragged
   lengths, empty sizes), tangents and upstream gradients (and their tangents) drawn or None:
   the gradient and its tangent against the reference's ``*_grad_jvp`` in float64 on the same
-  (rounded) inputs, by ``tests/contracts/test_jvp_cuda_emulation.py``'s agreement rule (16 eps(dtype)
+  (rounded) inputs, by ``tests/contracts/test_jvp_cuda_emulation.py``'s agreement rule (16
+  eps(dtype)
   relative to the size of the reference's field), float64, float32 and float16; the
   gradient also equal to the emulated GPU's own ``*_grad``.
 - float64 finite differences (``gradcells.testing.grad_jvp_check``) with tiny launch grids.

@@ -1,6 +1,7 @@
 """Second order (docs/spec.md §12) of the GPU backend's LSTM run on the CPU:
 ``gradcells.cells.lstm.gpu.lstm_cell_grad_jvp`` and ``lstm_sequence_grad_jvp`` with the host
-emulation of ``tests/contracts/test_cuda_emulation.py`` (the very ``.cu`` source, compiled for the host; NumPy
+emulation of ``tests/contracts/test_cuda_emulation.py`` (the very ``.cu`` source, compiled for the
+host; NumPy
 standing in for CuPy), called through the public layer with ``backend="gpu"``.
 
 Checked on Hypothesis-drawn cases with every option but the layer norm (peepholes, clips,

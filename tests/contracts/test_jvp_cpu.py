@@ -7,7 +7,8 @@ reference's, and its own guarantees.
   cases (``gradcells.testing.OPS``), tangents of every input drawn or None: float64 to
   1e-12 relative to each array's scale; float32 no further from the float64 result than
   three times the float32 reference's own error plus four float32 ulps of the scale (at
-  least 1; the errors and the scale each array's largest, as tests/contracts/test_cpu_backend.py); the
+  least 1; the errors and the scale each array's largest, as tests/contracts/test_cpu_backend.py);
+  the
   tangents four times the reference's error plus eight ulps: their derivative factors
   σ(1-σ), 1-t² are read from the CPU's primal, whose activations carry up to 2.7× the
   reference's error, and the tangent's own arithmetic adds its round-off at every step
@@ -18,7 +19,8 @@ reference's, and its own guarantees.
 - dispatch: NumPy arrays go to the CPU for the ops it implements, to the reference for the
   others; explicit edge cases (T = 0, B = 0, I = 0, lengths 0 and T, all-None tangents),
   read-only inputs that are never written;
-- every forward-mode kernel has packed SIMD arithmetic (as tests/contracts/test_cpu_backend.py checks
+- every forward-mode kernel has packed SIMD arithmetic (as tests/contracts/test_cpu_backend.py
+checks
   the others').
 """
 
@@ -111,7 +113,8 @@ def _assert_agree64(got, expected, what):
 def _assert_agree32(got, ref32, exact, what, ulps=4, times=3):
     """``got`` (float32) no further from ``exact`` (float64 on the same float32 inputs) than
     ``times`` × the float32 reference's error plus ``ulps`` float32 ulps of the array's scale, at
-    least 1 (both errors the array's largest, as tests/contracts/test_cpu_backend.py measures them)."""
+    least 1 (both errors the array's largest, as tests/contracts/test_cpu_backend.py measures
+    them)."""
     for name, want in _fields(exact).items():
         have, ref = getattr(got, name), getattr(ref32, name)
         assert have.dtype == np.float32, (what, name)

@@ -1,6 +1,7 @@
 """The masks of the sequence operations (docs/spec.md §11.3): ``input_mask``,
 ``recurrent_mask``, ``zoneout_h`` and the LSTM's ``zoneout_cs``, explicit arrays, constants to
-the gradient. Every backend runs them (``tests/contracts/test_masks_cpu.py`` and the masks sections of
+the gradient. Every backend runs them (``tests/contracts/test_masks_cpu.py`` and the masks sections
+of
 ``tests/contracts/test_cuda_emulation.py`` hold the CPU and GPU backends to the reference; the tests
 here run on the default backend).
 

@@ -3,7 +3,8 @@
 - agreement on Hypothesis-drawn masked cases of the three cells (``gc.testing``'s sequence
   strategies with ``masks=True``, every option drawn: reverse, batch_first, ragged lengths,
   the LSTM's peepholes, clip, projection and layer norm): float64 to 1e-12 relative and
-  float32 as ``tests/contracts/test_cpu_backend.py`` holds it, forward and every gradient, with every
+  float32 as ``tests/contracts/test_cpu_backend.py`` holds it, forward and every gradient, with
+  every
   subset of upstream gradients;
 - the CPU's float64 gradients pass the oracle (``vjp_check``) on drawn masked cases;
 - past a row's length the masks are never read on the CPU (NaN there changes nothing);
@@ -130,7 +131,8 @@ def assert_cpu_agrees(op, case, which=("h",), clip_grad="exact"):
 
 
 def assert_float32_agrees(actual, reference32, exact, name):
-    """``tests/contracts/test_cpu_backend.py``'s float32 bound (no further from ``exact``, the float64
+    """``tests/contracts/test_cpu_backend.py``'s float32 bound (no further from ``exact``, the
+    float64
     reference on the same inputs, than 3× the float32 reference's own error) with 8 rather
     than 4 float32 ulps of the array's scale: with zoneout each step's state gradient is the
     sum of two roundings (``z∘g`` and the matmul's part), and a drawn case (seed 830, a
@@ -173,7 +175,8 @@ def test_drawn_masked_cases_agree_with_reference_float64(op, data):
 def _not_cancelled(case):
     """In float32, no input or state one column wide: there a result can be the round-off
     of terms that cancel, and an error relative to the array's own scale says nothing (as
-    ``tests/contracts/test_layer_norm_cpu.py`` says of widths of one). Measured over 1,500 drawn LSTM
+    ``tests/contracts/test_layer_norm_cpu.py`` says of widths of one). Measured over 1,500 drawn
+    LSTM
     cases: ``dwci`` at 28 ulps of its scale with ``H = 1`` (a sum of T·B terms of both signs,
     summed in another order). For the same reason the float32 draws have no layer norm: a
     binary input or recurrent mask leaves a row one column (``LN(x·W_x)`` then removes its

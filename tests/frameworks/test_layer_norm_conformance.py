@@ -23,7 +23,8 @@ float64, for both ``ln_carry`` values.
   1e-3 by default) is passed as ``ln_epsilon``.
 
 Each framework part skips when its framework is not installed. The tolerances are those of
-the other float64 conformance tests (tests/frameworks/test_projection_conformance.py): both sides are
+the other float64 conformance tests (tests/frameworks/test_projection_conformance.py): both sides
+are
 float64 and differ only in the order of summation.
 """
 

@@ -6,7 +6,8 @@ order, and every autograd gradient (``weight_ih, weight_hh, bias_ih, bias_hh, we
 
 The weights travel through ``gc.layouts.lstm_from_torch`` / ``lstm_to_torch`` (``w_proj =
 weight_hrᵀ`` rides in ``conv.options``), so these tests check the converters too. The
-tolerances are those of the LSTM sequence conformance test (tests/frameworks/test_sequences_torch.py).
+tolerances are those of the LSTM sequence conformance test
+(tests/frameworks/test_sequences_torch.py).
 TensorFlow 1's ``LSTMCell(num_proj, proj_clip)``, written out with TensorFlow's ops, checks
 that ``clip_by_value``'s gradient is gradcells's exact projection-clip gradient. Each test
 skips when its framework is not installed.

@@ -385,7 +385,7 @@ def test_float32_and_strided_tensors():
 def test_adapters_benchmark_prints_both_contestants(capsys):
     import os
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "benchmarks"))
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
     import adapters
 
     threads = torch.get_num_threads()

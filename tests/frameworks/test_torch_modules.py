@@ -518,7 +518,7 @@ def test_benchmark_prints_its_table(capsys):
     import os
     import sys
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "benchmarks"))
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
     import torch_modules
 
     torch_modules.main(["--size", "3,2,3,4", "--repeats", "1"])
