@@ -78,14 +78,18 @@ _STRATEGIES = {
 assert set(_STRATEGIES) == set(OPS), "a contract strategy for every op"
 
 
-def cases(op, min_size=0):
+def cases(op, min_size=0, layer="backend"):
     """Hypothesis cases of ``op`` (float64) with every option drawn: for the LSTM peepholes,
     clips, a projection and a layer norm; the GRU's reset-after; the RNN's activation; for
-    sequences ragged lengths, both directions, both layouts and every mask."""
-    if not OPS[op].sequence or min_size > 0:
+    sequences ragged lengths, both directions, every mask and, through the public layer
+    (``layer="public"``), both layouts: the public layer brings a batch-first call to time
+    major (``gradcells._order``) before any backend runs, so a backend is called time-major."""
+    if not OPS[op].sequence:
         return _STRATEGIES[op](min_size)
-    # Batch-first with masks at T = 0 or B = 0 raises on every backend (see
-    # tests/contracts/test_empty_sizes.py's ORDERED): empty sizes time-major only.
+    if layer != "public":
+        return _STRATEGIES[op](min_size, batch_first=False)
+    if min_size > 0:
+        return _STRATEGIES[op](min_size)
     return st.one_of(_STRATEGIES[op](0, batch_first=False), _STRATEGIES[op](1))
 
 

@@ -6,10 +6,10 @@ Every op of ``gradcells._core.specs.OPS`` on every backend of ``contract_cases.B
 layer, in float64 and float32, on a fixed grid of each cell's options
 (``contract_cases.OPTIONS``: the LSTM plain, with peepholes and clip, with a projection,
 with a layer norm of either carry; the GRU both variants; the RNN both activations) and,
-for sequences, once more with ragged lengths, reversed, batch-first and every mask:
+for sequences, once more with ragged lengths, reversed and every mask:
 
 - the forward's result, ``_jvp``'s result and its tangent have the shapes the spec's labels
-  give (``OpSpec.result_labels``, batch-first where the case is) and the case's dtype;
+  give (``OpSpec.result_labels``, time major) and the case's dtype;
 - the gradient, and ``_grad_jvp``'s gradient and its tangent, hold one array of the input's
   shape and dtype for every input the case gives (None for every optional weight it leaves
   out);
@@ -30,12 +30,9 @@ from gradcells._core.types import LSTMNorm
 CELL_SIZES = [(1, 0, 3), (1, 2, 0), (1, 0, 0)]
 SEQUENCE_SIZES = [(0, 2, 3), (3, 0, 2), (2, 2, 0), (0, 0, 0)]
 HIDDEN = 3
-ORDERED = {"ragged": True, "reverse": True, "batch_first": True, "masks": True}
-# Left out: batch-first with masks at T = 0 or B = 0. Every backend raises there
-# (gradcells/_core/plan.py: "operands could not be broadcast together with shapes (2,2,1)
-# (2,0,3)" at T = 0, B = 2, I = 3; "(0,0,1) (0,3,2)" at T = 3, B = 0, I = 2) on a case of
-# ``<cell>_sequence_case(batch_first=True, masks=True)``; whether the case builder or the
-# plan is wrong is an open question (issue 26 item 5's report).
+ORDERED = {"ragged": True, "reverse": True, "masks": True}
+# Time major: the public layer brings a batch-first call to time major (gradcells._order)
+# before any backend runs, so a backend is never called batch-first.
 
 
 def _grid():
@@ -43,8 +40,8 @@ def _grid():
         sequence = OPS[op].sequence
         for steps, batch, input_size in SEQUENCE_SIZES if sequence else CELL_SIZES:
             options = list(OPTIONS[cell_of(op)])
-            if sequence:  # batch-first masks at T = 0: see the note on ORDERED
-                options.append({**options[-1], **ORDERED, "batch_first": steps > 0 and batch > 0})
+            if sequence:
+                options.append({**options[-1], **ORDERED})
             for n, option in enumerate(options):
                 label = f"T{steps}B{batch}I{input_size}" if sequence else f"B{batch}I{input_size}"
                 yield pytest.param(op, (steps, batch, input_size), option,

@@ -96,7 +96,7 @@ def test_no_mode_modifies_its_inputs_or_aliases_them(op, backend, layer, data):
     forward mode and the second order (tangents and upstream tangents given): none writes an
     input (the case's arrays, masks and lengths included), none returns an array sharing
     memory with one."""
-    case = data.draw(cases(op), label="case")
+    case = data.draw(cases(op, layer=layer), label="case")
     seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
     with calls(backend, layer) as c:
         for clip_grad in _clip_grads(op):
@@ -136,7 +136,7 @@ def _assert_close(actual, expected, what):
 def test_memory_layout_does_not_matter(op, backend, layer, how, data):
     """The forward and the gradient of a case in Fortran order or as strided views equal
     those of the C-contiguous case (1e-12), in every ``clip_grad`` mode."""
-    case = data.draw(cases(op, min_size=1), label="case")
+    case = data.draw(cases(op, min_size=1, layer=layer), label="case")
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
     moved = {k: _reordered(v, how) for k, v in case.items()}
     with calls(backend, layer) as c:
