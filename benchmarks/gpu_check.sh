@@ -4,9 +4,9 @@
 #
 #     bash benchmarks/gpu_check.sh
 #
-# 1. the gpu tests (tests/test_gpu.py: agreement with the reference on CuPy, finite
+# 1. the gpu tests (tests/contracts/test_gpu.py: agreement with the reference on CuPy, finite
 #    differences, float16, bad input, purity, device vs host emulation; and
-#    tests/test_gpu_grad_jvp_*.py, the second order; the adapters' CUDA tests: PyTorch's
+#    tests/contracts/test_gpu_grad_jvp_*.py, the second order; the adapters' CUDA tests: PyTorch's
 #    functions and modules, dask with CuPy blocks), Hypothesis "dev" profile, at most
 #    170 s;
 # 2. benchmarks/gpu.py (cell step and sequence forward+backward against PyTorch CUDA and
@@ -50,10 +50,10 @@ PY
 
     echo "== gpu tests"
     local start=$SECONDS
-    HYPOTHESIS_PROFILE=dev timeout 170 "$python" -m pytest tests/test_gpu.py tests/test_gpu_grad_jvp_*.py \
-        "tests/test_torch_functions.py::test_cuda_matches_cpu" \
-        "tests/test_torch_modules.py::test_cuda_module_matches_nn" \
-        "tests/test_dask.py::test_cupy_chunks_run_on_the_gpu" -q -rs \
+    HYPOTHESIS_PROFILE=dev timeout 170 "$python" -m pytest tests/contracts/test_gpu.py tests/contracts/test_gpu_grad_jvp_*.py \
+        "tests/frameworks/test_torch_functions.py::test_cuda_matches_cpu" \
+        "tests/frameworks/test_torch_modules.py::test_cuda_module_matches_nn" \
+        "tests/frameworks/test_dask.py::test_cupy_chunks_run_on_the_gpu" -q -rs \
         -p no:cacheprovider --durations=8
     local tests=$?
     echo "gpu tests: exit status $tests in $((SECONDS - start)) s"

@@ -27,7 +27,7 @@ class Fault:
     definition, and the row says so instead of calling it a fault). ``shows``: where the
     reproduction is a script, a regular expression its output (stdout and stderr) matches
     when run in the environment its first line sets (``# NAME=value ...``), which
-    ``tests/test_faults.py`` checks; None where it is a description.
+    ``tests/frameworks/test_faults.py`` checks; None where it is a description.
     """
 
     number: int
@@ -37,7 +37,7 @@ class Fault:
     checks: tuple[str, ...] = ()
     test: str | None = None
     kind: str = "fault"
-    test_file: str = "tests/test_faults.py"
+    test_file: str = "tests/frameworks/test_faults.py"
     shows: str | None = None
 
     @property
@@ -170,7 +170,7 @@ _LIST = (
         ("float64 inputs (LSTMBlockCell, GRUBlockCell, BlockLSTMV2)",),
         "test_fault_10_tensorflow_rejects_float64",
         shows="InvalidArgumentError: Value for attr 'T' of double is not in the list"),
-    # Flax (gradcells.audit.jax; tests/test_audit_jax.py): numbers 20-29
+    # Flax (gradcells.audit.jax; tests/frameworks/test_audit_jax.py): numbers 20-29
     Fault(
         20, "Flax's RNN leaves the outputs past seq_lengths as the cell computed them "
         "(documented)",
@@ -186,7 +186,7 @@ _LIST = (
         tuple(f"{api}.RNN({cell}) outputs past seq_lengths vs zeros"
               for api in ("linen", "nnx") for cell in ("LSTMCell", "GRUCell")),
         "test_convention_20_padding_outputs_are_not_zeroed", kind="convention",
-        test_file="tests/test_audit_jax.py",
+        test_file="tests/frameworks/test_audit_jax.py",
         shows=r"True"),
     Fault(
         21, "Flax's RNN(reverse=True) returns the outputs in processing order unless "
@@ -203,7 +203,7 @@ _LIST = (
         tuple(f"{api}.RNN({cell}) reverse, keep_order=False vs time positions"
               for api in ("linen", "nnx") for cell in ("LSTMCell", "GRUCell")),
         "test_convention_21_reverse_outputs_in_processing_order", kind="convention",
-        test_file="tests/test_audit_jax.py",
+        test_file="tests/frameworks/test_audit_jax.py",
         shows=r"True"),
     Fault(
         22, "Flax's RNN returns, for a row of seq_lengths 0, the carry after the T padded "
@@ -222,7 +222,7 @@ _LIST = (
         tuple(f"{api}.RNN({cell}) a length-0 row: final carry vs initial state"
               for api in ("linen", "nnx") for cell in ("LSTMCell", "GRUCell")),
         "test_fault_22_empty_row_carry_is_the_last_padded_step",
-        test_file="tests/test_audit_jax.py",
+        test_file="tests/frameworks/test_audit_jax.py",
         shows=r"True True"),
     Fault(
         23, "nnx.GRUCell documents r∘(W_hn h + b_hn) but has no b_hn (linen.GRUCell has)",
@@ -235,7 +235,7 @@ _LIST = (
         "print('b_{hn}' in nnx.GRUCell.__doc__, cell.dense_h.bias)   # True None",
         ("nnx.GRUCell on linen.GRUCell's parameters (documented b_hn)",),
         "test_fault_23_nnx_gru_has_no_b_hn",
-        test_file="tests/test_audit_jax.py",
+        test_file="tests/frameworks/test_audit_jax.py",
         shows=r"True None"),
     Fault(
         24, "Flax's LSTM cells add no forget bias (gradcells's lstm_cell defaults to 1.0)",
@@ -250,7 +250,7 @@ _LIST = (
         "print(gc.lstm_cell(x, c, h, w, b, forget_bias=0.0).cs)   # 0.5, Flax's",
         ("linen.LSTMCell vs gradcells's default forget_bias=1",),
         "test_convention_24_no_forget_bias", kind="convention",
-        test_file="tests/test_audit_jax.py",
+        test_file="tests/frameworks/test_audit_jax.py",
         shows=r"\[\[0\.731\d*\]\]\s+\[\[0\.5\]\]"),
     # Keras 3 (gradcells.audit.keras): 30-39
     Fault(
@@ -274,7 +274,7 @@ _LIST = (
         "print(y[0] == y[1] == y[2] != 0)   # True; gradcells (seq_len=[1]): h, 0, 0",
         ("keras[tensorflow] LSTM masked forward vs gradcells",),
         "test_convention_30_masked_steps_repeat_the_previous_output", kind="convention",
-        test_file="tests/test_audit_keras.py",
+        test_file="tests/frameworks/test_audit_keras.py",
         shows=r"True"),
     Fault(
         31, "Keras on JAX (lax.scan, unroll=False): masked steps before the first unmasked one "
@@ -293,7 +293,7 @@ _LIST = (
         "print(float(layer(x, mask=mask, initial_state=[h0])[0, 0, 0]))   # 1.0: h0",
         ("keras[jax] LSTM masked forward vs gradcells",),
         "test_fault_31_jax_carries_h0_before_the_first_unmasked_step",
-        test_file="tests/test_audit_keras.py",
+        test_file="tests/frameworks/test_audit_keras.py",
         shows=r"(?m)^1\.0$"),
     Fault(
         32, "Keras on JAX and PyTorch computes float64 layers in float32",
@@ -314,7 +314,7 @@ _LIST = (
         "print(keras.ops.tanh(x).dtype)          # jax: float32; torch: float64",
         ("keras[jax] LSTM forward vs gradcells (layouts.lstm_from_keras)",),
         "test_fault_32_and_33_float64_computed_in_float32_on_jax",
-        test_file="tests/test_audit_keras.py",
+        test_file="tests/frameworks/test_audit_keras.py",
         shows=r"float32\s+float64\s+float32"),
     Fault(
         33, "Keras on JAX: a float64 SimpleRNN with unroll=False raises in lax.scan",
@@ -327,7 +327,7 @@ _LIST = (
         "keras.layers.SimpleRNN(2)(np.ones((1, 3, 2)))   # TypeError: ... carry ... float32",
         ("keras[jax] SimpleRNN float64, unroll=False (lax.scan)",),
         "test_fault_32_and_33_float64_computed_in_float32_on_jax",
-        test_file="tests/test_audit_keras.py",
+        test_file="tests/frameworks/test_audit_keras.py",
         shows=r"(?s)TypeError.*scan body function carry input and carry output must have equal"),
     # ONNX Runtime (gradcells.audit.onnxruntime): numbers 40-49
     Fault(
@@ -355,7 +355,7 @@ _LIST = (
         '# ONNX: i = f = o = σ(0) = 0.5, Ct = 0.5·5 = 2.5, Ht = 0.5·tanh(clip(2.5)) = 0.3808',
         ("LSTM clip vs the ONNX equations (transcription)",),
         "test_fault_40_lstm_clip_skips_the_cell_state",
-        test_file="tests/test_audit_onnxruntime.py",
+        test_file="tests/frameworks/test_audit_onnxruntime.py",
         shows=r"\[\[\[2\.5\]\]\] \[\[\[0\.4933"),
     Fault(
         41, "ONNX Runtime's CPU LSTM, GRU and RNN refuse float64 (the spec allows it)",
@@ -371,7 +371,7 @@ _LIST = (
         "# RuntimeException: ... GRU operator does not support double yet",
         ("float64 inputs (LSTM, GRU, RNN)",),
         "test_fault_41_onnxruntime_refuses_float64",
-        test_file="tests/test_audit_onnxruntime.py",
+        test_file="tests/frameworks/test_audit_onnxruntime.py",
         shows=r"GRU operator does not support double"),
     Fault(
         42, "ONNX Runtime's CPU LSTM, GRU and RNN refuse layout=1 (batch first)",
@@ -387,7 +387,7 @@ _LIST = (
         "# Fail: ... Batchwise recurrent operations (layout == 1) are not supported",
         ("layout=1 (batch first) vs gradcells batch_first=True (LSTM, GRU, RNN)",),
         "test_fault_42_onnxruntime_refuses_layout_1",
-        test_file="tests/test_audit_onnxruntime.py",
+        test_file="tests/frameworks/test_audit_onnxruntime.py",
         shows=r"Batchwise recurrent operations \(layout == 1\) are not supported"),
     Fault(
         43, "a row of sequence length 0: ORT's Y_h and Y_c are zeros, not the initial state",
@@ -406,7 +406,7 @@ _LIST = (
          "GRU sequence_lens with zeros: Y_h of an empty row",
          "RNN sequence_lens with zeros: Y_h of an empty row"),
         "test_convention_43_zero_length_rows_end_in_zeros", kind="convention",
-        test_file="tests/test_audit_onnxruntime.py",
+        test_file="tests/frameworks/test_audit_onnxruntime.py",
         shows=r"\[\[\[0\.\]\]\]"),
     Fault(
         50, "PyTorch has no forward-mode AD through pack_padded_sequence: no JVP of a packed "
@@ -428,7 +428,7 @@ _LIST = (
         "not\n# support it because it has not been implemented yet.",
         ("nn.LSTM packed forward AD (torch.func.jvp)",),
         "test_fault_50_no_forward_ad_through_pack_padded_sequence",
-        test_file="tests/test_audit_torch.py",
+        test_file="tests/frameworks/test_audit_torch.py",
         shows=r"NotImplementedError: Trying to use forward AD with _pack_padded_sequence"),
 )
 
@@ -441,7 +441,7 @@ def _section(fault: Fault) -> list[str]:
              else "none (not checked by the audit)")
     test = f"`{fault.test_file}::{fault.test}`" if fault.test else "none"
     kind = "" if fault.kind == "fault" else " (a documented convention)"
-    how = ("a script, which `tests/test_faults.py` runs and whose output it checks"
+    how = ("a script, which `tests/frameworks/test_faults.py` runs and whose output it checks"
            if fault.shows else "a description")
     return [f"## {fault.number}. {fault.title}{kind}", "", fault.evidence, "",
             f"Audit rows: {shown}.", "", f"Test: {test}.", "", f"Reproduction ({how}):", "",

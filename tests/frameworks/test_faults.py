@@ -438,7 +438,7 @@ def test_every_known_fault_is_listed_once_and_shown_by_its_test():
 
     from gradcells.audit.faults import FAULTS
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     assert set(range(1, 11)) <= set(FAULTS)
     assert all(n <= 10 or 20 <= n < 60 for n in FAULTS)
     for number, fault in FAULTS.items():
@@ -482,7 +482,7 @@ def test_docs_faults_md_is_generated_from_the_list():
 
     from gradcells.audit.faults import FAULTS, markdown
 
-    stored = Path(__file__).resolve().parents[1] / "docs" / "faults.md"
+    stored = Path(__file__).resolve().parents[2] / "docs" / "faults.md"
     assert stored.read_text(encoding="utf-8") == markdown(), (
         "docs/faults.md is stale: regenerate it with "
         "python -c \"import gradcells.audit.faults as f; print(f.markdown(), end='')\" "
