@@ -72,7 +72,6 @@ from ._cpu_kernels import (
     gru_reset_grad_tangent_kernel,
 )
 
-# --------------------------------------------------------------------------------------
 # cell
 
 
@@ -396,37 +395,8 @@ def gru_sequence_jvp(x, h0, weights, tangents, settings):
     return GRUSequence(*outs), GRUSequence(*t_outs)
 
 
-
 # --------------------------------------------------------------------------------------
-# second order (docs/spec.md §12)
-
-
-def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None,
-                      d_h_tangent=None):
-    """The JVP of ``gru_cell_grad`` along ``tangents`` (a ``GRUCellGrads``, None fields
-    zero) and ``d_h_tangent``: ``(GRUCellGrads, GRUCellGrads of tangents)``, a sequence of
-    one step (``gru_grad_jvp``)."""
-
-    x, h0, seq, t, up = sequence_of_one(x, h_prev, state, tangents, d_h, d_h_tangent)
-    pair = gru_grad_jvp(x, h0, weights, GRUSequence(*seq), GRUSequenceGrads(*t), settings,
-                        settings.reset_after, up)
-    return tuple(GRUCellGrads(g[0][0], *g[1:]) for g in pair)
-
-
-def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
-                          d_h_final=None, d_h_tangent=None, d_h_final_tangent=None):
-    """The JVP of ``gru_sequence_grad`` along ``tangents`` (a ``GRUSequenceGrads``, None
-    fields zero) and the upstream gradients' tangents: ``(GRUSequenceGrads, GRUSequenceGrads
-    of tangents)``, the primal as ``gru_sequence_grad``'s; ``gru_grad_jvp`` states
-    the plan."""
-
-    pair = gru_grad_jvp(x, h0, weights, seq, tangents, settings, settings.reset_after,
-                        (d_h, d_h_final, d_h_tangent, d_h_final_tangent))
-    return tuple(GRUSequenceGrads(*g) for g in pair)
-
-
-# --------------------------------------------------------------------------------------
-# forward mode (docs/spec.md §12): the primal as the forward computes it, its tangent beside it
+# forward mode's loop: the primal as the forward computes it, its tangent beside it
 
 
 class _GRUStep(NamedTuple):
@@ -573,7 +543,35 @@ def gru_cell_step(x, h_prev, weights, tangents, reset_after):
 
 
 # --------------------------------------------------------------------------------------
-# second order (docs/spec.md §12): the gradient's backward loop with a tangent beside every value
+# second order (docs/spec.md §12)
+
+
+def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None,
+                      d_h_tangent=None):
+    """The JVP of ``gru_cell_grad`` along ``tangents`` (a ``GRUCellGrads``, None fields
+    zero) and ``d_h_tangent``: ``(GRUCellGrads, GRUCellGrads of tangents)``, a sequence of
+    one step (``gru_grad_jvp``)."""
+
+    x, h0, seq, t, up = sequence_of_one(x, h_prev, state, tangents, d_h, d_h_tangent)
+    pair = gru_grad_jvp(x, h0, weights, GRUSequence(*seq), GRUSequenceGrads(*t), settings,
+                        settings.reset_after, up)
+    return tuple(GRUCellGrads(g[0][0], *g[1:]) for g in pair)
+
+
+def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
+                          d_h_final=None, d_h_tangent=None, d_h_final_tangent=None):
+    """The JVP of ``gru_sequence_grad`` along ``tangents`` (a ``GRUSequenceGrads``, None
+    fields zero) and the upstream gradients' tangents: ``(GRUSequenceGrads, GRUSequenceGrads
+    of tangents)``, the primal as ``gru_sequence_grad``'s; ``gru_grad_jvp`` states
+    the plan."""
+
+    pair = gru_grad_jvp(x, h0, weights, seq, tangents, settings, settings.reset_after,
+                        (d_h, d_h_final, d_h_tangent, d_h_final_tangent))
+    return tuple(GRUSequenceGrads(*g) for g in pair)
+
+
+# --------------------------------------------------------------------------------------
+# second order's loop: the gradient's backward loop with a tangent beside every value
 
 
 def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams):

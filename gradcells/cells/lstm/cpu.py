@@ -100,7 +100,6 @@ def _mask_clip(settings, clip_grad):
     return settings.cell_clip if masked else _INF
 
 
-# --------------------------------------------------------------------------------------
 # cell
 
 
@@ -645,48 +644,7 @@ def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
 
 
 # --------------------------------------------------------------------------------------
-# second order (docs/spec.md §12)
-
-
-def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *, d_h=None,
-                       d_cs=None, d_h_tangent=None, d_cs_tangent=None, clip_grad="exact"):
-    """The JVP of ``lstm_cell_grad`` along ``tangents`` (an ``LSTMCellGrads``, None fields
-    zero) and the upstream gradients' tangents: ``(LSTMCellGrads, LSTMCellGrads of
-    tangents)``, as a sequence of one step (``lstm_grad_jvp``; the step's
-    upstream gradients are the cell's, its matmuls ``x·W_x`` and ``h_prev·W_h``)."""
-
-    def step(a):
-        return None if a is None else a[None]
-
-    seq = LSTMSequence(*(a[None] for a in state), cs_final=state.cs, h_final=state.h)
-    t_seq = LSTMSequenceGrads(step(tangents.x), tangents.cs_prev, tangents.h_prev,
-                              *weights_part(tangents, weights))
-    upstreams = ((step(d_h), step(d_h_tangent)), (step(d_cs), step(d_cs_tangent)),
-                 (None, None), (None, None))
-    results = lstm_grad_jvp(x[None], (cs_prev, h_prev), weights, seq, t_seq, settings,
-                            upstreams, clip_grad)
-    return tuple(LSTMCellGrads(g.x[0], g.cs0, g.h0, *weights_part(g, weights))
-                 for g in results)
-
-
-def lstm_sequence_grad_jvp(x, cs0, h0, weights, seq, tangents, settings, *, d_h=None,
-                           d_cs=None, d_h_final=None, d_cs_final=None, d_h_tangent=None,
-                           d_cs_tangent=None, d_h_final_tangent=None, d_cs_final_tangent=None,
-                           clip_grad="exact"):
-    """The JVP of ``lstm_sequence_grad`` along ``tangents`` (an ``LSTMSequenceGrads``, None
-    fields zero) and the upstream gradients' tangents: ``(LSTMSequenceGrads,
-    LSTMSequenceGrads of tangents)``; the primal is this backend's gradient (its kernels),
-    the tangent ``lstm_grad_jvp``'s (the plan and the math are there), every
-    option fused."""
-
-    upstreams = ((d_h, d_h_tangent), (d_cs, d_cs_tangent), (d_h_final, d_h_final_tangent),
-                 (d_cs_final, d_cs_final_tangent))
-    return lstm_grad_jvp(x, (cs0, h0), weights, seq, tangents, settings, upstreams,
-                         clip_grad)
-
-
-# --------------------------------------------------------------------------------------
-# forward mode (docs/spec.md §12): the primal as the forward computes it, its tangent beside it
+# forward mode's loop: the primal as the forward computes it, its tangent beside it
 
 
 class _LSTMStep(NamedTuple):
@@ -919,7 +877,48 @@ def lstm_cell_step(x, cs_prev, h_prev, weights, tangents, settings):
 
 
 # --------------------------------------------------------------------------------------
-# second order (docs/spec.md §12): the gradient's backward loop with a tangent beside every value
+# second order (docs/spec.md §12)
+
+
+def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *, d_h=None,
+                       d_cs=None, d_h_tangent=None, d_cs_tangent=None, clip_grad="exact"):
+    """The JVP of ``lstm_cell_grad`` along ``tangents`` (an ``LSTMCellGrads``, None fields
+    zero) and the upstream gradients' tangents: ``(LSTMCellGrads, LSTMCellGrads of
+    tangents)``, as a sequence of one step (``lstm_grad_jvp``; the step's
+    upstream gradients are the cell's, its matmuls ``x·W_x`` and ``h_prev·W_h``)."""
+
+    def step(a):
+        return None if a is None else a[None]
+
+    seq = LSTMSequence(*(a[None] for a in state), cs_final=state.cs, h_final=state.h)
+    t_seq = LSTMSequenceGrads(step(tangents.x), tangents.cs_prev, tangents.h_prev,
+                              *weights_part(tangents, weights))
+    upstreams = ((step(d_h), step(d_h_tangent)), (step(d_cs), step(d_cs_tangent)),
+                 (None, None), (None, None))
+    results = lstm_grad_jvp(x[None], (cs_prev, h_prev), weights, seq, t_seq, settings,
+                            upstreams, clip_grad)
+    return tuple(LSTMCellGrads(g.x[0], g.cs0, g.h0, *weights_part(g, weights))
+                 for g in results)
+
+
+def lstm_sequence_grad_jvp(x, cs0, h0, weights, seq, tangents, settings, *, d_h=None,
+                           d_cs=None, d_h_final=None, d_cs_final=None, d_h_tangent=None,
+                           d_cs_tangent=None, d_h_final_tangent=None, d_cs_final_tangent=None,
+                           clip_grad="exact"):
+    """The JVP of ``lstm_sequence_grad`` along ``tangents`` (an ``LSTMSequenceGrads``, None
+    fields zero) and the upstream gradients' tangents: ``(LSTMSequenceGrads,
+    LSTMSequenceGrads of tangents)``; the primal is this backend's gradient (its kernels),
+    the tangent ``lstm_grad_jvp``'s (the plan and the math are there), every
+    option fused."""
+
+    upstreams = ((d_h, d_h_tangent), (d_cs, d_cs_tangent), (d_h_final, d_h_final_tangent),
+                 (d_cs_final, d_cs_final_tangent))
+    return lstm_grad_jvp(x, (cs0, h0), weights, seq, tangents, settings, upstreams,
+                         clip_grad)
+
+
+# --------------------------------------------------------------------------------------
+# second order's loop: the gradient's backward loop with a tangent beside every value
 
 
 def lstm_grad_jvp(x, states, weights, seq, tangents, settings, upstreams, clip_grad):

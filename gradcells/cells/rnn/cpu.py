@@ -72,7 +72,6 @@ def _is_relu(settings):
     return settings.activation == "relu"
 
 
-# --------------------------------------------------------------------------------------
 # cell
 
 
@@ -249,37 +248,8 @@ def rnn_sequence_jvp(x, h0, weights, tangents, settings):
     return RNNSequence(h, final), RNNSequence(t_h, t_final)
 
 
-
 # --------------------------------------------------------------------------------------
-# second order (docs/spec.md §12)
-
-
-def rnn_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None,
-                      d_h_tangent=None):
-    """The JVP of ``rnn_cell_grad`` along ``tangents`` (an ``RNNCellGrads``, None fields
-    zero) and ``d_h_tangent``: ``(RNNCellGrads, RNNCellGrads of tangents)``, a sequence of
-    one step (``rnn_grad_jvp``)."""
-
-    x, h0, seq, t, up = sequence_of_one(x, h_prev, state, tangents, d_h, d_h_tangent)
-    pair = rnn_grad_jvp(x, h0, weights, RNNSequence(*seq), RNNSequenceGrads(*t), settings,
-                        _is_relu(settings), up)
-    return tuple(RNNCellGrads(g[0][0], *g[1:]) for g in pair)
-
-
-def rnn_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
-                          d_h_final=None, d_h_tangent=None, d_h_final_tangent=None):
-    """The JVP of ``rnn_sequence_grad`` along ``tangents`` (an ``RNNSequenceGrads``, None
-    fields zero) and the upstream gradients' tangents: ``(RNNSequenceGrads, RNNSequenceGrads
-    of tangents)``, the primal as ``rnn_sequence_grad``'s; ``rnn_grad_jvp`` states
-    the plan."""
-
-    pair = rnn_grad_jvp(x, h0, weights, seq, tangents, settings, _is_relu(settings),
-                        (d_h, d_h_final, d_h_tangent, d_h_final_tangent))
-    return tuple(RNNSequenceGrads(*g) for g in pair)
-
-
-# --------------------------------------------------------------------------------------
-# forward mode (docs/spec.md §12): the primal as the forward computes it, its tangent beside it
+# forward mode's loop: the primal as the forward computes it, its tangent beside it
 
 
 def rnn_jvp(x, t_x, h0, t_h0, weights, t_weights, settings, relu):
@@ -332,7 +302,35 @@ def rnn_cell_step(x, h_prev, weights, tangents, relu):
 
 
 # --------------------------------------------------------------------------------------
-# second order (docs/spec.md §12): the gradient's backward loop with a tangent beside every value
+# second order (docs/spec.md §12)
+
+
+def rnn_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None,
+                      d_h_tangent=None):
+    """The JVP of ``rnn_cell_grad`` along ``tangents`` (an ``RNNCellGrads``, None fields
+    zero) and ``d_h_tangent``: ``(RNNCellGrads, RNNCellGrads of tangents)``, a sequence of
+    one step (``rnn_grad_jvp``)."""
+
+    x, h0, seq, t, up = sequence_of_one(x, h_prev, state, tangents, d_h, d_h_tangent)
+    pair = rnn_grad_jvp(x, h0, weights, RNNSequence(*seq), RNNSequenceGrads(*t), settings,
+                        _is_relu(settings), up)
+    return tuple(RNNCellGrads(g[0][0], *g[1:]) for g in pair)
+
+
+def rnn_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
+                          d_h_final=None, d_h_tangent=None, d_h_final_tangent=None):
+    """The JVP of ``rnn_sequence_grad`` along ``tangents`` (an ``RNNSequenceGrads``, None
+    fields zero) and the upstream gradients' tangents: ``(RNNSequenceGrads, RNNSequenceGrads
+    of tangents)``, the primal as ``rnn_sequence_grad``'s; ``rnn_grad_jvp`` states
+    the plan."""
+
+    pair = rnn_grad_jvp(x, h0, weights, seq, tangents, settings, _is_relu(settings),
+                        (d_h, d_h_final, d_h_tangent, d_h_final_tangent))
+    return tuple(RNNSequenceGrads(*g) for g in pair)
+
+
+# --------------------------------------------------------------------------------------
+# second order's loop: the gradient's backward loop with a tangent beside every value
 
 
 def rnn_grad_jvp(x, h0, weights, seq, tangents, settings, relu, upstreams):
