@@ -360,7 +360,7 @@ def stack_forward_verdict(rng, cell, nonlinearity=None) -> Verdict:
     """The packed module's outputs and final states against gradcells's ``*_stack``
     (``seq_len``) on ``layouts.stack_from_torch``'s weights."""
     case = StackCase(rng, cell, nonlinearity)
-    names = ("out", "h_n", "c_n")
+    names = ("out", "h_n", "c_n") if cell == "lstm" else ("out", "h_n")
     return Verdict(compare(zip(names, case.forward(*case.args), case.gradcells_forward(),
                                strict=True),
                            FLOAT64))
