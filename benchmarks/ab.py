@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -109,8 +108,8 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryDirectory() as folder:
         reference = package_at(args.against, Path(folder))
-        print(f"# {platform.processor() or platform.machine()}, {args.threads} thread(s), "
-              f"this checkout against {args.against}, medians of {args.repeats} rounds")
+        print(f"# {cell_bench.describe_machine(args.threads)}; this checkout against "
+              f"{args.against}, medians of {args.repeats} rounds")
         for what in args.what:
             sizes = seq_bench.SIZES if what == "sequences" else cell_bench.SIZES
             rows = []
