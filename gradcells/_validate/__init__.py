@@ -14,7 +14,7 @@ record), ``stacks`` (what a stack adds to its layers' calls) and ``tangents`` (f
 and second-order tangents). The names the public layer calls are re-exported here.
 """
 
-from .arrays import FLOAT_DTYPES, refused_subclass
+from .arrays import FLOAT_DTYPES, peepholes_given, refused_subclass
 from .records import forward_args, grad_args
 from .settings import (
     activation_value,
@@ -25,7 +25,6 @@ from .settings import (
     ln_carry_value,
     ln_epsilon_value,
     mask_value,
-    peepholes_given,
     reset_after_value,
     seq_len_value,
 )

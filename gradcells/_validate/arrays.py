@@ -12,7 +12,15 @@ from typing import NamedTuple
 import numpy as np
 
 from .._core import arrays
-from .._core.specs import NORM_ARRAYS, NORM_FIELDS, OPS, OPTIONAL_WEIGHTS, WEIGHT_LABELS, Labels
+from .._core.specs import (
+    NORM_ARRAYS,
+    NORM_FIELDS,
+    OPS,
+    OPTIONAL_WEIGHTS,
+    PEEPHOLES,
+    WEIGHT_LABELS,
+    Labels,
+)
 from .._core.types import LSTMNorm, LSTMSettings
 
 _FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -237,11 +245,12 @@ def _flat_weights(spec, weights):
 
 def checked_library(spec, x, states, weights, *, reset_after, batch_first=False, result=None,
                     upstream=None):
-    """Check every array of a forward call (and of its gradient when ``upstream`` is given);
-    return the arrays' library (the peepholes' all-or-none rule is the caller's:
-    ``settings.peepholes_given``). The optional arrays (the peepholes, the projection, the
-    layer norm) come last in ``spec.flat_arrays``."""
-    projection = spec.settings is LSTMSettings and weights.w_proj is not None
+    """Check every array of a forward call (and of its gradient when ``upstream`` is given),
+    an LSTM's peepholes all three or none (``peepholes_given``); return the arrays' library.
+    The optional arrays (the peepholes, the projection, the layer norm) come last in
+    ``spec.flat_arrays``."""
+    lstm = spec.settings is LSTMSettings
+    projection = lstm and weights.w_proj is not None
     layout = _layout(spec.name, reset_after, projection, batch_first)
     specs = list(zip(layout.names, (x, *states, *_flat_weights(spec, weights)), layout.labels,
                      strict=True))
@@ -255,8 +264,11 @@ def checked_library(spec, x, states, weights, *, reset_after, batch_first=False,
                      layout.upstream_labels, strict=True)
     grad = upstream is not None
     proj = _proj_index(layout, grad) if projection else None
-    return _check_arrays(specs, n_required, layout.grad_labels if grad else layout.labels,
-                         (spec.name, reset_after, projection, batch_first, grad), proj)
+    library = _check_arrays(specs, n_required, layout.grad_labels if grad else layout.labels,
+                            (spec.name, reset_after, projection, batch_first, grad), proj)
+    if lstm:
+        peepholes_given(weights.wci, weights.wcf, weights.wco)
+    return library
 
 
 def _proj_index(layout, grad):
@@ -264,3 +276,15 @@ def _proj_index(layout, grad):
     index = layout.names.index("w_proj")
     return index + len(layout.result_names) if grad else index
 
+def peepholes_given(wci, wcf, wco):
+    """True when all three peephole vectors are given, False when none is; else ValueError."""
+    if wci is None and wcf is None and wco is None:
+        return False
+    given = [name for name, v in zip(PEEPHOLES, (wci, wcf, wco), strict=True) if v is not None]
+    if given and len(given) != len(PEEPHOLES):
+        missing = [name for name in PEEPHOLES if name not in given]
+        raise ValueError(
+            f"peepholes need all of {', '.join(PEEPHOLES[:-1])} and {PEEPHOLES[-1]} or none: "
+            f"got {', '.join(given)} "
+            f"without {', '.join(missing)}")
+    return bool(given)

@@ -22,7 +22,6 @@ from .settings import (
     ln_carry_value,
     ln_epsilon_value,
     mask_value,
-    peepholes_given,
     proj_clip_value,
     recorded_copy,
     reset_after_value,
@@ -45,7 +44,7 @@ def forward_args(op: str, x, states, weights, *, forget_bias=1.0, cell_clip=None
         activation = activation_value(activation)
     order = ((bool_value("reverse", reverse), bool_value("batch_first", batch_first))
              if spec.sequence else (False, False))
-    library = _checked_library(spec, x, states, weights, reset_after=reset_after,
+    library = checked_library(spec, x, states, weights, reset_after=reset_after,
                                batch_first=order[1])
     seq_len = (recorded_copy(seq_len_value(seq_len, library, x, order[1]))
                if spec.sequence else None)
@@ -85,7 +84,7 @@ def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
         "batch_first": (batch_first, functools.partial(bool_value, "batch_first"))})
     if spec.settings is LSTMSettings:  # before the shapes, which depend on the projection
         _check_optional(spec, recorded, weights)
-    library = _checked_library(spec, x, states, weights,
+    library = checked_library(spec, x, states, weights,
                                reset_after=getattr(settings, "reset_after", False),
                                batch_first=settings.batch_first, result=result,
                                upstream=upstream)
@@ -99,15 +98,6 @@ def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
         **{name: (m, functools.partial(mask_value, name, x=x, states=states,
                                        batch_first=batch_first))
            for name, m in (masks or {}).items()}})
-
-
-def _checked_library(spec, x, states, weights, **keywords):
-    """``arrays.checked_library`` (every array of the call), then an LSTM's peepholes: all
-    three or none."""
-    library = checked_library(spec, x, states, weights, **keywords)
-    if spec.settings is LSTMSettings:
-        peepholes_given(weights.wci, weights.wcf, weights.wco)
-    return library
 
 
 def _given_again(spec, recorded, settings, given):

@@ -15,7 +15,7 @@ import numbers
 import numpy as np
 
 from .._core import arrays
-from .._core.specs import ACTIVATIONS, CLIP_GRADS, LN_CARRIES, MASKS, PEEPHOLES
+from .._core.specs import ACTIVATIONS, CLIP_GRADS, LN_CARRIES, MASKS
 from .._core.types import GRUSettings, LSTMSettings, RNNSettings
 from .arrays import library_and_dtype, refused_subclass
 
@@ -101,18 +101,6 @@ def reset_after_value(reset_after):
     return bool_value("reset_after", reset_after)
 
 
-def peepholes_given(wci, wcf, wco):
-    """True when all three peephole vectors are given, False when none is; else ValueError."""
-    if wci is None and wcf is None and wco is None:
-        return False
-    given = [name for name, v in zip(PEEPHOLES, (wci, wcf, wco), strict=True) if v is not None]
-    if given and len(given) != len(PEEPHOLES):
-        missing = [name for name in PEEPHOLES if name not in given]
-        raise ValueError(
-            f"peepholes need all of {', '.join(PEEPHOLES[:-1])} and {PEEPHOLES[-1]} or none: "
-            f"got {', '.join(given)} "
-            f"without {', '.join(missing)}")
-    return bool(given)
 
 
 def seq_len_value(seq_len, library, x, batch_first=False):

@@ -31,7 +31,6 @@ from typing import NamedTuple
 import numpy as np
 
 from ..._core.plan import flat, masked
-from ..._core.specs import PEEPHOLES
 from ..._core.types import (
     LSTMCellGrads,
     LSTMCellState,
@@ -233,8 +232,8 @@ def _forward_norm_fixed(norm, settings):
 
 def _peepholes_of(a):
     """The peephole fields ``(wci, wcf, wco)`` of a weight set, a gradient or tangents, by
-    name (``PEEPHOLES``)."""
-    return tuple(getattr(a, name) for name in PEEPHOLES)
+    name."""
+    return a.wci, a.wcf, a.wco
 
 
 def _gate_arrays(state):
