@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import numpy as np
+
 from .._core.specs import MASKS, OPS, PEEPHOLES
 from .._core.types import GRUSettings, LSTMSettings, RNNSettings
 from .arrays import checked_library
@@ -147,10 +149,11 @@ def _agreeing(spec, recorded, settings, name, value):
 
 
 def _same_arrays(a, b):
-    """Whether two arrays (lengths, masks) or Nones are the same."""
+    """Whether two arrays (lengths, masks) or Nones are the same, NaN equal to NaN (a mask
+    may hold NaN past the lengths, where it is never read: docs/spec.md §11.3)."""
     if a is None or b is None:
         return a is b
-    return a is b or (a.shape == b.shape and bool((a == b).all()))
+    return a is b or (a.shape == b.shape and np.array_equal(a, b, equal_nan=True))
 
 
 def _setting_text(value):

@@ -18,9 +18,10 @@ forward, the gradient (the LSTM's in both ``clip_grad`` modes), forward mode (``
 second order (``_grad_jvp``) of that case are bit-identical to those of the same case with
 zeros there, and finite.
 
-Known bugs, marked ``xfail(strict=True)``: ``MASKS_GIVEN_AGAIN`` (the public gradients'
-record check compares the padding of a mask given again) and ``EMPTY_ROWS_RECURRENT_MASK``
-(the gradients read the recurrent mask of a row of length 0).
+A known bug, marked ``xfail(strict=True)``: ``EMPTY_ROWS_RECURRENT_MASK`` (the gradients
+read the recurrent mask of a row of length 0). This test found a second, fixed since: the
+public gradients' record check compared a mask given again over its padding, where NaN
+never equals itself.
 """
 
 import contextlib
@@ -58,13 +59,6 @@ LAYERS = [pytest.param(name, "backend", id=name.split()[0]) for name in BACKENDS
 """Below the public layer, and through it: the gradients given the masks again
 (``public``) or taking them from the forward's record (``public-recorded``)."""
 
-MASKS_GIVEN_AGAIN = pytest.mark.xfail(
-    strict=True, raises=ValueError,
-    reason="the public gradients' record check (gradcells/_validate/records.py "
-           "_same_arrays) compares a mask given again with the recorded one over the "
-           "padding too: NaN there never equals itself, so the same mask 'contradicts the "
-           "forward's' (docs/spec.md §11.3: NaN past the lengths changes nothing)")
-
 EMPTY_ROWS_RECURRENT_MASK = pytest.mark.xfail(
     strict=True, raises=AssertionError,
     reason="the gradient and the second order (every op, every backend) read the recurrent "
@@ -81,19 +75,14 @@ def _grid():
 
 
 def _params(recurrent_mask=False):
-    """The grid (with ``recurrent_mask``, its masked part) times the layers; ``public`` with
-    masks: ``MASKS_GIVEN_AGAIN``; the others, with ``recurrent_mask``:
-    ``EMPTY_ROWS_RECURRENT_MASK``."""
+    """The grid (with ``recurrent_mask``, its masked part) times the layers; with
+    ``recurrent_mask``: ``EMPTY_ROWS_RECURRENT_MASK``."""
     for op, options, label in _grid():
         if recurrent_mask and not options.get("masks"):
             continue
         for layer in LAYERS:
             backend, where = layer.values
-            marks = ()
-            if where == "public" and options.get("masks"):
-                marks = MASKS_GIVEN_AGAIN
-            elif recurrent_mask:
-                marks = EMPTY_ROWS_RECURRENT_MASK
+            marks = EMPTY_ROWS_RECURRENT_MASK if recurrent_mask else ()
             yield pytest.param(op, options, backend, where, marks=marks,
                                id=f"{label}-{layer.id}")
 
