@@ -118,6 +118,19 @@ def runs_reverse(package, settings):
                 and getattr(package, "NATIVE_REVERSE", False))
 
 
+def unread_rows(x, settings):
+    """``settings`` as a gradient's backend is given them: the recurrent mask's rows of the
+    sequences of length 0 zeroed. No step of such a row runs, so its row of the mask is
+    padding (docs/spec.md §11.3: never read); a backend's weight gradients would otherwise
+    meet it, masked ``h0`` times zero gate gradients (NaN there gives 0·NaN)."""
+    mask, seq_len = getattr(settings, "recurrent_mask", None), settings.seq_len
+    if mask is None or seq_len is None or bool((seq_len > 0).all()):
+        return settings
+    xp = namespace_of(x)
+    read = xp.where((seq_len > 0)[:, None], mask, xp.zeros((), mask.dtype))
+    return dataclasses.replace(settings, recurrent_mask=read)
+
+
 def forward(spec, op, x, states, weights, settings, *, package=None):
     """``op(x, *states, weights, settings)`` (a backend's sequence op, of the backend
     ``package``) in the order and layout ``settings`` ask for; returns its result with every
@@ -145,8 +158,10 @@ def grad_jvp(spec, op, x, states, weights, result, tangents, settings, upstream,
     """``op`` (a backend's sequence gradient JVP) in the order and layout ``settings`` ask
     for, as ``grad``: the result, the upstream gradients and their tangents
     (``upstream``, by their keywords: ``d_h``, ``d_h_tangent``, ...) and ``x``'s tangent
-    go into run order; both ``x`` gradients come back."""
+    go into run order; both ``x`` gradients come back. The recurrent mask is read as
+    ``unread_rows`` gives it."""
     seq = spec.result(*result)
+    settings = unread_rows(x, settings)
     if not (settings.reverse or settings.batch_first):
         return op(x, *states, weights, seq, tangents, settings, **upstream, **options)
     order = _RunOrder(x, settings)
@@ -170,8 +185,10 @@ def grad(spec, op, x, states, weights, result, settings, upstream, *, package=No
          **options):
     """``op`` (a backend's sequence gradient, of the backend ``package``) on ``result`` and
     the ``upstream`` gradients in the order and layout ``settings`` ask for; returns the
-    gradients, ``x``'s in that order."""
+    gradients, ``x``'s in that order. The recurrent mask is read as ``unread_rows`` gives
+    it."""
     seq = spec.result(*result)
+    settings = unread_rows(x, settings)
     if not (settings.reverse or settings.batch_first):
         return op(x, *states, weights, seq, settings, **upstream, **options)
     order = _RunOrder(x, settings, runs_reverse(package, settings))
