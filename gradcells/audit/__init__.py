@@ -47,7 +47,6 @@ from ._engine import (
     run_checks,
 )
 from .faults import FAULTS, Fault
-from .tensorflow import import_tensorflow
 
 FRAMEWORKS = {"tensorflow": "tensorflow", "tf": "tensorflow", "torch": "torch",
               "pytorch": "torch", "jax": "jax", "flax": "jax", "keras": "keras",
@@ -70,10 +69,6 @@ __all__ = [
     "FLOAT32_FORWARD", "FLOAT32_GRADIENT", "FLOAT64",
     "lstm_steps", "lstm_backprop", "gru_steps", "gru_backprop",
 ]
-
-
-def _import_tensorflow():
-    return import_tensorflow()
 
 
 def _positive(value: object, least: int) -> bool:

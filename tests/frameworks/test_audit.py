@@ -17,6 +17,7 @@ from audit_runs import whole_audit
 
 from gradcells import audit
 from gradcells._core.specs import PEEPHOLES
+from gradcells.audit import tensorflow as audit_tensorflow
 
 ROW = re.compile(r"^(?P<name>.+?)\s{2,}(?P<cases>\d+)\s{2,}(?P<result>agrees|known fault \d+"
                  r"(?: \(\d+/\d+\))?|UNEXPECTED MISMATCH \(\d+/\d+\))(?:\s{2,}(?P<detail>.*))?$")
@@ -144,7 +145,7 @@ def test_audit_all_fails_when_any_framework_shows_an_unexpected_mismatch(monkeyp
 @pytest.fixture(scope="module")
 def tf():
     pytest.importorskip("tensorflow")
-    return audit._import_tensorflow()
+    return audit_tensorflow.import_tensorflow()
 
 
 @pytest.fixture(scope="module")
