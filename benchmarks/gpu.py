@@ -47,15 +47,10 @@ import numpy as np
 
 import gradcells as gc
 from gradcells._core import report
-from gradcells._core.types import (
-    GRUSettings,
-    GRUWeights,
-    LSTMSettings,
-    LSTMWeights,
-    RNNSettings,
-    RNNWeights,
-)
 from gradcells._dispatch import backend_module
+from gradcells.cells.gru.spec import GRUSettings, GRUWeights
+from gradcells.cells.lstm.spec import LSTMSettings, LSTMWeights
+from gradcells.cells.rnn.spec import RNNSettings, RNNWeights
 from gradcells.gpu import _kernels
 from gradcells.gpu._runtime import CupyRuntime
 

@@ -164,7 +164,7 @@ def forward_mode_contestants(cell, size):
     """A cell's forward, its JVP with every tangent and with the inputs' only, its forward +
     gradient, its gradient's JVP with every tangent, and the two JVPs' BLAS bounds."""
     import gradcells as gc
-    from gradcells._core.specs import OPS
+    from gradcells.cells import OPS
 
     name, inputs, keys, options, width = CELLS[cell]
     a = inputs(*size)

@@ -43,9 +43,10 @@ import sys
 
 import numpy as np
 
-from ._core import arrays, trees, types
-from ._core.specs import MASKS, OPS, STACKS
+from ._core import arrays, trees
+from ._core.specs import MASKS
 from ._core.types import record_settings
+from .cells import OPS, SPECS, STACKS, cell_of
 
 _SUFFIXES = ("_grad_jvp", "_grad", "_jvp", "")
 _BATCH = "B"
@@ -355,8 +356,8 @@ def _sequence_template(call):
 
 def _stack_type(call, grads):
     """The stack's result or gradient type (``LSTMStack``, ``LSTMStackGrads``, ...)."""
-    kind = call.spec.grads if grads else call.spec.result
-    return getattr(types, kind.__name__.replace("Sequence", "Stack"))
+    stack = SPECS[cell_of(call.spec.name)].stack
+    return stack.grads if grads else stack.result
 
 
 def _stack_template(call, keywords):

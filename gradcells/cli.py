@@ -18,9 +18,9 @@ import numpy as np
 
 from . import __version__, _dispatch, audit, testing
 from ._core.report import Progress, table
-from ._core.specs import OPS, STACKS
 from ._dispatch import BACKENDS
 from .audit import ALL
+from .cells import OPS, STACKS
 
 DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
 

@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from . import sequences, stacks, steps
-from ._core.specs import OPS, OPTIONAL_WEIGHTS, STACKS
-from ._core.types import LSTMSettings
+from .cells import OPS, OPTIONAL_WEIGHTS, STACKS
+from .cells.lstm.spec import LSTMSettings
 
 LossGrad = Callable[[Any], Mapping[str, Any]]
 LossHVP = Callable[[Any, Any], Mapping[str, Any]]

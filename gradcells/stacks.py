@@ -13,40 +13,45 @@ from __future__ import annotations
 
 import dataclasses
 
+from . import _public, sequences
 from . import _validate as v
-from . import sequences
 from ._core.arrays import namespace_of
-from ._core.specs import OPS, OPTIONAL_WEIGHTS
-from ._core.types import (
-    Array,
-    GRUStack,
-    GRUStackGrads,
-    GRUWeights,
-    LSTMStack,
-    LSTMStackGrads,
-    LSTMWeights,
-    RNNStack,
-    RNNStackGrads,
-    RNNWeights,
-    StackSettings,
-    record_settings,
-)
-from ._interop import accepts_any_array
+from ._core.specs import CellSpec
+from ._core.types import StackSettings, record_settings
+from .cells import OPTIONAL_WEIGHTS, SPECS
 
 
 @dataclasses.dataclass(frozen=True)
 class StackCell:
-    """What a stack of one cell calls: its sequence op and gradient and its types."""
+    """What a stack of one cell calls: its sequence op and gradient and its types, read from
+    the cell's spec."""
 
-    op: str
-    weights: type
-    result: type
-    grads: type
-    attrs: tuple[str, ...]       # the forward's settings every layer shares, by keyword
+    spec: CellSpec
+
+    @property
+    def op(self) -> str:
+        return self.spec.sequence.name
+
+    @property
+    def weights(self) -> type:
+        return self.spec.sequence.weights
+
+    @property
+    def result(self) -> type:
+        return self.spec.stack.result
+
+    @property
+    def grads(self) -> type:
+        return self.spec.stack.grads
+
+    @property
+    def attrs(self) -> tuple[str, ...]:
+        """The forward's settings every layer shares, by keyword."""
+        return tuple(k.name for k in self.spec.keywords)
 
     @property
     def states(self) -> tuple[str, ...]:
-        return OPS[self.op].states
+        return self.spec.sequence.states
 
     def forward(self, x, states, weights, **keywords):
         positional, optional = split_weights(weights)
@@ -76,13 +81,11 @@ class StackCell:
         """``(dx, d_states, d_weights)`` as the sequence op's gradient type."""
         dx, d_states, d_weights = tangents
         d_weights = self.weights(*(None,) * len(weights)) if d_weights is None else d_weights
-        return OPS[self.op].grads(dx, *d_states, *d_weights)
+        return self.spec.sequence.grads(dx, *d_states, *d_weights)
 
 
-LSTM_STACK = StackCell("lstm_sequence", LSTMWeights, LSTMStack, LSTMStackGrads,
-              ("forget_bias", "cell_clip", "proj_clip", "ln_epsilon", "ln_carry"))
-GRU_STACK = StackCell("gru_sequence", GRUWeights, GRUStack, GRUStackGrads, ("reset_after",))
-RNN_STACK = StackCell("rnn_sequence", RNNWeights, RNNStack, RNNStackGrads, ("activation",))
+STACK_CELLS: dict[str, StackCell] = {spec.stack_name: StackCell(spec) for spec in SPECS.values()}
+"""Each registered cell's stack, by the stack's name."""
 
 
 def split_weights(weights):
@@ -252,190 +255,44 @@ def _final_grads(finals, k, cell, tangents=False):
 
 
 # --------------------------------------------------------------------------------------
-# The public stacks
+# The public stacks, made from each cell's spec (``gradcells._public``)
+
+_STACK_KEYWORDS = [("bidirectional", "bool", False), ("seq_len", "Array | None", None),
+                   ("batch_first", "bool", False), ("dropout_masks", "list | None", None)]
 
 
-@accepts_any_array
-def lstm_stack(x: Array, cs0: Array, h0: Array, weights: list[LSTMWeights], *,
-               bidirectional: bool = False, seq_len: Array | None = None,
-               batch_first: bool = False, dropout_masks: list | None = None,
-               forget_bias: float = 1.0, cell_clip: float | None = None,
-               proj_clip: float | None = None, ln_epsilon: float = 1e-5, ln_carry: str = "raw",
-               backend: str | None = None) -> LSTMStack:
-    """A stack of LSTM layers (``lstm_sequence`` per layer and direction) over ``x [T, B, I]``.
-
-    ``weights``: one ``LSTMWeights`` per (layer, direction), PyTorch's order; each may have
-    peepholes, a projection (``w_proj``) and a layer norm; layer 0's ``w`` has ``I + P``
-    rows, a higher layer's ``D·P + P`` (D = 2 when ``bidirectional``). ``cs0 [L·D, B, H]``
-    and ``h0 [L·D, B, P]``. The attributes (``forget_bias``, the clips, the layer norm's
-    settings) are every layer's; ``seq_len`` and ``batch_first`` as for ``lstm_sequence``;
-    the reverse direction runs with ``reverse=True``. ``dropout_masks``: ``L - 1`` arrays,
-    each broadcastable to a layer's outputs ``[T, B, D·P]``, multiplying the input of the
-    layer above (no random numbers inside: pass the masks you drew; a mask ``[B, D·P]``, or
-    ``[B, 1, D·P]`` with ``batch_first``, is the same at every step).
-
-    Returns ``LSTMStack(h [T, B, D·P], cs_final [L·D, B, H], h_final [L·D, B, P], layers)``.
-    """
-    return _forward(LSTM_STACK, x, (cs0, h0), weights, bidirectional=bidirectional,
-                    seq_len=seq_len, batch_first=batch_first, dropout_masks=dropout_masks,
-                    backend=backend, forget_bias=forget_bias, cell_clip=cell_clip,
-                    proj_clip=proj_clip, ln_epsilon=ln_epsilon, ln_carry=ln_carry)
-
-
-@accepts_any_array
-def lstm_stack_jvp(x: Array, cs0: Array, h0: Array, weights: list[LSTMWeights],
-                   tangents: LSTMStackGrads | None, *, bidirectional: bool = False,
-                   seq_len: Array | None = None, batch_first: bool = False,
-                   dropout_masks: list | None = None, forget_bias: float = 1.0,
-                   cell_clip: float | None = None, proj_clip: float | None = None,
-                   ln_epsilon: float = 1e-5, ln_carry: str = "raw",
-                   backend: str | None = None) -> tuple[LSTMStack, LSTMStack]:
-    """Forward mode of ``lstm_stack`` (docs/spec.md §12): the stack and its directional
-    derivative along ``tangents``, an ``LSTMStackGrads(x, cs0, h0, weights)`` of the
-    inputs' tangents (None: zero; ``weights`` a list of ``LSTMWeights`` of tangents, each
-    entry or field None for zero). Arguments and keywords are ``lstm_stack``'s; each layer
-    and direction is one ``lstm_sequence_jvp``, its input's tangent the layer below's
-    output tangents times the boundary's dropout mask.
-
-    Returns ``(stack, d_stack)``: ``lstm_stack``'s result and an ``LSTMStack`` of the
-    tangents (its ``layers`` the per-layer sequence tangents).
-    """
-    return _forward_jvp(LSTM_STACK, x, (cs0, h0), weights, tangents, bidirectional=bidirectional,
-                        seq_len=seq_len, batch_first=batch_first,
-                        dropout_masks=dropout_masks, backend=backend,
-                        forget_bias=forget_bias, cell_clip=cell_clip, proj_clip=proj_clip,
-                        ln_epsilon=ln_epsilon, ln_carry=ln_carry)
-
-
-@accepts_any_array
-def lstm_stack_grad(x: Array, cs0: Array, h0: Array, weights: list[LSTMWeights],
-                    stack: LSTMStack, *, d_h: Array | None = None,
-                    d_h_final: Array | None = None, d_cs_final: Array | None = None,
-                    clip_grad: str = "exact", backend: str | None = None) -> LSTMStackGrads:
-    """Backpropagation through ``lstm_stack``, given its result ``stack`` (its layers record
-    their settings, the stack its directions, layout and masks). Upstream gradients (None:
-    zeros): ``d_h [T, B, D·P]`` of the top outputs, ``d_h_final [L·D, B, P]`` and
-    ``d_cs_final [L·D, B, H]`` of the final states.
-
-    Returns ``LSTMStackGrads(x, cs0, h0, weights)``, ``weights`` a list of ``LSTMWeights`` of
-    gradients in the order of ``weights``.
-    """
-    return _backward(LSTM_STACK, x, (cs0, h0), weights, _checked(stack, LSTMStack),
-                     {"d_h": d_h, "d_h_final": d_h_final, "d_cs_final": d_cs_final}, backend,
-                     clip_grad=clip_grad)
-
-
-@accepts_any_array
-def lstm_stack_grad_jvp(x: Array, cs0: Array, h0: Array, weights: list[LSTMWeights],
-                        stack: LSTMStack, tangents: LSTMStackGrads | None, *,
-                        d_h: Array | None = None, d_h_final: Array | None = None,
-                        d_cs_final: Array | None = None, d_h_tangent: Array | None = None,
-                        d_h_final_tangent: Array | None = None,
-                        d_cs_final_tangent: Array | None = None, clip_grad: str = "exact",
-                        backend: str | None = None) -> tuple[LSTMStackGrads, LSTMStackGrads]:
-    """Second order (docs/spec.md §12): the JVP of ``lstm_stack_grad`` along ``tangents``
-    (as for ``lstm_stack_jvp``) and the upstream gradients' tangents (None: zero). Each
-    layer and direction is one ``lstm_sequence_grad_jvp``, the layers' input tangents from
-    the stack's forward JVP. Returns ``(grads, grads_tangent)``, ``LSTMStackGrads`` both."""
-    return _backward_jvp(LSTM_STACK, x, (cs0, h0), weights, _checked(stack, LSTMStack), tangents,
-                         {"d_h": d_h, "d_h_final": d_h_final, "d_cs_final": d_cs_final,
-                          "d_h_tangent": d_h_tangent, "d_h_final_tangent": d_h_final_tangent,
-                          "d_cs_final_tangent": d_cs_final_tangent}, backend,
-                         clip_grad=clip_grad)
-
-
-@accepts_any_array
-def gru_stack(x: Array, h0: Array, weights: list[GRUWeights], *, bidirectional: bool = False,
-              seq_len: Array | None = None, batch_first: bool = False,
-              dropout_masks: list | None = None, reset_after: bool = True,
-              backend: str | None = None) -> GRUStack:
-    """A stack of GRU layers, as ``lstm_stack`` (``h0 [L·D, B, H]``); ``reset_after``
-    defaults to True, PyTorch's and Keras's GRU. Returns ``GRUStack(h, h_final, layers)``."""
-    return _forward(GRU_STACK, x, (h0,), weights, bidirectional=bidirectional, seq_len=seq_len,
-                    batch_first=batch_first, dropout_masks=dropout_masks, backend=backend,
-                    reset_after=reset_after)
-
-
-@accepts_any_array
-def gru_stack_jvp(x: Array, h0: Array, weights: list[GRUWeights],
-                  tangents: GRUStackGrads | None, *, bidirectional: bool = False,
-                  seq_len: Array | None = None, batch_first: bool = False,
-                  dropout_masks: list | None = None, reset_after: bool = True,
-                  backend: str | None = None) -> tuple[GRUStack, GRUStack]:
-    """Forward mode of ``gru_stack``, as ``lstm_stack_jvp`` (``tangents`` a
-    ``GRUStackGrads``). Returns ``(stack, d_stack)``."""
-    return _forward_jvp(GRU_STACK, x, (h0,), weights, tangents, bidirectional=bidirectional,
-                        seq_len=seq_len, batch_first=batch_first,
-                        dropout_masks=dropout_masks, backend=backend, reset_after=reset_after)
-
-
-@accepts_any_array
-def gru_stack_grad(x: Array, h0: Array, weights: list[GRUWeights], stack: GRUStack, *,
-                   d_h: Array | None = None, d_h_final: Array | None = None,
-                   backend: str | None = None) -> GRUStackGrads:
-    """Backpropagation through ``gru_stack``, as ``lstm_stack_grad``. Returns
-    ``GRUStackGrads(x, h0, weights)``."""
-    return _backward(GRU_STACK, x, (h0,), weights, _checked(stack, GRUStack),
-                     {"d_h": d_h, "d_h_final": d_h_final}, backend)
-
-
-@accepts_any_array
-def gru_stack_grad_jvp(x: Array, h0: Array, weights: list[GRUWeights], stack: GRUStack,
-                       tangents: GRUStackGrads | None, *, d_h: Array | None = None,
-                       d_h_final: Array | None = None, d_h_tangent: Array | None = None,
-                       d_h_final_tangent: Array | None = None,
-                       backend: str | None = None) -> tuple[GRUStackGrads, GRUStackGrads]:
-    """Second order: the JVP of ``gru_stack_grad``, as ``lstm_stack_grad_jvp``."""
-    return _backward_jvp(GRU_STACK, x, (h0,), weights, _checked(stack, GRUStack), tangents,
-                         {"d_h": d_h, "d_h_final": d_h_final, "d_h_tangent": d_h_tangent,
-                          "d_h_final_tangent": d_h_final_tangent}, backend)
-
-
-@accepts_any_array
-def rnn_stack(x: Array, h0: Array, weights: list[RNNWeights], *, bidirectional: bool = False,
-              seq_len: Array | None = None, batch_first: bool = False,
-              dropout_masks: list | None = None, activation: str = "tanh",
-              backend: str | None = None) -> RNNStack:
-    """A stack of plain RNN layers, as ``lstm_stack`` (``h0 [L·D, B, H]``). Returns
-    ``RNNStack(h, h_final, layers)``."""
-    return _forward(RNN_STACK, x, (h0,), weights, bidirectional=bidirectional, seq_len=seq_len,
-                    batch_first=batch_first, dropout_masks=dropout_masks, backend=backend,
-                    activation=activation)
-
-
-@accepts_any_array
-def rnn_stack_jvp(x: Array, h0: Array, weights: list[RNNWeights],
-                  tangents: RNNStackGrads | None, *, bidirectional: bool = False,
-                  seq_len: Array | None = None, batch_first: bool = False,
-                  dropout_masks: list | None = None, activation: str = "tanh",
-                  backend: str | None = None) -> tuple[RNNStack, RNNStack]:
-    """Forward mode of ``rnn_stack``, as ``lstm_stack_jvp`` (``tangents`` an
-    ``RNNStackGrads``). Returns ``(stack, d_stack)``."""
-    return _forward_jvp(RNN_STACK, x, (h0,), weights, tangents, bidirectional=bidirectional,
-                        seq_len=seq_len, batch_first=batch_first,
-                        dropout_masks=dropout_masks, backend=backend, activation=activation)
-
-
-@accepts_any_array
-def rnn_stack_grad(x: Array, h0: Array, weights: list[RNNWeights], stack: RNNStack, *,
-                   d_h: Array | None = None, d_h_final: Array | None = None,
-                   backend: str | None = None) -> RNNStackGrads:
-    """Backpropagation through ``rnn_stack``, as ``lstm_stack_grad``. Returns
-    ``RNNStackGrads(x, h0, weights)``."""
-    return _backward(RNN_STACK, x, (h0,), weights, _checked(stack, RNNStack),
-                     {"d_h": d_h, "d_h_final": d_h_final}, backend)
-
-
-@accepts_any_array
-def rnn_stack_grad_jvp(x: Array, h0: Array, weights: list[RNNWeights], stack: RNNStack,
-                       tangents: RNNStackGrads | None, *, d_h: Array | None = None,
-                       d_h_final: Array | None = None, d_h_tangent: Array | None = None,
-                       d_h_final_tangent: Array | None = None,
-                       backend: str | None = None) -> tuple[RNNStackGrads, RNNStackGrads]:
-    """Second order: the JVP of ``rnn_stack_grad``, as ``lstm_stack_grad_jvp``."""
-    return _backward_jvp(RNN_STACK, x, (h0,), weights, _checked(stack, RNNStack), tangents,
-                         {"d_h": d_h, "d_h_final": d_h_final, "d_h_tangent": d_h_tangent,
-                          "d_h_final_tangent": d_h_final_tangent}, backend)
+def _stack_functions(spec):
+    """The four public functions of ``spec``'s stack, by name."""
+    cell, name, kw = STACK_CELLS[spec.stack_name], spec.stack_name, _public.keyword_dict
+    result, grads = cell.result.__name__, cell.grads.__name__
+    positional = [("x", "Array"), *((s, "Array") for s in cell.states),
+                  ("weights", f"list[{cell.weights.__name__}]")]
+    settings = _STACK_KEYWORDS + [
+        (k.name, k.annotation, spec.stack.defaults.get(k.name, k.default))
+        for k in spec.keywords]
+    upstream = [(f"d_{n}", "Array | None", None)
+                for n in ("h", *(f"{s.removesuffix('0')}_final" for s in cell.states))]
+    upstream_t = [(f"{d}_tangent", a, v) for d, a, v in upstream]
+    options = [(k.name, k.annotation, k.default) for k in spec.grad_options]
+    tangents, saved = [("tangents", f"{grads} | None")], [("stack", result)]
+    a, checked = f"_cell, x, ({', '.join(cell.states)},), weights", "_checked(stack, _result)"
+    kinds = {  # suffix: positional, keywords, returns, call
+        "": (positional, settings, result, f"_forward({a}, backend=backend, **{kw(settings)})"),
+        "_jvp": (positional + tangents, settings, f"tuple[{result}, {result}]",
+                 f"_forward_jvp({a}, tangents, backend=backend, **{kw(settings)})"),
+        "_grad": (positional + saved, upstream + options, grads,
+                  f"_backward({a}, {checked}, {kw(upstream)}, backend, **{kw(options)})"),
+        "_grad_jvp": (positional + saved + tangents, upstream + upstream_t + options,
+                      f"tuple[{grads}, {grads}]",
+                      f"_backward_jvp({a}, {checked}, tangents, {kw(upstream + upstream_t)}, "
+                      f"backend, **{kw(options)})")}
+    namespace = {"_cell": cell, "_result": cell.result, "_forward": _forward,
+                 "_forward_jvp": _forward_jvp, "_backward": _backward,
+                 "_backward_jvp": _backward_jvp, "_checked": _checked}
+    return {f"{name}{suffix}": _public.function(
+                f"{name}{suffix}", given, [*keywords, ("backend", "str | None", None)],
+                returns, call, namespace, spec.docs[f"{name}{suffix}"], __name__)
+            for suffix, (given, keywords, returns, call) in kinds.items()}
 
 
 def _checked(stack, kind):
@@ -449,3 +306,10 @@ def _checked(stack, kind):
                          "the result its forward returned, which records its directions "
                          "and masks")
     return stack
+
+
+globals().update({name: made for spec in SPECS.values()
+                  for name, made in _stack_functions(spec).items()})
+
+__all__ = [f"{spec.stack_name}{mode}" for spec in SPECS.values()
+           for mode in ("", "_jvp", "_grad", "_grad_jvp")]

@@ -40,9 +40,10 @@ import numpy as np
 
 from . import _validate as _v
 from ._core import arrays
-from ._core.specs import PEEPHOLES
-from ._core.types import Array, GRUCellState, LSTMCellState, LSTMSequence, LSTMWeights
+from ._core.types import Array
 from ._interop import accepts_any_array
+from .cells.gru.spec import GRUCellState
+from .cells.lstm.spec import PEEPHOLES, LSTMCellState, LSTMSequence, LSTMWeights
 from .reference import gru_gate_grads, lstm_gate_grads
 from .sequences import lstm_sequence, lstm_sequence_grad
 from .steps import gru_cell, gru_cell_grad, lstm_cell

@@ -10,8 +10,8 @@ present when ``wci`` is, a projection when ``w_proj`` is, a layer norm when
 
 from __future__ import annotations
 
-from gradcells._core.specs import OPS
-from gradcells._core.types import LSTMSettings
+from gradcells.cells import OPS
+from gradcells.cells.lstm.spec import LSTMSettings
 
 
 def weights_and_settings(op, case):

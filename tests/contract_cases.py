@@ -3,7 +3,7 @@ NumPy arrays here, drawn cases with every option, and the four modes called belo
 layer (``backend_calls``).
 
 A contract test is written once and parametrized over ``OP_NAMES`` (every forward op of
-``gradcells._core.specs.OPS``: every registered cell, cell and sequence) and ``BACKENDS``
+``gradcells.cells.OPS``: every registered cell, cell and sequence) and ``BACKENDS``
 (the reference, the CPU once built, and the GPU backend through the host emulation
 ``tests/cuda_host`` when a C++ compiler is there); ``backend(name)`` enters one.
 """
@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 import gradcells as gc
 from gradcells import _dispatch, testing
-from gradcells._core.specs import OPS
-from gradcells._core.types import LSTMNorm
+from gradcells.cells import OPS
+from gradcells.cells.lstm.spec import LSTMNorm
 
 CONTRACT_EXAMPLES = settings(max_examples=min(settings.default.max_examples, 6))
 """A contract runs every op on every backend in every mode: a few drawn cases each (the

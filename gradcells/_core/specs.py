@@ -1,73 +1,35 @@
-"""Every operation's arguments, spelled once: names, shape labels, result and gradient types.
+"""What a cell declares, as data: its operations' arguments, shapes, results and gradients,
+its keywords, its stack. Each cell's folder spells its own (``gradcells/cells/<cell>/
+spec.py``, one ``CellSpec``); the registry (``gradcells.cells``) collects them, and the
+validation, the public functions, the adapters, the test helpers and the architecture test
+read them; nothing else writes an argument name as a literal list.
 
-The validation (``gradcells._validate``), the public signatures' checks, the test helpers and
-the architecture test read these tables; nothing else writes an argument name as a literal
-list. Shape labels: ``T`` steps, ``B`` batch, ``I`` input size, ``H`` cell size, ``P`` the
-LSTM's recurrent width (its projection's, else H), ``I+H``, ``I+P``,
-``2H``, ``4H``, and ``C`` for the GRU candidate bias (``H``, or ``2H`` reset-after).
+Shape labels: ``T`` steps, ``B`` batch, ``I`` input size, ``H`` cell size, ``P`` the LSTM's
+recurrent width (its projection's, else H), ``I+H``, ``I+P``, ``2H``, ``4H``, and ``C`` for
+the GRU candidate bias (``H``, or ``2H`` reset-after).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NamedTuple
-
-from .types import (
-    GRUCellGrads,
-    GRUCellState,
-    GRUSequence,
-    GRUSequenceGrads,
-    GRUSettings,
-    GRUWeights,
-    LSTMCellGrads,
-    LSTMCellState,
-    LSTMNorm,
-    LSTMSequence,
-    LSTMSequenceGrads,
-    LSTMSettings,
-    LSTMWeights,
-    RNNCellGrads,
-    RNNCellState,
-    RNNSequence,
-    RNNSequenceGrads,
-    RNNSettings,
-    RNNWeights,
-)
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 Labels = tuple[str, ...]
 
-PEEPHOLES: tuple[str, ...] = LSTMWeights._fields[2:5]
-"""The peephole vectors ``("wci", "wcf", "wco")``: all three or none."""
 
-NORM_FIELDS: tuple[str, ...] = LSTMNorm._fields
-"""The layer-normalised LSTM's parameters, fields of ``layer_norm`` (an ``LSTMNorm``)."""
+@dataclass(frozen=True)
+class Keyword:
+    """A keyword of a cell's public functions: its ``name``, its ``default`` in a forward
+    and the ``annotation`` its signature shows. A setting (``CellSpec.keywords``) is given
+    to the gradient again as None by default (the forward's record decides), unless
+    ``forward_only`` (``forget_bias``: the gradient does not take it); a gradient option
+    (``CellSpec.grad_options``) is the gradient's only, with its default."""
 
-NORM_ARRAYS: tuple[str, ...] = tuple(f"layer_norm.{name}" for name in NORM_FIELDS)
-"""Their names as arrays of a call: ``layer_norm.gamma_x``, ..."""
-
-OPTIONAL_WEIGHTS: tuple[str, ...] = LSTMWeights._fields[2:] + NORM_ARRAYS
-"""The weights a call may leave out (None): the peepholes, the LSTM's projection and its
-layer norm (``layer_norm``, whose six arrays are then absent too)."""
-
-LN_CARRIES = ("raw", "normalized")
-"""Which cell state a layer-normalised LSTM carries: ``c̃`` (Ba et al.) or ``LN(c̃)`` (TF
-Addons)."""
-
-CLIP_GRADS = ("exact", "straight_through")
-"""How a gradient passes an active clip: zero (the true gradient) or unchanged (TF's)."""
-
-ACTIVATIONS = ("tanh", "relu")
-"""The plain RNN cell's activations."""
-
-# The shape labels of every weight, by weight set and name.
-WEIGHT_LABELS: dict[type, dict[str, Labels]] = {
-    LSTMWeights: {"w": ("I+P", "4H"), "b": ("4H",), "wci": ("H",), "wcf": ("H",),
-                  "wco": ("H",), "w_proj": ("H", "P"),
-                  **{name: ("4H",) for name in NORM_ARRAYS[:4]},
-                  **{name: ("H",) for name in NORM_ARRAYS[4:]}},
-    GRUWeights: {"w_ru": ("I+H", "2H"), "w_c": ("I+H", "H"), "b_ru": ("2H",), "b_c": ("C",)},
-    RNNWeights: {"w": ("I+H", "H"), "b": ("H",)},
-}
+    name: str
+    default: Any
+    annotation: str
+    forward_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,8 +38,9 @@ class OpSpec:
 
     ``states``: the state arguments after ``x``; ``upstream``: the gradient's upstream
     arguments; ``h_width``: the label of the recurrent output's width (``P`` for the LSTM,
-    whose projection makes ``h`` P wide, else ``H``); everything else is derived from the
-    types.
+    whose projection makes ``h`` P wide, else ``H``); ``nested``: the weights that are
+    themselves tuples of arrays, with their fields (the LSTM's ``layer_norm``); everything
+    else is derived from the types.
     """
 
     name: str
@@ -89,6 +52,7 @@ class OpSpec:
     grads: type[NamedTuple]
     upstream: tuple[str, ...]
     h_width: str = "H"
+    nested: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def grad_name(self) -> str:
@@ -129,34 +93,59 @@ class OpSpec:
 
     @property
     def flat_arrays(self) -> tuple[str, ...]:
-        """``arrays`` with ``layer_norm`` read as its six arrays (``NORM_ARRAYS``): every
-        array a call can hold, each one name."""
+        """``arrays`` with each nested weight read as its arrays (``layer_norm.gamma_x``,
+        ...): every array a call can hold, each one name."""
         return tuple(flat for name in self.arrays
-                     for flat in (NORM_ARRAYS if name == "layer_norm" else (name,)))
+                     for flat in (tuple(f"{name}.{f}" for f in self.nested[name])
+                                  if name in self.nested else (name,)))
 
 
-OPS: dict[str, OpSpec] = {spec.name: spec for spec in (
-    OpSpec("lstm_cell", False, ("cs_prev", "h_prev"), LSTMWeights, LSTMSettings,
-           LSTMCellState, LSTMCellGrads, ("d_h", "d_cs"), "P"),
-    OpSpec("gru_cell", False, ("h_prev",), GRUWeights, GRUSettings,
-           GRUCellState, GRUCellGrads, ("d_h",)),
-    OpSpec("lstm_sequence", True, ("cs0", "h0"), LSTMWeights, LSTMSettings,
-           LSTMSequence, LSTMSequenceGrads, ("d_h", "d_cs", "d_h_final", "d_cs_final"), "P"),
-    OpSpec("gru_sequence", True, ("h0",), GRUWeights, GRUSettings,
-           GRUSequence, GRUSequenceGrads, ("d_h", "d_h_final")),
-    OpSpec("rnn_cell", False, ("h_prev",), RNNWeights, RNNSettings,
-           RNNCellState, RNNCellGrads, ("d_h",)),
-    OpSpec("rnn_sequence", True, ("h0",), RNNWeights, RNNSettings,
-           RNNSequence, RNNSequenceGrads, ("d_h", "d_h_final")),
-)}
-"""Every forward operation by name; each has a gradient ``<name>_grad``."""
+@dataclass(frozen=True)
+class StackSpec:
+    """A cell's stack (docs/spec.md §11.4): its result and gradient types and the defaults
+    where the stack differs from the sequence (the GRU stack is reset-after, PyTorch's)."""
 
-CELLS = ("lstm", "gru", "rnn")
-"""The cells; every backend has one module per cell (``gradcells.<backend>.<cell>``)."""
+    result: type[NamedTuple]
+    grads: type[NamedTuple]
+    defaults: Mapping[str, Any] = field(default_factory=dict)
 
-STACKS: dict[str, str] = {f"{cell}_stack": f"{cell}_sequence" for cell in CELLS}
-"""The stacks (docs/spec.md §11.4), each with the sequence operation it composes: a backend
-runs a stack when it has that operation."""
+
+@dataclass(frozen=True)
+class CellSpec:
+    """Everything the library outside a cell's folder knows about the cell.
+
+    ``cell`` and ``sequence``: its two operations; ``keywords``: its settings, in signature
+    order; ``grad_options``: its gradients' own keywords; ``masks``: the masks its sequence
+    takes (of ``MASKS``); ``weight_labels``: each weight's shape labels; ``protocol``: the
+    backend contract its modules follow (all four modes); ``docs``: the docstring of each
+    public function, by name (the contract and the math: the public functions are generated
+    from this spec, ``gradcells._public``).
+    """
+
+    name: str
+    cell: OpSpec
+    sequence: OpSpec
+    stack: StackSpec
+    keywords: tuple[Keyword, ...]
+    weight_labels: Mapping[str, Labels]
+    protocol: type
+    docs: Mapping[str, str]
+    grad_options: tuple[Keyword, ...] = ()
+    masks: tuple[str, ...] = ("input_mask", "recurrent_mask", "zoneout_h")
+
+    @property
+    def ops(self) -> tuple[OpSpec, OpSpec]:
+        return (self.cell, self.sequence)
+
+    @property
+    def stack_name(self) -> str:
+        return f"{self.name}_stack"
+
+    @property
+    def optional_weights(self) -> tuple[str, ...]:
+        """The weights a call may leave out (None), given by keyword."""
+        return tuple(self.cell.weights._field_defaults)
+
 
 MASKS: dict[str, tuple[str, ...]] = {
     "input_mask": ("T", "B", "I"), "recurrent_mask": ("B", "P"),

@@ -12,16 +12,9 @@ from typing import NamedTuple
 import numpy as np
 
 from .._core import arrays
-from .._core.specs import (
-    NORM_ARRAYS,
-    NORM_FIELDS,
-    OPS,
-    OPTIONAL_WEIGHTS,
-    PEEPHOLES,
-    WEIGHT_LABELS,
-    Labels,
-)
-from .._core.types import LSTMNorm, LSTMSettings
+from .._core.specs import Labels
+from ..cells import OPS, OPTIONAL_WEIGHTS, WEIGHT_LABELS
+from ..cells.lstm.spec import NORM_ARRAYS, NORM_FIELDS, PEEPHOLES, LSTMNorm, LSTMSettings
 
 _FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
 FLOAT_DTYPES = (_FLOAT32, _FLOAT64)

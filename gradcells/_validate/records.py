@@ -14,8 +14,11 @@ import functools
 
 import numpy as np
 
-from .._core.specs import MASKS, OPS, PEEPHOLES
-from .._core.types import GRUSettings, LSTMSettings, RNNSettings
+from .._core.specs import MASKS
+from ..cells import OPS
+from ..cells.gru.spec import GRUSettings
+from ..cells.lstm.spec import PEEPHOLES, LSTMSettings
+from ..cells.rnn.spec import RNNSettings
 from .arrays import checked_library
 from .settings import (
     activation_value,

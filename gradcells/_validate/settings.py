@@ -15,8 +15,10 @@ import numbers
 import numpy as np
 
 from .._core import arrays
-from .._core.specs import ACTIVATIONS, CLIP_GRADS, LN_CARRIES, MASKS
-from .._core.types import GRUSettings, LSTMSettings, RNNSettings
+from .._core.specs import MASKS
+from ..cells.gru.spec import GRUSettings
+from ..cells.lstm.spec import CLIP_GRADS, LN_CARRIES, LSTMSettings
+from ..cells.rnn.spec import ACTIVATIONS, RNNSettings
 from .arrays import library_and_dtype, refused_subclass
 
 
@@ -80,6 +82,12 @@ def clip_grad_value(clip_grad):
     if not isinstance(clip_grad, str) or clip_grad not in CLIP_GRADS:
         raise ValueError(f"clip_grad must be one of {CLIP_GRADS}, got {clip_grad!r}")
     return clip_grad
+
+
+def grad_options(options):
+    """A gradient's own keywords (``CellSpec.grad_options``), each checked."""
+    checks = {"clip_grad": clip_grad_value}
+    return {name: checks[name](value) for name, value in options.items()}
 
 
 def activation_value(activation):

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._core.types import GRUWeights, LSTMWeights
+from ..cells.gru.spec import GRUWeights
+from ..cells.lstm.spec import LSTMWeights
 from .arrays import described, library_and_dtype
 from .settings import bool_value
 

@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
-from .._core.specs import NORM_FIELDS, OPS
-from .._core.types import LSTMNorm
+from ..cells import OPS
+from ..cells.lstm.spec import NORM_FIELDS, LSTMNorm
 from .arrays import described, library_and_dtype
 
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from .._core.specs import OPS, PEEPHOLES
 from .._core.types import Array
+from ..cells import OPS
+from ..cells.lstm.spec import PEEPHOLES
 from ..testing import unrolled
 from ..testing.cases import FORGET_BIASES, lstm_cell_case
 

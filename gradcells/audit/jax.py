@@ -25,6 +25,8 @@ import functools
 import numpy as np
 
 from .. import layouts, sequences, steps
+from ..cells.gru.spec import GRUCellGrads, GRUSequenceGrads
+from ..cells.lstm.spec import LSTMCellGrads, LSTMSequenceGrads
 from ..oracle import check_jvp, check_vjp
 from ._cases import sizes
 from ._engine import FLOAT64, Check, Skipped, Verdict, compare, judge, oracle_outcome
@@ -352,8 +354,8 @@ class CellCase:
         """The case's tangents in gradcells's layout, as its ``*Grads`` tuple."""
         t = self.gradcells_args(self.tangents)
         if self.kind == "lstm":
-            return steps.LSTMCellGrads(*t, *(None,) * 5)
-        return steps.GRUCellGrads(*t)
+            return LSTMCellGrads(*t, *(None,) * 5)
+        return GRUCellGrads(*t)
 
     def gradcells_jvp(self):
         args = self.gradcells_args(self.args)
@@ -483,10 +485,10 @@ class SeqCase(CellCase):
         args = self.gradcells_args(self.args)
         t = self.gradcells_args(self.tangents)
         if self.kind == "lstm":
-            _, d = sequences.lstm_sequence_jvp(*args, sequences.LSTMSequenceGrads(
+            _, d = sequences.lstm_sequence_jvp(*args, LSTMSequenceGrads(
                 *t, *(None,) * 5), forget_bias=0.0, **self.options())
             return d.h, d.h_final, d.cs_final
-        _, d = sequences.gru_sequence_jvp(*args, sequences.GRUSequenceGrads(*t),
+        _, d = sequences.gru_sequence_jvp(*args, GRUSequenceGrads(*t),
                                           reset_after=True, **self.options())
         return d.h, d.h_final
 
@@ -495,10 +497,10 @@ class SeqCase(CellCase):
         args, seq = self.gradcells_seq()
         t = self.gradcells_args(self.tangents)
         if self.kind == "lstm":
-            _, d = sequences.lstm_sequence_grad_jvp(*args, seq, sequences.LSTMSequenceGrads(
+            _, d = sequences.lstm_sequence_grad_jvp(*args, seq, LSTMSequenceGrads(
                 *t, *(None,) * 5), **self.upstream())
         else:
-            _, d = sequences.gru_sequence_grad_jvp(*args, seq, sequences.GRUSequenceGrads(*t),
+            _, d = sequences.gru_sequence_grad_jvp(*args, seq, GRUSequenceGrads(*t),
                                                    **self.upstream())
         return self.in_flax_layout(d)
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import layouts, sequences, stacks
-from .._core.specs import PEEPHOLES
-from .._core.types import GRUWeights, LSTMWeights, RNNWeights
 from .._core.xpmath import blocks, sigmoid
+from ..cells.gru.spec import GRUWeights
+from ..cells.lstm.spec import PEEPHOLES, LSTMWeights
+from ..cells.rnn.spec import RNNWeights
 from ._cases import f64, sizes
 from ._engine import (
     FLOAT32_FORWARD,

@@ -17,7 +17,8 @@ import sys
 import numpy as np
 
 from .. import layouts, steps
-from .._core.specs import OPS, PEEPHOLES
+from ..cells import OPS
+from ..cells.lstm.spec import PEEPHOLES
 from ..oracle import VJPReport, check_vjp
 from ..testing.cases import gru_cell_case
 from ._cases import f64, lstm_backprop, lstm_case, lstm_steps, sequence, sizes, stack

@@ -25,13 +25,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import layouts, stacks, steps
-from .._core.types import (
-    GRUCellGrads,
-    GRUStackGrads,
-    LSTMCellGrads,
-    LSTMStackGrads,
-    RNNStackGrads,
-)
+from ..cells.gru.spec import GRUCellGrads, GRUStackGrads
+from ..cells.lstm.spec import LSTMCellGrads, LSTMStackGrads
+from ..cells.rnn.spec import RNNStackGrads
 from ..oracle import check_jvp, check_vjp
 from ._cases import gru_backprop, gru_steps, lstm_backprop, lstm_steps, sizes, stack
 from ._engine import (

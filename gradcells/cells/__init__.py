@@ -1,16 +1,20 @@
 """The cells, one folder each: the unit of the code (docs/design.md, "Adding a cell").
 
-A cell's folder holds everything that is that cell's and nothing else: ``reference.py`` (its
-math for any array namespace, all four modes: the teaching text), ``cpu.py`` with
-``_cpu_kernels.py`` (Numba around BLAS) and ``gpu.py`` with its ``.cu`` file (CuPy around
-cuBLAS), each with the backend contract's operations for the forward, the gradient, forward
-mode (``_jvp``) and second order (``_grad_jvp``) side by side. What every cell uses (the
-time loops, lengths, direction, masks, scratch, launches) lives in the backend machinery
-(``gradcells.cpu``, ``gradcells.gpu``) and ``gradcells._core``, never in a cell's folder.
+A cell's folder holds everything that is that cell's and nothing else: ``spec.py`` (its
+types, keywords, shapes and public functions' contracts: one ``CellSpec``),
+``reference.py`` (its math for any array namespace, all four modes: the teaching text),
+``cpu.py`` with ``_cpu_kernels.py`` (Numba around BLAS) and ``gpu.py`` with its ``.cu``
+file (CuPy around cuBLAS), each with the backend contract's operations for the forward, the
+gradient, forward mode (``_jvp``) and second order (``_grad_jvp``) side by side. What every
+cell uses (the time loops, lengths, direction, masks, scratch, launches) lives in the
+backend machinery (``gradcells.cpu``, ``gradcells.gpu``) and ``gradcells._core``, never in
+a cell's folder.
 
-This package is the registry: ``implementation(cell, backend)`` is the one way to a cell's
-operations on a backend. It imports no cell until one is asked for, so a NumPy-only program
-never imports CuPy and loads only the cells it calls.
+This package is the registry: ``CELLS`` is the one line a new cell adds; everything else
+here is read from the cells' specs. ``implementation(cell, backend)`` is the one way to a
+cell's operations on a backend. It imports the specs (types and data) but no backend until
+one is asked for, so a NumPy-only program never imports CuPy and compiles only the cells it
+calls.
 """
 
 from __future__ import annotations
@@ -18,10 +22,38 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from .._core.specs import CELLS
+from .._core.specs import CellSpec, Labels, OpSpec
+
+CELLS: tuple[str, ...] = ("lstm", "gru", "rnn")
+"""The registered cells, by folder name: the one line a new cell adds to the library."""
+
+SPECS: dict[str, CellSpec] = {
+    cell: importlib.import_module(f"{__name__}.{cell}.spec").CELL for cell in CELLS}
+"""Each cell's declarations (``gradcells.cells.<cell>.spec.CELL``)."""
 
 BACKENDS: tuple[str, ...] = ("reference", "cpu", "gpu")
 """Every cell has one module per backend, named after it."""
+
+OPS: dict[str, OpSpec] = {op.name: op for spec in SPECS.values() for op in spec.ops}
+"""Every forward operation by name; each has a gradient ``<name>_grad``."""
+
+STACKS: dict[str, str] = {spec.stack_name: spec.sequence.name for spec in SPECS.values()}
+"""The stacks (docs/spec.md §11.4), each with the sequence operation it composes: a backend
+runs a stack when it has that operation."""
+
+WEIGHT_LABELS: dict[type, dict[str, Labels]] = {
+    spec.cell.weights: dict(spec.weight_labels) for spec in SPECS.values()}
+"""The shape labels of every weight, by weight set and name."""
+
+OPTIONAL_WEIGHTS: tuple[str, ...] = tuple(dict.fromkeys(
+    name for spec in SPECS.values() for op in spec.ops[:1]
+    for name in (*spec.optional_weights,
+                 *(f"{nested}.{f}" for nested, fields in op.nested.items() for f in fields))))
+"""The weights a call may leave out (None), each nested one's arrays too (the LSTM's
+peepholes, projection and layer norm, ``layer_norm.gamma_x``, ...)."""
+
+CELL_PROTOCOLS: dict[str, type] = {cell: spec.protocol for cell, spec in SPECS.items()}
+"""Which backend contract each cell's modules follow."""
 
 
 def cell_of(operation: str) -> str:

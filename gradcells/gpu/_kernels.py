@@ -1,12 +1,14 @@
-"""The one table of the GPU kernels: names, template parameters, argument lists, launch shapes.
+"""The GPU kernels as the launches see them: names, template parameters, argument lists,
+launch shapes, all read from the ``.cu`` files (``KERNELS``: each ``GC_KERNEL``'s signature
+is written once, in its source; a cell's kernels are in its folder).
 
 The backend launches a kernel through a ``Binding`` (``binding(kernel, dtypes)``): the name of
 its entry point (generated here, ``entry_points``: an ``extern "C" __global__`` function per
 instantiation, which CuPy's ``get_function`` and the host harness look up) and its argument
 tuple, built from keyword values. The CuPy
 runtime and the host-emulation harness (``tests/cuda_host``) receive the same bindings and
-tuples, and ``tests/test_cuda_compile.py`` checks every parameter list here against the
-``.cu`` signature, so the emulation calls the kernels exactly as the GPU does. Nothing here
+tuples (``tests/contracts/test_cuda_compile.py`` compiles every entry point), so the
+emulation calls the kernels exactly as the GPU does. Nothing here
 imports CuPy or touches a device.
 
 Types in a parameter list: ``T`` is the storage type of the arrays (``float``, ``double`` or
@@ -17,8 +19,9 @@ exact C type (``np.int32`` for ``int``, ``np.int64`` for ``long long``, ``np.flo
 array followed by ``long long ld_<name>`` may be a 2-D view with unit column stride and row
 stride ``ld_<name>`` elements.
 
-A kernel's ``optional`` parameters are the zoneout ones (docs/spec.md §11.3) and those only
-zoneout reads: a launch may leave them out, and then runs without zoneout (its flags 0, its
+A kernel's ``optional`` parameters, named on a ``// gc-optional (zoneout): ...`` line above
+its template, are the zoneout ones (docs/spec.md §11.3) and those only zoneout reads: a
+launch may leave them out, and then runs without zoneout (its flags 0, its
 mask and output arrays any array of the launch's, never read nor written).
 """
 
@@ -29,6 +32,8 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+
+from . import _sources
 
 FLOAT16, FLOAT32, FLOAT64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 STORAGE_DTYPES = (FLOAT32, FLOAT64, FLOAT16)
@@ -80,190 +85,32 @@ def _params(text: str) -> tuple[Param, ...]:
     return tuple(params)
 
 
-def _kernel(name, source, template, params, optional=""):
-    return Kernel(name, source, template, _params(params), frozenset(optional.split()))
+# A kernel's declaration in its .cu file: its "gc-optional" line, if any, its template line,
+# its signature.
+_DECLARATION = re.compile(
+    r"^(?://[ \t]*gc-optional[^:\n]*:(?P<optional>[^\n]*)\n)?"
+    r"template[ \t]*<(?P<template>[^\n]*)>[ \t]*\n"
+    r"GC_KERNEL[ \t]+void[ \t]+(?P<name>\w+)\((?P<params>[^)]*)\)", re.MULTILINE)
 
 
-# What zoneout adds to a step kernel (see ``Kernel.optional``; with the names below).
-_ZONEOUT = "zoneout_h use_zoneout_h"
-_ZONEOUT_LSTM = f"{_ZONEOUT} zoneout_cs use_zoneout_cs"
+def declared(source: str, text: str) -> tuple[Kernel, ...]:
+    """The kernels the ``.cu`` text ``text`` (the file ``source``) declares: each
+    ``GC_KERNEL`` template, its template parameters (those without a default: ``T``, or
+    ``TIn, TOut``; ``A`` follows from ``T``), its parameters as written, and the names on
+    the ``// gc-optional (...): ...`` line above it."""
+    found = []
+    for m in _DECLARATION.finditer(text):
+        template = tuple(part.split()[-1] for part in m["template"].split(",")
+                         if "=" not in part)
+        found.append(Kernel(m["name"], source, template, _params(" ".join(m["params"].split())),
+                            frozenset((m["optional"] or "").split())))
+    return tuple(found)
 
 
-# The parameter lists below are the .cu signatures, in order (checked by a test).
-KERNELS: dict[str, Kernel] = {k.name: k for k in (
-    _kernel("lstm_forward", "lstm.cu", ("T",), """
-        const T* gx, const T* gh, const T* b, const T* cs_prev,
-        const T* wci, const T* wcf, const T* wco, const int* seq_len, const T* h_prev,
-        const T* zoneout_cs, const T* zoneout_h,
-        A forget_bias, A cell_clip, int use_peephole, int use_clip, int use_seq_len,
-        int use_zoneout_cs, int use_zoneout_h, long long step, long long batch, long long hidden,
-        T* i, T* cs, T* f, T* o, T* ci, T* co, T* h,
-        T* cs_state, T* h_state""", f"h_prev {_ZONEOUT_LSTM}"),
-    _kernel("lstm_backward", "lstm.cu", ("T",), """
-        const T* cs_prev, const T* i, const T* cs, const T* f, const T* o, const T* ci,
-        const T* co, const T* wci, const T* wcf, const T* wco,
-        const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
-        const T* d_h_final, const T* d_cs_final, const int* seq_len,
-        const T* zoneout_cs, const T* zoneout_h,
-        A cell_clip, int use_peephole, int use_clip, int mask_clip,
-        int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
-        int use_zoneout_cs, int use_zoneout_h, long long step, long long n_steps,
-        long long batch, long long hidden,
-        T* d_gates, T* dcs_prev, T* peephole_terms, T* dh_zoned""",
-        f"use_clip dh_zoned {_ZONEOUT_LSTM}"),
-    _kernel("layer_norm_rows", "lstm.cu", ("T",), """
-        const T* z, const T* gamma, const T* beta, A epsilon, long long rows, long long cols,
-        T* y"""),
-    _kernel("layer_norm_grad_rows", "lstm.cu", ("T",), """
-        const T* dy, const T* z, const T* gamma, A epsilon, long long rows, long long cols,
-        T* dz, T* dgamma_terms"""),
-    _kernel("lstm_forward_ln", "lstm.cu", ("T",), """
-        const T* gx, const T* gh, const T* b, const T* cs_prev,
-        const T* wci, const T* wcf, const T* wco, const T* gamma_c, const T* beta_c,
-        const int* seq_len, const T* h_prev, const T* zoneout_cs, const T* zoneout_h,
-        A forget_bias, A cell_clip, A epsilon, int use_peephole, int use_clip, int use_seq_len,
-        int carry_normalized, int use_zoneout_cs, int use_zoneout_h,
-        long long step, long long batch, long long hidden,
-        T* i, T* cs, T* f, T* o, T* ci, T* co, T* h,
-        T* cs_state, T* h_state""", f"h_prev {_ZONEOUT_LSTM}"),
-    _kernel("lstm_backward_ln", "lstm.cu", ("T",), """
-        const T* cs_prev, const T* i, const T* cs, const T* f, const T* o, const T* ci,
-        const T* co, const T* wci, const T* wcf, const T* wco, const T* gamma_c,
-        const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
-        const T* d_h_final, const T* d_cs_final, const int* seq_len, const T* beta_c,
-        const T* zoneout_cs, const T* zoneout_h,
-        A cell_clip, A epsilon, int use_peephole, int use_clip, int mask_clip,
-        int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
-        int carry_normalized, int use_zoneout_cs, int use_zoneout_h, long long step,
-        long long n_steps, long long batch, long long hidden,
-        T* d_gates, T* dcs_prev, T* peephole_terms, T* norm_terms, T* dh_zoned""",
-        f"beta_c dh_zoned {_ZONEOUT_LSTM}"),
-    _kernel("lstm_forward_tangent", "lstm.cu", ("T",), """
-        const T* d_gates, const T* cs_prev, const T* dcs_prev, const T* i, const T* f,
-        const T* o, const T* ci, const T* co, const T* wci, const T* wcf, const T* wco,
-        const T* dwci, const T* dwcf, const T* dwco, const int* seq_len, const T* dh_prev,
-        const T* zoneout_cs, const T* zoneout_h, A cell_clip, int use_peephole,
-        int use_d_peephole, int use_clip, int use_seq_len, int use_zoneout_cs,
-        int use_zoneout_h, long long step, long long batch, long long hidden,
-        T* di, T* dcs, T* df, T* d_o, T* dci, T* dco, T* dh, T* dcs_state, T* dh_state""",
-        f"dh_prev {_ZONEOUT_LSTM}"),
-    _kernel("layer_norm_tangent_rows", "lstm.cu", ("T",), """
-        const T* z, const T* dz, const T* gamma, const T* d_gamma, const T* d_beta, A epsilon,
-        int use_d_gamma, int use_d_beta, long long rows, long long cols, T* dy"""),
-    _kernel("lstm_forward_tangent_ln", "lstm.cu", ("T",), """
-        const T* d_gates, const T* cs_prev, const T* dcs_prev, const T* i, const T* f,
-        const T* o, const T* ci, const T* co, const T* wci, const T* wcf, const T* wco,
-        const T* dwci, const T* dwcf, const T* dwco, const T* gamma_c, const T* beta_c,
-        const T* d_gamma_c, const T* d_beta_c, const int* seq_len, const T* dh_prev,
-        const T* zoneout_cs, const T* zoneout_h, A cell_clip, A epsilon, int use_peephole,
-        int use_d_peephole, int use_clip, int use_d_gamma, int use_d_beta, int carry_normalized,
-        int use_seq_len, int use_zoneout_cs, int use_zoneout_h, long long step, long long batch,
-        long long hidden, T* di, T* dcs, T* df, T* d_o, T* dci, T* dco, T* dh, T* dcs_state,
-        T* dh_state""", f"dh_prev {_ZONEOUT_LSTM}"),
-    _kernel("lstm_backward_tangent", "lstm.cu", ("T",), """
-        const T* cs_prev, const T* i, const T* cs, const T* f, const T* o, const T* ci,
-        const T* co, const T* wci, const T* wcf, const T* wco,
-        const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
-        const T* d_h_final, const T* d_cs_final, const T* t_cs_prev, const T* t_i,
-        const T* t_cs, const T* t_f, const T* t_o, const T* t_ci, const T* t_co,
-        const T* t_wci, const T* t_wcf, const T* t_wco, const T* t_d_h, const T* t_d_cs,
-        const T* t_dh_next, const T* t_dcs_next, const T* t_d_h_final, const T* t_d_cs_final,
-        const int* seq_len, const T* zoneout_cs, const T* zoneout_h,
-        A cell_clip, int use_peephole, int use_clip, int mask_clip,
-        int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
-        int use_zoneout_cs, int use_zoneout_h, long long step, long long n_steps,
-        long long batch, long long hidden,
-        T* t_d_gates, T* t_dcs_prev, T* t_peephole_terms, T* t_dh_zoned""",
-        f"t_dh_zoned {_ZONEOUT_LSTM}"),
-    _kernel("layer_norm_grad_tangent_rows", "lstm.cu", ("T",), """
-        const T* dy, const T* t_dy, const T* z, const T* t_z, const T* gamma, const T* t_gamma,
-        A epsilon, long long rows, long long cols, T* t_dz, T* t_dgamma_terms"""),
-    _kernel("lstm_backward_tangent_ln", "lstm.cu", ("T",), """
-        const T* cs_prev, const T* i, const T* cs, const T* f, const T* o, const T* ci,
-        const T* co, const T* wci, const T* wcf, const T* wco, const T* gamma_c,
-        const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
-        const T* d_h_final, const T* d_cs_final, const int* seq_len, const T* beta_c,
-        const T* t_cs_prev, const T* t_i, const T* t_cs, const T* t_f, const T* t_o,
-        const T* t_ci, const T* t_co, const T* t_wci, const T* t_wcf, const T* t_wco,
-        const T* t_gamma_c, const T* t_beta_c, const T* t_d_h, const T* t_d_cs,
-        const T* t_dh_next, const T* t_dcs_next, const T* t_d_h_final, const T* t_d_cs_final,
-        const T* zoneout_cs, const T* zoneout_h,
-        A cell_clip, A epsilon, int use_peephole, int use_clip, int mask_clip,
-        int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
-        int carry_normalized, int use_zoneout_cs, int use_zoneout_h, long long step,
-        long long n_steps, long long batch, long long hidden,
-        T* t_d_gates, T* t_dcs_prev, T* t_peephole_terms, T* t_norm_terms, T* t_dh_zoned""",
-        f"t_dh_zoned {_ZONEOUT_LSTM}"),
-    _kernel("gru_gates", "gru.cu", ("T",), """
-        const T* gx_ru, long long ld_gx_ru, const T* gh_ru, long long ld_gh_ru, const T* b_ru,
-        const T* h_prev, const int* seq_len, int use_seq_len,
-        long long step, long long batch, long long hidden,
-        T* r, T* u, T* rh"""),
-    _kernel("gru_candidate", "gru.cu", ("T",), """
-        const T* gx_c, long long ld_gx_c, const T* gh_c, long long ld_gh_c, const T* b_c,
-        const T* u, const T* h_prev, const int* seq_len, const T* zoneout_h, int use_seq_len,
-        int use_zoneout_h, long long step, long long batch, long long hidden,
-        T* c, T* h, T* h_state""", _ZONEOUT),
-    _kernel("gru_forward_reset_after", "gru.cu", ("T",), """
-        const T* gx_ru, long long ld_gx_ru, const T* gx_c, long long ld_gx_c,
-        const T* gh_ru, long long ld_gh_ru, const T* gh_c, long long ld_gh_c,
-        const T* b_ru, const T* b_c, const T* h_prev, const int* seq_len, const T* zoneout_h,
-        int use_seq_len, int use_zoneout_h, long long step, long long batch, long long hidden,
-        T* r, T* u, T* c, T* h, T* h_state""", _ZONEOUT),
-    _kernel("gru_backward_candidate", "gru.cu", ("T",), """
-        const T* r, const T* u, const T* c, const T* h_prev, const T* n_pre, const T* b_c,
-        const T* d_h, const T* dh_next_a, const T* dh_next_b, const T* d_h_final,
-        const int* seq_len, const T* zoneout_h, int reset_after, int has_d_h, int has_d_h_final,
-        int use_seq_len, int use_zoneout_h, long long step, long long n_steps, long long batch,
-        long long hidden, T* d_gates, T* d_n, T* dh_direct, T* rh""", _ZONEOUT),
-    _kernel("gru_backward_reset", "gru.cu", ("T",), """
-        const T* d_hr, const T* r, const T* h_prev, long long batch, long long hidden,
-        T* d_gates, T* dh_direct"""),
-    _kernel("gru_gates_tangent", "gru.cu", ("T",), """
-        const T* r, const T* u, const T* d_ru, const T* h_seen, const T* dh_seen,
-        const int* seq_len, int use_seq_len, long long step, long long batch, long long hidden,
-        T* dr, T* du, T* d_rh"""),
-    _kernel("gru_candidate_tangent", "gru.cu", ("T",), """
-        const T* r, const T* u, const T* c, const T* h_prev, const T* dr, const T* du,
-        const T* dgx_c, const T* dgh_c, const T* gh_c, long long ld_gh_c, const T* b_c,
-        const int* seq_len, const T* dh_prev, const T* zoneout_h, int reset_after,
-        int use_seq_len, int use_zoneout_h, long long step, long long batch, long long hidden,
-        T* dc, T* dh, T* dh_state""", _ZONEOUT),
-    _kernel("gru_backward_candidate_tangent", "gru.cu", ("T",), """
-        const T* r, const T* u, const T* c, const T* h_prev, const T* r_t, const T* u_t,
-        const T* c_t, const T* h_prev_t, const T* n_pre, const T* n_pre_t, const T* b_c,
-        const T* d_h, const T* d_h_t, const T* dh_next_a, const T* dh_next_b,
-        const T* dh_next_a_t, const T* dh_next_b_t, const T* d_h_final, const T* d_h_final_t,
-        const int* seq_len, const T* zoneout_h, int reset_after, int has_d_h, int has_d_h_final,
-        int use_seq_len, int use_zoneout_h, long long step, long long n_steps, long long batch,
-        long long hidden, T* d_gates_t, T* d_n_t, T* dh_direct_t, T* rh_t""", _ZONEOUT),
-    _kernel("gru_backward_reset_tangent", "gru.cu", ("T",), """
-        const T* d_hr, const T* d_hr_t, const T* r, const T* r_t, const T* h_prev,
-        const T* h_prev_t, long long batch, long long hidden, T* d_gates_t, T* dh_direct_t"""),
-    _kernel("rnn_forward", "rnn.cu", ("T",), """
-        const T* gx, const T* gh, const T* b, const int* seq_len, const T* h_prev,
-        const T* zoneout_h, int use_relu, int use_seq_len, int use_zoneout_h, long long step,
-        long long batch, long long hidden, T* h, T* h_state""", f"h_prev {_ZONEOUT}"),
-    _kernel("rnn_backward", "rnn.cu", ("T",), """
-        const T* h, const T* d_h, const T* dh_next, const T* d_h_final, const int* seq_len,
-        const T* zoneout_h, int use_relu, int has_d_h, int has_d_h_final, int use_seq_len,
-        int use_zoneout_h, long long step, long long n_steps, long long batch, long long hidden,
-        T* d_z, T* dh_zoned""", f"dh_zoned {_ZONEOUT}"),
-    _kernel("rnn_forward_tangent", "rnn.cu", ("T",), """
-        const T* gx, const T* gh, const T* b, const T* dgx, const T* dgh, const int* seq_len,
-        const T* dh_prev, const T* zoneout_h, int use_relu, int use_seq_len, int use_zoneout_h,
-        long long step, long long batch, long long hidden, T* dh, T* dh_state""",
-        f"dh_prev {_ZONEOUT}"),
-    _kernel("rnn_backward_tangent", "rnn.cu", ("T",), """
-        const T* h, const T* h_t, const T* d_h, const T* d_h_t, const T* dh_next,
-        const T* dh_next_t, const T* d_h_final, const T* d_h_final_t, const int* seq_len,
-        const T* zoneout_h, int use_relu, int has_d_h, int has_d_h_final, int use_seq_len,
-        int use_zoneout_h, long long step, long long n_steps, long long batch, long long hidden,
-        T* d_z_t, T* dh_zoned_t""", f"dh_zoned_t {_ZONEOUT}"),
-    _kernel("column_sum", "reduce.cu", ("TIn", "TOut"), """
-        const TIn* in, long long rows, long long cols, long long rows_per_part,
-        long long parts, TOut* out"""),
-)}
+KERNELS: dict[str, Kernel] = {k.name: k for source in _sources.KERNEL_FILES
+                              for k in declared(source, _sources.read(source))}
+"""Every kernel of every ``.cu`` file, by name: read from the sources, the one place each
+signature is written."""
 
 
 def template_dtypes(kernel: Kernel, dtypes) -> dict[str, np.dtype]:
@@ -337,9 +184,18 @@ def source_entries(source: str) -> tuple[str, ...]:
 
 def entry_points(source: str) -> str:
     """The generated entry points of ``source``'s kernels, for every dtype, as C text to be
-    compiled after the source (``_sources.module_code``)."""
+    compiled after the source (``module_code``)."""
     points = "\n".join(entry_point(k, d) for k, d in instantiations(source))
     return f'extern "C" {{\n{points}\n}}\n'
+
+
+def module_code(name: str) -> str:
+    """The text one ``.cu`` file is compiled from: ``_sources.compose(name)`` and its entry
+    points. Every consumer compiles this one self-contained string: NVRTC through CuPy
+    (whose disk cache is keyed by it and the options), ``nvcc --ptx`` in the compile test,
+    and the host C++ compiler in the emulation tests."""
+    return (f"{_sources.compose(name)}\n// ---- entry points, generated by "
+            f"gradcells.gpu._kernels\n{entry_points(name)}")
 
 
 class Binding:

@@ -1,7 +1,7 @@
 """The device side of the GPU backend: CuPy, and the kernels compiled by NVRTC.
 
 Kept as thin as possible, because nothing here can run without a GPU: one ``RawModule`` per
-``.cu`` file (``_sources.module_code``: the kernels and an ``extern "C"`` entry point for
+``.cu`` file (``_kernels.module_code``: the kernels and an ``extern "C"`` entry point for
 each dtype's instantiation), compiled on first use and kept by CuPy in its disk cache, keyed
 by the code and options, so that later processes load it instead of compiling again (CuPy
 before 14.2 does not read its disk cache for a module compiled with name expressions, which
@@ -15,7 +15,7 @@ CuPy is imported when the first ``CupyRuntime`` is made, on the first operation
 
 from __future__ import annotations
 
-from . import _kernels, _sources
+from . import _kernels
 
 
 class CupyRuntime:
@@ -42,7 +42,7 @@ class CupyRuntime:
     def _module(self, source: str):
         module = self._modules.get(source)
         if module is None:
-            module = self.xp.RawModule(code=_sources.module_code(source),
+            module = self.xp.RawModule(code=_kernels.module_code(source),
                                        options=_kernels.NVRTC_OPTIONS)
             self._modules[source] = module
         return module

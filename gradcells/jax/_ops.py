@@ -25,8 +25,9 @@ import gradcells as gc
 from .. import _dispatch, stacks
 from .. import _validate as v
 from .._core import trees
-from .._core.specs import MASKS, NORM_ARRAYS, OPS, STACKS
-from .._core.types import LSTMNorm
+from .._core.specs import MASKS
+from ..cells import OPS, STACKS
+from ..cells.lstm.spec import NORM_ARRAYS, LSTMNorm
 from ._primitives import Call, forward_p
 
 CONSTANTS = ("seq_len", *MASKS)
@@ -133,8 +134,7 @@ def _op(name):
     return op
 
 
-_CELLS = {"lstm_stack": stacks.LSTM_STACK, "gru_stack": stacks.GRU_STACK,
-          "rnn_stack": stacks.RNN_STACK}
+_CELLS = stacks.STACK_CELLS
 _STACK_KEYS = ("x", "weights", "bidirectional", "seq_len", "batch_first", "dropout_masks",
                "backend")
 

@@ -40,8 +40,9 @@ from jax.interpreters import ad, batching, mlir
 
 import gradcells as gc
 
-from .._core.specs import MASKS, NORM_ARRAYS, OPS
-from .._core.types import LSTMNorm
+from .._core.specs import MASKS
+from ..cells import OPS
+from ..cells.lstm.spec import NORM_ARRAYS, LSTMNorm
 
 
 @dataclasses.dataclass(frozen=True)

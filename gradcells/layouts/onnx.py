@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._core.specs import PEEPHOLES
 from .._core.types import Array
+from ..cells.lstm.spec import PEEPHOLES
 from ._common import (
     Converted,
     check_ndim,

@@ -11,7 +11,10 @@ from typing import Any
 import numpy as np
 
 from .. import _interop
-from .._core.types import Array, GRUWeights, LSTMWeights, RNNWeights
+from .._core.types import Array
+from ..cells.gru.spec import GRUWeights
+from ..cells.lstm.spec import LSTMWeights
+from ..cells.rnn.spec import RNNWeights
 from ._common import (
     LSTM_STATE_ORDER,
     Converted,

@@ -19,8 +19,10 @@ import numpy as np
 from .. import sequences, steps
 from .._core import trees
 from .._core.plan import masked
-from .._core.specs import ACTIVATIONS, LN_CARRIES, MASKS, PEEPHOLES
-from .._core.types import GRUWeights, LSTMNorm, LSTMWeights, RNNWeights
+from .._core.specs import MASKS
+from ..cells.gru.spec import GRUWeights
+from ..cells.lstm.spec import LN_CARRIES, PEEPHOLES, LSTMNorm, LSTMWeights
+from ..cells.rnn.spec import ACTIVATIONS, RNNWeights
 
 CLIP_MARGIN = 1e-2
 FORGET_BIASES = (0.0, 1.0, -0.5, 2.5)

@@ -18,9 +18,12 @@ import numpy as np
 
 from .. import sequences, stacks, steps
 from .._core import trees
-from .._core.specs import MASKS, NORM_ARRAYS, OPTIONAL_WEIGHTS
-from .._core.specs import OPS as SPECS
-from .._core.types import GRUStackGrads, LSTMNorm, LSTMStackGrads, RNNStackGrads
+from .._core.specs import MASKS
+from ..cells import OPS as SPECS
+from ..cells import OPTIONAL_WEIGHTS
+from ..cells.gru.spec import GRUStackGrads
+from ..cells.lstm.spec import NORM_ARRAYS, LSTMNorm, LSTMStackGrads
+from ..cells.rnn.spec import RNNStackGrads
 from ..oracle import JVPReport, VJPReport, check_jvp, check_vjp
 from .cases import (
     STACK_CELLS,
@@ -346,9 +349,9 @@ def stack_vjp_pair(cell: str, case: dict[str, Any], *, backend: str | None = Non
 # sequences' drawers draw the time order and the layout too.
 OPS: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., Pair]]] = {
     "lstm_cell": (random_lstm_cell_case, lstm_cell_vjp_pair),
-    "gru_cell": (random_gru_cell_case, gru_cell_vjp_pair),
     "lstm_sequence": (functools.partial(random_lstm_sequence_case, order=True),
                       lstm_sequence_vjp_pair),
+    "gru_cell": (random_gru_cell_case, gru_cell_vjp_pair),
     "gru_sequence": (functools.partial(random_gru_sequence_case, order=True),
                      gru_sequence_vjp_pair),
     "rnn_cell": (random_rnn_cell_case, rnn_cell_vjp_pair),

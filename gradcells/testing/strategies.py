@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._core.specs import ACTIVATIONS, LN_CARRIES
+from ..cells.lstm.spec import LN_CARRIES
+from ..cells.rnn.spec import ACTIVATIONS
 from .cases import (
     FORGET_BIASES,
     SCALES,

@@ -22,8 +22,9 @@ from typing import Any
 
 from .. import steps
 from .._core.arrays import namespace_of
-from .._core.specs import OPS, PEEPHOLES
-from .._core.types import Array, LSTMNorm
+from .._core.types import Array
+from ..cells import OPS
+from ..cells.lstm.spec import PEEPHOLES, LSTMNorm
 
 LSTM_STEP_FIELDS: tuple[str, ...] = OPS["lstm_cell"].result._fields
 

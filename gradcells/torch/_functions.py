@@ -44,10 +44,11 @@ import torch
 
 import gradcells as gc
 
-from .._core import trees, types
+from .._core import trees
 from .._core.arrays import namespace_of
-from .._core.specs import MASKS, OPS, STACKS
+from .._core.specs import MASKS
 from .._interop import cupy_module, from_backend, torch_to_backend
+from ..cells import OPS, SPECS, STACKS, cell_of
 
 _TORCH = "torch"
 _CONSTANTS = (*MASKS, "seq_len")
@@ -435,8 +436,8 @@ def _function(name: str):
 
 def _stack_types(name):
     """A stack's weight set type and gradient type (``LSTMWeights``, ``LSTMStackGrads``)."""
-    spec = OPS[STACKS[name]]
-    return spec.weights, getattr(types, spec.grads.__name__.replace("Sequence", "Stack"))
+    spec = SPECS[cell_of(name)]
+    return spec.sequence.weights, spec.stack.grads
 
 
 FUNCTIONS = {name: _function(name) for name in (*OPS, *STACKS)}

@@ -35,8 +35,10 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from .._core.specs import ACTIVATIONS, LN_CARRIES, NORM_FIELDS, OPS, PEEPHOLES, STACKS
-from .._core.types import GRUWeights, LSTMNorm, LSTMWeights, RNNWeights
+from ..cells import OPS, STACKS
+from ..cells.gru.spec import GRUWeights
+from ..cells.lstm.spec import LN_CARRIES, NORM_FIELDS, PEEPHOLES, LSTMNorm, LSTMWeights
+from ..cells.rnn.spec import ACTIVATIONS, RNNWeights
 from ..layouts._common import LSTM_GRADCELLS
 from ..layouts.torch import GRU_TORCH, LSTM_TORCH
 from ._functions import FUNCTIONS

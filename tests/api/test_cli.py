@@ -163,7 +163,7 @@ def test_module_entry_point_prints_the_version():
 
 
 def test_ops_help_lists_every_op_and_its_gradient(capsys):
-    from gradcells._core.specs import OPS
+    from gradcells.cells import OPS
 
     with pytest.raises(SystemExit):
         cli.main(["check", "--help"])
@@ -184,7 +184,7 @@ def test_an_op_named_by_its_gradient_runs_the_same_check(capsys):
 
 def test_the_check_ops_are_the_specified_ops_and_the_stacks_and_their_forward_modes():
     from gradcells import cli, testing
-    from gradcells._core.specs import OPS, STACKS
+    from gradcells.cells import OPS, STACKS
 
     first_order = list(OPS) + list(STACKS)
     assert list(testing.OPS) == first_order

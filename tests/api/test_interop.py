@@ -12,7 +12,7 @@ import pytest
 
 import gradcells as gc
 from gradcells import _interop
-from gradcells._core.specs import PEEPHOLES
+from gradcells.cells.lstm.spec import PEEPHOLES
 from gradcells.testing import gru_cell_case, lstm_cell_case
 
 CELL_OPS = ["lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad"]

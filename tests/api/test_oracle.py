@@ -474,7 +474,7 @@ def test_the_unrolled_loop_of_the_testing_tools_passes_the_oracle(seed):
     """``gradcells.testing.unrolled``, what the sequence operations are tested against, is
     itself right: its backpropagation through ragged lengths, peepholes and a clip matches
     central differences of its forward."""
-    from gradcells._core.specs import OPS
+    from gradcells.cells import OPS
     from gradcells.testing import lstm_sequence_case, unrolled
 
     case = lstm_sequence_case(np.random.default_rng(seed), steps=3, batch=3, hidden=3,

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import gradcells as gc
-from gradcells._core.specs import OPS, OPTIONAL_WEIGHTS, PEEPHOLES
+from gradcells.cells import OPS, OPTIONAL_WEIGHTS
+from gradcells.cells.lstm.spec import PEEPHOLES
 from gradcells.testing import (
     gru_cell_case,
     gru_sequence_case,

@@ -9,7 +9,7 @@ import pytest
 from conftest import StandInDevice
 
 import gradcells as gc
-from gradcells._core.specs import PEEPHOLES
+from gradcells.cells.lstm.spec import PEEPHOLES
 from gradcells.testing import gru_cell_case, lstm_cell_case
 
 LSTM_ARGS = ("x", "cs_prev", "h_prev", "w", "b")

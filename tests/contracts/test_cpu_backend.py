@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 
 import gradcells as gc
 from gradcells import _dispatch
-from gradcells._core.specs import PEEPHOLES
 from gradcells.cells.gru import _cpu_kernels as _gru_kernels
 from gradcells.cells.lstm import _cpu_kernels as _lstm_kernels
+from gradcells.cells.lstm.spec import PEEPHOLES
 from gradcells.cells.rnn import _cpu_kernels as _rnn_kernels
 from gradcells.cpu._compile import KERNEL_OPTIONS
 from gradcells.testing import (

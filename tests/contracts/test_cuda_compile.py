@@ -1,6 +1,6 @@
 """The GPU kernel sources, checked without a GPU.
 
-- Every ``.cu`` file, as NVRTC gets it (``_sources.module_code``: the kernels and their
+- Every ``.cu`` file, as NVRTC gets it (``_kernels.module_code``: the kernels and their
   generated entry points), compiles with ``nvcc --ptx`` for sm_80 and sm_90, with every
   warning an error (skipped only where ``nvcc`` is absent); the PTX holds exactly the entry
   points the backend looks up, by their plain ``extern "C"`` names.
@@ -49,7 +49,7 @@ def test_every_kernel_file_composes_into_one_self_contained_source():
         assert "#include" not in composed, f"{name}: an include was left for the compiler"
         assert composed.count("#define GRADCELLS_COMMON_CUH") == 1
         assert "GC_KERNEL void" in composed and not re.search(r"__global__\s+void", composed)
-        code = _sources.module_code(name)
+        code = _kernels.module_code(name)
         assert code.startswith(composed)
         # CuPy writes the code to a file in the locale's encoding when it compiles.
         assert code.isascii(), f"{name}: non-ASCII text would not encode in every locale"
@@ -64,11 +64,14 @@ def test_composition_is_what_the_cache_key_sees():
         assert header.strip() in _sources.compose(name)
 
 
-def test_kernel_table_matches_the_cu_signatures():
+def test_the_kernels_read_from_the_cu_files_are_every_signature_there():
+    """``_kernels.KERNELS`` (read from the sources) against a second, independent reading of
+    every ``GC_KERNEL`` signature: none missed, none misread; every optional name is a
+    parameter of its kernel."""
     declared = {}
     for name in _sources.KERNEL_FILES:
         declared.update({k: (name, *v) for k, v in _signatures(_sources.read(name)).items()})
-    assert set(declared) == set(_kernels.KERNELS), "kernels missing from the table or the .cu"
+    assert set(declared) == set(_kernels.KERNELS), "a GC_KERNEL was not read"
     for name, kernel in _kernels.KERNELS.items():
         source, template, params = declared[name]
         assert kernel.source == source
@@ -76,6 +79,7 @@ def test_kernel_table_matches_the_cu_signatures():
         assert template[: len(kernel.template)] == kernel.template
         assert set(template[len(kernel.template):]) <= {"A"}
         assert [(p.ctype, p.name) for p in kernel.params] == params, name
+        assert kernel.optional <= set(kernel.param_names), name
 
 
 def test_every_ld_parameter_follows_its_array():
@@ -228,7 +232,7 @@ def test_launch_shapes_cover_every_element():
 @pytest.mark.parametrize("name", _sources.KERNEL_FILES)
 def test_nvcc_compiles_every_kernel_to_ptx(tmp_path, name, arch):
     source = tmp_path / name
-    source.write_text(_sources.module_code(name))
+    source.write_text(_kernels.module_code(name))
     ptx = tmp_path / f"{source.stem}.{arch}.ptx"
     result = subprocess.run(
         [NVCC, "--ptx", f"-arch={arch}", "-Werror", "all-warnings", "-o", str(ptx),

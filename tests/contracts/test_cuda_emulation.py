@@ -49,9 +49,10 @@ from hypothesis import strategies as st
 
 import gradcells as gc
 from gradcells import _dispatch, _order, cells, reference
-from gradcells._core.specs import ACTIVATIONS, OPTIONAL_WEIGHTS, PEEPHOLES
-from gradcells._core.specs import OPS as OPS_SPECS
-from gradcells._core.types import CELL_PROTOCOLS, LSTMNorm, LSTMSequence, RNNSequence
+from gradcells.cells import CELL_PROTOCOLS, OPTIONAL_WEIGHTS
+from gradcells.cells import OPS as OPS_SPECS
+from gradcells.cells.lstm.spec import PEEPHOLES, LSTMNorm, LSTMSequence
+from gradcells.cells.rnn.spec import ACTIVATIONS, RNNSequence
 from gradcells.gpu import _kernels, _launch, _runtime, _sources
 from gradcells.oracle import check_vjp
 from gradcells.testing import OPS as PAIRS
@@ -270,9 +271,9 @@ def test_the_cupy_runtime_compiles_and_launches_what_the_emulation_runs(monkeypa
     assert_close(rgrads, grad(reference, "rnn_sequence", rnn64, as64(rseq),
                               d_h=np.ones(rseq.h.shape)), np.float32)
     assert sorted(m.code for m in stand_in.compiled) == sorted(
-        _sources.module_code(name) for name in _sources.KERNEL_FILES)
+        _kernels.module_code(name) for name in _sources.KERNEL_FILES)
     for module in stand_in.compiled:
-        source = next(n for n in _sources.KERNEL_FILES if _sources.module_code(n) == module.code)
+        source = next(n for n in _sources.KERNEL_FILES if _kernels.module_code(n) == module.code)
         assert module.entries == _kernels.source_entries(source)
         assert module.options == _kernels.NVRTC_OPTIONS
         assert not any("fast_math" in option for option in module.options)
@@ -966,7 +967,7 @@ class _WideIndexRuntime(cuda_host.HostRuntime):
     def launch(self, binding, grid, block, args):
         source = binding.kernel.source
         code, found = re.subn(r"#define GC_UINT32_SAFE_COUNT \S+",
-                              "#define GC_UINT32_SAFE_COUNT -1LL", _sources.module_code(source))
+                              "#define GC_UINT32_SAFE_COUNT -1LL", _kernels.module_code(source))
         assert found == 1
         library = cuda_host.load(code, _kernels.source_entries(source))
         cuda_host.call(library, binding.entry, grid, block, args, self.reverse)

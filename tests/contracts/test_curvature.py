@@ -19,7 +19,7 @@ import pytest
 
 import gradcells as gc
 from gradcells import testing
-from gradcells._core.specs import OPS, OPTIONAL_WEIGHTS
+from gradcells.cells import OPS, OPTIONAL_WEIGHTS
 
 SEQUENCES = ["lstm_sequence", "gru_sequence", "rnn_sequence"]
 

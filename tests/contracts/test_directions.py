@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import gradcells as gc
-from gradcells._core.specs import OPS, OPTIONAL_WEIGHTS
+from gradcells.cells import OPS, OPTIONAL_WEIGHTS
 from gradcells.testing import (
     gru_sequence_case,
     lstm_sequence_case,

@@ -1,7 +1,7 @@
 """Empty sizes (docs/spec.md §7), one contract for every op on every backend: a batch of no
 rows (B = 0), no input features (I = 0) and, for sequences, no steps (T = 0), with H >= 1.
 
-Every op of ``gradcells._core.specs.OPS`` on every backend of ``contract_cases.BACKENDS``
+Every op of ``gradcells.cells.OPS`` on every backend of ``contract_cases.BACKENDS``
 (the reference, the CPU, the GPU backend through the host emulation), below the public
 layer, in float64 and float32, on a fixed grid of each cell's options
 (``contract_cases.OPTIONS``: the LSTM plain, with peepholes and clip, with a projection,
@@ -24,8 +24,8 @@ from contract_cases import BACKENDS as BACKEND_NAMES
 from contract_cases import OP_NAMES, OPTIONS, arrays_in, calls, cell_of, fixed_case, tangents
 from contract_cases import upstream as draw_upstream
 
-from gradcells._core.specs import OPS
-from gradcells._core.types import LSTMNorm
+from gradcells.cells import OPS
+from gradcells.cells.lstm.spec import LSTMNorm
 
 CELL_SIZES = [(1, 0, 3), (1, 2, 0), (1, 0, 0)]
 SEQUENCE_SIZES = [(0, 2, 3), (3, 0, 2), (2, 2, 0), (0, 0, 0)]

@@ -51,7 +51,9 @@ from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import gradcells as gc  # noqa: E402
-from gradcells._core.specs import ACTIVATIONS, OPTIONAL_WEIGHTS, PEEPHOLES  # noqa: E402
+from gradcells.cells import OPTIONAL_WEIGHTS  # noqa: E402
+from gradcells.cells.lstm.spec import PEEPHOLES  # noqa: E402
+from gradcells.cells.rnn.spec import ACTIVATIONS  # noqa: E402
 from gradcells.gpu import _launch, _runtime  # noqa: E402
 from gradcells.testing import (  # noqa: E402
     OPS,
@@ -536,7 +538,7 @@ def test_arrays_on_another_device_run_there():
 _CACHE_RUN = """
 import numpy as np
 import gradcells as gc
-from gradcells._core.specs import PEEPHOLES
+from gradcells.cells.lstm.spec import PEEPHOLES
 from gradcells.testing import gru_sequence_case, lstm_sequence_case, on_library, rnn_sequence_case
 
 lstm = on_library(lstm_sequence_case(np.random.default_rng(1), peephole=True), "cupy")
@@ -943,7 +945,7 @@ def test_gpu_forward_mode_agrees_with_reference(op, dtype, data, wanted, seed):
     case64 = float64(case)
     assert hasattr(GPU_BACKEND, f"{op}_jvp")
     assert gc._dispatch.backend_for(None, "cupy") is GPU_BACKEND
-    grads = gc._core.specs.OPS[op].grads
+    grads = gc.cells.OPS[op].grads
     rng = np.random.default_rng(seed)
     def draw(a):
         if isinstance(a, gc.LSTMNorm):

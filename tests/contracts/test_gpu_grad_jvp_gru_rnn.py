@@ -37,7 +37,7 @@ from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import gradcells as gc  # noqa: E402
-from gradcells._core.specs import OPS as OPS_SPECS  # noqa: E402
+from gradcells.cells import OPS as OPS_SPECS  # noqa: E402
 from gradcells.testing import (  # noqa: E402
     OPS,
     grad_jvp_check,

@@ -43,7 +43,7 @@ from test_gpu import (  # noqa: E402
 )
 
 import gradcells as gc  # noqa: E402
-from gradcells._core.specs import OPTIONAL_WEIGHTS  # noqa: E402
+from gradcells.cells import OPTIONAL_WEIGHTS  # noqa: E402
 from gradcells.gpu import _launch  # noqa: E402
 from gradcells.testing import (  # noqa: E402
     lstm_cell_case,
@@ -91,7 +91,7 @@ def _call(op, case, result, tangents, up, clip_grad, backend=None, suffix="_grad
 def _draws(op, case, result, rng, dtype, wanted):
     """Tangents of the case's arrays and the upstream gradients with their tangents, each
     drawn or None."""
-    grads = gc._core.specs.OPS[op].grads
+    grads = gc.cells.OPS[op].grads
 
     def draw(a):
         if isinstance(a, gc.LSTMNorm):

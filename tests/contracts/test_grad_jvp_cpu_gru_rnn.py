@@ -42,7 +42,7 @@ from test_jvp_cpu import (
 
 import gradcells as gc
 from gradcells import _dispatch, testing
-from gradcells._core.specs import OPS
+from gradcells.cells import OPS
 from gradcells.cells.gru import _cpu_kernels as gru_kernels
 from gradcells.cells.rnn import _cpu_kernels as rnn_kernels
 from gradcells.cells.rnn.cpu import _reads_saved_states

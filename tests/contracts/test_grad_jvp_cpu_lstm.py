@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 
 import gradcells as gc
 from gradcells import _dispatch, reference, testing
-from gradcells._core.specs import OPS, OPTIONAL_WEIGHTS
-from gradcells._core.types import LSTMNorm
+from gradcells.cells import OPS, OPTIONAL_WEIGHTS
+from gradcells.cells.lstm.spec import LSTMNorm
 
 SIZES = {"min_size": 0, "max_batch": 5, "max_input": 5, "max_hidden": 21}
 STRATEGIES = {

@@ -38,7 +38,7 @@ from test_jvp_cuda_emulation import _strategy, _tangents
 
 import gradcells as gc
 from gradcells import _dispatch, _order, cells, reference
-from gradcells._core.specs import OPS as OPS_SPECS
+from gradcells.cells import OPS as OPS_SPECS
 from gradcells.gpu import _launch
 from gradcells.testing import (
     grad_jvp_check,

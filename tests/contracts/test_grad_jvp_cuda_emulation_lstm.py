@@ -36,8 +36,8 @@ from test_cuda_emulation import (
 
 import gradcells as gc
 from gradcells import _dispatch, _order, cells, reference
-from gradcells._core.specs import OPS as OPS_SPECS
-from gradcells._core.types import LSTMNorm
+from gradcells.cells import OPS as OPS_SPECS
+from gradcells.cells.lstm.spec import LSTMNorm
 from gradcells.gpu import _launch
 from gradcells.testing import (
     grad_jvp_check,

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import gradcells as gc
-from gradcells._core.specs import PEEPHOLES
+from gradcells.cells.lstm.spec import PEEPHOLES
 from gradcells.testing import (
     gru_cell_case,
     gru_cell_inputs,

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import gradcells as gc
 from gradcells import _dispatch, testing
-from gradcells._core.specs import OPS, OPTIONAL_WEIGHTS
+from gradcells.cells import OPS, OPTIONAL_WEIGHTS
 
 FORWARD_OPS = ["lstm_cell", "gru_cell", "rnn_cell", "lstm_sequence", "gru_sequence",
                "rnn_sequence"]

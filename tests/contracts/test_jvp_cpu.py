@@ -36,10 +36,10 @@ from hypothesis import strategies as st
 
 import gradcells as gc
 from gradcells import _dispatch, testing
-from gradcells._core.specs import OPS, OPTIONAL_WEIGHTS
-from gradcells._core.types import LSTMNorm
+from gradcells.cells import OPS, OPTIONAL_WEIGHTS
 from gradcells.cells.gru import _cpu_kernels as gru_kernels
 from gradcells.cells.lstm import _cpu_kernels as lstm_kernels
+from gradcells.cells.lstm.spec import LSTMNorm
 from gradcells.cells.rnn import _cpu_kernels as rnn_kernels
 from gradcells.cpu._compile import KERNEL_OPTIONS
 

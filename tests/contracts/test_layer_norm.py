@@ -24,7 +24,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import gradcells as gc
-from gradcells._core.specs import LN_CARRIES, OPS, OPTIONAL_WEIGHTS
+from gradcells.cells import OPS, OPTIONAL_WEIGHTS
+from gradcells.cells.lstm.spec import LN_CARRIES
 from gradcells.testing import lstm_cell_case, lstm_sequence_case, unrolled, vjp_check
 
 BACKENDS = ["reference", "cpu"]

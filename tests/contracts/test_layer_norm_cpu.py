@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 from test_cpu_backend import _host_has_avx, assert_float32_agrees, assert_float64_agrees
 
 import gradcells as gc
-from gradcells._core.types import LSTMNorm
 from gradcells.cells.lstm import _cpu_kernels as _lstm_kernels
+from gradcells.cells.lstm.spec import LSTMNorm
 from gradcells.cpu._compile import KERNEL_OPTIONS
 from gradcells.testing import lstm_cell_case, lstm_sequence_case, vjp_check
 from gradcells.testing.cases import FORGET_BIASES, SCALES

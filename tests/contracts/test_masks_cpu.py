@@ -28,8 +28,9 @@ from test_cpu_backend import assert_float32_agrees as cpu_bound
 from test_cpu_backend import assert_float64_agrees
 
 import gradcells as gc
-from gradcells._core.specs import MASKS, OPS, OPTIONAL_WEIGHTS
-from gradcells._core.types import LSTMNorm
+from gradcells._core.specs import MASKS
+from gradcells.cells import OPS, OPTIONAL_WEIGHTS
+from gradcells.cells.lstm.spec import LSTMNorm
 from gradcells.testing import (
     gru_sequence_case,
     gru_sequence_inputs,

@@ -2,7 +2,7 @@
 backend: past a row's length its values may hold anything, NaN included, and every result
 equals that of zero padding.
 
-Every sequence op of ``gradcells._core.specs.OPS`` (the LSTM, GRU and plain RNN sequences),
+Every sequence op of ``gradcells.cells.OPS`` (the LSTM, GRU and plain RNN sequences),
 on every backend of ``contract_cases.BACKENDS`` (the reference, the CPU, the GPU backend
 through the host emulation), below the public layer (time major) and, on the NumPy backends,
 through it; on a fixed grid of each cell's options (``contract_cases.OPTIONS``: the LSTM
@@ -44,7 +44,8 @@ from contract_cases import (
     upstream,
 )
 
-from gradcells._core.specs import CLIP_GRADS, OPS
+from gradcells.cells import OPS
+from gradcells.cells.lstm.spec import CLIP_GRADS
 
 SEQUENCE_OPS = [op for op in OP_NAMES if OPS[op].sequence]
 STEPS, BATCH, INPUT_SIZE, HIDDEN = 4, 4, 3, 3

@@ -2,7 +2,7 @@
 never modified, results never alias inputs, memory order irrelevant, extreme pre-activations
 finite and warning-free.
 
-Every op of ``gradcells._core.specs.OPS`` (the LSTM, GRU and plain RNN, cell and sequence),
+Every op of ``gradcells.cells.OPS`` (the LSTM, GRU and plain RNN, cell and sequence),
 on every backend that takes NumPy arrays here (``contract_cases.BACKENDS``: the reference,
 the CPU, the GPU backend through the host emulation), below the public layer and, on the
 NumPy backends, through it; all four modes: the forward, the gradient (the LSTM's in both
@@ -33,8 +33,8 @@ from contract_cases import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gradcells._core.specs import CLIP_GRADS, OPS
-from gradcells._core.types import LSTMNorm
+from gradcells.cells import OPS
+from gradcells.cells.lstm.spec import CLIP_GRADS, LSTMNorm
 
 LAYERS = [pytest.param(name, "backend", id=name.split()[0]) for name in BACKENDS] + [
     pytest.param(name, "public", id=f"{name}-public") for name in BACKENDS

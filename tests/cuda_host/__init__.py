@@ -4,7 +4,7 @@
 for the device, with the system C++ compiler after ``gradcells_host_shim.h`` into a shared
 library holding one ``extern "C"`` launcher per entry point, and caches it under a build
 directory keyed by the hash of everything that went into it; ``library(source)`` does so
-for one ``.cu`` file as the GPU backend compiles it (``gradcells.gpu._sources.module_code``).
+for one ``.cu`` file as the GPU backend compiles it (``gradcells.gpu._kernels.module_code``).
 ``HostRuntime`` is a drop-in for the GPU backend's CuPy runtime (``gradcells.gpu._runtime``),
 installed with ``gradcells.gpu._launch.use_runtime``: NumPy arrays, and ``launch`` calls the
 host launcher with the grid, block and argument tuple the GPU gets.
@@ -104,7 +104,7 @@ def load(code: str, entries) -> ctypes.CDLL:
 
 def library(source: str) -> ctypes.CDLL:
     """The host library of one ``.cu`` file, with every instantiation the GPU backend uses."""
-    return load(_sources.module_code(source), _kernels.source_entries(source))
+    return load(_kernels.module_code(source), _kernels.source_entries(source))
 
 
 def call(lib, entry, grid, block, args, reverse=False):

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import sys
 from pathlib import Path
@@ -26,12 +27,12 @@ import pytest
 
 import gradcells as gc
 from gradcells import cells
-from gradcells._core import specs, types
+from gradcells.cells.lstm.spec import PEEPHOLES
 
 ROOT = Path(gc.__file__).parent
 BACKENDS = cells.BACKENDS
 MACHINERY = ("_core", "cpu", "gpu")       # shared by every cell: private names may be imported
-KERNEL_FILES = tuple(f"cells/{cell}/_cpu_kernels.py" for cell in specs.CELLS) + (
+KERNEL_FILES = tuple(f"cells/{cell}/_cpu_kernels.py" for cell in cells.CELLS) + (
     "cpu/_activations.py",)
 MAX_FUNCTION_LINES = 60
 STDLIB = sys.stdlib_module_names
@@ -173,10 +174,10 @@ def test_no_private_name_is_imported_from_another_module(name):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("cell", specs.CELLS)
+@pytest.mark.parametrize("cell", cells.CELLS)
 def test_every_cell_has_each_backend_with_the_contracts_signatures(backend, cell):
     module = cells.implementation(cell, backend)
-    protocol = types.CELL_PROTOCOLS[cell]
+    protocol = cells.CELL_PROTOCOLS[cell]
     for name, method in inspect.getmembers(protocol, inspect.isfunction):
         if name.startswith("_"):
             continue
@@ -186,13 +187,13 @@ def test_every_cell_has_each_backend_with_the_contracts_signatures(backend, cell
         assert [(p.name, p.kind, p.default) for p in actual.parameters.values()] == [
             (p.name, p.kind, p.default) for p in expected.parameters.values()], (
             f"{module.__name__}.{name}{actual} differs from the contract {expected}")
-    for op in (o for o in specs.OPS if o.startswith(f"{cell}_")):
+    for op in (o for o in cells.OPS if o.startswith(f"{cell}_")):
         for suffix in ("", "_grad", "_jvp", "_grad_jvp"):
             assert callable(getattr(module, op + suffix)), f"{module.__name__} lacks {op}{suffix}"
 
 
 def test_every_forward_op_has_its_public_function_and_gradient():
-    for spec in specs.OPS.values():
+    for spec in cells.OPS.values():
         assert callable(getattr(gc, spec.name)) and callable(getattr(gc, spec.grad_name))
 
 
@@ -200,6 +201,13 @@ def _room(name):
     """``_core``, ``cpu``, ``gpu``, ``cells/<cell>`` or the module's own name."""
     parts = Path(name).parts
     return "/".join(parts[:2]) if parts[0] == "cells" and len(parts) > 2 else parts[0]
+
+
+def _declarations(module):
+    """Whether ``module`` is the registry or a cell's declarations (``gradcells.cells``,
+    ``gradcells.cells.<cell>.spec``): data the public face reads, no backend."""
+    return module == "gradcells.cells" or (module.startswith("gradcells.cells.")
+                                           and module.endswith(".spec"))
 
 
 @pytest.mark.parametrize("name", _modules())
@@ -219,8 +227,12 @@ def test_imports_point_down(name):
         wrong = [m for m in inside if not m.startswith(
             (own, "gradcells._core", "gradcells.cpu", "gradcells.gpu"))]
         assert not wrong, f"the cell {room} imports {wrong}"
+    if name.startswith("cells/") and name.endswith("/spec.py"):
+        wrong = [m for m in inside if not m.startswith("gradcells._core")]
+        assert not wrong, f"a cell's declarations import only _core: {name} imports {wrong}"
     if room not in ("cpu", "gpu", "_dispatch.py", "reference.py") and not room.startswith("cells"):
-        direct = [m for m in inside if m.split(".")[1:2] in (["cells"], ["cpu"], ["gpu"])]
+        direct = [m for m in inside if m.split(".")[1:2] in (["cells"], ["cpu"], ["gpu"])
+                  and not _declarations(m)]
         assert not direct, f"{name} reaches a backend without _dispatch: {direct}"
     assert not any(_top(m) == "benchmarks" for m in imported)
 
@@ -234,13 +246,15 @@ def test_validation_checks_and_dispatch_chooses():
 
 
 def _name_tuples():
-    """Every field tuple of the shared types with three or more names."""
-    named = [cls._fields for cls in vars(types).values()
+    """Every field tuple of the cells' types with three or more names."""
+    named = [cls._fields for cell in cells.CELLS
+             for cls in vars(importlib.import_module(f"gradcells.cells.{cell}.spec")).values()
              if isinstance(cls, type) and hasattr(cls, "_fields") and len(cls._fields) >= 3]
-    return [set(fields) for fields in named] + [set(specs.PEEPHOLES)]
+    return [set(fields) for fields in named] + [set(PEEPHOLES)]
 
 
-@pytest.mark.parametrize("name", [m for m in _modules() if not m.startswith("_core/")])
+@pytest.mark.parametrize("name", [m for m in _modules() if not m.startswith("_core/")
+                                  and not m.endswith("/spec.py")])
 def test_no_literal_tuple_of_names_outside_the_specs(name):
     facts = _name_tuples()
     for node in ast.walk(ast.parse((ROOT / name).read_text(encoding="utf-8"))):
@@ -248,7 +262,7 @@ def test_no_literal_tuple_of_names_outside_the_specs(name):
             values = {e.value for e in node.elts
                       if isinstance(e, ast.Constant) and isinstance(e.value, str)}
             assert not any(fact <= values for fact in facts), (
-                f"{name}:{node.lineno} spells {sorted(values)}; read it from gradcells._core")
+                f"{name}:{node.lineno} spells {sorted(values)}; read it from the cell's spec")
 
 
 @pytest.mark.parametrize("name", [m for m in _modules() if m not in KERNEL_FILES])
@@ -284,9 +298,9 @@ def test_the_public_face_is_typed(name, function):
                          ids=lambda p: p.relative_to(ROOT.parent).as_posix())
 def test_tests_and_benchmarks_read_the_peephole_names_from_the_specs(path):
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, (ast.Tuple, ast.List)) and len(node.elts) == len(specs.PEEPHOLES):
+        if isinstance(node, (ast.Tuple, ast.List)) and len(node.elts) == len(PEEPHOLES):
             values = tuple(e.value for e in node.elts if isinstance(e, ast.Constant))
-            assert values != specs.PEEPHOLES, f"{path.name}:{node.lineno}: use PEEPHOLES"
+            assert values != PEEPHOLES, f"{path.name}:{node.lineno}: use PEEPHOLES"
 
 
 def test_the_package_says_it_is_typed():

@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from gradcells._core.specs import CELLS
+from gradcells.cells import CELLS
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "gradcells"

@@ -16,8 +16,8 @@ import pytest
 from audit_runs import whole_audit
 
 from gradcells import audit
-from gradcells._core.specs import PEEPHOLES
 from gradcells.audit import tensorflow as audit_tensorflow
+from gradcells.cells.lstm.spec import PEEPHOLES
 
 ROW = re.compile(r"^(?P<name>.+?)\s{2,}(?P<cases>\d+)\s{2,}(?P<result>agrees|known fault \d+"
                  r"(?: \(\d+/\d+\))?|UNEXPECTED MISMATCH \(\d+/\d+\))(?:\s{2,}(?P<detail>.*))?$")
@@ -346,7 +346,7 @@ def test_the_audit_checks_are_module_level_with_no_closures():
 
 
 def test_no_literal_tuple_of_the_peephole_names():
-    """The peephole names are spelled once, in ``gradcells._core.specs.PEEPHOLES``."""
+    """The peephole names are spelled once, in ``gradcells.cells.lstm.spec.PEEPHOLES``."""
     for path in _own_files():
         for node in ast.walk(_tree(path)):
             if isinstance(node, (ast.Tuple, ast.List)):

@@ -22,8 +22,8 @@ import pytest
 
 import gradcells as gc
 from gradcells import tf_compat as tc
-from gradcells._core.specs import PEEPHOLES
 from gradcells.audit.faults import FAULTS
+from gradcells.cells.lstm.spec import PEEPHOLES
 from gradcells.testing import gru_cell_case, lstm_cell_case, lstm_sequence_case, vjp_check
 
 LSTM_ARGS = ("x", "cs_prev", "h_prev", "w", "b")

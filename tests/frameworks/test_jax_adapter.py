@@ -15,7 +15,8 @@ jnp = jax.numpy
 
 import gradcells as gc  # noqa: E402
 import gradcells.jax as gj  # noqa: E402
-from gradcells._core.specs import OPS, PEEPHOLES  # noqa: E402
+from gradcells.cells import OPS  # noqa: E402
+from gradcells.cells.lstm.spec import PEEPHOLES  # noqa: E402
 
 T, B, I, H = 5, 3, 4, 6
 TOL = dict(rtol=1e-9, atol=1e-10)

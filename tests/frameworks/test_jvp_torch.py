@@ -58,7 +58,8 @@ from hypothesis import strategies as st
 
 import gradcells as gc
 from gradcells import layouts
-from gradcells._core.specs import NORM_FIELDS, OPS, OPTIONAL_WEIGHTS
+from gradcells.cells import OPS, OPTIONAL_WEIGHTS
+from gradcells.cells.lstm.spec import NORM_FIELDS
 from gradcells.testing import (
     gru_cell_inputs,
     gru_sequence_inputs,

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import gradcells as gc
 from gradcells import layouts
-from gradcells._core.specs import PEEPHOLES
+from gradcells.cells.lstm.spec import PEEPHOLES
 from gradcells.testing import gru_cell_case, lstm_cell_case
 
 SIZES = [(3, 4, 5), (2, 1, 1), (4, 6, 2)]          # (batch, input size, hidden)

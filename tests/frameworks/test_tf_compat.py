@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import gradcells as gc
 from gradcells import tf_compat as tc
-from gradcells._core.specs import PEEPHOLES
+from gradcells.cells.lstm.spec import PEEPHOLES
 from gradcells.testing import gru_cell_case, lstm_cell_case, lstm_sequence_case
 
 STEP_FIELDS = ("i", "cs", "f", "o", "ci", "co", "h")

@@ -21,7 +21,10 @@ torch = pytest.importorskip("torch")
 
 import gradcells as gc  # noqa: E402
 import gradcells.testing as gt  # noqa: E402
-from gradcells._core.specs import OPS, STACKS  # noqa: E402
+from gradcells.cells import (  # noqa: E402
+    OPS,
+    STACKS,  # noqa: E402
+)
 
 gtorch = pytest.importorskip("gradcells.torch")
 

@@ -17,7 +17,6 @@ from typing import NamedTuple
 import numpy as np
 
 from ..._core.plan import flat, masked
-from ..._core.types import GRUCellGrads, GRUCellState, GRUSequence, GRUSequenceGrads
 from ..._core.xpmath import weights_part
 from ...cpu._compile import kernel_array
 from ...cpu._sequence import (
@@ -71,6 +70,7 @@ from ._cpu_kernels import (
     gru_reset_grad_kernel,
     gru_reset_grad_tangent_kernel,
 )
+from .spec import GRUCellGrads, GRUCellState, GRUSequence, GRUSequenceGrads
 
 # cell
 

@@ -27,13 +27,6 @@ beside each step's kernels (the step hook ``_Tangent``); what every cell's tange
 from __future__ import annotations
 
 from ..._core import plan
-from ..._core.types import (
-    GRUCellGrads,
-    GRUCellState,
-    GRUSequence,
-    GRUSequenceGrads,
-    GRUWeights,
-)
 from ...gpu import _launch
 from ...gpu._launch import Launcher, column_sum, contiguous, matmul, row_stride
 from ...gpu._tangents import (
@@ -45,6 +38,7 @@ from ...gpu._tangents import (
     upstream_pair,
     zeros_or,
 )
+from .spec import GRUCellGrads, GRUCellState, GRUSequence, GRUSequenceGrads, GRUWeights
 
 
 def gru_cell(x, h_prev, weights, settings):

@@ -98,6 +98,7 @@ __device__ __forceinline__ void gru_candidate_body(
     }
 }
 
+// gc-optional (zoneout): zoneout_h use_zoneout_h
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void gru_candidate(
     const T* gx_c, long long ld_gx_c, const T* gh_c, long long ld_gh_c, const T* b_c,
@@ -160,6 +161,7 @@ __device__ __forceinline__ void gru_forward_reset_after_body(
     }
 }
 
+// gc-optional (zoneout): zoneout_h use_zoneout_h
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void gru_forward_reset_after(
     const T* gx_ru, long long ld_gx_ru, const T* gx_c, long long ld_gx_c,
@@ -260,6 +262,7 @@ __device__ __forceinline__ void gru_backward_candidate_body(
     }
 }
 
+// gc-optional (zoneout): zoneout_h use_zoneout_h
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void gru_backward_candidate(
     const T* r, const T* u, const T* c, const T* h_prev, const T* n_pre, const T* b_c,
@@ -418,6 +421,7 @@ __device__ __forceinline__ void gru_candidate_tangent_body(
     }
 }
 
+// gc-optional (zoneout): zoneout_h use_zoneout_h
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void gru_candidate_tangent(
     const T* r, const T* u, const T* c, const T* h_prev, const T* dr, const T* du,
@@ -527,6 +531,7 @@ __device__ __forceinline__ void gru_backward_candidate_tangent_body(
     }
 }
 
+// gc-optional (zoneout): zoneout_h use_zoneout_h
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void gru_backward_candidate_tangent(
     const T* r, const T* u, const T* c, const T* h_prev, const T* r_t, const T* u_t,

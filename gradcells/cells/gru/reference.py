@@ -17,14 +17,13 @@ and ``b_c [2H]`` into b_cx, b_ch:
 The sequence ops follow the matmul plan of ``gradcells.cells.lstm.reference`` (one input
 projection for all steps; after the backward loop, the weight gradients as large matmuls)
 and its per-row lengths. The four ops take the backend protocol's arguments
-(``gradcells._core.types.GRUBackend``): the arrays, a ``GRUWeights`` and a ``GRUSettings``.
+(``.spec.GRUBackend``): the arrays, a ``GRUWeights`` and a ``GRUSettings``.
 """
 
 from __future__ import annotations
 
 from ..._core import plan
 from ..._core.arrays import namespace_of
-from ..._core.types import GRUCellGrads, GRUCellState, GRUSequence, GRUSequenceGrads
 from ..._core.xpmath import (
     at_step,
     blocks,
@@ -37,6 +36,7 @@ from ..._core.xpmath import (
     zoned,
     zoneout_grad,
 )
+from .spec import GRUCellGrads, GRUCellState, GRUSequence, GRUSequenceGrads
 
 
 def _recurrent_candidate(h_prev, w_c, b_c):

@@ -31,13 +31,6 @@ from typing import NamedTuple
 import numpy as np
 
 from ..._core.plan import flat, masked
-from ..._core.types import (
-    LSTMCellGrads,
-    LSTMCellState,
-    LSTMNorm,
-    LSTMSequence,
-    LSTMSequenceGrads,
-)
 from ..._core.xpmath import weights_part
 from ...cpu._compile import kernel_array
 from ...cpu._sequence import (
@@ -84,6 +77,7 @@ from ._cpu_kernels import (
     lstm_ln_forward_kernel,
     lstm_tangent_kernel,
 )
+from .spec import LSTMCellGrads, LSTMCellState, LSTMNorm, LSTMSequence, LSTMSequenceGrads
 
 _INF = math.inf
 

@@ -41,14 +41,6 @@ with ``lstm_backward_tangent`` before each step's ``lstm_backward``, which overw
 from __future__ import annotations
 
 from ..._core import plan
-from ..._core.specs import PEEPHOLES
-from ..._core.types import (
-    LSTMCellGrads,
-    LSTMCellState,
-    LSTMNorm,
-    LSTMSequence,
-    LSTMSequenceGrads,
-)
 from ...gpu import _launch
 from ...gpu._launch import Launcher, column_sum, contiguous, matmul
 from ...gpu._tangents import (
@@ -60,6 +52,7 @@ from ...gpu._tangents import (
     upstream_pair,
     zeros_filled,
 )
+from .spec import PEEPHOLES, LSTMCellGrads, LSTMCellState, LSTMNorm, LSTMSequence, LSTMSequenceGrads
 
 
 def lstm_cell(x, cs_prev, h_prev, weights, settings):

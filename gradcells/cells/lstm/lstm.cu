@@ -96,6 +96,7 @@ __device__ __forceinline__ void lstm_forward_body(
     }
 }
 
+// gc-optional (zoneout): h_prev zoneout_cs zoneout_h use_zoneout_cs use_zoneout_h
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void lstm_forward(
     const T* gx, const T* gh, const T* b, const T* cs_prev,
@@ -224,6 +225,7 @@ __device__ __forceinline__ void lstm_backward_body(
     }
 }
 
+// gc-optional (zoneout): zoneout_cs zoneout_h use_clip use_zoneout_cs use_zoneout_h dh_zoned
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void lstm_backward(
     const T* cs_prev, const T* i, const T* cs, const T* f, const T* o, const T* ci,
@@ -430,6 +432,7 @@ __device__ __forceinline__ void lstm_forward_ln_body(
     }
 }
 
+// gc-optional (zoneout): h_prev zoneout_cs zoneout_h use_zoneout_cs use_zoneout_h
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void lstm_forward_ln(
     const T* gx, const T* gh, const T* b, const T* cs_prev,
@@ -651,6 +654,7 @@ __device__ __forceinline__ void lstm_backward_ln_body(
     }
 }
 
+// gc-optional (zoneout): beta_c zoneout_cs zoneout_h use_zoneout_cs use_zoneout_h dh_zoned
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void lstm_backward_ln(
     const T* cs_prev, const T* i, const T* cs, const T* f, const T* o, const T* ci,
@@ -807,6 +811,7 @@ __device__ __forceinline__ void lstm_forward_tangent_body(
     }
 }
 
+// gc-optional (zoneout): dh_prev zoneout_cs zoneout_h use_zoneout_cs use_zoneout_h
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void lstm_forward_tangent(
     const T* d_gates, const T* cs_prev, const T* dcs_prev, const T* i, const T* f,
@@ -969,6 +974,7 @@ __device__ __forceinline__ void lstm_forward_tangent_ln_body(
     }
 }
 
+// gc-optional (zoneout): dh_prev zoneout_cs zoneout_h use_zoneout_cs use_zoneout_h
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void lstm_forward_tangent_ln(
     const T* d_gates, const T* cs_prev, const T* dcs_prev, const T* i, const T* f,
@@ -1206,6 +1212,7 @@ __device__ __forceinline__ void lstm_backward_tangent_body(
     }
 }
 
+// gc-optional (zoneout): zoneout_cs zoneout_h use_zoneout_cs use_zoneout_h t_dh_zoned
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void lstm_backward_tangent(
     const T* cs_prev, const T* i, const T* cs, const T* f, const T* o, const T* ci,
@@ -1493,6 +1500,7 @@ __device__ __forceinline__ void lstm_backward_tangent_ln_body(
     }
 }
 
+// gc-optional (zoneout): zoneout_cs zoneout_h use_zoneout_cs use_zoneout_h t_dh_zoned
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void lstm_backward_tangent_ln(
     const T* cs_prev, const T* i, const T* cs, const T* f, const T* o, const T* ci,

@@ -42,7 +42,7 @@ row b's per-step outputs are zero and its state is frozen, so the final state is
 after its last valid step. In the backward pass a frozen row passes the gradient of its
 state straight through the step, and its gate gradients are zero.
 
-The four ops take the backend protocol's arguments (``gradcells._core.types.LSTMBackend``):
+The four ops take the backend protocol's arguments (``.spec.LSTMBackend``):
 the arrays, an ``LSTMWeights`` and an ``LSTMSettings``.
 """
 
@@ -52,13 +52,6 @@ from typing import Any, NamedTuple
 
 from ..._core import plan
 from ..._core.arrays import namespace_of
-from ..._core.types import (
-    LSTMCellGrads,
-    LSTMCellState,
-    LSTMNorm,
-    LSTMSequence,
-    LSTMSequenceGrads,
-)
 from ..._core.xpmath import (
     at_step,
     blocks,
@@ -76,6 +69,7 @@ from ..._core.xpmath import (
     zoneout_grad,
 )
 from ..._core.xpmath import layer_norm as _layer_norm  # the keyword layer_norm is the parameters
+from .spec import LSTMCellGrads, LSTMCellState, LSTMNorm, LSTMSequence, LSTMSequenceGrads
 
 
 def lstm_cell(x, cs_prev, h_prev, weights, settings):

@@ -20,7 +20,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..._core.plan import flat, masked
-from ..._core.types import RNNCellGrads, RNNCellState, RNNSequence, RNNSequenceGrads
 from ...cpu._compile import kernel_array
 from ...cpu._sequence import (
     Walk,
@@ -66,6 +65,7 @@ from ._cpu_kernels import (
     rnn_forward_kernel,
     rnn_jvp_kernel,
 )
+from .spec import RNNCellGrads, RNNCellState, RNNSequence, RNNSequenceGrads
 
 
 def _is_relu(settings):

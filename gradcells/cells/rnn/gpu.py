@@ -26,7 +26,6 @@ what every cell's tangents share is ``gradcells.gpu._tangents``'s.
 from __future__ import annotations
 
 from ..._core import plan
-from ..._core.types import RNNCellGrads, RNNCellState, RNNSequence, RNNSequenceGrads
 from ...gpu import _launch
 from ...gpu._launch import Launcher, column_sum, contiguous, matmul
 from ...gpu._tangents import (
@@ -38,6 +37,7 @@ from ...gpu._tangents import (
     upstream_pair,
     zeros_or,
 )
+from .spec import RNNCellGrads, RNNCellState, RNNSequence, RNNSequenceGrads
 
 
 def rnn_cell(x, h_prev, weights, settings):

@@ -15,7 +15,7 @@ gradient of each step's state is the upstream gradient plus what the next step s
 ``dh_{t-1} = (dh_t∘act'(z_t))·W_hᵀ``, a product of T Jacobians that vanishes or explodes
 with the spectrum of ``W_h``. The sequence ops follow the matmul plan of
 ``gradcells.cells.lstm.reference`` and its per-row lengths; they take the backend protocol's
-arguments (``gradcells._core.types.RNNBackend``): the arrays, an ``RNNWeights`` and an
+arguments (``.spec.RNNBackend``): the arrays, an ``RNNWeights`` and an
 ``RNNSettings``.
 """
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from ..._core import plan
 from ..._core.arrays import namespace_of
-from ..._core.types import RNNCellGrads, RNNCellState, RNNSequence, RNNSequenceGrads
 from ..._core.xpmath import (
     at_step,
     filled,
@@ -34,6 +33,7 @@ from ..._core.xpmath import (
     zoned,
     zoneout_grad,
 )
+from .spec import RNNCellGrads, RNNCellState, RNNSequence, RNNSequenceGrads
 
 
 def rnn_activation(xp, z, activation):

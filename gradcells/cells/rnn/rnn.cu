@@ -46,6 +46,7 @@ __device__ __forceinline__ void rnn_forward_body(
     }
 }
 
+// gc-optional (zoneout): h_prev zoneout_h use_zoneout_h
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void rnn_forward(
     const T* gx, const T* gh, const T* b, const int* seq_len, const T* h_prev,
@@ -121,6 +122,7 @@ __device__ __forceinline__ void rnn_backward_body(
     }
 }
 
+// gc-optional (zoneout): zoneout_h use_zoneout_h dh_zoned
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void rnn_backward(
     const T* h, const T* d_h, const T* dh_next, const T* d_h_final, const int* seq_len,
@@ -175,6 +177,7 @@ __device__ __forceinline__ void rnn_forward_tangent_body(
     }
 }
 
+// gc-optional (zoneout): dh_prev zoneout_h use_zoneout_h
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void rnn_forward_tangent(
     const T* gx, const T* gh, const T* b, const T* dgx, const T* dgh, const int* seq_len,
@@ -239,6 +242,7 @@ __device__ __forceinline__ void rnn_backward_tangent_body(
     }
 }
 
+// gc-optional (zoneout): zoneout_h use_zoneout_h dh_zoned_t
 template <class T, class A = typename gc_compute<T>::type>
 GC_KERNEL void rnn_backward_tangent(
     const T* h, const T* h_t, const T* d_h, const T* d_h_t, const T* dh_next,
