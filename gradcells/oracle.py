@@ -388,13 +388,12 @@ def check_vjp(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[Any
       the full report when it fails. ``repeat``: call ``vjp`` again; a gradient that
       differs, bit for bit, fails as not deterministic.
 
-    Returns a ``VJPReport`` (``.raise_if_failed()``); array arguments skipped for their
-    dtype (integer, boolean) are listed in it (``skipped``). An element whose numeric or
-    analytic derivative is not finite fails: the oracle never vouches for what it could not
-    compare. An element at a kink of ``L`` is counted as one, not failed; a float16/32
-    gradient's error is also given in its ulps. ValueError ("nothing to check: ...") when
-    there is no float element to differentiate with respect to: no float array among
-    ``args``, a ``wrt`` that selects none, or only empty arrays.
+    Returns a ``VJPReport`` (``.raise_if_failed()``), listing the array arguments skipped for
+    their dtype (``skipped``). An element whose numeric or analytic derivative is not finite
+    fails; one at a kink of ``L`` is counted as one, not failed; a float16/32 gradient's error
+    is also given in its ulps. ValueError ("nothing to check: ...") when no float element is
+    selected (only integer, boolean or empty arguments; a ``wrt`` that selects none): the
+    oracle never vouches for what it did not compare.
     """
     args = _arguments(args)
     names = _names(args, names)
@@ -495,8 +494,7 @@ def taylor_test(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[A
     value = f(*args)
     cts, cts_native = _cotangents(value, cotangent, rng)
     grads = _claimed(vjp, value, cts_native, args)
-    directions = _tangents(args, direction, wrt, rng)
-    _something_moved(directions, names, "direction")
+    directions = _tangents(args, direction, wrt, rng, "direction")
     moved = [k for k, u in enumerate(directions) if u is not None]
     args64 = [_float64_copy(a) if k in moved else a for k, a in enumerate(args)]
     claimed = sum(float(np.sum(np.zeros(1) if grads[k] is None
@@ -606,17 +604,14 @@ def check_jvp(f: Callable[..., Any], jvp: Callable[..., Any], args: Sequence[Any
     element it does not pass is judged again on the Richardson extrapolation
     ``(4·D(h) - D(2h))/3``. The floor (with the default ``atol``) is each output's own
     rounding, ``eps·max|f_i(a ± h·v)|/h``. The ulps and ``repeat`` as for ``check_vjp``.
-    Returns a ``JVPReport``, listing the array arguments skipped for their dtype
-    (``skipped``); one whose every output has zero elements does not pass. ValueError
-    ("nothing to check: ...") when there is no float element to move: no float array among
-    ``args``, a ``wrt`` that selects none, only empty arrays, or ``tangents`` that are None,
-    empty or zero for every argument.
+    Returns a ``JVPReport``: the arguments skipped for their dtype in ``skipped``; one whose
+    every output is empty does not pass. ValueError ("nothing to check: ...") when no float
+    element moves (only integer, boolean or empty arguments; a ``wrt`` selecting none;
+    ``tangents`` None, empty or zero for every argument).
     """
     args = _arguments(args)
-    arg_names = _names(args, None)
-    wrt = _check_selection(args, arg_names, wrt, None)
+    wrt = _check_selection(args, _names(args, None), wrt, None)
     directions = _tangents(args, tangents, wrt, np.random.default_rng(seed))
-    _something_moved(directions, arg_names, "tangents")
     value = f(*args)
     outputs = _as_outputs(value)
     claimed = _claimed_tangents(jvp, value, directions, args)
@@ -644,7 +639,7 @@ def check_jvp(f: Callable[..., Any], jvp: Callable[..., Any], args: Sequence[Any
         checks = _repeated(checks, claimed, _claimed_tangents(jvp, value, directions, args),
                            range(len(checks)))
     loosest = max(tolerances, default=_tolerances(np.float64, rtol, atol))
-    return JVPReport(checks, *loosest, atol is None, _skipped(args, arg_names))
+    return JVPReport(checks, *loosest, atol is None, _skipped(args, _names(args, None)))
 
 
 def _jvp_checks(names, outputs, claimed, flat, tolerances):
@@ -657,10 +652,11 @@ def _jvp_checks(names, outputs, claimed, flat, tolerances):
                  in zip(names, shapes, claimed, *flat, tolerances, strict=True))
 
 
-def _tangents(args, tangents, wrt, rng):
+def _tangents(args, tangents, wrt, rng, what="tangents"):
     """The tangent of each argument as a float64 NumPy array, or None (zero): drawn from
     ``rng`` for the arguments ``wrt`` when ``tangents`` is None, else the caller's, checked
-    (``ValueError``/``TypeError`` naming the argument)."""
+    (``ValueError``/``TypeError`` naming the argument; "nothing to check" when they move no
+    element, ``what`` naming them)."""
     if tangents is None:
         return [rng.standard_normal(tuple(a.shape)) if k in wrt else None
                 for k, a in enumerate(args)]
@@ -680,6 +676,7 @@ def _tangents(args, tangents, wrt, rng):
             raise ValueError(f"tangents[{k}] has shape {t.shape}, argument {k} has shape "
                              f"{tuple(a.shape)}")
         out.append(t)
+    _something_moved(out, _names(args, None), what)
     return out
 
 
