@@ -11,7 +11,10 @@ tensor or a JAX array arrives:
   through DLPack: CPU tensors and arrays as NumPy arrays (``numpy.from_dlpack``), CUDA ones
   as CuPy arrays (``cupy.from_dlpack``), so they run on the CPU or GPU backend;
 * PyTorch tensors that require grad are **detached** first: gradcells does not take part in
-  autograd; its gradients come from the explicit ``..._grad`` functions;
+  autograd; its gradients come from the explicit ``..._grad`` functions. The first such
+  call in a process warns (``UserWarning``: the result is detached from autograd; use
+  ``gradcells.torch`` for gradients through autograd); the check runs only on this
+  converting path, never on a NumPy or CuPy call's;
 * every array in the result goes back the same way: ``torch.from_dlpack`` (no copy; on the
   input's device) or ``jax.dlpack.from_dlpack`` (no copy when JAX accepts the buffer: it
   wants compact strides, 64-byte alignment and a dtype it has enabled; otherwise one copy).
@@ -42,6 +45,7 @@ import contextvars
 import functools
 import inspect
 import sys
+import warnings
 
 import numpy as np
 
@@ -182,6 +186,27 @@ def _to_backend(value, name, library):
         lambda leaf, path: _leaf_to_backend(leaf, path, library), value, (name,))
 
 
+# Whether a tensor that requires grad has been detached (and warned of) in this process.
+_warned_detached = False
+
+
+def _warn_if_detaching(named) -> None:
+    """Warn, once per process (``UserWarning``), when a PyTorch tensor among ``named``
+    (``(name, value)`` pairs) requires grad: the call detaches it, so the result is not part
+    of autograd, and ``gradcells.torch`` is what differentiates through it."""
+    global _warned_detached
+    if _warned_detached:
+        return
+    name = next((n for n, v in named if _library_of(v) == "torch" and v.requires_grad), None)
+    if name is None:
+        return
+    _warned_detached = True
+    warnings.warn(f"{name} requires grad, but the result is detached from autograd: gradcells's "
+                  "NumPy-level functions do not take part in it; use gradcells.torch for "
+                  "gradients through autograd (warned once per process)", UserWarning,
+                  stacklevel=3)
+
+
 # The library of the arrays the caller passed, while a converted call runs (None otherwise),
 # for the messages that would else name the library they were converted to.
 CALLER_LIBRARY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -218,6 +243,7 @@ def accepts_any_array(func):
                 return func(*args, **kwargs)
             # No float array at all: convert anyway, so that the validation names the dtype.
             library = next(lib for _, value in named if (lib := _foreign_library(value)))
+        _warn_if_detaching(named)
         args = tuple(_to_backend(value, names[k] if k < len(names) else f"args[{k}]", library)
                      for k, value in enumerate(args))
         kwargs = {name: _to_backend(value, name, library) for name, value in kwargs.items()}

@@ -38,6 +38,12 @@ only to about ``eps·|f_i|``, so the quotient only to about ``eps·Σ |ct_i|·|f
 those outputs. Below that no finite difference can tell two gradients apart; without it, the
 exact gradient of ``1e5 + sin(a)`` fails. The floor is added with the default ``atol`` only:
 an ``atol`` given is the whole absolute tolerance.
+
+The oracle never vouches for what it did not compare: given no float element to
+differentiate with respect to (integer, boolean or empty arguments only; a ``wrt`` that
+selects none) the checks raise ``ValueError("nothing to check: ...")``, the array arguments
+skipped for their dtype are listed in each report, and a report whose every check compared
+zero elements does not pass.
 """
 
 from __future__ import annotations
@@ -117,6 +123,7 @@ class VJPReport:
     rtol: float
     atol: float
     floor: bool = False    # whether each bound includes the round-off floor
+    skipped: tuple[tuple[str, str], ...] = ()   # (name, dtype) of each skipped for its dtype
 
     _subject: ClassVar[str] = "argument"   # what each check is of, for the table
     _claim: ClassVar[str] = "gradient"
@@ -125,7 +132,9 @@ class VJPReport:
 
     @property
     def passed(self) -> bool:
-        return all(c.passed for c in self.checks)
+        """Every check passed, and at least one element was compared: a report whose every
+        check compared none vouches for nothing and does not pass."""
+        return any(c.checked for c in self.checks) and all(c.passed for c in self.checks)
 
     @property
     def max_abs_error(self) -> float:
@@ -173,16 +182,29 @@ class VJPReport:
                      f"at the worst element; {rules})"]
         if self.floor:
             lines.append(self._floor_note)
-        return lines
+        if not any(c.checked for c in self.checks):
+            lines.append(f"(nothing compared: every {self._subject} has zero elements): FAIL")
+        return lines + _skipped_note(self.skipped)
 
     __repr__ = __str__
 
 
+def _skipped_note(skipped) -> list[str]:
+    """The line naming the arguments skipped for their dtype (none when none was)."""
+    if not skipped:
+        return []
+    return ["(skipped for their dtype, not checked: "
+            + ", ".join(f"{name} ({dtype})" for name, dtype in skipped) + ")"]
+
+
 def _verdict(c: ArgumentCheck) -> str:
     """``pass``, or ``FAIL`` with how many of the checked elements failed; the kinks (not
-    failures) and a claim that differed when computed again (one) said too."""
+    failures) and a claim that differed when computed again (one) said too; ``empty`` for a
+    check that compared no element."""
     if not c.deterministic:
         return "FAIL (not deterministic: a second call differed)"
+    if c.checked == 0:
+        return "empty (nothing compared)"
     kinks = f"; {c.kinks} kink{'s' * (c.kinks != 1)}, not differentiable" if c.kinks else ""
     if c.failures == 0:
         return f"pass{' (' + kinks[2:] + ')' if kinks else ''}"
@@ -278,13 +300,15 @@ def _index(value) -> bool:
 
 def _check_selection(args, names, wrt, samples):
     """The indices to check (``wrt``, default every float array); TypeError/ValueError
-    naming ``wrt`` or ``samples`` when they are malformed."""
+    naming ``wrt`` or ``samples`` when they are malformed, ValueError ("nothing to check")
+    when they hold no float element (``_something_to_check``)."""
     if samples is not None and not _index(samples):
         raise TypeError(f"samples must be a positive integer or None, got {samples!r}")
     if samples is not None and samples < 1:
         raise ValueError(f"samples must be a positive integer or None, got {samples}")
     if wrt is None:
-        return [k for k, a in enumerate(args) if _is_float_array(a)]
+        return _something_to_check(
+            args, names, [k for k, a in enumerate(args) if _is_float_array(a)], None)
     if _index(wrt) or isinstance(wrt, str) or not hasattr(wrt, "__iter__"):
         raise TypeError(f"wrt must be a sequence of argument indices, got {wrt!r}")
     wrt = list(wrt)
@@ -297,7 +321,44 @@ def _check_selection(args, names, wrt, samples):
     for k in wrt:
         if not _is_float_array(args[k]):
             raise TypeError(f"wrt names argument {names[k]}, which is not a float array")
-    return wrt
+    return _something_to_check(args, names, wrt, "wrt")
+
+
+def _something_to_check(args, names, selected, given):
+    """``selected`` (argument indices), or ValueError ("nothing to check: ...") when it holds
+    no float element: no float array among ``args``, a ``wrt`` (``given``) selecting none, or
+    only empty arrays. The oracle never vouches for what it did not compare."""
+    if not selected and given is not None:
+        raise ValueError(f"nothing to check: {given}=[] selects no argument")
+    if not selected:
+        kinds = ", ".join(f"{n}: {_kind(a)}" for n, a in zip(names, args, strict=True))
+        raise ValueError("nothing to check: no float array among the arguments "
+                         f"({kinds or 'none given'}); pass the float arrays to differentiate")
+    if all(math.prod(args[k].shape) == 0 for k in selected):
+        shapes = ", ".join(f"{names[k]}: shape {tuple(args[k].shape)}" for k in selected)
+        raise ValueError(f"nothing to check: every float array selected is empty ({shapes})")
+    return selected
+
+
+def _something_moved(directions, names, what):
+    """ValueError ("nothing to check: ...") when ``directions`` (``what``: the tangents or
+    the direction, float64 NumPy arrays or None) move no element: all None, empty or zero."""
+    if not any(v is not None and np.any(v != 0) for v in directions):
+        given = ", ".join(f"{n}: {'None' if v is None else 'zero' if v.size else 'empty'}"
+                          for n, v in zip(names, directions, strict=True))
+        raise ValueError(f"nothing to check: no element is moved along the {what} ({given})")
+
+
+def _kind(a) -> str:
+    """What an argument is, for a message: an array's dtype, or its type's name."""
+    return f"{a.dtype} array" if _library(a) is not None else type(a).__name__
+
+
+def _skipped(args, names) -> tuple[tuple[str, str], ...]:
+    """``(name, dtype)`` of each array argument skipped for its dtype (integer, boolean,
+    complex: any but a float dtype)."""
+    return tuple((n, str(a.dtype)) for n, a in zip(names, args, strict=True)
+                 if _library(a) is not None and not _is_float_array(a))
 
 
 def check_vjp(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[Any], *,
@@ -327,10 +388,12 @@ def check_vjp(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[Any
       the full report when it fails. ``repeat``: call ``vjp`` again; a gradient that
       differs, bit for bit, fails as not deterministic.
 
-    Returns a ``VJPReport`` (``.raise_if_failed()``). An element whose numeric or analytic
-    derivative is not finite fails: the oracle never vouches for what it could not compare.
-    An element at a kink of ``L`` is counted as one, not failed; a float16/32 gradient's
-    error is also given in its ulps.
+    Returns a ``VJPReport`` (``.raise_if_failed()``), listing the array arguments skipped for
+    their dtype (``skipped``). An element whose numeric or analytic derivative is not finite
+    fails; one at a kink of ``L`` is counted as one, not failed; a float16/32 gradient's error
+    is also given in its ulps. ValueError ("nothing to check: ...") when no float element is
+    selected (only integer, boolean or empty arguments; a ``wrt`` that selects none): the
+    oracle never vouches for what it did not compare.
     """
     args = _arguments(args)
     names = _names(args, names)
@@ -346,18 +409,18 @@ def check_vjp(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[Any
     cotangent_vector = np.concatenate([c.ravel() for c in cts]) if cts else np.zeros(0)
     outputs_at = functools.partial(_flat_outputs, f, args64)
     loosest = max(tolerances.values(), default=_tolerances(np.float64, rtol, atol))
-    if fast and wrt:
+    if fast:
         directional = _directional_vjp(f, args64, cotangent_vector, analytic, rng, floor_used,
                                        *loosest)
         if directional.passed:
-            return VJPReport((directional,), *loosest, floor_used)
+            return VJPReport((directional,), *loosest, floor_used, _skipped(args, names))
     checks = tuple(_checked_argument(names[k], analytic[k].astype(np.float64), outputs_at,
                                      cotangent_vector, args64, k, rng, samples, floor_used,
                                      *tolerances[k], claim_dtype=_claim_dtype(grads[k]))
                    for k in wrt)
     if repeat:
         checks = _repeated(checks, grads, _claimed(vjp, value, cts_native, args), wrt)
-    return VJPReport(checks, *loosest, floor_used)
+    return VJPReport(checks, *loosest, floor_used, _skipped(args, names))
 
 
 def _repeated(checks, claims, again, indices):
@@ -381,6 +444,7 @@ class TaylorReport:
     slope: float
     noise: float
     passed: bool
+    skipped: tuple[tuple[str, str], ...] = ()   # (name, dtype) of each skipped for its dtype
 
     def raise_if_failed(self) -> TaylorReport:
         if not self.passed:
@@ -395,7 +459,8 @@ class TaylorReport:
         verdict = "pass" if self.passed else "FAIL"
         return "\n".join(table(("h", "|L(a+hu) - L(a)|", "|... - h<g, u>|", "slope"), rows) + [
             f"(slope {self.slope:.2f} at the smallest steps, 2 for a right gradient; noise "
-            f"{self.noise:.1e}, remainders below 1000x it not used): {verdict}"])
+            f"{self.noise:.1e}, remainders below 1000x it not used): {verdict}"]
+            + _skipped_note(self.skipped))
 
     __repr__ = __str__
 
@@ -418,14 +483,18 @@ def taylor_test(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[A
     that: nothing shows an error). ``u`` is
     ``direction`` (one entry per argument, None for zero) or seeded normal draws for the
     arguments ``wrt``; ``args`` and ``cotangent`` as for ``check_vjp``. Returns a
-    ``TaylorReport``."""
+    ``TaylorReport``, listing the array arguments skipped for their dtype (``skipped``).
+    ValueError ("nothing to check: ...") when there is no float element to move: no float
+    array among ``args``, a ``wrt`` that selects none, only empty arrays, or a ``direction``
+    that is None, empty or zero for every argument."""
     args = _arguments(args)
-    wrt = _check_selection(args, _names(args, None), wrt, None)
+    names = _names(args, None)
+    wrt = _check_selection(args, names, wrt, None)
     rng = np.random.default_rng(seed)
     value = f(*args)
     cts, cts_native = _cotangents(value, cotangent, rng)
     grads = _claimed(vjp, value, cts_native, args)
-    directions = _tangents(args, direction, wrt, rng)
+    directions = _tangents(args, direction, wrt, rng, "direction")
     moved = [k for k, u in enumerate(directions) if u is not None]
     args64 = [_float64_copy(a) if k in moved else a for k, a in enumerate(args)]
     claimed = sum(float(np.sum(np.zeros(1) if grads[k] is None
@@ -444,10 +513,10 @@ def taylor_test(f: Callable[..., Any], vjp: Callable[..., Any], args: Sequence[A
           for j in range(steps)]
     first = [abs(loss(h) - base) for h in hs]
     second = [abs(loss(h) - base - h * claimed) for h in hs]
-    return _taylor_report(hs, first, second, noise)
+    return _taylor_report(hs, first, second, noise, _skipped(args, names))
 
 
-def _taylor_report(hs, first, second, noise):
+def _taylor_report(hs, first, second, noise, skipped=()):
     """The slopes of ``second`` between successive halvings and the verdict."""
     usable = [r > 1e3 * noise for r in second]
     slopes = [float(np.log2(a / b)) if ok_a and ok_b else None
@@ -456,7 +525,7 @@ def _taylor_report(hs, first, second, noise):
     slope = float(np.median(measured)) if measured else float("nan")
     passed = (not any(usable)) or (len(measured) >= 2 and slope >= 1.8)
     return TaylorReport(tuple(hs), tuple(first), tuple(second), tuple(slopes), slope, noise,
-                        passed)
+                        passed, skipped)
 
 
 def _claim_dtype(g):
@@ -535,7 +604,10 @@ def check_jvp(f: Callable[..., Any], jvp: Callable[..., Any], args: Sequence[Any
     element it does not pass is judged again on the Richardson extrapolation
     ``(4·D(h) - D(2h))/3``. The floor (with the default ``atol``) is each output's own
     rounding, ``eps·max|f_i(a ± h·v)|/h``. The ulps and ``repeat`` as for ``check_vjp``.
-    Returns a ``JVPReport``.
+    Returns a ``JVPReport``: the arguments skipped for their dtype in ``skipped``; one whose
+    every output is empty does not pass. ValueError ("nothing to check: ...") when no float
+    element moves (only integer, boolean or empty arguments; a ``wrt`` selecting none;
+    ``tangents`` None, empty or zero for every argument).
     """
     args = _arguments(args)
     wrt = _check_selection(args, _names(args, None), wrt, None)
@@ -567,7 +639,7 @@ def check_jvp(f: Callable[..., Any], jvp: Callable[..., Any], args: Sequence[Any
         checks = _repeated(checks, claimed, _claimed_tangents(jvp, value, directions, args),
                            range(len(checks)))
     loosest = max(tolerances, default=_tolerances(np.float64, rtol, atol))
-    return JVPReport(checks, *loosest, atol is None)
+    return JVPReport(checks, *loosest, atol is None, _skipped(args, _names(args, None)))
 
 
 def _jvp_checks(names, outputs, claimed, flat, tolerances):
@@ -580,10 +652,11 @@ def _jvp_checks(names, outputs, claimed, flat, tolerances):
                  in zip(names, shapes, claimed, *flat, tolerances, strict=True))
 
 
-def _tangents(args, tangents, wrt, rng):
+def _tangents(args, tangents, wrt, rng, what="tangents"):
     """The tangent of each argument as a float64 NumPy array, or None (zero): drawn from
     ``rng`` for the arguments ``wrt`` when ``tangents`` is None, else the caller's, checked
-    (``ValueError``/``TypeError`` naming the argument)."""
+    (``ValueError``/``TypeError`` naming the argument; "nothing to check" when they move no
+    element, ``what`` naming them)."""
     if tangents is None:
         return [rng.standard_normal(tuple(a.shape)) if k in wrt else None
                 for k, a in enumerate(args)]
@@ -603,6 +676,7 @@ def _tangents(args, tangents, wrt, rng):
             raise ValueError(f"tangents[{k}] has shape {t.shape}, argument {k} has shape "
                              f"{tuple(a.shape)}")
         out.append(t)
+    _something_moved(out, _names(args, None), what)
     return out
 
 

@@ -6,6 +6,7 @@ Skips cleanly without PyTorch or JAX. Importing gradcells imports neither.
 
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -97,13 +98,50 @@ def test_torch_tensors_give_numpy_values_as_tensors(torch, rng, op, dtype):
                         lambda a: a.numpy())
 
 
+@pytest.fixture
+def unwarned(monkeypatch):
+    """The once-per-process detach warning not yet given (whatever ran before)."""
+    monkeypatch.setattr(_interop, "_warned_detached", False, raising=False)
+
+
+DETACHED = r"requires grad, but the result is detached from autograd.*use gradcells\.torch"
+
+
+def _detach_warnings(call):
+    """The detach warnings ``call()`` gives, every warning recorded (no filter hides one)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        call()
+    return [w for w in caught if "detached from autograd" in str(w.message)]
+
+
 @pytest.mark.conformance
-def test_torch_tensors_that_require_grad_are_detached(torch, rng):
+def test_torch_tensors_that_require_grad_are_detached(torch, rng, unwarned):
     func, args, kwargs = _numpy_call("gru_cell", rng, np.float64)
     tensors = [torch.from_numpy(a).requires_grad_() for a in args]
-    state = func(*tensors, **kwargs)
+    with pytest.warns(UserWarning, match=DETACHED):
+        state = func(*tensors, **kwargs)
     assert not any(t.requires_grad for t in state)
     np.testing.assert_array_equal(state.h.numpy(), func(*args, **kwargs).h)
+
+
+@pytest.mark.conformance
+def test_detaching_a_tensor_that_requires_grad_warns_once(torch, rng, unwarned):
+    func, args, kwargs = _numpy_call("gru_cell", rng, np.float64)
+    plain = [torch.from_numpy(a) for a in args]
+    assert _detach_warnings(lambda: func(*args, **kwargs)) == []     # NumPy: nothing
+    assert _detach_warnings(lambda: func(*plain, **kwargs)) == []    # no grad: nothing
+    leaves = [torch.from_numpy(a).requires_grad_() for a in args]
+    with pytest.warns(UserWarning, match="^x " + DETACHED) as record:
+        func(*leaves, **kwargs)
+    assert [w.filename for w in record if "detached" in str(w.message)] == [__file__]
+    # Once per process: not again, for this function or another.
+    again = [t.detach().requires_grad_() for t in plain]
+    assert _detach_warnings(lambda: func(*again, **kwargs)) == []
+    grad, grad_args, grad_kwargs = _numpy_call("gru_cell_grad", rng, np.float64)
+    as_leaf = lambda a: torch.from_numpy(a).requires_grad_()  # noqa: E731
+    assert _detach_warnings(lambda: grad(*_convert(tuple(grad_args), as_leaf), **{
+        k: _convert(v, as_leaf) for k, v in grad_kwargs.items()})) == []
 
 
 @pytest.mark.conformance
