@@ -37,17 +37,19 @@ SEQUENCE_KEYWORDS = (("seq_len", "Array | None", None), ("reverse", "bool", Fals
 
 
 def function(name: str, positional: list[tuple[str, str]],
-             keywords: list[tuple[str, str, Any]], returns: str, call: str,
+             keywords: list[tuple[str, str, Any]], returns: str, body: str,
              namespace: dict[str, Any], doc: str, module: str) -> Callable[..., Any]:
-    """``def name(*positional, *, **keywords) -> returns: return call``, compiled in
-    ``namespace``, documented by ``doc`` and taking any array (``accepts_any_array``).
-    ``positional``: (name, annotation); ``keywords``: (name, annotation, default)."""
+    """``def name(*positional, *, **keywords) -> returns: body``, compiled in ``namespace``,
+    documented by ``doc`` and taking any array (``accepts_any_array``). ``positional``:
+    (name, annotation); ``keywords``: (name, annotation, default); ``body``: statements,
+    one per line."""
     defaults = {f"_default_{k}": default for k, _, default in keywords}
     parameters = ", ".join([p for p, _ in positional]
                            + (["*"] if keywords else [])
                            + [f"{k}=_default_{k}" for k, _, _ in keywords])
     scope = {**namespace, **defaults}
-    exec(f"def {name}({parameters}):\n    return {call}\n", scope)  # noqa: S102
+    lines = "".join(f"\n    {line}" for line in body.strip().splitlines())
+    exec(f"def {name}({parameters}):{lines}\n", scope)  # noqa: S102
     made = scope[name]
     made.__annotations__ = {**dict(positional), **{k: a for k, a, _ in keywords},
                             "return": returns}
@@ -57,40 +59,111 @@ def function(name: str, positional: list[tuple[str, str]],
     return accepts_any_array(made)
 
 
+# The four bodies, as source: the public function of each mode validates (``_validate``),
+# dispatches (``_dispatch``), runs the backend (a sequence in the caller's order and layout,
+# ``_order``) and records the settings. Written out, not called, so that a call costs no
+# frame or argument dictionary beyond what the old hand-written functions did.
+_BODIES = {
+    "": """
+        weights = _weights({weights})
+        library, settings = _forward_args({name!r}, x, {states}, weights{settings})
+        impl = _backend_for(backend, library)
+        return _record({run}, settings)""",
+    "_jvp": """
+        weights = _weights({weights})
+        library, settings = _forward_args({name!r}, x, {states}, weights{settings})
+        tangents = _tangents_value({name!r}, tangents, (x, *{states}, *weights))
+        impl = _backend_for(backend, library)
+        result, d_result = {run}
+        return _record(result, settings), d_result""",
+    "_grad": """
+        weights = _weights({weights})
+        upstream = {upstream}
+        library, settings = _grad_args({name!r}, x, {states}, weights, {saved}, upstream{settings})
+        impl = _backend_for(backend, library)
+        return {run}""",
+    "_grad_jvp": """
+        weights = _weights({weights})
+        upstream = {upstream}
+        library, settings = _grad_args({name!r}, x, {states}, weights, {saved}, upstream{settings})
+        tangents = _tangents_value({name!r}, tangents, (x, *{states}, *weights))
+        _upstream_tangents({name!r}, {saved}, {upstream_t})
+        upstream.update({upstream_t})
+        impl = _backend_for(backend, library)
+        return {run}""",
+}
+
+# How each mode runs its backend: a cell step directly, a sequence through ``_order``.
+_RUNS = {
+    ("", False): "impl.{op}(x, {state_args}, weights, settings)",
+    ("", True): "_order.forward(_op, impl.{op}, x, {states}, weights, settings, package=impl)",
+    ("_jvp", False): "impl.{op}(x, {state_args}, weights, tangents, settings)",
+    ("_jvp", True): "_order.jvp(_op, impl.{op}, x, {states}, weights, tangents, settings)",
+    ("_grad", False): "impl.{op}(x, {state_args}, weights, _result(*{saved}), settings, "
+                      "**upstream{options})",
+    ("_grad", True): "_order.grad(_op, impl.{op}, x, {states}, weights, {saved}, settings, "
+                     "upstream, package=impl{options})",
+    ("_grad_jvp", False): "impl.{op}(x, {state_args}, weights, _result(*{saved}), tangents, "
+                          "settings, **upstream{options})",
+    ("_grad_jvp", True): "_order.grad_jvp(_op, impl.{op}, x, {states}, weights, {saved}, "
+                         "tangents, settings, upstream{options})",
+}
+
+_NAMESPACE = {"_forward_args": v.forward_args, "_grad_args": v.grad_args,
+              "_tangents_value": v.tangents_value, "_upstream_tangents": v.upstream_tangents,
+              "_option": v.grad_option, "_backend_for": _dispatch.backend_for,
+              "_record": record_settings, "_order": _order}
+"""What the bodies call, by the names they use."""
+
+
 def operations(spec: CellSpec, op: OpSpec, module: str) -> dict[str, Callable[..., Any]]:
     """The four public functions of ``op`` (the cell's step or its sequence), by name."""
     grads, result = op.grads.__name__, op.result.__name__
     positional = [("x", "Array"), *((s, "Array") for s in op.states),
                   *weight_parameters(op)[0]]
-    weights = f"_weights({', '.join(op.weights._fields)})"
-    states = f"({', '.join(op.states)},)"
-    namespace = {"_op": op, "_weights": op.weights, "_forward": _forward, "_jvp": _jvp,
-                 "_grad": _grad, "_grad_jvp": _grad_jvp}
     upstream = [(d, "Array | None", None) for d in op.upstream]
     upstream_t = [(f"{d}_tangent", "Array | None", None) for d in op.upstream]
     options = [(k.name, k.annotation, k.default) for k in spec.grad_options]
-    tangents = [("tangents", f"{grads} | None")]
-    saved = [(op.result_arg, result)]
-    kinds = {  # suffix: positional, upstream, settings, options, returns, call
-        "": (positional, [], forward_keywords(spec, op), [], result, "_forward(_op, {a}, {k})"),
+    tangents, saved = [("tangents", f"{grads} | None")], [(op.result_arg, result)]
+    kinds = {  # suffix: positional, upstream, settings, options, returns
+        "": (positional, [], forward_keywords(spec, op), [], result),
         "_jvp": (positional + tangents, [], forward_keywords(spec, op), [],
-                 f"tuple[{result}, {result}]", "_jvp(_op, {a}, tangents, {k})"),
-        "_grad": (positional + saved, upstream, grad_keywords(spec, op), options, grads,
-                  "_grad(_op, {a}, {r}, {u}, {k}, {o})"),
+                 f"tuple[{result}, {result}]"),
+        "_grad": (positional + saved, upstream, grad_keywords(spec, op), options, grads),
         "_grad_jvp": (positional + saved + tangents, upstream + upstream_t,
-                      grad_keywords(spec, op), options, f"tuple[{grads}, {grads}]",
-                      "_grad_jvp(_op, {a}, {r}, tangents, {u}, {k}, {o})")}
+                      grad_keywords(spec, op), options, f"tuple[{grads}, {grads}]")}
+    namespace = {**_NAMESPACE, "_op": op, "_weights": op.weights, "_result": op.result}
     made = {}
-    for suffix, (given, cotangents, settings, opts, returns, call) in kinds.items():
-        keywords = [*cotangents, *weight_parameters(op)[1], *settings, *opts,
-                    ("backend", "str | None", None)]
+    for suffix, (given, cotangents, settings, opts, returns) in kinds.items():
         name = f"{op.name}{suffix}"
-        source = call.format(a=f"x, {states}, {weights}, backend", r=op.result_arg,
-                             u=keyword_dict(cotangents), k=keyword_dict(settings),
-                             o=keyword_dict(opts))
-        made[name] = function(name, given, keywords, returns, source, namespace,
-                              spec.docs[name], module)
+        made[name] = function(
+            name, given, [*cotangents, *weight_parameters(op)[1], *settings, *opts,
+                          ("backend", "str | None", None)],
+            returns, _body(op, suffix, settings, opts), namespace, spec.docs[name], module)
     return made
+
+
+def _body(op, suffix, settings, options):
+    """The source of the body of ``op``'s public function of mode ``suffix``."""
+    fields = {
+        "name": op.name, "op": f"{op.name}{'_grad' if 'grad' in suffix else ''}"
+                              f"{'_jvp' if suffix.endswith('jvp') else ''}",
+        "weights": ", ".join(op.weights._fields), "saved": op.result_arg,
+        "state_args": ", ".join(op.states), "states": f"({', '.join(op.states)},)",
+        "upstream": keyword_dict([(d, "", None) for d in op.upstream]),
+        "upstream_t": keyword_dict([(f"{d}_tangent", "", None) for d in op.upstream]),
+        "settings": _keyword_arguments(op, settings),
+        "options": "".join(f", {n}=_option({n!r}, {n})" for n, _, _ in options)}
+    fields["run"] = _RUNS[suffix, op.sequence].format(**fields)
+    return inspect.cleandoc(_BODIES[suffix].format(**fields))
+
+
+def _keyword_arguments(op, settings):
+    """``, name=name, ...`` for the settings, a sequence's masks gathered as ``masks``."""
+    own = [n for n, _, _ in settings if n not in MASKS]
+    masks = [(n, "", None) for n, _, _ in settings if n in MASKS]
+    return "".join(f", {n}={n}" for n in own) + (f", masks={keyword_dict(masks)}"
+                                                  if op.sequence else "")
 
 
 def weight_parameters(op: OpSpec) -> tuple[list[tuple[str, str]], list[tuple[str, str, Any]]]:
@@ -130,49 +203,3 @@ def _optional(annotation):
 def keyword_dict(parameters):
     """Source of a dict of the keyword ``parameters``, each value under its own name."""
     return "{" + ", ".join(f"{n!r}: {n}" for n, _, _ in parameters) + "}"
-
-
-# --------------------------------------------------------------------------------------
-# The bodies: every public cell and sequence function is one call of one of these.
-
-
-def _settings(op, keywords):
-    """The keywords as ``forward_args``/``grad_args`` take them: the masks as one dict."""
-    masks = {m: keywords.pop(m) for m in list(keywords) if m in MASKS}
-    return {**keywords, "masks": masks} if op.sequence else keywords
-
-
-def _forward(op, x, states, weights, backend, keywords):
-    library, settings = v.forward_args(op.name, x, states, weights, **_settings(op, keywords))
-    impl = _dispatch.backend_for(backend, library)
-    return record_settings(_order.forward(op, getattr(impl, op.name), x, states, weights,
-                                          settings, package=impl), settings)
-
-
-def _jvp(op, x, states, weights, backend, tangents, keywords):
-    library, settings = v.forward_args(op.name, x, states, weights, **_settings(op, keywords))
-    tangents = v.tangents_value(op.name, tangents, (x, *states, *weights))
-    impl = _dispatch.backend_for(backend, library)
-    result, d_result = _order.jvp(op, getattr(impl, f"{op.name}_jvp"), x, states, weights,
-                                  tangents, settings)
-    return record_settings(result, settings), d_result
-
-
-def _grad(op, x, states, weights, backend, result, upstream, keywords, options):
-    library, settings = v.grad_args(op.name, x, states, weights, result, upstream,
-                                    **_settings(op, keywords))
-    impl = _dispatch.backend_for(backend, library)
-    return _order.grad(op, getattr(impl, op.grad_name), x, states, weights, result, settings,
-                       upstream, package=impl, **v.grad_options(options))
-
-
-def _grad_jvp(op, x, states, weights, backend, result, tangents, upstream, keywords, options):
-    cotangents = {k: g for k, g in upstream.items() if not k.endswith("_tangent")}
-    library, settings = v.grad_args(op.name, x, states, weights, result, cotangents,
-                                    **_settings(op, keywords))
-    tangents = v.tangents_value(op.name, tangents, (x, *states, *weights))
-    v.upstream_tangents(op.name, result, {k: t for k, t in upstream.items()
-                                          if k.endswith("_tangent")})
-    impl = _dispatch.backend_for(backend, library)
-    return _order.grad_jvp(op, getattr(impl, f"{op.grad_name}_jvp"), x, states, weights,
-                           result, tangents, settings, upstream, **v.grad_options(options))

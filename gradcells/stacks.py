@@ -291,7 +291,7 @@ def _stack_functions(spec):
                  "_backward_jvp": _backward_jvp, "_checked": _checked}
     return {f"{name}{suffix}": _public.function(
                 f"{name}{suffix}", given, [*keywords, ("backend", "str | None", None)],
-                returns, call, namespace, spec.docs[f"{name}{suffix}"], __name__)
+                returns, f"return {call}", namespace, spec.docs[f"{name}{suffix}"], __name__)
             for suffix, (given, keywords, returns, call) in kinds.items()}
 
 

@@ -22,7 +22,7 @@ from .settings import (
     cell_clip_value,
     clip_grad_value,
     forget_bias_value,
-    grad_options,
+    grad_option,
     ln_carry_value,
     ln_epsilon_value,
     mask_value,
@@ -34,7 +34,7 @@ from .tangents import stack_tangents, tangents_value, upstream_tangents
 
 __all__ = [
     "FLOAT_DTYPES", "refused_subclass", "forward_args", "grad_args", "activation_value",
-    "bool_value", "cell_clip_value", "clip_grad_value", "forget_bias_value", "grad_options",
+    "bool_value", "cell_clip_value", "clip_grad_value", "forget_bias_value", "grad_option",
     "ln_carry_value",
     "ln_epsilon_value", "mask_value", "peepholes_given", "reset_after_value", "seq_len_value",
     "stack_args", "stack_upstream", "stack_tangents", "tangents_value", "upstream_tangents",

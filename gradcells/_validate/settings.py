@@ -84,10 +84,12 @@ def clip_grad_value(clip_grad):
     return clip_grad
 
 
-def grad_options(options):
-    """A gradient's own keywords (``CellSpec.grad_options``), each checked."""
-    checks = {"clip_grad": clip_grad_value}
-    return {name: checks[name](value) for name, value in options.items()}
+def grad_option(name, value):
+    """A gradient's own keyword (of ``CellSpec.grad_options``) ``name``, checked."""
+    return _GRAD_OPTIONS[name](value)
+
+
+_GRAD_OPTIONS = {"clip_grad": clip_grad_value}
 
 
 def activation_value(activation):
