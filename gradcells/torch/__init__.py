@@ -8,8 +8,8 @@
 ``gru_stack``, ``rnn_stack``): ``gc.<op>``'s signature and result on tensors, differentiable
 in reverse mode (``backward``, second order included) and forward mode
 (``torch.autograd.forward_ad``); under ``torch.compile`` they are the custom ops
-``torch.ops.gradcells.<op>`` (``_library``). Importing this module imports PyTorch; ``import gradcells``
-does not.
+``torch.ops.gradcells.<op>`` (``_library``). Importing this module imports PyTorch;
+``import gradcells`` does not.
 """
 
 from ._functions import FUNCTIONS

@@ -156,3 +156,11 @@ def test_compile_fullgraph_in_a_fresh_process():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "compiled equals eager" in done.stdout
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("module", [gtorch.LSTM, gtorch.GRU, gtorch.RNN])
+def test_torchscript_is_refused_by_name(module):
+    with pytest.raises(RuntimeError, match=rf"torch.jit.script does not support "
+                                           rf"gradcells.torch.{module.__name__}.*torch.compile"):
+        torch.jit.script(module(2, 3))
