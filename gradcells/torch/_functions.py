@@ -38,7 +38,6 @@ sets), so a gradient or tangent of the same type maps onto them leaf by leaf.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 
 import torch
@@ -241,7 +240,7 @@ def _check_primals(name, named) -> torch.device:
                             f"{type(t).__name__}")
         if not t.is_floating_point():
             raise TypeError(f"gradcells.torch.{name}: {arg} is a {t.dtype} tensor; pass "
-                            "float32 or float64")
+                            "float16, bfloat16, float32 or float64")
         if first is None:
             first = arg, t
         elif t.device != first[1].device:
@@ -255,16 +254,15 @@ def _check_primals(name, named) -> torch.device:
     return first[1].device
 
 
-def _constant(name, arg, value, device, *, backend=True):
+def _constant(name, arg, value, device):
     """A mask or ``seq_len`` (or a tree of them: the dropout masks), checked: tensors must
-    not require grad and must be on the primals' device. With ``backend``, tensors as
-    backend arrays; anything else goes to gc as it is."""
+    not require grad and must be on the primals' device."""
     return trees.map_with_path(
-        lambda leaf, path: _constant_leaf(name, trees.label(path), leaf, device, backend),
+        lambda leaf, path: _constant_leaf(name, trees.label(path), leaf, device),
         value, (arg,))
 
 
-def _constant_leaf(name, arg, value, device, backend):
+def _constant_leaf(name, arg, value, device):
     if not isinstance(value, torch.Tensor):
         return value
     if value.requires_grad:
@@ -273,7 +271,7 @@ def _constant_leaf(name, arg, value, device, backend):
     if value.device != device:
         raise ValueError(f"gradcells.torch.{name}: {arg} is on {value.device} and the "
                          f"arrays on {device}: pass every tensor on one device")
-    return view(value, arg) if backend else value
+    return value
 
 
 def _primal_tree(op: Op, arguments: dict):
@@ -322,17 +320,15 @@ def _function(name: str):
         tree = _primal_tree(op, arguments)
         device = _check_primals(name, trees.named_leaves(tree))
         settings = {k: v for k, v in arguments.items() if k not in op.primal_args}
-        compiling = torch.compiler.is_compiling()
-        with contextlib.nullcontext() if compiling else on_device(device):
-            constants = {k: _constant(name, k, settings.pop(k), device, backend=not compiling)
-                         for k in _CONSTANTS if k in settings}
-        if compiling:
-            return library_call(op, tree, settings, constants)
-        leaves, structure = trees.flatten(tree)
-        box = _Box(device=device, tangents=_forward_tangents(leaves))
-        config = {"backend": None, **settings, **constants}
-        outputs = _Forward.apply(op, structure, config, box, *leaves)
-        return like(box.result, iter(outputs))
+        constants = {k: _constant(name, k, settings.pop(k), device)
+                     for k in _CONSTANTS if k in settings}
+        reduced = _reduced_dtype(tree, device)
+        if reduced is not None:   # computed in float32, returned in the input's dtype
+            tree, constants = (trees.map_leaves(_widened(reduced), t) for t in (tree, constants))
+        result = _run(op, tree, settings, constants, device)
+        if reduced is None:
+            return result
+        return trees.map_leaves(lambda a: a.to(reduced) if hasattr(a, "shape") else a, result)
 
     function.__name__ = function.__qualname__ = name
     function.__signature__ = signature
@@ -345,6 +341,35 @@ def _function(name: str):
         "of the fields ``gc." + name + "_grad`` has upstreams for, and raises ValueError "
         "for any other. See ``gradcells.torch._functions``.")
     return function
+
+
+def _run(op: Op, tree, settings: dict, constants: dict, device):
+    """The op on the primal ``tree``: the custom op under torch.compile, else ``_Forward``."""
+    if torch.compiler.is_compiling():
+        return library_call(op, tree, settings, constants)
+    with on_device(device):
+        constants = {k: trees.map_leaves(lambda t, k=k: view(t, k), v)
+                     for k, v in constants.items()}
+    leaves, structure = trees.flatten(tree)
+    box = _Box(device=device, tangents=_forward_tangents(leaves))
+    config = {"backend": None, **settings, **constants}
+    outputs = _Forward.apply(op, structure, config, box, *leaves)
+    return like(box.result, iter(outputs))
+
+
+_REDUCED = {torch.float16: ("cpu",), torch.bfloat16: ("cpu", "cuda")}
+"""The reduced precisions computed in float32, and where (float16 runs as itself on CUDA)."""
+
+
+def _reduced_dtype(tree, device):
+    """The primals' dtype if it is one computed in float32 on ``device``, else None."""
+    dtype = next(t.dtype for t in trees.leaves(tree) if t is not None)
+    return dtype if device.type in _REDUCED.get(dtype, ()) else None
+
+
+def _widened(reduced):
+    """Tensors of dtype ``reduced`` as float32 (a differentiable cast), anything else as is."""
+    return lambda t: t.float() if isinstance(t, torch.Tensor) and t.dtype == reduced else t
 
 
 FUNCTIONS = {name: _function(name) for name in (*OPS, *STACKS)}

@@ -1,5 +1,5 @@
 """The nine forward ops as ``torch.library`` custom ops: what torch.compile sees
-(docs/spec.md §16.4).
+(docs/adapters.md).
 
 Under ``torch.compile`` ``gradcells.torch.<op>`` calls ``torch.ops.gradcells.<op>``, an op
 Dynamo and AOTAutograd treat as opaque (they never trace into gc, Numba or CuPy), with a
