@@ -1,4 +1,4 @@
-"""``gradcells.torch`` where PyTorch users are (docs/spec.md §16.4): torch.compile through the
+"""``gradcells.torch`` where PyTorch users are (docs/adapters.md): torch.compile through the
 ``torch.library`` custom ops, TorchScript refused with a clear message.
 
 The custom-op path runs under torch.compile; here it also runs eagerly, with
@@ -164,3 +164,18 @@ def test_torchscript_is_refused_by_name(module):
     with pytest.raises(RuntimeError, match=rf"torch.jit.script does not support "
                                            rf"gradcells.torch.{module.__name__}.*torch.compile"):
         torch.jit.script(module(2, 3))
+
+
+def test_threads_call_the_custom_ops_at_once(custom_ops):
+    """Four threads, each its own forward and backward through the custom ops (the handle
+    registry shared): each equals the same call made alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cases = [_torch_case(_case("lstm_sequence", seed)) for seed in range(4)]
+    alone = [_outputs_and_grads("lstm_sequence", case) for case in cases]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda case: _outputs_and_grads("lstm_sequence", case),
+                                 cases * 3))
+    for got, want in zip(together, alone * 3, strict=True):
+        for a, b in zip([*got[0], *got[1]], [*want[0], *want[1]], strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
