@@ -96,6 +96,7 @@ def _tensors(value) -> list:
 def test_gradient_on_a_gate_raises_through_the_custom_op(custom_ops):
     case = _torch_case(gt.lstm_sequence_case(np.random.default_rng(0)))
     result = gtorch.lstm_sequence(**case)
+    assert "gradcells_lstm_sequence_default" in result.h.grad_fn.name()
     with pytest.raises(ValueError, match="'i'.*lstm_sequence_grad takes no upstream"):
         (result.i.sum() + result.h.sum()).backward()
 
@@ -172,6 +173,8 @@ def test_threads_call_the_custom_ops_at_once(custom_ops):
     from concurrent.futures import ThreadPoolExecutor
 
     cases = [_torch_case(_case("lstm_sequence", seed)) for seed in range(4)]
+    f, leaves = _as_function("lstm_sequence", cases[0])
+    assert "gradcells_lstm_sequence_default" in f(*leaves)[0].grad_fn.name()
     alone = [_outputs_and_grads("lstm_sequence", case) for case in cases]
     with ThreadPoolExecutor(4) as pool:
         together = list(pool.map(lambda case: _outputs_and_grads("lstm_sequence", case),
