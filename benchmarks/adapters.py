@@ -1,5 +1,6 @@
-"""The PyTorch adapter's overhead: ``gradcells.torch.lstm_sequence`` under autograd against
-``gc.lstm_sequence`` + ``gc.lstm_sequence_grad`` on NumPy, float32, side by side.
+"""The PyTorch adapter's overhead: ``gradcells.torch.lstm_sequence`` under autograd, eagerly
+and under ``torch.compile``, against ``gc.lstm_sequence`` + ``gc.lstm_sequence_grad`` on
+NumPy, float32, side by side.
 
     python benchmarks/adapters.py                          # (T, B, I, H) = (50, 32, 128, 128)
     python benchmarks/adapters.py --sizes 50,32,128,128 --repeats 15 --threads 1
@@ -12,7 +13,10 @@ gradient ``g`` on every step's ``h`` (gradients for x, the initial states and th
   buffers' lifetimes, so the allocator sees the same pattern);
 - ``gradcells.torch``: ``gradcells.torch.lstm_sequence`` on leaf tensors requiring grad
   (zero-copy views of the same arrays), then ``(seq.h * g).sum().backward()`` (the ``.grad``
-  fields cleared each call, so that PyTorch writes rather than accumulates).
+  fields cleared each call, so that PyTorch writes rather than accumulates);
+- ``gradcells.torch compiled``: the same forward and loss as one
+  ``torch.compile(fullgraph=True)`` function (the custom ops ``torch.ops.gradcells.*``,
+  docs/adapters.md), then ``backward()``; compiled in the warm-up call, not timed.
 
 The target (docs/spec.md §13): the adapter within 10 % of the NumPy call. Rounds interleaved,
 medians over ``--repeats`` (``_harness``); inputs as ``benchmarks/sequences.py``'s.
@@ -56,13 +60,18 @@ def contestants(size):
         seq = gc.lstm_sequence(**arrays, backend="cpu")
         held["grads"] = gc.lstm_sequence_grad(**arrays, seq=seq, d_h=g, backend="cpu")
 
-    def torch_run():
-        for t in leaves.values():
-            t.grad = None
-        seq = gtorch.lstm_sequence(**leaves, backend="cpu")
-        (seq.h * g_tensor).sum().backward()
+    def loss(leaves):
+        return (gtorch.lstm_sequence(**leaves, backend="cpu").h * g_tensor).sum()
 
-    return {"gradcells numpy": numpy_run, "gradcells.torch": torch_run}
+    def runner(forward):
+        def run():
+            for t in leaves.values():
+                t.grad = None
+            forward(leaves).backward()
+        return run
+
+    return {"gradcells numpy": numpy_run, "gradcells.torch": runner(loss),
+            "gradcells.torch compiled": runner(torch.compile(loss, fullgraph=True))}
 
 
 def main(argv=None):

@@ -39,8 +39,8 @@ class OpSpec:
     ``states``: the state arguments after ``x``; ``upstream``: the gradient's upstream
     arguments; ``h_width``: the label of the recurrent output's width (``P`` for the LSTM,
     whose projection makes ``h`` P wide, else ``H``); ``nested``: the weights that are
-    themselves tuples of arrays, with their fields (the LSTM's ``layer_norm``); everything
-    else is derived from the types.
+    themselves tuples of arrays, with their types (the LSTM's ``layer_norm``, an
+    ``LSTMNorm``); everything else is derived from the types.
     """
 
     name: str
@@ -52,7 +52,7 @@ class OpSpec:
     grads: type[NamedTuple]
     upstream: tuple[str, ...]
     h_width: str = "H"
-    nested: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    nested: Mapping[str, type[NamedTuple]] = field(default_factory=dict)
 
     @property
     def grad_name(self) -> str:
@@ -96,7 +96,7 @@ class OpSpec:
         """``arrays`` with each nested weight read as its arrays (``layer_norm.gamma_x``,
         ...): every array a call can hold, each one name."""
         return tuple(flat for name in self.arrays
-                     for flat in (tuple(f"{name}.{f}" for f in self.nested[name])
+                     for flat in (tuple(f"{name}.{f}" for f in self.nested[name]._fields)
                                   if name in self.nested else (name,)))
 
 

@@ -48,7 +48,7 @@ WEIGHT_LABELS: dict[type, dict[str, Labels]] = {
 OPTIONAL_WEIGHTS: tuple[str, ...] = tuple(dict.fromkeys(
     name for spec in SPECS.values() for op in spec.ops[:1]
     for name in (*spec.optional_weights,
-                 *(f"{nested}.{f}" for nested, fields in op.nested.items() for f in fields))))
+                 *(f"{name}.{f}" for name, kind in op.nested.items() for f in kind._fields))))
 """The weights a call may leave out (None), each nested one's arrays too (the LSTM's
 peepholes, projection and layer norm, ``layer_norm.gamma_x``, ...)."""
 

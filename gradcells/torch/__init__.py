@@ -6,7 +6,8 @@
 ``gradcells.torch.<op>`` for every registered cell's step, sequence and stack
 (``lstm_cell``, ``gru_sequence``, ``rnn_stack``, ...; ``FUNCTIONS``): ``gc.<op>``'s
 signature and result on tensors, differentiable in reverse mode (``backward``, second order
-included) and forward mode (``torch.autograd.forward_ad``). Importing this module imports
+included) and forward mode (``torch.autograd.forward_ad``); under ``torch.compile`` they are
+the custom ops ``torch.ops.gradcells.<op>`` (``_library``). Importing this module imports
 PyTorch; ``import gradcells`` does not.
 """
 

@@ -4,7 +4,7 @@
 stack's ``weights`` a list of weight sets of tensors; masks and ``seq_len`` tensors or NumPy
 arrays). Two ``torch.autograd.Function`` classes serve every op (``_Forward``, and
 ``_Backward`` its backward), the op named by an ``_Op`` that reads its arguments, result
-fields and upstreams from ``gradcells._core.specs``:
+fields and upstreams from the cells' specs (``gradcells.cells``):
 
 * **forward** calls ``gc.<op>`` on zero-copy views of the tensors (NumPy on the CPU; CuPy
   on CUDA, on the tensor's device and PyTorch's current stream) and returns the result's
@@ -24,6 +24,9 @@ fields and upstreams from ``gradcells._core.specs``:
   forward mode is ``gc.<op>_grad_jvp`` along (primal tangents, upstream tangents). Third
   order raises (``_NoThirdOrder``).
 
+Under ``torch.compile`` (``torch.compiler.is_compiling()``) the public functions call the
+``torch.library`` custom ops of ``_library`` instead: reverse mode only, no settings record.
+
 Not supported: ``torch.func.vmap`` (and so ``jacrev``, ``jacfwd``, ``hessian``, which
 vmap); ``torch.func.grad`` and ``torch.func.jvp`` work, masks and lengths then as NumPy
 arrays.
@@ -35,11 +38,8 @@ sets), so a gradient or tangent of the same type maps onto them leaf by leaf.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 import gradcells as gc
@@ -47,29 +47,30 @@ import gradcells as gc
 from .._core import trees
 from .._core.arrays import namespace_of
 from .._core.specs import MASKS
-from .._interop import cupy_module, from_backend, torch_to_backend
-from ..cells import OPS, SPECS, STACKS, cell_of
+from ..cells import OPS, STACKS
+from ._bridge import (
+    Op,
+    arrays,
+    backend_only,
+    like,
+    on_device,
+    primals_of,
+    stack_types,
+    to_tensor,
+    upstream_keywords,
+    view,
+)
+from ._library import call as library_call
 
-_TORCH = "torch"
-_CONSTANTS = (*MASKS, "seq_len")
+_CONSTANTS = (*MASKS, "seq_len", "dropout_masks")
 """The array keywords that are data, not primals: never differentiated."""
 
 
 # -- trees of arrays (gradcells._core.trees) ----------------------------------------------
 
 
-def _named_arrays(result):
-    """(name, array) for each array of a result: ``h``, ``layers[0].i``, ..."""
-    return ((name, a) for name, a in trees.named_leaves(result) if hasattr(a, "shape"))
-
-
-def _arrays(result) -> list:
-    """A result's arrays, in order (the forward's outputs)."""
-    return [a for _, a in _named_arrays(result)]
-
-
 def _tangent_arrays(d_result, result) -> list:
-    """The arrays of a result's tangent ``d_result``, aligned with ``_arrays(result)``; zeros
+    """The arrays of a result's tangent ``d_result``, aligned with ``arrays(result)``; zeros
     where a field's tangent is None."""
     return [namespace_of(r).zeros_like(r) if d is None else d
             for r, d in zip(trees.leaves(result), trees.leaves_like(result, d_result),
@@ -77,83 +78,7 @@ def _tangent_arrays(d_result, result) -> list:
             if hasattr(r, "shape")]
 
 
-def _like(template, leaves):
-    """``template`` (a result) rebuilt with the next leaves of ``leaves`` as its arrays, its
-    recorded settings kept."""
-    return trees.map_leaves(lambda a: next(leaves) if hasattr(a, "shape") else a, template)
-
-
-# -- devices --------------------------------------------------------------------------------
-
-
-def _on(device: torch.device):
-    """The context gc runs in for tensors on ``device``: CuPy's device and PyTorch's current
-    stream on CUDA, nothing on the CPU."""
-    if device.type != "cuda":
-        return contextlib.nullcontext()
-    cupy = cupy_module()
-    stack = contextlib.ExitStack()
-    stack.enter_context(cupy.cuda.Device(device.index))
-    stack.enter_context(cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream))
-    return stack
-
-
-def _view(t, name="array"):
-    """A NumPy/CuPy view of tensor ``t`` (None and non-tensors as they are); a real CPU
-    tensor by ``numpy()``, the shortest way (no conjugate or negative bit to resolve)."""
-    if not isinstance(t, torch.Tensor):
-        return t
-    if t.device.type == "cpu" and t.is_floating_point():
-        return t.detach().numpy()
-    return torch_to_backend(name, t)
-
-
-def _tensor(a):
-    """Backend array ``a`` as a tensor sharing its memory (``_interop.from_backend`` copies
-    one with a negative stride, a reversed sequence's time axis, which PyTorch has no
-    tensor for)."""
-    if a is None:
-        return None
-    if type(a) is np.ndarray and a.flags.writeable and min(a.strides, default=0) >= 0:
-        return torch.from_numpy(a)
-    return from_backend(a, _TORCH)
-
-
 # -- one operation --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Op:
-    """One forward op: its gc functions, the result's argument name and the upstreams."""
-
-    name: str
-
-    @property
-    def stack(self) -> bool:
-        return self.name in STACKS
-
-    @property
-    def spec(self):
-        return OPS[STACKS.get(self.name, self.name)]
-
-    @property
-    def result_arg(self) -> str:
-        return "stack" if self.stack else self.spec.result_arg
-
-    def upstream(self, result) -> tuple[str, ...]:
-        """The upstream keywords of ``_grad``: ``d_<field>`` for the fields that have one."""
-        if not self.stack:
-            return self.spec.upstream
-        return tuple(f"d_{field}" for field in result._fields if field != "layers")
-
-    def call(self, suffix, primals, config, **keywords):
-        """``gc.<op><suffix>`` on the primal tree's arrays, ``config`` and ``keywords``."""
-        return getattr(gc, self.name + suffix)(**primals._asdict(), **config, **keywords)
-
-
-def _primals(structure, leaves):
-    """The primal tree of backend views of the tensor ``leaves``."""
-    return trees.unflatten(structure, [_view(t) for t in leaves])
 
 
 class _Box:
@@ -171,15 +96,15 @@ class _Forward(torch.autograd.Function):
 
     @staticmethod
     def forward(op, structure, config, box, *leaves):
-        with _on(box.device):
-            primals = _primals(structure, leaves)
+        with on_device(box.device):
+            primals = primals_of(structure, leaves)
             if box.tangents is None:
                 result = op.call("", primals, config)
             else:   # forward mode: the result with its tangent, for jvp, in one call
                 result, box.d_result = op.call(
-                    "_jvp", primals, config, tangents=_primals(structure, box.tangents))
+                    "_jvp", primals, config, tangents=primals_of(structure, box.tangents))
             box.result = result
-            return tuple(_tensor(a) for a in _arrays(result))
+            return tuple(to_tensor(a) for a in arrays(result))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -194,16 +119,7 @@ class _Forward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         result, op = ctx.result, ctx.op
-        upstream = {}
-        for (name, _), grad in zip(_named_arrays(result), grads, strict=True):
-            if grad is None:
-                continue
-            if f"d_{name}" not in op.upstream(result):
-                raise ValueError(
-                    f"gradcells.torch.{op.name}: a gradient reached the result's field "
-                    f"{name!r}, and {op.name}_grad takes no upstream gradient for it "
-                    f"(only {', '.join(op.upstream(result))}): use those fields in the loss")
-            upstream[f"d_{name}"] = grad
+        upstream = upstream_keywords(op, result, grads)
         names = tuple(upstream)
         leaves = ctx.saved_tensors[:len(ctx.leaves)]
         d_leaves = _Backward.apply(op, ctx.structure, ctx.config,
@@ -215,13 +131,13 @@ class _Forward(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, *tangents):
-        with _on(ctx.device):
+        with on_device(ctx.device):
             d_result, ctx.box.d_result = ctx.box.d_result, None
             if d_result is None:   # tangents the call did not see (not dual before it)
-                _, d_result = ctx.op.call("_jvp", _primals(ctx.structure, ctx.leaves),
+                _, d_result = ctx.op.call("_jvp", primals_of(ctx.structure, ctx.leaves),
                                           ctx.config,
-                                          tangents=_primals(ctx.structure, tangents[4:]))
-            return tuple(_tensor(a) for a in _tangent_arrays(d_result, ctx.result))
+                                          tangents=primals_of(ctx.structure, tangents[4:]))
+            return tuple(to_tensor(a) for a in _tangent_arrays(d_result, ctx.result))
 
 
 class _Backward(torch.autograd.Function):
@@ -232,12 +148,12 @@ class _Backward(torch.autograd.Function):
     def forward(op, structure, config, saved, *tensors):
         result, device, names = saved.result, saved.device, saved.names
         n = len(tensors) - len(names)
-        with _on(device):
-            primals = _primals(structure, tensors[:n])
-            upstream = {name: _view(u) for name, u in zip(names, tensors[n:], strict=True)}
-            grads = op.call("_grad", primals, _backend_only(config),
+        with on_device(device):
+            primals = primals_of(structure, tensors[:n])
+            upstream = {name: view(u) for name, u in zip(names, tensors[n:], strict=True)}
+            grads = op.call("_grad", primals, backend_only(config),
                             **{op.result_arg: result}, **upstream)
-            return tuple(_tensor(a) for a in trees.leaves_like(structure, grads))
+            return tuple(to_tensor(a) for a in trees.leaves_like(structure, grads))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -263,33 +179,33 @@ class _Backward(torch.autograd.Function):
     def _second_order(ctx, tensors, v):
         op, names = ctx.op, ctx.names
         n = len(tensors) - len(names)
-        with _on(ctx.device):
-            primals = _primals(ctx.structure, tensors[:n])
-            upstream = {name: _view(u) for name, u in zip(names, tensors[n:], strict=True)}
-            dv = _primals(ctx.structure, v)
-            _, d_primals = op.call("_grad_jvp", primals, _backend_only(ctx.config),
+        with on_device(ctx.device):
+            primals = primals_of(ctx.structure, tensors[:n])
+            upstream = {name: view(u) for name, u in zip(names, tensors[n:], strict=True)}
+            dv = primals_of(ctx.structure, v)
+            _, d_primals = op.call("_grad_jvp", primals, backend_only(ctx.config),
                                    **{op.result_arg: ctx.result}, tangents=dv, **upstream)
             _, d_result = op.call("_jvp", primals, ctx.config, tangents=dv)
             d_upstream = [getattr(d_result, name.removeprefix("d_")) for name in names]
             return (None, None, None, None,
-                    *(_tensor(a) for a in trees.leaves_like(ctx.structure, d_primals)),
-                    *(_tensor(a) for a in d_upstream))
+                    *(to_tensor(a) for a in trees.leaves_like(ctx.structure, d_primals)),
+                    *(to_tensor(a) for a in d_upstream))
 
     @staticmethod
     def jvp(ctx, *tangents):
         op, names = ctx.op, ctx.names
         tangents = tangents[4:]
         n = len(ctx.tensors) - len(names)
-        with _on(ctx.device):
-            primals = _primals(ctx.structure, ctx.tensors[:n])
-            upstream = {name: _view(u) for name, u in zip(names, ctx.tensors[n:], strict=True)}
-            d_upstream = {f"{name}_tangent": _view(t)
+        with on_device(ctx.device):
+            primals = primals_of(ctx.structure, ctx.tensors[:n])
+            upstream = {name: view(u) for name, u in zip(names, ctx.tensors[n:], strict=True)}
+            d_upstream = {f"{name}_tangent": view(t)
                           for name, t in zip(names, tangents[n:], strict=True)}
-            _, d_grads = op.call("_grad_jvp", primals, _backend_only(ctx.config),
+            _, d_grads = op.call("_grad_jvp", primals, backend_only(ctx.config),
                                  **{op.result_arg: ctx.result},
-                                 tangents=_primals(ctx.structure, tangents[:n]),
+                                 tangents=primals_of(ctx.structure, tangents[:n]),
                                  **upstream, **d_upstream)
-            return tuple(_tensor(a) for a in trees.leaves_like(ctx.structure, d_grads))
+            return tuple(to_tensor(a) for a in trees.leaves_like(ctx.structure, d_grads))
 
 
 class _NoThirdOrder(torch.autograd.Function):
@@ -310,12 +226,6 @@ class _NoThirdOrder(torch.autograd.Function):
                            "gradcells differentiates twice (backward of backward), not more")
 
 
-def _backend_only(config: dict) -> dict:
-    """The keywords ``_grad`` and ``_grad_jvp`` need besides the result (which records the
-    settings): the backend."""
-    return {"backend": config["backend"]}
-
-
 # -- the public functions -------------------------------------------------------------------
 
 
@@ -331,7 +241,7 @@ def _check_primals(name, named) -> torch.device:
                             f"{type(t).__name__}")
         if not t.is_floating_point():
             raise TypeError(f"gradcells.torch.{name}: {arg} is a {t.dtype} tensor; pass "
-                            "float32 or float64")
+                            "float16, bfloat16, float32 or float64")
         if first is None:
             first = arg, t
         elif t.device != first[1].device:
@@ -346,11 +256,11 @@ def _check_primals(name, named) -> torch.device:
 
 
 def _constant(name, arg, value, device):
-    """A mask or ``seq_len`` (or a tree of them: the dropout masks) as backend arrays:
-    tensors must not require grad and must be on the primals' device; anything else goes
-    to gc as it is."""
+    """A mask or ``seq_len`` (or a tree of them: the dropout masks), checked: tensors must
+    not require grad and must be on the primals' device."""
     return trees.map_with_path(
-        lambda leaf, path: _constant_leaf(name, trees.label(path), leaf, device), value, (arg,))
+        lambda leaf, path: _constant_leaf(name, trees.label(path), leaf, device),
+        value, (arg,))
 
 
 def _constant_leaf(name, arg, value, device):
@@ -362,14 +272,14 @@ def _constant_leaf(name, arg, value, device):
     if value.device != device:
         raise ValueError(f"gradcells.torch.{name}: {arg} is on {value.device} and the "
                          f"arrays on {device}: pass every tensor on one device")
-    return _view(value, arg)
+    return value
 
 
-def _primal_tree(op: _Op, arguments: dict):
+def _primal_tree(op: Op, arguments: dict):
     """The call's primals as a tree of the op's gradient type (weight sets and ``LSTMNorm``
     rebuilt as their types)."""
     if op.stack:
-        kind, grads = _stack_types(op.name)
+        kind, _, grads = stack_types(op.name)
         weights = arguments.get("weights")
         if not isinstance(weights, (list, tuple)):
             raise TypeError(f"gradcells.torch.{op.name}: weights must be a list of "
@@ -403,23 +313,23 @@ def _forward_tangents(leaves):
 
 def _function(name: str):
     """``gradcells.torch.<name>``: ``gc.<name>`` under autograd (see the module)."""
-    op, reference = _Op(name), getattr(gc, name)
+    op, reference = Op(name), getattr(gc, name)
     signature = inspect.signature(reference)
-    primal_args = ("x", *op.spec.states, "weights") if op.stack else op.spec.grads._fields
 
     def function(*args, **kwargs):
         arguments = signature.bind(*args, **kwargs).arguments
         tree = _primal_tree(op, arguments)
-        leaves, structure = trees.flatten(tree)
         device = _check_primals(name, trees.named_leaves(tree))
-        with _on(device):
-            config = {k: (_constant(name, k, v, device) if k in _CONSTANTS or
-                          k == "dropout_masks" else v)
-                      for k, v in arguments.items() if k not in primal_args}
-        config.setdefault("backend", None)
-        box = _Box(device=device, tangents=_forward_tangents(leaves))
-        outputs = _Forward.apply(op, structure, config, box, *leaves)
-        return _like(box.result, iter(outputs))
+        settings = {k: v for k, v in arguments.items() if k not in op.primal_args}
+        constants = {k: _constant(name, k, settings.pop(k), device)
+                     for k in _CONSTANTS if k in settings}
+        reduced = _reduced_dtype(tree, device)
+        if reduced is not None:   # computed in float32, returned in the input's dtype
+            tree, constants = (trees.map_leaves(_widened(reduced), t) for t in (tree, constants))
+        result = _run(op, tree, settings, constants, device)
+        if reduced is None:
+            return result
+        return trees.map_leaves(lambda a: a.to(reduced) if hasattr(a, "shape") else a, result)
 
     function.__name__ = function.__qualname__ = name
     function.__signature__ = signature
@@ -434,10 +344,33 @@ def _function(name: str):
     return function
 
 
-def _stack_types(name):
-    """A stack's weight set type and gradient type (``LSTMWeights``, ``LSTMStackGrads``)."""
-    spec = SPECS[cell_of(name)]
-    return spec.sequence.weights, spec.stack.grads
+def _run(op: Op, tree, settings: dict, constants: dict, device):
+    """The op on the primal ``tree``: the custom op under torch.compile, else ``_Forward``."""
+    if torch.compiler.is_compiling():
+        return library_call(op, tree, settings, constants)
+    with on_device(device):
+        constants = {k: trees.map_leaves(lambda t, k=k: view(t, k), v)
+                     for k, v in constants.items()}
+    leaves, structure = trees.flatten(tree)
+    box = _Box(device=device, tangents=_forward_tangents(leaves))
+    config = {"backend": None, **settings, **constants}
+    outputs = _Forward.apply(op, structure, config, box, *leaves)
+    return like(box.result, iter(outputs))
+
+
+_REDUCED = {torch.float16: ("cpu",), torch.bfloat16: ("cpu", "cuda")}
+"""The reduced precisions computed in float32, and where (float16 runs as itself on CUDA)."""
+
+
+def _reduced_dtype(tree, device):
+    """The primals' dtype if it is one computed in float32 on ``device``, else None."""
+    dtype = next(t.dtype for t in trees.leaves(tree) if t is not None)
+    return dtype if device.type in _REDUCED.get(dtype, ()) else None
+
+
+def _widened(reduced):
+    """Tensors of dtype ``reduced`` as float32 (a differentiable cast), anything else as is."""
+    return lambda t: t.float() if isinstance(t, torch.Tensor) and t.dtype == reduced else t
 
 
 FUNCTIONS = {name: _function(name) for name in (*OPS, *STACKS)}

@@ -121,6 +121,15 @@ class _RecurrentBase(nn.Module):
                 self._register(f"{name}{suffix}", shape, factory)
                 self._nn_names.append(f"{name}{suffix}")
 
+    def __prepare_scriptable__(self):
+        """``torch.jit.script`` calls this first: TorchScript cannot compile a forward that
+        calls gradcells's kernels (Python, NumPy, Numba), so it is refused here, by name."""
+        raise RuntimeError(
+            f"torch.jit.script does not support gradcells.torch.{type(self).__name__}: its "
+            "forward runs gradcells's kernels, which TorchScript cannot compile. Use "
+            "torch.compile(module) instead (the gradcells ops are torch.library custom ops), "
+            "or call the module eagerly")
+
     @property
     def _directions(self):
         return 2 if self.bidirectional else 1

@@ -409,10 +409,10 @@ makes the functions)."""
 CELL = CellSpec(
     "lstm",
     OpSpec("lstm_cell", False, ("cs_prev", "h_prev"), LSTMWeights, LSTMSettings,
-           LSTMCellState, LSTMCellGrads, ("d_h", "d_cs"), "P", {"layer_norm": NORM_FIELDS}),
+           LSTMCellState, LSTMCellGrads, ("d_h", "d_cs"), "P", {"layer_norm": LSTMNorm}),
     OpSpec("lstm_sequence", True, ("cs0", "h0"), LSTMWeights, LSTMSettings, LSTMSequence,
            LSTMSequenceGrads, ("d_h", "d_cs", "d_h_final", "d_cs_final"), "P",
-           {"layer_norm": NORM_FIELDS}),
+           {"layer_norm": LSTMNorm}),
     StackSpec(LSTMStack, LSTMStackGrads),
     keywords=(Keyword("forget_bias", 1.0, "float", forward_only=True),
               Keyword("cell_clip", None, "float | None"),

@@ -1,0 +1,184 @@
+"""``gradcells.torch`` where PyTorch users are (docs/adapters.md): torch.compile through the
+``torch.library`` custom ops, TorchScript refused with a clear message.
+
+The custom-op path runs under torch.compile; here it also runs eagerly, with
+``torch.compiler.is_compiling`` reporting True, so that every op on ``gc.testing``'s cases
+is held to the eager path (results and gradients equal) and its fake implementation to the
+real one (shapes and dtypes) without a compile per case. One fresh process compiles a
+module and a function with ``fullgraph=True`` for real.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import gradcells.testing as gt  # noqa: E402
+from gradcells.cells import OPS, STACKS  # noqa: E402
+
+gtorch = pytest.importorskip("gradcells.torch")
+
+from test_torch_functions import _as_function, _case, _torch_case  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMES = (*OPS, *STACKS)
+
+
+@pytest.fixture
+def custom_ops(monkeypatch):
+    """``gradcells.torch.<op>`` through its custom op, eagerly."""
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+
+
+def _outputs_and_grads(name, case):
+    f, leaves = _as_function(name, case)
+    outputs = f(*leaves)
+    rng = np.random.default_rng(11)
+    upstream = [torch.tensor(rng.standard_normal(o.shape)) for o in outputs]
+    grads = torch.autograd.grad(sum((o * u).sum() for o, u in zip(outputs, upstream,
+                                                                   strict=True)), leaves)
+    return outputs, grads
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("name", NAMES)
+def test_custom_op_equals_the_eager_function(name, seed, monkeypatch):
+    """Every field of the result and every gradient, bit for bit."""
+    case = _torch_case(_case(name, seed))
+    want = _outputs_and_grads(name, case)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    f, leaves = _as_function(name, case)
+    assert f"gradcells_{name}_default" in f(*leaves)[0].grad_fn.name()
+    got = _outputs_and_grads(name, case)
+    for a, b in zip([*got[0], *got[1]], [*want[0], *want[1]], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("name", NAMES)
+def test_fake_implementation_has_the_real_shapes(name, seed, custom_ops):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    case = _case(name, seed)
+    real = getattr(gtorch, name)(**_torch_case(case, grad=False))
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fake_case = {k: _fake(v, mode) for k, v in _torch_case(case, grad=False).items()}
+        fake = getattr(gtorch, name)(**fake_case)
+    assert type(fake) is type(real)
+    got, want = _tensors(fake), _tensors(real)
+    assert [(t.shape, t.dtype) for t in got] == [(t.shape, t.dtype) for t in want]
+
+
+def _fake(value, mode):
+    if isinstance(value, torch.Tensor):
+        return mode.from_tensor(value)
+    if isinstance(value, (tuple, list)):
+        items = [_fake(v, mode) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    return value
+
+
+def _tensors(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors(item)]
+    return []
+
+
+def test_gradient_on_a_gate_raises_through_the_custom_op(custom_ops):
+    case = _torch_case(gt.lstm_sequence_case(np.random.default_rng(0)))
+    result = gtorch.lstm_sequence(**case)
+    assert "gradcells_lstm_sequence_default" in result.h.grad_fn.name()
+    with pytest.raises(ValueError, match="'i'.*lstm_sequence_grad takes no upstream"):
+        (result.i.sum() + result.h.sum()).backward()
+
+
+def test_second_order_through_the_custom_op_raises(custom_ops):
+    case = _torch_case(gt.rnn_cell_case(np.random.default_rng(0)))
+    h = gtorch.rnn_cell(**case).h
+    (gx,) = torch.autograd.grad(h.sum(), case["x"], create_graph=True)
+    with pytest.raises(RuntimeError, match="torch.compile does not differentiate twice"):
+        gx.sum().backward()
+
+
+_COMPILE_SCRIPT = textwrap.dedent("""
+    import torch
+    import gradcells.torch as gtorch
+
+    torch.manual_seed(0)
+    module = gtorch.LSTM(3, 4, bidirectional=True).double()
+    x = torch.randn(5, 2, 3, dtype=torch.float64)
+    w = [torch.randn(s, dtype=torch.float64) for s in ((5, 2, 8), (2, 2, 4), (2, 2, 4))]
+
+    def module_run(run):
+        module.zero_grad()
+        out, (h, c) = run(x)
+        loss = sum((a * b).sum() for a, b in zip((out, h, c), w))
+        loss.backward()
+        return [out, h, c, *(p.grad for p in module.parameters())]
+
+    g = torch.Generator().manual_seed(1)
+    arrays = [torch.randn(s, generator=g, dtype=torch.float64) for s in
+              ((4, 3, 2), (3, 3), (3, 3), (5, 12), (12,), (3,), (3,), (3,))]
+
+    def sequence(x, cs0, h0, w, b, wci, wcf, wco):
+        seq = gtorch.lstm_sequence(x, cs0, h0, w, b, wci=wci, wcf=wcf, wco=wco,
+                                   cell_clip=0.5, seq_len=torch.tensor([4, 2, 3]),
+                                   reverse=True)
+        return seq.h, seq.cs_final
+
+    def sequence_run(run):
+        leaves = [a.clone().requires_grad_() for a in arrays]
+        h, cs_final = run(*leaves)
+        (h.sin().sum() + cs_final.sum()).backward()
+        return [h, cs_final, *(a.grad for a in leaves)]
+
+    for run, compiled in ((module_run, torch.compile(module, fullgraph=True)),
+                          (sequence_run, torch.compile(sequence, fullgraph=True))):
+        got = run(compiled)
+        want = run(module if run is module_run else sequence)
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    print("compiled equals eager")
+""")
+
+
+def test_compile_fullgraph_in_a_fresh_process():
+    """No eager call first: Dynamo must never reach Numba or CuPy."""
+    done = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "compiled equals eager" in done.stdout
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("module", [gtorch.LSTM, gtorch.GRU, gtorch.RNN])
+def test_torchscript_is_refused_by_name(module):
+    with pytest.raises(RuntimeError, match=rf"torch.jit.script does not support "
+                                           rf"gradcells.torch.{module.__name__}.*torch.compile"):
+        torch.jit.script(module(2, 3))
+
+
+def test_threads_call_the_custom_ops_at_once(custom_ops):
+    """Four threads, each its own forward and backward through the custom ops (the handle
+    registry shared): each equals the same call made alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cases = [_torch_case(_case("lstm_sequence", seed)) for seed in range(4)]
+    f, leaves = _as_function("lstm_sequence", cases[0])
+    assert "gradcells_lstm_sequence_default" in f(*leaves)[0].grad_fn.name()
+    alone = [_outputs_and_grads("lstm_sequence", case) for case in cases]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda case: _outputs_and_grads("lstm_sequence", case),
+                                 cases * 3))
+    for got, want in zip(together, alone * 3, strict=True):
+        for a, b in zip([*got[0], *got[1]], [*want[0], *want[1]], strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
