@@ -1,14 +1,25 @@
 """What a stack call adds to its layers' calls (docs/spec.md §11.4): the flags, the list of
-weight sets and the sizes that chain the layers, the states' ``L·D`` axis, the dropout masks
-and the upstream gradients' shapes; each layer's sequence call checks its own arrays.
+weight sets and the sizes that chain the layers, the states' ``L·D`` axis, the dropout masks,
+a gradient's weight sets against what its forward ran (§16.3) and the upstream gradients'
+shapes; each layer's sequence call checks its own arrays.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .._core.types import GRUWeights, LSTMWeights
-from .arrays import described, library_and_dtype
+from .._core.specs import OPS
+from .._core.types import GRUWeights, LSTMSettings, LSTMWeights
+from .arrays import (
+    _check_shapes,
+    _expected_shapes,
+    _flat_weights,
+    _layout,
+    described,
+    library_and_dtype,
+    require_arrays,
+)
+from .records import check_optional
 from .settings import bool_value
 
 
@@ -21,10 +32,7 @@ def stack_args(weights_type, x, states, weights, *, bidirectional, batch_first,
     directions = 2 if bool_value("bidirectional", bidirectional) else 1
     bool_value("batch_first", batch_first)
     widths = _stack_widths(weights_type, weights, directions)
-    if getattr(x, "ndim", None) != 3:
-        raise ValueError(f"x must be a 3-D array [{'B, T' if batch_first else 'T, B'}, I], "
-                         f"got {described(x)}")
-    _check_chain(weights_type, weights, widths, directions, x.shape[-1])
+    _check_chain(weights_type, weights, widths, directions, _input_width(x, batch_first))
     for name, state in states.items():
         if getattr(state, "ndim", None) != 3 or state.shape[0] != len(weights):
             raise ValueError(
@@ -115,3 +123,80 @@ def stack_upstream(stack, upstream):
             raise ValueError(f"{name} must have the shape of stack.{name.removeprefix('d_')} "
                              f"{tuple(like.shape)}, got {described(g)}")
 
+
+
+def stack_weights(weights_type, x, weights, stack):
+    """Check a stack gradient's ``weights`` against what its forward ran (docs/spec.md
+    §16.3): ``stack.layers`` holds one sequence result per weight set, each recording its
+    settings, so the number of sets, each set's type, the optional arrays it has (an LSTM's
+    peepholes, projection, layer norm) and every array's library, dtype and shape (the sizes
+    read from the layer's result and its input's width) must agree. A mismatch is a
+    ``ValueError`` naming ``weights`` and the set's layer and direction, ``weights[1] (layer
+    0, reverse): ...``; a ``weights`` that is no list, or an array that is none or not an
+    array, a ``TypeError`` named alike."""
+    if not isinstance(weights, (list, tuple)) or hasattr(weights, "_fields"):
+        raise TypeError(f"weights must be the list of gradcells.{weights_type.__name__} the "
+                        f"forward ran, got {type(weights).__name__}")
+    runs, directions = stack.layers, 2 if stack.settings.bidirectional else 1
+    if len(weights) != len(runs):
+        first = min(len(weights), len(runs))
+        raise ValueError(
+            f"weights holds {len(weights)} weight sets but the forward ran {len(runs)} "
+            f"({len(runs) // directions} layers × {directions} directions, stack.layers): "
+            f"weights[{first}] {where(first, directions)} "
+            + ("is missing" if len(weights) < len(runs) else "has no layer"))
+    n_in = _input_width(x, stack.settings.batch_first)
+    spec = next(s for s in OPS.values() if s.sequence and s.weights is weights_type)
+    for k, (w, run) in enumerate(zip(weights, runs, strict=True)):
+        if not isinstance(w, weights_type):
+            raise ValueError(f"weights[{k}] {where(k, directions)} must be a gradcells."
+                             f"{weights_type.__name__}, as the forward ran it (stack.layers"
+                             f"[{k}]), got {type(w).__name__}")
+        layer = k // directions
+        if layer:
+            n_in = directions * runs[(layer - 1) * directions].h.shape[-1]
+        try:
+            _check_set(spec, x, w, run, n_in, f"stack.layers[{k}].settings")
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"weights[{k}] {where(k, directions)}: {error}") from None
+
+
+def where(k, directions):
+    """Weight set ``k``'s place in a stack of ``directions`` directions, ``(layer 0,
+    reverse)``."""
+    return f"(layer {k // directions}{', reverse' if k % directions else ''})"
+
+
+def _input_width(x, batch_first):
+    """``x``'s input size ``I``, after checking that it is a 3-D array."""
+    if getattr(x, "ndim", None) != 3:
+        raise ValueError(f"x must be a 3-D array [{'B, T' if batch_first else 'T, B'}, I], "
+                         f"got {described(x)}")
+    return x.shape[-1]
+
+
+def _check_set(spec, x, weights, run, n_in, record):
+    """One weight set against the sequence result ``run`` its forward gave (its settings
+    named ``record`` in messages), whose input was ``n_in`` wide: the optional arrays present
+    as recorded, every array given where required, of ``x``'s library and dtype and of the
+    shape the sizes make."""
+    settings = run.settings
+    if spec.settings is LSTMSettings:
+        check_optional(spec, settings, weights, record)
+    variant = (spec.name, getattr(settings, "reset_after", False),
+               getattr(settings, "projection", False))
+    layout, n_states = _layout(*variant), 1 + len(spec.states)
+    specs = list(zip(layout.names[n_states:], _flat_weights(spec, weights),
+                     layout.labels[n_states:], strict=True))
+    require_arrays(specs[:layout.n_required - n_states])
+    library_and_dtype([("x", x), *specs])
+    width = run.h_final.shape[-1]
+    sizes = (n_in, run.cs_final.shape[-1] if spec.settings is LSTMSettings else width, width)
+    shapes = _expected_shapes(("stack", *variant), (("I",), *layout.labels[n_states:]),
+                              sizes[:1], *sizes[1:])
+
+    def origin():
+        return (f"I = {n_in}, H = {sizes[1]}" + (f", P = {width}" if variant[2] else "")
+                + f" as the forward ran, {record[:-len('.settings')]}")
+
+    _check_shapes(specs, shapes[1:], origin)
