@@ -7,11 +7,19 @@ forward mode ``gc.<op>_jvp``'s (``gradcells.jax._primitives``); the kernels run 
 through ``jax.pure_callback``. ``seq_len`` and the masks are constants to the derivative;
 the other keywords are static. Importing this module imports JAX; ``import gradcells`` does
 not.
+
+Errors (docs/spec.md §16.3): shapes, dtypes and settings are checked at trace time, each the
+``TypeError``/``ValueError`` the NumPy call gives. Values known only at run time (a traced
+``seq_len``) are checked by the host call; in an eager call (``vmap``, ``grad`` without
+``jit``) its error is raised as gradcells's own, while a ``jax.jit``-compiled function's
+surfaces as JAX's ``JaxRuntimeError`` ending with it, unless the call is wrapped in
+``with gradcells.jax.named_errors():``, which raises gradcells's error instead.
 """
 
 from __future__ import annotations
 
 from ._ops import FORWARD
+from ._primitives import named_errors
 
 lstm_cell = FORWARD["lstm_cell"]
 gru_cell = FORWARD["gru_cell"]
@@ -23,5 +31,5 @@ lstm_stack = FORWARD["lstm_stack"]
 gru_stack = FORWARD["gru_stack"]
 rnn_stack = FORWARD["rnn_stack"]
 
-__all__ = ["lstm_cell", "gru_cell", "rnn_cell", "lstm_sequence", "gru_sequence",
+__all__ = ["named_errors", "lstm_cell", "gru_cell", "rnn_cell", "lstm_sequence", "gru_sequence",
            "rnn_sequence", "lstm_stack", "gru_stack", "rnn_stack"]
