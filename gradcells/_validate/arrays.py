@@ -85,9 +85,24 @@ def _check_shapes(specs, expected_shapes, origin):
     ``origin()``: which arguments the sizes were read from, for the message."""
     for (name, a, labels), expected in zip(specs, expected_shapes, strict=True):
         if a is not None and a.shape != expected:
-            raise ValueError(
-                f"{name} must have shape [{', '.join(labels)}] = {expected}, "
-                f"got {tuple(a.shape)} ({origin()})")
+            raise ValueError(_other_gru_variant(name, tuple(a.shape), expected, origin) or
+                             f"{name} must have shape [{', '.join(labels)}] = {expected}, "
+                             f"got {tuple(a.shape)} ({origin()})")
+
+
+def _other_gru_variant(name, shape, expected, origin):
+    """The message for a GRU candidate bias ``b_c`` of the shape the other variant takes
+    (docs/spec.md §3: ``[2H]`` reset after, ``[H]`` before), else None."""
+    if name != "b_c" or len(shape) != 1 or len(expected) != 1 or not shape[0]:
+        return None
+    if shape[0] == 2 * expected[0]:
+        labels, layout, flag = "[2H]", "the reset-after layout", "reset_after=True"
+    elif 2 * shape[0] == expected[0]:
+        labels, layout = "[H]", "the reset-before layout (TensorFlow's block cell)"
+        flag = "reset_after=False"
+    else:
+        return None
+    return f"b_c has shape {labels} = {shape}, {layout}: pass {flag} ({origin()})"
 
 
 _EXPECTED_SHAPES: dict = {}  # (layout key, x's shape, H) -> every array's expected shape

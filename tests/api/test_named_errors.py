@@ -128,3 +128,42 @@ def test_the_public_stack_gradients_check_their_weights(cell, spoil, suffix, rng
     change, message = SPOILED[spoil]
     with pytest.raises(ValueError, match="^" + message):
         _gradient_call(cell, suffix, case, stack, change(cell, case["weights"]))
+
+
+# A GRU candidate bias of the other variant's shape (docs/spec.md §3)
+AFTER = r"^b_c has shape \[2H\] = \(10,\), the reset-after layout: pass reset_after=True \("
+BEFORE = (r"^b_c has shape \[H\] = \(5,\), the reset-before layout \(TensorFlow's block cell\): "
+          r"pass reset_after=False \(")
+OP_RESULTS = {"gru_cell": "state", "gru_sequence": "seq"}
+
+
+@pytest.mark.parametrize("op", ["gru_cell", "gru_sequence"])
+def test_a_reset_after_bias_by_default_says_pass_reset_after(op, rng):
+    make = cases.gru_cell_case if op == "gru_cell" else cases.gru_sequence_case
+    case = make(rng, batch=3, input_size=3, hidden=5, reset_after=True)
+    function = getattr(gc, op)
+    taken = inspect.signature(function).parameters
+    arguments = {k: a for k, a in case.items() if k in taken and k != "reset_after"}
+    with pytest.raises(ValueError, match=AFTER):
+        function(**arguments)
+    unrecorded = tuple(function(**arguments, reset_after=True))  # the keywords decide
+    with pytest.raises(ValueError, match=AFTER):
+        getattr(gc, f"{op}_grad")(**arguments, **{OP_RESULTS[op]: unrecorded})
+    narrow = {**arguments, "b_c": case["b_c"][:5]}
+    with pytest.raises(ValueError, match=BEFORE):
+        function(**narrow, reset_after=True)
+
+
+def test_a_stacks_reset_before_bias_says_pass_reset_after_false(rng):
+    case, stack = _stack("gru", rng)
+    weights = [w._replace(b_c=w.b_c[:5]) for w in case["weights"]]
+    taken = inspect.signature(gc.gru_stack).parameters
+    with pytest.raises(ValueError, match=BEFORE):
+        gc.gru_stack(**{k: a for k, a in case.items() if k in taken and k != "weights"},
+                     weights=weights)
+    with pytest.raises(ValueError, match=r"^weights\[0\] \(layer 0\): " + BEFORE[1:]):
+        v.stack_weights(gc.GRUWeights, case["x"], weights, stack)
+    odd = [case["weights"][0]._replace(b_c=case["weights"][0].b_c[:3]), *case["weights"][1:]]
+    with pytest.raises(ValueError, match=r"^weights\[0\] \(layer 0\): b_c must have shape "
+                                         r"\[2H\] = \(10,\), got \(3,\)"):
+        v.stack_weights(gc.GRUWeights, case["x"], odd, stack)
