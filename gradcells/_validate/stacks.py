@@ -53,7 +53,7 @@ def _stack_widths(weights_type, weights, directions):
     if len(weights) % directions:
         raise ValueError(f"weights holds {len(weights)} weight sets; a bidirectional stack "
                          "needs two per layer (layer 0, layer 0 reverse, layer 1, ...)")
-    widths = [_state_width(w) for w in weights]
+    widths = [_state_width(k, w) for k, w in enumerate(weights)]
     for k, width in enumerate(widths):
         if width != widths[0]:
             raise ValueError(f"weights[{k}] has a state {width} wide but weights[0] one "
@@ -62,12 +62,24 @@ def _stack_widths(weights_type, weights, directions):
     return widths[::directions]
 
 
-def _state_width(weights):
-    """The recurrent state's width of one weight set: P (an LSTM's projection) or H."""
+def _state_width(k, weights):
+    """The recurrent state's width of weight set ``k``: P (an LSTM's projection) or H."""
     if isinstance(weights, LSTMWeights):
-        return (weights.w_proj.shape[1] if weights.w_proj is not None
-                else weights.b.shape[0] // 4)
-    return weights.w_c.shape[1] if isinstance(weights, GRUWeights) else weights.w.shape[1]
+        return (_dims(k, weights, "w_proj", 2)[1] if weights.w_proj is not None
+                else _dims(k, weights, "b", 1)[0] // 4)
+    return _dims(k, weights, "w_c" if isinstance(weights, GRUWeights) else "w", 2)[1]
+
+
+def _dims(k, weights, name, rank):
+    """The shape of array ``name`` of weight set ``k``, after checking that it is an array
+    of rank ``rank`` (the sizes that chain the layers are read from it)."""
+    a = getattr(weights, name)
+    if not hasattr(a, "shape"):
+        raise TypeError(f"weights[{k}].{name} must be an array, got {type(a).__name__}")
+    if len(a.shape) != rank:
+        raise ValueError(f"weights[{k}].{name} must be a {rank}-D array, got shape "
+                         f"{tuple(a.shape)}")
+    return a.shape
 
 
 def _check_chain(weights_type, weights, widths, directions, n_in):
@@ -77,7 +89,7 @@ def _check_chain(weights_type, weights, widths, directions, n_in):
         layer = k // directions
         width_in = n_in if layer == 0 else directions * widths[layer - 1]
         name = weights_type._fields[0]                  # w, or a GRU's w_ru
-        rows = getattr(w, name).shape[0]
+        rows = _dims(k, w, name, 2)[0]
         if rows != width_in + widths[layer]:
             source = ("x's input size" if layer == 0 else
                       f"{directions} × {widths[layer - 1]}, layer {layer - 1}'s outputs")
@@ -101,6 +113,7 @@ def _stack_masks(masks, x, widths, directions, batch_first):
     leading = tuple(x.shape[:2])
     for k, mask in enumerate(masks):
         name, outputs = f"dropout_masks[{k}]", (*leading, directions * widths[k])
+        require_arrays([(name, mask, None)])
         library_and_dtype([("x", x), (name, mask)])
         try:
             np.broadcast_shapes(tuple(mask.shape), outputs)
@@ -118,10 +131,10 @@ def stack_upstream(stack, upstream):
     for name, g in upstream.items():
         if g is None:
             continue
-        like = getattr(stack, name.removeprefix("d_"))
-        if tuple(getattr(g, "shape", ())) != tuple(like.shape):
+        like = _recorded(stack, (name.removeprefix("d_"),))
+        if tuple(getattr(g, "shape", ())) != tuple(like):
             raise ValueError(f"{name} must have the shape of stack.{name.removeprefix('d_')} "
-                             f"{tuple(like.shape)}, got {described(g)}")
+                             f"{tuple(like)}, got {described(g)}")
 
 
 
@@ -148,15 +161,16 @@ def stack_weights(weights_type, x, weights, stack):
     n_in = _input_width(x, stack.settings.batch_first)
     spec = next(s for s in OPS.values() if s.sequence and s.weights is weights_type)
     for k, (w, run) in enumerate(zip(weights, runs, strict=True)):
+        _recorded(stack, ("layers", k, "h"))           # each layer's outputs are read
         if not isinstance(w, weights_type):
             raise ValueError(f"weights[{k}] {where(k, directions)} must be a gradcells."
                              f"{weights_type.__name__}, as the forward ran it (stack.layers"
                              f"[{k}]), got {type(w).__name__}")
         layer = k // directions
         if layer:
-            n_in = directions * runs[(layer - 1) * directions].h.shape[-1]
+            n_in = directions * _recorded(stack, ("layers", (layer - 1) * directions, "h"))[-1]
         try:
-            _check_set(spec, x, w, run, n_in, f"stack.layers[{k}].settings")
+            _check_set(spec, x, w, run, n_in, f"stack.layers[{k}]")
         except (TypeError, ValueError) as error:
             raise type(error)(f"weights[{k}] {where(k, directions)}: {error}") from None
 
@@ -176,13 +190,13 @@ def _input_width(x, batch_first):
 
 
 def _check_set(spec, x, weights, run, n_in, record):
-    """One weight set against the sequence result ``run`` its forward gave (its settings
-    named ``record`` in messages), whose input was ``n_in`` wide: the optional arrays present
+    """One weight set against the sequence result ``run`` its forward gave (named
+    ``record`` in messages), whose input was ``n_in`` wide: the optional arrays present
     as recorded, every array given where required, of ``x``'s library and dtype and of the
     shape the sizes make."""
     settings = run.settings
     if spec.settings is LSTMSettings:
-        check_optional(spec, settings, weights, record)
+        check_optional(spec, settings, weights, f"{record}.settings")
     variant = (spec.name, getattr(settings, "reset_after", False),
                getattr(settings, "projection", False))
     layout, n_states = _layout(*variant), 1 + len(spec.states)
@@ -190,13 +204,27 @@ def _check_set(spec, x, weights, run, n_in, record):
                      layout.labels[n_states:], strict=True))
     require_arrays(specs[:layout.n_required - n_states])
     library_and_dtype([("x", x), *specs])
-    width = run.h_final.shape[-1]
-    sizes = (n_in, run.cs_final.shape[-1] if spec.settings is LSTMSettings else width, width)
+    width = _recorded(run, ("h_final",), record)[-1]
+    sizes = (n_in, _recorded(run, ("cs_final",), record)[-1] if spec.settings is LSTMSettings
+             else width, width)
     shapes = _expected_shapes(("stack", *variant), (("I",), *layout.labels[n_states:]),
                               sizes[:1], *sizes[1:])
 
     def origin():
         return (f"I = {n_in}, H = {sizes[1]}" + (f", P = {width}" if variant[2] else "")
-                + f" as the forward ran, {record[:-len('.settings')]}")
+                + f" as the forward ran, {record}")
 
     _check_shapes(specs, shapes[1:], origin)
+
+
+def _recorded(result, path, name="stack"):
+    """The shape of the array at ``path`` in a forward's ``result`` (called ``name``), after
+    checking that it is one (a result rebuilt by hand may hold anything)."""
+    a = result
+    for key in path:
+        a = a[key] if isinstance(key, int) else getattr(a, key, None)
+    if not hasattr(a, "shape"):
+        where = name + "".join(f"[{key}]" if isinstance(key, int) else f".{key}" for key in path)
+        raise TypeError(f"{where} must be the array its forward returned, got "
+                        f"{type(a).__name__}")
+    return a.shape
