@@ -11,11 +11,11 @@ import numpy as np
 from .._core.specs import OPS
 from .._core.types import GRUWeights, LSTMSettings, LSTMWeights
 from .arrays import (
-    _check_shapes,
-    _expected_shapes,
-    _flat_weights,
-    _layout,
+    check_shapes,
     described,
+    expected_shapes,
+    flat_weights,
+    layout_of,
     library_and_dtype,
     require_arrays,
 )
@@ -199,22 +199,22 @@ def _check_set(spec, x, weights, run, n_in, record):
         check_optional(spec, settings, weights, f"{record}.settings")
     variant = (spec.name, getattr(settings, "reset_after", False),
                getattr(settings, "projection", False))
-    layout, n_states = _layout(*variant), 1 + len(spec.states)
-    specs = list(zip(layout.names[n_states:], _flat_weights(spec, weights),
+    layout, n_states = layout_of(*variant), 1 + len(spec.states)
+    specs = list(zip(layout.names[n_states:], flat_weights(spec, weights),
                      layout.labels[n_states:], strict=True))
     require_arrays(specs[:layout.n_required - n_states])
     library_and_dtype([("x", x), *specs])
     width = _recorded(run, ("h_final",), record)[-1]
     sizes = (n_in, _recorded(run, ("cs_final",), record)[-1] if spec.settings is LSTMSettings
              else width, width)
-    shapes = _expected_shapes(("stack", *variant), (("I",), *layout.labels[n_states:]),
+    shapes = expected_shapes(("stack", *variant), (("I",), *layout.labels[n_states:]),
                               sizes[:1], *sizes[1:])
 
     def origin():
         return (f"I = {n_in}, H = {sizes[1]}" + (f", P = {width}" if variant[2] else "")
                 + f" as the forward ran, {record}")
 
-    _check_shapes(specs, shapes[1:], origin)
+    check_shapes(specs, shapes[1:], origin)
 
 
 def _recorded(result, path, name="stack"):
