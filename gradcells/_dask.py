@@ -22,6 +22,17 @@ A call whose first argument (``x``) is a dask array comes here from
   array: with a batch axis, chunked like ``x``; without (the weight gradients and their
   tangents), the per-block values summed by dask's tree reduction (``Array.sum``), which for
   a gradient is exact since the batch loss is the sum of the blocks' losses.
+* **Checked at call time** (docs/spec.md §16.3). Before anything is built, the public
+  function runs once on a zero-row stand-in of the call, made from the arguments' metadata
+  alone: each array with a batch axis as an empty array of its chunk type and dtype, 0 rows
+  on that axis; each array without one as a zero-stride array of its shape; a forward's
+  dask result as its forward's zero-row result (``DaskRecord.meta``), so a gradient is
+  checked against its forward's record; ``backend=None`` as ``"reference"`` (nothing to
+  compile). Whatever that call raises (a wrong shape, dtype, setting, weight chain) is
+  raised here, the message the NumPy call gives (its shapes read 0 rows on the batch axis;
+  a note says so). A ``seq_len`` given as a NumPy array or list has its values checked here
+  too; a dask ``seq_len``'s values only at ``compute()``, which raises the same named
+  ``ValueError`` from the block that holds the bad length.
 * **Records.** A forward's (and a ``_jvp``'s primal) dask result records a ``DaskRecord`` as
   its ``settings``: its gradient, given that result, needs only arrays and upstreams, as for
   NumPy (docs/spec.md §10); each block's gradient reads that block's forward result with its
@@ -43,6 +54,7 @@ import sys
 
 import numpy as np
 
+from . import _validate as v
 from ._core import arrays, trees
 from ._core.specs import MASKS
 from ._core.types import record_settings
@@ -58,11 +70,14 @@ class DaskRecord:
     """What a dask result records as its ``settings``: ``blocks``, a one-dimensional dask
     array of objects whose block k is block k's NumPy (or CuPy) result, recording its
     settings; ``batch_chunks``, the batch's chunk sizes; ``keywords``, the forward's scalar
-    keywords as given (``batch_first``, ``bidirectional``, ...)."""
+    keywords as given (``batch_first``, ``bidirectional``, ...); ``meta``, the forward's
+    result on the zero-row stand-in of its call, recording its settings (the call-time
+    check of a gradient reads it)."""
 
     blocks: object
     batch_chunks: tuple
     keywords: dict
+    meta: object = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,10 +221,13 @@ def _records_blocks(value):
 def _template(call, value, path):
     """The argument ``value`` at ``path`` with every array replaced as ``_array_slot``
     says and a dask result (its record) by its forward blocks, its nodes rebuilt."""
-    if path[0] == "seq_len" and isinstance(value, (list, tuple)):
-        value = np.asarray(value)
-    return trees.map_with_path(functools.partial(_template_leaf, call), value, path,
-                               is_leaf=_records_blocks)
+    return trees.map_with_path(functools.partial(_template_leaf, call), _argument(value, path),
+                               path, is_leaf=_records_blocks)
+
+
+def _argument(value, path):
+    """An argument as the call reads it: a ``seq_len`` list as an array, else as given."""
+    return np.asarray(value) if path == ("seq_len",) and isinstance(value, (list, tuple)) else value
 
 
 def _template_leaf(call, value, path):
@@ -274,15 +292,61 @@ def call(func, args, kwargs):
     axis = labels.index(_BATCH)
     call.batch, call.chunks = x.shape[axis], x.chunks[axis]
     template = {name: _template(call, value, (name,)) for name, value in bound.items()}
-    return _results(call, func, template, x, keywords)
+    meta = _checked(call, func, bound)
+    return _results(call, func, template, x, keywords, meta)
+
+
+_NOTE = ("gradcells checked this dask call at call time on its arguments' metadata: shapes "
+         "above read 0 rows on the batch axis")
+
+
+def _checked(call, func, bound):
+    """The call-time check (see the module): ``func`` run on the zero-row stand-in of the
+    call, whose result it returns (a forward's is its ``DaskRecord.meta``); a NumPy or
+    list ``seq_len``'s values checked against x's T."""
+    stand_in = {name: trees.map_with_path(functools.partial(_stand_in, call),
+                                          _argument(value, (name,)), (name,),
+                                          is_leaf=_records_blocks)
+                for name, value in bound.items()}
+    if "backend" in inspect.signature(func).parameters and bound.get("backend") is None:
+        stand_in["backend"] = "reference"
+    lengths = bound.get("seq_len")
+    try:
+        if isinstance(lengths, (list, tuple)) or arrays.library_of(lengths) == "numpy":
+            x = bound["x"]
+            v.seq_len_value(lengths, "numpy",
+                            np.broadcast_to(np.zeros((), x.dtype), x.shape), call.batch_first)
+        return func(**stand_in)
+    except (TypeError, ValueError) as error:
+        if hasattr(error, "add_note"):                  # Python 3.11 on
+            error.add_note(_NOTE)
+        raise
+
+
+def _stand_in(call, value, path):
+    """The argument ``value`` at ``path`` in the zero-row stand-in of the call."""
+    record = getattr(value, "settings", None)
+    if isinstance(record, DaskRecord):
+        return record.meta
+    out = call.inputs.get(path)
+    if out is None:
+        return value                                    # not an array
+    if arrays.is_dask(value):
+        xp = arrays.namespace_of(value._meta)
+        if out.axis is None:
+            return xp.broadcast_to(xp.zeros((), value.dtype), value.shape)
+        return xp.empty(tuple(0 if k == out.axis else n for k, n in enumerate(value.shape)),
+                        value.dtype)
+    return value if out.axis is None else value[(slice(None),) * out.axis + (slice(0, 0),)]
 
 
 def _scalar(value):
     return isinstance(value, (bool, int, float, str))
 
 
-def _results(call, func, template, x, keywords):
-    """The blockwise call over the batch blocks and the result's dask arrays."""
+def _results(call, func, template, x, keywords, meta):
+    """The blockwise call over the batch blocks and the result's dask arrays (``meta``: the
+    call-time check's result, which a forward's record keeps)."""
     da = _da()
     xp = arrays.namespace_of(x._meta)
     packed = da.blockwise(_run_block, (_BLOCK,), *(item for pair in call.pairs for item in pair),
@@ -298,7 +362,8 @@ def _results(call, func, template, x, keywords):
         blocks = packed if call.suffix == "" else da.blockwise(
             _part, (_BLOCK,), packed, (_BLOCK,), dtype=object,
             meta=np.empty((0,), dtype=object), path=(0,), expand=False)
-        record_settings(primal, DaskRecord(blocks, call.chunks, keywords))
+        record_settings(primal, DaskRecord(blocks, call.chunks, keywords,
+                                           meta if call.suffix == "" else meta[0]))
     return result
 
 

@@ -165,6 +165,7 @@ def _layer_input(x, layers, layer, directions, masks):
 
 def _backward(cell, x, states, weights, stack, upstream, backend, **options):
     """The layers from the top down; returns the stack's gradients."""
+    v.stack_weights(cell.weights, x, weights, stack)
     record = stack.settings
     directions = 2 if record.bidirectional else 1
     layers, masks = stack.layers, record.dropout_masks
@@ -194,6 +195,7 @@ def _backward_jvp(cell, x, states, weights, stack, tangents, upstream, backend, 
     settings from the record), then from the top down each direction's sequence gradient
     JVP, its upstream gradient's tangent the slice of the one above. Returns ``(grads,
     grads_tangent)``."""
+    v.stack_weights(cell.weights, x, weights, stack)
     record = stack.settings
     directions = 2 if record.bidirectional else 1
     layers, masks = stack.layers, record.dropout_masks

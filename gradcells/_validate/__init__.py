@@ -10,8 +10,9 @@ chooses a backend (``_dispatch`` does).
 One module per job: ``arrays`` (libraries, dtypes, shapes of one call's arrays),
 ``settings`` (each keyword checked and normalised; the settings record), ``records`` (a
 forward or gradient call whole, a gradient's settings resolved against the forward's
-record), ``stacks`` (what a stack adds to its layers' calls) and ``tangents`` (forward-mode
-and second-order tangents). The names the public layer calls are re-exported here.
+record), ``stacks`` (what a stack adds to its layers' calls; a stack gradient's weight
+sets checked against its forward) and ``tangents`` (forward-mode and second-order
+tangents). The names the public layer calls are re-exported here.
 """
 
 from .arrays import FLOAT_DTYPES, peepholes_given, refused_subclass
@@ -29,7 +30,7 @@ from .settings import (
     reset_after_value,
     seq_len_value,
 )
-from .stacks import stack_args, stack_upstream
+from .stacks import stack_args, stack_upstream, stack_weights
 from .tangents import stack_tangents, tangents_value, upstream_tangents
 
 __all__ = [
@@ -37,5 +38,6 @@ __all__ = [
     "bool_value", "cell_clip_value", "clip_grad_value", "forget_bias_value", "grad_option",
     "ln_carry_value",
     "ln_epsilon_value", "mask_value", "peepholes_given", "reset_after_value", "seq_len_value",
-    "stack_args", "stack_upstream", "stack_tangents", "tangents_value", "upstream_tangents",
+    "stack_args", "stack_upstream", "stack_weights", "stack_tangents", "tangents_value",
+    "upstream_tangents",
 ]

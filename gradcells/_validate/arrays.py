@@ -73,20 +73,35 @@ def _matrix_dims(name, a, labels):
     return a.shape
 
 
-def _check_shapes(specs, expected_shapes, origin):
+def check_shapes(specs, expected_shapes, origin):
     """``specs``: (name, array-or-None, labels); ``expected_shapes``: each one's shape;
     ``origin()``: which arguments the sizes were read from, for the message."""
     for (name, a, labels), expected in zip(specs, expected_shapes, strict=True):
         if a is not None and a.shape != expected:
-            raise ValueError(
-                f"{name} must have shape [{', '.join(labels)}] = {expected}, "
-                f"got {tuple(a.shape)} ({origin()})")
+            raise ValueError(_other_gru_variant(name, tuple(a.shape), expected, origin) or
+                             f"{name} must have shape [{', '.join(labels)}] = {expected}, "
+                             f"got {tuple(a.shape)} ({origin()})")
+
+
+def _other_gru_variant(name, shape, expected, origin):
+    """The message for a GRU candidate bias ``b_c`` of the shape the other variant takes
+    (docs/spec.md §3: ``[2H]`` reset after, ``[H]`` before), else None."""
+    if name != "b_c" or len(shape) != 1 or len(expected) != 1 or not shape[0]:
+        return None
+    if shape[0] == 2 * expected[0]:
+        labels, layout, flag = "[2H]", "the reset-after layout", "reset_after=True"
+    elif 2 * shape[0] == expected[0]:
+        labels, layout = "[H]", "the reset-before layout (TensorFlow's block cell)"
+        flag = "reset_after=False"
+    else:
+        return None
+    return f"b_c has shape {labels} = {shape}, {layout}: pass {flag} ({origin()})"
 
 
 _EXPECTED_SHAPES: dict = {}  # (layout key, x's shape, H) -> every array's expected shape
 
 
-def _expected_shapes(key, labels, x_shape, n_hidden, n_proj):
+def expected_shapes(key, labels, x_shape, n_hidden, n_proj):
     """The shape each of ``labels`` (a tuple of label tuples, named by the small hashable
     ``key``) stands for, given x's shape (``[B, I]``, ``[T, B, I]`` or ``[B, T, I]`` as
     ``labels[0]``, x's labels, says), H and P. A program's
@@ -127,7 +142,7 @@ def _check_arrays(specs, n_required, labels, key, proj=None):
                 f"H from {h_name} {tuple(h_shape)}"
                 + ("" if proj is None else f", P from w_proj {tuple(specs[proj][1].shape)}"))
 
-    _check_shapes(specs, _expected_shapes(key, labels, tuple(x_shape), h_shape[1], n_proj),
+    check_shapes(specs, expected_shapes(key, labels, tuple(x_shape), h_shape[1], n_proj),
                   origin)
     return library
 
@@ -176,7 +191,7 @@ class _Layout(NamedTuple):
 
 
 @functools.cache
-def _layout(op: str, reset_after: bool, projection: bool = False,
+def layout_of(op: str, reset_after: bool, projection: bool = False,
             batch_first: bool = False) -> _Layout:
     spec = OPS[op]
     names = spec.flat_arrays
@@ -219,7 +234,7 @@ def _weight_labels(spec, name, reset_after):
 _NO_NORM = (None,) * len(NORM_FIELDS)
 
 
-def _flat_weights(spec, weights):
+def flat_weights(spec, weights):
     """The weight set's arrays in ``spec.flat_arrays`` order: an LSTM's ``layer_norm`` as
     its six arrays (six Nones without one), after checking that it is an ``LSTMNorm`` of
     arrays."""
@@ -244,8 +259,8 @@ def checked_library(spec, x, states, weights, *, reset_after, batch_first=False,
     ``spec.flat_arrays``."""
     lstm = spec.settings is LSTMSettings
     projection = lstm and weights.w_proj is not None
-    layout = _layout(spec.name, reset_after, projection, batch_first)
-    specs = list(zip(layout.names, (x, *states, *_flat_weights(spec, weights)), layout.labels,
+    layout = layout_of(spec.name, reset_after, projection, batch_first)
+    specs = list(zip(layout.names, (x, *states, *flat_weights(spec, weights)), layout.labels,
                      strict=True))
     n_required = layout.n_required
     if upstream is not None:

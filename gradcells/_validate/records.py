@@ -88,7 +88,7 @@ def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
         "reverse": (reverse, functools.partial(bool_value, "reverse")),
         "batch_first": (batch_first, functools.partial(bool_value, "batch_first"))})
     if spec.settings is LSTMSettings:  # before the shapes, which depend on the projection
-        _check_optional(spec, recorded, weights)
+        check_optional(spec, recorded, weights)
     library = checked_library(spec, x, states, weights,
                                reset_after=getattr(settings, "reset_after", False),
                                batch_first=settings.batch_first, result=result,
@@ -114,9 +114,10 @@ def _given_again(spec, recorded, settings, given):
     return settings
 
 
-def _check_optional(spec, recorded, weights):
+def check_optional(spec, recorded, weights, record=None):
     """ValueError unless the peepholes, the projection and the layer norm are present as the
-    forward's record says."""
+    forward's record says (``record``: what messages call it, by default
+    ``<result>.settings``)."""
     peepholes, projection, norm = (a is not None
                                    for a in (weights.wci, weights.w_proj, weights.layer_norm))
     if recorded is None or (peepholes == recorded.peepholes
@@ -131,7 +132,7 @@ def _check_optional(spec, recorded, weights):
             raise ValueError(
                 f"the forward ran with {flag}; pass {names} again" if ran else
                 f"{names} {'were' if ',' in names else 'was'} given but the forward ran "
-                f"without {flag} ({spec.result_arg}.settings.{flag} is False)")
+                f"without {flag} ({record or spec.result_arg + '.settings'}.{flag} is False)")
 
 
 def _agreeing(spec, recorded, settings, name, value):

@@ -122,8 +122,9 @@ def seq_len_value(seq_len, library, x, batch_first=False):
     """
     if seq_len is None:
         return None
+    n_steps, n_batch = x.shape[1::-1] if batch_first else x.shape[:2]
     if isinstance(seq_len, (list, tuple)):
-        seq_len = _lengths_array(seq_len, library, x)
+        seq_len = _lengths_array(seq_len, library, x, n_steps)
     lib = arrays.library_of(seq_len)
     if lib not in arrays.NATIVE or refused_subclass(seq_len):
         raise TypeError(
@@ -135,7 +136,6 @@ def seq_len_value(seq_len, library, x, batch_first=False):
     if lib == "cupy" and seq_len.device.id != x.device.id:
         raise ValueError(f"seq_len is on CUDA device {seq_len.device.id} but x is on device "
                          f"{x.device.id}; pass arrays on one device")
-    n_steps, n_batch = x.shape[1::-1] if batch_first else x.shape[:2]
     if seq_len.dtype.kind not in "iu":
         raise TypeError(f"seq_len must have an integer dtype, got {seq_len.dtype}")
     if tuple(seq_len.shape) != (n_batch,):
@@ -148,18 +148,24 @@ def seq_len_value(seq_len, library, x, batch_first=False):
         # another device needs peer access, and warns or fails without it.
         shortest, longest = int(seq_len.min()), int(seq_len.max())
     if shortest < 0 or longest > n_steps:
-        bad = shortest if shortest < 0 else longest
-        raise ValueError(
-            f"seq_len must hold lengths in [0, T] = [0, {n_steps}], got {bad}")
+        raise ValueError(_out_of_range(n_steps, shortest if shortest < 0 else longest))
     return None if shortest == n_steps else seq_len
 
 
-def _lengths_array(values, library, x):
+def _out_of_range(n_steps, bad):
+    """The message of a length ``bad`` outside [0, T]."""
+    return f"seq_len must hold lengths in [0, T] = [0, {n_steps}], got {bad}"
+
+
+def _lengths_array(values, library, x, n_steps):
     """A list or tuple of lengths as an array of ``library`` on ``x``'s device (its dtype
-    then says whether they were integers)."""
+    then says whether they were integers; a length beyond int64 is out of range)."""
     if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in values):
         raise TypeError("seq_len must hold integers, got "
                         f"{sorted({type(n).__name__ for n in values})}")
+    beyond = [int(n) for n in values if not -2**63 <= int(n) < 2**63]
+    if beyond:
+        raise ValueError(_out_of_range(n_steps, beyond[0]))
     lengths = np.asarray(values, dtype=np.int64).reshape(len(values))
     if library == "numpy":
         return lengths

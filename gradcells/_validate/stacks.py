@@ -1,15 +1,26 @@
 """What a stack call adds to its layers' calls (docs/spec.md §11.4): the flags, the list of
-weight sets and the sizes that chain the layers, the states' ``L·D`` axis, the dropout masks
-and the upstream gradients' shapes; each layer's sequence call checks its own arrays.
+weight sets and the sizes that chain the layers, the states' ``L·D`` axis, the dropout masks,
+a gradient's weight sets against what its forward ran (§16.3) and the upstream gradients'
+shapes; each layer's sequence call checks its own arrays.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..cells import OPS
 from ..cells.gru.spec import GRUWeights
-from ..cells.lstm.spec import LSTMWeights
-from .arrays import described, library_and_dtype
+from ..cells.lstm.spec import LSTMSettings, LSTMWeights
+from .arrays import (
+    check_shapes,
+    described,
+    expected_shapes,
+    flat_weights,
+    layout_of,
+    library_and_dtype,
+    require_arrays,
+)
+from .records import check_optional
 from .settings import bool_value
 
 
@@ -22,10 +33,7 @@ def stack_args(weights_type, x, states, weights, *, bidirectional, batch_first,
     directions = 2 if bool_value("bidirectional", bidirectional) else 1
     bool_value("batch_first", batch_first)
     widths = _stack_widths(weights_type, weights, directions)
-    if getattr(x, "ndim", None) != 3:
-        raise ValueError(f"x must be a 3-D array [{'B, T' if batch_first else 'T, B'}, I], "
-                         f"got {described(x)}")
-    _check_chain(weights_type, weights, widths, directions, x.shape[-1])
+    _check_chain(weights_type, weights, widths, directions, _input_width(x, batch_first))
     for name, state in states.items():
         if getattr(state, "ndim", None) != 3 or state.shape[0] != len(weights):
             raise ValueError(
@@ -46,7 +54,7 @@ def _stack_widths(weights_type, weights, directions):
     if len(weights) % directions:
         raise ValueError(f"weights holds {len(weights)} weight sets; a bidirectional stack "
                          "needs two per layer (layer 0, layer 0 reverse, layer 1, ...)")
-    widths = [_state_width(w) for w in weights]
+    widths = [_state_width(k, w) for k, w in enumerate(weights)]
     for k, width in enumerate(widths):
         if width != widths[0]:
             raise ValueError(f"weights[{k}] has a state {width} wide but weights[0] one "
@@ -55,12 +63,24 @@ def _stack_widths(weights_type, weights, directions):
     return widths[::directions]
 
 
-def _state_width(weights):
-    """The recurrent state's width of one weight set: P (an LSTM's projection) or H."""
+def _state_width(k, weights):
+    """The recurrent state's width of weight set ``k``: P (an LSTM's projection) or H."""
     if isinstance(weights, LSTMWeights):
-        return (weights.w_proj.shape[1] if weights.w_proj is not None
-                else weights.b.shape[0] // 4)
-    return weights.w_c.shape[1] if isinstance(weights, GRUWeights) else weights.w.shape[1]
+        return (_dims(k, weights, "w_proj", 2)[1] if weights.w_proj is not None
+                else _dims(k, weights, "b", 1)[0] // 4)
+    return _dims(k, weights, "w_c" if isinstance(weights, GRUWeights) else "w", 2)[1]
+
+
+def _dims(k, weights, name, rank):
+    """The shape of array ``name`` of weight set ``k``, after checking that it is an array
+    of rank ``rank`` (the sizes that chain the layers are read from it)."""
+    a = getattr(weights, name)
+    if not hasattr(a, "shape"):
+        raise TypeError(f"weights[{k}].{name} must be an array, got {type(a).__name__}")
+    if len(a.shape) != rank:
+        raise ValueError(f"weights[{k}].{name} must be a {rank}-D array, got shape "
+                         f"{tuple(a.shape)}")
+    return a.shape
 
 
 def _check_chain(weights_type, weights, widths, directions, n_in):
@@ -70,7 +90,7 @@ def _check_chain(weights_type, weights, widths, directions, n_in):
         layer = k // directions
         width_in = n_in if layer == 0 else directions * widths[layer - 1]
         name = weights_type._fields[0]                  # w, or a GRU's w_ru
-        rows = getattr(w, name).shape[0]
+        rows = _dims(k, w, name, 2)[0]
         if rows != width_in + widths[layer]:
             source = ("x's input size" if layer == 0 else
                       f"{directions} × {widths[layer - 1]}, layer {layer - 1}'s outputs")
@@ -94,6 +114,7 @@ def _stack_masks(masks, x, widths, directions, batch_first):
     leading = tuple(x.shape[:2])
     for k, mask in enumerate(masks):
         name, outputs = f"dropout_masks[{k}]", (*leading, directions * widths[k])
+        require_arrays([(name, mask, None)])
         library_and_dtype([("x", x), (name, mask)])
         try:
             np.broadcast_shapes(tuple(mask.shape), outputs)
@@ -111,8 +132,100 @@ def stack_upstream(stack, upstream):
     for name, g in upstream.items():
         if g is None:
             continue
-        like = getattr(stack, name.removeprefix("d_"))
-        if tuple(getattr(g, "shape", ())) != tuple(like.shape):
+        like = _recorded(stack, (name.removeprefix("d_"),))
+        if tuple(getattr(g, "shape", ())) != tuple(like):
             raise ValueError(f"{name} must have the shape of stack.{name.removeprefix('d_')} "
-                             f"{tuple(like.shape)}, got {described(g)}")
+                             f"{tuple(like)}, got {described(g)}")
 
+
+
+def stack_weights(weights_type, x, weights, stack):
+    """Check a stack gradient's ``weights`` against what its forward ran (docs/spec.md
+    §16.3): ``stack.layers`` holds one sequence result per weight set, each recording its
+    settings, so the number of sets, each set's type, the optional arrays it has (an LSTM's
+    peepholes, projection, layer norm) and every array's library, dtype and shape (the sizes
+    read from the layer's result and its input's width) must agree. A mismatch is a
+    ``ValueError`` naming ``weights`` and the set's layer and direction, ``weights[1] (layer
+    0, reverse): ...``; a ``weights`` that is no list, or an array that is none or not an
+    array, a ``TypeError`` named alike."""
+    if not isinstance(weights, (list, tuple)) or hasattr(weights, "_fields"):
+        raise TypeError(f"weights must be the list of gradcells.{weights_type.__name__} the "
+                        f"forward ran, got {type(weights).__name__}")
+    runs, directions = stack.layers, 2 if stack.settings.bidirectional else 1
+    if len(weights) != len(runs):
+        first = min(len(weights), len(runs))
+        raise ValueError(
+            f"weights holds {len(weights)} weight sets but the forward ran {len(runs)} "
+            f"({len(runs) // directions} layers × {directions} directions, stack.layers): "
+            f"weights[{first}] {where(first, directions)} "
+            + ("is missing" if len(weights) < len(runs) else "has no layer"))
+    n_in = _input_width(x, stack.settings.batch_first)
+    spec = next(s for s in OPS.values() if s.sequence and s.weights is weights_type)
+    for k, (w, run) in enumerate(zip(weights, runs, strict=True)):
+        _recorded(stack, ("layers", k, "h"))           # each layer's outputs are read
+        if not isinstance(w, weights_type):
+            raise ValueError(f"weights[{k}] {where(k, directions)} must be a gradcells."
+                             f"{weights_type.__name__}, as the forward ran it (stack.layers"
+                             f"[{k}]), got {type(w).__name__}")
+        layer = k // directions
+        if layer:
+            n_in = directions * _recorded(stack, ("layers", (layer - 1) * directions, "h"))[-1]
+        try:
+            _check_set(spec, x, w, run, n_in, f"stack.layers[{k}]")
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"weights[{k}] {where(k, directions)}: {error}") from None
+
+
+def where(k, directions):
+    """Weight set ``k``'s place in a stack of ``directions`` directions, ``(layer 0,
+    reverse)``."""
+    return f"(layer {k // directions}{', reverse' if k % directions else ''})"
+
+
+def _input_width(x, batch_first):
+    """``x``'s input size ``I``, after checking that it is a 3-D array."""
+    if getattr(x, "ndim", None) != 3:
+        raise ValueError(f"x must be a 3-D array [{'B, T' if batch_first else 'T, B'}, I], "
+                         f"got {described(x)}")
+    return x.shape[-1]
+
+
+def _check_set(spec, x, weights, run, n_in, record):
+    """One weight set against the sequence result ``run`` its forward gave (named
+    ``record`` in messages), whose input was ``n_in`` wide: the optional arrays present
+    as recorded, every array given where required, of ``x``'s library and dtype and of the
+    shape the sizes make."""
+    settings = run.settings
+    if spec.settings is LSTMSettings:
+        check_optional(spec, settings, weights, f"{record}.settings")
+    variant = (spec.name, getattr(settings, "reset_after", False),
+               getattr(settings, "projection", False))
+    layout, n_states = layout_of(*variant), 1 + len(spec.states)
+    specs = list(zip(layout.names[n_states:], flat_weights(spec, weights),
+                     layout.labels[n_states:], strict=True))
+    require_arrays(specs[:layout.n_required - n_states])
+    library_and_dtype([("x", x), *specs])
+    width = _recorded(run, ("h_final",), record)[-1]
+    sizes = (n_in, _recorded(run, ("cs_final",), record)[-1] if spec.settings is LSTMSettings
+             else width, width)
+    shapes = expected_shapes(("stack", *variant), (("I",), *layout.labels[n_states:]),
+                              sizes[:1], *sizes[1:])
+
+    def origin():
+        return (f"I = {n_in}, H = {sizes[1]}" + (f", P = {width}" if variant[2] else "")
+                + f" as the forward ran, {record}")
+
+    check_shapes(specs, shapes[1:], origin)
+
+
+def _recorded(result, path, name="stack"):
+    """The shape of the array at ``path`` in a forward's ``result`` (called ``name``), after
+    checking that it is one (a result rebuilt by hand may hold anything)."""
+    a = result
+    for key in path:
+        a = a[key] if isinstance(key, int) else getattr(a, key, None)
+    if not hasattr(a, "shape"):
+        where = name + "".join(f"[{key}]" if isinstance(key, int) else f".{key}" for key in path)
+        raise TypeError(f"{where} must be the array its forward returned, got "
+                        f"{type(a).__name__}")
+    return a.shape

@@ -8,12 +8,20 @@ returns the op's result NamedTuple of JAX arrays. The primal is ``gc.<op>``'s, r
 kernels run on the host through ``jax.pure_callback``. ``seq_len`` and the masks are
 constants to the derivative; the other keywords are static. Importing this module imports
 JAX; ``import gradcells`` does not.
+
+Errors (docs/spec.md §16.3): shapes, dtypes and settings are checked at trace time, each the
+``TypeError``/``ValueError`` the NumPy call gives. Values known only at run time (a traced
+``seq_len``) are checked by the host call; in an eager call (``vmap``, ``grad`` without
+``jit``) its error is raised as gradcells's own, while a ``jax.jit``-compiled function's
+surfaces as JAX's ``JaxRuntimeError`` ending with it, unless the call is wrapped in
+``with gradcells.jax.named_errors():``, which raises gradcells's error instead.
 """
 
 from __future__ import annotations
 
 from ._ops import FORWARD
+from ._primitives import named_errors
 
 globals().update(FORWARD)
 
-__all__ = list(FORWARD)
+__all__ = ["named_errors", *FORWARD]

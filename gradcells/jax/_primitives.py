@@ -28,6 +28,7 @@ example) maps sequentially: ``lax.map`` over the mapped axis, one call per index
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -180,14 +181,36 @@ def _input_avals(operands, call, grad):
     return tuple((a.shape, a.dtype) for a in operands[:len(call.diff)])
 
 
+@contextlib.contextmanager
+def named_errors():
+    """Inside this block (or function, as a decorator), gradcells's own ``ValueError`` or
+    ``TypeError`` where a host call of a gradcells primitive raised one and JAX wrapped it:
+    a ``JaxRuntimeError`` whose message is the callback's traceback through this module's
+    host functions, then ``ValueError: <message>`` (or ``TypeError``; gradcells's messages
+    are one line, and JAX may append its own after it), is raised as that error, ``from
+    None``. gradcells's eager calls run in it; a ``jax.jit``-compiled
+    function runs its kernels after the traced code has returned, so its caller wraps the
+    call (docs/spec.md §16.3: a traced ``seq_len``'s values are known only then)."""
+    try:
+        yield
+    except jax.errors.JaxRuntimeError as error:
+        text = str(error)
+        kind, at = max(((kind, text.rfind(f"\n{kind.__name__}: "))
+                        for kind in (ValueError, TypeError)), key=lambda found: found[1])
+        if at < 0 or __file__ not in text:
+            raise
+        raise kind(text[at + len(kind.__name__) + 3:].split("\n", 1)[0]) from None
+
+
 def _primitive(name, host, avals):
     p = Primitive(name)
     p.multiple_results = True
 
     def rule(*operands, call, grad):
         shapes = [jax.ShapeDtypeStruct(s, d) for s, d in avals(operands, call, grad)]
-        return jax.pure_callback(functools.partial(host, call, grad), shapes, *operands,
-                                 vmap_method="sequential")
+        with named_errors():
+            return jax.pure_callback(functools.partial(host, call, grad), shapes, *operands,
+                                     vmap_method="sequential")
 
     p.def_impl(rule)
     p.def_abstract_eval(lambda *operands, call, grad: [
@@ -280,7 +303,8 @@ def _batched(p, operands, dims, *, call, grad):
             args[i] = s
         return p.bind(*args, call=call, grad=grad)
 
-    out = jax.lax.map(one, [moved[i] for i in mapped])
+    with named_errors():
+        out = jax.lax.map(one, [moved[i] for i in mapped])
     return out, [0] * len(out)
 
 

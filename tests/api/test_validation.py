@@ -241,7 +241,8 @@ def test_bad_upstream_gradient(name):
     ("w_ru", np.zeros((9, 5)), r"w_ru must have shape \[I\+H, 2H\] = \(9, 10\), got \(9, 5\)"),
     ("w_c", np.zeros((9, 10)), r"w_c must have shape \[I\+H, H\] = \(9, 5\), got \(9, 10\)"),
     ("b_ru", np.zeros(5), r"b_ru must have shape \[2H\] = \(10,\), got \(5,\)"),
-    ("b_c", np.zeros(10), r"b_c must have shape \[H\] = \(5,\), got \(10,\)"),
+    ("b_c", np.zeros(10), r"^b_c has shape \[2H\] = \(10,\), the reset-after layout: pass "
+                          r"reset_after=True \(B, I from x"),
 ])
 def test_gru_shapes(name, bad, pattern):
     args = gru_inputs()
@@ -252,7 +253,9 @@ def test_gru_shapes(name, bad, pattern):
 
 def test_gru_reset_after_bias_and_flag():
     args = gru_inputs(reset_after=False)
-    with pytest.raises(ValueError, match=r"b_c must have shape \[2H\] = \(10,\), got \(5,\)"):
+    with pytest.raises(ValueError, match=r"^b_c has shape \[H\] = \(5,\), the reset-before "
+                                         r"layout \(TensorFlow's block cell\): pass "
+                                         r"reset_after=False"):
         gc.gru_cell(*args.values(), reset_after=True)
     with pytest.raises(TypeError, match="reset_after must be a bool, got str"):
         gc.gru_cell(*args.values(), reset_after="yes")

@@ -498,7 +498,7 @@ def test_lstm_grad_bad_saved_state():
 
 
 @pytest.mark.parametrize(("changes", "error", "pattern"), [
-    ({"b_c": np.zeros(6)}, ValueError, r"b_c must have shape \[H\] = \(3,\)"),
+    ({"b_c": np.zeros(6)}, ValueError, r"b_c has shape \[2H\] = \(6,\), the reset-after"),
     ({"reset_after": 1}, TypeError, r"reset_after must be a bool"),
     ({"w_ru": np.zeros((5, 6), np.float32)}, TypeError, r"w_ru must have the same dtype"),
 ])
