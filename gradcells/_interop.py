@@ -268,3 +268,36 @@ def to_numpy(a):
     if library == "cupy":
         return a.get()
     return np.asarray(a)
+
+
+_HALF, _SINGLE = np.dtype(np.float16), np.dtype(np.float32)
+
+
+def _retyped(tree, source, target):
+    """``tree`` with every NumPy array of dtype ``source`` as a copy in ``target``."""
+    return trees.map_leaves(
+        lambda a: a.astype(target) if type(a) is np.ndarray and a.dtype == source else a, tree)
+
+
+def computes_half_in_single(func):
+    """Let ``func`` take NumPy float16 arrays (docs/spec.md §16.4): a call whose ``x`` is a
+    NumPy float16 array runs in float32 (every float16 array widened, exactly) and returns
+    its arrays rounded to float16, as PyTorch's CPU LSTM does. Every float array of such a
+    call must be float16 (``TypeError`` naming the one that is not). Other calls pay one
+    type test. CuPy float16 is not touched: the GPU backend computes it natively."""
+    names = tuple(inspect.signature(func).parameters)
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        first = args[0] if args else next(iter(kwargs.values()), None)
+        if type(first) is not np.ndarray or first.dtype != _HALF:
+            return func(*args, **kwargs)
+        for name, value in _named_arrays(names, args, kwargs):
+            if type(value) is np.ndarray and value.dtype.kind == "f" and value.dtype != _HALF:
+                raise TypeError(f"{name} must have the same dtype as x (float16), got "
+                                f"{value.dtype}")
+        result = func(*(_retyped(a, _HALF, _SINGLE) for a in args),
+                      **{k: _retyped(v, _HALF, _SINGLE) for k, v in kwargs.items()})
+        return _retyped(result, _SINGLE, _HALF)
+
+    return wrapper

@@ -26,7 +26,7 @@ from . import _dispatch, _order
 from . import _validate as v
 from ._core.specs import MASKS, CellSpec, OpSpec
 from ._core.types import record_settings
-from ._interop import accepts_any_array
+from ._interop import accepts_any_array, computes_half_in_single
 
 REQUIRED = inspect.Parameter.empty
 """The default of a positional parameter: none."""
@@ -40,7 +40,8 @@ def function(name: str, positional: list[tuple[str, str]],
              keywords: list[tuple[str, str, Any]], returns: str, body: str,
              namespace: dict[str, Any], doc: str, module: str) -> Callable[..., Any]:
     """``def name(*positional, *, **keywords) -> returns: body``, compiled in ``namespace``,
-    documented by ``doc`` and taking any array (``accepts_any_array``). ``positional``:
+    documented by ``doc`` and taking any array (``accepts_any_array``; NumPy float16 through
+    ``computes_half_in_single``). ``positional``:
     (name, annotation); ``keywords``: (name, annotation, default); ``body``: statements,
     one per line."""
     defaults = {f"_default_{k}": default for k, _, default in keywords}
@@ -56,7 +57,7 @@ def function(name: str, positional: list[tuple[str, str]],
     made.__doc__ = inspect.cleandoc(doc)
     made.__module__ = module
     made.__qualname__ = name
-    return accepts_any_array(made)
+    return accepts_any_array(computes_half_in_single(made))
 
 
 # The four bodies, as source: the public function of each mode validates (``_validate``),

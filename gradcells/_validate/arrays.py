@@ -18,7 +18,8 @@ from ..cells.lstm.spec import NORM_ARRAYS, NORM_FIELDS, PEEPHOLES, LSTMNorm, LST
 
 _FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
 FLOAT_DTYPES = (_FLOAT32, _FLOAT64)
-_FLOAT16 = np.dtype(np.float16)  # accepted for CuPy arrays only (the GPU backend's half path)
+_FLOAT16 = np.dtype(np.float16)  # CuPy's (the GPU backend's half path); NumPy's is widened to
+# float32 before the validation (``_interop.computes_half_in_single``)
 refused_subclass = arrays.refused_subclass
 
 
@@ -57,7 +58,7 @@ def library_and_dtype(specs):
                 f"{spec[0]} is on CUDA device {a.device.id} but {first_name} is on device "
                 f"{device}; pass arrays on one device")
         if a_dtype is not dtype and a_dtype != dtype:
-            if a_dtype not in FLOAT_DTYPES and not (lib == "cupy" and a_dtype == _FLOAT16):
+            if a_dtype not in FLOAT_DTYPES and a_dtype != _FLOAT16:
                 raise TypeError(f"{spec[0]} must have dtype float32 or float64, got {a_dtype}")
             raise TypeError(
                 f"{spec[0]} must have the same dtype as {first_name} ({dtype}), got {a_dtype}")

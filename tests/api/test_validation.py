@@ -74,8 +74,7 @@ def test_mixed_dtypes(name):
     assert name in message and "float32" in message and "float64" in message
 
 
-@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.complex128, np.bool_, object,
-                                   np.float16])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.complex128, np.bool_, object])
 @pytest.mark.parametrize("name", ["x", "w"])
 def test_unsupported_dtypes(dtype, name):
     """The first array (x, which sets the dtype the others must share) and a later one."""
