@@ -170,6 +170,7 @@ def _backward(cell, x, states, weights, stack, upstream, backend, **options):
     directions = 2 if record.bidirectional else 1
     layers, masks = stack.layers, record.dropout_masks
     n_layers = len(layers) // directions
+    per_layer = v.stack_layer_upstream(stack, upstream.pop("d_layers"))
     v.stack_upstream(stack, upstream)
     d_out, finals = upstream["d_h"], {k: upstream.get(f"d_{k}_final") for k in ("h", "cs")}
     state_grads = {name: [None] * len(layers) for name in cell.states}
@@ -178,9 +179,10 @@ def _backward(cell, x, states, weights, stack, upstream, backend, **options):
         layer_input = _layer_input(x, layers, layer, directions, masks)
         d_input = None
         for k in range(layer * directions, (layer + 1) * directions):
+            given = _summed({"d_h": _direction_part(d_out, layers[k], k, directions)},
+                            _final_grads(finals, k, cell), per_layer[k])
             g = cell.gradient(layer_input, [s[k] for s in states], weights[k], layers[k],
-                              d_h=_direction_part(d_out, layers[k], k, directions),
-                              backend=backend, **_final_grads(finals, k, cell), **options)
+                              backend=backend, **given, **options)
             d_input = g.x if d_input is None else d_input + g.x
             for name in cell.states:
                 state_grads[name][k] = getattr(g, name)
@@ -199,6 +201,10 @@ def _backward_jvp(cell, x, states, weights, stack, tangents, upstream, backend, 
     record = stack.settings
     directions = 2 if record.bidirectional else 1
     layers, masks = stack.layers, record.dropout_masks
+    per_layer = [{**d, **{f"{k}_tangent": t for k, t in d_t.items()}} for d, d_t in zip(
+        v.stack_layer_upstream(stack, upstream.pop("d_layers")),
+        v.stack_layer_upstream(stack, upstream.pop("d_layers_tangent"), "d_layers_tangent"),
+        strict=True)]
     v.stack_upstream(stack, {k: g for k, g in upstream.items() if not k.endswith("_tangent")})
     shared = {a: getattr(layers[0].settings, a) for a in cell.attrs}
     _, d_stack = _forward_jvp(cell, x, states, weights, tangents,
@@ -216,11 +222,11 @@ def _backward_jvp(cell, x, states, weights, stack, tangents, upstream, backend, 
         d_input = [None, None]
         for k in range(layer * directions, (layer + 1) * directions):
             part = [_direction_part(g, layers[k], k, directions) for g in (d_out, d_out_t)]
+            given = _summed({"d_h": part[0], "d_h_tangent": part[1]},
+                            _final_grads(upstream, k, cell, tangents=True), per_layer[k])
             pair = cell.grad_jvp(inputs[0], [s[k] for s in states], weights[k], layers[k],
                                  (inputs[1], [None if d is None else d[k] for d in d_states],
-                                  d_weights[k]),
-                                 d_h=part[0], d_h_tangent=part[1], backend=backend,
-                                 **_final_grads(upstream, k, cell, tangents=True), **options)
+                                  d_weights[k]), backend=backend, **given, **options)
             for j, g in enumerate(pair):
                 d_input[j] = g.x if d_input[j] is None else d_input[j] + g.x
                 for name in cell.states:
@@ -232,6 +238,17 @@ def _backward_jvp(cell, x, states, weights, stack, tangents, upstream, backend, 
     return tuple(cell.grads((d_out, d_out_t)[j], *(xp.stack(state_grads[n][j])
                                                      for n in cell.states), weight_grads[j])
                  for j in range(2))
+
+
+def _summed(*upstreams):
+    """Upstream gradients by keyword, those given under one keyword more than once summed
+    (a layer's ``d_h`` from the layer above and from ``d_layers``); None: not given."""
+    out = {}
+    for upstream in upstreams:
+        for name, g in upstream.items():
+            if g is not None:
+                out[name] = g if out.get(name) is None else out[name] + g
+    return out
 
 
 def _direction_part(d_out, run, k, directions):
@@ -272,9 +289,10 @@ def _stack_functions(spec):
     settings = _STACK_KEYWORDS + [
         (k.name, k.annotation, spec.stack.defaults.get(k.name, k.default))
         for k in spec.keywords]
-    upstream = [(f"d_{n}", "Array | None", None)
-                for n in ("h", *(f"{s.removesuffix('0')}_final" for s in cell.states))]
-    upstream_t = [(f"{d}_tangent", a, v) for d, a, v in upstream]
+    upstream = [*((f"d_{n}", "Array | None", None)
+                  for n in ("h", *(f"{s.removesuffix('0')}_final" for s in cell.states))),
+                ("d_layers", "list | None", None)]
+    upstream_t = [(f"{d}_tangent", a, default) for d, a, default in upstream]
     options = [(k.name, k.annotation, k.default) for k in spec.grad_options]
     tangents, saved = [("tangents", f"{grads} | None")], [("stack", result)]
     a, checked = f"_cell, x, ({', '.join(cell.states)},), weights", "_checked(stack, _result)"

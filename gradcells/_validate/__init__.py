@@ -30,7 +30,7 @@ from .settings import (
     reset_after_value,
     seq_len_value,
 )
-from .stacks import stack_args, stack_upstream, stack_weights
+from .stacks import stack_args, stack_layer_upstream, stack_upstream, stack_weights
 from .tangents import stack_tangents, tangents_value, upstream_tangents
 
 __all__ = [
@@ -38,6 +38,6 @@ __all__ = [
     "bool_value", "cell_clip_value", "clip_grad_value", "forget_bias_value", "grad_option",
     "ln_carry_value",
     "ln_epsilon_value", "mask_value", "peepholes_given", "reset_after_value", "seq_len_value",
-    "stack_args", "stack_upstream", "stack_weights", "stack_tangents", "tangents_value",
-    "upstream_tangents",
+    "stack_args", "stack_layer_upstream", "stack_upstream", "stack_weights", "stack_tangents",
+    "tangents_value", "upstream_tangents",
 ]

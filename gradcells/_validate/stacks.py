@@ -139,6 +139,41 @@ def stack_upstream(stack, upstream):
 
 
 
+def stack_layer_upstream(stack, d_layers, name="d_layers"):
+    """A stack gradient's upstream gradients of its per-layer results (docs/spec.md §16.1):
+    ``d_layers`` None, or one entry per run of ``stack.layers`` (None, or a tuple of the
+    run's result type whose fields are None or arrays of the field's shape). Returns, per
+    run, the given ones by the sequence gradient's keyword (``d_i``, ``d_h_final``, ...)."""
+    runs = stack.layers
+    if d_layers is None:
+        return [{} for _ in runs]
+    if not isinstance(d_layers, (list, tuple)) or hasattr(d_layers, "_fields"):
+        raise TypeError(f"{name} must be a list with one entry per stack.layers, got "
+                        f"{type(d_layers).__name__}")
+    if len(d_layers) != len(runs):
+        raise ValueError(f"{name} must have one entry per stack.layers ({len(runs)}), got "
+                         f"{len(d_layers)}")
+    return [_layer_upstream(f"{name}[{k}]", run, entry)
+            for k, (run, entry) in enumerate(zip(runs, d_layers, strict=True))]
+
+
+def _layer_upstream(name, run, entry):
+    if entry is None:
+        return {}
+    if not isinstance(entry, tuple) or len(entry) != len(run):
+        raise TypeError(f"{name} must be None or a gradcells.{type(run).__name__} of "
+                        f"gradients, got {type(entry).__name__}")
+    given = {}
+    for field, g, like in zip(run._fields, entry, run, strict=True):
+        if g is None:
+            continue
+        if tuple(getattr(g, "shape", ())) != tuple(like.shape):
+            raise ValueError(f"{name}.{field} must have the shape of stack.layers "
+                             f"{tuple(like.shape)}, got {described(g)}")
+        given[f"d_{field}"] = g
+    return given
+
+
 def stack_weights(weights_type, x, weights, stack):
     """Check a stack gradient's ``weights`` against what its forward ran (docs/spec.md
     §16.3): ``stack.layers`` holds one sequence result per weight set, each recording its

@@ -47,14 +47,58 @@ class Op:
         return "stack" if self.stack else self.spec.result_arg
 
     def upstream(self, result) -> tuple[str, ...]:
-        """The upstream keywords of ``_grad``: ``d_<field>`` for the fields that have one."""
+        """The upstream keywords of ``_grad``: ``d_<field>`` for the fields that have one; a
+        stack's runs' fields as ``d_layers[k].<field>`` (``nested_upstream`` gathers them
+        into ``d_layers``)."""
         if not self.stack:
             return self.spec.upstream
-        return tuple(f"d_{field}" for field in result._fields if field != "layers")
+        return (*(f"d_{field}" for field in result._fields if field != "layers"),
+                *(f"d_layers[{k}].{u.removeprefix('d_')}" for k in range(len(result.layers))
+                  for u in self.spec.upstream))
 
     def call(self, suffix, primals, config, **keywords):
-        """``gc.<op><suffix>`` on the primal tree's arrays, ``config`` and ``keywords``."""
+        """``gc.<op><suffix>`` on the primal tree's arrays, ``config`` and ``keywords`` (a
+        stack's flat per-run upstreams gathered, ``nested_upstream``)."""
+        if self.stack and "stack" in keywords:
+            keywords = nested_upstream(keywords, keywords["stack"])
         return getattr(gc, self.name + suffix)(**primals._asdict(), **config, **keywords)
+
+
+def nested_upstream(keywords: dict, stack) -> dict:
+    """``keywords`` with each flat ``d_layers[k].<field>`` (and ``d_layers_tangent[k]...``)
+    gathered into the list a stack's gradient takes: one entry per run of
+    ``stack.layers``, None or a result of the run's type holding the given fields."""
+    out: dict = {}
+    runs: dict = {}
+    for key, value in keywords.items():
+        name, _, rest = key.partition("[")
+        if name not in ("d_layers", "d_layers_tangent") or not rest:
+            out[key] = value
+            continue
+        k, _, field = rest.partition("].")
+        runs.setdefault(name, {}).setdefault(int(k), {})[field] = value
+    for name, by_run in runs.items():
+        out[name] = [None if k not in by_run else
+                     type(run)(**{f: by_run[k].get(f) for f in run._fields})
+                     for k, run in enumerate(stack.layers)]
+    return out
+
+
+def tangent_name(name: str) -> str:
+    """The keyword of an upstream's tangent: ``d_h_tangent``, ``d_layers_tangent[1].i``."""
+    if name.startswith("d_layers["):
+        return name.replace("d_layers[", "d_layers_tangent[", 1)
+    return f"{name}_tangent"
+
+
+def upstream_path(name: str) -> tuple:
+    """The path in a result of the field an upstream keyword is the gradient of:
+    ``d_h`` -> ``("h",)``, ``d_layers[1].i`` -> ``("layers", 1, "i")``."""
+    head, _, rest = name.removeprefix("d_").partition("[")
+    if not rest:
+        return (head,)
+    k, _, field = rest.partition("].")
+    return (head, int(k), field)
 
 
 # -- trees of arrays (gradcells._core.trees) ----------------------------------------------
@@ -79,9 +123,10 @@ def like(template, leaves):
 def upstream_keywords(op: Op, result, grads) -> dict:
     """``gc.<op>_grad``'s upstream keywords (``d_h``, ``d_cs_final``, ...) for ``grads``, the
     gradients arriving on ``arrays(result)`` in order (None: none arrived). Every gradient
-    of a result's array passes through here. A nonzero gradient on a field ``_grad`` takes
-    no upstream for (a gate, a stack's per-layer sequences) raises ValueError: dropping it
-    would be a silently wrong gradient; a zero one adds nothing and is dropped."""
+    of a result's array passes through here (a stack's runs' as ``d_layers[k].<field>``).
+    A nonzero gradient on a field ``_grad`` takes no upstream for raises ValueError:
+    dropping it would be a silently wrong gradient; a zero one adds nothing and is
+    dropped."""
     accepted, upstream = op.upstream(result), {}
     for (name, _), grad in zip(named_arrays(result), grads, strict=True):
         if grad is None:

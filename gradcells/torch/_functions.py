@@ -56,8 +56,10 @@ from ._bridge import (
     on_device,
     primals_of,
     stack_types,
+    tangent_name,
     to_tensor,
     upstream_keywords,
+    upstream_path,
     view,
 )
 from ._library import call as library_call
@@ -186,7 +188,7 @@ class _Backward(torch.autograd.Function):
             _, d_primals = op.call("_grad_jvp", primals, backend_only(ctx.config),
                                    **{op.result_arg: ctx.result}, tangents=dv, **upstream)
             _, d_result = op.call("_jvp", primals, ctx.config, tangents=dv)
-            d_upstream = [getattr(d_result, name.removeprefix("d_")) for name in names]
+            d_upstream = [trees.at(d_result, upstream_path(name)) for name in names]
             return (None, None, None, None,
                     *(to_tensor(a) for a in trees.leaves_like(ctx.structure, d_primals)),
                     *(to_tensor(a) for a in d_upstream))
@@ -199,7 +201,7 @@ class _Backward(torch.autograd.Function):
         with on_device(ctx.device):
             primals = primals_of(ctx.structure, ctx.tensors[:n])
             upstream = {name: view(u) for name, u in zip(names, ctx.tensors[n:], strict=True)}
-            d_upstream = {f"{name}_tangent": view(t)
+            d_upstream = {tangent_name(name): view(t)
                           for name, t in zip(names, tangents[n:], strict=True)}
             _, d_grads = op.call("_grad_jvp", primals, backend_only(ctx.config),
                                  **{op.result_arg: ctx.result},

@@ -176,3 +176,77 @@ def test_torch_tensors_in_and_out_and_a_rebuilt_stack_is_refused(torch):
     np.testing.assert_array_equal(grads.x.numpy(), want.x)
     with pytest.raises(ValueError, match="stack records nothing"):
         _grad("lstm", case, gc.LSTMStack(*_run("lstm", case, None)), None)
+
+
+def _every_array(stack):
+    """Every array a stack returns: its top outputs, final states and each run's fields."""
+    return (*(a for a in stack[:-1]), *(a for run in stack.layers for a in run))
+
+
+def _upstream(stack, cts):
+    """The stack gradient's upstream keywords for cotangents ``cts`` of ``_every_array``."""
+    top = len(stack) - 1
+    runs, rest = [], iter(cts[top:])
+    for run in stack.layers:
+        runs.append(type(run)(*(next(rest) for _ in run)))
+    return {**{f"d_{f}": c for f, c in zip(stack._fields[:top], cts[:top], strict=True)},
+            "d_layers": runs}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("cell", CELLS)
+def test_every_array_a_stack_returns_carries_a_gradient(backend, cell):
+    """docs/spec.md §16.1: cotangents on the top outputs, the final states and every field of
+    every run in ``stack.layers`` (``d_layers``), against central differences in the input,
+    the initial states and the weights, and the second order (``d_layers_tangent``) against
+    central differences of the gradient."""
+    rng = np.random.default_rng(11)
+    case = _case(rng, cell, layers=2, steps=3, batch=2, hidden=3)
+    keywords = {k: v for k, v in case.items() if k not in ("x", "weights", "h0", "cs0")}
+    n_states = len(_states(cell, case))
+
+    def stack_of(x, *states_and_weights):
+        states, weights = states_and_weights[:n_states], states_and_weights[n_states:]
+        return getattr(gc, f"{cell}_stack")(x, *states, _sets(case, weights), **keywords,
+                                             backend=backend)
+
+    def vjp(cts, x, *states_and_weights):
+        stack = stack_of(x, *states_and_weights)
+        states = dict(zip(("cs0", "h0")[2 - n_states:], states_and_weights, strict=False))
+        at = {**case, "x": x, **states,
+              "weights": _sets(case, states_and_weights[n_states:])}
+        g = _grad(cell, at, stack, backend, **_upstream(stack, cts))
+        return (g.x, *(getattr(g, s) for s in ("cs0", "h0")[2 - n_states:]),
+                *_flat_sets(g.weights))
+
+    def grad_jvp(tangents, *a):
+        primals, cts = a[:n], a[n:]
+        stack = stack_of(*primals)
+        t_states = tangents[1:1 + n_states]
+        given = getattr(gc, f"{cell.upper()}StackGrads")(
+            tangents[0], *t_states, _sets(case, tangents[1 + n_states:n]))
+        upstream = _upstream(stack, cts)
+        upstream.update({f"{k}_tangent": v for k, v in _upstream(stack, tangents[n:]).items()})
+        _, d_grads = getattr(gc, f"{cell}_stack_grad_jvp")(
+            primals[0], *primals[1:1 + n_states], _sets(case, primals[1 + n_states:]), stack,
+            given, **upstream, backend=backend)
+        return (d_grads.x, *(getattr(d_grads, s) for s in ("cs0", "h0")[2 - n_states:]),
+                *_flat_sets(d_grads.weights))
+
+    args = (case["x"], *_states(cell, case), *_flat_sets(case["weights"]))
+    n = len(args)
+    gc.check_vjp(lambda *a: _every_array(stack_of(*a)), vjp, args,
+                 samples=6).raise_if_failed()
+    cts = tuple(rng.standard_normal(a.shape) for a in _every_array(stack_of(*args)))
+    gc.check_jvp(lambda *a: vjp(a[n:], *a[:n]), grad_jvp, args + cts).raise_if_failed()
+
+
+def _flat_sets(weights):
+    return tuple(a for ws in weights for a in gc._core.trees.leaves(ws) if a is not None)
+
+
+def _sets(case, flat):
+    """``case``'s weight sets with their arrays taken in order from ``flat``."""
+    rest = iter(flat)
+    return [gc._core.trees.map_leaves(lambda a: None if a is None else next(rest), ws)
+            for ws in case["weights"]]
