@@ -18,6 +18,7 @@ record the settings.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -112,7 +113,7 @@ _RUNS = {
 
 _NAMESPACE = {"_forward_args": v.forward_args, "_grad_args": v.grad_args,
               "_tangents_value": v.tangents_value, "_upstream_tangents": v.upstream_tangents,
-              "_option": v.grad_option, "_backend_for": _dispatch.backend_for,
+              "_backend_for": _dispatch.backend_for,
               "_record": record_settings, "_order": _order}
 """What the bodies call, by the names they use."""
 
@@ -133,7 +134,8 @@ def operations(spec: CellSpec, op: OpSpec, module: str) -> dict[str, Callable[..
         "_grad": (positional + saved, upstream, grad_keywords(spec, op), options, grads),
         "_grad_jvp": (positional + saved + tangents, upstream + upstream_t,
                       grad_keywords(spec, op), options, f"tuple[{grads}, {grads}]")}
-    namespace = {**_NAMESPACE, "_op": op, "_weights": op.weights, "_result": op.result}
+    namespace = {**_NAMESPACE, "_op": op, "_weights": op.weights, "_result": op.result,
+                 "_option": functools.partial(v.grad_option, spec)}
     made = {}
     for suffix, (given, cotangents, settings, opts, returns) in kinds.items():
         name = f"{op.name}{suffix}"

@@ -18,17 +18,32 @@ from typing import Any, NamedTuple
 Labels = tuple[str, ...]
 
 
+CHECKS = ("bool", "choice", "real", "clip", "positive")
+"""How the validation checks a keyword (``gradcells._validate.settings.keyword_value``): a
+bool; one of its ``choices``; a real number finite in the arrays' dtype; a clip (None, 0 or
+negative: none, returned as None; else a positive float); a positive number normal in the
+arrays' dtype. The first two need no array, the others the arrays' dtype."""
+
+
 @dataclass(frozen=True)
 class Keyword:
-    """A keyword of a cell's public functions: its ``name``, its ``default`` in a forward
-    and the ``annotation`` its signature shows. A setting (``CellSpec.keywords``) is given
-    to the gradient again as None by default (the forward's record decides), unless
-    ``forward_only`` (``forget_bias``: the gradient does not take it); a gradient option
-    (``CellSpec.grad_options``) is the gradient's only, with its default."""
+    """A keyword of a cell's public functions: its ``name``, its ``default`` in a forward,
+    the ``annotation`` its signature shows and how it is checked (``check``, one of
+    ``CHECKS``; ``choices`` for ``"choice"``). ``requires``: ``(weight, what it does)`` when
+    the setting means something only with that weight given (a value other than the
+    default without it is refused: "proj_clip clips the projection: pass w_proj with it").
+
+    A setting (``CellSpec.keywords``) is given to the gradient again as None by default
+    (the forward's record decides), unless ``forward_only`` (``forget_bias``: the gradient
+    does not take it); a gradient option (``CellSpec.grad_options``) is the gradient's only,
+    with its default."""
 
     name: str
     default: Any
     annotation: str
+    check: str
+    choices: tuple[str, ...] = ()
+    requires: tuple[str, str] | None = None
     forward_only: bool = False
 
 
@@ -115,11 +130,12 @@ class CellSpec:
     """Everything the library outside a cell's folder knows about the cell.
 
     ``cell`` and ``sequence``: its two operations; ``keywords``: its settings, in signature
-    order; ``grad_options``: its gradients' own keywords; ``masks``: the masks its sequence
-    takes (of ``MASKS``); ``weight_labels``: each weight's shape labels; ``protocol``: the
-    backend contract its modules follow (all four modes); ``docs``: the docstring of each
-    public function, by name (the contract and the math: the public functions are generated
-    from this spec, ``gradcells._public``).
+    order; ``grad_options``: its gradients' own keywords; ``flags``: the settings record's
+    fields that say whether optional weights were given, with those weights (all or none of
+    them); ``masks``: the masks its sequence takes (of ``MASKS``); ``weight_labels``: each
+    weight's shape labels; ``protocol``: the backend contract its modules follow (all four
+    modes); ``docs``: the docstring of each public function, by name (the contract and the
+    math: the public functions are generated from this spec, ``gradcells._public``).
     """
 
     name: str
@@ -131,6 +147,7 @@ class CellSpec:
     protocol: type
     docs: Mapping[str, str]
     grad_options: tuple[Keyword, ...] = ()
+    flags: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     masks: tuple[str, ...] = ("input_mask", "recurrent_mask", "zoneout_h")
 
     @property

@@ -15,29 +15,26 @@ sets checked against its forward) and ``tangents`` (forward-mode and second-orde
 tangents). The names the public layer calls are re-exported here.
 """
 
-from .arrays import FLOAT_DTYPES, peepholes_given, refused_subclass
+from .arrays import FLOAT_DTYPES, groups_given, refused_subclass
 from .records import forward_args, grad_args
 from .settings import (
-    activation_value,
     bool_value,
-    cell_clip_value,
-    clip_grad_value,
-    forget_bias_value,
+    choice_value,
+    clip_value,
     grad_option,
-    ln_carry_value,
-    ln_epsilon_value,
+    keyword_value,
     mask_value,
-    reset_after_value,
+    positive_value,
+    real_value,
     seq_len_value,
 )
 from .stacks import stack_args, stack_layer_upstream, stack_upstream, stack_weights
 from .tangents import stack_tangents, tangents_value, upstream_tangents
 
 __all__ = [
-    "FLOAT_DTYPES", "refused_subclass", "forward_args", "grad_args", "activation_value",
-    "bool_value", "cell_clip_value", "clip_grad_value", "forget_bias_value", "grad_option",
-    "ln_carry_value",
-    "ln_epsilon_value", "mask_value", "peepholes_given", "reset_after_value", "seq_len_value",
-    "stack_args", "stack_layer_upstream", "stack_upstream", "stack_weights", "stack_tangents",
+    "FLOAT_DTYPES", "refused_subclass", "forward_args", "grad_args", "bool_value",
+    "choice_value", "clip_value", "grad_option", "groups_given", "keyword_value",
+    "mask_value", "positive_value", "real_value", "seq_len_value", "stack_args",
+    "stack_layer_upstream", "stack_upstream", "stack_weights", "stack_tangents",
     "tangents_value", "upstream_tangents",
 ]

@@ -13,8 +13,7 @@ import numpy as np
 
 from .._core import arrays
 from .._core.specs import Labels
-from ..cells import OPS, OPTIONAL_WEIGHTS, WEIGHT_LABELS
-from ..cells.lstm.spec import NORM_ARRAYS, NORM_FIELDS, PEEPHOLES, LSTMNorm, LSTMSettings
+from ..cells import OPS, OPTIONAL_WEIGHTS, SPECS, WEIGHT_LABELS, cell_of
 
 _FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
 FLOAT_DTYPES = (_FLOAT32, _FLOAT64)
@@ -232,34 +231,37 @@ def _weight_labels(spec, name, reset_after):
     return labels if labels != ("C",) else ("2H",) if reset_after else ("H",)
 
 
-_NO_NORM = (None,) * len(NORM_FIELDS)
-
-
 def flat_weights(spec, weights):
-    """The weight set's arrays in ``spec.flat_arrays`` order: an LSTM's ``layer_norm`` as
-    its six arrays (six Nones without one), after checking that it is an ``LSTMNorm`` of
-    arrays."""
-    if spec.settings is not LSTMSettings:
+    """The weight set's arrays in ``spec.flat_arrays`` order: each nested weight set (an
+    LSTM's ``layer_norm``) as its arrays (Nones without one), after checking that it is a
+    tuple of its type holding arrays."""
+    if not spec.nested:
         return weights
-    norm = weights.layer_norm
-    unnormed = (weights.w, weights.b, weights.wci, weights.wcf, weights.wco, weights.w_proj)
-    if norm is None:
-        return (*unnormed, *_NO_NORM)
-    if not isinstance(norm, LSTMNorm):
-        raise TypeError(f"layer_norm must be a gradcells.LSTMNorm of six arrays or None, got "
-                        f"{type(norm).__name__}")
-    require_arrays([(name, a, None) for name, a in zip(NORM_ARRAYS, norm, strict=True)])
-    return (*unnormed, *norm)
+    flat = []
+    for name, value in zip(weights._fields, weights, strict=True):
+        kind = spec.nested.get(name)
+        if kind is None:
+            flat.append(value)
+        elif value is None:
+            flat += [None] * len(kind._fields)
+        elif not isinstance(value, kind):
+            raise TypeError(f"{name} must be a gradcells.{kind.__name__} of "
+                            f"{len(kind._fields)} arrays or None, got {type(value).__name__}")
+        else:
+            require_arrays([(f"{name}.{f}", a, None)
+                            for f, a in zip(kind._fields, value, strict=True)])
+            flat += value
+    return tuple(flat)
 
 
 def checked_library(spec, x, states, weights, *, reset_after, batch_first=False, result=None,
                     upstream=None):
     """Check every array of a forward call (and of its gradient when ``upstream`` is given),
-    an LSTM's peepholes all three or none (``peepholes_given``); return the arrays' library.
+    each group of optional weights whole or absent (``groups_given``: an LSTM's peepholes);
+    return the arrays' library.
     The optional arrays (the peepholes, the projection, the layer norm) come last in
     ``spec.flat_arrays``."""
-    lstm = spec.settings is LSTMSettings
-    projection = lstm and weights.w_proj is not None
+    projection = spec.h_width == "P" and weights.w_proj is not None
     layout = layout_of(spec.name, reset_after, projection, batch_first)
     specs = list(zip(layout.names, (x, *states, *flat_weights(spec, weights)), layout.labels,
                      strict=True))
@@ -275,8 +277,7 @@ def checked_library(spec, x, states, weights, *, reset_after, batch_first=False,
     proj = _proj_index(layout, grad) if projection else None
     library = _check_arrays(specs, n_required, layout.grad_labels if grad else layout.labels,
                             (spec.name, reset_after, projection, batch_first, grad), proj)
-    if lstm:
-        peepholes_given(weights.wci, weights.wcf, weights.wco)
+    groups_given(SPECS[cell_of(spec.name)], weights)
     return library
 
 
@@ -285,15 +286,13 @@ def _proj_index(layout, grad):
     index = layout.names.index("w_proj")
     return index + len(layout.result_names) if grad else index
 
-def peepholes_given(wci, wcf, wco):
-    """True when all three peephole vectors are given, False when none is; else ValueError."""
-    if wci is None and wcf is None and wco is None:
-        return False
-    given = [name for name, v in zip(PEEPHOLES, (wci, wcf, wco), strict=True) if v is not None]
-    if given and len(given) != len(PEEPHOLES):
-        missing = [name for name in PEEPHOLES if name not in given]
-        raise ValueError(
-            f"peepholes need all of {', '.join(PEEPHOLES[:-1])} and {PEEPHOLES[-1]} or none: "
-            f"got {', '.join(given)} "
-            f"without {', '.join(missing)}")
-    return bool(given)
+def groups_given(cell, weights):
+    """ValueError unless each of the cell's groups of optional weights (its flags: an
+    LSTM's peepholes) is given whole or not at all."""
+    for flag, names in cell.flags.items():
+        given = [n for n in names if getattr(weights, n) is not None]
+        if given and len(given) != len(names):
+            missing = [n for n in names if n not in given]
+            raise ValueError(
+                f"{flag} need all of {', '.join(names[:-1])} and {names[-1]} or none: got "
+                f"{', '.join(given)} without {', '.join(missing)}")

@@ -15,47 +15,40 @@ import functools
 import numpy as np
 
 from .._core.specs import MASKS
-from ..cells import OPS
-from ..cells.gru.spec import GRUSettings
-from ..cells.lstm.spec import PEEPHOLES, LSTMSettings
-from ..cells.rnn.spec import RNNSettings
+from ..cells import OPS, SPECS, cell_of
 from .arrays import checked_library
 from .settings import (
-    activation_value,
     bool_value,
-    cell_clip_value,
-    ln_carry_value,
-    ln_epsilon_value,
+    check_requires,
+    keyword_value,
     mask_value,
-    proj_clip_value,
+    needs_arrays,
     recorded_copy,
-    reset_after_value,
     seq_len_value,
     settings_record,
 )
 
 
-def forward_args(op: str, x, states, weights, *, forget_bias=1.0, cell_clip=None,
-                 proj_clip=None, ln_epsilon=1e-5, ln_carry="raw", reset_after=False,
-                 activation="tanh", seq_len=None, reverse=False, batch_first=False,
-                 masks=None):
-    """Check a forward call of ``op``; return ``(library, settings)``. The keywords are the
-    op's attributes as the caller gave them (those the op does not have keep their
-    defaults)."""
-    spec = OPS[op]
-    kind = spec.settings
-    reset_after = reset_after_value(reset_after) if kind is GRUSettings else False
-    if kind is RNNSettings:
-        activation = activation_value(activation)
+def forward_args(op: str, x, states, weights, *, seq_len=None, reverse=False,
+                 batch_first=False, masks=None, **keywords):
+    """Check a forward call of ``op``; return ``(library, settings)``. ``keywords``: the
+    cell's settings as the caller gave them (each a ``Keyword`` of its spec; those not
+    given keep their defaults), checked by their ``check`` before the arrays or, where the
+    check needs the arrays' dtype, after them."""
+    spec, cell = OPS[op], SPECS[cell_of(op)]
+    given = _keywords_of(cell, keywords, grad=False)
+    values = {k.name: keyword_value(k, given[k.name]) for k in cell.keywords
+              if not needs_arrays(k)}
     order = ((bool_value("reverse", reverse), bool_value("batch_first", batch_first))
              if spec.sequence else (False, False))
-    library = checked_library(spec, x, states, weights, reset_after=reset_after,
-                               batch_first=order[1])
+    library = checked_library(spec, x, states, weights,
+                               reset_after=values.get("reset_after", False), batch_first=order[1])
+    values.update((k.name, keyword_value(k, given[k.name], x.dtype)) for k in cell.keywords
+                  if needs_arrays(k))
     seq_len = (recorded_copy(seq_len_value(seq_len, library, x, order[1]))
                if spec.sequence else None)
-    settings = settings_record(spec, x, weights, seq_len, reset_after=reset_after,
-                               activation=activation, forget_bias=forget_bias, cell_clip=cell_clip,
-                               proj_clip=proj_clip, ln_epsilon=ln_epsilon, ln_carry=ln_carry)
+    settings = settings_record(cell, spec, values, weights, seq_len)
+    check_requires(cell, settings, weights)
     if order != (False, False):
         settings = dataclasses.replace(settings, reverse=order[0], batch_first=order[1])
     if masks and any(m is not None for m in masks.values()):
@@ -65,44 +58,49 @@ def forward_args(op: str, x, states, weights, *, forget_bias=1.0, cell_clip=None
     return library, settings
 
 
-def grad_args(op: str, x, states, weights, result, upstream, *, cell_clip=None,
-              proj_clip=None, ln_epsilon=None, ln_carry=None, reset_after=None,
-              activation=None, seq_len=None, reverse=None, batch_first=None, masks=None):
+def _keywords_of(cell, keywords, *, grad):
+    """The cell's settings by name, as given (a forward's defaults where not given; None
+    in a gradient); TypeError for a keyword the cell does not take."""
+    taken = [k for k in cell.keywords if not (grad and k.forward_only)]
+    unknown = set(keywords) - {k.name for k in taken}
+    if unknown:
+        raise TypeError(f"the {cell.name} takes no setting {sorted(unknown)[0]!r}")
+    return {k.name: keywords.get(k.name, None if grad else k.default) for k in taken}
+
+
+def grad_args(op: str, x, states, weights, result, upstream, *, seq_len=None, reverse=None,
+              batch_first=None, masks=None, **keywords):
     """Check a gradient call of ``op``; return ``(library, settings)``: the forward's record,
     each setting given again (None: not given) checked against it; for a result that
-    records nothing, the record the keywords make.
+    records nothing, the record the keywords make (and the defaults).
 
     ``upstream``: the upstream gradients by name (None where absent).
     """
-    spec = OPS[op]
+    spec, cell = OPS[op], SPECS[cell_of(op)]
+    given = _keywords_of(cell, keywords, grad=True)
     recorded = result.settings if type(result) is spec.result else None
-    settings = recorded
-    if settings is None:
-        settings = (LSTMSettings(peepholes=weights.wci is not None,
-                                 projection=weights.w_proj is not None,
-                                 layer_norm=weights.layer_norm is not None)
-                    if spec.settings is LSTMSettings else spec.settings())
+    settings = recorded or spec.settings(**{
+        flag: getattr(weights, names[0]) is not None for flag, names in cell.flags.items()})
     settings = _given_again(spec, recorded, settings, {  # the shapes depend on these
-        "reset_after": (reset_after, reset_after_value),
-        "activation": (activation, activation_value),
+        **{k.name: (given[k.name], functools.partial(keyword_value, k)) for k in cell.keywords
+           if k.name in given and not needs_arrays(k)},
         "reverse": (reverse, functools.partial(bool_value, "reverse")),
         "batch_first": (batch_first, functools.partial(bool_value, "batch_first"))})
-    if spec.settings is LSTMSettings:  # before the shapes, which depend on the projection
-        check_optional(spec, recorded, weights)
+    check_optional(cell, spec, recorded, weights)  # before the shapes (the projection's P)
     library = checked_library(spec, x, states, weights,
                                reset_after=getattr(settings, "reset_after", False),
                                batch_first=settings.batch_first, result=result,
                                upstream=upstream)
     batch_first = settings.batch_first
-    return library, _given_again(spec, recorded, settings, {
+    settings = _given_again(spec, recorded, settings, {
         "seq_len": (seq_len, lambda value: seq_len_value(value, library, x, batch_first)),
-        "cell_clip": (cell_clip, lambda value: cell_clip_value(value, x.dtype)),
-        "proj_clip": (proj_clip, lambda value: proj_clip_value(value, weights, x.dtype)[1]),
-        "ln_epsilon": (ln_epsilon, lambda value: ln_epsilon_value(value, x.dtype)),
-        "ln_carry": (ln_carry, ln_carry_value),
+        **{k.name: (given[k.name], functools.partial(keyword_value, k, dtype=x.dtype))
+           for k in cell.keywords if k.name in given and needs_arrays(k)},
         **{name: (m, functools.partial(mask_value, name, x=x, states=states,
                                        batch_first=batch_first))
            for name, m in (masks or {}).items()}})
+    check_requires(cell, settings, weights)
+    return library, settings
 
 
 def _given_again(spec, recorded, settings, given):
@@ -114,24 +112,19 @@ def _given_again(spec, recorded, settings, given):
     return settings
 
 
-def check_optional(spec, recorded, weights, record=None):
-    """ValueError unless the peepholes, the projection and the layer norm are present as the
-    forward's record says (``record``: what messages call it, by default
-    ``<result>.settings``)."""
-    peepholes, projection, norm = (a is not None
-                                   for a in (weights.wci, weights.w_proj, weights.layer_norm))
-    if recorded is None or (peepholes == recorded.peepholes
-                            and projection == recorded.projection
-                            and norm == recorded.layer_norm):
+def check_optional(cell, spec, recorded, weights, record=None):
+    """ValueError unless each group of optional weights (the cell's flags: an LSTM's
+    peepholes, projection, layer norm) is present as the forward's record says
+    (``record``: what messages call it, by default ``<result>.settings``)."""
+    if recorded is None:
         return
-    for given, flag, names in ((peepholes, "peepholes", ", ".join(PEEPHOLES)),
-                               (projection, "projection", "w_proj"),
-                               (norm, "layer_norm", "layer_norm")):
-        ran = getattr(recorded, flag)
+    for flag, names in cell.flags.items():
+        given, ran = getattr(weights, names[0]) is not None, getattr(recorded, flag)
         if given != ran:
+            listed = ", ".join(names)
             raise ValueError(
-                f"the forward ran with {flag}; pass {names} again" if ran else
-                f"{names} {'were' if ',' in names else 'was'} given but the forward ran "
+                f"the forward ran with {flag}; pass {listed} again" if ran else
+                f"{listed} {'were' if len(names) > 1 else 'was'} given but the forward ran "
                 f"without {flag} ({record or spec.result_arg + '.settings'}.{flag} is False)")
 
 

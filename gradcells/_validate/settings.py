@@ -16,9 +16,6 @@ import numpy as np
 
 from .._core import arrays
 from .._core.specs import MASKS
-from ..cells.gru.spec import GRUSettings
-from ..cells.lstm.spec import CLIP_GRADS, LN_CARRIES, LSTMSettings
-from ..cells.rnn.spec import ACTIVATIONS, RNNSettings
 from .arrays import library_and_dtype, refused_subclass
 
 
@@ -57,46 +54,42 @@ def _shown(number):
         return f"an integer of {int(number).bit_length()} bits"
 
 
-def forget_bias_value(forget_bias, dtype):
-    """``forget_bias`` as a float, finite in the arrays' ``dtype`` (1e300 would be inf in
-    float32)."""
-    value = _real("forget_bias", forget_bias)
-    if _beyond(value, dtype):
-        raise ValueError(f"forget_bias must be finite in the arrays' dtype {np.dtype(dtype)} "
-                         f"(|forget_bias| <= {np.finfo(dtype).max:.4g}), got {_shown(forget_bias)}")
-    return value
+def real_value(name, value, dtype):
+    """A setting ``name`` as a float, finite in the arrays' ``dtype`` (1e300 would be inf in
+    float32): ``forget_bias``."""
+    number = _real(name, value)
+    if _beyond(number, dtype):
+        raise ValueError(f"{name} must be finite in the arrays' dtype {np.dtype(dtype)} "
+                         f"(|{name}| <= {np.finfo(dtype).max:.4g}), got {_shown(value)}")
+    return number
 
 
-def cell_clip_value(cell_clip, dtype, name="cell_clip"):
-    """None, 0 or negative means no clipping (returned as None); otherwise a positive float.
-    A clip beyond the largest finite number of the arrays' ``dtype`` can never act: None.
-    (``proj_clip`` follows the same rule, under its own ``name``.)"""
-    if cell_clip is None:
+def clip_value(name, value, dtype):
+    """A clip ``name``: None, 0 or negative means no clipping (returned as None); otherwise
+    a positive float. A clip beyond the largest finite number of the arrays' ``dtype`` can
+    never act: None. (``cell_clip``, ``proj_clip``.)"""
+    if value is None:
         return None
-    value = _real(name, cell_clip)
-    return value if 0 < value and not _beyond(value, dtype) else None
+    number = _real(name, value)
+    return number if 0 < number and not _beyond(number, dtype) else None
 
 
-def clip_grad_value(clip_grad):
-    """``clip_grad``, one of ``CLIP_GRADS``."""
-    if not isinstance(clip_grad, str) or clip_grad not in CLIP_GRADS:
-        raise ValueError(f"clip_grad must be one of {CLIP_GRADS}, got {clip_grad!r}")
-    return clip_grad
+def positive_value(name, value, dtype):
+    """A setting ``name`` as a float, positive and a normal number in ``dtype``
+    (``ln_epsilon``: the layer norms divide by ``sqrt(var + ε)``, and ``var`` may be 0)."""
+    number = _real(name, value)
+    if not (float(np.finfo(dtype).tiny) <= number and not _beyond(number, dtype)):
+        raise ValueError(f"{name} must be positive and a normal number in the arrays' dtype "
+                         f"{np.dtype(dtype)} (>= {np.finfo(dtype).tiny:.4g}), got "
+                         f"{_shown(value)}")
+    return number
 
 
-def grad_option(name, value):
-    """A gradient's own keyword (of ``CellSpec.grad_options``) ``name``, checked."""
-    return _GRAD_OPTIONS[name](value)
-
-
-_GRAD_OPTIONS = {"clip_grad": clip_grad_value}
-
-
-def activation_value(activation):
-    """``activation``, one of ``ACTIVATIONS``."""
-    if not isinstance(activation, str) or activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-    return activation
+def choice_value(name, value, choices):
+    """A setting ``name``, one of ``choices`` (``activation``, ``ln_carry``, ``clip_grad``)."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
 
 
 def bool_value(name, value):
@@ -106,11 +99,26 @@ def bool_value(name, value):
     return bool(value)
 
 
-def reset_after_value(reset_after):
-    """``reset_after`` as a bool."""
-    return bool_value("reset_after", reset_after)
+def keyword_value(keyword, value, dtype=None):
+    """A cell's keyword (a ``Keyword`` of its spec) checked and normalised by its
+    ``check``; the checks that need the arrays' ``dtype`` are given it."""
+    check, name = keyword.check, keyword.name
+    if check == "bool":
+        return bool_value(name, value)
+    if check == "choice":
+        return choice_value(name, value, keyword.choices)
+    return {"real": real_value, "clip": clip_value, "positive": positive_value}[check](
+        name, value, dtype)
 
 
+def needs_arrays(keyword):
+    """Whether checking ``keyword`` needs the arrays' dtype (so comes after them)."""
+    return keyword.check not in ("bool", "choice")
+
+
+def grad_option(cell, name, value):
+    """A gradient's own keyword ``name`` (of the cell's ``grad_options``), checked."""
+    return keyword_value(next(k for k in cell.grad_options if k.name == name), value)
 
 
 def seq_len_value(seq_len, library, x, batch_first=False):
@@ -197,67 +205,31 @@ def mask_value(name, mask, x, states, *, batch_first):
     return mask
 
 
-def settings_record(spec, x, weights, seq_len, *, reset_after, activation, forget_bias, cell_clip,
-                    proj_clip, ln_epsilon, ln_carry):
-    """The settings record of a forward call of ``spec`` (time order and layout aside)."""
-    kind = spec.settings
-    if kind is GRUSettings:
-        return GRUSettings(reset_after, seq_len)
-    if kind is RNNSettings:
-        return RNNSettings(activation, seq_len)
-    values = (forget_bias_value(forget_bias, x.dtype), cell_clip_value(cell_clip, x.dtype),
-              weights.wci is not None, proj_clip_value(proj_clip, weights, x.dtype),
-              norm_values(weights, ln_epsilon, ln_carry, x.dtype))
-    return (_lstm_settings(*values) if seq_len is None
-            else dataclasses.replace(_lstm_settings(*values), seq_len=seq_len))
+def settings_record(cell, spec, values, weights, seq_len):
+    """The settings record of a forward call of ``spec`` (time order and layout aside):
+    the checked keyword ``values``, the cell's flags (whether each group of optional
+    weights was given) and ``seq_len``."""
+    flags = {flag: getattr(weights, names[0]) is not None for flag, names in cell.flags.items()}
+    record = _record(spec.settings, tuple({**values, **flags}.items()))
+    return record if seq_len is None else dataclasses.replace(record, seq_len=seq_len)
 
 
 @functools.lru_cache(maxsize=256)
-def _lstm_settings(forget_bias, cell_clip, peepholes, proj_clip, norm):
-    """The record of a call without lengths; records are frozen, so calls share them."""
-    return LSTMSettings(forget_bias, cell_clip, peepholes, None, projection=proj_clip[0],
-                        proj_clip=proj_clip[1], layer_norm=norm[0], ln_epsilon=norm[1],
-                        ln_carry=norm[2])
+def _record(kind, items):
+    """A record without lengths; records are frozen, so calls share them."""
+    return kind(**dict(items))
 
 
-_DEFAULT_NORM = (LSTMSettings.ln_epsilon, LSTMSettings.ln_carry)
-
-
-def norm_values(weights, ln_epsilon, ln_carry, dtype):
-    """``(layer_norm, ln_epsilon, ln_carry)``: whether ``layer_norm`` is given and its
-    settings, checked; without a layer norm, settings other than the defaults are refused."""
-    values = (ln_epsilon_value(ln_epsilon, dtype), ln_carry_value(ln_carry))
-    if weights.layer_norm is None and values != _DEFAULT_NORM:
-        name = "ln_epsilon" if values[0] != _DEFAULT_NORM[0] else "ln_carry"
-        raise ValueError(f"{name} is a setting of the layer norm: pass layer_norm with it")
-    return (weights.layer_norm is not None, *values)
-
-
-def ln_epsilon_value(ln_epsilon, dtype):
-    """``ln_epsilon`` as a float, positive and a positive normal number in ``dtype`` (the
-    layer norms divide by ``sqrt(var + ε)``, and ``var`` may be 0)."""
-    value = _real("ln_epsilon", ln_epsilon)
-    if not (float(np.finfo(dtype).tiny) <= value and not _beyond(value, dtype)):
-        raise ValueError(f"ln_epsilon must be positive and a normal number in the arrays' dtype "
-                         f"{np.dtype(dtype)} (>= {np.finfo(dtype).tiny:.4g}), got "
-                         f"{_shown(ln_epsilon)}")
-    return value
-
-
-def ln_carry_value(ln_carry):
-    """``ln_carry``, one of ``LN_CARRIES``."""
-    if not isinstance(ln_carry, str) or ln_carry not in LN_CARRIES:
-        raise ValueError(f"ln_carry must be one of {LN_CARRIES}, got {ln_carry!r}")
-    return ln_carry
-
-
-def proj_clip_value(proj_clip, weights, dtype):
-    """``(projection, proj_clip)``: whether ``w_proj`` is given and its clip (None: off, as
-    ``cell_clip``); a clip without a projection is refused."""
-    clip = cell_clip_value(proj_clip, dtype, "proj_clip")
-    if weights.w_proj is None and clip is not None:
-        raise ValueError("proj_clip clips the projection: pass w_proj with it")
-    return weights.w_proj is not None, clip
+def check_requires(cell, settings, weights):
+    """ValueError for a setting other than its default whose weight is absent (a
+    ``Keyword.requires``): "proj_clip clips the projection: pass w_proj with it"."""
+    for keyword in cell.keywords:
+        if keyword.requires is None or keyword.forward_only:
+            continue
+        weight, does = keyword.requires
+        value = getattr(settings, keyword.name)
+        if getattr(weights, weight) is None and value != getattr(type(settings), keyword.name):
+            raise ValueError(f"{keyword.name} {does}: pass {weight} with it")
 
 
 def recorded_copy(array):

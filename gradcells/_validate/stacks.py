@@ -6,11 +6,11 @@ shapes; each layer's sequence call checks its own arrays.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
-from ..cells import OPS
-from ..cells.gru.spec import GRUWeights
-from ..cells.lstm.spec import LSTMSettings, LSTMWeights
+from ..cells import OPS, OPTIONAL_WEIGHTS, SPECS, WEIGHT_LABELS, cell_of
 from .arrays import (
     check_shapes,
     described,
@@ -63,12 +63,23 @@ def _stack_widths(weights_type, weights, directions):
     return widths[::directions]
 
 
+_MULTIPLE_OF_H = re.compile(r"^(\d*)H$")
+
+
 def _state_width(k, weights):
-    """The recurrent state's width of weight set ``k``: P (an LSTM's projection) or H."""
-    if isinstance(weights, LSTMWeights):
-        return (_dims(k, weights, "w_proj", 2)[1] if weights.w_proj is not None
-                else _dims(k, weights, "b", 1)[0] // 4)
-    return _dims(k, weights, "w_c" if isinstance(weights, GRUWeights) else "w", 2)[1]
+    """The recurrent state's width of weight set ``k``, read by the weights' shape labels:
+    the last axis of a given weight labelled ``P`` (an LSTM's projection), else of the
+    first one labelled ``H`` or ``nH``, divided by n (an LSTM's ``w``: ``4H``)."""
+    labels = WEIGHT_LABELS[type(weights)]
+    projected = [n for n, lab in labels.items() if lab[-1:] == ("P",)
+                 and getattr(weights, n, None) is not None]
+    if projected:
+        return _dims(k, weights, projected[0], len(labels[projected[0]]))[-1]
+    for name, lab in labels.items():
+        match = _MULTIPLE_OF_H.match(lab[-1]) if "." not in name else None
+        if match and name not in OPTIONAL_WEIGHTS:
+            return _dims(k, weights, name, len(lab))[-1] // int(match[1] or 1)
+    raise TypeError(f"weights[{k}]: no weight gives the state's width")
 
 
 def _dims(k, weights, name, rank):
@@ -231,8 +242,7 @@ def _check_set(spec, x, weights, run, n_in, record):
     as recorded, every array given where required, of ``x``'s library and dtype and of the
     shape the sizes make."""
     settings = run.settings
-    if spec.settings is LSTMSettings:
-        check_optional(spec, settings, weights, f"{record}.settings")
+    check_optional(SPECS[cell_of(spec.name)], spec, settings, weights, f"{record}.settings")
     variant = (spec.name, getattr(settings, "reset_after", False),
                getattr(settings, "projection", False))
     layout, n_states = layout_of(*variant), 1 + len(spec.states)
@@ -241,7 +251,7 @@ def _check_set(spec, x, weights, run, n_in, record):
     require_arrays(specs[:layout.n_required - n_states])
     library_and_dtype([("x", x), *specs])
     width = _recorded(run, ("h_final",), record)[-1]
-    sizes = (n_in, _recorded(run, ("cs_final",), record)[-1] if spec.settings is LSTMSettings
+    sizes = (n_in, _recorded(run, ("cs_final",), record)[-1] if "cs_final" in run._fields
              else width, width)
     shapes = expected_shapes(("stack", *variant), (("I",), *layout.labels[n_states:]),
                               sizes[:1], *sizes[1:])

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 from ..cells import OPS
-from ..cells.lstm.spec import NORM_FIELDS, LSTMNorm
 from .arrays import described, library_and_dtype
 
 
@@ -35,11 +34,13 @@ def _tangent(name, tangent, primal, of=None):
         return None
     if primal is None:
         raise ValueError(f"{name} is given, but the call has no {of}")
-    if isinstance(primal, LSTMNorm):
+    if isinstance(primal, tuple) and hasattr(primal, "_fields"):   # a nested weight set
+        kind = type(primal)
         if not isinstance(tangent, (tuple, list)) or len(tangent) != len(primal):
-            raise TypeError(f"{name} must be an LSTMNorm (or None), got {described(tangent)}")
-        return LSTMNorm(*(_tangent(f"{name}.{field}", t, p)
-                          for field, t, p in zip(NORM_FIELDS, tangent, primal, strict=True)))
+            raise TypeError(f"{name} must be None or a gradcells.{kind.__name__}, got "
+                            f"{described(tangent)}")
+        return kind(*(_tangent(f"{name}.{field}", t, p)
+                      for field, t, p in zip(kind._fields, tangent, primal, strict=True)))
     library_and_dtype([(of, primal), (name, tangent)])
     if tuple(tangent.shape) != tuple(primal.shape):
         raise ValueError(f"{name} must have its primal's shape {tuple(primal.shape)}, got "

@@ -129,7 +129,7 @@ def test_bad_tangents_are_named(rng):
         _lstm_jvp(case, good._replace(w_proj=np.zeros((5, 2))))
     with pytest.raises(TypeError, match="tangents must be a LSTMSequenceGrads"):
         _lstm_jvp(case, {"x": zeros["x"]})
-    with pytest.raises(TypeError, match="tangents.layer_norm must be an LSTMNorm"):
+    with pytest.raises(TypeError, match="tangents.layer_norm must be None or a gradcells.LSTMNorm"):
         gc.lstm_sequence_jvp(case["x"], case["cs0"], case["h0"], case["w"], case["b"],
                              good._replace(layer_norm=np.zeros(3)),
                              layer_norm=gc.LSTMNorm(*(np.ones(n) for n in (20,) * 4 + (5,) * 2)))

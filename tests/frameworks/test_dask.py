@@ -95,7 +95,7 @@ def _upstream(rng, name, result):
     """Every upstream gradient of ``name``'s gradient (and its tangent), drawn."""
     params = inspect.signature(getattr(gc, f"{name}_grad_jvp")).parameters
     fields = dict(zip(type(result)._fields, result, strict=True))
-    return {p: rng.standard_normal(fields[p.removeprefix("d_").removesuffix("_tangent")].shape)
+    return {p: _like(rng, fields[p.removeprefix("d_").removesuffix("_tangent")])
             for p in params if p.startswith("d_")}
 
 

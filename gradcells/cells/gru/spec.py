@@ -226,7 +226,7 @@ CELL = CellSpec(
     OpSpec("gru_sequence", True, ("h0",), GRUWeights, GRUSettings, GRUSequence,
            GRUSequenceGrads, ("d_h", "d_h_final")),
     StackSpec(GRUStack, GRUStackGrads, {"reset_after": True}),
-    keywords=(Keyword("reset_after", False, "bool"),),
+    keywords=(Keyword("reset_after", False, "bool", "bool"),),
     weight_labels=WEIGHT_LABELS, protocol=GRUBackend, docs=DOCS)
 """The GRU, as the registry (``gradcells.cells``) reads it. Its stack defaults to
 reset-after, PyTorch's and Keras's GRU; its cell and sequence to TensorFlow's block cell."""

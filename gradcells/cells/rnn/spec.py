@@ -217,6 +217,6 @@ CELL = CellSpec(
     OpSpec("rnn_sequence", True, ("h0",), RNNWeights, RNNSettings, RNNSequence,
            RNNSequenceGrads, ("d_h", "d_h_final")),
     StackSpec(RNNStack, RNNStackGrads),
-    keywords=(Keyword("activation", "tanh", "str"),),
+    keywords=(Keyword("activation", "tanh", "str", "choice", ACTIVATIONS),),
     weight_labels=WEIGHT_LABELS, protocol=RNNBackend, docs=DOCS)
 """The plain RNN, as the registry (``gradcells.cells``) reads it."""
