@@ -1,5 +1,5 @@
 """The known faults and documented conventions the audits found (TensorFlow's fused ops and
-the seed's code around them: 1-10; Flax: 20-29; Keras: 30-39; ONNX Runtime: 40-49;
+the seed's code around them: 1-19; Flax: 20-29; Keras: 30-39; ONNX Runtime: 40-49;
 PyTorch: 50-59): the one list.
 
 The audits name them in their rows (``known fault N``, ``convention N``) and under their
@@ -170,6 +170,37 @@ _LIST = (
         ("float64 inputs (LSTMBlockCell, GRUBlockCell, BlockLSTMV2)",),
         "test_fault_10_tensorflow_rejects_float64",
         shows="InvalidArgumentError: Value for attr 'T' of double is not in the list"),
+    Fault(
+        11, "the block gradients drop the upstream gradients of the gate outputs (LSTM i, f, "
+        "o, ci, co; GRU r, u, c)",
+        "`LSTMBlockCell`, `BlockLSTM` and `BlockLSTMV2` return their gates `i, f, o, ci, co` "
+        "as outputs and `GRUBlockCell` returns `r, u, c`, but the gradients read only the "
+        "upstream gradients of `cs` and `h` (GRU: `h`): the seed's `_LSTMBlockCellGrad` "
+        "(`(_, cs_grad, _, _, _, _, h_grad) = grad`) and `_GRUBlockCellGrad` (`_, _, _, d_h = "
+        "grad`), and TensorFlow 2's registered `_block_lstm_grad` for `BlockLSTM` and "
+        "`BlockLSTMV2` (`rnn_grad.py`); the gradient ops take no gate gradient at all. For a "
+        "loss on one gate output, `sum(gate ∘ w)`, TensorFlow's gradient of every input is "
+        "zero, silently, and misses the oracle's central differences of the float64 forward "
+        "by the whole derivative (|Δ| of order 0.1 to 3 in `x`, `h_prev`, `w`, `b`); a loss "
+        "on `h` and `cs` agrees (`BlockLSTMV2`'s: fault 6). With a loss on every output the "
+        "gradient equals the oracle's for the forward with its gate outputs zeroed.",
+        "import numpy as np, tensorflow as tf\n"
+        "f = np.float32; z, p = np.zeros((1, 1), f), np.zeros(1, f)\n"
+        "args = dict(seq_len_max=np.int64(1), cs_prev=z, h_prev=z, w=np.ones((2, 4), f),\n"
+        "            b=np.zeros(4, f), wci=p, wcf=p, wco=p, cell_clip=0.0)\n"
+        "def i_at(x):                 # the input gate of one step at input x\n"
+        "    return tf.raw_ops.BlockLSTM(x=x * np.ones((1, 1, 1), f), **args).i[0, 0, 0]\n"
+        "x = tf.constant(1.0)\n"
+        "with tf.GradientTape() as tape:\n"
+        "    tape.watch(x)\n"
+        "    i = i_at(x)\n"
+        "print(float(tape.gradient(i, x)), round(float(i_at(1.01) - i_at(0.99)) / 0.02, 3))\n"
+        "# 0.0 0.197: the tape's di/dx is zero, the central difference σ'(1) = 0.197",
+        ("seed _LSTMBlockCellGrad, a loss on every output, vs oracle",
+         "seed _GRUBlockCellGrad, a loss on every output, vs oracle",
+         "BlockLSTM gradient (GradientTape), a loss on every output, vs oracle"),
+        "test_fault_11_gate_output_gradients_are_dropped",
+        shows=r"(?m)^0\.0 0\.197$"),
     # Flax (gradcells.audit.jax; tests/frameworks/test_audit_jax.py): numbers 20-29
     Fault(
         20, "Flax's RNN leaves the outputs past seq_lengths as the cell computed them "
@@ -456,7 +487,7 @@ def markdown() -> str:
              "framework's own definition that differs from gradcells's). "
              "`python -m gradcells audit <framework>` recognises each one it can run (a row "
              "`known fault N` or `convention N`), and a test shows each one against the "
-             "oracle. Numbers 1-10 are TensorFlow's (and the seed's Python around its ops), "
+             "oracle. Numbers 1-19 are TensorFlow's (and the seed's Python around its ops), "
              "20-29 Flax's, 30-39 Keras's, 40-49 ONNX Runtime's, 50-59 PyTorch's.", "",
              "This file is generated from `gradcells/audit/faults.py` by "
              "`python -c \"import gradcells.audit.faults as f; print(f.markdown(), end='')\" "

@@ -40,6 +40,10 @@ CELL_ARGS = OPS["lstm_cell"].arrays[:5]                  # x, cs_prev, h_prev, w
 GRU_ARGS = OPS["gru_cell"].arrays                        # x, h_prev, w_ru, w_c, b_ru, b_c
 STEP_FIELDS = OPS["lstm_cell"].result._fields            # i, cs, f, o, ci, co, h
 GRU_FIELDS = OPS["gru_cell"].result._fields              # r, u, c, h
+KEPT_LSTM, KEPT_GRU = ("cs", "h"), ("h",)
+"""The outputs whose upstream gradients TensorFlow's block gradients use (fault 11: the
+seed's ``(_, cs_grad, _, _, _, _, h_grad) = grad`` and ``_, _, _, d_h = grad``,
+``rnn_grad.py``'s ``_block_lstm_grad`` likewise); the others are the gate outputs."""
 
 
 def import_tensorflow():
@@ -146,13 +150,13 @@ def cell_names(case) -> tuple[str, ...]:
     return CELL_ARGS + (PEEPHOLES if case["wci"] is not None else ())
 
 
-def gradcells_cell(attrs, *arrays):
-    """``(cs, h)`` of gradcells's reference cell for arrays ``x, cs_prev, h_prev, w, b[, wci,
-    wcf, wco]``."""
+def gradcells_cell(attrs, *arrays, fields=KEPT_LSTM):
+    """``fields`` (by default ``(cs, h)``) of gradcells's reference cell for arrays ``x,
+    cs_prev, h_prev, w, b[, wci, wcf, wco]``."""
     # strict=False: the peepholes follow only when the case has them
     peepholes = dict(zip(PEEPHOLES, arrays[5:], strict=False))
     state = steps.lstm_cell(*arrays[:5], **peepholes, **attrs, backend="reference")
-    return state.cs, state.h
+    return tuple(getattr(state, k) for k in fields)
 
 
 def tf_cell_vjp(case, swap_peepholes, ct, *arrays) -> list:
@@ -318,10 +322,10 @@ def gradcells_states(case, version, arrays):
                       **{k: arrays.get(k) for k in PEEPHOLES}, forget_bias=case["forget_bias"])
 
 
-def gradcells_seq(case, version, arrays):
-    """(cs, h) of every step, gradcells in the arrays' dtype."""
+def gradcells_seq(case, version, arrays, fields=KEPT_LSTM):
+    """``fields`` (by default cs, h) of every step, gradcells in the arrays' dtype."""
     states = gradcells_states(case, version, arrays)
-    return stack(states, "cs"), stack(states, "h")
+    return tuple(stack(states, k) for k in fields)
 
 
 def seq_forward(rng, version) -> Verdict:
@@ -334,22 +338,31 @@ def seq_forward(rng, version) -> Verdict:
                            FLOAT32_FORWARD))
 
 
-def tape_grads(case, version, ct) -> list:
+def tape_grads(case, version, ct, fields=KEPT_LSTM) -> list:
+    """``tf.GradientTape``'s gradient of every input for upstream gradients ``ct`` of the
+    outputs ``fields`` (by default cs, h)."""
     tf = import_tensorflow()
     names = cell_names(case)
     tensors = [tf.constant(case[n]) for n in names]
     with tf.GradientTape() as tape:
         tape.watch(tensors)
         out = block_lstm(case, version, dict(zip(names, tensors, strict=True)))
-    grads = tape.gradient([out[1], out[6]], tensors, output_gradients=list(ct))
+    grads = tape.gradient([getattr(out, k) for k in fields], tensors,
+                          output_gradients=list(ct))
     return [None if g is None else g.numpy() for g in grads]
+
+
+def seq_forward_of(case, version, fields=KEPT_LSTM):
+    """``f`` for the oracle: ``gradcells_seq`` of the case's arrays, in ``cell_names`` order."""
+    names = cell_names(case)
+    return lambda *arrays: gradcells_seq(case, version, dict(zip(names, arrays, strict=True)),
+                                         fields)
 
 
 def seq_oracle(case, version, vjp) -> VJPReport:
     names = cell_names(case)
-    return check_vjp(lambda *arrays: gradcells_seq(case, version, dict(zip(names, arrays,
-                                                                           strict=True))),
-                     vjp, [case[n] for n in names], names=names, seed=int(case["_seed"]))
+    return check_vjp(seq_forward_of(case, version), vjp, [case[n] for n in names],
+                     names=names, seed=int(case["_seed"]))
 
 
 def seq_case_with_cotangent(rng, version):
@@ -412,6 +425,67 @@ def past_seq_len_max(rng) -> Verdict:
     zeros = [(n, o, np.zeros_like(o)) for n, o in zip(STEP_FIELDS, out, strict=True)]
     truth = compare(zeros, (0.0, 0.0))
     return judge(truth, lambda: compare([z for z in zeros if z[0] in ("cs", "h")], (0.0, 0.0)))
+
+
+# ---------------------------------------------------------------------------------------------
+# A loss on every output, the gate outputs too (fault 11)
+
+
+def gates_zeroed(forward, fields, kept, *arrays) -> tuple:
+    """``forward(*arrays)`` with its outputs but ``kept`` zeroed: fault 11's model, for the
+    oracle, of a gradient that drops the gate outputs' upstream gradients."""
+    return tuple(v if k in kept else 0 * v
+                 for k, v in zip(fields, forward(*arrays), strict=True))
+
+
+def every_output_oracle(forward, vjp, args, names, fields, kept, seed) -> Verdict:
+    """The oracle's check of ``vjp`` for a loss on every one of ``forward``'s ``fields`` (its
+    default cotangent, drawn from ``seed``, on each); on a mismatch, fault 11's model: the
+    same claim checked against ``gates_zeroed``. No gradcells gradient is compared."""
+    check = functools.partial(check_vjp, vjp=vjp, args=args, names=names, seed=seed)
+    model = functools.partial(gates_zeroed, forward, fields, kept)
+    return judge(oracle_outcome(check(forward)), lambda: oracle_outcome(check(model)))
+
+
+def seed_cell_grad(case, grad) -> list:
+    """The seed's ``_LSTMBlockCellGrad`` given ``grad``, the upstream gradient of every output
+    (peepholes named in the op's order: fault 4 is another row's)."""
+    (_, cs_grad, _, _, _, _, h_grad) = grad                     # the seed's line
+    state = block_cell(case, forget_bias=case["forget_bias"], **clip_attr(case))
+    return block_cell_grad(case, state, cs_grad, h_grad)
+
+
+def lstm_every_output(rng) -> Verdict:
+    case = lstm_case(rng, np.float32, clip=False)
+    names = cell_names(case)
+    attrs = {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"]}
+    forward = functools.partial(gradcells_cell, attrs, fields=STEP_FIELDS)
+    return every_output_oracle(forward, lambda ct, *a: seed_cell_grad(case, ct),
+                               [case[n] for n in names], names, STEP_FIELDS, KEPT_LSTM,
+                               int(rng.integers(2**31)))
+
+
+def seed_gru_grad(case, grad) -> list:
+    """The seed's ``_GRUBlockCellGrad`` given the upstream gradient of every output."""
+    _, _, _, d_h = grad                                         # the seed's line
+    return gru_block_grad(case, d_h)
+
+
+def gru_every_output(rng) -> Verdict:
+    case = gru_case(rng)
+    return every_output_oracle(lambda *a: tuple(steps.gru_cell(*a, backend="reference")),
+                               lambda ct, *a: seed_gru_grad(case, ct),
+                               [case[n] for n in GRU_ARGS], GRU_ARGS, GRU_FIELDS, KEPT_GRU,
+                               int(rng.integers(2**31)))
+
+
+def v1_every_output(rng) -> Verdict:
+    case = seq_case(rng, 1)
+    names = cell_names(case)
+    return every_output_oracle(seq_forward_of(case, 1, STEP_FIELDS),
+                               lambda ct, *a: tape_grads(case, 1, ct, STEP_FIELDS),
+                               [case[n] for n in names], names, STEP_FIELDS, KEPT_LSTM,
+                               int(rng.integers(2**31)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -526,6 +600,12 @@ CHECKS = (
           fault=10, cases=1),
     Check("registered gradient (LSTMBlockCell, GRUBlockCell)", registered_gradient,
           fault=9, cases=1),
+    Check("seed _LSTMBlockCellGrad, a loss on every output, vs oracle", lstm_every_output,
+          fault=11),
+    Check("seed _GRUBlockCellGrad, a loss on every output, vs oracle", gru_every_output,
+          fault=11),
+    Check("BlockLSTM gradient (GradientTape), a loss on every output, vs oracle",
+          v1_every_output, fault=11),
 )
 """Every TensorFlow row, in order."""
 

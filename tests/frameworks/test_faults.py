@@ -23,6 +23,7 @@ import pytest
 import gradcells as gc
 from gradcells import tf_compat as tc
 from gradcells.audit.faults import FAULTS
+from gradcells.audit.tensorflow import KEPT_GRU, KEPT_LSTM
 from gradcells.cells.lstm.spec import PEEPHOLES
 from gradcells.testing import gru_cell_case, lstm_cell_case, lstm_sequence_case, vjp_check
 
@@ -264,6 +265,24 @@ def test_fault_5_gru_docstring_weight_gradients_are_swapped(rng, errors):
         gc.check_vjp(gru_h, docstring_gru_grad(errors), arrays, names=GRU_ARGS)
 
 
+def seed_gru_block_cell_grad(tf, op_inputs, grad):
+    """The seed's ``_GRUBlockCellGrad`` code, with ``tf.raw_ops`` for ``gen_gru_ops``, given
+    the upstream gradient of every output ``(r, u, c, h)``."""
+    x, h_prev, w_ru, w_c, b_ru, b_c = op_inputs
+    r, u, c, _ = tf.raw_ops.GRUBlockCell(x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru,
+                                         b_c=b_c)
+    _, _, _, d_h = grad                                         # the seed's line
+    d_x, d_h_prev, d_c_bar, d_r_bar_u_bar = tf.raw_ops.GRUBlockCellGrad(
+        x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c, r=r, u=u, c=c, d_h=d_h)
+    x_h_prev = tf.concat([x, h_prev], 1)
+    d_w_ru = tf.matmul(x_h_prev, d_r_bar_u_bar, transpose_a=True)
+    d_b_ru = tf.raw_ops.BiasAddGrad(out_backprop=d_r_bar_u_bar)
+    x_h_prevr = tf.concat([x, h_prev * r], 1)
+    d_w_c = tf.matmul(x_h_prevr, d_c_bar, transpose_a=True)
+    d_b_c = tf.raw_ops.BiasAddGrad(out_backprop=d_c_bar)
+    return [d_x, d_h_prev, d_w_ru, d_w_c, d_b_ru, d_b_c]
+
+
 def test_fault_5_gru_seed_code_is_right(tf, rng):
     """The seed's ``_GRUBlockCellGrad`` code (TF's op, then its Python weight gradients)
     passes the oracle, and so does gradcells."""
@@ -271,19 +290,9 @@ def test_fault_5_gru_seed_code_is_right(tf, rng):
     arrays = [case[k] for k in GRU_ARGS]
 
     def seed_vjp(d_h, *a):
-        x, h_prev, w_ru, w_c, b_ru, b_c = (tf.constant(f32(v)) for v in a)
-        r, u, c, _ = tf.raw_ops.GRUBlockCell(x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru,
-                                             b_c=b_c)
-        d_x, d_h_prev, d_c_bar, d_r_bar_u_bar = tf.raw_ops.GRUBlockCellGrad(
-            x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c, r=r, u=u, c=c,
-            d_h=tf.constant(f32(d_h)))
-        x_h_prev = tf.concat([x, h_prev], 1)
-        d_w_ru = tf.matmul(x_h_prev, d_r_bar_u_bar, transpose_a=True)
-        d_b_ru = tf.raw_ops.BiasAddGrad(out_backprop=d_r_bar_u_bar)
-        x_h_prevr = tf.concat([x, h_prev * r], 1)
-        d_w_c = tf.matmul(x_h_prevr, d_c_bar, transpose_a=True)
-        d_b_c = tf.raw_ops.BiasAddGrad(out_backprop=d_c_bar)
-        return [g.numpy() for g in (d_x, d_h_prev, d_w_ru, d_w_c, d_b_ru, d_b_c)]
+        inputs = [tf.constant(f32(v)) for v in a]
+        grads = seed_gru_block_cell_grad(tf, inputs, (None, None, None, tf.constant(f32(d_h))))
+        return [g.numpy() for g in grads]
 
     gc.check_vjp(gru_h, seed_vjp, arrays, names=GRU_ARGS).raise_if_failed()
     vjp_check("gru_cell", case).raise_if_failed()
@@ -426,21 +435,121 @@ def test_fault_10_gru_rejects_float16(tf):
         tf.raw_ops.GRUBlockCell(**inputs)
 
 
+# -- 11. the gate outputs' upstream gradients dropped ----------------------------------------------
+
+
+BLOCK_OPS = ("LSTMBlockCell", "GRUBlockCell", "BlockLSTM", "BlockLSTMV2")
+MIRRORS = {"LSTMBlockCell": tc.lstm_block_cell, "GRUBlockCell": tc.gru_block_cell,
+           "BlockLSTM": tc.block_lstm, "BlockLSTMV2": tc.block_lstm_v2}
+
+
+def block_case(rng, op):
+    """``(names, arrays)``: a small float64 case of ``op`` (no peepholes, no clip)."""
+    if op == "GRUBlockCell":
+        case = gru_cell_case(rng, batch=2, input_size=3, hidden=4)
+        return GRU_ARGS, [case[k] for k in GRU_ARGS]
+    if op == "LSTMBlockCell":
+        case = lstm_cell_case(rng, batch=2, input_size=3, hidden=4)
+        return LSTM_ARGS, [case[k] for k in LSTM_ARGS]
+    case = lstm_sequence_case(rng, steps=3, batch=2, input_size=3, hidden=4)
+    return LSTM_ARGS, [case[k] for k in ("x", "cs0", "h0", "w", "b")]
+
+
+def mirror_outputs(op, arrays):
+    """Every output of ``op`` by ``tf_compat``'s float64 mirror (no peepholes, no clip)."""
+    if op == "GRUBlockCell":
+        return tc.gru_block_cell(*arrays)
+    x, cs_prev, h_prev, w, b = arrays
+    steps = () if op == "LSTMBlockCell" else (x.shape[0],)
+    return MIRRORS[op](*steps, x, cs_prev, h_prev, w, None, None, None, b, cell_clip=0.0)
+
+
+def tape_block_lstm_grad(tf, op, inputs, grad):
+    """``tf.GradientTape``'s gradient (``rnn_grad.py``'s ``_block_lstm_grad``) of BlockLSTM's
+    or BlockLSTMV2's inputs for ``grad``, the upstream gradient of every output."""
+    x, cs_prev, h_prev, w, b = inputs
+    p = tf.zeros(cs_prev.shape[1])
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        out = getattr(tf.raw_ops, op)(seq_len_max=np.int64(x.shape[0]), x=x, cs_prev=cs_prev,
+                                      h_prev=h_prev, w=w, wci=p, wcf=p, wco=p, b=b,
+                                      cell_clip=0.0)
+    return tape.gradient(list(out), inputs, output_gradients=list(grad))
+
+
+def tf_block_grad(tf, op, arrays, grad):
+    """TF's gradient of ``op``'s inputs for ``grad`` (float32 tensors, one per output): the
+    seed's ``_LSTMBlockCellGrad`` or ``_GRUBlockCellGrad`` for the cells (TF2 registers none,
+    fault 9), ``tf.GradientTape`` for BlockLSTM and BlockLSTMV2."""
+    if op == "LSTMBlockCell":
+        inputs = tf_lstm_inputs(tf, arrays, False)
+        outputs = tf.raw_ops.LSTMBlockCell(**dict(zip(TF_LSTM_INPUTS, inputs, strict=True)),
+                                           cell_clip=0.0, use_peephole=False)
+        x, cs_prev, h_prev, w, _, _, _, b = seed_lstm_block_cell_grad(tf, inputs, outputs,
+                                                                      grad, False)
+        return [x, cs_prev, h_prev, w, b]
+    inputs = [tf.constant(f32(a)) for a in arrays]
+    if op == "GRUBlockCell":
+        return seed_gru_block_cell_grad(tf, inputs, grad)
+    return tape_block_lstm_grad(tf, op, inputs, grad)
+
+
+def block_fields(op, fields):
+    """``f`` for the oracle: the outputs ``fields`` of ``op``'s float64 mirror."""
+    return lambda *arrays: tuple(getattr(mirror_outputs(op, arrays), k) for k in fields)
+
+
+def tf_block_vjp(tf, op, fields):
+    """A claimed vjp of ``block_fields(op, fields)``: TF's gradient for the cotangent upstream
+    of those outputs and zeros upstream of the others."""
+    def vjp(ct, *arrays):
+        upstream = dict(zip(fields, ct, strict=True))
+        outputs = mirror_outputs(op, arrays)._asdict()
+        grad = [tf.constant(f32(upstream.get(k, np.zeros_like(v)))) for k, v in outputs.items()]
+        return [g.numpy() for g in tf_block_grad(tf, op, arrays, grad)]
+    return vjp
+
+
+@pytest.mark.parametrize("op", BLOCK_OPS)
+def test_fault_11_gate_output_gradients_are_dropped(tf, rng, op):
+    """A loss on one gate output, ``sum(gate ∘ w)`` (w: the oracle's cotangent): TF's
+    gradient of every input is zero, the oracle's central differences of the float64 forward
+    are not: it fails x, h_prev and the weights by more than 0.05 and 500 times its tolerance
+    (the whole derivative lost; the float32 tolerance is rtol 1e-3). A loss on h (and cs)
+    passes: only the gates' upstream gradients are lost (BlockLSTMV2's h and cs gradient is
+    fault 6's)."""
+    names, arrays = block_case(rng, op)
+    kept = KEPT_GRU if op == "GRUBlockCell" else KEPT_LSTM
+    weights = {"w_ru", "b_ru"} if op == "GRUBlockCell" else {"w", "b"}
+    outputs = mirror_outputs(op, arrays)._asdict()
+    for gate in [k for k in outputs if k not in kept]:
+        vjp = tf_block_vjp(tf, op, (gate,))
+        assert not any(g.any() for g in vjp((np.ones_like(outputs[gate]),), *arrays)), gate
+        report = gc.check_vjp(block_fields(op, (gate,)), vjp, arrays, names=names)
+        assert failing(report) >= {"x", "h_prev"} | weights, (gate, str(report))
+        assert report.max_abs_error > 0.05, (gate, str(report))
+        assert max(c.abs_error / c.bound for c in report.checks) > 500, (gate, str(report))
+    if op != "BlockLSTMV2":
+        gc.check_vjp(block_fields(op, kept), tf_block_vjp(tf, op, kept), arrays,
+                     names=names).raise_if_failed()
+
+
 # -- the one list of known faults -----------------------------------------------------------------
 
 
 def test_every_known_fault_is_listed_once_and_shown_by_its_test():
-    """``gradcells.audit.faults`` lists faults 1..10 (TensorFlow's), then each framework's in
-    its range, each with its test in its file (fault 7, which needs TensorFlow's GPU kernels,
-    has none and says why); every fault test in this file names a listed fault."""
+    """``gradcells.audit.faults`` lists faults 1..11 (TensorFlow's, 1-19), then each
+    framework's in its range, each with its test in its file (fault 7, which needs
+    TensorFlow's GPU kernels, has none and says why); every fault test in this file names a
+    listed fault."""
     import re
     from pathlib import Path
 
     from gradcells.audit.faults import FAULTS
 
     root = Path(__file__).resolve().parents[2]
-    assert set(range(1, 11)) <= set(FAULTS)
-    assert all(n <= 10 or 20 <= n < 60 for n in FAULTS)
+    assert [n for n in sorted(FAULTS) if n < 20] == list(range(1, 12))
+    assert all(1 <= n < 60 for n in FAULTS)
     for number, fault in FAULTS.items():
         assert fault.number == number and fault.title and fault.reproduction
         assert fault.kind in ("fault", "convention")
