@@ -110,13 +110,14 @@ class GRUBackend(Protocol):
     def gru_cell(self, x, h_prev, weights: GRUWeights, settings: GRUSettings) -> GRUCellState: ...
 
     def gru_cell_grad(self, x, h_prev, weights: GRUWeights, state: GRUCellState,
-                      settings: GRUSettings, *, d_h=None) -> GRUCellGrads: ...
+                      settings: GRUSettings, *, d_r=None, d_u=None, d_c=None,
+                      d_h=None) -> GRUCellGrads: ...
 
     def gru_sequence(self, x, h0, weights: GRUWeights, settings: GRUSettings) -> GRUSequence: ...
 
     def gru_sequence_grad(self, x, h0, weights: GRUWeights, seq: GRUSequence,
-                          settings: GRUSettings, *, d_h=None,
-                          d_h_final=None) -> GRUSequenceGrads: ...
+                          settings: GRUSettings, *, d_r=None, d_u=None, d_c=None,
+                          d_h=None, d_h_final=None) -> GRUSequenceGrads: ...
 
     def gru_cell_jvp(self, x, h_prev, weights: GRUWeights, tangents: GRUCellGrads,
                      settings: GRUSettings) -> tuple[GRUCellState, GRUCellState]: ...
@@ -125,13 +126,16 @@ class GRUBackend(Protocol):
                          settings: GRUSettings) -> tuple[GRUSequence, GRUSequence]: ...
 
     def gru_cell_grad_jvp(self, x, h_prev, weights: GRUWeights, state: GRUCellState,
-                          tangents: GRUCellGrads, settings: GRUSettings, *, d_h=None,
-                          d_h_tangent=None) -> tuple[GRUCellGrads, GRUCellGrads]: ...
+                          tangents: GRUCellGrads, settings: GRUSettings, *, d_r=None,
+                          d_u=None, d_c=None, d_h=None, d_r_tangent=None,
+                          d_u_tangent=None, d_c_tangent=None, d_h_tangent=None
+                          ) -> tuple[GRUCellGrads, GRUCellGrads]: ...
 
     def gru_sequence_grad_jvp(self, x, h0, weights: GRUWeights, seq: GRUSequence,
                               tangents: GRUSequenceGrads, settings: GRUSettings, *,
-                              d_h=None, d_h_final=None, d_h_tangent=None,
-                              d_h_final_tangent=None
+                              d_r=None, d_u=None, d_c=None, d_h=None, d_h_final=None,
+                              d_r_tangent=None, d_u_tangent=None, d_c_tangent=None,
+                              d_h_tangent=None, d_h_final_tangent=None
                               ) -> tuple[GRUSequenceGrads, GRUSequenceGrads]: ...
 
 
@@ -222,9 +226,9 @@ makes the functions)."""
 CELL = CellSpec(
     "gru",
     OpSpec("gru_cell", False, ("h_prev",), GRUWeights, GRUSettings, GRUCellState,
-           GRUCellGrads, ("d_h",)),
+           GRUCellGrads, ("d_r", "d_u", "d_c", "d_h")),
     OpSpec("gru_sequence", True, ("h0",), GRUWeights, GRUSettings, GRUSequence,
-           GRUSequenceGrads, ("d_h", "d_h_final")),
+           GRUSequenceGrads, ("d_r", "d_u", "d_c", "d_h", "d_h_final")),
     StackSpec(GRUStack, GRUStackGrads, {"reset_after": True}),
     keywords=(Keyword("reset_after", False, "bool"),),
     weight_labels=WEIGHT_LABELS, protocol=GRUBackend, docs=DOCS)
