@@ -61,6 +61,8 @@ from ._cpu_kernels import (
     gru_candidate_grad_tangent_kernel,
     gru_candidate_jvp_kernel,
     gru_candidate_kernel,
+    gru_gates_grad_kernel,
+    gru_gates_grad_tangent_kernel,
     gru_gates_jvp_kernel,
     gru_gates_kernel,
     gru_reset_after_grad_kernel,
@@ -97,19 +99,23 @@ def gru_cell(x, h_prev, weights, settings):
     return GRUCellState(r, u, c, h)
 
 
-def gru_cell_grad(x, h_prev, weights, state, settings, *, d_h=None):
-    """Gradient of one GRU step with respect to every input (``GRUCellGrads``)."""
+def gru_cell_grad(x, h_prev, weights, state, settings, *, d_r=None, d_u=None, d_c=None,
+                  d_h=None):
+    """Gradient of one GRU step with respect to every input (``GRUCellGrads``); the gates'
+    own upstream gradients ``d_r, d_u, d_c`` (when any is given) by ``gru_gates_grad_kernel``
+    after the step's backward kernels."""
     n_batch, n_hidden = h_prev.shape
     dtype = h_prev.dtype
     h_prev = kernel_array(h_prev)
     r, u, c = (kernel_array(a) for a in (state.r, state.u, state.c))
     has_d_h = d_h is not None
     d_h = kernel_array(d_h) if has_d_h else h_prev
+    gates = _gate_upstreams((d_r, d_u, d_c), h_prev)
     xh = np.concatenate((x, h_prev), axis=1)
     d_ru = np.empty((n_batch, 2 * n_hidden), dtype)
     dc_bar = np.empty((n_batch, n_hidden), dtype)
     d_bias_ru = np.zeros(2 * n_hidden, dtype)
-    upstream_and_state = (d_h, has_d_h, r, u, c, h_prev)
+    upstream_and_state = (d_h, has_d_h, r, u, c, h_prev, gates)
     if settings.reset_after:
         dx, dh_prev, dw_c, d_bias_c = _reset_after_cell_grad(
             x, weights, upstream_and_state, dc_bar, d_ru, d_bias_ru)
@@ -123,7 +129,7 @@ def gru_cell_grad(x, h_prev, weights, state, settings, *, d_h=None):
 def _reset_after_cell_grad(x, weights, upstream_and_state, dc_bar, d_ru, d_bias_ru):
     """The reset-after cell's ``(dx, dh_prev, dw_c, db_c)``; writes ``dc_bar`` and ``d_ru``
     and accumulates ``d_bias_ru`` (``gru_reset_after_grad_kernel``)."""
-    d_h, has_d_h, r, u, c, h_prev = upstream_and_state
+    d_h, has_d_h, r, u, c, h_prev, gates = upstream_and_state
     w_ru, w_c = weights.w_ru, weights.w_c
     n_batch, n_hidden = h_prev.shape
     n_in = x.shape[1]
@@ -132,9 +138,11 @@ def _reset_after_cell_grad(x, weights, upstream_and_state, dc_bar, d_ru, d_bias_
     d_bias_c = np.zeros(2 * n_hidden, dtype)
     d_n = np.empty((n_batch, n_hidden), dtype)
     dh_direct = np.empty((n_batch, n_hidden), dtype)
-    gru_reset_after_grad_kernel(d_h, has_d_h, r, u, c, h_prev, np.dot(h_prev, w_c[n_in:]),
-                                b_c[n_hidden:], dc_bar, d_n, d_ru, dh_direct, d_bias_ru,
-                                d_bias_c)
+    n_parts = (np.dot(h_prev, w_c[n_in:]), b_c[n_hidden:])
+    gru_reset_after_grad_kernel(d_h, has_d_h, r, u, c, h_prev, *n_parts, dc_bar, d_n, d_ru,
+                                dh_direct, d_bias_ru, d_bias_c)
+    _add_gate_grads(gates, "r, u, c", None, (r, u, c), n_parts, (d_ru, dc_bar, d_n),
+                   (d_bias_ru, d_bias_c))
     # x and h_prev rows apart: the sums are then contiguous (the whole gradient 3–7%
     # faster than adding into column slices of one [B, I+H] product, at (64, 256, 256))
     dx = np.dot(d_ru, w_ru[:n_in].T)
@@ -151,7 +159,7 @@ def _reset_after_cell_grad(x, weights, upstream_and_state, dc_bar, d_ru, d_bias_
 def _reset_before_cell_grad(x, weights, upstream_and_state, dc_bar, d_ru, d_bias_ru):
     """The reset-before cell's ``(dx, dh_prev, dw_c, db_c)``; writes ``dc_bar`` and ``d_ru``
     and accumulates ``d_bias_ru`` (``gru_candidate_grad_kernel``, ``gru_reset_grad_kernel``)."""
-    d_h, has_d_h, r, u, c, h_prev = upstream_and_state
+    d_h, has_d_h, r, u, c, h_prev, gates = upstream_and_state
     w_ru, w_c = weights.w_ru, weights.w_c
     n_batch, n_hidden = h_prev.shape
     n_in = x.shape[1]
@@ -160,12 +168,69 @@ def _reset_before_cell_grad(x, weights, upstream_and_state, dc_bar, d_ru, d_bias
     xrh = np.empty((n_batch, n_in + n_hidden), dtype)
     gru_candidate_grad_kernel(d_h, has_d_h, r, u, c, h_prev, kernel_array(x), dc_bar, d_ru,
                               xrh, d_bias_ru, d_bias_c)
+    outs, grads, sums = (r, u, c), (d_ru, dc_bar, dc_bar), (d_bias_ru, d_bias_c)
+    _add_gate_grads(gates, "u, c", None, outs, None, grads, sums)
     dxhr = np.dot(dc_bar, w_c.T)
     gru_reset_grad_kernel(dxhr, d_h, has_d_h, r, u, h_prev, d_ru, d_bias_ru)
+    _add_gate_grads(gates, "r", None, outs, None, grads, sums)
     dxh = np.dot(d_ru, w_ru.T)
     dxh += dxhr
     dw_c = np.dot(xrh.T, dc_bar)
     return dxh[:, :n_in], dxh[:, n_in:], dw_c, d_bias_c
+
+
+# --------------------------------------------------------------------------------------
+# the gates' own upstream gradients (docs/spec.md §16.1)
+
+
+_EVERY_ROW = np.zeros(0, np.bool_)
+_PARTS = {"r, u, c": (True, True, True), "u, c": (False, True, True), "r": (True, False, False)}
+
+
+def _gate_upstreams(gates, like):
+    """The gates' upstream gradients ``(d_r, d_u, d_c)`` as ``gru_gates_grad_kernel`` takes
+    them: ``(arrays, has)``, a missing one ``like`` (an array of the shape, never read)
+    with its flag False; None when all are None: then no pass runs, no work is added."""
+    if all(g is None for g in gates):
+        return None
+    return (tuple(like if g is None else kernel_array(g) for g in gates),
+            tuple(g is not None for g in gates))
+
+
+def _gates_at(gates, t):
+    """Step t's ``_gate_upstreams`` of a sequence's ``[T, B, H]`` gradients."""
+    return None if gates is None else (tuple(a[t] for a in gates[0]), gates[1])
+
+
+def _selected(gates, part):
+    """The flags ``has`` of ``gates`` for the gates of ``part`` (a key of ``_PARTS``)."""
+    return tuple(h and wanted for h, wanted in zip(gates[1], _PARTS[part], strict=True))
+
+
+def _add_gate_grads(gates, part, stopped, outs, n_parts, grads, sums):
+    """``gru_gates_grad_kernel``: the step's ``gates`` (``_gate_upstreams``'s; None: nothing
+    to do) of ``part`` added to its gate gradients: all of them (reset after: ``n_parts``
+    given), or reset before (``n_parts`` None) ``"u, c"`` after the candidate's kernel and
+    ``"r"`` after the reset kernel. ``stopped``: ``stopped_rows``'s (None: every row runs)."""
+    if gates is None or not any(has := _selected(gates, part)):
+        return
+    rows = _EVERY_ROW if stopped is None else stopped[:, 0]
+    reset_after = n_parts is not None
+    gru_gates_grad_kernel(gates[0], has, rows, outs, n_parts if reset_after else outs[:2],
+                          reset_after, grads, sums)
+
+
+def _add_gate_grad_tangents(gates, part, stopped, saved, n_parts, t_grads, t_sums):
+    """``gru_gates_grad_tangent_kernel``, beside ``_add_gate_grads``: ``gates = (arrays,
+    tangents, has)`` (``gate_pairs``'s, a step's), ``saved = (outs, t_outs)``, ``n_parts =
+    (gates_ch, addend_ch, t_n)`` reset after (else None)."""
+    if gates is None or not any(has := _selected(gates[::2], part)):
+        return
+    rows = _EVERY_ROW if stopped is None else stopped[:, 0]
+    reset_after = n_parts is not None
+    n_parts = n_parts if reset_after else (*saved[0][:2], saved[0][0])
+    gru_gates_grad_tangent_kernel(gates[0], gates[1], has, rows, saved[0], saved[1],
+                                  n_parts[:2], n_parts[2], reset_after, t_grads, t_sums)
 
 
 # --------------------------------------------------------------------------------------
@@ -250,7 +315,8 @@ class _Scratch(NamedTuple):
     previous: np.ndarray          # [B, H]: the state a step started from (Walk.previous_of_step)
 
 
-def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None):
+def gru_sequence_grad(x, h0, weights, seq, settings, *, d_r=None, d_u=None, d_c=None,
+                      d_h=None, d_h_final=None):
     """Backpropagation through time for ``gru_sequence``.
 
     ``grad_h``: the gradient of the state after the current step. Per step, from
@@ -272,7 +338,10 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     before ``d_hr`` is too before ``gru_reset_grad_kernel`` (which then gives ``dr_bar =
     d_hr∘h_seen∘r(1-r)`` and the masked ``d_hr∘r``) and the rows ``r∘h_prev`` after the
     loop; ``du_bar`` and ``up∘u`` read the state itself. Zoneout splits ``up``
-    (``_sequence.zoneout_split``); ``dx`` is multiplied by ``m_in``.
+    (``_sequence.zoneout_split``); ``dx`` is multiplied by ``m_in``. The gates' own
+    upstream gradients ``d_r, d_u, d_c`` (when any is given) are added in running rows by
+    ``gru_gates_grad_kernel`` after each step's kernels (reset before, ``d_r`` after
+    ``gru_reset_grad_kernel``), before the matmuls that read the gate gradients.
     """
     reset_after = settings.reset_after
     x, h0, b_c = map(contiguous, (x, h0, weights.b_c))
@@ -285,6 +354,8 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     x = running_inputs(masked(x, masks.input), lengths)
     seq = tuple(map(contiguous, _steps(seq)))
     d_h = None if d_h is None else contiguous(d_h)
+    gates = _gate_upstreams(tuple(None if g is None else contiguous(g)
+                                  for g in (d_r, d_u, d_c)), seq[0])
     split = _split_weights(weights.w_ru, weights.w_c, n_in)
     grad_h = initial_carry(d_h_final, (n_batch, n_hidden), dtype)
     state, steps = (n_batch, n_hidden), (n_steps, n_batch, n_hidden)
@@ -300,7 +371,7 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     if reset_after:
         walk.recurrent_projection(h0_seen, h_seen, split[3], work.recurrent)
         b_ch = b_c[n_hidden:]
-    _backward_steps(h0, seq, d_h, grad_h, walk, work, sums, b_ch, masks)
+    _backward_steps(h0, seq, (d_h, gates), grad_h, walk, work, sums, b_ch, masks)
     if masks.recurrent is not None and not reset_after:     # the rows r∘h_prev∘m_rec
         np.multiply(work.d_n_or_reset_h, masks.recurrent, out=work.d_n_or_reset_h)
     dx, dw_ru, dw_c = _input_and_weight_grads(walk, x, h0_seen, h_seen, split, work,
@@ -309,12 +380,14 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
                             w_c=dw_c, b_ru=sums[0], b_c=sums[1])
 
 
-def _backward_steps(h0, seq, d_h, grad_h, walk, work, sums, b_ch, masks):
+def _backward_steps(h0, seq, upstreams, grad_h, walk, work, sums, b_ch, masks):
     """The backward loop over the steps in ``walk``'s backward order: updates ``grad_h``
     in place to the gradient of ``h0``, writes every step's gate gradients into ``work``
-    and accumulates ``sums = (db_ru, db_c)``. ``b_ch``: reset after, ``b_c[H:]``; reset
-    before, None."""
+    and accumulates ``sums = (db_ru, db_c)``. ``upstreams = (d_h, gates)``: ``d_h [T, B,
+    H]`` or None and the gates' (``_gate_upstreams``'s); ``b_ch``: reset after,
+    ``b_c[H:]``; reset before, None."""
     r, u, c, h = seq
+    d_h, gates = upstreams
     db_ru, db_c = sums
     d_ru, d_c, d_n_or_reset_h, recurrent = work.d_ru, work.d_c, work.d_n_or_reset_h, work.recurrent
     direct, candidate_h, dh_prev = work.direct, work.candidate_h, work.dh_prev
@@ -327,19 +400,25 @@ def _backward_steps(h0, seq, d_h, grad_h, walk, work, sums, b_ch, masks):
         up, up_old = zoneout_split(masks.zoneout_h, t, up, work.upstream, work.old)
         h_prev = walk.previous_of_step(h, h0, t, work.previous)
         target = grad_h if stopped is None else dh_prev
+        step_gates, outs = _gates_at(gates, t), (r[t], u[t], c[t])
+        grads = (d_ru[t], d_c[t], d_n_or_reset_h[t])
         if b_ch is not None:
             gru_reset_after_grad_kernel(up, True, r[t], u[t], c[t], h_prev, recurrent[t],
                                         b_ch, d_c[t], d_n_or_reset_h[t], d_ru[t], direct,
                                         db_ru, db_c)
+            _add_gate_grads(step_gates, "r, u, c", stopped, outs, (recurrent[t], b_ch), grads,
+                            sums)
             np.matmul(d_n_or_reset_h[t], w_ch_t, out=candidate_h)
             if m_rec is None:
                 direct += candidate_h
         else:
             gru_candidate_grad_kernel(up, True, r[t], u[t], c[t], h_prev, no_x, d_c[t],
                                       d_ru[t], d_n_or_reset_h[t], db_ru, db_c)
+            _add_gate_grads(step_gates, "u, c", stopped, outs, None, grads, sums)
             np.matmul(d_c[t], w_ch_t, out=direct)
             finish_state_grad(direct, m_rec, None)
             gru_reset_grad_kernel(direct, up, True, r[t], u[t], h_prev, d_ru[t], db_ru)
+            _add_gate_grads(step_gates, "r", stopped, outs, None, grads, sums)
         np.matmul(d_ru[t], w_ruh_t, out=target)
         if m_rec is not None and b_ch is not None:
             target += candidate_h
