@@ -625,38 +625,57 @@ def gru_cell_step(x, h_prev, weights, tangents, reset_after):
 # second order (docs/spec.md §12)
 
 
-def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None,
-                      d_h_tangent=None):
+def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_r=None, d_u=None,
+                      d_c=None, d_h=None, d_r_tangent=None, d_u_tangent=None,
+                      d_c_tangent=None, d_h_tangent=None):
     """The JVP of ``gru_cell_grad`` along ``tangents`` (a ``GRUCellGrads``, None fields
-    zero) and ``d_h_tangent``: ``(GRUCellGrads, GRUCellGrads of tangents)``, a sequence of
-    one step (``gru_grad_jvp``)."""
+    zero) and the upstream gradients' tangents: ``(GRUCellGrads, GRUCellGrads of
+    tangents)``, a sequence of one step (``gru_grad_jvp``)."""
 
     x, h0, seq, t, up = sequence_of_one(x, h_prev, state, tangents, d_h, d_h_tangent)
+    gates = tuple((None if g is None else g[None], None if t_g is None else t_g[None])
+                  for g, t_g in ((d_r, d_r_tangent), (d_u, d_u_tangent), (d_c, d_c_tangent)))
     pair = gru_grad_jvp(x, h0, weights, GRUSequence(*seq), GRUSequenceGrads(*t), settings,
-                        settings.reset_after, up)
+                        settings.reset_after, up, gates)
     return tuple(GRUCellGrads(g[0][0], *g[1:]) for g in pair)
 
 
-def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
-                          d_h_final=None, d_h_tangent=None, d_h_final_tangent=None):
+def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_r=None, d_u=None,
+                          d_c=None, d_h=None, d_h_final=None, d_r_tangent=None,
+                          d_u_tangent=None, d_c_tangent=None, d_h_tangent=None,
+                          d_h_final_tangent=None):
     """The JVP of ``gru_sequence_grad`` along ``tangents`` (a ``GRUSequenceGrads``, None
     fields zero) and the upstream gradients' tangents: ``(GRUSequenceGrads, GRUSequenceGrads
     of tangents)``, the primal as ``gru_sequence_grad``'s; ``gru_grad_jvp`` states
     the plan."""
 
     pair = gru_grad_jvp(x, h0, weights, seq, tangents, settings, settings.reset_after,
-                        (d_h, d_h_final, d_h_tangent, d_h_final_tangent))
+                        (d_h, d_h_final, d_h_tangent, d_h_final_tangent),
+                        ((d_r, d_r_tangent), (d_u, d_u_tangent), (d_c, d_c_tangent)))
     return tuple(GRUSequenceGrads(*g) for g in pair)
+
+
+def _gate_pairs(pairs, like):
+    """The gates' upstream gradients and their tangents, ``pairs = ((d_r, t_d_r), (d_u,
+    t_d_u), (d_c, t_d_c))`` of ``[T, B, H]`` arrays or None, as ``_add_gate_grad_tangents``
+    takes them: ``(arrays, tangents, has)``, the missing one of a given pair zeros, a gate
+    with neither ``like`` (never read) and its flag False; None when no gate has either."""
+    has = tuple(g is not None or t_g is not None for g, t_g in pairs)
+    if not any(has):
+        return None
+    filled = [tuple(like if not given else np.zeros_like(like) if a is None else contiguous(a)
+                    for a in pair) for pair, given in zip(pairs, has, strict=True)]
+    return tuple(p[0] for p in filled), tuple(p[1] for p in filled), has
 
 
 # --------------------------------------------------------------------------------------
 # second order's loop: the gradient's backward loop with a tangent beside every value
 
 
-def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams):
+def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams, gates):
     """``gru_sequence_grad`` and its tangent: ``(grads, t_grads)``, each ``(dx, dh0,
     dw_ru, dw_c, db_ru, db_c)``; ``upstreams = (d_h, d_h_final, d_h_tangent,
-    d_h_final_tangent)``.
+    d_h_final_tangent)``, ``gates = ((d_r, d_r_tangent), (d_u, ...), (d_c, ...))``.
 
     The saved gates' tangents are ``gru_jvp``'s. Per step (``_gru_backward_steps``) the
     gradient's kernels and their tangents' passes (``_cpu_kernels``) around the
@@ -667,8 +686,9 @@ def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams
         grad_h' = ([dr', du']·W_ruhᵀ + [dr, du]·W_ruh'ᵀ + (d_n'·W_chᵀ + d_n·W_ch'ᵀ))∘m_rec
                   + z∘up' + direct'          (the bracket reset after; direct' the kernels')
 
-    After
-    the loop ``gru._input_and_weight_grads`` three times: on the gate gradients, on their
+    The gates' own upstream gradients and their tangents join each step's gate gradients
+    after its kernels (``_add_gate_grads``, ``_add_gate_grad_tangents``). After the loop
+    ``gru._input_and_weight_grads`` three times: on the gate gradients, on their
     tangents, and on the gate gradients with the tangents of ``x``, the states, the weights
     and (reset before) of the rows ``r∘h_seen``."""
     t_seq = gru_jvp(x, tangents.x, h0, tangents.h0, weights, weights_part(tangents, weights),
@@ -702,7 +722,8 @@ def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams
         t_work.recurrent[...] += t_weights.b_c[n_hidden:]
     carry = carry_pair(upstreams[1], upstreams[3], (n_batch, n_hidden), dtype)
     sums = [(np.zeros(2 * n_hidden, dtype), np.zeros(b_c.shape[0], dtype)) for _ in range(2)]
-    _gru_backward_steps((h0, t_h0), (seq, t_seq[:4]), upstream_pair(*upstreams[::2]), carry,
+    _gru_backward_steps((h0, t_h0), (seq, t_seq[:4]),
+                        (upstream_pair(*upstreams[::2]), _gate_pairs(gates, seq[0])), carry,
                         walk, (work, t_work, stacks), (lin_ruh, lin_ch, b_ch, masks), sums)
     if masks.recurrent is not None and not reset_after:     # the rows r∘h_prev∘m_rec
         for w in (work, t_work):
@@ -733,14 +754,16 @@ def _gru_scratch(dtype, sizes, reset_after, linears):
     return _Scratch(*buffers[:count]), _Scratch(*buffers[count:2 * count]), buffers[2 * count:]
 
 
-def _gru_backward_steps(first, saved, d_h, carry, walk, work, fixed, sums):
+def _gru_backward_steps(first, saved, upstreams, carry, walk, work, fixed, sums):
     """The backward loop with its tangent (``gru._backward_steps``, each value with its
     tangent beside it): updates ``carry = (grad_h, t_grad_h)`` in place, writes every step's
     gate gradients and their tangents into ``work = (work, t_work, stacks)`` and accumulates
     ``sums = ((db_ru, db_c), (t_db_ru, t_db_c))``. ``first = (h0, t_h0)``; ``saved = ((r, u,
-    c, h), their tangents)``; ``d_h = (d_h, t_d_h)``; ``fixed = (lin_ruh, lin_ch, b_ch,
-    masks)`` (``b_ch`` None: reset before)."""
+    c, h), their tangents)``; ``upstreams = ((d_h, t_d_h), gates)`` (``gates``:
+    ``_gate_pairs``'s); ``fixed = (lin_ruh, lin_ch, b_ch, masks)`` (``b_ch`` None: reset
+    before)."""
     (r, u, c, h), (t_r, t_u, t_c, t_h) = saved
+    d_h, gates = upstreams
     works, stacks = work[:2], work[2]
     lin_ruh, lin_ch, b_ch, masks = fixed
     for t in walk.back_times():
@@ -749,7 +772,10 @@ def _gru_backward_steps(first, saved, d_h, carry, walk, work, fixed, sums):
                for k, w in enumerate(works)]
         states = tuple(walk.previous_of_step(a, first[k], t, works[k].previous)
                        for k, a in enumerate((h, t_h)))
-        step = (ups[0][0], ups[1][0], (r[t], u[t], c[t]), (t_r[t], t_u[t], t_c[t]), states)
+        step_gates = None if gates is None else (
+            stopped, (*(tuple(a[t] for a in arrays) for arrays in gates[:2]), gates[2]))
+        step = (ups[0][0], ups[1][0], (r[t], u[t], c[t]), (t_r[t], t_u[t], t_c[t]), states,
+                step_gates)
         if b_ch is not None:
             _gru_reset_after_step(t, step, works, (lin_ch, b_ch, stacks[1]), sums,
                                   masks.recurrent)
@@ -773,8 +799,9 @@ def _gru_reset_after_step(t, step, works, fixed, sums, m_rec):
     """A reset-after step's gate gradients and their tangents into ``works = (work,
     t_work)``: the gradient's kernel, the tangent's pass, ``d_n·W_chᵀ`` and its tangent
     (added to ``direct`` here without a recurrent mask); ``step = (up, t_up, outs, t_outs,
-    states)``; ``fixed = (lin_ch, b_ch, stack)``."""
-    up, t_up, outs, t_outs, states = step
+    states, gates)`` (``gates``: None, or ``(stopped, the step's _gate_pairs)``, added after
+    the kernels); ``fixed = (lin_ch, b_ch, stack)``."""
+    up, t_up, outs, t_outs, states, gates = step
     work, t_work = works
     lin_ch, b_ch, stack = fixed
     gru_reset_after_grad_kernel(up, True, *outs, states[0], work.recurrent[t], b_ch,
@@ -784,6 +811,7 @@ def _gru_reset_after_step(t, step, works, fixed, sums, m_rec):
         up, t_up, outs, t_outs, states, (work.recurrent[t], b_ch), t_work.recurrent[t],
         (work.d_c[t], work.d_n_or_reset_h[t]),
         (t_work.d_c[t], t_work.d_n_or_reset_h[t], t_work.d_ru[t], t_work.direct), sums[1])
+    _gate_step(t, works, step, sums, "r, u, c", (work.recurrent[t], b_ch, t_work.recurrent[t]))
     np.matmul(work.d_n_or_reset_h[t], work.w_ch_t, out=work.candidate_h)
     lin_ch.into(t_work.d_n_or_reset_h[t], work.d_n_or_reset_h[t], t_work.candidate_h, stack)
     if m_rec is None:
@@ -795,8 +823,10 @@ def _gru_reset_before_step(t, step, works, fixed, sums, m_rec):
     """A reset-before step's gate gradients and their tangents into ``works = (work,
     t_work)``: the candidate's kernel and its tangent's pass, ``d_hr = (dc_bar·W_chᵀ)∘m_rec``
     and its tangent, then the reset gate's tangent pass (before the gradient's kernel
-    overwrites ``d_hr``) and kernel; ``fixed = (lin_ch, stack)``."""
-    up, t_up, outs, t_outs, states = step
+    overwrites ``d_hr``) and kernel; the gates' upstream gradients (``step``'s last, as
+    ``_gru_reset_after_step`` takes it) after the candidate's kernels (``d_u``, ``d_c``)
+    and after the reset gate's (``d_r``); ``fixed = (lin_ch, stack)``."""
+    up, t_up, outs, t_outs, states, _ = step
     work, t_work = works
     lin_ch, stack = fixed
     no_x = np.empty((up.shape[0], 0), up.dtype)
@@ -805,6 +835,7 @@ def _gru_reset_before_step(t, step, works, fixed, sums, m_rec):
     gru_candidate_grad_tangent_kernel(
         up, t_up, outs, t_outs, states,
         (t_work.d_c[t], t_work.d_ru[t], t_work.d_n_or_reset_h[t]), sums[1])
+    _gate_step(t, works, step, sums, "u, c", None)
     np.matmul(work.d_c[t], work.w_ch_t, out=work.direct)
     lin_ch.into(t_work.d_c[t], work.d_c[t], t_work.direct, stack)
     finish_state_grad(work.direct, m_rec, None)
@@ -813,6 +844,21 @@ def _gru_reset_before_step(t, step, works, fixed, sums, m_rec):
                                   states, t_work.d_ru[t], sums[1][0])
     gru_reset_grad_kernel(work.direct, up, True, *outs[:2], states[0], work.d_ru[t],
                           sums[0][0])
+    _gate_step(t, works, step, sums, "r", None)
+
+
+def _gate_step(t, works, step, sums, part, n_parts):
+    """The step's gate upstream gradients of ``part`` and their tangents added to the gate
+    gradients in ``works = (work, t_work)`` and to ``sums`` (``_add_gate_grads``,
+    ``_add_gate_grad_tangents``); ``n_parts = (gates_ch, addend_ch, t_n)`` reset after,
+    else None. Nothing when the step has none (``step``'s last None)."""
+    if step[5] is None:
+        return
+    (stopped, gates), outs, t_outs = step[5], step[2], step[3]
+    grads = [(w.d_ru[t], w.d_c[t], w.d_n_or_reset_h[t]) for w in works]
+    _add_gate_grads((gates[0], gates[2]), part, stopped, outs,
+                    None if n_parts is None else n_parts[:2], grads[0], sums[0])
+    _add_gate_grad_tangents(gates, part, stopped, (outs, t_outs), n_parts, grads[1], sums[1])
 
 
 def _gru_product_rule(walk, primal, tangent, work, t_work, reset_after):
