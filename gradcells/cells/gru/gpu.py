@@ -495,25 +495,32 @@ def _weight_tangents(tangents):
 # Second order (docs/spec.md §12)
 
 
-def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None,
-                      d_h_tangent=None):
+def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_r=None, d_u=None,
+                      d_c=None, d_h=None, d_r_tangent=None, d_u_tangent=None,
+                      d_c_tangent=None, d_h_tangent=None):
     """The JVP of ``gru_cell_grad`` along ``tangents`` (a ``GRUCellGrads``, None fields
-    zero) and ``d_h_tangent``: ``(grads, grads_tangent)``, ``grads`` ``gru_cell_grad``'s;
-    see ``gradcells.reference.gru.gru_cell_grad_jvp``."""
+    zero) and the upstream gradients' tangents: ``(grads, grads_tangent)``, ``grads``
+    ``gru_cell_grad``'s; see ``gradcells.reference.gru.gru_cell_grad_jvp``."""
     rt, on_device = _launch.runtime_on(x)
     with on_device:
-        d_h, t_d_h = upstream_pair(rt.xp, d_h, d_h_tangent, state.h)
+        xp = rt.xp
+        d_h, t_d_h = (None if a is None else a[None]
+                      for a in upstream_pair(xp, d_h, d_h_tangent, state.h))
+        gates = _gate_pairs(xp, (d_r, d_u, d_c), (d_r_tangent, d_u_tangent, d_c_tangent),
+                            state.h)
         pairs = _grad_jvp(
             rt, x[None], h_prev, weights, GRUCellState(*(a[None] for a in state)),
             GRUSequenceGrads(*tangents)._replace(
                 x=None if tangents.x is None else tangents.x[None]), settings,
-            (None if d_h is None else d_h[None], None if t_d_h is None else t_d_h[None],
-             None, None))
+            (d_h, t_d_h, None, None,
+             {k: None if a is None else a[None] for k, a in gates.items()}))
         return tuple(GRUCellGrads(dx[0], *rest) for dx, *rest in pairs)
 
 
-def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
-                          d_h_final=None, d_h_tangent=None, d_h_final_tangent=None):
+def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_r=None, d_u=None,
+                          d_c=None, d_h=None, d_h_final=None, d_r_tangent=None,
+                          d_u_tangent=None, d_c_tangent=None, d_h_tangent=None,
+                          d_h_final_tangent=None):
     """The JVP of ``gru_sequence_grad`` along ``tangents`` (a ``GRUSequenceGrads``, None
     fields zero) and the upstream gradients' tangents: ``(grads, grads_tangent)``, ``grads``
     ``gru_sequence_grad``'s; see ``gradcells.reference.gru.gru_sequence_grad_jvp``."""
@@ -521,22 +528,34 @@ def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
     with on_device:
         xp = rt.xp
         upstream = (*upstream_pair(xp, d_h, d_h_tangent, seq.h),
-                    *upstream_pair(xp, d_h_final, d_h_final_tangent, seq.h_final))
+                    *upstream_pair(xp, d_h_final, d_h_final_tangent, seq.h_final),
+                    _gate_pairs(xp, (d_r, d_u, d_c), (d_r_tangent, d_u_tangent, d_c_tangent),
+                                seq.h))
         pairs = _grad_jvp(rt, x, h0, weights, _saved_steps(seq), tangents, settings,
                           upstream)
         return tuple(GRUSequenceGrads(*fields) for fields in pairs)
 
 
+def _gate_pairs(xp, gates, tangents, like):
+    """The gates' upstream gradients and their tangents by ``gru_backward_gates_tangent``'s
+    names (``d_r``, ``d_r_t``, ...): ``upstream_pair``s (zeros for the missing one of a
+    given pair; None for neither) of arrays shaped as ``like``."""
+    pairs = {}
+    for name, g, t_g in zip(("d_r", "d_u", "d_c"), gates, tangents, strict=True):
+        pairs[name], pairs[f"{name}_t"] = upstream_pair(xp, g, t_g, like)
+    return pairs
+
+
 def _grad_jvp(rt, x, h0, weights, steps, tangents, settings, upstream):
     """``gru_sequence_grad`` from the saved steps ``(r, u, c, h)`` and its tangent along
     ``tangents`` (a ``GRUSequenceGrads`` of ``[T, B, ·]`` x tangents,
-    None fields zero) and ``upstream = (d_h, t_d_h, d_h_final, t_d_h_final)``
-    (``upstream_pair``s): two lists of the fields of GRUSequenceGrads. The primal is
-    ``_backward``'s, with ``_Tangent`` as its step hook; the saved steps'
-    tangents are ``_jvp``'s."""
+    None fields zero) and ``upstream = (d_h, t_d_h, d_h_final, t_d_h_final, gates)``
+    (``upstream_pair``s; ``gates``: ``_gate_pairs``'s): two lists of the fields of
+    GRUSequenceGrads. The primal is ``_backward``'s, with ``_Tangent`` as its step hook;
+    the saved steps' tangents are ``_jvp``'s."""
     xp = rt.xp
     t_x = tangents.x
-    d_h, t_d_h, d_h_final, t_d_h_final = upstream
+    d_h, t_d_h, d_h_final, t_d_h_final, _ = upstream
     t_h0 = zeros_or(xp, tangents.h0, h0)
     t_weights = GRUWeights(*(zeros_or(xp, t, w) for t, w in zip(_weight_tangents(tangents),
                                                                  weights, strict=True)))
@@ -544,7 +563,7 @@ def _grad_jvp(rt, x, h0, weights, steps, tangents, settings, upstream):
     hook = _Tangent(rt, x, t_x, h0, t_h0, weights, t_weights, steps, t_steps, settings,
                        upstream)
     grads = _backward(rt, x, h0, weights, steps, settings, d_h=d_h, d_h_final=d_h_final,
-                      tangent=hook)
+                      gates=tuple(upstream[4][f"d_{g}"] for g in "ruc"), tangent=hook)
     if hook.carry is None:  # T = 0
         t_dh0 = xp.zeros_like(h0) if t_d_h_final is None else t_d_h_final.copy()
         d_gates, d_n, rh = hook.t_d_gates, hook.t_d_n, hook.t_rh  # empty
@@ -603,22 +622,12 @@ class _Tangent:
         self.t_d_n = xp.empty(shape, dtype=dtype) if reset_after else None
         self.t_rh = None if reset_after else xp.empty(shape, dtype=dtype)
         self.t_dh_direct = xp.empty((n_batch, n_hidden), dtype=dtype)
-        self.d_h, self.t_d_h, d_h_final, t_d_h_final = upstream
+        self.d_h, self.t_d_h = upstream[:2]
         self.carry = self.direct = self.primal = None
-        self.placeholder = placeholder = xp.ascontiguousarray(weights.b_c)
-        n = n_batch * n_hidden
-        self.candidate = Launcher(
-            rt, "gru_backward_candidate_tangent", dtype, n, b_c=placeholder,
-            d_h_final=placeholder if d_h_final is None else d_h_final,
-            d_h_final_t=placeholder if t_d_h_final is None else t_d_h_final,
-            seq_len=_launch.lengths_argument(xp, lengths), reset_after=reset_after,
-            has_d_h=self.d_h is not None, has_d_h_final=d_h_final is not None,
-            use_seq_len=lengths is not None, use_zoneout_h=self.z_h is not None,
-            n_steps=n_steps, batch=n_batch, hidden=n_hidden, dh_next_b_t=self.t_dh_direct,
-            dh_direct_t=self.t_dh_direct)
-        self.reset = Launcher(rt, "gru_backward_reset_tangent", dtype, n,
-                                      batch=n_batch, hidden=n_hidden,
-                                      dh_direct_t=self.t_dh_direct)
+        self.placeholder = xp.ascontiguousarray(weights.b_c)
+        self.candidate, self.reset, self.gates = _tangent_kernels(
+            rt, self.placeholder, self.t_dh_direct, upstream, shape, settings, lengths,
+            self.z_h is not None)
 
     def __call__(self, t, dh_next_a, arrays, d_hr, dh_direct):
         xp, placeholder, ra = self.xp, self.placeholder, self.reset_after
@@ -639,6 +648,11 @@ class _Tangent:
             dh_next_b=either(self.direct), dh_next_a_t=either(self.carry), step=t,
             zoneout_h=_launch.at_step(self.z_h, t, placeholder), d_gates_t=self.t_d_gates[t],
             d_n_t=self.t_d_n[t] if ra else placeholder, rh_t=placeholder if ra else self.t_rh[t])
+        at = {"r": r[t], "u": u[t], "c": c[t], "r_t": t_r[t], "u_t": t_u[t], "c_t": t_c[t],
+              "n_pre": n_pre[t] if ra else placeholder,
+              "n_pre_t": self.t_n_pre[t] if ra else placeholder,
+              "d_gates_t": self.t_d_gates[t], "d_n_t": self.t_d_n[t] if ra else placeholder}
+        self.gates(t, "r, u, c" if ra else "u, c", **at)
         n_ru = self.w_ruh.shape[1]
         t_d_gates = self.t_d_gates[t]
         if not ra:
@@ -647,9 +661,34 @@ class _Tangent:
                                                    self.t_w_ch.T), self.m_rec)
             self.reset(d_hr=d_hr, d_hr_t=xp.ascontiguousarray(t_d_hr), r=r[t], r_t=t_r[t],
                        h_prev=self.h_prev[t], h_prev_t=self.t_prev[t], d_gates_t=t_d_gates)
+            self.gates(t, "r", **at)
         carry = recurrent_tangent(xp, d_gates[t][:, :n_ru], t_d_gates[:, :n_ru], self.w_ruh.T,
                                   self.t_w_ruh.T)
         if ra:
             carry += recurrent_tangent(xp, d_n[t], self.t_d_n[t], self.w_ch.T, self.t_w_ch.T)
         self.carry = plan.masked(carry, self.m_rec)
         self.direct = dh_direct.copy()
+
+
+def _tangent_kernels(rt, b_c, t_dh_direct, upstream, shape, settings, lengths, use_zoneout):
+    """``_Tangent``'s launchers: ``gru_backward_candidate_tangent``,
+    ``gru_backward_reset_tangent`` and the gates' ``_Gates`` of
+    ``gru_backward_gates_tangent`` (``upstream = (d_h, t_d_h, d_h_final, t_d_h_final,
+    gates)``, ``gates`` by the kernel's names; ``b_c`` also the placeholder)."""
+    xp, dtype = rt.xp, b_c.dtype
+    n_steps, n_batch, n_hidden = shape
+    d_h, _, d_h_final, t_d_h_final, gates = upstream
+    n = n_batch * n_hidden
+    common = {"seq_len": _launch.lengths_argument(xp, lengths), "b_c": b_c,
+              "reset_after": settings.reset_after, "use_seq_len": lengths is not None,
+              "batch": n_batch, "hidden": n_hidden}
+    candidate = Launcher(
+        rt, "gru_backward_candidate_tangent", dtype, n,
+        d_h_final=b_c if d_h_final is None else d_h_final,
+        d_h_final_t=b_c if t_d_h_final is None else t_d_h_final,
+        has_d_h=d_h is not None, has_d_h_final=d_h_final is not None,
+        use_zoneout_h=use_zoneout, n_steps=n_steps, dh_next_b_t=t_dh_direct,
+        dh_direct_t=t_dh_direct, **common)
+    reset = Launcher(rt, "gru_backward_reset_tangent", dtype, n, batch=n_batch,
+                     hidden=n_hidden, dh_direct_t=t_dh_direct)
+    return candidate, reset, _Gates(rt, "gru_backward_gates_tangent", gates, common)
