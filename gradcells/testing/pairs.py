@@ -50,8 +50,8 @@ GRU_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["gru_sequence"].arrays
 RNN_ARG_NAMES: tuple[str, ...] = SPECS["rnn_cell"].arrays
 RNN_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["rnn_sequence"].arrays
 LSTM_SEQUENCE_OUTPUTS = ("h", "cs", "h_final", "cs_final")
-GRU_CELL_OUTPUTS = ("r", "u", "c", "h")
-GRU_SEQUENCE_OUTPUTS = ("r", "u", "c", "h", "h_final")
+GRU_CELL_OUTPUTS: tuple[str, ...] = SPECS["gru_cell"].result._fields   # every field (§16.1)
+GRU_SEQUENCE_OUTPUTS: tuple[str, ...] = SPECS["gru_sequence"].result._fields
 RNN_SEQUENCE_OUTPUTS = ("h", "h_final")
 
 Pair = tuple[Callable[..., Any], Callable[..., Any], tuple, tuple[str, ...]]

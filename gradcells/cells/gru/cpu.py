@@ -338,10 +338,8 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_r=None, d_u=None, d_c=
     before ``d_hr`` is too before ``gru_reset_grad_kernel`` (which then gives ``dr_bar =
     d_hr∘h_seen∘r(1-r)`` and the masked ``d_hr∘r``) and the rows ``r∘h_prev`` after the
     loop; ``du_bar`` and ``up∘u`` read the state itself. Zoneout splits ``up``
-    (``_sequence.zoneout_split``); ``dx`` is multiplied by ``m_in``. The gates' own
-    upstream gradients ``d_r, d_u, d_c`` (when any is given) are added in running rows by
-    ``gru_gates_grad_kernel`` after each step's kernels (reset before, ``d_r`` after
-    ``gru_reset_grad_kernel``), before the matmuls that read the gate gradients.
+    (``_sequence.zoneout_split``); ``dx`` is multiplied by ``m_in``. ``d_r, d_u, d_c``, when
+    given, join in running rows after each step's kernels (``_add_gate_grads``).
     """
     reset_after = settings.reset_after
     x, h0, b_c = map(contiguous, (x, h0, weights.b_c))
@@ -354,8 +352,7 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_r=None, d_u=None, d_c=
     x = running_inputs(masked(x, masks.input), lengths)
     seq = tuple(map(contiguous, _steps(seq)))
     d_h = None if d_h is None else contiguous(d_h)
-    gates = _gate_upstreams(tuple(None if g is None else contiguous(g)
-                                  for g in (d_r, d_u, d_c)), seq[0])
+    gates = _gate_upstreams((d_r, d_u, d_c), seq[0])
     split = _split_weights(weights.w_ru, weights.w_c, n_in)
     grad_h = initial_carry(d_h_final, (n_batch, n_hidden), dtype)
     state, steps = (n_batch, n_hidden), (n_steps, n_batch, n_hidden)
@@ -636,7 +633,7 @@ def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_r=None
     gates = tuple((None if g is None else g[None], None if t_g is None else t_g[None])
                   for g, t_g in ((d_r, d_r_tangent), (d_u, d_u_tangent), (d_c, d_c_tangent)))
     pair = gru_grad_jvp(x, h0, weights, GRUSequence(*seq), GRUSequenceGrads(*t), settings,
-                        settings.reset_after, up, gates)
+                        settings.reset_after, up, _gate_pairs(gates, seq[0]))
     return tuple(GRUCellGrads(g[0][0], *g[1:]) for g in pair)
 
 
@@ -651,7 +648,8 @@ def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_r=None, 
 
     pair = gru_grad_jvp(x, h0, weights, seq, tangents, settings, settings.reset_after,
                         (d_h, d_h_final, d_h_tangent, d_h_final_tangent),
-                        ((d_r, d_r_tangent), (d_u, d_u_tangent), (d_c, d_c_tangent)))
+                        _gate_pairs(((d_r, d_r_tangent), (d_u, d_u_tangent),
+                                     (d_c, d_c_tangent)), seq.r))
     return tuple(GRUSequenceGrads(*g) for g in pair)
 
 
@@ -663,6 +661,7 @@ def _gate_pairs(pairs, like):
     has = tuple(g is not None or t_g is not None for g, t_g in pairs)
     if not any(has):
         return None
+    like = contiguous(like)
     filled = [tuple(like if not given else np.zeros_like(like) if a is None else contiguous(a)
                     for a in pair) for pair, given in zip(pairs, has, strict=True)]
     return tuple(p[0] for p in filled), tuple(p[1] for p in filled), has
@@ -675,7 +674,7 @@ def _gate_pairs(pairs, like):
 def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams, gates):
     """``gru_sequence_grad`` and its tangent: ``(grads, t_grads)``, each ``(dx, dh0,
     dw_ru, dw_c, db_ru, db_c)``; ``upstreams = (d_h, d_h_final, d_h_tangent,
-    d_h_final_tangent)``, ``gates = ((d_r, d_r_tangent), (d_u, ...), (d_c, ...))``.
+    d_h_final_tangent)``, ``gates`` the gates' (``_gate_pairs``'s).
 
     The saved gates' tangents are ``gru_jvp``'s. Per step (``_gru_backward_steps``) the
     gradient's kernels and their tangents' passes (``_cpu_kernels``) around the
@@ -686,11 +685,10 @@ def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams
         grad_h' = ([dr', du']·W_ruhᵀ + [dr, du]·W_ruh'ᵀ + (d_n'·W_chᵀ + d_n·W_ch'ᵀ))∘m_rec
                   + z∘up' + direct'          (the bracket reset after; direct' the kernels')
 
-    The gates' own upstream gradients and their tangents join each step's gate gradients
-    after its kernels (``_add_gate_grads``, ``_add_gate_grad_tangents``). After the loop
-    ``gru._input_and_weight_grads`` three times: on the gate gradients, on their
-    tangents, and on the gate gradients with the tangents of ``x``, the states, the weights
-    and (reset before) of the rows ``r∘h_seen``."""
+    The gates' own upstream gradients and tangents join after each step's kernels
+    (``_gate_step``). After the loop ``gru._input_and_weight_grads`` three times: on the
+    gate gradients, on their tangents, and on the gate gradients with the tangents of ``x``,
+    the states, the weights and (reset before) of the rows ``r∘h_seen``."""
     t_seq = gru_jvp(x, tangents.x, h0, tangents.h0, weights, weights_part(tangents, weights),
                     settings, reset_after)[1]
     h0, b_c = contiguous(h0), contiguous(weights.b_c)
@@ -722,9 +720,8 @@ def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams
         t_work.recurrent[...] += t_weights.b_c[n_hidden:]
     carry = carry_pair(upstreams[1], upstreams[3], (n_batch, n_hidden), dtype)
     sums = [(np.zeros(2 * n_hidden, dtype), np.zeros(b_c.shape[0], dtype)) for _ in range(2)]
-    _gru_backward_steps((h0, t_h0), (seq, t_seq[:4]),
-                        (upstream_pair(*upstreams[::2]), _gate_pairs(gates, seq[0])), carry,
-                        walk, (work, t_work, stacks), (lin_ruh, lin_ch, b_ch, masks), sums)
+    _gru_backward_steps((h0, t_h0), (seq, t_seq[:4]), (upstream_pair(*upstreams[::2]), gates),
+                        carry, walk, (work, t_work, stacks), (lin_ruh, lin_ch, b_ch, masks), sums)
     if masks.recurrent is not None and not reset_after:     # the rows r∘h_prev∘m_rec
         for w in (work, t_work):
             np.multiply(w.d_n_or_reset_h, masks.recurrent, out=w.d_n_or_reset_h)
