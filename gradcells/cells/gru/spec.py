@@ -167,7 +167,17 @@ DOCS: dict[str, str] = {
         Returns ``(state, d_state)``: ``gru_cell``'s ``GRUCellState`` and one of its tangents.""",
     "gru_cell_grad": """
         Gradient of ``gru_cell`` with respect to every input, given the forward's ``state``
-        and the upstream gradient ``d_h`` of ``h`` (None: zeros).
+        and the upstream gradients of every field of it (docs/spec.md §16.1), each ``[B, H]``
+        and optional (None: zeros): ``d_h`` of ``h`` and ``d_r``, ``d_u``, ``d_c`` of the
+        gates themselves. Each gate's joins its pre-activation's gradient:
+
+            dc_bar = (d_h∘(1-u) + d_c)∘(1-c²)          (the candidate's pre-activation)
+            du_bar = (d_h∘(h_prev-c) + d_u)∘u(1-u)
+            dr_bar = (d_hr∘h_prev + d_r)∘r(1-r),  d_hr = dL/d(r∘h_prev) = (dc_bar·w_cᵀ)[:, I:]
+            reset_after:  dr_bar = (dc_bar∘n + d_r)∘r(1-r),  n = h_prev·W_ch + b_ch
+
+        and flows on as ``h``'s does: ``[dr_bar, du_bar]`` through ``w_ru``, ``dc_bar``
+        through ``w_c`` (reset after, ``dc_bar∘r`` through ``W_ch``).
 
         ``reset_after`` is the forward's, as ``state`` records it (None: the record's; for a
         tuple built by hand, False); a contradicting value raises ``ValueError``.
@@ -175,7 +185,9 @@ DOCS: dict[str, str] = {
         Returns ``GRUCellGrads(x, h_prev, w_ru, w_c, b_ru, b_c)``.""",
     "gru_cell_grad_jvp": """
         Second order: the JVP of ``gru_cell_grad`` along ``tangents`` (a ``GRUCellGrads``)
-        and ``d_h_tangent``, as ``lstm_cell_grad_jvp``. Returns ``(grads, grads_tangent)``.""",
+        and the upstream gradients' tangents ``d_r_tangent``, ``d_u_tangent``,
+        ``d_c_tangent``, ``d_h_tangent`` (None: zero), as ``lstm_cell_grad_jvp``. Returns
+        ``(grads, grads_tangent)``.""",
     "gru_sequence": """
         The GRU block cell (``gru_cell``) run over ``x [T, B, I]`` from ``h0 [B, H]``.
 
@@ -195,18 +207,24 @@ DOCS: dict[str, str] = {
     "gru_sequence_grad": """
         Backpropagation through time for ``gru_sequence``, given its result ``seq``.
 
-        Upstream gradients (each optional, None meaning zeros): ``d_h [T, B, H]`` for the
-        per-step ``h``, ``d_h_final [B, H]`` for the final state. ``reset_after``, ``seq_len``,
-        ``reverse``, ``batch_first`` and the masks are the forward's, as ``seq`` records them
-        (a contradicting value raises ``ValueError``;
-        for a ``seq`` that records nothing, ``reset_after`` None means False). Entries of ``x``
-        and ``d_h`` past a row's length are never read.
+        Upstream gradients of every field of ``seq`` (docs/spec.md §16.1; each optional,
+        None meaning zeros): ``d_r``, ``d_u``, ``d_c``, ``d_h [T, B, H]`` for every step's
+        gates and ``h``, ``d_h_final [B, H]`` for the final state. Per step, a gate's own
+        gradient joins its pre-activation's gradient as in ``gru_cell_grad`` (``dc_bar =
+        (dh∘(1-u) + d_c)∘(1-c²)``, ``du_bar = (dh∘(h_prev-c) + d_u)∘u(1-u)``, ``dr_bar =
+        (d_hr∘h_prev + d_r)∘r(1-r)``, reset after ``(dc_bar∘n + d_r)∘r(1-r)``), ``dh`` the
+        gradient of the step's state; zoneout splits ``dh`` only (the gates are the step's
+        own). ``reset_after``, ``seq_len``, ``reverse``, ``batch_first`` and the masks are
+        the forward's, as ``seq`` records them (a contradicting value raises ``ValueError``;
+        for a ``seq`` that records nothing, ``reset_after`` None means False). Entries of
+        ``x`` and of the per-step upstream gradients past a row's length are never read.
 
         Returns ``GRUSequenceGrads(x, h0, w_ru, w_c, b_ru, b_c)``.""",
     "gru_sequence_grad_jvp": """
         Second order: the JVP of ``gru_sequence_grad`` along ``tangents`` (a
-        ``GRUSequenceGrads``) and the upstream gradients' tangents, as
-        ``lstm_sequence_grad_jvp``. Returns ``(grads, grads_tangent)``.""",
+        ``GRUSequenceGrads``) and the upstream gradients' tangents (``d_r_tangent``,
+        ``d_u_tangent``, ``d_c_tangent``, ``d_h_tangent``, ``d_h_final_tangent``; None:
+        zero), as ``lstm_sequence_grad_jvp``. Returns ``(grads, grads_tangent)``.""",
     "gru_stack": """
         A stack of GRU layers, as ``lstm_stack`` (``h0 [L·D, B, H]``); ``reset_after``
         defaults to True, PyTorch's and Keras's GRU. Returns ``GRUStack(h, h_final, layers)``.""",
