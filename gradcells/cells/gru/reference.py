@@ -374,7 +374,8 @@ def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_r=None
     """The JVP of ``gru_cell_grad`` along ``tangents`` (a ``GRUCellGrads`` of the inputs'
     tangents) and the upstream gradients' tangents ``d_<field>_tangent``: ``(grads,
     grads_tangent)``, by ``gradient_jvp``."""
-    upstream = _upstream_duals(state, locals())
+    upstream = {"d_r": (d_r, d_r_tangent, state.r), "d_u": (d_u, d_u_tangent, state.u),
+                "d_c": (d_c, d_c_tangent, state.c), "d_h": (d_h, d_h_tangent, state.h)}
     return gradient_jvp(gru_cell_jvp, gru_cell_grad, (x, h_prev), weights, state, tangents,
                         settings, upstream)
 
@@ -386,13 +387,8 @@ def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_r=None, 
     """The JVP of ``gru_sequence_grad`` along ``tangents`` (a ``GRUSequenceGrads``) and the
     upstream gradients' tangents ``d_<field>_tangent``: ``(grads, grads_tangent)``, by
     ``gradient_jvp``."""
-    upstream = _upstream_duals(seq, locals())
+    upstream = {"d_r": (d_r, d_r_tangent, seq.r), "d_u": (d_u, d_u_tangent, seq.u),
+                "d_c": (d_c, d_c_tangent, seq.c), "d_h": (d_h, d_h_tangent, seq.h),
+                "d_h_final": (d_h_final, d_h_final_tangent, seq.h_final)}
     return gradient_jvp(gru_sequence_jvp, gru_sequence_grad, (x, h0), weights, seq, tangents,
                         settings, upstream)
-
-
-def _upstream_duals(result, given):
-    """``gradient_jvp``'s ``upstream``: for every field of ``result``, ``d_<field>: (the
-    gradient, its tangent, the field)`` from the keywords ``given``."""
-    return {f"d_{k}": (given[f"d_{k}"], given[f"d_{k}_tangent"], getattr(result, k))
-            for k in result._fields}
