@@ -50,7 +50,8 @@ GRU_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["gru_sequence"].arrays
 RNN_ARG_NAMES: tuple[str, ...] = SPECS["rnn_cell"].arrays
 RNN_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["rnn_sequence"].arrays
 LSTM_SEQUENCE_OUTPUTS = ("h", "cs", "h_final", "cs_final")
-GRU_SEQUENCE_OUTPUTS = ("h", "h_final")
+GRU_CELL_OUTPUTS: tuple[str, ...] = SPECS["gru_cell"].result._fields   # every field (§16.1)
+GRU_SEQUENCE_OUTPUTS: tuple[str, ...] = SPECS["gru_sequence"].result._fields
 RNN_SEQUENCE_OUTPUTS = ("h", "h_final")
 
 Pair = tuple[Callable[..., Any], Callable[..., Any], tuple, tuple[str, ...]]
@@ -207,11 +208,12 @@ def lstm_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
 
 
 def gru_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
-                      mode: str = "vjp") -> Pair:
+                      outputs: Sequence[str] = GRU_CELL_OUTPUTS, mode: str = "vjp") -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``gru_cell``: ``f`` maps the case's arrays
-    to ``(h,)``."""
+    to the chosen ``outputs`` (any of "r", "u", "c", "h": by default every field, so the
+    gates carry cotangents too, docs/spec.md §16.1); the others get no upstream gradient."""
     attrs = {"reset_after": case["reset_after"]}
-    return _vjp_pair(steps.gru_cell, steps.gru_cell_grad, case, GRU_ARG_NAMES, ("h",), attrs,
+    return _vjp_pair(steps.gru_cell, steps.gru_cell_grad, case, GRU_ARG_NAMES, outputs, attrs,
                      attrs, backend, mode)
 
 
@@ -238,7 +240,8 @@ def gru_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
                           outputs: Sequence[str] = GRU_SEQUENCE_OUTPUTS,
                           mode: str = "vjp") -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``gru_sequence``: ``f`` maps the case's
-    arrays to the chosen ``outputs`` ("h", "h_final")."""
+    arrays to the chosen ``outputs`` (any of "r", "u", "c", "h", "h_final": by default every
+    field, the gates' included, docs/spec.md §16.1); the others get no upstream gradient."""
     attrs = {"reset_after": case["reset_after"], "seq_len": case["seq_len"],
              **_sequence_attrs(case)}
     return _vjp_pair(sequences.gru_sequence, sequences.gru_sequence_grad, case,

@@ -58,8 +58,7 @@ def _split(op, case):
 
 def _upstream(op, rng, result):
     spec = OPS[op]
-    fields = {"d_h": "h", "d_cs": "cs", "d_h_final": "h_final", "d_cs_final": "cs_final"}
-    return {name: rng.standard_normal(getattr(result, fields[name]).shape)
+    return {name: rng.standard_normal(getattr(result, name.removeprefix("d_")).shape)
             for name in spec.upstream}
 
 

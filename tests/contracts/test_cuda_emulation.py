@@ -355,14 +355,18 @@ def test_lstm_cell_matches_reference(dtype, case, clip_grad, wanted, seed):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@given(case=gru_cell_inputs(min_size=0), with_d_h=st.booleans(), seed=st.integers(0, 2**16))
-def test_gru_cell_matches_reference(dtype, case, with_d_h, seed):
+@given(case=gru_cell_inputs(min_size=0), wanted=st.tuples(*[st.booleans()] * 4),
+       seed=st.integers(0, 2**16))
+def test_gru_cell_matches_reference(dtype, case, wanted, seed):
+    """An upstream gradient on each field of the result (docs/spec.md §16.1), each drawn or
+    None."""
     case = cast(case, dtype)
     case64 = cast(case, np.float64)
     with emulated_gpu() as backend:
         state = forward(backend, "gru_cell", case)
         assert_close(state, forward(reference, "gru_cell", case64), dtype, "forward ")
-        up = upstream(np.random.default_rng(seed), dtype, {"d_h": state.h.shape}, [with_d_h])
+        up = upstream(np.random.default_rng(seed), dtype,
+                      {f"d_{k}": getattr(state, k).shape for k in state._fields}, wanted)
         grads = grad(backend, "gru_cell", case, state, **up)
     expected = grad(reference, "gru_cell", case64, as64(state), **up64(up))
     assert_close(grads, expected, dtype, "gradient ")
@@ -408,16 +412,18 @@ def test_lstm_sequence_matches_reference(dtype, case, clip_grad, wanted, seed):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@given(case=gru_sequence_inputs(min_size=0), wanted=st.tuples(st.booleans(), st.booleans()),
+@given(case=gru_sequence_inputs(min_size=0), wanted=st.tuples(*[st.booleans()] * 5),
        seed=st.integers(0, 2**16))
 def test_gru_sequence_matches_reference(dtype, case, wanted, seed):
+    """An upstream gradient on each field of the result (``d_r, d_u, d_c, d_h, d_h_final``,
+    docs/spec.md §16.1), each drawn or None."""
     case = cast(case, dtype)
     case64 = cast(case, np.float64)
     with emulated_gpu() as backend:
         seq = forward(backend, "gru_sequence", case)
         assert_close(seq, forward(reference, "gru_sequence", case64), dtype, "forward ")
         up = upstream(np.random.default_rng(seed), dtype,
-                      {"d_h": seq.h.shape, "d_h_final": seq.h_final.shape}, wanted)
+                      {f"d_{k}": getattr(seq, k).shape for k in seq._fields}, wanted)
         grads = grad(backend, "gru_sequence", case, seq, **up)
     expected = grad(reference, "gru_sequence", case64, as64(seq), **up64(up))
     assert_close(grads, expected, dtype, "gradient ")

@@ -174,18 +174,20 @@ def test_lstm_cell_agrees_with_reference(dtype, case, clip_grad, wanted, seed):
 
 
 @pytest.mark.parametrize("dtype", GPU_DTYPES)
-@given(case=gru_cell_inputs(min_size=0), with_d_h=st.booleans(), seed=st.integers(0, 2**16))
-def test_gru_cell_agrees_with_reference(dtype, case, with_d_h, seed):
+@given(case=gru_cell_inputs(min_size=0), wanted=st.tuples(*[st.booleans()] * 4),
+       seed=st.integers(0, 2**16))
+def test_gru_cell_agrees_with_reference(dtype, case, wanted, seed):
+    """An upstream gradient on each field (docs/spec.md §16.1), each drawn or None."""
     case = on_gpu(case, dtype)
     case64 = float64(case)
     reset_after = case["reset_after"]
     state = gc.gru_cell(**case)
     assert_close(state, gc.gru_cell(**case64, backend="reference"), dtype, "forward ")
-    d_h = upstream(seed, dtype, {"d_h": state.h.shape}, [with_d_h])["d_h"]
-    grads = gc.gru_cell_grad(*(case[k] for k in GRU_CELL), state, d_h=d_h,
+    up = upstream(seed, dtype, {f"d_{k}": getattr(state, k).shape for k in state._fields},
+                  wanted)
+    grads = gc.gru_cell_grad(*(case[k] for k in GRU_CELL), state, **up,
                              reset_after=reset_after)
-    expected = gc.gru_cell_grad(*(case64[k] for k in GRU_CELL), as64(state),
-                                d_h=None if d_h is None else d_h.astype(cp.float64),
+    expected = gc.gru_cell_grad(*(case64[k] for k in GRU_CELL), as64(state), **up64(up),
                                 reset_after=reset_after, backend="reference")
     assert_close(grads, expected, dtype, "gradient ")
 
@@ -213,15 +215,16 @@ def test_lstm_sequence_agrees_with_reference(dtype, case, clip_grad, wanted, see
 
 
 @pytest.mark.parametrize("dtype", GPU_DTYPES)
-@given(case=gru_sequence_inputs(min_size=0), wanted=st.tuples(st.booleans(), st.booleans()),
+@given(case=gru_sequence_inputs(min_size=0), wanted=st.tuples(*[st.booleans()] * 5),
        seed=st.integers(0, 2**16))
 def test_gru_sequence_agrees_with_reference(dtype, case, wanted, seed):
+    """An upstream gradient on each field (docs/spec.md §16.1), each drawn or None."""
     case = on_gpu(case, dtype)
     case64 = float64(case)
     options = {k: case[k] for k in ("reset_after", "seq_len")}
     seq = gc.gru_sequence(**case)
     assert_close(seq, gc.gru_sequence(**case64, backend="reference"), dtype, "forward ")
-    up = upstream(seed, dtype, {"d_h": seq.h.shape, "d_h_final": seq.h_final.shape}, wanted)
+    up = upstream(seed, dtype, {f"d_{k}": getattr(seq, k).shape for k in seq._fields}, wanted)
     grads = gc.gru_sequence_grad(*(case[k] for k in GRU_SEQ), seq, **up, **options)
     expected = gc.gru_sequence_grad(*(case64[k] for k in GRU_SEQ), as64(seq), **up64(up),
                                     **options, backend="reference")

@@ -53,9 +53,10 @@ SEQUENCES = ["rnn_sequence", "gru_sequence"]
 
 
 def _upstreams(op, result, seed, none_rate=0.25):
-    """The gradient op's upstream gradients and their tangents, each drawn or None."""
+    """The gradient op's upstream gradients and their tangents, each drawn or None: one for
+    every field of the result that the spec names (the GRU's gates too, docs/spec.md §16.1)."""
     rng = np.random.default_rng(seed + 1)
-    names = ["h", "h_final"] if op.endswith("sequence") else ["h"]
+    names = [name.removeprefix("d_") for name in OPS[op].upstream]
     out = {}
     for name in names:
         for key in (f"d_{name}", f"d_{name}_tangent"):

@@ -61,7 +61,7 @@ _VARIANTS = {"rnn": ({"activation": "tanh"}, {"activation": "relu"}),
              "gru": ({"reset_after": False}, {"reset_after": True})}
 # The kernels that only the second order launches.
 _TANGENT_KERNELS = {"rnn": {"rnn_backward_tangent"},
-                    "gru": {"gru_backward_candidate_tangent"}}
+                    "gru": {"gru_backward_candidate_tangent", "gru_backward_gates_tangent"}}
 
 
 def _is_sequence(op):
@@ -69,7 +69,13 @@ def _is_sequence(op):
 
 
 def _upstream_names(op):
-    return ("d_h", "d_h_final") if _is_sequence(op) else ("d_h",)
+    """Every upstream gradient the op's gradient takes (the GRU's gates too, docs/spec.md
+    §16.1)."""
+    return OPS_SPECS[op].upstream
+
+
+UPSTREAM_FLAGS = 2 * max(len(_upstream_names(op)) for op in OPS)
+"""How many upstream gradients and tangents an op takes at most: the ``wanted`` flags'."""
 
 
 def _as64(value):
@@ -116,7 +122,7 @@ def _upstream(op, result, rng, dtype, wanted):
     """Upstream gradients and their tangents, each drawn or None (``wanted``)."""
     drawn = {}
     for k, name in enumerate(_upstream_names(op)):
-        shape = result.h.shape if name == "d_h" else result.h_final.shape
+        shape = getattr(result, name.removeprefix("d_")).shape
         for key, on in ((name, wanted[2 * k]), (f"{name}_tangent", wanted[2 * k + 1])):
             drawn[key] = rng.standard_normal(shape).astype(dtype) if on else None
     return drawn
@@ -167,7 +173,7 @@ def _check(op, case, dtype, seed, wanted, upstream_wanted):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op", OPS)
 @given(data=st.data(), wanted=st.tuples(*[st.booleans()] * 6),
-       upstream=st.tuples(*[st.booleans()] * 4), seed=st.integers(0, 2**16))
+       upstream=st.tuples(*[st.booleans()] * UPSTREAM_FLAGS), seed=st.integers(0, 2**16))
 def test_grad_jvp_matches_reference(op, dtype, data, wanted, upstream, seed):
     _check(op, data.draw(_strategy(op)), dtype, seed, wanted, upstream)
 
@@ -222,7 +228,7 @@ def test_grad_jvp_empty_sizes_and_no_tangents(op, sizes, wanted, variant):
     if not _is_sequence(op) and "steps" in sizes:
         return
     case = _options_case(op, variant, np.random.default_rng(5), **sizes)
-    _check(op, case, np.float64, 0, wanted, wanted[:4])
+    _check(op, case, np.float64, 0, wanted, wanted[:1] * UPSTREAM_FLAGS)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -234,10 +240,10 @@ def test_grad_jvp_lengths_zero_and_full(dtype, op, variant):
     rng = np.random.default_rng(9)
     case = _options_case(op, variant, rng, masks=True)
     case["seq_len"] = np.array([0, 3, 2])
-    _check(op, case, dtype, 1, (True,) * 6, (True,) * 4)
+    _check(op, case, dtype, 1, (True,) * 6, (True,) * UPSTREAM_FLAGS)
     case = _options_case(op, variant, rng)
     case["seq_len"] = np.array([0, 0, 0])
-    _check(op, case, dtype, 2, (True,) * 6, (True,) * 4)
+    _check(op, case, dtype, 2, (True,) * 6, (True,) * UPSTREAM_FLAGS)
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -247,7 +253,7 @@ def test_read_only_inputs_are_never_modified(op):
     case = _options_case(op, 1, rng, **extra)
     result = _forward(op, case)
     tangents = _tangents(op, case, rng, (True,) * 6)
-    upstream = _upstream(op, result, rng, np.float64, (True,) * 4)
+    upstream = _upstream(op, result, rng, np.float64, (True,) * UPSTREAM_FLAGS)
     arrays = [a for a in (*case.values(), *result, *tangents, *upstream.values())
               if isinstance(a, np.ndarray)]
     saved = [a.copy() for a in arrays]
@@ -272,7 +278,7 @@ def test_grad_jvp_does_not_depend_on_launch_shape_or_thread_order(op, dtype, var
     case = cast(_options_case(op, variant, rng, **extra), dtype)
     result = _forward(op, case)
     tangents = _tangents(op, case, rng, (True,) * 6)
-    upstream = _upstream(op, result, rng, dtype, (True,) * 4)
+    upstream = _upstream(op, result, rng, dtype, (True,) * UPSTREAM_FLAGS)
     runs = [grad_jvp(op, case, result, tangents, upstream, "gpu", policy, reverse)
             for policy, reverse in ((None, False), (TINY, False), (TINY, True))]
     eps = np.finfo(dtype).eps

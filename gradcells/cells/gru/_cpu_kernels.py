@@ -460,3 +460,122 @@ def gru_reset_grad_tangent_kernel(d_hr, t_d_hr, up, t_up, outs, t_outs, states, 
             t_dr_r[j] = t_dr
             t_db_r[j] += t_dr
             t_a_r[j] = t_a * gate_r + a * t_gate_r + t_up_r[j] * u_r[j] + up_r[j] * t_u_r[j]
+
+
+# --------------------------------------------------------------------------------------
+# the gates' own upstream gradients (docs/spec.md §16.1): a pass after the step's backward
+# kernels, run only when one is given (the kernels above are as they were without them)
+
+
+@kernel
+def gru_gates_grad_kernel(gates, has, stopped, outs, n_parts, reset_after, grads, sums):
+    """Adds the gates' own upstream gradients to one step's gate gradients, after the
+    step's backward kernel (reset before: after ``gru_candidate_grad_kernel`` for ``d_u``
+    and ``d_c``, after ``gru_reset_grad_kernel`` for ``d_r``, which it overwrites).
+
+    ``gates = (d_r, d_u, d_c)``, each ``[B, H]``, read only where its flag in ``has`` is
+    set (else any ``[B, H]`` array) and only in running rows (``stopped [B]``: True past a
+    row's length; ``[0]``: every row runs); ``outs = (r, u, c)``; ``n_parts = (gates_ch,
+    addend_ch)``, n = gates_ch + addend_ch as the backward kernel read it (reset after;
+    before, any arrays). Adds (``+=``) to ``grads = (d_ru [B, 2H], dc_bar [B, H], d_n
+    [B, H])`` (d_n reset after only) and to ``sums = (d_bias_ru [2H], d_bias_c)``:
+
+        e_c = d_c·(1-c²);   dc_bar += e_c;   du_bar += d_u·u(1-u)
+        dr_bar += d_r·r(1-r);  reset after also dr_bar += e_c·n·r(1-r), d_n += e_c·r
+    """
+    d_r, d_u, d_c = gates
+    has_r, has_u, has_c = has
+    r, u, c = outs
+    gates_ch, addend_ch = n_parts
+    d_ru, dc_bar, d_n = grads
+    d_bias_ru, d_bias_c = sums
+    n_batch, n_hidden = r.shape
+    zero = typed(0.0, r)
+    one = typed(1.0, r)
+    db_r, db_u = d_bias_ru[:n_hidden], d_bias_ru[n_hidden:]
+    db_c, db_n = d_bias_c[:n_hidden], d_bias_c[n_hidden:]
+    for row in range(n_batch):
+        if stopped.shape[0] > 0 and stopped[row]:
+            continue
+        dr_in, du_in, dc_in = d_r[row], d_u[row], d_c[row]
+        r_r, u_r, c_r = r[row], u[row], c[row]
+        dr_r, du_r, dc_r = d_ru[row, :n_hidden], d_ru[row, n_hidden:], dc_bar[row]
+        for j in range(n_hidden):
+            gate_r, gate_u, cand = r_r[j], u_r[j], c_r[j]
+            e_c = dc_in[j] * (one - cand * cand) if has_c else zero
+            e_u = du_in[j] * gate_u * (one - gate_u) if has_u else zero
+            e_r = dr_in[j] if has_r else zero
+            if reset_after:
+                e_r += e_c * (gates_ch[row, j] + row_of(addend_ch, row)[j])
+                d_nn = e_c * gate_r
+                d_n[row, j] += d_nn
+                db_n[j] += d_nn
+            e_r = e_r * gate_r * (one - gate_r)
+            dc_r[j] += e_c
+            du_r[j] += e_u
+            dr_r[j] += e_r
+            db_c[j] += e_c
+            db_u[j] += e_u
+            db_r[j] += e_r
+
+
+@kernel
+def gru_gates_grad_tangent_kernel(gates, t_gates, has, stopped, outs, t_outs, n_parts,
+                                  t_n_pre, reset_after, t_grads, t_sums):
+    """The tangent of ``gru_gates_grad_kernel``'s additions, added (``+=``) to the tangents
+    ``t_grads = (t_d_ru, t_dc_bar, t_d_n)`` and ``t_sums = (t_d_bias_ru, t_d_bias_c)``
+    (after the step's tangent kernels, where ``gru_gates_grad_kernel`` runs after the
+    gradient's). ``t_gates = (t_d_r, t_d_u, t_d_c)``: the upstream gradients' tangents, read
+    with ``gates`` where ``has`` is set (a missing one of a pair: zeros); ``t_outs = (t_r,
+    t_u, t_c)``; ``t_n_pre [B, H]``: n's tangent (reset after); the rest as there. With
+    s = r(1-r), p = u(1-u) and their tangents s' = r'(1-2r), p' = u'(1-2u):
+
+        e_c' = d_c'·(1-c²) - 2·d_c·c·c';   dc_bar' += e_c';   du_bar' += d_u'·p + d_u·p'
+        dr_bar' += d_r'·s + d_r·s';  reset after also
+            dr_bar' += (e_c'·n + e_c·n')·s + e_c·n·s',   d_n' += e_c'·r + e_c·r'
+    """
+    d_r, d_u, d_c = gates
+    t_d_r, t_d_u, t_d_c = t_gates
+    has_r, has_u, has_c = has
+    r, u, c = outs
+    t_r, t_u, t_c = t_outs
+    gates_ch, addend_ch = n_parts
+    t_d_ru, t_dc_bar, t_d_n = t_grads
+    t_bias_ru, t_bias_c = t_sums
+    n_batch, n_hidden = r.shape
+    zero = typed(0.0, r)
+    one = typed(1.0, r)
+    two = one + one
+    t_db_r, t_db_u = t_bias_ru[:n_hidden], t_bias_ru[n_hidden:]
+    t_db_c, t_db_n = t_bias_c[:n_hidden], t_bias_c[n_hidden:]
+    for row in range(n_batch):
+        if stopped.shape[0] > 0 and stopped[row]:
+            continue
+        for j in range(n_hidden):
+            gate_r, gate_u, cand = r[row, j], u[row, j], c[row, j]
+            t_gate_r = t_r[row, j]
+            e_c, t_e_c, t_e_u, e_r, t_e_r = zero, zero, zero, zero, zero
+            if has_c:
+                e_c = d_c[row, j] * (one - cand * cand)
+                t_e_c = (t_d_c[row, j] * (one - cand * cand)
+                         - two * d_c[row, j] * cand * t_c[row, j])
+            if has_u:
+                t_e_u = (t_d_u[row, j] * gate_u * (one - gate_u)
+                         + d_u[row, j] * t_u[row, j] * (one - two * gate_u))
+            if has_r:
+                e_r = d_r[row, j]
+                t_e_r = t_d_r[row, j]
+            if reset_after:
+                n = gates_ch[row, j] + row_of(addend_ch, row)[j]
+                e_r += e_c * n
+                t_e_r += t_e_c * n + e_c * t_n_pre[row, j]
+                t_dn = t_e_c * gate_r + e_c * t_gate_r
+                t_d_n[row, j] += t_dn
+                t_db_n[j] += t_dn
+            t_dr = t_e_r * gate_r * (one - gate_r) + e_r * t_gate_r * (one - two * gate_r)
+            t_dc_bar[row, j] += t_e_c
+            t_d_ru[row, n_hidden + j] += t_e_u
+            t_d_ru[row, j] += t_dr
+            t_db_c[j] += t_e_c
+            t_db_u[j] += t_e_u
+            t_db_r[j] += t_dr

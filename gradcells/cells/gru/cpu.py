@@ -61,6 +61,8 @@ from ._cpu_kernels import (
     gru_candidate_grad_tangent_kernel,
     gru_candidate_jvp_kernel,
     gru_candidate_kernel,
+    gru_gates_grad_kernel,
+    gru_gates_grad_tangent_kernel,
     gru_gates_jvp_kernel,
     gru_gates_kernel,
     gru_reset_after_grad_kernel,
@@ -97,19 +99,23 @@ def gru_cell(x, h_prev, weights, settings):
     return GRUCellState(r, u, c, h)
 
 
-def gru_cell_grad(x, h_prev, weights, state, settings, *, d_h=None):
-    """Gradient of one GRU step with respect to every input (``GRUCellGrads``)."""
+def gru_cell_grad(x, h_prev, weights, state, settings, *, d_r=None, d_u=None, d_c=None,
+                  d_h=None):
+    """Gradient of one GRU step with respect to every input (``GRUCellGrads``); the gates'
+    own upstream gradients ``d_r, d_u, d_c`` (when any is given) by ``gru_gates_grad_kernel``
+    after the step's backward kernels."""
     n_batch, n_hidden = h_prev.shape
     dtype = h_prev.dtype
     h_prev = kernel_array(h_prev)
     r, u, c = (kernel_array(a) for a in (state.r, state.u, state.c))
     has_d_h = d_h is not None
     d_h = kernel_array(d_h) if has_d_h else h_prev
+    gates = _gate_upstreams((d_r, d_u, d_c), h_prev)
     xh = np.concatenate((x, h_prev), axis=1)
     d_ru = np.empty((n_batch, 2 * n_hidden), dtype)
     dc_bar = np.empty((n_batch, n_hidden), dtype)
     d_bias_ru = np.zeros(2 * n_hidden, dtype)
-    upstream_and_state = (d_h, has_d_h, r, u, c, h_prev)
+    upstream_and_state = (d_h, has_d_h, r, u, c, h_prev, gates)
     if settings.reset_after:
         dx, dh_prev, dw_c, d_bias_c = _reset_after_cell_grad(
             x, weights, upstream_and_state, dc_bar, d_ru, d_bias_ru)
@@ -123,7 +129,7 @@ def gru_cell_grad(x, h_prev, weights, state, settings, *, d_h=None):
 def _reset_after_cell_grad(x, weights, upstream_and_state, dc_bar, d_ru, d_bias_ru):
     """The reset-after cell's ``(dx, dh_prev, dw_c, db_c)``; writes ``dc_bar`` and ``d_ru``
     and accumulates ``d_bias_ru`` (``gru_reset_after_grad_kernel``)."""
-    d_h, has_d_h, r, u, c, h_prev = upstream_and_state
+    d_h, has_d_h, r, u, c, h_prev, gates = upstream_and_state
     w_ru, w_c = weights.w_ru, weights.w_c
     n_batch, n_hidden = h_prev.shape
     n_in = x.shape[1]
@@ -132,9 +138,11 @@ def _reset_after_cell_grad(x, weights, upstream_and_state, dc_bar, d_ru, d_bias_
     d_bias_c = np.zeros(2 * n_hidden, dtype)
     d_n = np.empty((n_batch, n_hidden), dtype)
     dh_direct = np.empty((n_batch, n_hidden), dtype)
-    gru_reset_after_grad_kernel(d_h, has_d_h, r, u, c, h_prev, np.dot(h_prev, w_c[n_in:]),
-                                b_c[n_hidden:], dc_bar, d_n, d_ru, dh_direct, d_bias_ru,
-                                d_bias_c)
+    n_parts = (np.dot(h_prev, w_c[n_in:]), b_c[n_hidden:])
+    gru_reset_after_grad_kernel(d_h, has_d_h, r, u, c, h_prev, *n_parts, dc_bar, d_n, d_ru,
+                                dh_direct, d_bias_ru, d_bias_c)
+    _add_gate_grads(gates, "r, u, c", None, (r, u, c), n_parts, (d_ru, dc_bar, d_n),
+                   (d_bias_ru, d_bias_c))
     # x and h_prev rows apart: the sums are then contiguous (the whole gradient 3–7%
     # faster than adding into column slices of one [B, I+H] product, at (64, 256, 256))
     dx = np.dot(d_ru, w_ru[:n_in].T)
@@ -151,7 +159,7 @@ def _reset_after_cell_grad(x, weights, upstream_and_state, dc_bar, d_ru, d_bias_
 def _reset_before_cell_grad(x, weights, upstream_and_state, dc_bar, d_ru, d_bias_ru):
     """The reset-before cell's ``(dx, dh_prev, dw_c, db_c)``; writes ``dc_bar`` and ``d_ru``
     and accumulates ``d_bias_ru`` (``gru_candidate_grad_kernel``, ``gru_reset_grad_kernel``)."""
-    d_h, has_d_h, r, u, c, h_prev = upstream_and_state
+    d_h, has_d_h, r, u, c, h_prev, gates = upstream_and_state
     w_ru, w_c = weights.w_ru, weights.w_c
     n_batch, n_hidden = h_prev.shape
     n_in = x.shape[1]
@@ -160,12 +168,69 @@ def _reset_before_cell_grad(x, weights, upstream_and_state, dc_bar, d_ru, d_bias
     xrh = np.empty((n_batch, n_in + n_hidden), dtype)
     gru_candidate_grad_kernel(d_h, has_d_h, r, u, c, h_prev, kernel_array(x), dc_bar, d_ru,
                               xrh, d_bias_ru, d_bias_c)
+    outs, grads, sums = (r, u, c), (d_ru, dc_bar, dc_bar), (d_bias_ru, d_bias_c)
+    _add_gate_grads(gates, "u, c", None, outs, None, grads, sums)
     dxhr = np.dot(dc_bar, w_c.T)
     gru_reset_grad_kernel(dxhr, d_h, has_d_h, r, u, h_prev, d_ru, d_bias_ru)
+    _add_gate_grads(gates, "r", None, outs, None, grads, sums)
     dxh = np.dot(d_ru, w_ru.T)
     dxh += dxhr
     dw_c = np.dot(xrh.T, dc_bar)
     return dxh[:, :n_in], dxh[:, n_in:], dw_c, d_bias_c
+
+
+# --------------------------------------------------------------------------------------
+# the gates' own upstream gradients (docs/spec.md §16.1)
+
+
+_EVERY_ROW = np.zeros(0, np.bool_)
+_PARTS = {"r, u, c": (True, True, True), "u, c": (False, True, True), "r": (True, False, False)}
+
+
+def _gate_upstreams(gates, like):
+    """The gates' upstream gradients ``(d_r, d_u, d_c)`` as ``gru_gates_grad_kernel`` takes
+    them: ``(arrays, has)``, a missing one ``like`` (an array of the shape, never read)
+    with its flag False; None when all are None: then no pass runs, no work is added."""
+    if all(g is None for g in gates):
+        return None
+    return (tuple(like if g is None else kernel_array(g) for g in gates),
+            tuple(g is not None for g in gates))
+
+
+def _gates_at(gates, t):
+    """Step t's ``_gate_upstreams`` of a sequence's ``[T, B, H]`` gradients."""
+    return None if gates is None else (tuple(a[t] for a in gates[0]), gates[1])
+
+
+def _selected(gates, part):
+    """The flags ``has`` of ``gates`` for the gates of ``part`` (a key of ``_PARTS``)."""
+    return tuple(h and wanted for h, wanted in zip(gates[1], _PARTS[part], strict=True))
+
+
+def _add_gate_grads(gates, part, stopped, outs, n_parts, grads, sums):
+    """``gru_gates_grad_kernel``: the step's ``gates`` (``_gate_upstreams``'s; None: nothing
+    to do) of ``part`` added to its gate gradients: all of them (reset after: ``n_parts``
+    given), or reset before (``n_parts`` None) ``"u, c"`` after the candidate's kernel and
+    ``"r"`` after the reset kernel. ``stopped``: ``stopped_rows``'s (None: every row runs)."""
+    if gates is None or not any(has := _selected(gates, part)):
+        return
+    rows = _EVERY_ROW if stopped is None else stopped[:, 0]
+    reset_after = n_parts is not None
+    gru_gates_grad_kernel(gates[0], has, rows, outs, n_parts if reset_after else outs[:2],
+                          reset_after, grads, sums)
+
+
+def _add_gate_grad_tangents(gates, part, stopped, saved, n_parts, t_grads, t_sums):
+    """``gru_gates_grad_tangent_kernel``, beside ``_add_gate_grads``: ``gates = (arrays,
+    tangents, has)`` (``gate_pairs``'s, a step's), ``saved = (outs, t_outs)``, ``n_parts =
+    (gates_ch, addend_ch, t_n)`` reset after (else None)."""
+    if gates is None or not any(has := _selected(gates[::2], part)):
+        return
+    rows = _EVERY_ROW if stopped is None else stopped[:, 0]
+    reset_after = n_parts is not None
+    n_parts = n_parts if reset_after else (*saved[0][:2], saved[0][0])
+    gru_gates_grad_tangent_kernel(gates[0], gates[1], has, rows, saved[0], saved[1],
+                                  n_parts[:2], n_parts[2], reset_after, t_grads, t_sums)
 
 
 # --------------------------------------------------------------------------------------
@@ -250,7 +315,8 @@ class _Scratch(NamedTuple):
     previous: np.ndarray          # [B, H]: the state a step started from (Walk.previous_of_step)
 
 
-def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None):
+def gru_sequence_grad(x, h0, weights, seq, settings, *, d_r=None, d_u=None, d_c=None,
+                      d_h=None, d_h_final=None):
     """Backpropagation through time for ``gru_sequence``.
 
     ``grad_h``: the gradient of the state after the current step. Per step, from
@@ -272,7 +338,8 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     before ``d_hr`` is too before ``gru_reset_grad_kernel`` (which then gives ``dr_bar =
     d_hr∘h_seen∘r(1-r)`` and the masked ``d_hr∘r``) and the rows ``r∘h_prev`` after the
     loop; ``du_bar`` and ``up∘u`` read the state itself. Zoneout splits ``up``
-    (``_sequence.zoneout_split``); ``dx`` is multiplied by ``m_in``.
+    (``_sequence.zoneout_split``); ``dx`` is multiplied by ``m_in``. ``d_r, d_u, d_c``, when
+    given, join in running rows after each step's kernels (``_add_gate_grads``).
     """
     reset_after = settings.reset_after
     x, h0, b_c = map(contiguous, (x, h0, weights.b_c))
@@ -285,6 +352,7 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     x = running_inputs(masked(x, masks.input), lengths)
     seq = tuple(map(contiguous, _steps(seq)))
     d_h = None if d_h is None else contiguous(d_h)
+    gates = _gate_upstreams((d_r, d_u, d_c), seq[0])
     split = _split_weights(weights.w_ru, weights.w_c, n_in)
     grad_h = initial_carry(d_h_final, (n_batch, n_hidden), dtype)
     state, steps = (n_batch, n_hidden), (n_steps, n_batch, n_hidden)
@@ -300,7 +368,7 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     if reset_after:
         walk.recurrent_projection(h0_seen, h_seen, split[3], work.recurrent)
         b_ch = b_c[n_hidden:]
-    _backward_steps(h0, seq, d_h, grad_h, walk, work, sums, b_ch, masks)
+    _backward_steps(h0, seq, (d_h, gates), grad_h, walk, work, sums, b_ch, masks)
     if masks.recurrent is not None and not reset_after:     # the rows r∘h_prev∘m_rec
         np.multiply(work.d_n_or_reset_h, masks.recurrent, out=work.d_n_or_reset_h)
     dx, dw_ru, dw_c = _input_and_weight_grads(walk, x, h0_seen, h_seen, split, work,
@@ -309,12 +377,14 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
                             w_c=dw_c, b_ru=sums[0], b_c=sums[1])
 
 
-def _backward_steps(h0, seq, d_h, grad_h, walk, work, sums, b_ch, masks):
+def _backward_steps(h0, seq, upstreams, grad_h, walk, work, sums, b_ch, masks):
     """The backward loop over the steps in ``walk``'s backward order: updates ``grad_h``
     in place to the gradient of ``h0``, writes every step's gate gradients into ``work``
-    and accumulates ``sums = (db_ru, db_c)``. ``b_ch``: reset after, ``b_c[H:]``; reset
-    before, None."""
+    and accumulates ``sums = (db_ru, db_c)``. ``upstreams = (d_h, gates)``: ``d_h [T, B,
+    H]`` or None and the gates' (``_gate_upstreams``'s); ``b_ch``: reset after,
+    ``b_c[H:]``; reset before, None."""
     r, u, c, h = seq
+    d_h, gates = upstreams
     db_ru, db_c = sums
     d_ru, d_c, d_n_or_reset_h, recurrent = work.d_ru, work.d_c, work.d_n_or_reset_h, work.recurrent
     direct, candidate_h, dh_prev = work.direct, work.candidate_h, work.dh_prev
@@ -327,19 +397,25 @@ def _backward_steps(h0, seq, d_h, grad_h, walk, work, sums, b_ch, masks):
         up, up_old = zoneout_split(masks.zoneout_h, t, up, work.upstream, work.old)
         h_prev = walk.previous_of_step(h, h0, t, work.previous)
         target = grad_h if stopped is None else dh_prev
+        step_gates, outs = _gates_at(gates, t), (r[t], u[t], c[t])
+        grads = (d_ru[t], d_c[t], d_n_or_reset_h[t])
         if b_ch is not None:
             gru_reset_after_grad_kernel(up, True, r[t], u[t], c[t], h_prev, recurrent[t],
                                         b_ch, d_c[t], d_n_or_reset_h[t], d_ru[t], direct,
                                         db_ru, db_c)
+            _add_gate_grads(step_gates, "r, u, c", stopped, outs, (recurrent[t], b_ch), grads,
+                            sums)
             np.matmul(d_n_or_reset_h[t], w_ch_t, out=candidate_h)
             if m_rec is None:
                 direct += candidate_h
         else:
             gru_candidate_grad_kernel(up, True, r[t], u[t], c[t], h_prev, no_x, d_c[t],
                                       d_ru[t], d_n_or_reset_h[t], db_ru, db_c)
+            _add_gate_grads(step_gates, "u, c", stopped, outs, None, grads, sums)
             np.matmul(d_c[t], w_ch_t, out=direct)
             finish_state_grad(direct, m_rec, None)
             gru_reset_grad_kernel(direct, up, True, r[t], u[t], h_prev, d_ru[t], db_ru)
+            _add_gate_grads(step_gates, "r", stopped, outs, None, grads, sums)
         np.matmul(d_ru[t], w_ruh_t, out=target)
         if m_rec is not None and b_ch is not None:
             target += candidate_h
@@ -546,38 +622,59 @@ def gru_cell_step(x, h_prev, weights, tangents, reset_after):
 # second order (docs/spec.md §12)
 
 
-def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None,
-                      d_h_tangent=None):
+def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_r=None, d_u=None,
+                      d_c=None, d_h=None, d_r_tangent=None, d_u_tangent=None,
+                      d_c_tangent=None, d_h_tangent=None):
     """The JVP of ``gru_cell_grad`` along ``tangents`` (a ``GRUCellGrads``, None fields
-    zero) and ``d_h_tangent``: ``(GRUCellGrads, GRUCellGrads of tangents)``, a sequence of
-    one step (``gru_grad_jvp``)."""
+    zero) and the upstream gradients' tangents: ``(GRUCellGrads, GRUCellGrads of
+    tangents)``, a sequence of one step (``gru_grad_jvp``)."""
 
     x, h0, seq, t, up = sequence_of_one(x, h_prev, state, tangents, d_h, d_h_tangent)
+    gates = tuple((None if g is None else g[None], None if t_g is None else t_g[None])
+                  for g, t_g in ((d_r, d_r_tangent), (d_u, d_u_tangent), (d_c, d_c_tangent)))
     pair = gru_grad_jvp(x, h0, weights, GRUSequence(*seq), GRUSequenceGrads(*t), settings,
-                        settings.reset_after, up)
+                        settings.reset_after, up, _gate_pairs(gates, seq[0]))
     return tuple(GRUCellGrads(g[0][0], *g[1:]) for g in pair)
 
 
-def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
-                          d_h_final=None, d_h_tangent=None, d_h_final_tangent=None):
+def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_r=None, d_u=None,
+                          d_c=None, d_h=None, d_h_final=None, d_r_tangent=None,
+                          d_u_tangent=None, d_c_tangent=None, d_h_tangent=None,
+                          d_h_final_tangent=None):
     """The JVP of ``gru_sequence_grad`` along ``tangents`` (a ``GRUSequenceGrads``, None
     fields zero) and the upstream gradients' tangents: ``(GRUSequenceGrads, GRUSequenceGrads
     of tangents)``, the primal as ``gru_sequence_grad``'s; ``gru_grad_jvp`` states
     the plan."""
 
     pair = gru_grad_jvp(x, h0, weights, seq, tangents, settings, settings.reset_after,
-                        (d_h, d_h_final, d_h_tangent, d_h_final_tangent))
+                        (d_h, d_h_final, d_h_tangent, d_h_final_tangent),
+                        _gate_pairs(((d_r, d_r_tangent), (d_u, d_u_tangent),
+                                     (d_c, d_c_tangent)), seq.r))
     return tuple(GRUSequenceGrads(*g) for g in pair)
+
+
+def _gate_pairs(pairs, like):
+    """The gates' upstream gradients and their tangents, ``pairs = ((d_r, t_d_r), (d_u,
+    t_d_u), (d_c, t_d_c))`` of ``[T, B, H]`` arrays or None, as ``_add_gate_grad_tangents``
+    takes them: ``(arrays, tangents, has)``, the missing one of a given pair zeros, a gate
+    with neither ``like`` (never read) and its flag False; None when no gate has either."""
+    has = tuple(g is not None or t_g is not None for g, t_g in pairs)
+    if not any(has):
+        return None
+    like = contiguous(like)
+    filled = [tuple(like if not given else np.zeros_like(like) if a is None else contiguous(a)
+                    for a in pair) for pair, given in zip(pairs, has, strict=True)]
+    return tuple(p[0] for p in filled), tuple(p[1] for p in filled), has
 
 
 # --------------------------------------------------------------------------------------
 # second order's loop: the gradient's backward loop with a tangent beside every value
 
 
-def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams):
+def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams, gates):
     """``gru_sequence_grad`` and its tangent: ``(grads, t_grads)``, each ``(dx, dh0,
     dw_ru, dw_c, db_ru, db_c)``; ``upstreams = (d_h, d_h_final, d_h_tangent,
-    d_h_final_tangent)``.
+    d_h_final_tangent)``, ``gates`` the gates' (``_gate_pairs``'s).
 
     The saved gates' tangents are ``gru_jvp``'s. Per step (``_gru_backward_steps``) the
     gradient's kernels and their tangents' passes (``_cpu_kernels``) around the
@@ -588,10 +685,10 @@ def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams
         grad_h' = ([dr', du']·W_ruhᵀ + [dr, du]·W_ruh'ᵀ + (d_n'·W_chᵀ + d_n·W_ch'ᵀ))∘m_rec
                   + z∘up' + direct'          (the bracket reset after; direct' the kernels')
 
-    After
-    the loop ``gru._input_and_weight_grads`` three times: on the gate gradients, on their
-    tangents, and on the gate gradients with the tangents of ``x``, the states, the weights
-    and (reset before) of the rows ``r∘h_seen``."""
+    The gates' own upstream gradients and tangents join after each step's kernels
+    (``_gate_step``). After the loop ``gru._input_and_weight_grads`` three times: on the
+    gate gradients, on their tangents, and on the gate gradients with the tangents of ``x``,
+    the states, the weights and (reset before) of the rows ``r∘h_seen``."""
     t_seq = gru_jvp(x, tangents.x, h0, tangents.h0, weights, weights_part(tangents, weights),
                     settings, reset_after)[1]
     h0, b_c = contiguous(h0), contiguous(weights.b_c)
@@ -623,8 +720,8 @@ def gru_grad_jvp(x, h0, weights, seq, tangents, settings, reset_after, upstreams
         t_work.recurrent[...] += t_weights.b_c[n_hidden:]
     carry = carry_pair(upstreams[1], upstreams[3], (n_batch, n_hidden), dtype)
     sums = [(np.zeros(2 * n_hidden, dtype), np.zeros(b_c.shape[0], dtype)) for _ in range(2)]
-    _gru_backward_steps((h0, t_h0), (seq, t_seq[:4]), upstream_pair(*upstreams[::2]), carry,
-                        walk, (work, t_work, stacks), (lin_ruh, lin_ch, b_ch, masks), sums)
+    _gru_backward_steps((h0, t_h0), (seq, t_seq[:4]), (upstream_pair(*upstreams[::2]), gates),
+                        carry, walk, (work, t_work, stacks), (lin_ruh, lin_ch, b_ch, masks), sums)
     if masks.recurrent is not None and not reset_after:     # the rows r∘h_prev∘m_rec
         for w in (work, t_work):
             np.multiply(w.d_n_or_reset_h, masks.recurrent, out=w.d_n_or_reset_h)
@@ -654,14 +751,16 @@ def _gru_scratch(dtype, sizes, reset_after, linears):
     return _Scratch(*buffers[:count]), _Scratch(*buffers[count:2 * count]), buffers[2 * count:]
 
 
-def _gru_backward_steps(first, saved, d_h, carry, walk, work, fixed, sums):
+def _gru_backward_steps(first, saved, upstreams, carry, walk, work, fixed, sums):
     """The backward loop with its tangent (``gru._backward_steps``, each value with its
     tangent beside it): updates ``carry = (grad_h, t_grad_h)`` in place, writes every step's
     gate gradients and their tangents into ``work = (work, t_work, stacks)`` and accumulates
     ``sums = ((db_ru, db_c), (t_db_ru, t_db_c))``. ``first = (h0, t_h0)``; ``saved = ((r, u,
-    c, h), their tangents)``; ``d_h = (d_h, t_d_h)``; ``fixed = (lin_ruh, lin_ch, b_ch,
-    masks)`` (``b_ch`` None: reset before)."""
+    c, h), their tangents)``; ``upstreams = ((d_h, t_d_h), gates)`` (``gates``:
+    ``_gate_pairs``'s); ``fixed = (lin_ruh, lin_ch, b_ch, masks)`` (``b_ch`` None: reset
+    before)."""
     (r, u, c, h), (t_r, t_u, t_c, t_h) = saved
+    d_h, gates = upstreams
     works, stacks = work[:2], work[2]
     lin_ruh, lin_ch, b_ch, masks = fixed
     for t in walk.back_times():
@@ -670,7 +769,10 @@ def _gru_backward_steps(first, saved, d_h, carry, walk, work, fixed, sums):
                for k, w in enumerate(works)]
         states = tuple(walk.previous_of_step(a, first[k], t, works[k].previous)
                        for k, a in enumerate((h, t_h)))
-        step = (ups[0][0], ups[1][0], (r[t], u[t], c[t]), (t_r[t], t_u[t], t_c[t]), states)
+        step_gates = None if gates is None else (
+            stopped, (*(tuple(a[t] for a in arrays) for arrays in gates[:2]), gates[2]))
+        step = (ups[0][0], ups[1][0], (r[t], u[t], c[t]), (t_r[t], t_u[t], t_c[t]), states,
+                step_gates)
         if b_ch is not None:
             _gru_reset_after_step(t, step, works, (lin_ch, b_ch, stacks[1]), sums,
                                   masks.recurrent)
@@ -694,8 +796,9 @@ def _gru_reset_after_step(t, step, works, fixed, sums, m_rec):
     """A reset-after step's gate gradients and their tangents into ``works = (work,
     t_work)``: the gradient's kernel, the tangent's pass, ``d_n·W_chᵀ`` and its tangent
     (added to ``direct`` here without a recurrent mask); ``step = (up, t_up, outs, t_outs,
-    states)``; ``fixed = (lin_ch, b_ch, stack)``."""
-    up, t_up, outs, t_outs, states = step
+    states, gates)`` (``gates``: None, or ``(stopped, the step's _gate_pairs)``, added after
+    the kernels); ``fixed = (lin_ch, b_ch, stack)``."""
+    up, t_up, outs, t_outs, states, gates = step
     work, t_work = works
     lin_ch, b_ch, stack = fixed
     gru_reset_after_grad_kernel(up, True, *outs, states[0], work.recurrent[t], b_ch,
@@ -705,6 +808,7 @@ def _gru_reset_after_step(t, step, works, fixed, sums, m_rec):
         up, t_up, outs, t_outs, states, (work.recurrent[t], b_ch), t_work.recurrent[t],
         (work.d_c[t], work.d_n_or_reset_h[t]),
         (t_work.d_c[t], t_work.d_n_or_reset_h[t], t_work.d_ru[t], t_work.direct), sums[1])
+    _gate_step(t, works, step, sums, "r, u, c", (work.recurrent[t], b_ch, t_work.recurrent[t]))
     np.matmul(work.d_n_or_reset_h[t], work.w_ch_t, out=work.candidate_h)
     lin_ch.into(t_work.d_n_or_reset_h[t], work.d_n_or_reset_h[t], t_work.candidate_h, stack)
     if m_rec is None:
@@ -716,8 +820,10 @@ def _gru_reset_before_step(t, step, works, fixed, sums, m_rec):
     """A reset-before step's gate gradients and their tangents into ``works = (work,
     t_work)``: the candidate's kernel and its tangent's pass, ``d_hr = (dc_bar·W_chᵀ)∘m_rec``
     and its tangent, then the reset gate's tangent pass (before the gradient's kernel
-    overwrites ``d_hr``) and kernel; ``fixed = (lin_ch, stack)``."""
-    up, t_up, outs, t_outs, states = step
+    overwrites ``d_hr``) and kernel; the gates' upstream gradients (``step``'s last, as
+    ``_gru_reset_after_step`` takes it) after the candidate's kernels (``d_u``, ``d_c``)
+    and after the reset gate's (``d_r``); ``fixed = (lin_ch, stack)``."""
+    up, t_up, outs, t_outs, states, _ = step
     work, t_work = works
     lin_ch, stack = fixed
     no_x = np.empty((up.shape[0], 0), up.dtype)
@@ -726,6 +832,7 @@ def _gru_reset_before_step(t, step, works, fixed, sums, m_rec):
     gru_candidate_grad_tangent_kernel(
         up, t_up, outs, t_outs, states,
         (t_work.d_c[t], t_work.d_ru[t], t_work.d_n_or_reset_h[t]), sums[1])
+    _gate_step(t, works, step, sums, "u, c", None)
     np.matmul(work.d_c[t], work.w_ch_t, out=work.direct)
     lin_ch.into(t_work.d_c[t], work.d_c[t], t_work.direct, stack)
     finish_state_grad(work.direct, m_rec, None)
@@ -734,6 +841,21 @@ def _gru_reset_before_step(t, step, works, fixed, sums, m_rec):
                                   states, t_work.d_ru[t], sums[1][0])
     gru_reset_grad_kernel(work.direct, up, True, *outs[:2], states[0], work.d_ru[t],
                           sums[0][0])
+    _gate_step(t, works, step, sums, "r", None)
+
+
+def _gate_step(t, works, step, sums, part, n_parts):
+    """The step's gate upstream gradients of ``part`` and their tangents added to the gate
+    gradients in ``works = (work, t_work)`` and to ``sums`` (``_add_gate_grads``,
+    ``_add_gate_grad_tangents``); ``n_parts = (gates_ch, addend_ch, t_n)`` reset after,
+    else None. Nothing when the step has none (``step``'s last None)."""
+    if step[5] is None:
+        return
+    (stopped, gates), outs, t_outs = step[5], step[2], step[3]
+    grads = [(w.d_ru[t], w.d_c[t], w.d_n_or_reset_h[t]) for w in works]
+    _add_gate_grads((gates[0], gates[2]), part, stopped, outs,
+                    None if n_parts is None else n_parts[:2], grads[0], sums[0])
+    _add_gate_grad_tangents(gates, part, stopped, (outs, t_outs), n_parts, grads[1], sums[1])
 
 
 def _gru_product_rule(walk, primal, tangent, work, t_work, reset_after):

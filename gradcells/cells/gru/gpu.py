@@ -49,13 +49,15 @@ def gru_cell(x, h_prev, weights, settings):
         return GRUCellState(*(a[0] for a in steps))
 
 
-def gru_cell_grad(x, h_prev, weights, state, settings, *, d_h=None):
+def gru_cell_grad(x, h_prev, weights, state, settings, *, d_r=None, d_u=None, d_c=None,
+                  d_h=None):
     """Gradient of one GRU step; see ``gradcells.reference.gru.gru_cell_grad``."""
     rt, on_device = _launch.runtime_on(x)
     with on_device:
+        d_r, d_u, d_c, d_h = (None if g is None else g[None] for g in (d_r, d_u, d_c, d_h))
         dx, dh0, dw_ru, dw_c, db_ru, db_c = _backward(
             rt, x[None], h_prev, weights, GRUCellState(*(a[None] for a in state)), settings,
-            d_h=None if d_h is None else d_h[None], d_h_final=None)
+            d_h=d_h, d_h_final=None, gates=(d_r, d_u, d_c))
         return GRUCellGrads(dx[0], dh0, dw_ru, dw_c, db_ru, db_c)
 
 
@@ -67,12 +69,14 @@ def gru_sequence(x, h0, weights, settings):
         return GRUSequence(*steps, h_final=h.copy() if settings.seq_len is None else h)
 
 
-def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None):
+def gru_sequence_grad(x, h0, weights, seq, settings, *, d_r=None, d_u=None, d_c=None,
+                      d_h=None, d_h_final=None):
     """Backpropagation through time for ``gru_sequence``."""
     rt, on_device = _launch.runtime_on(x)
     with on_device:
         return GRUSequenceGrads(*_backward(
-            rt, x, h0, weights, _saved_steps(seq), settings, d_h=d_h, d_h_final=d_h_final))
+            rt, x, h0, weights, _saved_steps(seq), settings, d_h=d_h, d_h_final=d_h_final,
+            gates=(d_r, d_u, d_c)))
 
 
 def _saved_steps(seq):
@@ -193,8 +197,10 @@ class _ResetBeforeStep:
 # Backward
 
 
-def _backward(rt, x, h0, weights, steps, settings, *, d_h, d_h_final, tangent=None):
-    """Backpropagation through time; returns the fields of GRUSequenceGrads (``tangent``:
+def _backward(rt, x, h0, weights, steps, settings, *, d_h, d_h_final, gates=(None,) * 3,
+              tangent=None):
+    """Backpropagation through time; returns the fields of GRUSequenceGrads (``gates``: the
+    gates' upstream gradients ``(d_r, d_u, d_c)``, each ``[T, B, H]`` or None; ``tangent``:
     ``_backward_steps``'s step hook)."""
     xp = rt.xp
     lengths = _launch.lengths(xp, settings.seq_len)
@@ -204,9 +210,9 @@ def _backward(rt, x, h0, weights, steps, settings, *, d_h, d_h_final, tangent=No
     h_prev = _launch.previous(xp, h0, h)
     masks = _masks(xp, settings, *h.shape)
     h_seen = plan.masked(h_prev, masks[0])  # what the matmuls saw
-    d_gates, d_n, rh, dh0 = _backward_steps(rt, x, h0, weights, settings, lengths,
-                                            (r, u, c, h_prev, h_seen), masks, d_h=d_h,
-                                            d_h_final=d_h_final, tangent=tangent)
+    d_gates, d_n, rh, dh0 = _backward_steps(
+        rt, x, h0, weights, settings, lengths, (r, u, c, h_prev, h_seen), masks,
+        upstream=(d_h, d_h_final, tuple(contiguous(xp, g) for g in gates)), tangent=tangent)
     if rh is not None:  # the kernel's r∘h_prev; the matmul saw r∘h_seen
         rh = plan.masked(rh, masks[0])
     dx, dw_ru, dw_c, db_ru, db_c = _weight_grads(rt, x, weights, h_seen, d_gates, d_n, rh)
@@ -214,66 +220,113 @@ def _backward(rt, x, h0, weights, steps, settings, *, d_h, d_h_final, tangent=No
     return dx, dh0, dw_ru, dw_c, db_ru, db_c
 
 
-def _backward_steps(rt, x, h0, weights, settings, lengths, steps, masks, *, d_h, d_h_final,
+def _backward_steps(rt, x, h0, weights, settings, lengths, steps, masks, *, upstream,
                     tangent=None):
     """The backward loop over ``steps = (r, u, c, h_prev, h_seen)`` (``h_seen``: what the
     matmuls saw, ``h_prev∘m_rec``): every step's gate gradients
     ``[T, B, 3H]`` (dR, dU, dC), reset after ``dN = dL/dn`` (else None), reset before
-    ``r∘h_prev`` (else None), and ``dL/dh0``. The masks ``(m_rec, z_h)`` (``_masks``): the
-    matmuls saw ``h_seen``, so their part of the carry is masked (reset before:
-    ``d_hr∘m_rec`` enters ``gru_backward_reset``, which then reads ``h_prev`` itself); the
-    candidate kernel splits the zoned h's gradient. ``tangent(t, dh_next_a, (d_gates, d_n,
-    rh, n_pre), d_hr, dh_direct)`` (second order: ``_Tangent``), when given, runs at the
-    end of each step: the carry's matmul part the step's kernel read (None on the first
-    step back), the arrays above (written from step t on; ``n_pre = h_seen·W_ch`` reset
-    after), reset before the step's masked ``d_hr`` (else None), and the carry's direct
-    part after the step."""
+    ``r∘h_prev`` (else None), and ``dL/dh0``. ``upstream = (d_h, d_h_final, (d_r, d_u,
+    d_c))``, C-contiguous or None; the gates' own join the gate gradients after the step's
+    kernels (``_Gates``: reset before ``d_r`` after ``gru_backward_reset``). The masks
+    ``(m_rec, z_h)`` (``_masks``): the matmuls saw ``h_seen``, so their part of the carry is
+    masked (reset before: ``d_hr∘m_rec`` enters ``gru_backward_reset``, which then reads
+    ``h_prev`` itself); the candidate kernel splits the zoned h's gradient. ``tangent(t,
+    dh_next_a, (d_gates, d_n, rh, n_pre), d_hr, dh_direct)`` (second order: ``_Tangent``),
+    when given, runs at the end of each step: the carry's matmul part the step's kernel
+    read (None on the first step back), the arrays above (written from step t on; ``n_pre
+    = h_seen·W_ch`` reset after), reset before the step's masked ``d_hr`` (else None), and
+    the carry's direct part after the step."""
     xp = rt.xp
     r, u, c, h_prev, h_seen = steps
     m_rec, z_h = masks
     (n_steps, n_batch, n_in), n_hidden = x.shape, h0.shape[1]
-    dtype = x.dtype
-    reset_after = settings.reset_after
+    reset_after, d_h = settings.reset_after, upstream[0]
     w_ruh, w_ch = weights.w_ru[n_in:], weights.w_c[n_in:]
     shape = (n_steps, n_batch, n_hidden)
-    d_gates, n_pre, d_n, rh = _backward_buffers(xp, h_seen, w_ch, shape, dtype, reset_after)
-    dh_direct = xp.empty((n_batch, n_hidden), dtype=dtype)  # carry: dh∘u (+ d_hr∘r)
+    d_gates, n_pre, d_n, rh = _backward_buffers(xp, h_seen, w_ch, shape, x.dtype, reset_after)
+    dh_direct = xp.empty((n_batch, n_hidden), dtype=x.dtype)  # carry: dh∘u (+ d_hr∘r)
     dh_recurrent = None  # carry: the matmul part of dL/dh_prev
-    placeholder = b_c = xp.ascontiguousarray(weights.b_c)
-    candidate = Launcher(
-        rt, "gru_backward_candidate", dtype, n_batch * n_hidden, b_c=b_c,
-        d_h_final=placeholder if d_h_final is None else d_h_final, dh_next_b=dh_direct,
-        seq_len=_launch.lengths_argument(xp, lengths), reset_after=reset_after,
-        has_d_h=d_h is not None, has_d_h_final=d_h_final is not None,
-        use_seq_len=lengths is not None, use_zoneout_h=z_h is not None, n_steps=n_steps,
-        batch=n_batch, hidden=n_hidden, dh_direct=dh_direct)
-    reset = Launcher(rt, "gru_backward_reset", dtype, n_batch * n_hidden, batch=n_batch,
-                     hidden=n_hidden, dh_direct=dh_direct)
+    placeholder = xp.ascontiguousarray(weights.b_c)
+    candidate, reset, gates = _backward_kernels(rt, placeholder, dh_direct, upstream, shape,
+                                                settings, lengths, z_h is not None)
     d_hr = None
     for t in reversed(range(n_steps)):
         dh_next_a = dh_recurrent
-        candidate(r=r[t], u=u[t], c=c[t], h_prev=h_prev[t],
-                  n_pre=n_pre[t] if reset_after else placeholder,
-                  d_h=placeholder if d_h is None else d_h[t],
+        at = {"r": r[t], "u": u[t], "c": c[t], "d_gates": d_gates[t],
+              "n_pre": n_pre[t] if reset_after else placeholder,
+              "d_n": d_n[t] if reset_after else placeholder}
+        candidate(**at, h_prev=h_prev[t], d_h=placeholder if d_h is None else d_h[t],
                   dh_next_a=placeholder if dh_recurrent is None else dh_recurrent, step=t,
                   zoneout_h=_launch.at_step(z_h, t, placeholder),
-                  d_gates=d_gates[t], d_n=d_n[t] if reset_after else placeholder,
                   rh=placeholder if reset_after else rh[t])
+        gates(t, "r, u, c" if reset_after else "u, c", **at)
         if reset_after:
             dh_recurrent = matmul(xp, d_gates[t][:, :2 * n_hidden], w_ruh.T)
             dh_recurrent += d_n[t] @ w_ch.T
         else:
             d_hr = plan.masked(matmul(xp, d_gates[t][:, 2 * n_hidden:], w_ch.T), m_rec)
             reset(d_hr=d_hr, r=r[t], h_prev=h_prev[t], d_gates=d_gates[t])
+            gates(t, "r", **at)
             dh_recurrent = matmul(xp, d_gates[t][:, :2 * n_hidden], w_ruh.T)
         dh_recurrent = plan.masked(dh_recurrent, m_rec)
         if tangent is not None:
             tangent(t, dh_next_a, (d_gates, d_n, rh, n_pre), d_hr, dh_direct)
     if n_steps == 0:
-        dh0 = xp.zeros_like(h0) if d_h_final is None else d_h_final.copy()
+        dh0 = xp.zeros_like(h0) if upstream[1] is None else upstream[1].copy()
     else:
         dh0 = dh_recurrent + dh_direct
     return d_gates, d_n, rh, dh0
+
+
+def _backward_kernels(rt, b_c, dh_direct, upstream, shape, settings, lengths, use_zoneout):
+    """The backward loop's launchers: ``gru_backward_candidate``, ``gru_backward_reset``
+    and the gates' ``_Gates`` (``b_c``: the bias, also the placeholder of absent arrays)."""
+    xp, dtype = rt.xp, b_c.dtype
+    n_steps, n_batch, n_hidden = shape
+    d_h, d_h_final, gates = upstream
+    common = {"seq_len": _launch.lengths_argument(xp, lengths), "b_c": b_c,
+              "reset_after": settings.reset_after, "use_seq_len": lengths is not None,
+              "batch": n_batch, "hidden": n_hidden}
+    candidate = Launcher(
+        rt, "gru_backward_candidate", dtype, n_batch * n_hidden,
+        d_h_final=b_c if d_h_final is None else d_h_final, dh_next_b=dh_direct,
+        has_d_h=d_h is not None, has_d_h_final=d_h_final is not None,
+        use_zoneout_h=use_zoneout, n_steps=n_steps, dh_direct=dh_direct, **common)
+    reset = Launcher(rt, "gru_backward_reset", dtype, n_batch * n_hidden, batch=n_batch,
+                     hidden=n_hidden, dh_direct=dh_direct)
+    given = dict(zip(("d_r", "d_u", "d_c"), gates, strict=True))
+    return candidate, reset, _Gates(rt, "gru_backward_gates", given, common)
+
+
+_PARTS = {"r, u, c": (True, True, True), "u, c": (False, True, True), "r": (True, False, False)}
+
+
+class _Gates:
+    """The gates' own upstream gradients (docs/spec.md §16.1) added to a step's gate
+    gradients, ``gru_backward_gates`` (or, ``name``, its tangent's kernel): ``given`` maps
+    the kernel's gate arguments (``d_r``, ``d_u``, ``d_c`` and their tangents ``d_r_t``,
+    ...) to ``[T, B, H]`` arrays or None (a pair is both or neither: ``upstream_pair``);
+    ``fixed`` the kernel's other arguments that stay. Called with a step, the gates of
+    that step to add (a key of ``_PARTS``) and the step's arrays, it launches the kernel;
+    nothing when no gate of the part is given, so a gradient without them does no more
+    work than before."""
+
+    def __init__(self, rt, name, given, fixed):
+        self.arrays = {k: a for k, a in given.items() if a is not None}
+        self.has = tuple(given[f"d_{g}"] is not None for g in "ruc")
+        self.kernel = None
+        if any(self.has):
+            dtype = next(iter(self.arrays.values())).dtype
+            n = fixed["batch"] * fixed["hidden"]
+            self.kernel = Launcher(rt, name, dtype, n, **{k: fixed["b_c"] for k in given},
+                                   **fixed)
+
+    def __call__(self, t, part, **arrays):
+        has = tuple(h and wanted for h, wanted in zip(self.has, _PARTS[part], strict=True))
+        if self.kernel is None or not any(has):
+            return
+        self.kernel(**{k: a[t] for k, a in self.arrays.items()}, **arrays, step=t,
+                    has_d_r=has[0], has_d_u=has[1], has_d_c=has[2])
 
 
 def _backward_buffers(xp, h_seen, w_ch, shape, dtype, reset_after):
@@ -442,25 +495,32 @@ def _weight_tangents(tangents):
 # Second order (docs/spec.md §12)
 
 
-def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None,
-                      d_h_tangent=None):
+def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_r=None, d_u=None,
+                      d_c=None, d_h=None, d_r_tangent=None, d_u_tangent=None,
+                      d_c_tangent=None, d_h_tangent=None):
     """The JVP of ``gru_cell_grad`` along ``tangents`` (a ``GRUCellGrads``, None fields
-    zero) and ``d_h_tangent``: ``(grads, grads_tangent)``, ``grads`` ``gru_cell_grad``'s;
-    see ``gradcells.reference.gru.gru_cell_grad_jvp``."""
+    zero) and the upstream gradients' tangents: ``(grads, grads_tangent)``, ``grads``
+    ``gru_cell_grad``'s; see ``gradcells.reference.gru.gru_cell_grad_jvp``."""
     rt, on_device = _launch.runtime_on(x)
     with on_device:
-        d_h, t_d_h = upstream_pair(rt.xp, d_h, d_h_tangent, state.h)
+        xp = rt.xp
+        d_h, t_d_h = (None if a is None else a[None]
+                      for a in upstream_pair(xp, d_h, d_h_tangent, state.h))
+        gates = _gate_pairs(xp, (d_r, d_u, d_c), (d_r_tangent, d_u_tangent, d_c_tangent),
+                            state.h)
         pairs = _grad_jvp(
             rt, x[None], h_prev, weights, GRUCellState(*(a[None] for a in state)),
             GRUSequenceGrads(*tangents)._replace(
                 x=None if tangents.x is None else tangents.x[None]), settings,
-            (None if d_h is None else d_h[None], None if t_d_h is None else t_d_h[None],
-             None, None))
+            (d_h, t_d_h, None, None,
+             {k: None if a is None else a[None] for k, a in gates.items()}))
         return tuple(GRUCellGrads(dx[0], *rest) for dx, *rest in pairs)
 
 
-def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
-                          d_h_final=None, d_h_tangent=None, d_h_final_tangent=None):
+def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_r=None, d_u=None,
+                          d_c=None, d_h=None, d_h_final=None, d_r_tangent=None,
+                          d_u_tangent=None, d_c_tangent=None, d_h_tangent=None,
+                          d_h_final_tangent=None):
     """The JVP of ``gru_sequence_grad`` along ``tangents`` (a ``GRUSequenceGrads``, None
     fields zero) and the upstream gradients' tangents: ``(grads, grads_tangent)``, ``grads``
     ``gru_sequence_grad``'s; see ``gradcells.reference.gru.gru_sequence_grad_jvp``."""
@@ -468,22 +528,34 @@ def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
     with on_device:
         xp = rt.xp
         upstream = (*upstream_pair(xp, d_h, d_h_tangent, seq.h),
-                    *upstream_pair(xp, d_h_final, d_h_final_tangent, seq.h_final))
+                    *upstream_pair(xp, d_h_final, d_h_final_tangent, seq.h_final),
+                    _gate_pairs(xp, (d_r, d_u, d_c), (d_r_tangent, d_u_tangent, d_c_tangent),
+                                seq.h))
         pairs = _grad_jvp(rt, x, h0, weights, _saved_steps(seq), tangents, settings,
                           upstream)
         return tuple(GRUSequenceGrads(*fields) for fields in pairs)
 
 
+def _gate_pairs(xp, gates, tangents, like):
+    """The gates' upstream gradients and their tangents by ``gru_backward_gates_tangent``'s
+    names (``d_r``, ``d_r_t``, ...): ``upstream_pair``s (zeros for the missing one of a
+    given pair; None for neither) of arrays shaped as ``like``."""
+    pairs = {}
+    for name, g, t_g in zip(("d_r", "d_u", "d_c"), gates, tangents, strict=True):
+        pairs[name], pairs[f"{name}_t"] = upstream_pair(xp, g, t_g, like)
+    return pairs
+
+
 def _grad_jvp(rt, x, h0, weights, steps, tangents, settings, upstream):
     """``gru_sequence_grad`` from the saved steps ``(r, u, c, h)`` and its tangent along
     ``tangents`` (a ``GRUSequenceGrads`` of ``[T, B, ·]`` x tangents,
-    None fields zero) and ``upstream = (d_h, t_d_h, d_h_final, t_d_h_final)``
-    (``upstream_pair``s): two lists of the fields of GRUSequenceGrads. The primal is
-    ``_backward``'s, with ``_Tangent`` as its step hook; the saved steps'
-    tangents are ``_jvp``'s."""
+    None fields zero) and ``upstream = (d_h, t_d_h, d_h_final, t_d_h_final, gates)``
+    (``upstream_pair``s; ``gates``: ``_gate_pairs``'s): two lists of the fields of
+    GRUSequenceGrads. The primal is ``_backward``'s, with ``_Tangent`` as its step hook;
+    the saved steps' tangents are ``_jvp``'s."""
     xp = rt.xp
     t_x = tangents.x
-    d_h, t_d_h, d_h_final, t_d_h_final = upstream
+    d_h, t_d_h, d_h_final, t_d_h_final, _ = upstream
     t_h0 = zeros_or(xp, tangents.h0, h0)
     t_weights = GRUWeights(*(zeros_or(xp, t, w) for t, w in zip(_weight_tangents(tangents),
                                                                  weights, strict=True)))
@@ -491,7 +563,7 @@ def _grad_jvp(rt, x, h0, weights, steps, tangents, settings, upstream):
     hook = _Tangent(rt, x, t_x, h0, t_h0, weights, t_weights, steps, t_steps, settings,
                        upstream)
     grads = _backward(rt, x, h0, weights, steps, settings, d_h=d_h, d_h_final=d_h_final,
-                      tangent=hook)
+                      gates=tuple(upstream[4][f"d_{g}"] for g in "ruc"), tangent=hook)
     if hook.carry is None:  # T = 0
         t_dh0 = xp.zeros_like(h0) if t_d_h_final is None else t_d_h_final.copy()
         d_gates, d_n, rh = hook.t_d_gates, hook.t_d_n, hook.t_rh  # empty
@@ -550,22 +622,12 @@ class _Tangent:
         self.t_d_n = xp.empty(shape, dtype=dtype) if reset_after else None
         self.t_rh = None if reset_after else xp.empty(shape, dtype=dtype)
         self.t_dh_direct = xp.empty((n_batch, n_hidden), dtype=dtype)
-        self.d_h, self.t_d_h, d_h_final, t_d_h_final = upstream
+        self.d_h, self.t_d_h = upstream[:2]
         self.carry = self.direct = self.primal = None
-        self.placeholder = placeholder = xp.ascontiguousarray(weights.b_c)
-        n = n_batch * n_hidden
-        self.candidate = Launcher(
-            rt, "gru_backward_candidate_tangent", dtype, n, b_c=placeholder,
-            d_h_final=placeholder if d_h_final is None else d_h_final,
-            d_h_final_t=placeholder if t_d_h_final is None else t_d_h_final,
-            seq_len=_launch.lengths_argument(xp, lengths), reset_after=reset_after,
-            has_d_h=self.d_h is not None, has_d_h_final=d_h_final is not None,
-            use_seq_len=lengths is not None, use_zoneout_h=self.z_h is not None,
-            n_steps=n_steps, batch=n_batch, hidden=n_hidden, dh_next_b_t=self.t_dh_direct,
-            dh_direct_t=self.t_dh_direct)
-        self.reset = Launcher(rt, "gru_backward_reset_tangent", dtype, n,
-                                      batch=n_batch, hidden=n_hidden,
-                                      dh_direct_t=self.t_dh_direct)
+        self.placeholder = xp.ascontiguousarray(weights.b_c)
+        self.candidate, self.reset, self.gates = _tangent_kernels(
+            rt, self.placeholder, self.t_dh_direct, upstream, shape, settings, lengths,
+            self.z_h is not None)
 
     def __call__(self, t, dh_next_a, arrays, d_hr, dh_direct):
         xp, placeholder, ra = self.xp, self.placeholder, self.reset_after
@@ -586,6 +648,11 @@ class _Tangent:
             dh_next_b=either(self.direct), dh_next_a_t=either(self.carry), step=t,
             zoneout_h=_launch.at_step(self.z_h, t, placeholder), d_gates_t=self.t_d_gates[t],
             d_n_t=self.t_d_n[t] if ra else placeholder, rh_t=placeholder if ra else self.t_rh[t])
+        at = {"r": r[t], "u": u[t], "c": c[t], "r_t": t_r[t], "u_t": t_u[t], "c_t": t_c[t],
+              "n_pre": n_pre[t] if ra else placeholder,
+              "n_pre_t": self.t_n_pre[t] if ra else placeholder,
+              "d_gates_t": self.t_d_gates[t], "d_n_t": self.t_d_n[t] if ra else placeholder}
+        self.gates(t, "r, u, c" if ra else "u, c", **at)
         n_ru = self.w_ruh.shape[1]
         t_d_gates = self.t_d_gates[t]
         if not ra:
@@ -594,9 +661,34 @@ class _Tangent:
                                                    self.t_w_ch.T), self.m_rec)
             self.reset(d_hr=d_hr, d_hr_t=xp.ascontiguousarray(t_d_hr), r=r[t], r_t=t_r[t],
                        h_prev=self.h_prev[t], h_prev_t=self.t_prev[t], d_gates_t=t_d_gates)
+            self.gates(t, "r", **at)
         carry = recurrent_tangent(xp, d_gates[t][:, :n_ru], t_d_gates[:, :n_ru], self.w_ruh.T,
                                   self.t_w_ruh.T)
         if ra:
             carry += recurrent_tangent(xp, d_n[t], self.t_d_n[t], self.w_ch.T, self.t_w_ch.T)
         self.carry = plan.masked(carry, self.m_rec)
         self.direct = dh_direct.copy()
+
+
+def _tangent_kernels(rt, b_c, t_dh_direct, upstream, shape, settings, lengths, use_zoneout):
+    """``_Tangent``'s launchers: ``gru_backward_candidate_tangent``,
+    ``gru_backward_reset_tangent`` and the gates' ``_Gates`` of
+    ``gru_backward_gates_tangent`` (``upstream = (d_h, t_d_h, d_h_final, t_d_h_final,
+    gates)``, ``gates`` by the kernel's names; ``b_c`` also the placeholder)."""
+    xp, dtype = rt.xp, b_c.dtype
+    n_steps, n_batch, n_hidden = shape
+    d_h, _, d_h_final, t_d_h_final, gates = upstream
+    n = n_batch * n_hidden
+    common = {"seq_len": _launch.lengths_argument(xp, lengths), "b_c": b_c,
+              "reset_after": settings.reset_after, "use_seq_len": lengths is not None,
+              "batch": n_batch, "hidden": n_hidden}
+    candidate = Launcher(
+        rt, "gru_backward_candidate_tangent", dtype, n,
+        d_h_final=b_c if d_h_final is None else d_h_final,
+        d_h_final_t=b_c if t_d_h_final is None else t_d_h_final,
+        has_d_h=d_h is not None, has_d_h_final=d_h_final is not None,
+        use_zoneout_h=use_zoneout, n_steps=n_steps, dh_next_b_t=t_dh_direct,
+        dh_direct_t=t_dh_direct, **common)
+    reset = Launcher(rt, "gru_backward_reset_tangent", dtype, n, batch=n_batch,
+                     hidden=n_hidden, dh_direct_t=t_dh_direct)
+    return candidate, reset, _Gates(rt, "gru_backward_gates_tangent", gates, common)

@@ -323,6 +323,69 @@ GC_KERNEL void gru_backward_reset(
     }
 }
 
+// The gates' own upstream gradients (docs/spec.md section 16.1), added to a step's gate
+// gradients after its backward kernels; launched only when one is given (reset before:
+// after gru_backward_candidate for d_u and d_c, after gru_backward_reset for d_r, whose r
+// block that kernel writes). Each of d_r, d_u, d_c [B, H] is read only where its flag is
+// set, and only in running rows (a row past its length is left as it is):
+//   e_c = d_c*(1-c^2):   dc_bar += e_c;   du_bar += d_u*u(1-u);   dr_bar += d_r*r(1-r)
+//   reset after, n = n_pre + b_ch:   dr_bar += e_c*n*r(1-r);   d_n += e_c*r
+template <class T, class A, class Index>
+__device__ __forceinline__ void gru_backward_gates_body(
+    const T* r_in, const T* u_in, const T* c_in, const T* n_pre, const T* b_c,
+    const T* d_r, const T* d_u, const T* d_c, const int* seq_len, int reset_after,
+    int has_d_r, int has_d_u, int has_d_c, int use_seq_len, long long step, Index n,
+    Index hidden, T* d_gates, T* d_n)
+{
+    const A zero = (A)0;
+    const A one = (A)1;
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const Index row = k / hidden;
+        const Index col = k - row * hidden;
+        if (use_seq_len && step >= (long long)seq_len[row]) continue;
+        const Index g = row * 3 * hidden + col;
+        const A r = gc_load(r_in[k]);
+        const A c = gc_load(c_in[k]);
+        const A e_c = has_d_c ? gc_load(d_c[k]) * (one - c * c) : zero;
+        A e_r = has_d_r ? gc_load(d_r[k]) : zero;
+        if (reset_after) {
+            e_r = e_r + e_c * (gc_load(n_pre[k]) + gc_load(b_c[col + hidden]));
+            d_n[k] = gc_store<T>::from(gc_load(d_n[k]) + e_c * r);
+        }
+        if (has_d_u) {
+            const A u = gc_load(u_in[k]);
+            d_gates[g + hidden] = gc_store<T>::from(
+                gc_load(d_gates[g + hidden]) + gc_load(d_u[k]) * u * (one - u));
+        }
+        if (has_d_c) {
+            d_gates[g + 2 * hidden] = gc_store<T>::from(gc_load(d_gates[g + 2 * hidden]) + e_c);
+        }
+        if (has_d_r || (reset_after && has_d_c)) {
+            d_gates[g] = gc_store<T>::from(gc_load(d_gates[g]) + e_r * r * (one - r));
+        }
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void gru_backward_gates(
+    const T* r, const T* u, const T* c, const T* n_pre, const T* b_c, const T* d_r,
+    const T* d_u, const T* d_c, const int* seq_len, int reset_after, int has_d_r,
+    int has_d_u, int has_d_c, int use_seq_len, long long step, long long batch,
+    long long hidden, T* d_gates, T* d_n)
+{
+    const long long n = batch * hidden;
+    if (n <= GC_UINT32_SAFE_COUNT) {
+        gru_backward_gates_body<T, A, unsigned int>(
+            r, u, c, n_pre, b_c, d_r, d_u, d_c, seq_len, reset_after, has_d_r, has_d_u,
+            has_d_c, use_seq_len, step, (unsigned int)n, (unsigned int)hidden, d_gates, d_n);
+    } else {
+        gru_backward_gates_body<T, A, unsigned long long>(
+            r, u, c, n_pre, b_c, d_r, d_u, d_c, seq_len, reset_after, has_d_r, has_d_u,
+            has_d_c, use_seq_len, step, (unsigned long long)n, (unsigned long long)hidden,
+            d_gates, d_n);
+    }
+}
+
 // Forward mode (docs/spec.md section 12): the step's tangents from its primal outputs
 // (r, u, c as the forward stored them) and the tangent pre-activations, in two launches
 // after the step's forward kernels (the tangent's matmuls around them: gpu.py, _jvp).
@@ -600,5 +663,86 @@ GC_KERNEL void gru_backward_reset_tangent(
         gru_backward_reset_tangent_body<T, A, unsigned long long>(
             d_hr, d_hr_t, r, r_t, h_prev, h_prev_t, (unsigned long long)n,
             (unsigned long long)hidden, d_gates_t, dh_direct_t);
+    }
+}
+
+// The tangent of gru_backward_gates' additions (second order), added to the tangents of
+// the gate gradients beside it (after the step's tangent kernels), along the tangents _t of
+// the saved r, u, c, of n_pre (reset after, its bias's tangent included) and of the gates'
+// upstream gradients (a missing one of a given pair: zeros). With s = r(1-r), p = u(1-u),
+// s_t = r_t(1-2r), p_t = u_t(1-2u):
+//   e_c_t = d_c_t*(1-c^2) - 2*d_c*c*c_t:   dc_bar_t += e_c_t;   du_bar_t += d_u_t*p + d_u*p_t
+//   dr_bar_t += d_r_t*s + d_r*s_t;   reset after also
+//       dr_bar_t += (e_c_t*n + e_c*n_pre_t)*s + e_c*n*s_t,   d_n_t += e_c_t*r + e_c*r_t
+template <class T, class A, class Index>
+__device__ __forceinline__ void gru_backward_gates_tangent_body(
+    const T* r_in, const T* u_in, const T* c_in, const T* r_t_in, const T* u_t_in,
+    const T* c_t_in, const T* n_pre, const T* n_pre_t, const T* b_c, const T* d_r,
+    const T* d_u, const T* d_c, const T* d_r_t, const T* d_u_t, const T* d_c_t,
+    const int* seq_len, int reset_after, int has_d_r, int has_d_u, int has_d_c,
+    int use_seq_len, long long step, Index n, Index hidden, T* d_gates_t, T* d_n_t)
+{
+    const A zero = (A)0;
+    const A one = (A)1;
+    const A two = (A)2;
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const Index row = k / hidden;
+        const Index col = k - row * hidden;
+        if (use_seq_len && step >= (long long)seq_len[row]) continue;
+        const Index g = row * 3 * hidden + col;
+        const A r = gc_load(r_in[k]);
+        const A r_t = gc_load(r_t_in[k]);
+        const A c = gc_load(c_in[k]);
+        A e_c = zero, e_c_t = zero, e_r = zero, e_r_t = zero;
+        if (has_d_c) {
+            const A dc = gc_load(d_c[k]);
+            e_c = dc * (one - c * c);
+            e_c_t = gc_load(d_c_t[k]) * (one - c * c) - two * dc * c * gc_load(c_t_in[k]);
+            d_gates_t[g + 2 * hidden] = gc_store<T>::from(
+                gc_load(d_gates_t[g + 2 * hidden]) + e_c_t);
+        }
+        if (has_d_u) {
+            const A u = gc_load(u_in[k]);
+            const A u_t = gc_load(u_t_in[k]);
+            d_gates_t[g + hidden] = gc_store<T>::from(
+                gc_load(d_gates_t[g + hidden]) + gc_load(d_u_t[k]) * u * (one - u)
+                + gc_load(d_u[k]) * u_t * (one - two * u));
+        }
+        if (has_d_r) {
+            e_r = gc_load(d_r[k]);
+            e_r_t = gc_load(d_r_t[k]);
+        }
+        if (reset_after) {
+            const A recurrent = gc_load(n_pre[k]) + gc_load(b_c[col + hidden]);
+            e_r = e_r + e_c * recurrent;
+            e_r_t = e_r_t + e_c_t * recurrent + e_c * gc_load(n_pre_t[k]);
+            d_n_t[k] = gc_store<T>::from(gc_load(d_n_t[k]) + e_c_t * r + e_c * r_t);
+        }
+        if (has_d_r || (reset_after && has_d_c)) {
+            d_gates_t[g] = gc_store<T>::from(gc_load(d_gates_t[g]) + e_r_t * r * (one - r)
+                                             + e_r * r_t * (one - two * r));
+        }
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void gru_backward_gates_tangent(
+    const T* r, const T* u, const T* c, const T* r_t, const T* u_t, const T* c_t,
+    const T* n_pre, const T* n_pre_t, const T* b_c, const T* d_r, const T* d_u, const T* d_c,
+    const T* d_r_t, const T* d_u_t, const T* d_c_t, const int* seq_len, int reset_after,
+    int has_d_r, int has_d_u, int has_d_c, int use_seq_len, long long step, long long batch,
+    long long hidden, T* d_gates_t, T* d_n_t)
+{
+    const long long n = batch * hidden;
+    if (n <= GC_UINT32_SAFE_COUNT) {
+        gru_backward_gates_tangent_body<T, A, unsigned int>(
+            r, u, c, r_t, u_t, c_t, n_pre, n_pre_t, b_c, d_r, d_u, d_c, d_r_t, d_u_t, d_c_t,
+            seq_len, reset_after, has_d_r, has_d_u, has_d_c, use_seq_len, step,
+            (unsigned int)n, (unsigned int)hidden, d_gates_t, d_n_t);
+    } else {
+        gru_backward_gates_tangent_body<T, A, unsigned long long>(
+            r, u, c, r_t, u_t, c_t, n_pre, n_pre_t, b_c, d_r, d_u, d_c, d_r_t, d_u_t, d_c_t,
+            seq_len, reset_after, has_d_r, has_d_u, has_d_c, use_seq_len, step,
+            (unsigned long long)n, (unsigned long long)hidden, d_gates_t, d_n_t);
     }
 }

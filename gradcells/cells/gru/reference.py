@@ -60,42 +60,52 @@ def gru_cell(x, h_prev, weights, settings):
     return GRUCellState(r, u, c, h)
 
 
-def gru_gate_grads(x, h_prev, w_c, b_c, state, d_h=None, *, reset_after=False):
+def _plus(a, b):
+    """``a + b``, ``a`` alone when the upstream gradient ``b`` is None (zero)."""
+    return a if b is None else a + b
+
+
+def gru_gate_grads(x, h_prev, w_c, b_c, state, d_h=None, *, reset_after=False, d_r=None,
+                   d_u=None, d_c=None):
     """The backward step up to the pre-activations of one GRU step:
     ``(dc_bar [B, H], d_ru [B, 2H], dx_c [B, I], dh_c [B, H])``, where ``d_ru`` is
     ``[dr_bar, du_bar]`` and ``dx_c``, ``dh_c`` are what reaches x and h_prev through the
-    candidate's matmul.
+    candidate's matmul. ``d_r, d_u, d_c`` (None: zero) are upstream gradients of the
+    step's gates themselves (docs/spec.md §16.1), each added to its gate's gradient before
+    the activation's derivative:
 
-        dc_bar = d_h∘(1-u)∘(1-c²);    du_bar = d_h∘(h_prev-c)∘u(1-u)
+        dc_bar = (d_h∘(1-u) + d_c)∘(1-c²);    du_bar = (d_h∘(h_prev-c) + d_u)∘u(1-u)
         [dx_c, d_hr] = dc_bar·w_cᵀ                   (d_hr = dL/d(r∘h_prev))
-        dr_bar = d_hr∘h_prev∘r(1-r);   dh_c = d_hr∘r
+        dr_bar = (d_hr∘h_prev + d_r)∘r(1-r);   dh_c = d_hr∘r
 
     Reset after, with n = h_prev·W_ch + b_ch and d_n = dc_bar∘r:
-        dr_bar = dc_bar∘n∘r(1-r);   dx_c = dc_bar·W_cxᵀ;   dh_c = d_n·W_chᵀ
+        dr_bar = (dc_bar∘n + d_r)∘r(1-r);   dx_c = dc_bar·W_cxᵀ;   dh_c = d_n·W_chᵀ
     """
     xp = namespace_of(x)
     r, u, c, _ = state
     n_in = x.shape[1]
     if d_h is None:
         d_h = xp.zeros_like(h_prev)
-    dc_bar = d_h * (1 - u) * (1 - c * c)
-    du_bar = d_h * (h_prev - c) * u * (1 - u)
+    dc_bar = _plus(d_h * (1 - u), d_c) * (1 - c * c)
+    du_bar = _plus(d_h * (h_prev - c), d_u) * u * (1 - u)
     if reset_after:
-        dr_bar = dc_bar * _recurrent_candidate(h_prev, w_c, b_c) * r * (1 - r)
+        dr_bar = _plus(dc_bar * _recurrent_candidate(h_prev, w_c, b_c), d_r) * r * (1 - r)
         dx_c = dc_bar @ w_c[:n_in].T
         dh_c = (dc_bar * r) @ w_c[n_in:].T
     else:
         dxhr = dc_bar @ w_c.T
         dx_c, d_hr = dxhr[:, :n_in], dxhr[:, n_in:]
-        dr_bar = d_hr * h_prev * r * (1 - r)
+        dr_bar = _plus(d_hr * h_prev, d_r) * r * (1 - r)
         dh_c = d_hr * r
     return dc_bar, xp.concatenate([dr_bar, du_bar], axis=1), dx_c, dh_c
 
 
-def gru_cell_grad(x, h_prev, weights, state, settings, *, d_h=None):
-    """Gradient of one GRU step with respect to every input.
+def gru_cell_grad(x, h_prev, weights, state, settings, *, d_r=None, d_u=None, d_c=None,
+                  d_h=None):
+    """Gradient of one GRU step with respect to every input, from the upstream gradients
+    of every field of its ``GRUCellState`` (None: zero).
 
-        dc_bar, [dr_bar, du_bar], dx_c, dh_c = gru_gate_grads(...)
+        dc_bar, [dr_bar, du_bar], dx_c, dh_c = gru_gate_grads(..., d_r, d_u, d_c)
         [dx_1, dh_1] = [dr_bar, du_bar]·w_ruᵀ
         dx = dx_1 + dx_c;   dh_prev = dh_1 + dh_c + d_h∘u
         dw_ru = [x, h_prev]ᵀ·[dr_bar, du_bar];   db_ru = Σ_batch [dr_bar, du_bar]
@@ -111,7 +121,8 @@ def gru_cell_grad(x, h_prev, weights, state, settings, *, d_h=None):
     if d_h is None:
         d_h = xp.zeros_like(h_prev)
     dc_bar, d_ru, dx_c, dh_c = gru_gate_grads(x, h_prev, w_c, b_c, state, d_h,
-                                              reset_after=reset_after)
+                                              reset_after=reset_after, d_r=d_r, d_u=d_u,
+                                              d_c=d_c)
     if reset_after:
         d_n = dc_bar * r
         dw_c = xp.concatenate([x.T @ dc_bar, h_prev.T @ d_n], axis=0)
@@ -176,20 +187,26 @@ def gru_sequence(x, h0, weights, settings):
     return GRUSequence(*steps, h_final=h.copy())
 
 
-def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None):
-    """Backpropagation through time for ``gru_sequence``.
+def gru_sequence_grad(x, h0, weights, seq, settings, *, d_r=None, d_u=None, d_c=None,
+                      d_h=None, d_h_final=None):
+    """Backpropagation through time for ``gru_sequence``, from the upstream gradients of
+    every field of its ``GRUSequence`` (None: zero): ``d_r, d_u, d_c, d_h [T, B, H]`` per
+    step and ``d_h_final [B, H]``.
 
-    Per step, with ``dh`` the gradient of the step's new state (carry plus ``d_h[t]``):
+    Per step, with ``dh`` the gradient of the step's new state (carry plus ``d_h[t]``) and
+    ``d_r, d_u, d_c`` the step's own gradients of its gates (docs/spec.md §16.1):
 
-        dc_bar = dh∘(1-u)∘(1-c²);   du_bar = dh∘(h_prev-c)∘u(1-u)
-        d_hr = dc_bar·W_chᵀ;  dr_bar = d_hr∘h_prev∘r(1-r)
+        dc_bar = (dh∘(1-u) + d_c)∘(1-c²);   du_bar = (dh∘(h_prev-c) + d_u)∘u(1-u)
+        d_hr = dc_bar·W_chᵀ;  dr_bar = (d_hr∘h_prev + d_r)∘r(1-r)
         dh_prev = [dr_bar, du_bar]·W_ruhᵀ + d_hr∘r + dh∘u
     reset_after, with n = h_prev·W_ch + b_ch (recomputed for all steps in one matmul):
-        d_n = dc_bar∘r;  dr_bar = dc_bar∘n∘r(1-r)
+        d_n = dc_bar∘r;  dr_bar = (dc_bar∘n + d_r)∘r(1-r)
         dh_prev = [dr_bar, du_bar]·W_ruhᵀ + d_n·W_chᵀ + dh∘u
 
     Masks (§11.3): the matmuls read ``h_prev∘m_rec`` (their part of ``dh_prev`` and the
-    weight gradients use it), the interpolation ``h_prev``; zoneout splits ``dh``.
+    weight gradients use it), the interpolation ``h_prev``; zoneout splits ``dh`` (the gates
+    are the step's own values: their gradients are not split). Entries of the upstream
+    gradients past a row's length are never read.
     After the loop, with ``dR, dU, dC`` (and ``dN = d_n``) stacked over all steps:
         dx = [dR, dU, dC]·[W_rux, W_cx]ᵀ;   dw_ru = [x_flatᵀ·[dR, dU] ; h_prev_flatᵀ·[dR, dU]]
         dw_c = [x_flatᵀ·dC ; (r∘h_prev)_flatᵀ·dC]   (reset_after: [x_flatᵀ·dC ; h_prev_flatᵀ·dN])
@@ -203,8 +220,9 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
     w_ruh, w_ch = w_ru[n_in:], w_c[n_in:]
     h_prev = plan.previous_states(xp, h0, seq.h)
     h_seen = masked(h_prev, settings.recurrent_mask)   # what the matmuls saw
+    recurrent = None
     if reset_after:
-        recurrent_candidate = (plan.flat(h_seen) @ w_ch + b_c[n_hidden:]).reshape(h_prev.shape)
+        recurrent = (plan.flat(h_seen) @ w_ch + b_c[n_hidden:]).reshape(h_prev.shape)
     zeros = xp.zeros_like(h0)
     dh_next = zeros if d_h_final is None else d_h_final.copy()
     # Gradients of the pre-activations [r, u, c] of every step, [dR, dU, dC], and dN.
@@ -213,28 +231,43 @@ def gru_sequence_grad(x, h0, weights, seq, settings, *, d_h=None, d_h_final=None
 
     for t in reversed(range(n_steps)):
         valid = valid_rows(seq_len, t)
-        r, u, c = seq.r[t], seq.u[t], seq.c[t]
         dh, dh_old = zoneout_grad(at_step(settings.zoneout_h, t),
                                   dh_next if d_h is None else dh_next + d_h[t])
         dh = keep(valid, dh, zeros)   # after the split: z past a row's length is unread
-        dc_bar = dh * (1 - u) * (1 - c * c)
-        du_bar = dh * (h_prev[t] - c) * u * (1 - u)
-        if reset_after:
-            d_recurrent[t] = dc_bar * r
-            dr_bar = dc_bar * recurrent_candidate[t] * r * (1 - r)
-            dh_candidate = d_recurrent[t] @ w_ch.T
-        else:
-            d_hr = dc_bar @ w_ch.T
-            dr_bar = d_hr * h_seen[t] * r * (1 - r)
-            dh_candidate = d_hr * r
-        d_gates[t] = xp.concatenate([dr_bar, du_bar, dc_bar], axis=1)
+        gates = [None if d is None else keep(valid, d[t], zeros) for d in (d_r, d_u, d_c)]
+        d_gates[t], d_n, dh_candidate = _gru_step_grads(
+            xp, dh, gates, (seq.r[t], seq.u[t], seq.c[t]), (h_prev[t], h_seen[t]),
+            None if recurrent is None else recurrent[t], w_ch)
+        if d_n is not None:
+            d_recurrent[t] = d_n
         dh_prev = masked(d_gates[t, :, : 2 * n_hidden] @ w_ruh.T + dh_candidate,
-                         settings.recurrent_mask) + dh * u
+                         settings.recurrent_mask) + dh * seq.u[t]
         dh_next = keep(valid, dh_prev if dh_old is None else dh_prev + dh_old, dh_next)
 
     grads = _gru_weight_grads(xp, x, h_seen, seq.r, weights, d_gates, d_recurrent, reset_after)
     grads["x"] = plan.running_inputs(xp, masked(grads["x"], settings.input_mask), seq_len)
     return GRUSequenceGrads(h0=dh_next, **grads)
+
+
+def _gru_step_grads(xp, dh, gates, saved, states, recurrent, w_ch):
+    """One step of ``gru_sequence_grad``'s loop: ``([dr_bar, du_bar, dc_bar] [B, 3H], d_n,
+    dh_candidate)`` from the step's state gradient ``dh``, its gates' own upstream
+    gradients ``gates = (d_r, d_u, d_c)`` (None: zero), ``saved = (r, u, c)``, ``states =
+    (h_prev, h_seen)`` and, reset after, ``recurrent`` = n (reset before None, and d_n
+    None). ``dh_candidate``: what reaches ``h_seen`` through the candidate, before the mask."""
+    (d_r, d_u, d_c), (r, u, c), (h_prev, h_seen) = gates, saved, states
+    dc_bar = _plus(dh * (1 - u), d_c) * (1 - c * c)
+    du_bar = _plus(dh * (h_prev - c), d_u) * u * (1 - u)
+    if recurrent is not None:
+        d_n = dc_bar * r
+        dr_bar = _plus(dc_bar * recurrent, d_r) * r * (1 - r)
+        dh_candidate = d_n @ w_ch.T
+    else:
+        d_n = None
+        d_hr = dc_bar @ w_ch.T
+        dr_bar = _plus(d_hr * h_seen, d_r) * r * (1 - r)
+        dh_candidate = d_hr * r
+    return xp.concatenate([dr_bar, du_bar, dc_bar], axis=1), d_n, dh_candidate
 
 
 def _gru_weight_grads(xp, x, h_prev, r, weights, d_gates, d_recurrent, reset_after):
@@ -335,18 +368,27 @@ def gru_sequence_jvp(x, h0, weights, tangents, settings):
     return GRUSequence(*outs, h_final=h.copy()), GRUSequence(*d_outs, h_final=dh.copy())
 
 
-def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_h=None,
-                      d_h_tangent=None):
+def gru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_r=None, d_u=None,
+                      d_c=None, d_h=None, d_r_tangent=None, d_u_tangent=None,
+                      d_c_tangent=None, d_h_tangent=None):
     """The JVP of ``gru_cell_grad`` along ``tangents`` (a ``GRUCellGrads`` of the inputs'
-    tangents) and ``d_h_tangent``: ``(grads, grads_tangent)``, by ``gradient_jvp``."""
+    tangents) and the upstream gradients' tangents ``d_<field>_tangent``: ``(grads,
+    grads_tangent)``, by ``gradient_jvp``."""
+    upstream = {"d_r": (d_r, d_r_tangent, state.r), "d_u": (d_u, d_u_tangent, state.u),
+                "d_c": (d_c, d_c_tangent, state.c), "d_h": (d_h, d_h_tangent, state.h)}
     return gradient_jvp(gru_cell_jvp, gru_cell_grad, (x, h_prev), weights, state, tangents,
-                        settings, {"d_h": (d_h, d_h_tangent, state.h)})
+                        settings, upstream)
 
 
-def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_h=None,
-                          d_h_final=None, d_h_tangent=None, d_h_final_tangent=None):
+def gru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_r=None, d_u=None,
+                          d_c=None, d_h=None, d_h_final=None, d_r_tangent=None,
+                          d_u_tangent=None, d_c_tangent=None, d_h_tangent=None,
+                          d_h_final_tangent=None):
     """The JVP of ``gru_sequence_grad`` along ``tangents`` (a ``GRUSequenceGrads``) and the
-    upstream gradients' tangents: ``(grads, grads_tangent)``, by ``gradient_jvp``."""
+    upstream gradients' tangents ``d_<field>_tangent``: ``(grads, grads_tangent)``, by
+    ``gradient_jvp``."""
+    upstream = {"d_r": (d_r, d_r_tangent, seq.r), "d_u": (d_u, d_u_tangent, seq.u),
+                "d_c": (d_c, d_c_tangent, seq.c), "d_h": (d_h, d_h_tangent, seq.h),
+                "d_h_final": (d_h_final, d_h_final_tangent, seq.h_final)}
     return gradient_jvp(gru_sequence_jvp, gru_sequence_grad, (x, h0), weights, seq, tangents,
-                        settings, {"d_h": (d_h, d_h_tangent, seq.h),
-                                   "d_h_final": (d_h_final, d_h_final_tangent, seq.h_final)})
+                        settings, upstream)

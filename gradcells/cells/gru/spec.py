@@ -110,13 +110,14 @@ class GRUBackend(Protocol):
     def gru_cell(self, x, h_prev, weights: GRUWeights, settings: GRUSettings) -> GRUCellState: ...
 
     def gru_cell_grad(self, x, h_prev, weights: GRUWeights, state: GRUCellState,
-                      settings: GRUSettings, *, d_h=None) -> GRUCellGrads: ...
+                      settings: GRUSettings, *, d_r=None, d_u=None, d_c=None,
+                      d_h=None) -> GRUCellGrads: ...
 
     def gru_sequence(self, x, h0, weights: GRUWeights, settings: GRUSettings) -> GRUSequence: ...
 
     def gru_sequence_grad(self, x, h0, weights: GRUWeights, seq: GRUSequence,
-                          settings: GRUSettings, *, d_h=None,
-                          d_h_final=None) -> GRUSequenceGrads: ...
+                          settings: GRUSettings, *, d_r=None, d_u=None, d_c=None,
+                          d_h=None, d_h_final=None) -> GRUSequenceGrads: ...
 
     def gru_cell_jvp(self, x, h_prev, weights: GRUWeights, tangents: GRUCellGrads,
                      settings: GRUSettings) -> tuple[GRUCellState, GRUCellState]: ...
@@ -125,13 +126,16 @@ class GRUBackend(Protocol):
                          settings: GRUSettings) -> tuple[GRUSequence, GRUSequence]: ...
 
     def gru_cell_grad_jvp(self, x, h_prev, weights: GRUWeights, state: GRUCellState,
-                          tangents: GRUCellGrads, settings: GRUSettings, *, d_h=None,
-                          d_h_tangent=None) -> tuple[GRUCellGrads, GRUCellGrads]: ...
+                          tangents: GRUCellGrads, settings: GRUSettings, *, d_r=None,
+                          d_u=None, d_c=None, d_h=None, d_r_tangent=None,
+                          d_u_tangent=None, d_c_tangent=None, d_h_tangent=None
+                          ) -> tuple[GRUCellGrads, GRUCellGrads]: ...
 
     def gru_sequence_grad_jvp(self, x, h0, weights: GRUWeights, seq: GRUSequence,
                               tangents: GRUSequenceGrads, settings: GRUSettings, *,
-                              d_h=None, d_h_final=None, d_h_tangent=None,
-                              d_h_final_tangent=None
+                              d_r=None, d_u=None, d_c=None, d_h=None, d_h_final=None,
+                              d_r_tangent=None, d_u_tangent=None, d_c_tangent=None,
+                              d_h_tangent=None, d_h_final_tangent=None
                               ) -> tuple[GRUSequenceGrads, GRUSequenceGrads]: ...
 
 
@@ -163,7 +167,17 @@ DOCS: dict[str, str] = {
         Returns ``(state, d_state)``: ``gru_cell``'s ``GRUCellState`` and one of its tangents.""",
     "gru_cell_grad": """
         Gradient of ``gru_cell`` with respect to every input, given the forward's ``state``
-        and the upstream gradient ``d_h`` of ``h`` (None: zeros).
+        and the upstream gradients of every field of it (docs/spec.md §16.1), each ``[B, H]``
+        and optional (None: zeros): ``d_h`` of ``h`` and ``d_r``, ``d_u``, ``d_c`` of the
+        gates themselves. Each gate's joins its pre-activation's gradient:
+
+            dc_bar = (d_h∘(1-u) + d_c)∘(1-c²)          (the candidate's pre-activation)
+            du_bar = (d_h∘(h_prev-c) + d_u)∘u(1-u)
+            dr_bar = (d_hr∘h_prev + d_r)∘r(1-r),  d_hr = dL/d(r∘h_prev) = (dc_bar·w_cᵀ)[:, I:]
+            reset_after:  dr_bar = (dc_bar∘n + d_r)∘r(1-r),  n = h_prev·W_ch + b_ch
+
+        and flows on as ``h``'s does: ``[dr_bar, du_bar]`` through ``w_ru``, ``dc_bar``
+        through ``w_c`` (reset after, ``dc_bar∘r`` through ``W_ch``).
 
         ``reset_after`` is the forward's, as ``state`` records it (None: the record's; for a
         tuple built by hand, False); a contradicting value raises ``ValueError``.
@@ -171,7 +185,9 @@ DOCS: dict[str, str] = {
         Returns ``GRUCellGrads(x, h_prev, w_ru, w_c, b_ru, b_c)``.""",
     "gru_cell_grad_jvp": """
         Second order: the JVP of ``gru_cell_grad`` along ``tangents`` (a ``GRUCellGrads``)
-        and ``d_h_tangent``, as ``lstm_cell_grad_jvp``. Returns ``(grads, grads_tangent)``.""",
+        and the upstream gradients' tangents ``d_r_tangent``, ``d_u_tangent``,
+        ``d_c_tangent``, ``d_h_tangent`` (None: zero), as ``lstm_cell_grad_jvp``. Returns
+        ``(grads, grads_tangent)``.""",
     "gru_sequence": """
         The GRU block cell (``gru_cell``) run over ``x [T, B, I]`` from ``h0 [B, H]``.
 
@@ -191,18 +207,24 @@ DOCS: dict[str, str] = {
     "gru_sequence_grad": """
         Backpropagation through time for ``gru_sequence``, given its result ``seq``.
 
-        Upstream gradients (each optional, None meaning zeros): ``d_h [T, B, H]`` for the
-        per-step ``h``, ``d_h_final [B, H]`` for the final state. ``reset_after``, ``seq_len``,
-        ``reverse``, ``batch_first`` and the masks are the forward's, as ``seq`` records them
-        (a contradicting value raises ``ValueError``;
-        for a ``seq`` that records nothing, ``reset_after`` None means False). Entries of ``x``
-        and ``d_h`` past a row's length are never read.
+        Upstream gradients of every field of ``seq`` (docs/spec.md §16.1; each optional,
+        None meaning zeros): ``d_r``, ``d_u``, ``d_c``, ``d_h [T, B, H]`` for every step's
+        gates and ``h``, ``d_h_final [B, H]`` for the final state. Per step, a gate's own
+        gradient joins its pre-activation's gradient as in ``gru_cell_grad`` (``dc_bar =
+        (dh∘(1-u) + d_c)∘(1-c²)``, ``du_bar = (dh∘(h_prev-c) + d_u)∘u(1-u)``, ``dr_bar =
+        (d_hr∘h_prev + d_r)∘r(1-r)``, reset after ``(dc_bar∘n + d_r)∘r(1-r)``), ``dh`` the
+        gradient of the step's state; zoneout splits ``dh`` only (the gates are the step's
+        own). ``reset_after``, ``seq_len``, ``reverse``, ``batch_first`` and the masks are
+        the forward's, as ``seq`` records them (a contradicting value raises ``ValueError``;
+        for a ``seq`` that records nothing, ``reset_after`` None means False). Entries of
+        ``x`` and of the per-step upstream gradients past a row's length are never read.
 
         Returns ``GRUSequenceGrads(x, h0, w_ru, w_c, b_ru, b_c)``.""",
     "gru_sequence_grad_jvp": """
         Second order: the JVP of ``gru_sequence_grad`` along ``tangents`` (a
-        ``GRUSequenceGrads``) and the upstream gradients' tangents, as
-        ``lstm_sequence_grad_jvp``. Returns ``(grads, grads_tangent)``.""",
+        ``GRUSequenceGrads``) and the upstream gradients' tangents (``d_r_tangent``,
+        ``d_u_tangent``, ``d_c_tangent``, ``d_h_tangent``, ``d_h_final_tangent``; None:
+        zero), as ``lstm_sequence_grad_jvp``. Returns ``(grads, grads_tangent)``.""",
     "gru_stack": """
         A stack of GRU layers, as ``lstm_stack`` (``h0 [L·D, B, H]``); ``reset_after``
         defaults to True, PyTorch's and Keras's GRU. Returns ``GRUStack(h, h_final, layers)``.""",
@@ -222,9 +244,9 @@ makes the functions)."""
 CELL = CellSpec(
     "gru",
     OpSpec("gru_cell", False, ("h_prev",), GRUWeights, GRUSettings, GRUCellState,
-           GRUCellGrads, ("d_h",)),
+           GRUCellGrads, ("d_r", "d_u", "d_c", "d_h")),
     OpSpec("gru_sequence", True, ("h0",), GRUWeights, GRUSettings, GRUSequence,
-           GRUSequenceGrads, ("d_h", "d_h_final")),
+           GRUSequenceGrads, ("d_r", "d_u", "d_c", "d_h", "d_h_final")),
     StackSpec(GRUStack, GRUStackGrads, {"reset_after": True}),
     keywords=(Keyword("reset_after", False, "bool", "bool"),),
     weight_labels=WEIGHT_LABELS, protocol=GRUBackend, docs=DOCS)
