@@ -139,6 +139,8 @@ def _labels(call, path):
     elif head in spec.states:
         labels = spec.state_labels[spec.states.index(head)]
         labels = ("L", *labels) if call.stack else labels
+    elif head in ("d_layers", "d_layers_tangent") and rest:
+        labels = spec.upstream_labels(f"d_{rest[0]}")    # a stack's run's field, per run
     elif head.startswith("d_"):
         upstream = head.removesuffix("_tangent")
         labels = spec.upstream_labels(upstream)

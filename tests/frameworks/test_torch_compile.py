@@ -20,6 +20,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import gradcells as gc  # noqa: E402
 import gradcells.testing as gt  # noqa: E402
 from gradcells.cells import OPS, STACKS  # noqa: E402
 
@@ -93,12 +94,18 @@ def _tensors(value) -> list:
     return []
 
 
-def test_gradient_on_a_gate_raises_through_the_custom_op(custom_ops):
-    case = _torch_case(gt.lstm_sequence_case(np.random.default_rng(0)))
-    result = gtorch.lstm_sequence(**case)
+def test_a_gradient_on_a_gate_goes_through_the_custom_op(custom_ops):
+    """docs/spec.md §16.1 under torch.compile's custom op: a loss on a gate is gc's gradient
+    with ``d_i``."""
+    case = gt.lstm_sequence_case(np.random.default_rng(0))
+    tcase = _torch_case(case)
+    result = gtorch.lstm_sequence(**tcase)
     assert "gradcells_lstm_sequence_default" in result.h.grad_fn.name()
-    with pytest.raises(ValueError, match="'i'.*lstm_sequence_grad takes no upstream"):
-        (result.i.sum() + result.h.sum()).backward()
+    weight = np.random.default_rng(1).standard_normal(result.i.shape)
+    ((result.i * torch.tensor(weight)).sum() + result.h.sum()).backward()
+    want = gc.lstm_sequence_grad(**case, seq=gc.lstm_sequence(**case), d_i=weight,
+                                 d_h=np.ones(result.h.shape))
+    np.testing.assert_allclose(tcase["x"].grad.numpy(), want.x, rtol=1e-12, atol=1e-12)
 
 
 def test_second_order_through_the_custom_op_raises(custom_ops):

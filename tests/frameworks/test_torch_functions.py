@@ -216,13 +216,29 @@ def _small():
     return _torch_case(gt.lstm_sequence_case(np.random.default_rng(0)))
 
 
-def test_gradient_on_a_gate_raises():
-    result = gtorch.lstm_sequence(**_small())
-    with pytest.raises(ValueError, match="'i'.*lstm_sequence_grad takes no upstream"):
-        (result.i.sum() + result.h.sum()).backward()
-    stack = gtorch.gru_stack(**_torch_case(gt.stack_case(np.random.default_rng(0), "gru")))
-    with pytest.raises(ValueError, match=r"layers\[0\]\.r"):
-        stack.layers[0].r.sum().backward()
+def test_a_gradient_on_a_gate_or_a_run_of_a_stack_is_gc_s():
+    """docs/spec.md §16.1: a loss on a gate field (the LSTM's ``i``) and on a stack's run's
+    gate (``layers[0].r``) backpropagates as ``gc``'s gradient with ``d_i`` / ``d_layers``."""
+    case = gt.lstm_sequence_case(np.random.default_rng(0))
+    tcase = _torch_case(case)
+    result = gtorch.lstm_sequence(**tcase)
+    weight = np.random.default_rng(1).standard_normal(result.i.shape)
+    (result.i * torch.tensor(weight)).sum().backward()
+    want = gc.lstm_sequence_grad(**case, seq=gc.lstm_sequence(**case), d_i=weight)
+    np.testing.assert_allclose(tcase["x"].grad.numpy(), want.x, rtol=1e-12, atol=1e-12)
+
+    case = gt.stack_case(np.random.default_rng(0), "gru")
+    tcase = _torch_case(case)
+    stack = gtorch.gru_stack(**tcase)
+    (stack.layers[0].r * torch.tensor(weight[..., :1])).sum().backward()
+    expected = gc.gru_stack(**case)
+    run = expected.layers[0]
+    d_layers = [type(run)(None, None, None, None, None)] * len(expected.layers)
+    d_layers[0] = run._replace(r=np.broadcast_to(weight[..., :1], run.r.shape), u=None,
+                               c=None, h=None, h_final=None)
+    want = gc.gru_stack_grad(case["x"], case["h0"], case["weights"], expected,
+                             d_layers=d_layers)
+    np.testing.assert_allclose(tcase["x"].grad.numpy(), want.x, rtol=1e-12, atol=1e-12)
 
 
 def test_output_changed_in_place_raises_in_backward():
