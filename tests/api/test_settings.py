@@ -57,9 +57,8 @@ def _split(op, case):
 
 
 def _upstream(op, rng, result):
-    spec = OPS[op]
-    fields = {"d_h": "h", "d_cs": "cs", "d_h_final": "h_final", "d_cs_final": "cs_final"}
-    return {name: rng.standard_normal(getattr(result, fields[name]).shape)
+    spec = OPS[op]   # every field's upstream gradient (docs/spec.md §16.1), by its field
+    return {name: rng.standard_normal(getattr(result, name.removeprefix("d_")).shape)
             for name in spec.upstream}
 
 

@@ -74,7 +74,8 @@ pytestmark = pytest.mark.conformance
 
 TOL = {"rtol": 1e-10, "atol": 1e-12}
 F = torch.nn.functional
-UPSTREAM_FIELDS = {"d_h": "h", "d_cs": "cs", "d_h_final": "h_final", "d_cs_final": "cs_final"}
+UPSTREAM_FIELDS = {name: name.removeprefix("d_") for op in OPS for name in OPS[op].upstream}
+"""Each upstream gradient's field: every field of a result has one (docs/spec.md §16.1)."""
 
 
 def close(actual, expected, what):
