@@ -339,8 +339,9 @@ def kernel_launches(batch, hidden, dtype):
     backward = launch("lstm_backward", dict(
         cs_prev=cs_prev, i=i, cs=cs, f=f, o=o, ci=ci, co=co, wci=b, wcf=b, wco=b, d_h=d_h,
         d_cs=d_cs, dh_next=d_h, dcs_next=dcs, d_h_final=d_h, d_cs_final=d_cs,
-        seq_len=no_lengths, cell_clip=0.0, use_peephole=0, mask_clip=0, has_d_h=1,
-        has_d_cs=1, has_d_h_final=0, has_d_cs_final=0, use_seq_len=0, step=0, n_steps=1,
+        seq_len=no_lengths, d_gate_up=d_h, cell_clip=0.0, use_peephole=0, mask_clip=0,
+        has_d_h=1, has_d_cs=1, has_d_h_final=0, has_d_cs_final=0, use_seq_len=0,
+        has_d_gate_up=0, step=0, n_steps=1,
         batch=batch, hidden=hidden, d_gates=d_gates, dcs_prev=dcs, peephole_terms=b))
     gx_ru, gh_ru = arrays(((batch, 2 * hidden), 2))
     gx_c, gh_c = arrays((state, 2))

@@ -43,7 +43,13 @@ from ._core import arrays
 from ._core.types import Array
 from ._interop import accepts_any_array
 from .cells.gru.spec import GRUCellState
-from .cells.lstm.spec import PEEPHOLES, LSTMCellState, LSTMSequence, LSTMWeights
+from .cells.lstm.spec import (
+    GATE_UPSTREAM,
+    PEEPHOLES,
+    LSTMCellState,
+    LSTMSequence,
+    LSTMWeights,
+)
 from .reference import gru_gate_grads, lstm_gate_grads
 from .sequences import lstm_sequence, lstm_sequence_grad
 from .steps import gru_cell, gru_cell_grad, lstm_cell
@@ -311,12 +317,13 @@ def lstm_block_cell_grad(x: Array, cs_prev: Array, h_prev: Array, w: Array, wci:
     """
     use_peephole = _use_peephole_value(use_peephole)
     peepholes = _peepholes(use_peephole, wci, wcf, wco, x)
-    # TF's op takes no h, and the gradient never reads it: co fills the state's h slot.
+    # TF's op takes no h, and the gradient never reads it: co fills the state's h slot; it
+    # takes no gradients of the gates either (docs/spec.md §16.1: they are dropped).
     state = LSTMCellState(i, cs, f, o, ci, co, co)
     with _tf_argument_names(_LSTM_GRAD_NAMES):
         _v.grad_args("lstm_cell", x, (cs_prev, h_prev),
                      LSTMWeights(w, b, *(peepholes.get(name) for name in _PEEPHOLES)), state,
-                     {"d_h": h_grad, "d_cs": cs_grad})
+                     {"d_h": h_grad, "d_cs": cs_grad, **dict.fromkeys(GATE_UPSTREAM)})
     grads = lstm_gate_grads(cs_prev, state, d_h=h_grad, d_cs=cs_grad, **peepholes,
                             cell_clip=None)
     peephole_grads = (grads.wci, grads.wcf, grads.wco) if use_peephole else (

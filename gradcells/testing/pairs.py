@@ -22,7 +22,7 @@ from .._core.specs import MASKS
 from ..cells import OPS as SPECS
 from ..cells import OPTIONAL_WEIGHTS
 from ..cells.gru.spec import GRUStackGrads
-from ..cells.lstm.spec import NORM_ARRAYS, LSTMNorm, LSTMStackGrads
+from ..cells.lstm.spec import GATE_FIELDS, NORM_ARRAYS, LSTMCellState, LSTMNorm, LSTMStackGrads
 from ..cells.rnn.spec import RNNStackGrads
 from ..oracle import JVPReport, VJPReport, check_jvp, check_vjp
 from .cases import (
@@ -50,6 +50,9 @@ GRU_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["gru_sequence"].arrays
 RNN_ARG_NAMES: tuple[str, ...] = SPECS["rnn_cell"].arrays
 RNN_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["rnn_sequence"].arrays
 LSTM_SEQUENCE_OUTPUTS = ("h", "cs", "h_final", "cs_final")
+LSTM_SEQUENCE_FIELDS = (*LSTM_SEQUENCE_OUTPUTS, *GATE_FIELDS)
+"""Every field of an LSTM sequence's result: the states' and the gates' (docs/spec.md
+§16.1), each with its upstream gradient in the sequence pair (its default outputs)."""
 GRU_CELL_OUTPUTS: tuple[str, ...] = SPECS["gru_cell"].result._fields   # every field (§16.1)
 GRU_SEQUENCE_OUTPUTS: tuple[str, ...] = SPECS["gru_sequence"].result._fields
 RNN_SEQUENCE_OUTPUTS = ("h", "h_final")
@@ -195,10 +198,13 @@ def _second_order(f, vjp, args, names, split, gradient, run, outputs, keywords) 
 
 def lstm_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
                        clip_grad: str = "exact", d_h: bool = True, d_cs: bool = True,
-                       mode: str = "vjp") -> Pair:
+                       gates: bool = True, mode: str = "vjp") -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``lstm_cell``: ``f`` maps the case's arrays
-    to ``(cs, h)`` (or the one of them that has an upstream gradient)."""
-    outputs = [k for k, on in (("cs", d_cs), ("h", d_h)) if on]
+    to every field of the result that gets an upstream gradient, in the result's order:
+    ``cs`` and ``h`` (``d_cs``, ``d_h``) and the gates ``i, f, o, ci, co`` (``gates``;
+    docs/spec.md §16.1)."""
+    on = {"cs": d_cs, "h": d_h, **dict.fromkeys(GATE_FIELDS, gates)}
+    outputs = [k for k in LSTMCellState._fields if on[k]]
     return _vjp_pair(
         steps.lstm_cell, steps.lstm_cell_grad, case, SPECS["lstm_cell"].arrays, outputs,
         {"forget_bias": case["forget_bias"], "cell_clip": case["cell_clip"],
@@ -219,11 +225,12 @@ def gru_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
 
 def lstm_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
                            clip_grad: str = "exact",
-                           outputs: Sequence[str] = LSTM_SEQUENCE_OUTPUTS,
+                           outputs: Sequence[str] = LSTM_SEQUENCE_FIELDS,
                            mode: str = "vjp") -> Pair:
     """The oracle's ``(f, vjp, args, names)`` for ``lstm_sequence``: ``f`` maps the case's
-    arrays to the chosen ``outputs`` (any of "h", "cs", "h_final", "cs_final"); the others
-    get no upstream gradient (None)."""
+    arrays to the chosen ``outputs`` (any of ``LSTM_SEQUENCE_FIELDS``: "h", "cs",
+    "h_final", "cs_final" and the gates "i", "f", "o", "ci", "co"; all of them by default);
+    the others get no upstream gradient (None)."""
     return _vjp_pair(
         sequences.lstm_sequence, sequences.lstm_sequence_grad, case,
         SPECS["lstm_sequence"].arrays,

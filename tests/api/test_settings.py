@@ -57,7 +57,7 @@ def _split(op, case):
 
 
 def _upstream(op, rng, result):
-    spec = OPS[op]
+    spec = OPS[op]   # every field's upstream gradient (docs/spec.md §16.1), by its field
     return {name: rng.standard_normal(getattr(result, name.removeprefix("d_")).shape)
             for name in spec.upstream}
 

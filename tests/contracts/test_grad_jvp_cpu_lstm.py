@@ -40,9 +40,9 @@ STRATEGIES = {
         reverse=None, batch_first=None, masks=None, **SIZES, **k),
 }
 OPS_HERE = list(STRATEGIES)
-UPSTREAMS = {"lstm_cell": {"d_h": "h", "d_cs": "cs"},
-             "lstm_sequence": {"d_h": "h", "d_cs": "cs", "d_h_final": "h_final",
-                               "d_cs_final": "cs_final"}}
+UPSTREAMS = {op: {name: name.removeprefix("d_") for name in OPS[op].upstream}
+             for op in OPS_HERE}
+"""Every field's upstream gradient (docs/spec.md §16.1: the gates' too), by its field."""
 
 
 def _split(op, case):

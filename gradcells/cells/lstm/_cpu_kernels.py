@@ -101,10 +101,20 @@ def lstm_forward_kernel(gates, addend, cs_prev, wci, wcf, wco, peephole, forget_
             h_r[j] = gate_o * state_co
 
 
+@helper
+def _gate_rows(d_gates, row):
+    """Row ``row`` of the gates' upstream gradients ``d_gates [5, B, H]`` (``i, f, o, ci,
+    co``; a stand-in with fewer than five, never read, gives its last)."""
+    last = d_gates.shape[0] - 1
+    return (d_gates[min(0, last)][row], d_gates[min(1, last)][row],
+            d_gates[min(2, last)][row], d_gates[min(3, last)][row],
+            d_gates[min(4, last)][row])
+
+
 @kernel
-def lstm_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, has_d_cs, wci, wcf,
-                         wco, peephole, cell_clip, d_gates, dcs_prev, d_bias, d_wci, d_wcf,
-                         d_wco):
+def lstm_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, has_d_cs,
+                         d_fields, has_d_fields, wci, wcf, wco, peephole, cell_clip, d_gates,
+                         dcs_prev, d_bias, d_wci, d_wcf, d_wco):
     """The LSTM backward elementwise step, one pass per row with the reductions fused.
 
     Arguments (all arrays C-contiguous, one float dtype; B rows, H = ``cs_prev.shape[1]``):
@@ -112,6 +122,9 @@ def lstm_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, has_d
     - ``cs_prev`` and the forward's saved ``i, cs, f, o, ci, co`` (``[B, H]``);
     - ``d_h, d_cs [B, H]``: upstream gradients, read only when ``has_d_h`` / ``has_d_cs``
       (otherwise zeros are used: pass any ``[B, H]`` array);
+    - ``d_fields [5, B, H]``: the upstream gradients of the gates ``i, f, o, ci, co``
+      (docs/spec.md §16.1), read only when ``has_d_fields`` (otherwise any ``[k, B, H]``,
+      e.g. ``cs_prev[None]``: the loop is the one without them);
     - ``wci, wcf, wco [H]``: peepholes, read only when ``peephole`` (else any length >= H);
     - ``cell_clip``: the forward's clip for ``clip_grad="exact"``; ``math.inf`` when there
       was no clipping or for the straight-through gradient (no mask);
@@ -120,11 +133,11 @@ def lstm_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, has_d
       step): ``d_bias [4H]`` (Σ_batch dG), and when ``peephole`` ``d_wci, d_wcf, d_wco [H]``
       (otherwise never touched: pass any arrays).
 
-    Per element (docs/spec.md §2):
+    Per element (docs/spec.md §2; the gates' upstreams ``u_*`` zero without ``has_d_fields``):
 
-        do  = d_h·co·o(1-o);   dcs = d_h·o(1-co²) + d_cs + do·wco
+        do  = (d_h·co + u_o)·o(1-o);   dcs = (d_h·o + u_co)(1-co²) + d_cs + do·wco
         dcs = 0 where |i·ci + f·cs_prev| > cell_clip    (the clip was active)
-        di = dcs·ci·i(1-i);  dci = dcs·i(1-ci²);  df = dcs·cs_prev·f(1-f)
+        di = (dcs·ci + u_i)·i(1-i);  dci = (dcs·i + u_ci)(1-ci²);  df = (dcs·cs_prev + u_f)·f(1-f)
         dcs_prev = dcs·f + di·wci + df·wcf
         d_wci += Σ di·cs_prev;  d_wcf += Σ df·cs_prev;  d_wco += Σ do·cs
     """
@@ -143,22 +156,35 @@ def lstm_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, has_d
         dg_i, dg_c = dg[:n_hidden], dg[n_hidden:2 * n_hidden]
         dg_f, dg_o = dg[2 * n_hidden:3 * n_hidden], dg[3 * n_hidden:]
         dcs_prev_r = dcs_prev[row]
+        u_i, u_f, u_o, u_ci, u_co = _gate_rows(d_fields, row)
         for j in range(n_hidden):
             gate_i, gate_f, gate_o = i_r[j], f_r[j], o_r[j]
             gate_ci, state_co = ci_r[j], co_r[j]
             upstream_h = dh_r[j] if has_d_h else zero
             upstream_cs = dcs_r[j] if has_d_cs else zero
-            d_o = upstream_h * state_co * gate_o * (one - gate_o)
-            d_state = upstream_h * gate_o * (one - state_co * state_co) + upstream_cs
+            pre_o = upstream_h * state_co
+            pre_co = upstream_h * gate_o
+            if has_d_fields:
+                pre_o = pre_o + u_o[j]
+                pre_co = pre_co + u_co[j]
+            d_o = pre_o * gate_o * (one - gate_o)
+            d_state = pre_co * (one - state_co * state_co) + upstream_cs
             if peephole:
                 d_state = d_state + d_o * w_o[j]
             if masked:
                 raw = gate_i * gate_ci + gate_f * c_prev[j]
                 d_state = d_state if abs(raw) <= clip else zero
-            d_i = d_state * gate_ci * gate_i * (one - gate_i)
+            pre_i = d_state * gate_ci
+            pre_c = d_state * gate_i
+            pre_f = d_state * c_prev[j]
+            if has_d_fields:
+                pre_i = pre_i + u_i[j]
+                pre_c = pre_c + u_ci[j]
+                pre_f = pre_f + u_f[j]
+            d_i = pre_i * gate_i * (one - gate_i)
             dg_i[j] = d_i
-            dg_c[j] = d_state * gate_i * (one - gate_ci * gate_ci)
-            d_f = d_state * c_prev[j] * gate_f * (one - gate_f)
+            dg_c[j] = pre_c * (one - gate_ci * gate_ci)
+            d_f = pre_f * gate_f * (one - gate_f)
             dg_f[j] = d_f
             dg_o[j] = d_o
             d_prev = d_state * gate_f
@@ -456,7 +482,8 @@ def lstm_ln_forward_kernel(z_h, addend, cs_prev, gamma_h, beta_h, gamma_c, beta_
 
 
 @kernel
-def lstm_ln_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, has_d_cs, wci,
+def lstm_ln_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, has_d_cs,
+                            d_fields, has_d_fields, wci,
                             wcf, wco, peephole, state_clip, mask_clip, gamma_c, epsilon,
                             normalized, gamma_h, h_hat, rstd_h, d_gates, dcs_prev, d_bias,
                             d_wci, d_wcf, d_wco, d_gamma_c, d_beta_c, d_gamma_h):
@@ -467,9 +494,9 @@ def lstm_ln_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, ha
     Arguments (all arrays C-contiguous, one float dtype; B rows, H = ``cs_prev.shape[1]``):
 
     - ``cs_prev``, the forward's saved ``i, cs, f, o, ci, co`` (``cs``: the carried state),
-      ``d_h, has_d_h, d_cs, has_d_cs``, the peepholes and ``mask_clip`` as for
-      ``lstm_backward_kernel``; ``state_clip``: the forward's ``cell_clip`` (``math.inf``
-      for none), with which ``c̃`` is recomputed;
+      ``d_h, has_d_h, d_cs, has_d_cs``, ``d_fields, has_d_fields``, the peepholes and
+      ``mask_clip`` as for ``lstm_backward_kernel``; ``state_clip``: the forward's
+      ``cell_clip`` (``math.inf`` for none), with which ``c̃`` is recomputed;
     - ``gamma_c [H]``, ``epsilon``, ``normalized`` as for ``lstm_ln_forward_kernel``;
     - ``gamma_h [4H]``; ``h_hat [B, 4H]``, ``rstd_h [B]``: ``ĥ`` and ``r`` of the step's
       ``h_prev·W_h`` (``layer_norm_stats_kernel``); **overwritten** with ``dz_h``, the
@@ -480,10 +507,11 @@ def lstm_ln_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, ha
 
     Per row (``gradcells.cells.lstm.reference``'s ``lstm_gate_grads``, ``lstm_cell_norm_grad``):
     ``c̃ = clip(i·ci + f·cs_prev, ±state_clip)``, its ``(μ_c, r_c)`` and ``ĉ``;
-    ``do = d_h·co·o(1-o)``; ``dcs = d_cs + do·wco``; ``dn = d_h·o(1-co²)`` (+ ``dcs`` when
-    normalized); ``dc̃ = r_c·(g - mean(g) - ĉ∘mean(g∘ĉ))``, ``g = dn∘γ_c`` (+ ``dcs`` when
-    raw), zeroed where ``|i·ci + f·cs_prev| > mask_clip``; ``di, dci, df, dcs_prev`` as in
-    ``lstm_backward_kernel``; then ``dz_h = r_h·(g' - mean(g') - ĥ∘mean(g'∘ĥ))``,
+    ``do = (d_h·co + u_o)·o(1-o)``; ``dcs = d_cs + do·wco``; ``dn = (d_h·o + u_co)(1-co²)``
+    (+ ``dcs`` when normalized); ``dc̃ = r_c·(g - mean(g) - ĉ∘mean(g∘ĉ))``, ``g = dn∘γ_c``
+    (+ ``dcs`` when raw), zeroed where ``|i·ci + f·cs_prev| > mask_clip``; ``di, dci, df,
+    dcs_prev`` as in ``lstm_backward_kernel`` (the gates' upstreams ``u_*`` with them);
+    then ``dz_h = r_h·(g' - mean(g') - ĥ∘mean(g'∘ĥ))``,
     ``g' = dG∘γ_h``.
     """
     n_batch, n_hidden = cs_prev.shape
@@ -504,6 +532,7 @@ def lstm_ln_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, ha
         dg_i, dg_c = dg[:n_hidden], dg[n_hidden:2 * n_hidden]
         dg_f, dg_o = dg[2 * n_hidden:3 * n_hidden], dg[3 * n_hidden:]
         dcs_prev_r = dcs_prev[row]
+        u_i, u_f, u_o, u_ci, u_co = _gate_rows(d_fields, row)
         for j in range(n_hidden):                         # c̃, in dcs_prev for now
             state = i_r[j] * ci_r[j] + f_r[j] * c_prev[j]
             state = s_clip if state > s_clip else state
@@ -512,7 +541,13 @@ def lstm_ln_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, ha
         for j in range(n_hidden):                         # ĉ, in dcs_prev for now
             dcs_prev_r[j] = (dcs_prev_r[j] - mean_c) * rstd_c
         # do (dg_o), the carried state's gradient (dg_f), dn (dg_c)
-        if has_d_h:
+        if has_d_h and has_d_fields:
+            for j in range(n_hidden):
+                dg_o[j] = (dh_r[j] * co_r[j] + u_o[j]) * o_r[j] * (one - o_r[j])
+        elif has_d_fields:
+            for j in range(n_hidden):
+                dg_o[j] = u_o[j] * o_r[j] * (one - o_r[j])
+        elif has_d_h:
             for j in range(n_hidden):
                 dg_o[j] = dh_r[j] * co_r[j] * o_r[j] * (one - o_r[j])
         else:
@@ -527,7 +562,13 @@ def lstm_ln_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, ha
         if peephole:
             for j in range(n_hidden):
                 dg_f[j] = dg_f[j] + dg_o[j] * w_o[j]
-        if has_d_h:
+        if has_d_h and has_d_fields:
+            for j in range(n_hidden):
+                dg_c[j] = (dh_r[j] * o_r[j] + u_co[j]) * (one - co_r[j] * co_r[j])
+        elif has_d_fields:
+            for j in range(n_hidden):
+                dg_c[j] = u_co[j] * (one - co_r[j] * co_r[j])
+        elif has_d_h:
             for j in range(n_hidden):
                 dg_c[j] = dh_r[j] * o_r[j] * (one - co_r[j] * co_r[j])
         else:
@@ -554,19 +595,32 @@ def lstm_ln_backward_kernel(cs_prev, i, cs, f, o, ci, co, d_h, has_d_h, d_cs, ha
             for j in range(n_hidden):
                 raw = i_r[j] * ci_r[j] + f_r[j] * c_prev[j]
                 dg_f[j] = dg_f[j] if abs(raw) <= m_clip else zero
-        for j in range(n_hidden):
-            dg_i[j] = dg_f[j] * ci_r[j] * i_r[j] * (one - i_r[j])
-        for j in range(n_hidden):
-            dg_c[j] = dg_f[j] * i_r[j] * (one - ci_r[j] * ci_r[j])
+        if has_d_fields:                                  # the gates' own upstreams
+            for j in range(n_hidden):
+                dg_i[j] = (dg_f[j] * ci_r[j] + u_i[j]) * i_r[j] * (one - i_r[j])
+            for j in range(n_hidden):
+                dg_c[j] = (dg_f[j] * i_r[j] + u_ci[j]) * (one - ci_r[j] * ci_r[j])
+        else:
+            for j in range(n_hidden):
+                dg_i[j] = dg_f[j] * ci_r[j] * i_r[j] * (one - i_r[j])
+            for j in range(n_hidden):
+                dg_c[j] = dg_f[j] * i_r[j] * (one - ci_r[j] * ci_r[j])
         if peephole:
             for j in range(n_hidden):
-                d_f = dg_f[j] * c_prev[j] * f_r[j] * (one - f_r[j])
+                pre_f = dg_f[j] * c_prev[j]
+                if has_d_fields:
+                    pre_f = pre_f + u_f[j]
+                d_f = pre_f * f_r[j] * (one - f_r[j])
                 dcs_prev_r[j] = dg_f[j] * f_r[j] + dg_i[j] * w_i[j] + d_f * w_f[j]
         else:
             for j in range(n_hidden):
                 dcs_prev_r[j] = dg_f[j] * f_r[j]
-        for j in range(n_hidden):
-            dg_f[j] = dg_f[j] * c_prev[j] * f_r[j] * (one - f_r[j])
+        if has_d_fields:
+            for j in range(n_hidden):
+                dg_f[j] = (dg_f[j] * c_prev[j] + u_f[j]) * f_r[j] * (one - f_r[j])
+        else:
+            for j in range(n_hidden):
+                dg_f[j] = dg_f[j] * c_prev[j] * f_r[j] * (one - f_r[j])
         for k in range(4 * n_hidden):
             d_bias[k] += dg[k]
         if peephole:
@@ -663,45 +717,50 @@ def lstm_tangent_kernel(t_gates, cs_prev, t_cs_prev, peepholes, t_peepholes, opt
 
 # ``lstm_backward_tangent_kernel``: ``lstm_backward_kernel``'s expressions differentiated
 # (primes the tangents), with σ'(s) = s(1-s), σ'(s)' = s'(1-2s), tanh'(t)' = -2t·t' (the
-# upstream gradients g_h = d_h, g_cs = d_cs):
+# upstream gradients g_h = d_h, g_cs = d_cs, and the gates' u_i, u_f, u_o, u_ci, u_co, zero
+# without them):
 #
-#     do'  = (g_h·co)'·σ'(o) + g_h·co·σ'(o)'
-#     dcs' = (g_h·o)'·tanh'(co) + g_h·o·tanh'(co)' + g_cs' + do'·wco + do·wco'
+#     do'  = (g_h·co + u_o)'·σ'(o) + (g_h·co + u_o)·σ'(o)'
+#     dcs' = (g_h·o + u_co)'·tanh'(co) + (g_h·o + u_co)·tanh'(co)' + g_cs' + do'·wco + do·wco'
 #     dcs' = 0 where the backward kernel masks dcs
-#     di'  = (dcs·ci)'·σ'(i) + dcs·ci·σ'(i)';   dci' = (dcs·i)'·tanh'(ci) + dcs·i·tanh'(ci)'
-#     df'  = (dcs·cs_prev)'·σ'(f) + dcs·cs_prev·σ'(f)'
+#     di'  = (dcs·ci + u_i)'·σ'(i) + (dcs·ci + u_i)·σ'(i)'
+#     dci' = (dcs·i + u_ci)'·tanh'(ci) + (dcs·i + u_ci)·tanh'(ci)'
+#     df'  = (dcs·cs_prev + u_f)'·σ'(f) + (dcs·cs_prev + u_f)·σ'(f)'
 #     dcs_prev' = (dcs·f)' + (di·wci)' + (df·wcf)'
 #     Σ dG';  d_wci' += Σ (di·cs_prev)';  d_wcf' += Σ (df·cs_prev)';  d_wco' += Σ (do·cs)'
 
 
 @helper
 def _output_tangents(ups, gate_o, state_co, one, two):
-    """``(do, t_do, dcs, t_dcs)`` before the peephole: from ``(d_h, t_d_h, d_cs, t_d_cs)``,
-    ``(o, t_o)``, ``(co, t_co)`` (``lstm_backward_tangent_kernel``)."""
-    (uh, t_uh, ucs, t_ucs), (go, t_go), (sc, t_sc) = ups, gate_o, state_co
+    """``(do, t_do, dcs, t_dcs)`` before the peephole: from ``(d_h, t_d_h, d_cs, t_d_cs, u_o,
+    t_u_o, u_co, t_u_co)``, ``(o, t_o)``, ``(co, t_co)`` (``lstm_backward_tangent_kernel``)."""
+    (uh, t_uh, ucs, t_ucs, uo, t_uo, uco, t_uco), (go, t_go), (sc, t_sc) = (
+        ups, gate_o, state_co)
     s_o = go * (one - go)
     tanh_co = one - sc * sc
-    d_o = uh * sc * s_o
-    t_do = (t_uh * sc + uh * t_sc) * s_o + uh * sc * t_go * (one - two * go)
-    return (d_o, t_do, uh * go * tanh_co + ucs,
-            (t_uh * go + uh * t_go) * tanh_co - uh * go * two * sc * t_sc + t_ucs)
+    pre_o, t_pre_o = uh * sc + uo, t_uh * sc + uh * t_sc + t_uo
+    pre_co, t_pre_co = uh * go + uco, t_uh * go + uh * t_go + t_uco
+    return (pre_o * s_o, t_pre_o * s_o + pre_o * t_go * (one - two * go),
+            pre_co * tanh_co + ucs, t_pre_co * tanh_co - pre_co * two * sc * t_sc + t_ucs)
 
 
 @helper
-def _gate_tangents(d_state, t_state, gates, t_gates, one, two):
+def _gate_tangents(d_state, t_state, gates, t_gates, ups, one, two):
     """``(di, t_di, t_dci, df, t_df)`` from the cell state's gradient ``dcs`` and its tangent,
-    ``gates = (i, ci, f, cs_prev)`` and their tangents ``t_gates``
-    (``lstm_backward_tangent_kernel``)."""
+    ``gates = (i, ci, f, cs_prev)`` and their tangents ``t_gates``, and the gates' upstreams
+    ``ups = (u_i, t_u_i, u_ci, t_u_ci, u_f, t_u_f)`` (``lstm_backward_tangent_kernel``)."""
     gi, gc, gf, c_p = gates
     t_gi, t_gc, t_gf, t_c_p = t_gates
+    ui, t_ui, uci, t_uci, uf, t_uf = ups
     s_i = gi * (one - gi)
     s_f = gf * (one - gf)
-    d_i = d_state * gc * s_i
-    t_di = (t_state * gc + d_state * t_gc) * s_i + d_state * gc * t_gi * (one - two * gi)
-    t_dci = (t_state * gi + d_state * t_gi) * (one - gc * gc) - d_state * gi * two * gc * t_gc
-    d_f = d_state * c_p * s_f
-    t_df = (t_state * c_p + d_state * t_c_p) * s_f + d_state * c_p * t_gf * (one - two * gf)
-    return d_i, t_di, t_dci, d_f, t_df
+    pre_i, t_pre_i = d_state * gc + ui, t_state * gc + d_state * t_gc + t_ui
+    pre_c, t_pre_c = d_state * gi + uci, t_state * gi + d_state * t_gi + t_uci
+    pre_f, t_pre_f = d_state * c_p + uf, t_state * c_p + d_state * t_c_p + t_uf
+    t_di = t_pre_i * s_i + pre_i * t_gi * (one - two * gi)
+    t_dci = t_pre_c * (one - gc * gc) - pre_c * two * gc * t_gc
+    t_df = t_pre_f * s_f + pre_f * t_gf * (one - two * gf)
+    return pre_i * s_i, t_di, t_dci, pre_f * s_f, t_df
 
 
 @kernel
@@ -710,10 +769,12 @@ def lstm_backward_tangent_kernel(saved, t_saved, up, t_up, peepholes, t_peephole
     """The tangent of ``lstm_backward_kernel``'s outputs, one pass per row.
 
     ``saved = (cs_prev, i, cs, f, o, ci, co)`` (``cs`` the step's own, unzoned state) and
-    ``t_saved`` their tangents, ``[B, H]``; ``up = (d_h, d_cs)`` the upstream gradients of
-    the step's new states and ``t_up`` their tangents, ``[B, H]``; ``peepholes = (wci, wcf,
-    wco)`` and ``t_peepholes`` (``[H]``, read only when ``peephole``); ``options =
-    (peephole, cell_clip)``, ``cell_clip`` the backward kernel's (``math.inf``: no mask).
+    ``t_saved`` their tangents, ``[B, H]``; ``up = (d_h, d_cs, d_fields)`` the upstream
+    gradients of the step's new states (``[B, H]``) and of its gates (``[5, B, H]``, as for
+    ``lstm_backward_kernel``, read only when ``has_d_fields``), ``t_up`` their tangents;
+    ``peepholes = (wci, wcf, wco)`` and ``t_peepholes`` (``[H]``, read only when
+    ``peephole``); ``options = (peephole, cell_clip, has_d_fields)``, ``cell_clip`` the
+    backward kernel's (``math.inf``: no mask).
     Writes ``t_d_gates [B, 4H]`` and ``t_dcs_prev [B, H]``, the tangents of ``dG`` and
     ``dcs_prev``; accumulates ``sums = (t_d_bias [4H], t_d_wci, t_d_wcf, t_d_wco [H])``, the
     tangents of the backward kernel's sums (the peepholes' only when ``peephole``). The
@@ -721,8 +782,8 @@ def lstm_backward_tangent_kernel(saved, t_saved, up, t_up, peepholes, t_peephole
     """
     cs_prev, i, cs, f, o, ci, co = saved
     t_prev, t_i, t_cs, t_f, t_o, t_ci, t_co = t_saved
-    (g_h, g_cs), (t_g_h, t_g_cs) = up, t_up
-    peephole, cell_clip = options
+    (g_h, g_cs, g_fields), (t_g_h, t_g_cs, t_g_fields) = up, t_up
+    peephole, cell_clip, has_d_fields = options
     t_d_bias, t_d_wci, t_d_wcf, t_d_wco = sums
     n_batch, n_hidden = cs_prev.shape
     zero, one, two = typed(0.0, cs_prev), typed(1.0, cs_prev), typed(2.0, cs_prev)
@@ -735,14 +796,22 @@ def lstm_backward_tangent_kernel(saved, t_saved, up, t_up, peepholes, t_peephole
         t_dg = t_d_gates[row]
         t_dg_i, t_dg_c = t_dg[:n_hidden], t_dg[n_hidden:2 * n_hidden]
         t_dg_f, t_dg_o = t_dg[2 * n_hidden:3 * n_hidden], t_dg[3 * n_hidden:]
+        u_i, u_f, u_o, u_ci, u_co = _gate_rows(g_fields, row)
+        tu_i, tu_f, tu_o, tu_ci, tu_co = _gate_rows(t_g_fields, row)
         for j in range(n_hidden):
             c_p, t_c_p = cs_prev[row, j], t_prev[row, j]
+            if has_d_fields:
+                gate_ups = (u_i[j], tu_i[j], u_ci[j], tu_ci[j], u_f[j], tu_f[j])
+                out_ups = (u_o[j], tu_o[j], u_co[j], tu_co[j])
+            else:
+                gate_ups = (zero, zero, zero, zero, zero, zero)
+                out_ups = (zero, zero, zero, zero)
             gi, gf, go, gc, sc = i[row, j], f[row, j], o[row, j], ci[row, j], co[row, j]
             t_gi, t_gf, t_go = t_i[row, j], t_f[row, j], t_o[row, j]
             t_gc, t_sc = t_ci[row, j], t_co[row, j]
             uh, ucs, t_uh, t_ucs = g_h[row, j], g_cs[row, j], t_g_h[row, j], t_g_cs[row, j]
             d_o, t_do, d_state, t_state = _output_tangents(
-                (uh, t_uh, ucs, t_ucs), (go, t_go), (sc, t_sc), one, two)
+                (uh, t_uh, ucs, t_ucs, *out_ups), (go, t_go), (sc, t_sc), one, two)
             if peephole:
                 d_state = d_state + d_o * w_o[j]
                 t_state = t_state + t_do * w_o[j] + d_o * t_w_o[j]
@@ -752,7 +821,8 @@ def lstm_backward_tangent_kernel(saved, t_saved, up, t_up, peepholes, t_peephole
                     d_state = zero
                     t_state = zero
             d_i, t_di, t_dci, d_f, t_df = _gate_tangents(
-                d_state, t_state, (gi, gc, gf, c_p), (t_gi, t_gc, t_gf, t_c_p), one, two)
+                d_state, t_state, (gi, gc, gf, c_p), (t_gi, t_gc, t_gf, t_c_p), gate_ups, one,
+                two)
             t_dg_i[j], t_dg_c[j], t_dg_f[j], t_dg_o[j] = t_di, t_dci, t_df, t_do
             t_prev_j = t_state * gf + d_state * t_gf
             if peephole:

@@ -135,11 +135,13 @@ def _passed(d_h, m, w_proj, settings, clip_grad):
 
 
 def lstm_cell_grad(x, cs_prev, h_prev, weights, state, settings, *, d_h=None, d_cs=None,
-                   clip_grad="exact"):
-    """Gradient of one LSTM step with respect to every input (``LSTMCellGrads``)."""
+                   d_i=None, d_f=None, d_o=None, d_ci=None, d_co=None, clip_grad="exact"):
+    """Gradient of one LSTM step with respect to every input (``LSTMCellGrads``), from the
+    upstream gradients of every field (the gates' through ``gate_upstreams``)."""
+    fields = gate_upstreams((d_i, d_f, d_o, d_ci, d_co), None, cs_prev.shape)
     if weights.layer_norm is not None:
         return _norm_cell_grad(x, cs_prev, h_prev, weights, state, settings, d_h, d_cs,
-                               clip_grad)
+                               fields, clip_grad)
     n_batch, n_hidden = cs_prev.shape
     n_in = x.shape[1]
     dtype = cs_prev.dtype
@@ -160,6 +162,7 @@ def lstm_cell_grad(x, cs_prev, h_prev, weights, state, settings, *, d_h=None, d_
         cs_prev, *saved,
         cs_prev if d_h is None else kernel_array(d_h), d_h is not None,
         cs_prev if d_cs is None else kernel_array(d_cs), d_cs is not None,
+        *_fields_arguments(fields, cs_prev),
         wci, wcf, wco, peephole, _mask_clip(settings, clip_grad),
         d_gates, dcs_prev, d_bias, d_wci, d_wcf, d_wco)
     dxh = np.dot(d_gates, weights.w.T)
@@ -168,6 +171,32 @@ def lstm_cell_grad(x, cs_prev, h_prev, weights, state, settings, *, d_h=None, d_
         d_wci = d_wcf = d_wco = None
     return LSTMCellGrads(x=dxh[:, :n_in], cs_prev=dcs_prev, h_prev=dxh[:, n_in:], w=dw,
                          b=d_bias, wci=d_wci, wcf=d_wcf, wco=d_wco, w_proj=d_w_proj)
+
+
+def gate_upstreams(gates, lengths, shape):
+    """The gates' upstream gradients ``(d_i, d_f, d_o, d_ci, d_co)`` (each of ``shape``,
+    ``[B, H]`` or ``[T, B, H]``, or None) as the backward kernels read them: one array
+    ``[5, B, H]``, or ``[T, 5, B, H]`` for a sequence, a step's ``[5, B, H]`` contiguous
+    (zeros for a None among given ones, and past each row's length: never read there); None
+    when all are None, and then the kernels run their loops without them."""
+    given = [g for g in gates if g is not None]
+    if not given:
+        return None
+    out = np.zeros((*shape[:-2], len(gates), *shape[-2:]), given[0].dtype)
+    for k, g in enumerate(gates):
+        if g is not None:
+            out[..., k, :, :] = g
+    if lengths is not None:
+        stopped = ~(np.arange(shape[0])[:, None] < lengths[None, :])
+        np.copyto(out, 0, where=stopped[:, None, :, None])
+    return out
+
+
+def _fields_arguments(fields, like):
+    """The backward kernels' ``(d_fields, has_d_fields)`` for a step: the step's
+    ``[5, B, H]`` gates' upstreams, or a stand-in ``[1, B, H]`` view of ``like`` (never
+    read)."""
+    return (like[None], False) if fields is None else (fields, True)
 
 
 def _cell_projection_grad(d_h, saved, w_proj, settings, clip_grad):
@@ -259,8 +288,9 @@ def _norm_stats(z, epsilon):
     return rstd
 
 
-def _norm_cell_grad(x, cs_prev, h_prev, weights, state, settings, d_h, d_cs, clip_grad):
-    """``lstm_cell_grad`` with a layer norm."""
+def _norm_cell_grad(x, cs_prev, h_prev, weights, state, settings, d_h, d_cs, fields,
+                    clip_grad):
+    """``lstm_cell_grad`` with a layer norm (``fields``: ``gate_upstreams``')."""
     n_batch, n_hidden = cs_prev.shape
     n_in = x.shape[1]
     dtype = cs_prev.dtype
@@ -278,6 +308,7 @@ def _norm_cell_grad(x, cs_prev, h_prev, weights, state, settings, d_h, d_cs, cli
         cs_prev, *saved,
         cs_prev if d_h is None else kernel_array(d_h), d_h is not None,
         cs_prev if d_cs is None else kernel_array(d_cs), d_cs is not None,
+        *_fields_arguments(fields, cs_prev),
         *_backward_norm_fixed(norm, weights, settings, clip_grad), dz_h, rstd_h,
         d_gates, dcs_prev, *sums[:7])
     layer_norm_grad_kernel(d_gates, norm.gamma_x, dz_x, rstd_x, sums[7])
@@ -390,16 +421,17 @@ def _forward_step(x, w_x, b, weights, settings, x_gates):
 
 
 def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=None,
-                       d_h_final=None, d_cs_final=None, clip_grad="exact"):
+                       d_h_final=None, d_cs_final=None, d_i=None, d_f=None, d_o=None,
+                       d_ci=None, d_co=None, clip_grad="exact"):
     """Backpropagation through time for ``lstm_sequence``.
 
     ``grad_h, grad_cs``: the gradient of the state after the current step (the final-state
     gradients before the loop). Per step (``_backward_steps``): ``lstm_backward_kernel``
-    from ``grad + d[t]`` writes ``dG_t`` and ``dcs_prev`` and accumulates the bias and
-    peephole sums; ``dG_t·W_hᵀ`` (BLAS) is the new ``grad_h``. Then ``dx`` and ``dw`` over
-    all steps at once (``_sequence.input_and_weight_grads``). With a projection ``grad_h`` is
-    ``[B, P]`` and each step first goes through the projection (``_projection_step``);
-    ``dw_proj = M_flatᵀ·DHraw_flat`` after the loop.
+    from ``grad + d[t]`` and the gates' ``d_i[t], ..., d_co[t]`` (``gate_upstreams``, or
+    none) writes ``dG_t``, ``dcs_prev`` and the sums; ``dG_t·W_hᵀ`` (BLAS) is the new
+    ``grad_h``. Then ``dx`` and ``dw`` over all steps at once (``input_and_weight_grads``).
+    With a projection ``grad_h`` is ``[B, P]`` and each step first goes through the
+    projection (``_projection_step``); ``dw_proj = M_flatᵀ·DHraw_flat`` after the loop.
 
     With a layer norm (``_norm_backward_work``) ``x·W_x`` and ``h_prev·W_h`` of every step
     are recomputed first (one matmul each) and turned into ``(ẑ, r)``; the step's kernel is
@@ -414,14 +446,14 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
     """
     x, cs0, h0, w = map(contiguous, (x, cs0, h0, weights.w))
     n_steps, n_batch, n_in = x.shape
-    n_hidden, n_state = cs0.shape[1], h0.shape[1]      # n_state: P with a projection
-    dtype = x.dtype
+    n_hidden, n_state, dtype = cs0.shape[1], h0.shape[1], x.dtype   # n_state: P (projection)
     lengths = lengths_of(settings.seq_len)
     walk = Walk(n_steps, lengths, settings.reverse)
     masks = sequence_masks(settings, n_steps, lengths, n_batch, n_state, n_hidden)
     x = running_inputs(masked(x, masks.input), lengths)
     seq = tuple(map(contiguous, _steps(seq)))
     d_h, d_cs = (None if d is None else contiguous(d) for d in (d_h, d_cs))
+    fields = gate_upstreams((d_i, d_f, d_o, d_ci, d_co), lengths, seq[0].shape)
     grad_h = initial_carry(d_h_final, (n_batch, n_state), dtype)
     grad_cs = initial_carry(d_cs_final, (n_batch, n_hidden), dtype)
     buffers, zone_work = _backward_scratch(seq, n_state, weights, masks)
@@ -432,12 +464,11 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
     h0_seen, h_seen = seen_states(h0, seq[6], masks.recurrent)
     own = _unzoned_cells(walk, cs0, seq, weights, settings, masks, zone_work[2])
     if weights.layer_norm is None:
-        step = _step_grad(own, lstm_backward_kernel, (*_peepholes(weights, settings, contiguous),
-                          _mask_clip(settings, clip_grad)), (), buffers[3], sums[:4])
-        d_parts = buffers[3], buffers[3]
+        step, d_parts = _plain_backward_work((own, fields), weights, settings, clip_grad,
+                                             buffers[3], sums)
     else:
-        step, d_parts, norm = _norm_backward_work(walk, x, (h0_seen, h_seen), own, weights,
-                                                  settings, clip_grad,
+        step, d_parts, norm = _norm_backward_work(walk, x, (h0_seen, h_seen), (own, fields),
+                                                  weights, settings, clip_grad,
                                                   (buffers[3], *buffers[6:9]), sums)
     grad_cs, grad_h = _backward_steps(cs0, seq, (d_h, d_cs), grad_h, grad_cs, walk,
                                       buffers[:6], step, proj, (masks, *zone_work[:2]))
@@ -468,29 +499,41 @@ def _backward_scratch(seq, n_state, weights, masks):
     return buffers[:6] + buffers[9:], buffers[6:9]
 
 
-def _step_grad(seq, step_kernel, fixed, per_step, d_gates, sums):
+def _plain_backward_work(saved, weights, settings, clip_grad, d_gates, sums):
+    """``lstm_sequence_grad``'s step without a layer norm (``_step_grad`` of
+    ``lstm_backward_kernel``; ``saved``: the saved steps and the gates' upstreams) and the
+    arrays that will hold ``(dz_x, dz_h)``: ``dG`` twice."""
+    fixed = (*_peepholes(weights, settings, contiguous), _mask_clip(settings, clip_grad))
+    return _step_grad(*saved, lstm_backward_kernel, fixed, (), d_gates, sums[:4]), (d_gates,
+                                                                                   d_gates)
+
+
+def _step_grad(seq, fields, step_kernel, fixed, per_step, d_gates, sums):
     """The backward step for ``_backward_steps``: ``step(t, cs_prev, up_h, up_cs,
     dcs_prev)`` runs ``step_kernel`` on step t (writing ``dG_t`` and ``dcs_prev``,
     accumulating ``sums``) and returns what multiplies ``W_hᵀ``: ``dG_t``, or with a layer
-    norm the ``dz_h,t`` written over ``per_step[0][t]``. ``fixed``: the kernel's arguments
-    after the upstream gradients; ``per_step``: its ``[T, ...]`` arguments after those."""
+    norm the ``dz_h,t`` written over ``per_step[0][t]``. ``fields``: the gates' upstreams
+    ``[T, 5, B, H]`` (``gate_upstreams``) or None; ``fixed``: the kernel's arguments after
+    the upstream gradients; ``per_step``: its ``[T, ...]`` arguments after those."""
     i, cs, f, o, ci, co, _ = seq
 
     def step(t, cs_prev, up_h, up_cs, dcs_prev):
         step_kernel(cs_prev, i[t], cs[t], f[t], o[t], ci[t], co[t], up_h, True, up_cs, True,
+                    *_fields_arguments(None if fields is None else fields[t], dcs_prev),
                     *fixed, *[a[t] for a in per_step], d_gates[t], dcs_prev, *sums)
         return per_step[0][t] if per_step else d_gates[t]
 
     return step
 
 
-def _norm_backward_work(walk, x, states_seen, seq, weights, settings, clip_grad, buffers,
+def _norm_backward_work(walk, x, states_seen, saved, weights, settings, clip_grad, buffers,
                         sums):
     """The layer norm's part of ``lstm_sequence_grad`` before the loop: ``x̂`` and ``ĥ`` of
     every step recomputed into the scratch and their ``r``; returns the step
     (``_step_grad``), the arrays that will hold ``(dz_x, dz_h)`` (``x̂``, ``ĥ``) and the
     layer norm's contiguous arrays. ``states_seen``: ``(h0, h)`` as the recurrent matmuls
-    saw them; ``buffers``: ``(d_gates, x̂, ĥ, r [2, T, B])``."""
+    saw them; ``saved``: the saved steps and the gates' upstreams (``_step_grad``'s);
+    ``buffers``: ``(d_gates, x̂, ĥ, r [2, T, B])``."""
     d_gates, x_hat, h_hat, rstd = buffers
     n_in = x.shape[2]
     norm = LSTMNorm(*map(contiguous, weights.layer_norm))
@@ -500,7 +543,8 @@ def _norm_backward_work(walk, x, states_seen, seq, weights, settings, clip_grad,
     for z, r in ((x_hat, rstd[0]), (h_hat, rstd[1])):
         layer_norm_stats_kernel(flat(z), settings.ln_epsilon, r.reshape(-1))
     fixed = _backward_norm_fixed(norm, weights, settings, clip_grad, contiguous)
-    step = _step_grad(seq, lstm_ln_backward_kernel, fixed, (h_hat, rstd[1]), d_gates, sums[:7])
+    step = _step_grad(*saved, lstm_ln_backward_kernel, fixed, (h_hat, rstd[1]), d_gates,
+                      sums[:7])
     return step, (x_hat, h_hat), norm
 
 
@@ -874,10 +918,13 @@ def lstm_cell_step(x, cs_prev, h_prev, weights, tangents, settings):
 
 
 def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *, d_h=None,
-                       d_cs=None, d_h_tangent=None, d_cs_tangent=None, clip_grad="exact"):
+                       d_cs=None, d_i=None, d_f=None, d_o=None, d_ci=None, d_co=None,
+                       d_h_tangent=None, d_cs_tangent=None, d_i_tangent=None,
+                       d_f_tangent=None, d_o_tangent=None, d_ci_tangent=None,
+                       d_co_tangent=None, clip_grad="exact"):
     """The JVP of ``lstm_cell_grad`` along ``tangents`` (an ``LSTMCellGrads``, None fields
-    zero) and the upstream gradients' tangents: ``(LSTMCellGrads, LSTMCellGrads of
-    tangents)``, as a sequence of one step (``lstm_grad_jvp``; the step's
+    zero) and the upstream gradients' tangents (every field's): ``(LSTMCellGrads,
+    LSTMCellGrads of tangents)``, as a sequence of one step (``lstm_grad_jvp``; the step's
     upstream gradients are the cell's, its matmuls ``x·W_x`` and ``h_prev·W_h``)."""
 
     def step(a):
@@ -886,8 +933,11 @@ def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *
     seq = LSTMSequence(*(a[None] for a in state), cs_final=state.cs, h_final=state.h)
     t_seq = LSTMSequenceGrads(step(tangents.x), tangents.cs_prev, tangents.h_prev,
                               *weights_part(tangents, weights))
+    gates = (d_i, d_f, d_o, d_ci, d_co)
+    t_gates = (d_i_tangent, d_f_tangent, d_o_tangent, d_ci_tangent, d_co_tangent)
     upstreams = ((step(d_h), step(d_h_tangent)), (step(d_cs), step(d_cs_tangent)),
-                 (None, None), (None, None))
+                 (None, None), (None, None),
+                 (tuple(map(step, gates)), tuple(map(step, t_gates))))
     results = lstm_grad_jvp(x[None], (cs_prev, h_prev), weights, seq, t_seq, settings,
                             upstreams, clip_grad)
     return tuple(LSTMCellGrads(g.x[0], g.cs0, g.h0, *weights_part(g, weights))
@@ -895,17 +945,21 @@ def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *
 
 
 def lstm_sequence_grad_jvp(x, cs0, h0, weights, seq, tangents, settings, *, d_h=None,
-                           d_cs=None, d_h_final=None, d_cs_final=None, d_h_tangent=None,
+                           d_cs=None, d_h_final=None, d_cs_final=None, d_i=None, d_f=None,
+                           d_o=None, d_ci=None, d_co=None, d_h_tangent=None,
                            d_cs_tangent=None, d_h_final_tangent=None, d_cs_final_tangent=None,
-                           clip_grad="exact"):
+                           d_i_tangent=None, d_f_tangent=None, d_o_tangent=None,
+                           d_ci_tangent=None, d_co_tangent=None, clip_grad="exact"):
     """The JVP of ``lstm_sequence_grad`` along ``tangents`` (an ``LSTMSequenceGrads``, None
-    fields zero) and the upstream gradients' tangents: ``(LSTMSequenceGrads,
+    fields zero) and the upstream gradients' tangents (every field's): ``(LSTMSequenceGrads,
     LSTMSequenceGrads of tangents)``; the primal is this backend's gradient (its kernels),
     the tangent ``lstm_grad_jvp``'s (the plan and the math are there), every
     option fused."""
 
     upstreams = ((d_h, d_h_tangent), (d_cs, d_cs_tangent), (d_h_final, d_h_final_tangent),
-                 (d_cs_final, d_cs_final_tangent))
+                 (d_cs_final, d_cs_final_tangent),
+                 ((d_i, d_f, d_o, d_ci, d_co),
+                  (d_i_tangent, d_f_tangent, d_o_tangent, d_ci_tangent, d_co_tangent)))
     return lstm_grad_jvp(x, (cs0, h0), weights, seq, tangents, settings, upstreams,
                          clip_grad)
 
@@ -917,7 +971,8 @@ def lstm_sequence_grad_jvp(x, cs0, h0, weights, seq, tangents, settings, *, d_h=
 def lstm_grad_jvp(x, states, weights, seq, tangents, settings, upstreams, clip_grad):
     """``lstm_sequence_grad`` and its tangent: ``(grads, grads_tangent)``, each an
     ``LSTMSequenceGrads`` (``states = (cs0, h0)``; ``upstreams``: ``(gradient, tangent)``
-    pairs for ``d_h, d_cs, d_h_final, d_cs_final``, None fields zero).
+    pairs for ``d_h, d_cs, d_h_final, d_cs_final``, then the pair of the gates' five
+    ``(d_i, ..., d_co)`` and their tangents, None fields zero).
 
     The result's tangent from ``lstm_jvp``; then ``lstm_sequence_grad``'s loop
     (``_lstm_backward``) with ``lstm_backward_tangent_kernel`` beside
@@ -938,15 +993,16 @@ def lstm_grad_jvp(x, states, weights, seq, tangents, settings, upstreams, clip_g
     h_steps = seen_states(h0, saved[0][6], masks.recurrent), seen_states(
         tangent_or_zeros(tangents.h0, h0), saved[1][6], masks.recurrent)
     shape = saved[0][0].shape
+    gates = _gate_pair(upstreams[4], lengths, shape)
     if weights.layer_norm is None:
-        cell = _LSTMCell(weights, tangents, settings, clip_grad, shape)
+        cell = _LSTMCell(weights, tangents, settings, clip_grad, shape, gates)
     else:
         cell = _LSTMNormCell(weights, tangents, settings, clip_grad, shape,
-                             (walk, (x, t_x), h_steps, (w, t_w)))
+                             (walk, (x, t_x), h_steps, (w, t_w)), gates)
     proj = None if weights.w_proj is None else _ProjectionJVP(weights, tangents, settings,
                                                               clip_grad, seq)
-    carries = _lstm_backward(x.shape[2], firsts, saved, (w, t_w), cell, settings, upstreams,
-                             (lengths, masks), proj)
+    carries = _lstm_backward(x.shape[2], firsts, saved, (w, t_w), cell, settings,
+                             upstreams[:4], (lengths, masks), proj)
     d_parts, norms = (cell.gates, None) if weights.layer_norm is None else cell.finish()
     (gx, gw), (t_gx, t_gw) = product_grads(walk, (x, h_steps[0][0], w, h_steps[0][1]),
                                            (t_x, h_steps[1][0], t_w, h_steps[1][1]), d_parts)
@@ -960,6 +1016,17 @@ def lstm_grad_jvp(x, states, weights, seq, tangents, settings, upstreams, clip_g
             w=g_w, b=sums[0], wci=peeps[0], wcf=peeps[1], wco=peeps[2], w_proj=w_proj[k],
             layer_norm=None if norms is None else norms[k]))
     return tuple(results)
+
+
+def _gate_pair(gates, lengths, shape):
+    """The gates' upstreams and their tangents (``(d_i, ..., d_co)`` twice) as
+    ``gate_upstreams`` gives them, ``[T, 5, B, H]`` each: ``(None, None)`` when all ten are
+    None, else both arrays (zeros for the absent)."""
+    pair = [gate_upstreams(g, lengths, shape) for g in gates]
+    if pair[0] is None and pair[1] is None:
+        return None, None
+    return tuple(np.zeros((shape[0], 5, *shape[1:]), pair[k ^ 1].dtype) if a is None else a
+                 for k, a in enumerate(pair))
 
 
 def _own_cells(firsts, seq, t_seq, weights, tangents, settings, masks):
@@ -1059,9 +1126,10 @@ class _LSTMCell:
     dG') [T, B, 4H]``, accumulating ``sums`` (two ``lstm._norm_sums`` lists, the primal's
     and the tangent's)."""
 
-    def __init__(self, weights, tangents, settings, clip_grad, shape):
+    def __init__(self, weights, tangents, settings, clip_grad, shape, gates):
 
         n_steps, n_batch, n_hidden = shape
+        self.fields = gates         # the gates' upstreams and tangents (_gate_pair)
         dtype = weights.w.dtype
         *peeps, peephole = _peepholes(weights, settings, kernel_array)
         self.peeps = tuple(peeps)
@@ -1069,16 +1137,20 @@ class _LSTMCell:
                               for t, p in zip(_peepholes_of(tangents), peeps, strict=True))
                         if peephole else self.peeps)
         self.options = (peephole, _mask_clip(settings, clip_grad))
+        self.has_fields = gates[0] is not None
         self.sums = [_norm_sums(4 * n_hidden, n_hidden, peephole, dtype) for _ in range(2)]
         self.gates = [np.zeros((n_steps, n_batch, 4 * n_hidden), dtype) for _ in range(2)]
 
     def __call__(self, t, at, to_h, to_cs, prev_cs):
         """Step t's kernels; returns ``(dG_t, dG'_t)``."""
         gates, sums = self.gates, self.sums
-        lstm_backward_kernel(*at[0], to_h[0], True, to_cs[0], True, *self.peeps,
-                             *self.options, gates[0][t], prev_cs[0], *sums[0][:4])
-        lstm_backward_tangent_kernel(at[0], at[1], (to_h[0], to_cs[0]), (to_h[1], to_cs[1]),
-                                     self.peeps, self.t_peeps, self.options, gates[1][t],
+        fields = [prev_cs[k][None] if a is None else a[t] for k, a in enumerate(self.fields)]
+        lstm_backward_kernel(*at[0], to_h[0], True, to_cs[0], True, fields[0],
+                             self.has_fields, *self.peeps, *self.options, gates[0][t],
+                             prev_cs[0], *sums[0][:4])
+        lstm_backward_tangent_kernel(at[0], at[1], (to_h[0], to_cs[0], fields[0]),
+                                     (to_h[1], to_cs[1], fields[1]), self.peeps, self.t_peeps,
+                                     (*self.options, self.has_fields), gates[1][t],
                                      prev_cs[1], tuple(sums[1][:4]))
         return gates[0][t], gates[1][t]
 
@@ -1093,9 +1165,10 @@ class _LSTMNormCell:
     and ``z_h' = h_prev'·W_h + h_prev·W_h'`` (BLAS, every step at once).
     ``context = (walk, (x, x'), ((h0, h), (h0', h')) as the matmuls saw them, (w, w'))``."""
 
-    def __init__(self, weights, tangents, settings, clip_grad, shape, context):
+    def __init__(self, weights, tangents, settings, clip_grad, shape, context, gates):
 
         walk, (x, t_x), (h_seen, t_h_seen), (w, t_w) = context
+        self.fields = gates         # the gates' upstreams and tangents (_gate_pair)
         n_steps, n_batch, n_hidden = shape
         n_in, dtype = x.shape[2], x.dtype
         gates = (n_steps, n_batch, 4 * n_hidden)
@@ -1126,10 +1199,12 @@ class _LSTMNormCell:
         """Step t; returns ``(dz_h,t, dz_h,t')``."""
         gates, sums, dz_h, norm = self.gates, self.sums, self.dz_h, self.norm
         np.copyto(dz_h[0][t], self.h_hat[t])            # the kernel writes dz_h over ĥ
-        lstm_ln_backward_kernel(*at[0], to_h[0], True, to_cs[0], True, *self.fixed,
+        fields = [None if a is None else a[t] for a in self.fields]
+        lstm_ln_backward_kernel(*at[0], to_h[0], True, to_cs[0], True,
+                                *_fields_arguments(fields[0], prev_cs[0]), *self.fixed,
                                 dz_h[0][t], self.rstd[1][t], gates[0][t], prev_cs[0],
                                 *sums[0][:7])
-        gates[1][t], prev_cs[1][...] = _ln_cell_tangent(at, to_h, to_cs, self)
+        gates[1][t], prev_cs[1][...] = _ln_cell_tangent(at, to_h, to_cs, fields, self)
         _, dz_h[1][t], t_gamma_h, _ = layer_norm_grad_tangent(
             gates[0][t], gates[1][t], norm.gamma_h, self.t_norm.gamma_h, self.h_hat[t],
             self.rstd[1][t][:, None], self.t_zh[t])
@@ -1152,15 +1227,17 @@ class _LSTMNormCell:
                                                                for s in self.sums]
 
 
-def _ln_cell_tangent(at, to_h, to_cs, cell):
+def _ln_cell_tangent(at, to_h, to_cs, fields, cell):
     """The tangent of ``lstm_ln_backward_kernel``'s ``dG`` and ``dcs_prev`` (NumPy), the
     reference's ``lstm_gate_grads`` with its cell norm (``lstm_cell_norm_grad``)
     differentiated, accumulating the tangents of the bias, peephole and cell-norm sums into
     ``cell.sums[1]``; ``at``: the step's ``(cs_prev, i, cs, f, o, ci, co)`` and their
-    tangents, ``to_h, to_cs``: the upstream gradients and their tangents. Returns
+    tangents, ``to_h, to_cs``: the upstream gradients and their tangents, ``fields``: the
+    gates' ``[5, B, H]`` and their tangents' (or None twice; ``_gate_terms``). Returns
     ``(dG', dcs_prev')``."""
     (cs_prev, i, cs, f, o, ci, co), (t_prev, t_i, t_cs, t_f, t_o, t_ci, t_co) = at
     (uh, t_uh), (ucs, t_ucs) = to_h, to_cs
+    (u_i, u_f, u_o, u_ci, u_co), (tu_i, tu_f, tu_o, tu_ci, tu_co) = _gate_terms(fields)
     wci, wcf, wco, peephole = cell.fixed[:4]
     t_wci, t_wcf, t_wco = cell.t_peeps
     settings, norm, t_norm, sums = cell.settings, cell.norm, cell.t_norm, cell.sums[1]
@@ -1169,10 +1246,12 @@ def _ln_cell_tangent(at, to_h, to_cs, cell):
                                   t_prev, settings)
     c_hat, r_c = layer_norm_stats(c_tilde, settings.ln_epsilon)
     s_o = o * (1 - o)
-    d_o = uh * co * s_o
-    t_do = (t_uh * co + uh * t_co) * s_o + uh * co * t_o * (1 - 2 * o)
-    d_co = uh * o * (1 - co * co)
-    t_dco = (t_uh * o + uh * t_o) * (1 - co * co) - 2 * uh * o * co * t_co
+    pre_o, t_pre_o = uh * co + u_o, t_uh * co + uh * t_co + tu_o
+    d_o = pre_o * s_o
+    t_do = t_pre_o * s_o + pre_o * t_o * (1 - 2 * o)
+    pre_co, t_pre_co = uh * o + u_co, t_uh * o + uh * t_o + tu_co
+    d_co = pre_co * (1 - co * co)
+    t_dco = t_pre_co * (1 - co * co) - 2 * pre_co * co * t_co
     d_carry, t_carry = ucs, t_ucs
     if peephole:
         d_carry, t_carry = ucs + d_o * wco, t_ucs + t_do * wco + d_o * t_wco
@@ -1186,10 +1265,11 @@ def _ln_cell_tangent(at, to_h, to_cs, cell):
         d_state = np.where(passes, d_state, np.zeros((), d_state.dtype))
         t_state = np.where(passes, t_state, np.zeros((), t_state.dtype))
     s_i, s_f = i * (1 - i), f * (1 - f)
-    d_i, d_f = d_state * ci * s_i, d_state * cs_prev * s_f
-    t_di = (t_state * ci + d_state * t_ci) * s_i + d_state * ci * t_i * (1 - 2 * i)
-    t_dci = (t_state * i + d_state * t_i) * (1 - ci * ci) - 2 * d_state * i * ci * t_ci
-    t_df = (t_state * cs_prev + d_state * t_prev) * s_f + d_state * cs_prev * t_f * (1 - 2 * f)
+    pre_i, pre_c, pre_f = d_state * ci + u_i, d_state * i + u_ci, d_state * cs_prev + u_f
+    d_i, d_f = pre_i * s_i, pre_f * s_f
+    t_di = (t_state * ci + d_state * t_ci + tu_i) * s_i + pre_i * t_i * (1 - 2 * i)
+    t_dci = (t_state * i + d_state * t_i + tu_ci) * (1 - ci * ci) - 2 * pre_c * ci * t_ci
+    t_df = (t_state * cs_prev + d_state * t_prev + tu_f) * s_f + pre_f * t_f * (1 - 2 * f)
     t_d_gates = np.concatenate((t_di, t_dci, t_df, t_do), axis=1)
     t_dcs_prev = t_state * f + d_state * t_f
     sums[0] += t_d_gates.sum(axis=0)
@@ -1201,6 +1281,14 @@ def _ln_cell_tangent(at, to_h, to_cs, cell):
     sums[4] += t_gamma_c
     sums[5] += t_dn.sum(axis=0)
     return t_d_gates, t_dcs_prev
+
+
+def _gate_terms(fields):
+    """The gates' upstreams ``(u_i, u_f, u_o, u_ci, u_co)`` and their tangents' from a step's
+    ``[5, B, H]`` pair (``_gate_pair``'s), or zeros (scalars) for ``(None, None)``."""
+    if fields[0] is None:
+        return (0.0,) * 5, (0.0,) * 5
+    return tuple(fields[0]), tuple(fields[1])
 
 
 def layer_norm_grad_tangent(dy, t_dy, gamma, t_gamma, z_hat, rstd, t_z):

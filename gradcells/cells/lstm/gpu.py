@@ -64,15 +64,19 @@ def lstm_cell(x, cs_prev, h_prev, weights, settings):
 
 
 def lstm_cell_grad(x, cs_prev, h_prev, weights, state, settings, *, d_h=None, d_cs=None,
-                   clip_grad="exact"):
-    """Gradient of one LSTM step; see ``gradcells.reference.lstm.lstm_cell_grad``."""
+                   d_i=None, d_f=None, d_o=None, d_ci=None, d_co=None, clip_grad="exact"):
+    """Gradient of one LSTM step; see ``gradcells.reference.lstm.lstm_cell_grad`` (the
+    gates' upstream gradients through ``_gate_upstreams``)."""
+
+    def step(a):
+        return None if a is None else a[None]
+
     rt, on_device = _launch.runtime_on(x)
     with on_device:
         dx, *rest = _backward(
             rt, x[None], cs_prev, h_prev, weights, LSTMCellState(*(a[None] for a in state)),
-            settings,
-            d_h=None if d_h is None else d_h[None], d_cs=None if d_cs is None else d_cs[None],
-            d_h_final=None, d_cs_final=None, clip_grad=clip_grad)
+            settings, d_h=step(d_h), d_cs=step(d_cs), d_h_final=None, d_cs_final=None,
+            gates=tuple(map(step, (d_i, d_f, d_o, d_ci, d_co))), clip_grad=clip_grad)
         return LSTMCellGrads(dx[0], *rest)
 
 
@@ -87,13 +91,32 @@ def lstm_sequence(x, cs0, h0, weights, settings):
 
 
 def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=None,
-                       d_h_final=None, d_cs_final=None, clip_grad="exact"):
-    """Backpropagation through time for ``lstm_sequence``."""
+                       d_h_final=None, d_cs_final=None, d_i=None, d_f=None, d_o=None,
+                       d_ci=None, d_co=None, clip_grad="exact"):
+    """Backpropagation through time for ``lstm_sequence``, from the upstream gradients of
+    every field (the gates' through ``_gate_upstreams``)."""
     rt, on_device = _launch.runtime_on(x)
     with on_device:
         return LSTMSequenceGrads(*_backward(
             rt, x, cs0, h0, weights, _saved_steps(seq), settings, d_h=d_h, d_cs=d_cs,
-            d_h_final=d_h_final, d_cs_final=d_cs_final, clip_grad=clip_grad))
+            d_h_final=d_h_final, d_cs_final=d_cs_final, gates=(d_i, d_f, d_o, d_ci, d_co),
+            clip_grad=clip_grad))
+
+
+def _gate_upstreams(xp, gates, like):
+    """The gates' upstream gradients ``(d_i, d_f, d_o, d_ci, d_co)`` (each ``[T, B, H]`` or
+    None) as the backward kernels read them: one C-contiguous ``[T, 5, B, H]``, a step's
+    ``[5, B, H]`` the kernel's ``d_gate_up`` (zeros for a None among given ones); None when
+    all are None (the kernels' ``has_d_gate_up`` off). The kernels never read a row past its
+    length."""
+    given = [g for g in gates if g is not None]
+    if not given:
+        return None
+    out = xp.zeros((like.shape[0], len(gates), *like.shape[1:]), dtype=like.dtype)
+    for k, g in enumerate(gates):
+        if g is not None:
+            out[:, k] = g
+    return out
 
 
 def _saved_steps(seq):
@@ -248,8 +271,9 @@ def _project(xp, m, w_proj, proj_clip, z_h, lengths, t, out, h):
 
 
 def _backward(rt, x, cs0, h0, weights, steps, settings, *, d_h, d_cs, d_h_final, d_cs_final,
-              clip_grad):
-    """Backpropagation through time; returns the fields of LSTMSequenceGrads."""
+              gates, clip_grad):
+    """Backpropagation through time; returns the fields of LSTMSequenceGrads (``gates``:
+    the gates' upstream gradients ``(d_i, ..., d_co)``, each None or ``[T, B, H]``)."""
     xp = rt.xp
     lengths = _launch.lengths(xp, settings.seq_len)
     x = plan.running_inputs(xp, plan.masked(x, settings.input_mask), lengths)
@@ -266,7 +290,8 @@ def _backward(rt, x, cs0, h0, weights, steps, settings, *, d_h, d_cs, d_h_final,
         rt, x, h_prev, weights, settings.ln_epsilon)
     d_gates, terms, dcs, dh_recurrent = _backward_steps(
         rt, x, cs0, weights, steps, settings, lengths, masks, d_h=d_h, d_cs=d_cs,
-        d_h_final=d_h_final, d_cs_final=d_cs_final, clip_grad=clip_grad, proj=proj,
+        d_h_final=d_h_final, d_cs_final=d_cs_final,
+        gate_up=_gate_upstreams(xp, gates, steps.i), clip_grad=clip_grad, proj=proj,
         norm=norm)
     if x.shape[0] == 0:
         dcs0 = xp.zeros_like(cs0) if d_cs_final is None else d_cs_final.copy()
@@ -288,7 +313,7 @@ def _backward(rt, x, cs0, h0, weights, steps, settings, *, d_h, d_cs, d_h_final,
 
 
 def _backward_steps(rt, x, cs0, weights, steps, settings, lengths, masks, *, d_h, d_cs,
-                    d_h_final, d_cs_final, clip_grad, proj=None, norm=None):
+                    d_h_final, d_cs_final, gate_up, clip_grad, proj=None, norm=None):
     """The backward loop: every step's gate gradients ``[T, B, 4H]``, the peephole terms
     ``[T, B, 3H]`` (None without peepholes), and the carries before step 0: ``dL/dcs``
     and ``dL/dh`` (None when T = 0). With a projection (``proj``) the
@@ -297,7 +322,8 @@ def _backward_steps(rt, x, cs0, weights, steps, settings, lengths, masks, *, d_h
     carry is ``dz_h·W_hᵀ``, ``dz_h`` through the recurrent part's norm. The masks
     (``(m_rec, z_cs, z_h)``, ``_masks``): the carry is ``(dz_h·W_hᵀ)∘m_rec``, plus the
     old state's part ``z_h∘g`` of the zoned h's gradient (the kernel's ``dh_zoned``, or
-    ``proj``'s); the kernel splits the zoned cs's itself."""
+    ``proj``'s); the kernel splits the zoned cs's itself. ``gate_up``: the gates' upstream
+    gradients ``[T, 5, B, H]`` (``_gate_upstreams``) or None."""
     xp = rt.xp
     n_steps, n_batch, n_in = x.shape
     n_hidden = cs0.shape[1]
@@ -314,13 +340,15 @@ def _backward_steps(rt, x, cs0, weights, steps, settings, lengths, masks, *, d_h
     dh_zoned = xp.empty((n_batch, n_hidden), dtype=dtype) if zone_h else placeholder
     backward = _backward_kernel(rt, weights, settings, lengths, masks, proj, clip_grad,
                                 (d_h, d_cs, d_h_final, d_cs_final), x.shape, placeholder,
-                                dh_zoned=dh_zoned, dcs_next=dcs, dcs_prev=dcs)
+                                dh_zoned=dh_zoned, dcs_next=dcs, dcs_prev=dcs,
+                                has_d_gate_up=gate_up is not None)
     saved = [name for name in LSTMCellState._fields if name != "h"]
     for t in reversed(range(n_steps)):
         backward(cs_prev=cs0 if t == 0 else steps.cs[t - 1],
                  **{k: getattr(steps, k)[t] for k in saved},
                  **_dh_arguments(proj, t, d_h, dh_recurrent, placeholder),
                  d_cs=placeholder if d_cs is None else d_cs[t], step=t,
+                 d_gate_up=placeholder if gate_up is None else gate_up[t],
                  zoneout_cs=_launch.at_step(z_cs, t, placeholder),
                  zoneout_h=_launch.at_step(z_h if zone_h else None, t, placeholder),
                  d_gates=d_gates[t], peephole_terms=terms[t] if peephole else placeholder,
@@ -699,11 +727,14 @@ _TANGENT_NAMES = {"i": "di", "cs": "dcs", "f": "df", "o": "d_o", "ci": "dci", "c
 
 
 def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *, d_h=None,
-                       d_cs=None, d_h_tangent=None, d_cs_tangent=None, clip_grad="exact"):
+                       d_cs=None, d_i=None, d_f=None, d_o=None, d_ci=None, d_co=None,
+                       d_h_tangent=None, d_cs_tangent=None, d_i_tangent=None,
+                       d_f_tangent=None, d_o_tangent=None, d_ci_tangent=None,
+                       d_co_tangent=None, clip_grad="exact"):
     """The JVP of ``lstm_cell_grad`` along ``tangents`` (an ``LSTMCellGrads``, None fields
-    zero) and the upstream gradients' tangents: ``(grads, grads_tangent)``, two
-    ``LSTMCellGrads``; see ``gradcells.reference.lstm.lstm_cell_grad_jvp``. A cell is the
-    sequence's plan with T = 1 (``_grad_jvp``), every option included."""
+    zero) and the upstream gradients' tangents (every field's): ``(grads, grads_tangent)``,
+    two ``LSTMCellGrads``; see ``gradcells.reference.lstm.lstm_cell_grad_jvp``. A cell is
+    the sequence's plan with T = 1 (``_grad_jvp``), every option included."""
 
     def step(a):
         return None if a is None else a[None]
@@ -712,7 +743,10 @@ def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *
     with on_device:
         upstream = {"d_h": (step(d_h), step(d_h_tangent)),
                     "d_cs": (step(d_cs), step(d_cs_tangent)),
-                    "d_h_final": (None, None), "d_cs_final": (None, None)}
+                    "d_h_final": (None, None), "d_cs_final": (None, None),
+                    "gates": (tuple(map(step, (d_i, d_f, d_o, d_ci, d_co))),
+                              tuple(map(step, (d_i_tangent, d_f_tangent, d_o_tangent,
+                                               d_ci_tangent, d_co_tangent))))}
         pair = _grad_jvp(rt, x[None], cs_prev, h_prev, weights,
                          LSTMCellState(*(a[None] for a in state)),
                          LSTMSequenceGrads(*tangents)._replace(x=step(tangents.x)),
@@ -721,18 +755,23 @@ def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *
 
 
 def lstm_sequence_grad_jvp(x, cs0, h0, weights, seq, tangents, settings, *, d_h=None,
-                           d_cs=None, d_h_final=None, d_cs_final=None, d_h_tangent=None,
+                           d_cs=None, d_h_final=None, d_cs_final=None, d_i=None, d_f=None,
+                           d_o=None, d_ci=None, d_co=None, d_h_tangent=None,
                            d_cs_tangent=None, d_h_final_tangent=None, d_cs_final_tangent=None,
-                           clip_grad="exact"):
+                           d_i_tangent=None, d_f_tangent=None, d_o_tangent=None,
+                           d_ci_tangent=None, d_co_tangent=None, clip_grad="exact"):
     """The JVP of ``lstm_sequence_grad`` along ``tangents`` (an ``LSTMSequenceGrads``, None
-    fields zero) and the upstream gradients' tangents: ``(grads, grads_tangent)``; see
-    ``gradcells.reference.lstm.lstm_sequence_grad_jvp`` and ``_grad_jvp``
-    (every option, the layer norm included)."""
+    fields zero) and the upstream gradients' tangents (every field's): ``(grads,
+    grads_tangent)``; see ``gradcells.reference.lstm.lstm_sequence_grad_jvp`` and
+    ``_grad_jvp`` (every option, the layer norm included)."""
     rt, on_device = _launch.runtime_on(x)
     with on_device:
         upstream = {"d_h": (d_h, d_h_tangent), "d_cs": (d_cs, d_cs_tangent),
                     "d_h_final": (d_h_final, d_h_final_tangent),
-                    "d_cs_final": (d_cs_final, d_cs_final_tangent)}
+                    "d_cs_final": (d_cs_final, d_cs_final_tangent),
+                    "gates": ((d_i, d_f, d_o, d_ci, d_co),
+                              (d_i_tangent, d_f_tangent, d_o_tangent, d_ci_tangent,
+                               d_co_tangent))}
         pair = _grad_jvp(rt, x, cs0, h0, weights, _saved_steps(seq), tangents, settings,
                          upstream, clip_grad)
         return tuple(LSTMSequenceGrads(*g) for g in pair)
@@ -742,7 +781,8 @@ def _grad_jvp(rt, x, cs0, h0, weights, seq, t, settings, upstream, clip_grad):
     """The JVP of ``_backward`` along ``t`` (an
     ``LSTMSequenceGrads`` of the inputs' tangents, ``x``'s ``[T, B, I]``) and the upstream
     gradients' tangents (``upstream``: name -> ``(gradient, tangent)``, ``d_h``, ``d_cs``,
-    ``d_h_final``, ``d_cs_final``): two lists of the fields of LSTMSequenceGrads. The
+    ``d_h_final``, ``d_cs_final``, and ``gates``: the pair of the gates' five ``(d_i, ...,
+    d_co)``): two lists of the fields of LSTMSequenceGrads. The
     saved steps' tangents are ``_jvp``'s; per step ``lstm_backward_tangent`` runs
     before ``lstm_backward`` (it reads the ``dcs`` carry that kernel overwrites)."""
     xp = rt.xp
@@ -768,7 +808,8 @@ def _grad_jvp(rt, x, cs0, h0, weights, seq, t, settings, upstream, clip_grad):
                                         lengths, steps, u[0], u[2], masks[2])
                         for u in (ups, t_ups))
     loop = _TangentLoop(rt, weights, t, settings, lengths, masks, (proj, t_proj),
-                            (norm, t_norm), clip_grad, ups, t_ups, x.shape, cs0)
+                        (norm, t_norm), clip_grad, (ups, t_ups),
+                        _gate_pair(xp, upstream["gates"], steps.i), x.shape, cs0)
     d_gates, terms, dcs0, dh0, t_d_gates, t_terms, t_dcs0, t_dh0 = loop.run(
         steps, t_steps, cs0, t.cs0)
     if n_steps == 0:
@@ -793,6 +834,17 @@ def _grad_jvp(rt, x, cs0, h0, weights, seq, t, settings, upstream, clip_grad):
         d_norm, t_d_norm = norm.parameter_grads(primal[2]), t_norm.parameter_grads(tangent[2])
     return ([dx, dcs0, dh0, *primal[1:], dw_proj, d_norm],
             [t_dx, t_dcs0, t_dh0, *tangent[1:], t_dw_proj, t_d_norm])
+
+
+def _gate_pair(xp, gates, like):
+    """The gates' upstreams and their tangents as ``_gate_upstreams`` gives them: ``(None,
+    None)`` when all ten are None, else two ``[T, 5, B, H]`` arrays (zeros for the
+    absent), as the tangent kernel's ``has_d_gate_up`` covers both."""
+    pair = [_gate_upstreams(xp, g, like) for g in gates]
+    if pair[0] is None and pair[1] is None:
+        return None, None
+    return tuple(xp.zeros((like.shape[0], 5, *like.shape[1:]), dtype=like.dtype)
+                 if a is None else a for a in pair)
 
 
 def _products(rt, x, t_x, h_prev, t_h_prev, weights, t, loop, norms):
@@ -830,9 +882,12 @@ class _TangentLoop:
     ``dm' = dh_raw'·w_projᵀ + dh_raw·w_proj'ᵀ``."""
 
     def __init__(self, rt, weights, t, settings, lengths, masks, projections, norms,
-                 clip_grad, ups, t_ups, shape, cs0):
+                 clip_grad, upstream, gate_up, shape, cs0):
 
         proj, t_proj = projections
+        ups, t_ups = upstream
+        self.gate_up = gate_up       # the gates' upstreams and tangents (_gate_pair)
+        has_gate_up = gate_up[0] is not None
         self.norm, self.t_norm = norms
         xp = self.xp = rt.xp
         n_steps, n_batch, n_in = shape
@@ -853,7 +908,8 @@ class _TangentLoop:
             for _ in range(2))
         common = (rt, weights, settings, lengths, masks, proj, clip_grad)
         self.backward = _backward_kernel(*common, ups, shape, cs0, dh_zoned=self.dh_zoned,
-                                         dcs_next=self.dcs, dcs_prev=self.dcs)
+                                         dcs_next=self.dcs, dcs_prev=self.dcs,
+                                         has_d_gate_up=has_gate_up)
         t_peepholes = _peepholes(xp, t, settings, cs0)
         t_cell_norm = {} if self.norm is None else {
             "t_gamma_c": t.layer_norm.gamma_c, "t_beta_c": t.layer_norm.beta_c}
@@ -862,7 +918,8 @@ class _TangentLoop:
             **{f"t_{k}": v for k, v in zip(PEEPHOLES, t_peepholes, strict=True)},
             t_d_h_final=cs0 if t_ups[2] is None else t_ups[2],
             t_d_cs_final=cs0 if t_ups[3] is None else t_ups[3], t_dh_zoned=self.t_dh_zoned,
-            dcs_next=self.dcs, t_dcs_next=self.t_dcs, t_dcs_prev=self.t_dcs)
+            dcs_next=self.dcs, t_dcs_next=self.t_dcs, t_dcs_prev=self.t_dcs,
+            has_d_gate_up=has_gate_up)
 
     def run(self, steps, t_steps, cs0, t_cs0):
         """The loop: ``(d_gates, terms, dcs0, dh0)`` and their tangents (``dcs0``, ``dh0``
@@ -877,17 +934,19 @@ class _TangentLoop:
             zones = {"zoneout_cs": at(z_cs, step, self.placeholder),
                      "zoneout_h": at(self.masks[2] if self.zone_h else None, step,
                                      self.placeholder)}
-            d_cs, t_d_cs = (self.placeholder if a is None else a[step]
-                            for a in (self.ups[1], self.t_ups[1]))
+            d_cs, t_d_cs, gate_up, t_gate_up = (
+                self.placeholder if a is None else a[step]
+                for a in (self.ups[1], self.t_ups[1], *self.gate_up))
             self.tangent(cs_prev=cs0 if step == 0 else steps.cs[step - 1],
                          t_cs_prev=t_cs0 if step == 0 else t_steps.cs[step - 1],
                          **state, **t_state, **dh_args, **t_dh_args, d_cs=d_cs,
-                         t_d_cs=t_d_cs, step=step, **zones,
+                         t_d_cs=t_d_cs, d_gate_up=gate_up, t_d_gate_up=t_gate_up, step=step,
+                         **zones,
                          t_d_gates=self.t_d_gates[step],
                          t_peephole_terms=self._at(self.t_terms, step),
                          **self._norm_terms(self.t_norm, step, "t_norm_terms"))
             self.backward(cs_prev=cs0 if step == 0 else steps.cs[step - 1], **state,
-                          **dh_args, d_cs=d_cs, step=step, **zones,
+                          **dh_args, d_cs=d_cs, d_gate_up=gate_up, step=step, **zones,
                           d_gates=self.d_gates[step],
                           peephole_terms=self._at(self.terms, step),
                           **self._norm_terms(self.norm, step, "norm_terms"))

@@ -20,6 +20,31 @@ __device__ __forceinline__ A gc_lstm_c_tilde(A i, A ci, A f, A c_prev, int use_c
     return gc_rounded<T>(c);
 }
 
+// The upstream gradients of one element's gate fields (docs/spec.md, section 16.1): the
+// step's d_gate_up is [5, B, H], the gates i, f, o, ci, co one after another (n = B*H), read
+// only when has_d_gate_up (zeros otherwise: the kernels' arithmetic is then theirs without).
+template <class A>
+struct gc_lstm_gate_up {
+    A i, f, o, ci, co;
+};
+
+template <class T, class A, class Index>
+__device__ __forceinline__ gc_lstm_gate_up<A> gc_lstm_gate_upstream(
+    const T* d_gate_up, int has_d_gate_up, Index k, Index n)
+{
+    gc_lstm_gate_up<A> u;
+    if (has_d_gate_up) {
+        u.i = gc_load(d_gate_up[k]);
+        u.f = gc_load(d_gate_up[n + k]);
+        u.o = gc_load(d_gate_up[2 * n + k]);
+        u.ci = gc_load(d_gate_up[3 * n + k]);
+        u.co = gc_load(d_gate_up[4 * n + k]);
+    } else {
+        u.i = u.f = u.o = u.ci = u.co = (A)0;
+    }
+    return u;
+}
+
 // In the comments, @ is a matmul and * an elementwise (or scalar) product.
 //
 // Forward:
@@ -127,11 +152,13 @@ GC_KERNEL void lstm_forward(
 // cs are the step's own (d_h, d_cs; has_d_h, has_d_cs) plus, on a row's last step
 // (step + 1 == length, length = seq_len[b] or n_steps), the final-state gradients
 // (d_h_final, d_cs_final; has_*_final), and otherwise the carry from step + 1
-// (dh_next = dG_{t+1}@W_h^T, dcs_next = its dcs_prev; never read on a last step).
-//   do  = dh*co*o(1-o)
-//   dcs = dh*o*(1-co^2) + dcs_up + do*wco
+// (dh_next = dG_{t+1}@W_h^T, dcs_next = its dcs_prev; never read on a last step). The
+// step's gates' own upstream gradients u_i, u_f, u_o, u_ci, u_co (d_gate_up, has_d_gate_up;
+// gc_lstm_gate_upstream) enter where their pre-activations' gradients are formed:
+//   do  = (dh*co + u_o)*o(1-o)
+//   dcs = (dh*o + u_co)*(1-co^2) + dcs_up + do*wco
 //   dcs = 0 where |i*ci + f*cs_prev| > cell_clip           (mask_clip: the exact gradient)
-//   di  = dcs*ci*i(1-i);  dci = dcs*i*(1-ci^2);  df = dcs*cs_prev*f(1-f)
+//   di  = (dcs*ci + u_i)*i(1-i);  dci = (dcs*i + u_ci)*(1-ci^2);  df = (dcs*cs_prev + u_f)*f(1-f)
 //   d_gates = [di, dci, df, do] ([B, 4H]);   dcs_prev = dcs*f + di*wci + df*wcf
 //   peephole_terms = [di*cs_prev, df*cs_prev, do*cs] ([B, 3H]; column sums: dwci, dwcf, dwco)
 // A row past its length has zero gate gradients and passes its final-state gradient
@@ -147,12 +174,13 @@ __device__ __forceinline__ void lstm_backward_body(
     const T* cs_prev, const T* i_in, const T* cs_in, const T* f_in, const T* o_in,
     const T* ci_in, const T* co_in, const T* wci, const T* wcf, const T* wco,
     const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
-    const T* d_h_final, const T* d_cs_final, const int* seq_len,
+    const T* d_h_final, const T* d_cs_final, const int* seq_len, const T* d_gate_up,
     const T* zoneout_cs, const T* zoneout_h,
     A cell_clip, int use_peephole, int use_clip, int mask_clip,
     int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
-    int use_zoneout_cs, int use_zoneout_h, long long step, long long n_steps, Index n,
-    Index hidden, T* d_gates, T* dcs_prev, T* peephole_terms, T* dh_zoned)
+    int has_d_gate_up, int use_zoneout_cs, int use_zoneout_h, long long step,
+    long long n_steps, Index n, Index hidden, T* d_gates, T* dcs_prev, T* peephole_terms,
+    T* dh_zoned)
 {
     const A zero = (A)0;
     const A one = (A)1;
@@ -202,14 +230,16 @@ __device__ __forceinline__ void lstm_backward_body(
         const A co = gc_load(co_in[k]);
         const A cs = use_zoneout_cs ? gc_lstm_c_tilde<T, A>(i, ci, f, c_prev, use_clip, cell_clip)
                                     : gc_load(cs_in[k]);
+        const gc_lstm_gate_up<A> u = gc_lstm_gate_upstream<T, A, Index>(
+            d_gate_up, has_d_gate_up, k, n);
 
-        const A d_o = dh * co * o * (one - o);
-        A dcs = dh * o * (one - co * co) + dcs_up;
+        const A d_o = (dh * co + u.o) * o * (one - o);
+        A dcs = (dh * o + u.co) * (one - co * co) + dcs_up;
         if (use_peephole) dcs = dcs + d_o * gc_load(wco[col]);
         if (mask_clip && !(gc_abs(gc_fma(i, ci, f * c_prev)) <= cell_clip)) dcs = zero;
-        const A di = dcs * ci * i * (one - i);
-        const A dci = dcs * i * (one - ci * ci);
-        const A df = dcs * c_prev * f * (one - f);
+        const A di = (dcs * ci + u.i) * i * (one - i);
+        const A dci = (dcs * i + u.ci) * (one - ci * ci);
+        const A df = (dcs * c_prev + u.f) * f * (one - f);
         d_gates[g] = gc_store<T>::from(di);
         d_gates[g + hidden] = gc_store<T>::from(dci);
         d_gates[g + 2 * hidden] = gc_store<T>::from(df);
@@ -231,30 +261,30 @@ GC_KERNEL void lstm_backward(
     const T* cs_prev, const T* i, const T* cs, const T* f, const T* o, const T* ci,
     const T* co, const T* wci, const T* wcf, const T* wco,
     const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
-    const T* d_h_final, const T* d_cs_final, const int* seq_len,
+    const T* d_h_final, const T* d_cs_final, const int* seq_len, const T* d_gate_up,
     const T* zoneout_cs, const T* zoneout_h,
     A cell_clip, int use_peephole, int use_clip, int mask_clip,
     int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
-    int use_zoneout_cs, int use_zoneout_h, long long step, long long n_steps,
-    long long batch, long long hidden,
+    int has_d_gate_up, int use_zoneout_cs, int use_zoneout_h, long long step,
+    long long n_steps, long long batch, long long hidden,
     T* d_gates, T* dcs_prev, T* peephole_terms, T* dh_zoned)
 {
     const long long n = batch * hidden;
     if (n <= GC_UINT32_SAFE_COUNT) {
         lstm_backward_body<T, A, unsigned int>(
             cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, d_h, d_cs, dh_next, dcs_next,
-            d_h_final, d_cs_final, seq_len, zoneout_cs, zoneout_h, cell_clip, use_peephole,
-            use_clip, mask_clip, has_d_h, has_d_cs, has_d_h_final, has_d_cs_final,
-            use_seq_len, use_zoneout_cs, use_zoneout_h, step, n_steps,
-            (unsigned int)n, (unsigned int)hidden, d_gates, dcs_prev, peephole_terms,
-            dh_zoned);
+            d_h_final, d_cs_final, seq_len, d_gate_up, zoneout_cs, zoneout_h, cell_clip,
+            use_peephole, use_clip, mask_clip, has_d_h, has_d_cs, has_d_h_final,
+            has_d_cs_final, use_seq_len, has_d_gate_up, use_zoneout_cs, use_zoneout_h, step,
+            n_steps, (unsigned int)n, (unsigned int)hidden, d_gates, dcs_prev,
+            peephole_terms, dh_zoned);
     } else {
         lstm_backward_body<T, A, unsigned long long>(
             cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, d_h, d_cs, dh_next, dcs_next,
-            d_h_final, d_cs_final, seq_len, zoneout_cs, zoneout_h, cell_clip, use_peephole,
-            use_clip, mask_clip, has_d_h, has_d_cs, has_d_h_final, has_d_cs_final,
-            use_seq_len, use_zoneout_cs, use_zoneout_h, step, n_steps,
-            (unsigned long long)n, (unsigned long long)hidden, d_gates, dcs_prev,
+            d_h_final, d_cs_final, seq_len, d_gate_up, zoneout_cs, zoneout_h, cell_clip,
+            use_peephole, use_clip, mask_clip, has_d_h, has_d_cs, has_d_h_final,
+            has_d_cs_final, use_seq_len, has_d_gate_up, use_zoneout_cs, use_zoneout_h, step,
+            n_steps, (unsigned long long)n, (unsigned long long)hidden, d_gates, dcs_prev,
             peephole_terms, dh_zoned);
     }
 }
@@ -476,7 +506,8 @@ __device__ __forceinline__ gc_lstm_ln_up<A> gc_lstm_ln_upstream(
     const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next, const T* d_h_final,
     const T* d_cs_final, const T* zoneout_cs, const T* zoneout_h, int use_peephole,
     int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_zoneout_cs,
-    int use_zoneout_h, int last, int carry_normalized)
+    int use_zoneout_h, int last, int carry_normalized, const T* d_gate_up,
+    int has_d_gate_up, Index n)
 {
     A dh = has_d_h ? gc_load(d_h[k]) : (A)0;
     A dcs_up = has_d_cs ? gc_load(d_cs[k]) : (A)0;
@@ -502,20 +533,23 @@ __device__ __forceinline__ gc_lstm_ln_up<A> gc_lstm_ln_upstream(
     }
     const A o = gc_load(o_in[k]);
     const A co = gc_load(co_in[k]);
-    up.d_o = dh * co * o * ((A)1 - o);
+    const gc_lstm_gate_up<A> g = gc_lstm_gate_upstream<T, A, Index>(d_gate_up, has_d_gate_up,
+                                                                    k, n);
+    up.d_o = (dh * co + g.o) * o * ((A)1 - o);
     up.dcs_c = use_peephole ? dcs_up + up.d_o * gc_load(wco[col]) : dcs_up;
-    const A dco = dh * o * ((A)1 - co * co);
+    const A dco = (dh * o + g.co) * ((A)1 - co * co);
     up.dn = carry_normalized ? dco + up.dcs_c : dco;
     return up;
 }
 
 // Backward of the layer-normalised step, ONE THREAD PER ROW b (see above), from the saved
-// outputs; upstream gradients, lengths and the carries as lstm_backward:
-//   do = dh*co*o(1-o);   dcs_c = dcs_up + do*wco          (the carried cs's gradient)
-//   dn = dh*o*(1-co^2)  (+ dcs_c when carry_normalized)
+// outputs; upstream gradients (the gates' u_* too), lengths and the carries as lstm_backward:
+//   do = (dh*co + u_o)*o(1-o);   dcs_c = dcs_up + do*wco          (the carried cs's gradient)
+//   dn = (dh*o + u_co)*(1-co^2)  (+ dcs_c when carry_normalized)
 //   dc~ = r*(g - mean(g) - c_hat*mean(g*c_hat)), g = dn*gamma_c  (+ dcs_c when raw)
 //   dc~ = 0 where |i*ci + f*cs_prev| > cell_clip                 (mask_clip)
-//   di, dci, df, d_gates, dcs_prev and peephole_terms from dc~ as lstm_backward
+//   di, dci, df (with u_i, u_ci, u_f), d_gates, dcs_prev and peephole_terms from dc~ as
+//   lstm_backward
 //   norm_terms = [dn*c_hat, dn] ([B, 2H]; column sums: dgamma_c, dbeta_c)
 // c~, its mean and r are recomputed from the saved gates (use_clip: c~ is clipped).
 // Pass 1 and 2: mean and r; pass 3: the sums of g and g*c_hat; pass 4 writes. dcs_prev may
@@ -556,14 +590,15 @@ __device__ __forceinline__ void lstm_backward_ln_body(
     const T* ci_in, const T* co_in, const T* wci, const T* wcf, const T* wco,
     const T* gamma_c, const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
     const T* d_h_final, const T* d_cs_final, const int* seq_len, const T* beta_c,
-    const T* zoneout_cs, const T* zoneout_h,
+    const T* d_gate_up, const T* zoneout_cs, const T* zoneout_h,
     A cell_clip, A epsilon, int use_peephole, int use_clip, int mask_clip,
     int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
-    int carry_normalized, int use_zoneout_cs, int use_zoneout_h, long long step,
-    long long n_steps, Index batch, Index hidden,
+    int has_d_gate_up, int carry_normalized, int use_zoneout_cs, int use_zoneout_h,
+    long long step, long long n_steps, Index batch, Index hidden,
     T* d_gates, T* dcs_prev, T* peephole_terms, T* norm_terms, T* dh_zoned)
 {
     const A zero = (A)0;
+    const Index n = batch * hidden;
     const A one = (A)1;
     const A count = (A)(hidden > 0 ? hidden : 1);
     for (Index row = gc_first_x<Index>(); row < batch; row += gc_stride_x<Index>()) {
@@ -597,7 +632,7 @@ __device__ __forceinline__ void lstm_backward_ln_body(
                 k, col, o_in, co_in, wco, d_h, d_cs, dh_next, dcs_next, d_h_final,
                 d_cs_final, zoneout_cs, zoneout_h, use_peephole, has_d_h, has_d_cs,
                 has_d_h_final, has_d_cs_final, use_zoneout_cs, use_zoneout_h, last,
-                carry_normalized);
+                carry_normalized, d_gate_up, has_d_gate_up, n);
             const A c_hat = (gc_lstm_c_tilde<T, A>(gc_load(i_in[k]), gc_load(ci_in[k]),
                                                    gc_load(f_in[k]), gc_load(cs_prev[k]),
                                                    use_clip, cell_clip) - mean) * r;
@@ -614,7 +649,7 @@ __device__ __forceinline__ void lstm_backward_ln_body(
                 k, col, o_in, co_in, wco, d_h, d_cs, dh_next, dcs_next, d_h_final,
                 d_cs_final, zoneout_cs, zoneout_h, use_peephole, has_d_h, has_d_cs,
                 has_d_h_final, has_d_cs_final, use_zoneout_cs, use_zoneout_h, last,
-                carry_normalized);
+                carry_normalized, d_gate_up, has_d_gate_up, n);
             const A c_prev = gc_load(cs_prev[k]);
             const A i = gc_load(i_in[k]);
             const A f = gc_load(f_in[k]);
@@ -625,9 +660,11 @@ __device__ __forceinline__ void lstm_backward_ln_body(
             A dcs = r * (g - mean_g - c_hat * mean_gc);
             if (!carry_normalized) dcs = dcs + up.dcs_c;
             if (mask_clip && !(gc_abs(gc_fma(i, ci, f * c_prev)) <= cell_clip)) dcs = zero;
-            const A di = dcs * ci * i * (one - i);
-            const A dci = dcs * i * (one - ci * ci);
-            const A df = dcs * c_prev * f * (one - f);
+            const gc_lstm_gate_up<A> u = gc_lstm_gate_upstream<T, A, Index>(
+                d_gate_up, has_d_gate_up, k, n);
+            const A di = (dcs * ci + u.i) * i * (one - i);
+            const A dci = (dcs * i + u.ci) * (one - ci * ci);
+            const A df = (dcs * c_prev + u.f) * f * (one - f);
             d_gates[g_at] = gc_store<T>::from(di);
             d_gates[g_at + hidden] = gc_store<T>::from(dci);
             d_gates[g_at + 2 * hidden] = gc_store<T>::from(df);
@@ -661,31 +698,31 @@ GC_KERNEL void lstm_backward_ln(
     const T* co, const T* wci, const T* wcf, const T* wco, const T* gamma_c,
     const T* d_h, const T* d_cs, const T* dh_next, const T* dcs_next,
     const T* d_h_final, const T* d_cs_final, const int* seq_len, const T* beta_c,
-    const T* zoneout_cs, const T* zoneout_h,
+    const T* d_gate_up, const T* zoneout_cs, const T* zoneout_h,
     A cell_clip, A epsilon, int use_peephole, int use_clip, int mask_clip,
     int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
-    int carry_normalized, int use_zoneout_cs, int use_zoneout_h, long long step,
-    long long n_steps, long long batch, long long hidden,
+    int has_d_gate_up, int carry_normalized, int use_zoneout_cs, int use_zoneout_h,
+    long long step, long long n_steps, long long batch, long long hidden,
     T* d_gates, T* dcs_prev, T* peephole_terms, T* norm_terms, T* dh_zoned)
 {
     if (batch * hidden <= GC_UINT32_SAFE_COUNT) {
         lstm_backward_ln_body<T, A, unsigned int>(
             cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, gamma_c, d_h, d_cs, dh_next,
-            dcs_next, d_h_final, d_cs_final, seq_len, beta_c, zoneout_cs, zoneout_h,
-            cell_clip, epsilon, use_peephole, use_clip, mask_clip, has_d_h, has_d_cs,
-            has_d_h_final, has_d_cs_final, use_seq_len, carry_normalized, use_zoneout_cs,
-            use_zoneout_h, step, n_steps, (unsigned int)batch,
-            (unsigned int)hidden, d_gates, dcs_prev, peephole_terms, norm_terms,
-            dh_zoned);
+            dcs_next, d_h_final, d_cs_final, seq_len, beta_c, d_gate_up, zoneout_cs,
+            zoneout_h, cell_clip, epsilon, use_peephole, use_clip, mask_clip, has_d_h,
+            has_d_cs, has_d_h_final, has_d_cs_final, use_seq_len, has_d_gate_up,
+            carry_normalized, use_zoneout_cs, use_zoneout_h, step, n_steps,
+            (unsigned int)batch, (unsigned int)hidden, d_gates, dcs_prev, peephole_terms,
+            norm_terms, dh_zoned);
     } else {
         lstm_backward_ln_body<T, A, unsigned long long>(
             cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, gamma_c, d_h, d_cs, dh_next,
-            dcs_next, d_h_final, d_cs_final, seq_len, beta_c, zoneout_cs, zoneout_h,
-            cell_clip, epsilon, use_peephole, use_clip, mask_clip, has_d_h, has_d_cs,
-            has_d_h_final, has_d_cs_final, use_seq_len, carry_normalized, use_zoneout_cs,
-            use_zoneout_h, step, n_steps, (unsigned long long)batch,
-            (unsigned long long)hidden, d_gates, dcs_prev, peephole_terms, norm_terms,
-            dh_zoned);
+            dcs_next, d_h_final, d_cs_final, seq_len, beta_c, d_gate_up, zoneout_cs,
+            zoneout_h, cell_clip, epsilon, use_peephole, use_clip, mask_clip, has_d_h,
+            has_d_cs, has_d_h_final, has_d_cs_final, use_seq_len, has_d_gate_up,
+            carry_normalized, use_zoneout_cs, use_zoneout_h, step, n_steps,
+            (unsigned long long)batch, (unsigned long long)hidden, d_gates, dcs_prev,
+            peephole_terms, norm_terms, dh_zoned);
     }
 }
 
@@ -1065,10 +1102,13 @@ __device__ __forceinline__ gc_lstm_up_pair<A> gc_lstm_upstream_pair(
 
 // The tangents of the i, ci and f gate gradients (into t_d_gates) and of the i and f
 // peephole terms (use_peephole) from the gradient dcs of c~ (after the clip's mask) and its
-// tangent tdcs; returns the tangent of dcs*f + di*wci + df*wcf (dcs_prev's, before zoneout).
+// tangent tdcs, and the gates' own upstreams u and their tangents tu; returns the tangent of
+// dcs*f + di*wci + df*wcf (dcs_prev's, before zoneout). With pre_i = dcs*ci + u_i:
+//   di' = pre_i'*i(1-i) + pre_i*i'*(1-2i);   dci', df' alike (tanh': -2*pre_c*ci*ci')
 template <class T, class A, class Index>
 __device__ __forceinline__ A gc_lstm_gate_grads_tangent(
-    A dcs, A tdcs, A i, A f, A ci, A c_prev, A ti, A tf, A tci, A tc_prev, Index g, Index p,
+    A dcs, A tdcs, A i, A f, A ci, A c_prev, A ti, A tf, A tci, A tc_prev,
+    gc_lstm_gate_up<A> u, gc_lstm_gate_up<A> tu, Index g, Index p,
     Index hidden, Index col, const T* wci, const T* wcf, const T* t_wci, const T* t_wcf,
     int use_peephole, T* t_d_gates, T* t_peephole_terms)
 {
@@ -1077,11 +1117,14 @@ __device__ __forceinline__ A gc_lstm_gate_grads_tangent(
     const A si = i * (one - i);
     const A sf = f * (one - f);
     const A sci = one - ci * ci;
-    const A di = dcs * ci * si;
-    const A df = dcs * c_prev * sf;
-    const A tdi = (tdcs * ci + dcs * tci) * si + dcs * ci * ti * (one - two * i);
-    const A tdci = (tdcs * i + dcs * ti) * sci - two * dcs * i * ci * tci;
-    const A tdf = (tdcs * c_prev + dcs * tc_prev) * sf + dcs * c_prev * tf * (one - two * f);
+    const A pre_i = dcs * ci + u.i;
+    const A pre_c = dcs * i + u.ci;
+    const A pre_f = dcs * c_prev + u.f;
+    const A di = pre_i * si;
+    const A df = pre_f * sf;
+    const A tdi = (tdcs * ci + dcs * tci + tu.i) * si + pre_i * ti * (one - two * i);
+    const A tdci = (tdcs * i + dcs * ti + tu.ci) * sci - two * pre_c * ci * tci;
+    const A tdf = (tdcs * c_prev + dcs * tc_prev + tu.f) * sf + pre_f * tf * (one - two * f);
     t_d_gates[g] = gc_store<T>::from(tdi);
     t_d_gates[g + hidden] = gc_store<T>::from(tdci);
     t_d_gates[g + 2 * hidden] = gc_store<T>::from(tdf);
@@ -1111,11 +1154,12 @@ __device__ __forceinline__ A gc_lstm_c_tilde_tangent(A i, A ci, A f, A c_prev, A
 // outputs along the tangents t_* of every input it reads (the saved gates' and cs_prev's
 // tangents from the forward's JVP, the peepholes', the upstream gradients' and the carries'),
 // the same branches as the primal (the clip mask, lengths, last steps), recomputing the
-// primal values it needs. With g = dh and dcs_up the step's upstream gradients:
-//   do'  = dh'*co*o(1-o) + dh*co'*o(1-o) + dh*co*o'*(1-2o)
-//   dcs' = dh'*o(1-co^2) + dh*o'*(1-co^2) - 2*dh*o*co*co' + dcs_up' + do'*wco + do*wco'
-//          (0 where mask_clip and the clip is active)
-//   di'  = dcs'*ci*i(1-i) + dcs*ci'*i(1-i) + dcs*ci*i'*(1-2i);   dci', df' alike
+// primal values it needs. With g = dh and dcs_up the step's upstream gradients, and the
+// gates' own u_* (d_gate_up) and their tangents (t_d_gate_up; has_d_gate_up both alike):
+//   do'  = (dh'*co + dh*co' + u_o')*o(1-o) + (dh*co + u_o)*o'*(1-2o)
+//   dcs' = (dh'*o + dh*o' + u_co')*(1-co^2) - 2*(dh*o + u_co)*co*co' + dcs_up'
+//          + do'*wco + do*wco'      (0 where mask_clip and the clip is active)
+//   di'  = (dcs'*ci + dcs*ci' + u_i')*i(1-i) + (dcs*ci + u_i)*i'*(1-2i);   dci', df' alike
 //   t_dcs_prev = dcs'*f + dcs*f' + di'*wci + di*wci' + df'*wcf + df*wcf' (+ z_cs*dcs_up')
 //   t_peephole_terms = [di'*c_prev + di*c_prev', df'*c_prev + df*c_prev', do'*cs + do*cs']
 // Zoneout splits the tangents as lstm_backward splits the gradients (t_dh_zoned = z_h*dh');
@@ -1133,11 +1177,12 @@ __device__ __forceinline__ void lstm_backward_tangent_body(
     const T* t_cs_in, const T* t_f_in, const T* t_o_in, const T* t_ci_in, const T* t_co_in,
     const T* t_wci, const T* t_wcf, const T* t_wco, const T* t_d_h, const T* t_d_cs,
     const T* t_dh_next, const T* t_dcs_next, const T* t_d_h_final, const T* t_d_cs_final,
-    const int* seq_len, const T* zoneout_cs, const T* zoneout_h,
-    A cell_clip, int use_peephole, int use_clip, int mask_clip,
+    const int* seq_len, const T* d_gate_up, const T* t_d_gate_up, const T* zoneout_cs,
+    const T* zoneout_h, A cell_clip, int use_peephole, int use_clip, int mask_clip,
     int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
-    int use_zoneout_cs, int use_zoneout_h, long long step, long long n_steps, Index n,
-    Index hidden, T* t_d_gates, T* t_dcs_prev, T* t_peephole_terms, T* t_dh_zoned)
+    int has_d_gate_up, int use_zoneout_cs, int use_zoneout_h, long long step,
+    long long n_steps, Index n, Index hidden, T* t_d_gates, T* t_dcs_prev,
+    T* t_peephole_terms, T* t_dh_zoned)
 {
     const A zero = (A)0;
     const A one = (A)1;
@@ -1178,13 +1223,19 @@ __device__ __forceinline__ void lstm_backward_tangent_body(
         const A tci = gc_load(t_ci_in[k]);
         const A tco = gc_load(t_co_in[k]);
 
+        const gc_lstm_gate_up<A> gu = gc_lstm_gate_upstream<T, A, Index>(
+            d_gate_up, has_d_gate_up, k, n);
+        const gc_lstm_gate_up<A> tgu = gc_lstm_gate_upstream<T, A, Index>(
+            t_d_gate_up, has_d_gate_up, k, n);
         const A dh = u.dh, tdh = u.tdh;
         const A so = o * (one - o);
-        const A d_o = dh * co * so;
-        const A td_o = (tdh * co + dh * tco) * so + dh * co * to * (one - two * o);
+        const A pre_o = dh * co + gu.o;
+        const A d_o = pre_o * so;
+        const A td_o = (tdh * co + dh * tco + tgu.o) * so + pre_o * to * (one - two * o);
         const A sco = one - co * co;
-        A dcs = dh * o * sco + u.dcs_up;
-        A tdcs = (tdh * o + dh * to) * sco - two * dh * o * co * tco + u.tdcs_up;
+        const A pre_co = dh * o + gu.co;
+        A dcs = pre_co * sco + u.dcs_up;
+        A tdcs = (tdh * o + dh * to + tgu.co) * sco - two * pre_co * co * tco + u.tdcs_up;
         if (use_peephole) {
             const A w = gc_load(wco[col]);
             dcs = dcs + d_o * w;
@@ -1195,8 +1246,8 @@ __device__ __forceinline__ void lstm_backward_tangent_body(
             tdcs = zero;
         }
         const A t_prev = gc_lstm_gate_grads_tangent<T, A, Index>(
-            dcs, tdcs, i, f, ci, c_prev, ti, tf, tci, tc_prev, g, p, hidden, col, wci, wcf,
-            t_wci, t_wcf, use_peephole, t_d_gates, t_peephole_terms);
+            dcs, tdcs, i, f, ci, c_prev, ti, tf, tci, tc_prev, gu, tgu, g, p, hidden, col, wci,
+            wcf, t_wci, t_wcf, use_peephole, t_d_gates, t_peephole_terms);
         t_d_gates[g + 3 * hidden] = gc_store<T>::from(td_o);
         if (use_peephole) {
             A cs = gc_load(cs_in[k]);
@@ -1222,11 +1273,11 @@ GC_KERNEL void lstm_backward_tangent(
     const T* t_cs, const T* t_f, const T* t_o, const T* t_ci, const T* t_co,
     const T* t_wci, const T* t_wcf, const T* t_wco, const T* t_d_h, const T* t_d_cs,
     const T* t_dh_next, const T* t_dcs_next, const T* t_d_h_final, const T* t_d_cs_final,
-    const int* seq_len, const T* zoneout_cs, const T* zoneout_h,
-    A cell_clip, int use_peephole, int use_clip, int mask_clip,
+    const int* seq_len, const T* d_gate_up, const T* t_d_gate_up, const T* zoneout_cs,
+    const T* zoneout_h, A cell_clip, int use_peephole, int use_clip, int mask_clip,
     int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
-    int use_zoneout_cs, int use_zoneout_h, long long step, long long n_steps,
-    long long batch, long long hidden,
+    int has_d_gate_up, int use_zoneout_cs, int use_zoneout_h, long long step,
+    long long n_steps, long long batch, long long hidden,
     T* t_d_gates, T* t_dcs_prev, T* t_peephole_terms, T* t_dh_zoned)
 {
     const long long n = batch * hidden;
@@ -1235,19 +1286,20 @@ GC_KERNEL void lstm_backward_tangent(
             cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, d_h, d_cs, dh_next, dcs_next,
             d_h_final, d_cs_final, t_cs_prev, t_i, t_cs, t_f, t_o, t_ci, t_co, t_wci, t_wcf,
             t_wco, t_d_h, t_d_cs, t_dh_next, t_dcs_next, t_d_h_final, t_d_cs_final, seq_len,
-            zoneout_cs, zoneout_h, cell_clip, use_peephole, use_clip, mask_clip, has_d_h,
-            has_d_cs, has_d_h_final, has_d_cs_final, use_seq_len, use_zoneout_cs,
-            use_zoneout_h, step, n_steps, (unsigned int)n, (unsigned int)hidden, t_d_gates,
-            t_dcs_prev, t_peephole_terms, t_dh_zoned);
+            d_gate_up, t_d_gate_up, zoneout_cs, zoneout_h, cell_clip, use_peephole, use_clip,
+            mask_clip, has_d_h, has_d_cs, has_d_h_final, has_d_cs_final, use_seq_len,
+            has_d_gate_up, use_zoneout_cs, use_zoneout_h, step, n_steps, (unsigned int)n,
+            (unsigned int)hidden, t_d_gates, t_dcs_prev, t_peephole_terms, t_dh_zoned);
     } else {
         lstm_backward_tangent_body<T, A, unsigned long long>(
             cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, d_h, d_cs, dh_next, dcs_next,
             d_h_final, d_cs_final, t_cs_prev, t_i, t_cs, t_f, t_o, t_ci, t_co, t_wci, t_wcf,
             t_wco, t_d_h, t_d_cs, t_dh_next, t_dcs_next, t_d_h_final, t_d_cs_final, seq_len,
-            zoneout_cs, zoneout_h, cell_clip, use_peephole, use_clip, mask_clip, has_d_h,
-            has_d_cs, has_d_h_final, has_d_cs_final, use_seq_len, use_zoneout_cs,
-            use_zoneout_h, step, n_steps, (unsigned long long)n, (unsigned long long)hidden,
-            t_d_gates, t_dcs_prev, t_peephole_terms, t_dh_zoned);
+            d_gate_up, t_d_gate_up, zoneout_cs, zoneout_h, cell_clip, use_peephole, use_clip,
+            mask_clip, has_d_h, has_d_cs, has_d_h_final, has_d_cs_final, use_seq_len,
+            has_d_gate_up, use_zoneout_cs, use_zoneout_h, step, n_steps,
+            (unsigned long long)n, (unsigned long long)hidden, t_d_gates, t_dcs_prev,
+            t_peephole_terms, t_dh_zoned);
     }
 }
 
@@ -1323,7 +1375,8 @@ __device__ __forceinline__ gc_lstm_ln_up_tangent<A> gc_lstm_ln_upstream_tangent(
     const T* t_d_cs, const T* t_dh_next, const T* t_dcs_next, const T* t_d_h_final,
     const T* t_d_cs_final, const T* zoneout_cs, const T* zoneout_h, int use_peephole,
     int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_zoneout_cs,
-    int use_zoneout_h, int last, int carry_normalized)
+    int use_zoneout_h, int last, int carry_normalized, const T* d_gate_up,
+    const T* t_d_gate_up, int has_d_gate_up, Index n)
 {
     const A one = (A)1;
     const A two = (A)2;
@@ -1337,9 +1390,14 @@ __device__ __forceinline__ gc_lstm_ln_up_tangent<A> gc_lstm_ln_upstream_tangent(
     const A tco = gc_load(t_co_in[k]);
     const A so = o * (one - o);
     const A sco = one - co * co;
+    const gc_lstm_gate_up<A> g = gc_lstm_gate_upstream<T, A, Index>(d_gate_up, has_d_gate_up,
+                                                                    k, n);
+    const gc_lstm_gate_up<A> tg = gc_lstm_gate_upstream<T, A, Index>(t_d_gate_up,
+                                                                     has_d_gate_up, k, n);
     gc_lstm_ln_up_tangent<A> v;
-    v.d_o = u.dh * co * so;
-    v.td_o = (u.tdh * co + u.dh * tco) * so + u.dh * co * to * (one - two * o);
+    const A pre_o = u.dh * co + g.o;
+    v.d_o = pre_o * so;
+    v.td_o = (u.tdh * co + u.dh * tco + tg.o) * so + pre_o * to * (one - two * o);
     v.dcs_c = u.dcs_up;
     v.tdcs_c = u.tdcs_up;
     if (use_peephole) {
@@ -1347,8 +1405,9 @@ __device__ __forceinline__ gc_lstm_ln_up_tangent<A> gc_lstm_ln_upstream_tangent(
         v.dcs_c = v.dcs_c + v.d_o * w;
         v.tdcs_c = v.tdcs_c + v.td_o * w + v.d_o * gc_load(t_wco[col]);
     }
-    const A dco = u.dh * o * sco;
-    const A tdco = (u.tdh * o + u.dh * to) * sco - two * u.dh * o * co * tco;
+    const A pre_co = u.dh * o + g.co;
+    const A dco = pre_co * sco;
+    const A tdco = (u.tdh * o + u.dh * to + tg.co) * sco - two * pre_co * co * tco;
     v.dn = carry_normalized ? dco + v.dcs_c : dco;
     v.tdn = carry_normalized ? tdco + v.tdcs_c : tdco;
     v.tdh_old = u.tdh_old;
@@ -1357,7 +1416,8 @@ __device__ __forceinline__ gc_lstm_ln_up_tangent<A> gc_lstm_ln_upstream_tangent(
 }
 
 // Second order of the layer-normalised step, ONE THREAD PER ROW b, before that step's
-// lstm_backward_ln: as lstm_backward_tangent, with the cell norm's backward between dn and
+// lstm_backward_ln: as lstm_backward_tangent (the gates' upstreams and their tangents too),
+// with the cell norm's backward between dn and
 // dc~ differentiated (c~, its mean and r, c_hat recomputed from the saved gates; c~' by
 // gc_lstm_c_tilde_tangent, m = mean(c_hat*c~'), c_hat' = r*(c~' - mean(c~') - c_hat*m),
 // r' = -r^2*m; g = dn*gamma_c, g' = dn'*gamma_c + dn*gamma_c'):
@@ -1379,14 +1439,15 @@ __device__ __forceinline__ void lstm_backward_tangent_ln_body(
     const T* t_o_in, const T* t_ci_in, const T* t_co_in, const T* t_wci, const T* t_wcf,
     const T* t_wco, const T* t_gamma_c, const T* t_beta_c, const T* t_d_h,
     const T* t_d_cs, const T* t_dh_next, const T* t_dcs_next, const T* t_d_h_final,
-    const T* t_d_cs_final, const T* zoneout_cs, const T* zoneout_h,
-    A cell_clip, A epsilon, int use_peephole, int use_clip, int mask_clip,
-    int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
-    int carry_normalized, int use_zoneout_cs, int use_zoneout_h, long long step,
-    long long n_steps, Index batch, Index hidden,
+    const T* t_d_cs_final, const T* d_gate_up, const T* t_d_gate_up, const T* zoneout_cs,
+    const T* zoneout_h, A cell_clip, A epsilon, int use_peephole, int use_clip,
+    int mask_clip, int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final,
+    int use_seq_len, int has_d_gate_up, int carry_normalized, int use_zoneout_cs,
+    int use_zoneout_h, long long step, long long n_steps, Index batch, Index hidden,
     T* t_d_gates, T* t_dcs_prev, T* t_peephole_terms, T* t_norm_terms, T* t_dh_zoned)
 {
     const A zero = (A)0;
+    const Index n = batch * hidden;
     const A one = (A)1;
     const A count = (A)(hidden > 0 ? hidden : 1);
     for (Index row = gc_first_x<Index>(); row < batch; row += gc_stride_x<Index>()) {
@@ -1410,7 +1471,8 @@ __device__ __forceinline__ void lstm_backward_tangent_ln_body(
         k, col, o_in, co_in, t_o_in, t_co_in, wco, t_wco, d_h, d_cs, dh_next, dcs_next, \
         d_h_final, d_cs_final, t_d_h, t_d_cs, t_dh_next, t_dcs_next, t_d_h_final, \
         t_d_cs_final, zoneout_cs, zoneout_h, use_peephole, has_d_h, has_d_cs, has_d_h_final, \
-        has_d_cs_final, use_zoneout_cs, use_zoneout_h, last, carry_normalized)
+        has_d_cs_final, use_zoneout_cs, use_zoneout_h, last, carry_normalized, d_gate_up, \
+        t_d_gate_up, has_d_gate_up, n)
         A sum = zero;
         for (Index k = base; k < base + hidden; ++k) sum = sum + GC_C_TILDE(k);
         const A mean = sum / count;
@@ -1472,8 +1534,11 @@ __device__ __forceinline__ void lstm_backward_tangent_ln_body(
             }
             const A t_prev = gc_lstm_gate_grads_tangent<T, A, Index>(
                 dcs, tdcs, i, f, ci, c_prev, gc_load(t_i_in[k]), gc_load(t_f_in[k]),
-                gc_load(t_ci_in[k]), gc_load(t_cs_prev[k]), g_at, p, hidden, col, wci, wcf,
-                t_wci, t_wcf, use_peephole, t_d_gates, t_peephole_terms);
+                gc_load(t_ci_in[k]), gc_load(t_cs_prev[k]),
+                gc_lstm_gate_upstream<T, A, Index>(d_gate_up, has_d_gate_up, k, n),
+                gc_lstm_gate_upstream<T, A, Index>(t_d_gate_up, has_d_gate_up, k, n), g_at, p,
+                hidden, col, wci, wcf, t_wci, t_wcf, use_peephole, t_d_gates,
+                t_peephole_terms);
             t_d_gates[g_at + 3 * hidden] = gc_store<T>::from(v.td_o);
             if (use_peephole) {
                 A cs = gc_load(cs_in[k]);
@@ -1511,11 +1576,11 @@ GC_KERNEL void lstm_backward_tangent_ln(
     const T* t_ci, const T* t_co, const T* t_wci, const T* t_wcf, const T* t_wco,
     const T* t_gamma_c, const T* t_beta_c, const T* t_d_h, const T* t_d_cs,
     const T* t_dh_next, const T* t_dcs_next, const T* t_d_h_final, const T* t_d_cs_final,
-    const T* zoneout_cs, const T* zoneout_h,
+    const T* d_gate_up, const T* t_d_gate_up, const T* zoneout_cs, const T* zoneout_h,
     A cell_clip, A epsilon, int use_peephole, int use_clip, int mask_clip,
     int has_d_h, int has_d_cs, int has_d_h_final, int has_d_cs_final, int use_seq_len,
-    int carry_normalized, int use_zoneout_cs, int use_zoneout_h, long long step,
-    long long n_steps, long long batch, long long hidden,
+    int has_d_gate_up, int carry_normalized, int use_zoneout_cs, int use_zoneout_h,
+    long long step, long long n_steps, long long batch, long long hidden,
     T* t_d_gates, T* t_dcs_prev, T* t_peephole_terms, T* t_norm_terms, T* t_dh_zoned)
 {
     if (batch * hidden <= GC_UINT32_SAFE_COUNT) {
@@ -1523,9 +1588,10 @@ GC_KERNEL void lstm_backward_tangent_ln(
             cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, gamma_c, d_h, d_cs, dh_next,
             dcs_next, d_h_final, d_cs_final, seq_len, beta_c, t_cs_prev, t_i, t_cs, t_f, t_o,
             t_ci, t_co, t_wci, t_wcf, t_wco, t_gamma_c, t_beta_c, t_d_h, t_d_cs, t_dh_next,
-            t_dcs_next, t_d_h_final, t_d_cs_final, zoneout_cs, zoneout_h, cell_clip, epsilon,
-            use_peephole, use_clip, mask_clip, has_d_h, has_d_cs, has_d_h_final,
-            has_d_cs_final, use_seq_len, carry_normalized, use_zoneout_cs, use_zoneout_h,
+            t_dcs_next, t_d_h_final, t_d_cs_final, d_gate_up, t_d_gate_up, zoneout_cs,
+            zoneout_h, cell_clip, epsilon, use_peephole, use_clip, mask_clip, has_d_h,
+            has_d_cs, has_d_h_final, has_d_cs_final, use_seq_len, has_d_gate_up,
+            carry_normalized, use_zoneout_cs, use_zoneout_h,
             step, n_steps, (unsigned int)batch, (unsigned int)hidden, t_d_gates, t_dcs_prev,
             t_peephole_terms, t_norm_terms, t_dh_zoned);
     } else {
@@ -1533,9 +1599,10 @@ GC_KERNEL void lstm_backward_tangent_ln(
             cs_prev, i, cs, f, o, ci, co, wci, wcf, wco, gamma_c, d_h, d_cs, dh_next,
             dcs_next, d_h_final, d_cs_final, seq_len, beta_c, t_cs_prev, t_i, t_cs, t_f, t_o,
             t_ci, t_co, t_wci, t_wcf, t_wco, t_gamma_c, t_beta_c, t_d_h, t_d_cs, t_dh_next,
-            t_dcs_next, t_d_h_final, t_d_cs_final, zoneout_cs, zoneout_h, cell_clip, epsilon,
-            use_peephole, use_clip, mask_clip, has_d_h, has_d_cs, has_d_h_final,
-            has_d_cs_final, use_seq_len, carry_normalized, use_zoneout_cs, use_zoneout_h,
+            t_dcs_next, t_d_h_final, t_d_cs_final, d_gate_up, t_d_gate_up, zoneout_cs,
+            zoneout_h, cell_clip, epsilon, use_peephole, use_clip, mask_clip, has_d_h,
+            has_d_cs, has_d_h_final, has_d_cs_final, use_seq_len, has_d_gate_up,
+            carry_normalized, use_zoneout_cs, use_zoneout_h,
             step, n_steps, (unsigned long long)batch, (unsigned long long)hidden, t_d_gates,
             t_dcs_prev, t_peephole_terms, t_norm_terms, t_dh_zoned);
     }

@@ -69,7 +69,14 @@ from ..._core.xpmath import (
     zoneout_grad,
 )
 from ..._core.xpmath import layer_norm as _layer_norm  # the keyword layer_norm is the parameters
-from .spec import LSTMCellGrads, LSTMCellState, LSTMNorm, LSTMSequence, LSTMSequenceGrads
+from .spec import (
+    GATE_UPSTREAM,
+    LSTMCellGrads,
+    LSTMCellState,
+    LSTMNorm,
+    LSTMSequence,
+    LSTMSequenceGrads,
+)
 
 
 def lstm_cell(x, cs_prev, h_prev, weights, settings):
@@ -193,30 +200,38 @@ class GateGrads(NamedTuple):
     beta_c: Any = None
 
 
-def lstm_gate_grads(cs_prev, state, *, d_h=None, d_cs=None, wci=None, wcf=None, wco=None,
-                    cell_clip=None, clip_grad="exact", layer_norm=None, ln_epsilon=1e-5,
-                    ln_carry="raw"):
-    """The elementwise backward step, a ``GateGrads``:
+def lstm_gate_grads(cs_prev, state, *, d_h=None, d_cs=None, gates=None, wci=None, wcf=None,
+                    wco=None, cell_clip=None, clip_grad="exact", layer_norm=None,
+                    ln_epsilon=1e-5, ln_carry="raw"):
+    """The elementwise backward step, a ``GateGrads``. ``gates``: the upstream gradients of
+    the step's gate fields by name (``d_i``, ``d_f``, ``d_o``, ``d_ci``, ``d_co``; a missing
+    one or None: zero), which enter where their gate's pre-activation gradient is formed
+    (docs/spec.md §16.1):
 
-        do      = d_h∘co∘o(1-o);   dco = d_h∘o∘(1-co²)     (dco: through co's tanh)
-        dcs     = dco + d_cs + do∘wco                       (dL/d clipped cs)
+        do      = d_h∘co∘o(1-o) + d_o∘o(1-o);   dco = d_h∘o∘(1-co²) + d_co∘(1-co²)
+        dcs     = dco + d_cs + do∘wco                       (dL/d clipped cs; dco through tanh)
         dcs_raw = dcs, zeroed where the clip was active (clip_grad="exact")
-        di = dcs_raw∘ci∘i(1-i);  dci = dcs_raw∘i∘(1-ci²);  df = dcs_raw∘cs_prev∘f(1-f)
+        di  = dcs_raw∘ci∘i(1-i) + d_i∘i(1-i);   dci = dcs_raw∘i∘(1-ci²) + d_ci∘(1-ci²)
+        df  = dcs_raw∘cs_prev∘f(1-f) + d_f∘f(1-f)
         dcs_prev = dcs_raw∘f + di∘wci + df∘wcf
 
-    With a layer norm, ``dco`` reaches the clipped ``c̃`` through ``LN(c̃)`` instead
-    (``lstm_cell_norm_grad``), and so does the carried state's gradient when ``ln_carry``
-    is "normalized".
+    The gates' own upstreams pass no clip: i, ci, f and o are not clipped. With a layer
+    norm, ``dco`` reaches the clipped ``c̃`` through ``LN(c̃)`` instead
+    (``lstm_cell_norm_grad``: ``co = tanh(n)``, so ``dco`` is dL/dn there), and so does
+    the carried state's gradient when ``ln_carry`` is "normalized".
     """
     xp = namespace_of(cs_prev)
     i, cs, f, o, ci, co, _ = state
     zeros = xp.zeros_like(cs_prev)
     d_h = zeros if d_h is None else d_h
     d_cs = zeros if d_cs is None else d_cs
+    up = {} if gates is None else {k: v for k, v in gates.items() if v is not None}
     peephole = wci is not None
 
     do = d_h * co * o * (1 - o)
     dco = d_h * o * (1 - co * co)
+    do = _plus(do, _through(up, "d_o", o * (1 - o)))         # the gates' own upstreams
+    dco = _plus(dco, _through(up, "d_co", 1 - co * co))
     dcs = d_cs + do * wco if peephole else d_cs  # the carried cs's gradient
     d_norm = (None, None)
     if layer_norm is None:
@@ -229,6 +244,9 @@ def lstm_gate_grads(cs_prev, state, *, d_h=None, d_cs=None, wci=None, wcf=None, 
     di = dcs * ci * i * (1 - i)
     dci = dcs * i * (1 - ci * ci)
     df = dcs * cs_prev * f * (1 - f)
+    di = _plus(di, _through(up, "d_i", i * (1 - i)))          # the gates' own upstreams
+    dci = _plus(dci, _through(up, "d_ci", 1 - ci * ci))
+    df = _plus(df, _through(up, "d_f", f * (1 - f)))
     d_gates = xp.concatenate([di, dci, df, do], axis=1)
 
     dcs_prev = dcs * f
@@ -266,11 +284,13 @@ def lstm_cell_norm_grad(xp, cs_prev, state, dco, dcs, norm, epsilon, carry, cell
 
 
 def lstm_cell_grad(x, cs_prev, h_prev, weights, state, settings, *, d_h=None, d_cs=None,
-                   clip_grad="exact"):
-    """Gradient of one LSTM step with respect to every input.
+                   d_i=None, d_f=None, d_o=None, d_ci=None, d_co=None, clip_grad="exact"):
+    """Gradient of one LSTM step with respect to every input, from the upstream gradients
+    of every field of its result (``d_i, d_f, d_o, d_ci, d_co`` those of the gates, the
+    projection's ``m = o∘co`` before it):
 
         dm, dw_proj = lstm_projection_grad(...)      (dm = d_h without a projection)
-        dG = lstm_gate_grads(..., d_h=dm)
+        dG = lstm_gate_grads(..., d_h=dm, gates={d_i, d_f, d_o, d_ci, d_co})
         dz_x = dz_h = dG      (a layer norm: each through its norm, lstm_gate_norm_grads)
         dx = dz_x·W_xᵀ;   dh_prev = dz_h·W_hᵀ;   dw = [xᵀ·dz_x ; h_prevᵀ·dz_h];   db = Σ dG
     """
@@ -278,8 +298,9 @@ def lstm_cell_grad(x, cs_prev, h_prev, weights, state, settings, *, d_h=None, d_
     w, _, wci, wcf, wco, w_proj, norm = weights
     n_in = x.shape[1]
     d_m, dw_proj = lstm_projection_grad(xp, state, d_h, w_proj, settings.proj_clip, clip_grad)
-    gg = lstm_gate_grads(cs_prev, state, d_h=d_m, d_cs=d_cs, wci=wci, wcf=wcf, wco=wco,
-                         cell_clip=settings.cell_clip, clip_grad=clip_grad,
+    gates = {"d_i": d_i, "d_f": d_f, "d_o": d_o, "d_ci": d_ci, "d_co": d_co}
+    gg = lstm_gate_grads(cs_prev, state, d_h=d_m, d_cs=d_cs, gates=gates, wci=wci, wcf=wcf,
+                         wco=wco, cell_clip=settings.cell_clip, clip_grad=clip_grad,
                          **_norm_keywords(weights, settings))
     dz_x = dz_h = gg.gates
     d_norm = None
@@ -347,7 +368,8 @@ def lstm_sequence(x, cs0, h0, weights, settings):
 
 
 def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=None,
-                       d_h_final=None, d_cs_final=None, clip_grad="exact"):
+                       d_h_final=None, d_cs_final=None, d_i=None, d_f=None, d_o=None,
+                       d_ci=None, d_co=None, clip_grad="exact"):
     """Backpropagation through time for ``lstm_sequence``.
 
     Walking back from the final states, the gradient of the state after step t is carried
@@ -355,15 +377,13 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
     and goes through ``lstm_gate_grads``, a frozen row passes the carry through unchanged:
 
         dm_t, dw_proj_t = lstm_projection_grad(step t, dh_next + d_h[t])   (dm_t = d_h without)
-        dG_t = lstm_gate_grads(cs_prev_t, step t, d_h = dm_t, d_cs = dcs_next + d_cs[t])
+        dG_t = lstm_gate_grads(cs_prev_t, step t, dm_t, dcs_next + d_cs[t], d_i[t], ..., d_co[t])
         dz_h_t = dG_t   (a layer norm: layer_norm_grad(dG_t, γ_h, ĥ_t, r_t))
         dh_next = dz_h_t·W_hᵀ;  dcs_next = dcs_prev from the same call;  dw_proj = Σ_t dw_proj_t
 
     and after the loop the weight gradients (``_weight_grads``). The masks (docs/spec.md
     §11.3): the matmuls saw ``x∘m_in`` and ``h_prev∘m_rec``, so ``dx`` and the matmul's
-    part of ``dh_next`` are masked the same way; a zoned state's gradient splits into the
-    new state's ``(1-z)∘g`` and the old one's ``z∘g`` (``zoneout_grad``).
-    """
+    part of ``dh_next`` are masked alike; zoneout splits g into ``(1-z)∘g``, ``z∘g``."""
     xp = namespace_of(x)
     w, _, wci, _, _, w_proj, norm = weights
     seq_len, m_rec = settings.seq_len, settings.recurrent_mask
@@ -389,9 +409,10 @@ def lstm_sequence_grad(x, cs0, h0, weights, seq, settings, *, d_h=None, d_cs=Non
         dcs_t, dcs_old = zoneout_grad(at_step(settings.zoneout_cs, t),
                                       dcs_next if d_cs is None else dcs_next + d_cs[t])
         # After the split: a zoneout mask past a row's length is never read.
-        gg, dw_proj_t = _step_grads(
-            xp, _at(seq, t), cs_prev[t], keep(valid, dh_t, zeros),
-            keep(valid, dcs_t, cs_zeros), weights, settings, clip_grad)
+        gg, dw_proj_t = _step_grads(xp, _at(seq, t), cs_prev[t], keep(valid, dh_t, zeros),
+                                    keep(valid, dcs_t, cs_zeros), _gates_at(
+                                        (d_i, d_f, d_o, d_ci, d_co), t, valid, cs_zeros),
+                                    weights, settings, clip_grad)
         d_gates[t] = gg.gates
         if norm is not None:  # the recurrent part's norm, step by step
             dz_h[t] = layer_norm_grad(gg.gates, norm.gamma_h, *(a[t] for a in stats[1]))[0]
@@ -413,27 +434,42 @@ def _at(seq, t):
     return LSTMCellState(*(getattr(seq, name)[t] for name in LSTMCellState._fields))
 
 
+def _gates_at(gates, t, valid, zeros):
+    """Step t's upstream gradients of the gate fields ``(d_i, ..., d_co)`` by keyword (None
+    where absent), zero in the rows past their length (never read there)."""
+    return {k: None if g is None else keep(valid, g[t], zeros)
+            for k, g in zip(GATE_UPSTREAM, gates, strict=True)}
+
+
 def _sums(gg):
     """A ``GateGrads``'s parts summed over the steps: the peepholes' and the cell norm's."""
     return gg.wci, gg.wcf, gg.wco, gg.gamma_c, gg.beta_c
 
 
-def _step_grads(xp, step, cs_prev, d_h, d_cs, weights, settings, clip_grad):
-    """One step's backward from the gradients of its new (unzoned) states: the projection's,
-    then the gates' (``lstm_projection_grad``, ``lstm_gate_grads``). Returns ``(GateGrads,
-    dw_proj)``."""
+def _step_grads(xp, step, cs_prev, d_h, d_cs, gates, weights, settings, clip_grad):
+    """One step's backward from the gradients of its new (unzoned) states and of its gates
+    (``gates``, by keyword): the projection's, then the gates' (``lstm_projection_grad``,
+    ``lstm_gate_grads``). Returns ``(GateGrads, dw_proj)``."""
     step = _unzoned(xp, step, cs_prev, weights, settings)
     d_m, dw_proj = lstm_projection_grad(xp, step, d_h, weights.w_proj, settings.proj_clip,
                                         clip_grad)
-    gg = lstm_gate_grads(cs_prev, step, d_h=d_m, d_cs=d_cs, wci=weights.wci, wcf=weights.wcf,
-                         wco=weights.wco, cell_clip=settings.cell_clip, clip_grad=clip_grad,
-                         **_norm_keywords(weights, settings))
+    gg = lstm_gate_grads(cs_prev, step, d_h=d_m, d_cs=d_cs, gates=gates, wci=weights.wci,
+                         wcf=weights.wcf, wco=weights.wco, cell_clip=settings.cell_clip,
+                         clip_grad=clip_grad, **_norm_keywords(weights, settings))
     return gg, dw_proj
 
 
 def _plus(a, b):
     """``a + b``, or ``a`` when ``b`` is None."""
     return a if b is None else a + b
+
+
+def _through(upstream, name, slope):
+    """The upstream gradient ``upstream[name]`` of a gate's activation times the
+    activation's derivative ``slope`` (σ' = σ(1-σ), tanh' = 1-tanh²): its part of the gate's
+    pre-activation gradient; None without it."""
+    g = upstream.get(name)
+    return None if g is None else g * slope
 
 
 def _unzoned(xp, step, cs_prev, weights, settings):
@@ -594,24 +630,31 @@ def lstm_sequence_jvp(x, cs0, h0, weights, tangents, settings):
 
 
 def lstm_cell_grad_jvp(x, cs_prev, h_prev, weights, state, tangents, settings, *, d_h=None,
-                       d_cs=None, d_h_tangent=None, d_cs_tangent=None, clip_grad="exact"):
+                       d_cs=None, d_i=None, d_f=None, d_o=None, d_ci=None, d_co=None,
+                       d_h_tangent=None, d_cs_tangent=None, d_i_tangent=None,
+                       d_f_tangent=None, d_o_tangent=None, d_ci_tangent=None,
+                       d_co_tangent=None, clip_grad="exact"):
     """The JVP of ``lstm_cell_grad`` along ``tangents`` (an ``LSTMCellGrads`` of the inputs'
-    tangents) and the upstream gradients' tangents: ``(grads, grads_tangent)``, by
-    ``gradient_jvp``."""
+    tangents) and the upstream gradients' tangents (every field's, the gates' too):
+    ``(grads, grads_tangent)``, by ``gradient_jvp``."""
+    given = locals()
+    upstream = {name: (given[name], given[f"{name}_tangent"], getattr(state, name[2:]))
+                for name in ("d_h", "d_cs", *GATE_UPSTREAM)}
     return gradient_jvp(lstm_cell_jvp, lstm_cell_grad, (x, cs_prev, h_prev), weights, state,
-                        tangents, settings, {"d_h": (d_h, d_h_tangent, state.h),
-                                             "d_cs": (d_cs, d_cs_tangent, state.cs)},
-                        clip_grad=clip_grad)
+                        tangents, settings, upstream, clip_grad=clip_grad)
 
 
 def lstm_sequence_grad_jvp(x, cs0, h0, weights, seq, tangents, settings, *, d_h=None,
-                           d_cs=None, d_h_final=None, d_cs_final=None, d_h_tangent=None,
+                           d_cs=None, d_h_final=None, d_cs_final=None, d_i=None, d_f=None,
+                           d_o=None, d_ci=None, d_co=None, d_h_tangent=None,
                            d_cs_tangent=None, d_h_final_tangent=None, d_cs_final_tangent=None,
-                           clip_grad="exact"):
+                           d_i_tangent=None, d_f_tangent=None, d_o_tangent=None,
+                           d_ci_tangent=None, d_co_tangent=None, clip_grad="exact"):
     """The JVP of ``lstm_sequence_grad`` along ``tangents`` (an ``LSTMSequenceGrads``) and
-    the upstream gradients' tangents: ``(grads, grads_tangent)``, by ``gradient_jvp``."""
-    upstream = {"d_h": (d_h, d_h_tangent, seq.h), "d_cs": (d_cs, d_cs_tangent, seq.cs),
-                "d_h_final": (d_h_final, d_h_final_tangent, seq.h_final),
-                "d_cs_final": (d_cs_final, d_cs_final_tangent, seq.cs_final)}
+    the upstream gradients' tangents (every field's, the gates' too): ``(grads,
+    grads_tangent)``, by ``gradient_jvp``."""
+    given = locals()
+    upstream = {name: (given[name], given[f"{name}_tangent"], getattr(seq, name[2:]))
+                for name in ("d_h", "d_cs", "d_h_final", "d_cs_final", *GATE_UPSTREAM)}
     return gradient_jvp(lstm_sequence_jvp, lstm_sequence_grad, (x, cs0, h0), weights, seq,
                         tangents, settings, upstream, clip_grad=clip_grad)

@@ -171,7 +171,8 @@ class LSTMBackend(Protocol):
                   settings: LSTMSettings) -> LSTMCellState: ...
 
     def lstm_cell_grad(self, x, cs_prev, h_prev, weights: LSTMWeights, state: LSTMCellState,
-                       settings: LSTMSettings, *, d_h=None, d_cs=None,
+                       settings: LSTMSettings, *, d_h=None, d_cs=None, d_i=None, d_f=None,
+                       d_o=None, d_ci=None, d_co=None,
                        clip_grad="exact") -> LSTMCellGrads: ...
 
     def lstm_sequence(self, x, cs0, h0, weights: LSTMWeights,
@@ -179,8 +180,8 @@ class LSTMBackend(Protocol):
 
     def lstm_sequence_grad(self, x, cs0, h0, weights: LSTMWeights, seq: LSTMSequence,
                            settings: LSTMSettings, *, d_h=None, d_cs=None, d_h_final=None,
-                           d_cs_final=None, clip_grad="exact") -> LSTMSequenceGrads: ...
-
+                           d_cs_final=None, d_i=None, d_f=None, d_o=None, d_ci=None,
+                           d_co=None, clip_grad="exact") -> LSTMSequenceGrads: ...
 
     def lstm_cell_jvp(self, x, cs_prev, h_prev, weights: LSTMWeights, tangents: LSTMCellGrads,
                       settings: LSTMSettings) -> tuple[LSTMCellState, LSTMCellState]: ...
@@ -190,17 +191,30 @@ class LSTMBackend(Protocol):
 
     def lstm_cell_grad_jvp(self, x, cs_prev, h_prev, weights: LSTMWeights,
                            state: LSTMCellState, tangents: LSTMCellGrads,
-                           settings: LSTMSettings, *, d_h=None, d_cs=None, d_h_tangent=None,
-                           d_cs_tangent=None,
+                           settings: LSTMSettings, *, d_h=None, d_cs=None, d_i=None,
+                           d_f=None, d_o=None, d_ci=None, d_co=None, d_h_tangent=None,
+                           d_cs_tangent=None, d_i_tangent=None, d_f_tangent=None,
+                           d_o_tangent=None, d_ci_tangent=None, d_co_tangent=None,
                            clip_grad="exact") -> tuple[LSTMCellGrads, LSTMCellGrads]: ...
 
     def lstm_sequence_grad_jvp(self, x, cs0, h0, weights: LSTMWeights, seq: LSTMSequence,
                                tangents: LSTMSequenceGrads, settings: LSTMSettings, *,
                                d_h=None, d_cs=None, d_h_final=None, d_cs_final=None,
+                               d_i=None, d_f=None, d_o=None, d_ci=None, d_co=None,
                                d_h_tangent=None, d_cs_tangent=None, d_h_final_tangent=None,
-                               d_cs_final_tangent=None, clip_grad="exact"
+                               d_cs_final_tangent=None, d_i_tangent=None, d_f_tangent=None,
+                               d_o_tangent=None, d_ci_tangent=None, d_co_tangent=None,
+                               clip_grad="exact"
                                ) -> tuple[LSTMSequenceGrads, LSTMSequenceGrads]: ...
 
+
+GATE_FIELDS: tuple[str, ...] = tuple(name for name in _LSTMCellState._fields
+                                     if name not in ("cs", "h"))
+"""The gate activations of a result, ``("i", "f", "o", "ci", "co")``: each can carry an
+upstream gradient ``d_<field>`` (docs/spec.md §16.1), as ``h`` and ``cs`` can."""
+
+GATE_UPSTREAM: tuple[str, ...] = tuple(f"d_{name}" for name in GATE_FIELDS)
+"""Their upstream gradients' keywords, ``("d_i", "d_f", "d_o", "d_ci", "d_co")``."""
 
 PEEPHOLES: tuple[str, ...] = LSTMWeights._fields[2:5]
 """The peephole vectors ``("wci", "wcf", "wco")``: all three or none."""
@@ -268,7 +282,18 @@ DOCS: dict[str, str] = {
         of its fields.""",
     "lstm_cell_grad": """
         Gradient of ``lstm_cell`` with respect to every input, given the forward's ``state``
-        and the upstream gradients ``d_h`` and ``d_cs`` (None: zeros).
+        and the upstream gradients of its fields (docs/spec.md §16.1; each keyword-only,
+        None: zeros, ``[B, H]`` as its field, ``d_h [B, P]``): ``d_h``, ``d_cs`` and the
+        gates' ``d_i``, ``d_f``, ``d_o``, ``d_ci``, ``d_co``. Each gate's enters where its
+        pre-activation's gradient is formed, through its activation (σ' = σ(1-σ),
+        tanh' = 1-tanh²; ``dcs`` the clipped state's gradient, before the clip's mask):
+
+            dGo = (d_h∘co + d_o)∘o(1-o);   dcs = (d_h∘o + d_co)∘(1-co²) + d_cs + dGo∘wco
+            dGi = (dcs∘ci + d_i)∘i(1-i);   dGc = (dcs∘i + d_ci)∘(1-ci²)
+            dGf = (dcs∘cs_prev + d_f)∘f(1-f)
+
+        With a layer norm ``(d_h∘o + d_co)∘(1-co²)`` is the gradient of ``n = LN(c̃)``, taken
+        through the norm's backward (§9.2).
 
         ``cell_clip``, ``proj_clip``, ``ln_epsilon``, ``ln_carry``, the peepholes, the
         projection and the layer norm are the forward's, as ``state`` records them; passing a
@@ -289,10 +314,12 @@ DOCS: dict[str, str] = {
         Second order (docs/spec.md §12): the JVP of ``lstm_cell_grad`` in all its array
         inputs, along ``tangents`` (an ``LSTMCellGrads`` of the inputs' tangents, as for
         ``lstm_cell_jvp``) and the upstream gradients' tangents ``d_h_tangent``,
-        ``d_cs_tangent`` (None: zero). Arguments and keywords are ``lstm_cell_grad``'s; the
-        saved ``state`` moves with the inputs, by ``lstm_cell_jvp``.
+        ``d_cs_tangent``, ``d_i_tangent``, ``d_f_tangent``, ``d_o_tangent``,
+        ``d_ci_tangent``, ``d_co_tangent`` (None: zero). Arguments and keywords are
+        ``lstm_cell_grad``'s; the saved ``state`` moves with the inputs, by
+        ``lstm_cell_jvp``.
 
-        With ``d_h``, ``d_cs`` the gradient of a loss and their tangents its Hessian applied to
+        With the upstream gradients of a loss and their tangents its Hessian applied to
         the state's tangent, the second result is the Hessian-vector product of the loss; by
         the symmetry of second derivatives it is also the double backward.
 
@@ -338,27 +365,31 @@ DOCS: dict[str, str] = {
     "lstm_sequence_grad": """
         Backpropagation through time for ``lstm_sequence``, given its result ``seq``.
 
-        Upstream gradients (each optional, None meaning zeros): ``d_h [T, B, P]``, ``d_cs
-        [T, B, H]`` for the per-step ``h`` and ``cs``, ``d_h_final [B, P]``, ``d_cs_final
-        [B, H]`` for the final states. ``cell_clip``, ``proj_clip``, ``ln_epsilon``,
-        ``ln_carry``, ``seq_len``, ``reverse``, ``batch_first``, the masks, the peepholes, the
-        projection and the layer norm are the forward's, as ``seq`` records them (the per-step
-        arrays in the forward's layout): passing them again is
-        allowed, a contradicting value raises ``ValueError`` naming it (for a ``seq`` that
-        records nothing, the keywords decide as for ``lstm_sequence``).
+        Upstream gradients (each keyword-only and optional, None meaning zeros): ``d_h
+        [T, B, P]``, ``d_cs [T, B, H]`` for the per-step ``h`` and ``cs``, ``d_h_final
+        [B, P]``, ``d_cs_final [B, H]`` for the final states, and ``d_i``, ``d_f``, ``d_o``,
+        ``d_ci``, ``d_co [T, B, H]`` for the per-step gates (docs/spec.md §16.1): each step's
+        enter that step's gate gradients as in ``lstm_cell_grad``, the step's own gates (with
+        zoneout too, and ``d_co`` through the step's own unzoned cell state).
+
+        ``cell_clip``, ``proj_clip``, ``ln_epsilon``, ``ln_carry``, ``seq_len``, ``reverse``,
+        ``batch_first``, the masks, the peepholes, the projection and the layer norm are the
+        forward's, as ``seq`` records them (the per-step arrays in the forward's layout):
+        passing them again is allowed, a contradicting value raises ``ValueError`` naming it
+        (for a ``seq`` that records nothing, the keywords decide as for ``lstm_sequence``).
         ``clip_grad`` as for ``lstm_cell_grad`` ("exact": zero through an active clip;
-        "straight_through": TF's). Entries of ``x``, ``d_h`` and ``d_cs`` past a row's length
-        are never read.
+        "straight_through": TF's). Entries of ``x`` and of the per-step upstream gradients past
+        a row's length are never read.
 
         Returns ``LSTMSequenceGrads(x, cs0, h0, w, b, wci, wcf, wco, w_proj, layer_norm)`` (None
         for what was not given; ``layer_norm`` an ``LSTMNorm`` of the six gradients).""",
     "lstm_sequence_grad_jvp": """
         Second order (docs/spec.md §12): the JVP of ``lstm_sequence_grad`` in all its array
         inputs, along ``tangents`` (an ``LSTMSequenceGrads`` of the inputs' tangents, as for
-        ``lstm_sequence_jvp``) and the upstream gradients' tangents ``d_h_tangent``, ...
-        (None: zero; in the forward's layout). Arguments and keywords are
-        ``lstm_sequence_grad``'s; the saved ``seq`` moves with the inputs, by
-        ``lstm_sequence_jvp``.
+        ``lstm_sequence_jvp``) and the upstream gradients' tangents ``d_h_tangent``, ...,
+        ``d_co_tangent``, one per upstream gradient (None: zero; in the forward's layout).
+        Arguments and keywords are ``lstm_sequence_grad``'s; the saved ``seq`` moves with the
+        inputs, by ``lstm_sequence_jvp``.
 
         With the upstream gradients a loss's gradient and their tangents its Hessian applied
         to the result's tangent, the second result is the loss's Hessian-vector product.
@@ -409,9 +440,10 @@ makes the functions)."""
 CELL = CellSpec(
     "lstm",
     OpSpec("lstm_cell", False, ("cs_prev", "h_prev"), LSTMWeights, LSTMSettings,
-           LSTMCellState, LSTMCellGrads, ("d_h", "d_cs"), "P", {"layer_norm": LSTMNorm}),
+           LSTMCellState, LSTMCellGrads, ("d_h", "d_cs", *GATE_UPSTREAM), "P",
+           {"layer_norm": LSTMNorm}),
     OpSpec("lstm_sequence", True, ("cs0", "h0"), LSTMWeights, LSTMSettings, LSTMSequence,
-           LSTMSequenceGrads, ("d_h", "d_cs", "d_h_final", "d_cs_final"), "P",
+           LSTMSequenceGrads, ("d_h", "d_cs", "d_h_final", "d_cs_final", *GATE_UPSTREAM), "P",
            {"layer_norm": LSTMNorm}),
     StackSpec(LSTMStack, LSTMStackGrads),
     keywords=(Keyword("forget_bias", 1.0, "float", "real", forward_only=True),
