@@ -63,9 +63,13 @@ print({name: value.shape for name, value in st._asdict().items()})
 # $\partial h/\partial u = h_{prev} - c$:
 #
 # $$\bar c = \bar h\circ(1-u)\circ(1-c^2), \qquad \bar u = \bar h\circ(h_{prev} - c)\circ u(1-u)$$
+#
+# A loss may also read the gates themselves (every field of a result is an output, spec
+# §16.1): their upstream gradients $\partial L/\partial c$, $\partial L/\partial u$ join
+# $\bar h$'s paths before the activations' derivatives (`_plus` adds one that is given).
 
 # %%
-show(ref.gru_gate_grads, "dc_bar = d_h *", "du_bar = d_h *")
+show(ref.gru_gate_grads, "dc_bar = _plus(d_h * (1 - u)", "du_bar = _plus(d_h * (h_prev - c)")
 
 # %% [markdown]
 # **The candidate's matmul.** Its input is $[x,\ r\circ h_{prev}]$, so the transposed matmul
@@ -89,7 +93,8 @@ show(ref.gru_cell_grad, "dw_c = xp.concatenate([x, r * h_prev]", "db_c = dc_bar.
 #   \frac{\partial L}{\partial b_{ru}} = \sum_{batch} [\bar r,\ \bar u]$$
 
 # %%
-show(ref.gru_gate_grads, "dr_bar = d_hr *", "return dc_bar, xp.concatenate([dr_bar, du_bar]")
+show(ref.gru_gate_grads, "dr_bar = _plus(d_hr * h_prev",
+     "return dc_bar, xp.concatenate([dr_bar, du_bar]")
 show(ref.gru_cell_grad, "dxh_1 = d_ru @ w_ru.T", "w_ru=xp.concatenate")
 
 # %% [markdown]

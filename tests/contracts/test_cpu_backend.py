@@ -511,11 +511,13 @@ def test_backward_kernel_accumulates_the_reductions():
     sums = [rng.standard_normal(4 * n_hidden)] + [rng.standard_normal(n_hidden)
                                                   for _ in range(3)]
     start = [s.copy() for s in sums]
+    d_fields = rng.standard_normal((5, n_batch, n_hidden))     # d_i, d_f, d_o, d_ci, d_co
     d_gates, dcs_prev = np.empty((n_batch, 4 * n_hidden)), np.empty((n_batch, n_hidden))
     _lstm_kernels.lstm_backward_kernel(case["cs_prev"], *state[:6], d_h, True, d_h, False,
-                                       case["wci"], case["wcf"], case["wco"], True, np.inf,
-                                       d_gates, dcs_prev, *sums)
-    grads = gc.lstm_cell_grad(*[case[k] for k in LSTM_ARGS], state, d_h=d_h,
+                                       d_fields, True, case["wci"], case["wcf"], case["wco"],
+                                       True, np.inf, d_gates, dcs_prev, *sums)
+    gates = dict(zip(("d_i", "d_f", "d_o", "d_ci", "d_co"), d_fields, strict=True))
+    grads = gc.lstm_cell_grad(*[case[k] for k in LSTM_ARGS], state, d_h=d_h, **gates,
                               **{k: case[k] for k in PEEPHOLES}, backend="reference")
     for total, before, expected in zip(sums, start, (grads.b, grads.wci, grads.wcf,
                                                      grads.wco), strict=True):

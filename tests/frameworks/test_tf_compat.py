@@ -487,12 +487,17 @@ def test_bad_attributes(rng, attr, value, error):
         tc.block_lstm(2, *sequence_args(seq, False), **{attr: value})
 
 
-def test_float16_is_rejected_float64_accepted(rng):
-    """TF takes float16/float32; gradcells takes float32/float64 (docs/spec.md §6 fault 10)."""
+def test_float16_and_float64_are_accepted(rng):
+    """TF takes float16/float32, gradcells float32/float64 and NumPy float16 computed in
+    float32 (docs/spec.md §6 fault 10, §16.4): a float16 mirror call is the float32 call
+    rounded."""
     case = lstm_cell_case(rng, dtype=np.float16)
-    with pytest.raises(TypeError, match="x must have dtype float32 or float64, got float16"):
-        tc.lstm_block_cell(*cell_args(case, False)[:4], *[np.zeros(5, np.float16)] * 3,
-                           case["b"])
+    args = [*cell_args(case, False)[:4], *[np.zeros(5, np.float16)] * 3, case["b"]]
+    half = tc.lstm_block_cell(*args)
+    single = tc.lstm_block_cell(*(a.astype(np.float32) for a in args))
+    for a, b in zip(half, single, strict=True):
+        assert a.dtype == np.float16
+        np.testing.assert_array_equal(a, b.astype(np.float16))
     case = lstm_cell_case(rng, dtype=np.float64)
     assert tc.lstm_block_cell(*cell_args(case, False)).h.dtype == np.float64
 

@@ -26,7 +26,7 @@ from gradcells.cells import OPS, STACKS  # noqa: E402
 
 gtorch = pytest.importorskip("gradcells.torch")
 
-from test_torch_functions import _as_function, _case, _torch_case  # noqa: E402
+from test_torch_functions import _as_function, _case, _taken, _torch_case  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = (*OPS, *STACKS)
@@ -103,7 +103,8 @@ def test_a_gradient_on_a_gate_goes_through_the_custom_op(custom_ops):
     assert "gradcells_lstm_sequence_default" in result.h.grad_fn.name()
     weight = np.random.default_rng(1).standard_normal(result.i.shape)
     ((result.i * torch.tensor(weight)).sum() + result.h.sum()).backward()
-    want = gc.lstm_sequence_grad(**case, seq=gc.lstm_sequence(**case), d_i=weight,
+    want = gc.lstm_sequence_grad(**_taken("lstm_sequence_grad", case),
+                                 seq=gc.lstm_sequence(**case), d_i=weight,
                                  d_h=np.ones(result.h.shape))
     np.testing.assert_allclose(tcase["x"].grad.numpy(), want.x, rtol=1e-12, atol=1e-12)
 
