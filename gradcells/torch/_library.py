@@ -249,7 +249,10 @@ def _grad_impl(layout: _Layout):
     def grad(primals, given, constants, outputs, upstream, *settings):
         result = _result_of(outputs[-1], op.name)
         with on_device(primals[0].device):
-            keywords = {k: view(u) for k, u in upstream_keywords(op, result, upstream).items()}
+            # AOTAutograd hands every unused output a zero gradient: those add nothing, and
+            # left out, the gradient runs no pass for them (the gates' when no loss reads them)
+            keywords = {k: view(u) for k, u in upstream_keywords(op, result, upstream).items()
+                        if bool(u.any())}
             grads = op.call("_grad", layout.tree([view(t) for t in primals], given),
                             backend_only(layout.config(constants, settings)),
                             **{op.result_arg: result}, **keywords)
