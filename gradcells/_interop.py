@@ -290,7 +290,7 @@ def computes_half_in_single(func):
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         first = args[0] if args else next(iter(kwargs.values()), None)
-        if type(first) is not np.ndarray or first.dtype != _HALF:
+        if type(first) is not np.ndarray or first.dtype.char != "e":   # "e": float16
             return func(*args, **kwargs)
         for name, value in _named_arrays(names, args, kwargs):
             if type(value) is np.ndarray and value.dtype.kind == "f" and value.dtype != _HALF:

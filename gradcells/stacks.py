@@ -166,6 +166,7 @@ def _layer_input(x, layers, layer, directions, masks):
 def _backward(cell, x, states, weights, stack, upstream, backend, **options):
     """The layers from the top down; returns the stack's gradients."""
     v.stack_weights(cell.weights, x, weights, stack)
+    v.stack_states(dict(zip(cell.states, states, strict=True)), len(weights))
     record = stack.settings
     directions = 2 if record.bidirectional else 1
     layers, masks = stack.layers, record.dropout_masks
@@ -198,6 +199,7 @@ def _backward_jvp(cell, x, states, weights, stack, tangents, upstream, backend, 
     JVP, its upstream gradient's tangent the slice of the one above. Returns ``(grads,
     grads_tangent)``."""
     v.stack_weights(cell.weights, x, weights, stack)
+    v.stack_states(dict(zip(cell.states, states, strict=True)), len(weights))
     record = stack.settings
     directions = 2 if record.bidirectional else 1
     layers, masks = stack.layers, record.dropout_masks

@@ -47,7 +47,7 @@ class Keyword:
     forward_only: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)   # one object per op: hashed and compared by identity
 class OpSpec:
     """One forward operation and its gradient.
 
@@ -125,7 +125,7 @@ class StackSpec:
     defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)   # one object per cell: hashed and compared by identity
 class CellSpec:
     """Everything the library outside a cell's folder knows about the cell.
 

@@ -28,13 +28,19 @@ from .settings import (
     real_value,
     seq_len_value,
 )
-from .stacks import stack_args, stack_layer_upstream, stack_upstream, stack_weights
+from .stacks import (
+    stack_args,
+    stack_layer_upstream,
+    stack_states,
+    stack_upstream,
+    stack_weights,
+)
 from .tangents import stack_tangents, tangents_value, upstream_tangents
 
 __all__ = [
     "FLOAT_DTYPES", "refused_subclass", "forward_args", "grad_args", "bool_value",
     "choice_value", "clip_value", "grad_option", "groups_given", "keyword_value",
     "mask_value", "positive_value", "real_value", "seq_len_value", "stack_args",
-    "stack_layer_upstream", "stack_upstream", "stack_weights", "stack_tangents",
+    "stack_layer_upstream", "stack_states", "stack_upstream", "stack_weights", "stack_tangents",
     "tangents_value", "upstream_tangents",
 ]

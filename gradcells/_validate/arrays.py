@@ -237,21 +237,29 @@ def flat_weights(spec, weights):
     tuple of its type holding arrays."""
     if not spec.nested:
         return weights
-    flat = []
-    for name, value in zip(weights._fields, weights, strict=True):
-        kind = spec.nested.get(name)
-        if kind is None:
-            flat.append(value)
-        elif value is None:
-            flat += [None] * len(kind._fields)
-        elif not isinstance(value, kind):
-            raise TypeError(f"{name} must be a gradcells.{kind.__name__} of "
-                            f"{len(kind._fields)} arrays or None, got {type(value).__name__}")
-        else:
-            require_arrays([(f"{name}.{f}", a, None)
+    flat: tuple = ()
+    start = 0
+    for index, kind in _NESTED_AT[spec.name]:
+        value = weights[index]
+        if value is None:
+            inner: tuple = _NONES[kind]
+        elif isinstance(value, kind):
+            inner = value
+            require_arrays([(f"{weights._fields[index]}.{f}", a, None)
                             for f, a in zip(kind._fields, value, strict=True)])
-            flat += value
-    return tuple(flat)
+        else:
+            raise TypeError(f"{weights._fields[index]} must be a gradcells.{kind.__name__} of "
+                            f"{len(kind._fields)} arrays or None, got {type(value).__name__}")
+        flat += (*weights[start:index], *inner)
+        start = index + 1
+    return flat + tuple(weights[start:])
+
+
+_NESTED_AT = {op: tuple((spec.weights._fields.index(name), kind)
+                        for name, kind in spec.nested.items()) for op, spec in OPS.items()}
+"""Where each op's nested weight sets stand in its weights, with their types."""
+_NONES = {kind: (None,) * len(kind._fields) for spec in OPS.values()
+          for kind in spec.nested.values()}
 
 
 def checked_library(spec, x, states, weights, *, reset_after, batch_first=False, result=None,
@@ -277,7 +285,8 @@ def checked_library(spec, x, states, weights, *, reset_after, batch_first=False,
     proj = _proj_index(layout, grad) if projection else None
     library = _check_arrays(specs, n_required, layout.grad_labels if grad else layout.labels,
                             (spec.name, reset_after, projection, batch_first, grad), proj)
-    groups_given(SPECS[cell_of(spec.name)], weights)
+    if _GROUPS[spec.name]:
+        groups_given(spec.name, weights)
     return library
 
 
@@ -286,10 +295,15 @@ def _proj_index(layout, grad):
     index = layout.names.index("w_proj")
     return index + len(layout.result_names) if grad else index
 
-def groups_given(cell, weights):
-    """ValueError unless each of the cell's groups of optional weights (its flags: an
-    LSTM's peepholes) is given whole or not at all."""
-    for flag, names in cell.flags.items():
+_GROUPS = {op: tuple((flag, names) for flag, names in SPECS[cell_of(op)].flags.items()
+                    if len(names) > 1) for op in OPS}
+"""Each op's groups of more than one optional weight (the LSTM's peepholes), by flag."""
+
+
+def groups_given(op, weights):
+    """ValueError unless each of ``op``'s groups of optional weights (an LSTM's peepholes)
+    is given whole or not at all."""
+    for flag, names in _GROUPS[op]:
         given = [n for n in names if getattr(weights, n) is not None]
         if given and len(given) != len(names):
             missing = [n for n in names if n not in given]

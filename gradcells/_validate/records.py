@@ -20,13 +20,19 @@ from .arrays import checked_library
 from .settings import (
     bool_value,
     check_requires,
+    checked_record,
+    early_keywords,
     keyword_value,
+    late_keywords,
     mask_value,
-    needs_arrays,
+    named_weights,
     recorded_copy,
     seq_len_value,
-    settings_record,
+    weights_present,
 )
+
+_CELL = {op: SPECS[cell_of(op)] for op in OPS}
+"""Each op's cell spec."""
 
 
 def forward_args(op: str, x, states, weights, *, seq_len=None, reverse=False,
@@ -35,37 +41,54 @@ def forward_args(op: str, x, states, weights, *, seq_len=None, reverse=False,
     cell's settings as the caller gave them (each a ``Keyword`` of its spec; those not
     given keep their defaults), checked by their ``check`` before the arrays or, where the
     check needs the arrays' dtype, after them."""
-    spec, cell = OPS[op], SPECS[cell_of(op)]
-    given = _keywords_of(cell, keywords, grad=False)
-    values = {k.name: keyword_value(k, given[k.name]) for k in cell.keywords
-              if not needs_arrays(k)}
+    spec, cell = OPS[op], _CELL[op]
+    _known(cell, keywords, grad=False)
+    early = tuple((k.name, keyword_value(k, keywords.get(k.name, k.default)))
+                  for k in early_keywords(cell))
     order = ((bool_value("reverse", reverse), bool_value("batch_first", batch_first))
              if spec.sequence else (False, False))
     library = checked_library(spec, x, states, weights,
-                               reset_after=values.get("reset_after", False), batch_first=order[1])
-    values.update((k.name, keyword_value(k, given[k.name], x.dtype)) for k in cell.keywords
-                  if needs_arrays(k))
-    seq_len = (recorded_copy(seq_len_value(seq_len, library, x, order[1]))
-               if spec.sequence else None)
-    settings = settings_record(cell, spec, values, weights, seq_len)
-    check_requires(cell, settings, weights)
-    if order != (False, False):
-        settings = dataclasses.replace(settings, reverse=order[0], batch_first=order[1])
+                               reset_after=bool(early) and dict(early).get("reset_after", False),
+                               batch_first=order[1])
+    late = tuple(keywords.get(k.name, k.default) for k in late_keywords(cell))
+    present = tuple((n, getattr(weights, n) is not None) for n in named_weights(cell))
+    kinds = tuple(map(type, late))     # the key tells True from 1 and 1.0
+    try:
+        hash(late)
+    except TypeError:      # a 0-d array (a tensor's scalar): checked, not looked up
+        settings = checked_record.__wrapped__(cell, spec, early, late, kinds, x.dtype.char,
+                                              present)
+    else:
+        settings = checked_record(cell, spec, early, late, kinds, x.dtype.char, present)
+    if spec.sequence:
+        settings = _ordered(settings, seq_len, library, x, states, order, masks)
+    return library, settings
+
+
+def _ordered(settings, seq_len, library, x, states, order, masks):
+    """A sequence's record: its lengths, time order, layout and masks added."""
+    seq_len = recorded_copy(seq_len_value(seq_len, library, x, order[1]))
+    if seq_len is not None or order != (False, False):
+        settings = dataclasses.replace(settings, seq_len=seq_len, reverse=order[0],
+                                       batch_first=order[1])
     if masks and any(m is not None for m in masks.values()):
         settings = dataclasses.replace(settings, **{
             name: recorded_copy(mask_value(name, m, x, states, batch_first=order[1]))
             for name, m in masks.items() if m is not None})
-    return library, settings
+    return settings
 
 
-def _keywords_of(cell, keywords, *, grad):
-    """The cell's settings by name, as given (a forward's defaults where not given; None
-    in a gradient); TypeError for a keyword the cell does not take."""
-    taken = [k for k in cell.keywords if not (grad and k.forward_only)]
-    unknown = set(keywords) - {k.name for k in taken}
-    if unknown:
-        raise TypeError(f"the {cell.name} takes no setting {sorted(unknown)[0]!r}")
-    return {k.name: keywords.get(k.name, None if grad else k.default) for k in taken}
+def _known(cell, keywords, *, grad):
+    """TypeError for a keyword the cell does not take (a gradient takes no forward-only
+    setting)."""
+    if keywords and not _TAKEN[cell.name, grad].issuperset(keywords):
+        unknown = sorted(set(keywords) - _TAKEN[cell.name, grad])
+        raise TypeError(f"the {cell.name} takes no setting {unknown[0]!r}")
+
+
+_TAKEN = {(name, grad): frozenset(k.name for k in cell.keywords
+                                  if not (grad and k.forward_only))
+          for name, cell in SPECS.items() for grad in (False, True)}
 
 
 def grad_args(op: str, x, states, weights, result, upstream, *, seq_len=None, reverse=None,
@@ -76,31 +99,44 @@ def grad_args(op: str, x, states, weights, result, upstream, *, seq_len=None, re
 
     ``upstream``: the upstream gradients by name (None where absent).
     """
-    spec, cell = OPS[op], SPECS[cell_of(op)]
-    given = _keywords_of(cell, keywords, grad=True)
+    spec, cell = OPS[op], _CELL[op]
+    _known(cell, keywords, grad=True)
+    given = {name: value for name, value in keywords.items() if value is not None}
     recorded = result.settings if type(result) is spec.result else None
     settings = recorded or spec.settings(**{
         flag: getattr(weights, names[0]) is not None for flag, names in cell.flags.items()})
     settings = _given_again(spec, recorded, settings, {  # the shapes depend on these
-        **{k.name: (given[k.name], functools.partial(keyword_value, k)) for k in cell.keywords
-           if k.name in given and not needs_arrays(k)},
-        "reverse": (reverse, functools.partial(bool_value, "reverse")),
-        "batch_first": (batch_first, functools.partial(bool_value, "batch_first"))})
+        **{k.name: (given[k.name], functools.partial(keyword_value, k))
+           for k in early_keywords(cell) if k.name in given},
+        **{name: (value, functools.partial(bool_value, name))
+           for name, value in (("reverse", reverse), ("batch_first", batch_first))
+           if value is not None}})
     check_optional(cell, spec, recorded, weights)  # before the shapes (the projection's P)
     library = checked_library(spec, x, states, weights,
                                reset_after=getattr(settings, "reset_after", False),
                                batch_first=settings.batch_first, result=result,
                                upstream=upstream)
+    if (given or recorded is None or seq_len is not None
+            or (masks and any(m is not None for m in masks.values()))):
+        settings = _given_late(cell, spec, recorded, settings, given, library, x, states,
+                               weights, seq_len, masks)
+    return library, settings
+
+
+def _given_late(cell, spec, recorded, settings, given, library, x, states, weights, seq_len,
+                masks):
+    """``grad_args``' settings given again that need the arrays checked first: the lengths,
+    the keywords whose check needs the dtype, the masks; and the requirements."""
     batch_first = settings.batch_first
     settings = _given_again(spec, recorded, settings, {
         "seq_len": (seq_len, lambda value: seq_len_value(value, library, x, batch_first)),
         **{k.name: (given[k.name], functools.partial(keyword_value, k, dtype=x.dtype))
-           for k in cell.keywords if k.name in given and needs_arrays(k)},
+           for k in late_keywords(cell) if k.name in given},
         **{name: (m, functools.partial(mask_value, name, x=x, states=states,
                                        batch_first=batch_first))
            for name, m in (masks or {}).items()}})
-    check_requires(cell, settings, weights)
-    return library, settings
+    check_requires(cell, settings, weights_present(cell, weights))
+    return settings
 
 
 def _given_again(spec, recorded, settings, given):

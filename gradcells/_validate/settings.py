@@ -205,11 +205,23 @@ def mask_value(name, mask, x, states, *, batch_first):
     return mask
 
 
-def settings_record(cell, spec, values, weights, seq_len):
+def weights_present(cell, weights):
+    """Which of the weights the cell's flags and ``requires`` name are given, by name."""
+    return {name: getattr(weights, name) is not None for name in named_weights(cell)}
+
+
+@functools.cache
+def named_weights(cell):
+    """The weights the cell's flags and ``requires`` name."""
+    return tuple(dict.fromkeys((*(names[0] for names in cell.flags.values()),
+                                *(k.requires[0] for k in cell.keywords if k.requires))))
+
+
+def settings_record(cell, spec, values, present, seq_len=None):
     """The settings record of a forward call of ``spec`` (time order and layout aside):
     the checked keyword ``values``, the cell's flags (whether each group of optional
-    weights was given) and ``seq_len``."""
-    flags = {flag: getattr(weights, names[0]) is not None for flag, names in cell.flags.items()}
+    weights is ``present``, by ``weights_present``) and ``seq_len``."""
+    flags = {flag: present[names[0]] for flag, names in cell.flags.items()}
     record = _record(spec.settings, tuple({**values, **flags}.items()))
     return record if seq_len is None else dataclasses.replace(record, seq_len=seq_len)
 
@@ -220,16 +232,45 @@ def _record(kind, items):
     return kind(**dict(items))
 
 
-def check_requires(cell, settings, weights):
-    """ValueError for a setting other than its default whose weight is absent (a
-    ``Keyword.requires``): "proj_clip clips the projection: pass w_proj with it"."""
+def check_requires(cell, settings, present):
+    """ValueError for a setting other than its default whose weight is not ``present``
+    (a ``Keyword.requires``): "proj_clip clips the projection: pass w_proj with it"."""
     for keyword in cell.keywords:
         if keyword.requires is None or keyword.forward_only:
             continue
         weight, does = keyword.requires
         value = getattr(settings, keyword.name)
-        if getattr(weights, weight) is None and value != getattr(type(settings), keyword.name):
+        if not present[weight] and value != getattr(type(settings), keyword.name):
             raise ValueError(f"{keyword.name} {does}: pass {weight} with it")
+
+
+@functools.lru_cache(maxsize=1024)
+def checked_record(cell, spec, early, late, kinds, dtype, present):
+    """``settings_record`` and ``check_requires`` of a forward call whose keywords are
+    hashable: ``early`` the values checked before the arrays, ``late`` the ones given for
+    the checks that need the arrays' dtype (``kinds``: their types, ``dtype``: its
+    character code), ``present`` ``weights_present``'s items. A call with settings seen
+    before costs one lookup."""
+    dtype = np.dtype(dtype)
+    values = dict(early)
+    values.update((k.name, keyword_value(k, v, dtype))
+                  for k, v in zip(late_keywords(cell), late, strict=True))
+    present = dict(present)
+    record = settings_record(cell, spec, values, present)
+    check_requires(cell, record, present)
+    return record
+
+
+@functools.cache
+def early_keywords(cell):
+    """The cell's keywords whose check needs no array (checked before the arrays)."""
+    return tuple(k for k in cell.keywords if not needs_arrays(k))
+
+
+@functools.cache
+def late_keywords(cell):
+    """The cell's keywords whose check needs the arrays' dtype (checked after them)."""
+    return tuple(k for k in cell.keywords if needs_arrays(k))
 
 
 def recorded_copy(array):

@@ -34,12 +34,18 @@ def stack_args(weights_type, x, states, weights, *, bidirectional, batch_first,
     bool_value("batch_first", batch_first)
     widths = _stack_widths(weights_type, weights, directions)
     _check_chain(weights_type, weights, widths, directions, _input_width(x, batch_first))
-    for name, state in states.items():
-        if getattr(state, "ndim", None) != 3 or state.shape[0] != len(weights):
-            raise ValueError(
-                f"{name} must be a 3-D array [L·D, B, ·] with L·D = {len(weights)} (one state "
-                f"per weight set), got {described(state)}")
+    stack_states(states, len(weights))
     return directions, widths, _stack_masks(dropout_masks, x, widths, directions, batch_first)
+
+
+def stack_states(states, n_sets):
+    """ValueError unless each initial state (by name) is ``[L·D, B, ·]``, one per weight
+    set."""
+    for name, state in states.items():
+        if getattr(state, "ndim", None) != 3 or state.shape[0] != n_sets:
+            raise ValueError(
+                f"{name} must be a 3-D array [L·D, B, ·] with L·D = {n_sets} (one state "
+                f"per weight set), got {described(state)}")
 
 
 def _stack_widths(weights_type, weights, directions):
