@@ -83,3 +83,20 @@ def layer_norm_amplification(case):
         return 1.0
     worst = np.max(1 / np.sqrt(np.concatenate(variances) + case["ln_epsilon"]))
     return max(1.0, float(worst))
+
+
+_SUMMARY: list[str] = []
+
+
+def pytest_runtest_logreport(report):
+    """Collect the lines a test records as a ``summary`` property (``record_property``): they
+    reach the controller from xdist's workers with the report."""
+    if report.when == "call":
+        _SUMMARY.extend(str(value) for name, value in report.user_properties
+                        if name == "summary")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the collected ``summary`` lines (the fuzz's call count) at the end of the run."""
+    for line in _SUMMARY:
+        terminalreporter.write_line(line)

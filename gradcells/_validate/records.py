@@ -41,17 +41,18 @@ def forward_args(op: str, x, states, weights, *, seq_len=None, reverse=False,
     cell's settings as the caller gave them (each a ``Keyword`` of its spec; those not
     given keep their defaults), checked by their ``check`` before the arrays or, where the
     check needs the arrays' dtype, after them."""
-    spec, cell = OPS[op], _CELL[op]
-    _known(cell, keywords, grad=False)
+    spec, cell, taken, early_kw, late_kw, named = _PLAN[op]
+    if keywords and not taken.issuperset(keywords):
+        _known(cell, keywords, grad=False)
     early = tuple((k.name, keyword_value(k, keywords.get(k.name, k.default)))
-                  for k in early_keywords(cell))
+                  for k in early_kw)
     order = ((bool_value("reverse", reverse), bool_value("batch_first", batch_first))
              if spec.sequence else (False, False))
     library = checked_library(spec, x, states, weights,
                                reset_after=bool(early) and dict(early).get("reset_after", False),
                                batch_first=order[1])
-    late = tuple(keywords.get(k.name, k.default) for k in late_keywords(cell))
-    present = tuple((n, getattr(weights, n) is not None) for n in named_weights(cell))
+    late = tuple(keywords.get(k.name, k.default) for k in late_kw) if late_kw else ()
+    present = tuple((n, getattr(weights, n) is not None) for n in named) if named else ()
     kinds = tuple(map(type, late))     # the key tells True from 1 and 1.0
     try:
         hash(late)
@@ -89,6 +90,11 @@ def _known(cell, keywords, *, grad):
 _TAKEN = {(name, grad): frozenset(k.name for k in cell.keywords
                                   if not (grad and k.forward_only))
           for name, cell in SPECS.items() for grad in (False, True)}
+
+_PLAN = {op: (spec, _CELL[op], _TAKEN[_CELL[op].name, False], early_keywords(_CELL[op]),
+              late_keywords(_CELL[op]), named_weights(_CELL[op])) for op, spec in OPS.items()}
+"""What a forward call of each op checks: its spec and cell, the keywords it takes, those
+checked before and after the arrays, the weights its record notes."""
 
 
 def grad_args(op: str, x, states, weights, result, upstream, *, seq_len=None, reverse=None,

@@ -284,17 +284,12 @@ def test_a_stack_gradients_spoiled_weight_sets_raise_type_or_value_errors(name, 
     checked_call(name, spoil(data, valid_call(name)))
 
 
-def test_the_calls_reached_their_floor(request):
-    """Run last in this module: the number of calls, reported at the end of the session."""
-    request.config.pluginmanager.register(_Report(), "gradcells-fuzz-report")
+def test_the_calls_reached_their_floor(record_property):
+    """Run last in this module: the number of calls, reported in the terminal summary at the
+    end of the session (``summary`` properties: tests/conftest.py prints them, from xdist's
+    workers too)."""
+    record_property("summary", (
+        f"gradcells fuzz: {CALLS['calls']} calls of {len(FUNCTIONS)} public functions: "
+        f"{CALLS['succeeded']} succeeded, {CALLS['TypeError']} TypeError, "
+        f"{CALLS['ValueError']} ValueError, {CALLS['other']} other"))
     assert CALLS["calls"] >= FLOOR, CALLS
-
-
-class _Report:
-    """Writes the fuzz's numbers in pytest's terminal summary."""
-
-    def pytest_terminal_summary(self, terminalreporter):
-        terminalreporter.write_line(
-            f"gradcells fuzz: {CALLS['calls']} calls of {len(FUNCTIONS)} public functions: "
-            f"{CALLS['succeeded']} succeeded, {CALLS['TypeError']} TypeError, "
-            f"{CALLS['ValueError']} ValueError, {CALLS['other']} other")
