@@ -204,7 +204,17 @@ def _warn_if_detaching(named) -> None:
     warnings.warn(f"{name} requires grad, but the result is detached from autograd: gradcells's "
                   "NumPy-level functions do not take part in it; use gradcells.torch for "
                   "gradients through autograd (warned once per process)", UserWarning,
-                  stacklevel=3)
+                  stacklevel=_caller_level())
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside gradcells, seen from a ``warn`` in the
+    caller of this function: a warning names the user's line, however many of gradcells's
+    frames (a public function, its wrappers) lie between."""
+    level, frame = 2, sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("gradcells"):
+        level, frame = level + 1, frame.f_back
+    return level
 
 
 # The library of the arrays the caller passed, while a converted call runs (None otherwise),

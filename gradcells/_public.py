@@ -23,6 +23,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from . import _dispatch, _order
 from . import _validate as v
 from ._core.specs import MASKS, CellSpec, OpSpec
@@ -40,25 +42,37 @@ SEQUENCE_KEYWORDS = (("seq_len", "Array | None", None), ("reverse", "bool", Fals
 def function(name: str, positional: list[tuple[str, str]],
              keywords: list[tuple[str, str, Any]], returns: str, body: str,
              namespace: dict[str, Any], doc: str, module: str) -> Callable[..., Any]:
-    """``def name(*positional, *, **keywords) -> returns: body``, compiled in ``namespace``,
-    documented by ``doc`` and taking any array (``accepts_any_array``; NumPy float16 through
-    ``computes_half_in_single``). ``positional``:
-    (name, annotation); ``keywords``: (name, annotation, default); ``body``: statements,
-    one per line."""
+    """``def name(*positional, *, **keywords) -> returns: body``, compiled in ``namespace``
+    and documented by ``doc``. ``positional``: (name, annotation), x first; ``keywords``:
+    (name, annotation, default); ``body``: statements, one per line.
+
+    The function takes any array: a call whose x is a NumPy array of float32 or float64
+    runs ``body`` after one type test; any other call goes through ``accepts_any_array``
+    (PyTorch, JAX, dask and CuPy arrays) and ``computes_half_in_single`` (NumPy float16)
+    to the same body."""
     defaults = {f"_default_{k}": default for k, _, default in keywords}
     parameters = ", ".join([p for p, _ in positional]
                            + (["*"] if keywords else [])
                            + [f"{k}=_default_{k}" for k, _, _ in keywords])
-    scope = {**namespace, **defaults}
-    lines = "".join(f"\n    {line}" for line in body.strip().splitlines())
-    exec(f"def {name}({parameters}):{lines}\n", scope)  # noqa: S102
-    made = scope[name]
-    made.__annotations__ = {**dict(positional), **{k: a for k, a, _ in keywords},
-                            "return": returns}
-    made.__doc__ = inspect.cleandoc(doc)
-    made.__module__ = module
-    made.__qualname__ = name
-    return accepts_any_array(computes_half_in_single(made))
+    arguments = ", ".join([p for p, _ in positional] + [f"{k}={k}" for k, _, _ in keywords])
+    first = positional[0][0]
+    guard = (f"if type({first}) is not _ndarray or {first}.dtype.char == 'e':\n"
+             f"    return _other_arrays({arguments})")
+    scope = {**namespace, **defaults, "_ndarray": np.ndarray, "__name__": module}
+
+    def compiled(source):
+        lines = "".join(f"\n    {line}" for line in source.strip().splitlines())
+        exec(f"def {name}({parameters}):{lines}\n", scope)  # noqa: S102
+        made = scope[name]
+        made.__annotations__ = {**dict(positional), **{k: a for k, a, _ in keywords},
+                                "return": returns}
+        made.__doc__ = inspect.cleandoc(doc)
+        made.__module__ = module
+        made.__qualname__ = name
+        return made
+
+    scope["_other_arrays"] = accepts_any_array(computes_half_in_single(compiled(body)))
+    return compiled(f"{guard}\n{body}")
 
 
 # The four bodies, as source: the public function of each mode validates (``_validate``),

@@ -7,6 +7,8 @@ forward or gradient call's arrays at once and returns their library.
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 from typing import NamedTuple
 
 import numpy as np
@@ -120,16 +122,25 @@ def expected_shapes(key, labels, x_shape, n_hidden, n_proj):
     return shapes
 
 
-def _check_arrays(specs, n_required, labels, key, proj=None):
+def _check_arrays(names, values, labels, n_required, key, proj=None):
     """Every check on one call's arrays; returns their library ("numpy" or "cupy").
 
-    ``specs``: (name, array-or-None, shape labels), x (``[B, I]`` or ``[T, B, I]``) first and
-    an array ``[B, H]`` second; the first ``n_required`` must be given; ``labels``: the
-    specs' labels as one tuple, named by the hashable ``key``; ``proj``: the index of the
-    spec whose width is P (an LSTM's ``w_proj``), when it is given. In order: required
-    arrays given, one library and float dtype, the ranks of x, of the ``[B, H]`` array and
-    of ``w_proj`` (which fix the sizes), every shape.
+    ``values``: the arrays (or Nones) called ``names``, shaped as ``labels`` say (named by
+    the hashable ``key``), x (``[B, I]`` or ``[T, B, I]``) first and an array ``[B, H]``
+    second; the first ``n_required`` must be given; ``proj``: the index of the array whose
+    width is P (an LSTM's ``w_proj``), when it is given. A NumPy call that passes every
+    check is accepted by one loop (``_numpy_fits``); any other call is checked in order,
+    and the first failure named: required arrays given, one library and float dtype, the
+    ranks of x, of the ``[B, H]`` array and of ``w_proj`` (which fix the sizes), every shape.
     """
+    x, h = values[0], values[1]
+    w_proj = h if proj is None else values[proj]
+    if (type(x) is np.ndarray and type(h) is np.ndarray and type(w_proj) is np.ndarray
+            and x.ndim == len(labels[0]) and h.ndim == w_proj.ndim == 2
+            and _numpy_fits(values, n_required, expected_shapes(
+                key, labels, x.shape, h.shape[1], w_proj.shape[1]))):
+        return "numpy"
+    specs = list(zip(names, values, labels, strict=True))
     (x_name, x, x_labels), (h_name, h, h_labels) = specs[0], specs[1]
     require_arrays(specs[:n_required])
     library, _ = library_and_dtype(specs)
@@ -145,6 +156,23 @@ def _check_arrays(specs, n_required, labels, key, proj=None):
     check_shapes(specs, expected_shapes(key, labels, tuple(x_shape), h_shape[1], n_proj),
                   origin)
     return library
+
+
+def _numpy_fits(values, n_required, shapes):
+    """Whether every array of a call is a NumPy array of x's float dtype and of its
+    expected shape, the first ``n_required`` given: the common call, accepted without
+    building a message's worth of names. False sends the call to the full checks."""
+    dtype = values[0].dtype
+    if dtype is not _FLOAT32 and dtype is not _FLOAT64:
+        return False
+    for a, shape in zip(values[:n_required], shapes[:n_required], strict=True):
+        if type(a) is not np.ndarray or a.dtype is not dtype or a.shape != shape:
+            return False
+    for a, shape in zip(values[n_required:], shapes[n_required:], strict=True):
+        if a is not None and (type(a) is not np.ndarray or a.dtype is not dtype
+                              or a.shape != shape):
+            return False
+    return True
 
 
 def require_arrays(specs):
@@ -187,7 +215,8 @@ class _Layout(NamedTuple):
     result_labels: tuple[Labels, ...]
     upstream: tuple[str, ...]
     upstream_labels: tuple[Labels, ...]
-    grad_labels: tuple[Labels, ...]  # a gradient call's arrays' labels, in checking order
+    grad_names: tuple[str, ...]      # a gradient call's arrays, in checking order
+    grad_labels: tuple[Labels, ...]  # and their labels
 
 
 @functools.cache
@@ -207,9 +236,10 @@ def layout_of(op: str, reset_after: bool, projection: bool = False,
     if batch_first:  # every per-step array is [B, T, ·]
         labels, result_labels, upstream_labels = (
             _batch_first(group) for group in (labels, result_labels, upstream_labels))
-    return _Layout(names, labels, n_required,
-                   _qualified_names(spec.result_arg, spec.result._fields),
-                   result_labels, spec.upstream, upstream_labels,
+    result_names = _qualified_names(spec.result_arg, spec.result._fields)
+    return _Layout(names, labels, n_required, result_names, result_labels, spec.upstream,
+                   upstream_labels,
+                   names[:n_required] + result_names + names[n_required:] + spec.upstream,
                    labels[:n_required] + result_labels + labels[n_required:]
                    + upstream_labels)
 
@@ -271,19 +301,16 @@ def checked_library(spec, x, states, weights, *, reset_after, batch_first=False,
     ``spec.flat_arrays``."""
     projection = spec.h_width == "P" and weights.w_proj is not None
     layout = layout_of(spec.name, reset_after, projection, batch_first)
-    specs = list(zip(layout.names, (x, *states, *flat_weights(spec, weights)), layout.labels,
-                     strict=True))
-    n_required = layout.n_required
-    if upstream is not None:
-        check_result(spec, result)
-        specs[n_required:n_required] = zip(layout.result_names, result, layout.result_labels,
-                                           strict=True)
-        n_required += len(layout.result_names)
-        specs += zip(layout.upstream, [upstream[name] for name in layout.upstream],
-                     layout.upstream_labels, strict=True)
+    values = (x, *states, *flat_weights(spec, weights))
     grad = upstream is not None
+    if grad:        # the result's fields after the required arrays, the upstream last
+        check_result(spec, result)
+        n = layout.n_required
+        values = (*values[:n], *result, *values[n:], *map(upstream.__getitem__, layout.upstream))
     proj = _proj_index(layout, grad) if projection else None
-    library = _check_arrays(specs, n_required, layout.grad_labels if grad else layout.labels,
+    library = _check_arrays(*((layout.grad_names, values, layout.grad_labels,
+                               layout.n_required + len(layout.result_names)) if grad else
+                              (layout.names, values, layout.labels, layout.n_required)),
                             (spec.name, reset_after, projection, batch_first, grad), proj)
     if _GROUPS[spec.name]:
         groups_given(spec.name, weights)
@@ -304,9 +331,17 @@ def groups_given(op, weights):
     """ValueError unless each of ``op``'s groups of optional weights (an LSTM's peepholes)
     is given whole or not at all."""
     for flag, names in _GROUPS[op]:
-        given = [n for n in names if getattr(weights, n) is not None]
-        if given and len(given) != len(names):
-            missing = [n for n in names if n not in given]
+        given = presence(names, weights)
+        if any(given) and not all(given):
+            present = [n for n, g in zip(names, given, strict=True) if g]
+            missing = [n for n, g in zip(names, given, strict=True) if not g]
             raise ValueError(
                 f"{flag} need all of {', '.join(names[:-1])} and {names[-1]} or none: got "
-                f"{', '.join(given)} without {', '.join(missing)}")
+                f"{', '.join(present)} without {', '.join(missing)}")
+
+
+def presence(names, weights):
+    """Whether each weight of ``names`` is given (not None), as a tuple of bools; no Python
+    frame per weight (this runs on every forward call)."""
+    return tuple(map(operator.is_not, map(getattr, itertools.repeat(weights), names),
+                     itertools.repeat(None)))

@@ -21,11 +21,10 @@ from .settings import (
     bool_value,
     check_requires,
     checked_record,
-    early_keywords,
+    keyword_plan,
     keyword_value,
-    late_keywords,
     mask_value,
-    named_weights,
+    presence,
     recorded_copy,
     seq_len_value,
     weights_present,
@@ -41,18 +40,20 @@ def forward_args(op: str, x, states, weights, *, seq_len=None, reverse=False,
     cell's settings as the caller gave them (each a ``Keyword`` of its spec; those not
     given keep their defaults), checked by their ``check`` before the arrays or, where the
     check needs the arrays' dtype, after them."""
-    spec, cell, taken, early_kw, late_kw, named = _PLAN[op]
-    if keywords and not taken.issuperset(keywords):
+    spec, cell, plan = _PLAN[op]
+    if keywords:
         _known(cell, keywords, grad=False)
-    early = tuple((k.name, keyword_value(k, keywords.get(k.name, k.default)))
-                  for k in early_kw)
+        early = tuple((k.name, keyword_value(k, keywords.get(k.name, k.default)))
+                      for k in plan.early)
+        late = tuple(map(keywords.get, plan.late_names, plan.late_defaults))
+    else:           # the common call: every default, checked once (``keyword_plan``)
+        early, late = plan.early_defaults, plan.late_defaults
     order = ((bool_value("reverse", reverse), bool_value("batch_first", batch_first))
              if spec.sequence else (False, False))
     library = checked_library(spec, x, states, weights,
-                               reset_after=bool(early) and dict(early).get("reset_after", False),
-                               batch_first=order[1])
-    late = tuple(keywords.get(k.name, k.default) for k in late_kw) if late_kw else ()
-    present = tuple((n, getattr(weights, n) is not None) for n in named) if named else ()
+                              reset_after=bool(early) and dict(early).get("reset_after", False),
+                              batch_first=order[1])
+    present = presence(plan.named, weights)
     kinds = tuple(map(type, late))     # the key tells True from 1 and 1.0
     try:
         hash(late)
@@ -91,10 +92,8 @@ _TAKEN = {(name, grad): frozenset(k.name for k in cell.keywords
                                   if not (grad and k.forward_only))
           for name, cell in SPECS.items() for grad in (False, True)}
 
-_PLAN = {op: (spec, _CELL[op], _TAKEN[_CELL[op].name, False], early_keywords(_CELL[op]),
-              late_keywords(_CELL[op]), named_weights(_CELL[op])) for op, spec in OPS.items()}
-"""What a forward call of each op checks: its spec and cell, the keywords it takes, those
-checked before and after the arrays, the weights its record notes."""
+_PLAN = {op: (spec, _CELL[op], keyword_plan(_CELL[op])) for op, spec in OPS.items()}
+"""What a forward call of each op checks: its spec, its cell and the cell's keyword plan."""
 
 
 def grad_args(op: str, x, states, weights, result, upstream, *, seq_len=None, reverse=None,
@@ -113,7 +112,7 @@ def grad_args(op: str, x, states, weights, result, upstream, *, seq_len=None, re
         flag: getattr(weights, names[0]) is not None for flag, names in cell.flags.items()})
     settings = _given_again(spec, recorded, settings, {  # the shapes depend on these
         **{k.name: (given[k.name], functools.partial(keyword_value, k))
-           for k in early_keywords(cell) if k.name in given},
+           for k in keyword_plan(cell).early if k.name in given},
         **{name: (value, functools.partial(bool_value, name))
            for name, value in (("reverse", reverse), ("batch_first", batch_first))
            if value is not None}})
@@ -137,7 +136,7 @@ def _given_late(cell, spec, recorded, settings, given, library, x, states, weigh
     settings = _given_again(spec, recorded, settings, {
         "seq_len": (seq_len, lambda value: seq_len_value(value, library, x, batch_first)),
         **{k.name: (given[k.name], functools.partial(keyword_value, k, dtype=x.dtype))
-           for k in late_keywords(cell) if k.name in given},
+           for k in keyword_plan(cell).late if k.name in given},
         **{name: (m, functools.partial(mask_value, name, x=x, states=states,
                                        batch_first=batch_first))
            for name, m in (masks or {}).items()}})

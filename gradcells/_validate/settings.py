@@ -11,12 +11,13 @@ import dataclasses
 import functools
 import math
 import numbers
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .._core import arrays
-from .._core.specs import MASKS
-from .arrays import library_and_dtype, refused_subclass
+from .._core.specs import MASKS, Keyword
+from .arrays import library_and_dtype, presence, refused_subclass
 
 
 def _real(name, value):
@@ -205,16 +206,37 @@ def mask_value(name, mask, x, states, *, batch_first):
     return mask
 
 
-def weights_present(cell, weights):
-    """Which of the weights the cell's flags and ``requires`` name are given, by name."""
-    return {name: getattr(weights, name) is not None for name in named_weights(cell)}
+class KeywordPlan(NamedTuple):
+    """How a forward call checks one cell's keywords and notes its weights, settled once
+    per cell (``keyword_plan``)."""
+
+    early: tuple[Keyword, ...]
+    """The keywords whose check needs no array (checked before the arrays)."""
+    late: tuple[Keyword, ...]
+    """The keywords whose check needs the arrays' dtype (checked after them)."""
+    early_defaults: tuple[tuple[str, Any], ...]
+    """The early keywords' defaults, checked: a call that gives none uses these."""
+    late_names: tuple[str, ...]
+    late_defaults: tuple[Any, ...]
+    named: tuple[str, ...]
+    """The weights the cell's flags and ``requires`` name, whose presence the record notes."""
 
 
 @functools.cache
-def named_weights(cell):
-    """The weights the cell's flags and ``requires`` name."""
-    return tuple(dict.fromkeys((*(names[0] for names in cell.flags.values()),
-                                *(k.requires[0] for k in cell.keywords if k.requires))))
+def keyword_plan(cell) -> KeywordPlan:
+    """``cell``'s ``KeywordPlan``."""
+    early = tuple(k for k in cell.keywords if not needs_arrays(k))
+    late = tuple(k for k in cell.keywords if needs_arrays(k))
+    named = tuple(dict.fromkeys((*(names[0] for names in cell.flags.values()),
+                                 *(k.requires[0] for k in cell.keywords if k.requires))))
+    return KeywordPlan(early, late, tuple((k.name, keyword_value(k, k.default)) for k in early),
+                       tuple(k.name for k in late), tuple(k.default for k in late), named)
+
+
+def weights_present(cell, weights):
+    """Which of the weights the cell's flags and ``requires`` name are given, by name."""
+    named = keyword_plan(cell).named
+    return dict(zip(named, presence(named, weights), strict=True))
 
 
 def settings_record(cell, spec, values, present, seq_len=None):
@@ -249,28 +271,16 @@ def checked_record(cell, spec, early, late, kinds, dtype, present):
     """``settings_record`` and ``check_requires`` of a forward call whose keywords are
     hashable: ``early`` the values checked before the arrays, ``late`` the ones given for
     the checks that need the arrays' dtype (``kinds``: their types, ``dtype``: its
-    character code), ``present`` ``weights_present``'s items. A call with settings seen
-    before costs one lookup."""
-    dtype = np.dtype(dtype)
+    character code), ``present`` the ``presence`` of the plan's ``named`` weights. A call
+    with settings seen before costs one lookup."""
+    dtype, plan = np.dtype(dtype), keyword_plan(cell)
     values = dict(early)
     values.update((k.name, keyword_value(k, v, dtype))
-                  for k, v in zip(late_keywords(cell), late, strict=True))
-    present = dict(present)
+                  for k, v in zip(plan.late, late, strict=True))
+    present = dict(zip(plan.named, present, strict=True))
     record = settings_record(cell, spec, values, present)
     check_requires(cell, record, present)
     return record
-
-
-@functools.cache
-def early_keywords(cell):
-    """The cell's keywords whose check needs no array (checked before the arrays)."""
-    return tuple(k for k in cell.keywords if not needs_arrays(k))
-
-
-@functools.cache
-def late_keywords(cell):
-    """The cell's keywords whose check needs the arrays' dtype (checked after them)."""
-    return tuple(k for k in cell.keywords if needs_arrays(k))
 
 
 def recorded_copy(array):
