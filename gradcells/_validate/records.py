@@ -110,12 +110,13 @@ def grad_args(op: str, x, states, weights, result, upstream, *, seq_len=None, re
     recorded = result.settings if type(result) is spec.result else None
     settings = recorded or spec.settings(**{
         flag: getattr(weights, names[0]) is not None for flag, names in cell.flags.items()})
-    settings = _given_again(spec, recorded, settings, {  # the shapes depend on these
-        **{k.name: (given[k.name], functools.partial(keyword_value, k))
-           for k in keyword_plan(cell).early if k.name in given},
-        **{name: (value, functools.partial(bool_value, name))
-           for name, value in (("reverse", reverse), ("batch_first", batch_first))
-           if value is not None}})
+    if given or reverse is not None or batch_first is not None:
+        settings = _given_again(spec, recorded, settings, {  # the shapes depend on these
+            **{k.name: (given[k.name], functools.partial(keyword_value, k))
+               for k in keyword_plan(cell).early if k.name in given},
+            **{name: (value, functools.partial(bool_value, name))
+               for name, value in (("reverse", reverse), ("batch_first", batch_first))
+               if value is not None}})
     check_optional(cell, spec, recorded, weights)  # before the shapes (the projection's P)
     library = checked_library(spec, x, states, weights,
                                reset_after=getattr(settings, "reset_after", False),
@@ -159,6 +160,9 @@ def check_optional(cell, spec, recorded, weights, record=None):
     (``record``: what messages call it, by default ``<result>.settings``)."""
     if recorded is None:
         return
+    flags, first = _FLAGS[cell.name]
+    if presence(first, weights) == tuple(getattr(recorded, flag) for flag in flags):
+        return
     for flag, names in cell.flags.items():
         given, ran = getattr(weights, names[0]) is not None, getattr(recorded, flag)
         if given != ran:
@@ -167,6 +171,11 @@ def check_optional(cell, spec, recorded, weights, record=None):
                 f"the forward ran with {flag}; pass {listed} again" if ran else
                 f"{listed} {'were' if len(names) > 1 else 'was'} given but the forward ran "
                 f"without {flag} ({record or spec.result_arg + '.settings'}.{flag} is False)")
+
+
+_FLAGS = {name: (tuple(cell.flags), tuple(names[0] for names in cell.flags.values()))
+          for name, cell in SPECS.items()}
+"""Each cell's flags and the weight whose presence decides each."""
 
 
 def _agreeing(spec, recorded, settings, name, value):
