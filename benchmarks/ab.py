@@ -13,7 +13,8 @@ contestant is the public API, forward plus full gradient, float32, ``backend="cp
   ``benchmarks/sequences.py``'s sizes and inputs;
 - ``cells``: ``<cell>_cell`` + ``<cell>_cell_grad`` at ``benchmarks/cells.py``'s sizes.
 
-Rounds are interleaved (``_harness.time_interleaved``); each figure is the median per call;
+Rounds are interleaved (``_harness.time_interleaved``), each at least 20 ms of calls (so a
+call of a few µs is not one timer reading); each figure is the median per call;
 ``this/ref`` below 1 means this checkout is faster. Both packages compile their kernels on
 first use (the reference's into its temporary folder), which the warm-up absorbs.
 """
@@ -117,7 +118,7 @@ def main(argv=None) -> int:
                 for size in sizes:
                     runs = {"this": contestant(gradcells, what, kind, size),
                             "ref": contestant(reference, what, kind, size)}
-                    stats = summarize(time_interleaved(runs, args.repeats))
+                    stats = summarize(time_interleaved(runs, args.repeats, min_round_s=0.02))
                     rows.append((kind, str(size), f"{stats['this'].median * 1e3:.3f}",
                                  f"{stats['ref'].median * 1e3:.3f}",
                                  ratio(stats["this"].median, stats["ref"].median)))

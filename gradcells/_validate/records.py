@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 
 import numpy as np
 
@@ -40,14 +41,13 @@ def forward_args(op: str, x, states, weights, *, seq_len=None, reverse=False,
     cell's settings as the caller gave them (each a ``Keyword`` of its spec; those not
     given keep their defaults), checked by their ``check`` before the arrays or, where the
     check needs the arrays' dtype, after them."""
-    spec, cell, plan = _PLAN[op]
-    if keywords:
+    spec, cell, plan, taken = _PLAN[op]
+    if not taken.issuperset(keywords):
         _known(cell, keywords, grad=False)
-        early = tuple((k.name, keyword_value(k, keywords.get(k.name, k.default)))
-                      for k in plan.early)
-        late = tuple(map(keywords.get, plan.late_names, plan.late_defaults))
-    else:           # the common call: every default, checked once (``keyword_plan``)
-        early, late = plan.early_defaults, plan.late_defaults
+    given = tuple(map(keywords.get, plan.early_names, plan.early_given))
+    early = (plan.early_defaults if all(map(operator.is_, given, plan.early_given)) else
+             tuple((k.name, keyword_value(k, v)) for k, v in zip(plan.early, given, strict=True)))
+    late = tuple(map(keywords.get, plan.late_names, plan.late_defaults))
     order = ((bool_value("reverse", reverse), bool_value("batch_first", batch_first))
              if spec.sequence else (False, False))
     library = checked_library(spec, x, states, weights,
@@ -92,8 +92,10 @@ _TAKEN = {(name, grad): frozenset(k.name for k in cell.keywords
                                   if not (grad and k.forward_only))
           for name, cell in SPECS.items() for grad in (False, True)}
 
-_PLAN = {op: (spec, _CELL[op], keyword_plan(_CELL[op])) for op, spec in OPS.items()}
-"""What a forward call of each op checks: its spec, its cell and the cell's keyword plan."""
+_PLAN = {op: (spec, _CELL[op], keyword_plan(_CELL[op]), _TAKEN[_CELL[op].name, False])
+         for op, spec in OPS.items()}
+"""What a forward call of each op checks: its spec, its cell, the cell's keyword plan and
+the keywords it takes."""
 
 
 def grad_args(op: str, x, states, weights, result, upstream, *, seq_len=None, reverse=None,

@@ -118,8 +118,15 @@ def needs_arrays(keyword):
 
 
 def grad_option(cell, name, value):
-    """A gradient's own keyword ``name`` (of the cell's ``grad_options``), checked."""
-    return keyword_value(next(k for k in cell.grad_options if k.name == name), value)
+    """A gradient's own keyword ``name`` (of the cell's ``grad_options``), checked (its
+    default, the common call, needs no check)."""
+    keyword = _grad_options(cell)[name]
+    return value if value is keyword.default else keyword_value(keyword, value)
+
+
+@functools.cache
+def _grad_options(cell):
+    return {k.name: k for k in cell.grad_options}
 
 
 def seq_len_value(seq_len, library, x, batch_first=False):
@@ -214,8 +221,11 @@ class KeywordPlan(NamedTuple):
     """The keywords whose check needs no array (checked before the arrays)."""
     late: tuple[Keyword, ...]
     """The keywords whose check needs the arrays' dtype (checked after them)."""
+    early_names: tuple[str, ...]
+    early_given: tuple[Any, ...]
+    """The early keywords' defaults as a call gives them."""
     early_defaults: tuple[tuple[str, Any], ...]
-    """The early keywords' defaults, checked: a call that gives none uses these."""
+    """The same, checked: a call that gives them (the same objects) uses these."""
     late_names: tuple[str, ...]
     late_defaults: tuple[Any, ...]
     named: tuple[str, ...]
@@ -229,7 +239,8 @@ def keyword_plan(cell) -> KeywordPlan:
     late = tuple(k for k in cell.keywords if needs_arrays(k))
     named = tuple(dict.fromkeys((*(names[0] for names in cell.flags.values()),
                                  *(k.requires[0] for k in cell.keywords if k.requires))))
-    return KeywordPlan(early, late, tuple((k.name, keyword_value(k, k.default)) for k in early),
+    return KeywordPlan(early, late, tuple(k.name for k in early), tuple(k.default for k in early),
+                       tuple((k.name, keyword_value(k, k.default)) for k in early),
                        tuple(k.name for k in late), tuple(k.default for k in late), named)
 
 
