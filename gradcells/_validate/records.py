@@ -46,7 +46,7 @@ def forward_args(op: str, x, states, weights, *, seq_len=None, reverse=False,
         _known(cell, keywords, grad=False)
     given = tuple(map(keywords.get, plan.early_names, plan.early_given))
     early = (plan.early_defaults if all(map(operator.is_, given, plan.early_given)) else
-             tuple((k.name, keyword_value(k, v)) for k, v in zip(plan.early, given, strict=True)))
+             _early(cell, given))
     late = tuple(map(keywords.get, plan.late_names, plan.late_defaults))
     order = ((bool_value("reverse", reverse), bool_value("batch_first", batch_first))
              if spec.sequence else (False, False))
@@ -65,6 +65,23 @@ def forward_args(op: str, x, states, weights, *, seq_len=None, reverse=False,
     if spec.sequence:
         settings = _ordered(settings, seq_len, library, x, states, order, masks)
     return library, settings
+
+
+def _early(cell, given):
+    """The keywords checked before the arrays, as ``given`` (in ``keyword_plan`` order),
+    checked: looked up where they are hashable (a program repeats a few settings)."""
+    kinds = tuple(map(type, given))     # the key tells True from 1
+    try:
+        hash(given)
+    except TypeError:
+        return _checked_early.__wrapped__(cell, given, kinds)
+    return _checked_early(cell, given, kinds)
+
+
+@functools.lru_cache(maxsize=256)
+def _checked_early(cell, given, kinds):
+    return tuple((k.name, keyword_value(k, v))
+                 for k, v in zip(keyword_plan(cell).early, given, strict=True))
 
 
 def _ordered(settings, seq_len, library, x, states, order, masks):
