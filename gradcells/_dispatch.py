@@ -21,21 +21,30 @@ _BACKEND_LIBRARY = {"cpu": "numpy", "gpu": "cupy"}
 
 
 
+_SEQUENCES = tuple(op for op, spec in cells.OPS.items() if spec.sequence)
+"""The sequence operations' names: each of their modes' names starts with one."""
+
+
 class Backend:
     """One backend's operations over every registered cell: ``impl.lstm_cell`` is
     ``gradcells.cells.lstm.<name>.lstm_cell`` (the backend contract, ``_core.types``).
     ``NATIVE_REVERSE``: whether its machinery package (``gradcells.<name>``) runs
-    ``reverse=True`` itself (``gradcells._order``)."""
+    ``reverse=True`` itself (``gradcells._order``); the machinery's ``around_sequences``,
+    where it has one, wraps every mode of every sequence operation (the CPU's decides the
+    BLAS threads of each call)."""
 
     def __init__(self, name: str):
         self.name = name
         machinery = importlib.import_module(f"gradcells.{name}")
         self.NATIVE_REVERSE: bool = getattr(machinery, "NATIVE_REVERSE", False)
+        self._around_sequences = getattr(machinery, "around_sequences", None)
 
     def __getattr__(self, operation: str) -> Any:
         if operation.startswith("_"):
             raise AttributeError(operation)
         function = getattr(cells.implementation(cells.cell_of(operation), self.name), operation)
+        if self._around_sequences is not None and operation.startswith(_SEQUENCES):
+            function = self._around_sequences(function)   # the CPU's BLAS threads
         setattr(self, operation, function)       # found once
         return function
 

@@ -15,7 +15,8 @@ per time step; ``_sequence`` holds the sequence plan the cells share). The
 kernels run serially on the calling thread, release the GIL, and are SIMD-vectorized: a
 ``prange`` version's threads and OpenBLAS's wait on each other for the cores (measured in
 docs/performance.md, "The CPU backend: accuracy and threads"), so the matmuls alone use
-however many threads the BLAS is given (``threadpoolctl`` or ``OPENBLAS_NUM_THREADS``).
+the BLAS's threads, as many as ``_threads`` decides for each sequence call (the BLAS's own
+setting, ``threadpoolctl`` or ``OPENBLAS_NUM_THREADS``, is its upper bound).
 
 The sequence operations take their scratch (O(T·B·4H): the input projection, every step's
 gate gradients) from a buffer each thread keeps between calls (``_workspace``): fresh arrays
@@ -36,10 +37,26 @@ Importing this module compiles nothing; each kernel compiles on its first call (
 dtype) and is cached on disk (``cache=True``), so later processes load it.
 """
 
+import functools
+
+from ._threads import blas_threads, set_blas_threads
 from ._workspace import release_scratch
 
 # This backend runs ``reverse=True`` itself (``gradcells._order``): with lengths its sequence
 # ops and gradients take and return every per-step array at its time position.
 NATIVE_REVERSE = True
 
-__all__ = ["release_scratch", "NATIVE_REVERSE"]
+
+
+def around_sequences(function):
+    """``function``, a mode of a cell's sequence operation, run under ``blas_threads()``
+    (``_threads``: the BLAS threads of each call decided, then restored)."""
+    @functools.wraps(function)
+    def with_blas_threads(*args, **kwargs):
+        with blas_threads():
+            return function(*args, **kwargs)
+
+    return with_blas_threads
+
+
+__all__ = ["release_scratch", "set_blas_threads", "around_sequences", "NATIVE_REVERSE"]
