@@ -20,7 +20,13 @@ Contestants:
   target's initialisation and one cache load), which gradcells undercuts by deferring
   Numba's SciPy probe (``gradcells/cpu/_compile.py``);
 - ``reference``: ``gc.lstm_cell(..., backend="reference")`` (pure NumPy, no Numba);
-- ``torch``: ``torch.nn.LSTMCell`` forward (``import torch`` counted as its import).
+- ``torch``: ``torch.nn.LSTMCell`` forward (``import torch`` counted as its import);
+- ``gradcells sequence + grad``: ``gc.lstm_sequence`` and ``gc.lstm_sequence_grad`` at
+  (T, B, I, H) = (8, 4, 32, 32), the first call docs/spec.md §17 bounds (0.3 s);
+- ``torch nn.LSTM + backward``: the same with ``torch.nn.LSTM``.
+
+``--load`` runs every round beside one busy-loop process per core (started and stopped by
+the benchmark): the start-up of a loaded machine.
 
 One unmeasured round first fills the Numba caches. The table shows medians over
 ``--repeats`` rounds.
@@ -29,6 +35,7 @@ One unmeasured round first fills the Numba caches. The table shows medians over
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -38,6 +45,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _harness import duration, missing, table  # noqa: E402
+from under_load import busy_loops  # noqa: E402
 
 # Each program prints {"import": s, "first": s, "second": s}. They time from their own
 # start, so interpreter start-up (the same for all) is left out.
@@ -49,6 +57,7 @@ import numpy as np
 t1 = time.perf_counter()
 x = np.ones((4, 32), np.float32); h = np.ones((4, 32), np.float32)
 w = np.ones((64, 128), np.float32); b = np.ones(128, np.float32)
+xs = np.ones((8, 4, 32), np.float32)
 {call}
 t2 = time.perf_counter()
 {call}
@@ -71,6 +80,12 @@ CONTESTANTS = {
     "reference": ("import gradcells as gc", "gc.lstm_cell(x, h, h, w, b, backend='reference')"),
     "torch": ("import torch\ncell = torch.nn.LSTMCell(32, 32)\ntorch.set_grad_enabled(False)",
               "cell(torch.from_numpy(x), (torch.from_numpy(h), torch.from_numpy(h)))"),
+    "gradcells sequence + grad": (
+        "import gradcells as gc",
+        "s = gc.lstm_sequence(xs, h, h, w, b); gc.lstm_sequence_grad(xs, h, h, w, b, s, d_h=s.h)"),
+    "torch nn.LSTM + backward": (
+        "import torch\nlstm = torch.nn.LSTM(32, 32)",
+        "lstm(torch.from_numpy(xs).requires_grad_())[0].sum().backward()"),
 }
 
 
@@ -90,23 +105,20 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--skip", default="", help="comma list of: plain numba, reference, torch")
+    parser.add_argument("--load", action="store_true",
+                        help="one busy-loop process per core beside every round")
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     if "torch" not in skip and missing("torch"):
         print(f"skipping torch: {missing('torch')}")
         skip.add("torch")
-    names = [n for n in CONTESTANTS if n not in skip]
-    with tempfile.TemporaryDirectory() as workdir:
-        with open(os.path.join(workdir, "startup_floor.py"), "w") as f:
-            f.write(_NUMBA_FLOOR)
-        for name in names:                  # fill the caches
-            run_once(name, workdir)
-        times = {name: [] for name in names}
-        for _ in range(args.repeats):
-            for name in names:
-                times[name].append(run_once(name, workdir))
+    names = [n for n in CONTESTANTS if n not in skip
+             and not ("torch" in skip and n.startswith("torch"))]
+    with busy_loops(os.cpu_count() or 1) if args.load else contextlib.nullcontext():
+        times = timed(names, args.repeats)
+    load = f", beside {os.cpu_count()} busy-loop processes" if args.load else ""
     print(f"New process per call, warm Numba cache; median of {args.repeats} interleaved "
-          f"rounds. {sys.version.split()[0]} on {os.cpu_count()} cores.\n")
+          f"rounds{load}. {sys.version.split()[0]} on {os.cpu_count()} cores.\n")
     rows = []
     for name in names:
         med = {k: statistics.median(t[k] for t in times[name]) for k in times[name][0]}
@@ -114,6 +126,20 @@ def main(argv=None):
                      duration(med["import"] + med["first"]), duration(med["second"])])
     print(table(rows, ["contestant", "import", "first call", "import + first call",
                        "second call"]))
+
+
+def timed(names, repeats):
+    """Every contestant's times in fresh processes, after one round that fills the caches."""
+    with tempfile.TemporaryDirectory() as workdir:
+        with open(os.path.join(workdir, "startup_floor.py"), "w") as f:
+            f.write(_NUMBA_FLOOR)
+        for name in names:                  # fill the caches
+            run_once(name, workdir)
+        times = {name: [] for name in names}
+        for _ in range(repeats):
+            for name in names:
+                times[name].append(run_once(name, workdir))
+    return times
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ any, is in both phases; the table names the CPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import sys
@@ -69,21 +70,29 @@ def timed(runs, repeats):
             summarize(time_interleaved(runs, repeats, min_round_s=0.05)).items()}
 
 
-def loaded(runs, repeats, load_s):
-    """``timed`` with one busy-loop process per core running."""
-    deadline = time.time() + load_s
+@contextlib.contextmanager
+def busy_loops(count, lifetime_s=600.0):
+    """``count`` busy-loop processes running for the body (each ends by itself after
+    ``lifetime_s`` at most, and is stopped when the body ends)."""
+    deadline = time.time() + lifetime_s
     context = multiprocessing.get_context("spawn")
     loads = [context.Process(target=busy_loop, args=(deadline,), daemon=True)
-             for _ in range(os.cpu_count() or 1)]
+             for _ in range(count)]
     for process in loads:
         process.start()
     try:
         time.sleep(0.5)                       # the loops are running before timing starts
-        return timed(runs, repeats)
+        yield
     finally:
         for process in loads:
             process.terminate()
             process.join()
+
+
+def loaded(runs, repeats, load_s):
+    """``timed`` with one busy-loop process per core running."""
+    with busy_loops(os.cpu_count() or 1, load_s):
+        return timed(runs, repeats)
 
 
 def main(argv=None) -> int:

@@ -136,7 +136,18 @@ def test_startup_benchmark_times_new_processes(capsys):
 
     startup.main(["--repeats", "1", "--skip", "torch"])
     names = [row.split("|")[1].strip() for row in _table_rows(capsys.readouterr().out)]
-    assert names[1:] == ["gradcells", "plain numba", "reference"]   # after the header
+    assert names[1:] == ["gradcells", "plain numba", "reference",    # after the header
+                         "gradcells sequence + grad"]
+
+
+def test_under_load_benchmark_times_quiet_and_loaded(capsys):
+    import under_load
+
+    under_load.main(["--sizes", "3,2,3,4", "--repeats", "1", "--load-s", "20"])
+    rows = [row.split("|")[1:-1] for row in _table_rows(capsys.readouterr().out)][1:]
+    assert [r[2].strip() for r in rows][:2] == ["gradcells", "gradcells fixed"]
+    for row in rows:                 # quiet ms, loaded ms, their ratio: all measured
+        assert min(float(row[3]), float(row[4]), float(row[5].strip().rstrip("×"))) > 0
 
 
 def test_scratch_benchmark_compares_kept_and_fresh_scratch(capsys):
