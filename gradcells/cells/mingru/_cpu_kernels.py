@@ -107,6 +107,7 @@ def linear_scan_kernel(a, c, s0, backward, post, chunk, out, s_final):
     for k in range(n_chunks):                                   # (3) per chunk
         _run(a, c, carries[k], backward, post, k * chunk, min((k + 1) * chunk, n_steps),
              out, True)
+    s_final[:] = carries[n_chunks - 1]        # the last chunk's own last state, bitwise
 
 
 @kernel

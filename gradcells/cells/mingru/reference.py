@@ -100,7 +100,7 @@ def adjoint(xp, a, d_h, d_final, method):
     ``g_{T-1} = d_h_{T-1} + d_final``, ``dh0 = a_0∘g_0``: a ``scan`` over the reversed steps
     with the multipliers shifted by one (the last step's is 1)."""
     if a.shape[0] == 0:
-        return d_h, d_final
+        return d_h, d_final + 0       # a fresh array: a gradient never aliases its input
     a_next = xp.concatenate([a[1:], a[:1] * 0 + 1], axis=0)
     g = scan(xp, a_next[::-1], d_h[::-1], d_final, method)[::-1]
     return g, a[0] * g[0]
@@ -112,8 +112,8 @@ def _running(xp, x, seq_len):
 
 
 def _only_running(a, running):
-    """``a`` zeroed past each row's length (``a`` without lengths)."""
-    return a if running is None else a * running
+    """``a`` zeroed past each row's length (``a`` without lengths; NaN there too)."""
+    return a if running is None else namespace_of(a).where(running, a, 0)
 
 
 def recurrence(z, hc, running):
