@@ -100,7 +100,7 @@ def adjoint(xp, a, d_h, d_final, method):
     ``g_{T-1} = d_h_{T-1} + d_final``, ``dh0 = a_0∘g_0``: a ``scan`` over the reversed steps
     with the multipliers shifted by one (the last step's is 1)."""
     if a.shape[0] == 0:
-        return d_h, d_final + 0       # a fresh array: a gradient never aliases its input
+        return d_h, d_final * 1       # a fresh array (its tangent too): never an alias
     a_next = xp.concatenate([a[1:], a[:1] * 0 + 1], axis=0)
     g = scan(xp, a_next[::-1], d_h[::-1], d_final, method)[::-1]
     return g, a[0] * g[0]
@@ -125,7 +125,7 @@ def recurrence(z, hc, running):
 
 def _final(xp, h, h0):
     """The state after the last step (``h0`` for a sequence of none)."""
-    return h[-1].copy() if h.shape[0] else h0 + 0
+    return h[-1].copy() if h.shape[0] else h0 * 1
 
 
 # --------------------------------------------------------------------------------------
