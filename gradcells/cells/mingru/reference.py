@@ -106,12 +106,12 @@ def adjoint(xp, a, d_h, d_final, method):
     return g, a[0] * g[0]
 
 
-def _running(xp, x, seq_len):
+def running_steps(xp, x, seq_len):
     """``[T, B, 1]`` booleans: the steps each row runs (None without lengths)."""
     return None if seq_len is None else plan.running_mask(xp, x.shape[0], seq_len)[:, :, None]
 
 
-def _only_running(a, running):
+def only_running(a, running):
     """``a`` zeroed past each row's length (``a`` without lengths; NaN there too)."""
     return a if running is None else namespace_of(a).where(running, a, 0)
 
@@ -119,7 +119,7 @@ def _only_running(a, running):
 def recurrence(z, hc, running):
     """``(a, c) = (1 - z, z∘h̃)`` of the steps each row runs, the identity ``(1, 0)`` past its
     length."""
-    a, c = 1 - _only_running(z, running), _only_running(z * hc, running)
+    a, c = 1 - only_running(z, running), only_running(z * hc, running)
     return a, c
 
 
@@ -136,13 +136,13 @@ def mingru_sequence(x, h0, weights, settings):
     """The minGRU over ``x [T, B, I]`` from ``h0``: ``MinGRUSequence(z, hc, h, h_final)``,
     the per-step fields zero past a row's length."""
     xp = namespace_of(x)
-    running = _running(xp, x, settings.seq_len)
+    running = running_steps(xp, x, settings.seq_len)
     x = plan.running_inputs(xp, x, settings.seq_len)
     z, hc = gates(xp, plan.input_projection(x, weights.w, weights.b), settings.activation)
     a, c = recurrence(z, hc, running)
     h = scan(xp, a, c, h0, scan_method(settings.method, x.shape[0]))
-    return MinGRUSequence(_only_running(z, running), _only_running(hc, running),
-                          _only_running(h, running), _final(xp, h, h0))
+    return MinGRUSequence(only_running(z, running), only_running(hc, running),
+                          only_running(h, running), _final(xp, h, h0))
 
 
 def mingru_sequence_grad(x, h0, weights, seq, settings, *, d_z=None, d_hc=None, d_h=None,
@@ -157,12 +157,12 @@ def mingru_sequence_grad(x, h0, weights, seq, settings, *, d_z=None, d_hc=None, 
     product) for ``act'``'s branch."""
     xp = namespace_of(x)
     w, b = weights
-    running = _running(xp, x, settings.seq_len)
+    running = running_steps(xp, x, settings.seq_len)
     x = plan.running_inputs(xp, x, settings.seq_len)
     n_steps, n_batch, n_in = x.shape
     n_hidden = h0.shape[1]
     zero_steps = xp.zeros((n_steps, n_batch, n_hidden), dtype=x.dtype)
-    d_z, d_hc, d_h = (zero_steps if d is None else _only_running(d, running)
+    d_z, d_hc, d_h = (zero_steps if d is None else only_running(d, running)
                       for d in (d_z, d_hc, d_h))
     a, _ = recurrence(seq.z, seq.hc, running)
     g, d_h0 = adjoint(xp, a, d_h, xp.zeros_like(h0) if d_h_final is None else d_h_final,
@@ -171,7 +171,7 @@ def mingru_sequence_grad(x, h0, weights, seq, settings, *, d_z=None, d_hc=None, 
     p_h = plan.input_projection(x, w[:, n_hidden:], b[n_hidden:])
     d_pz = (d_z + g * (seq.hc - h_prev)) * seq.z * (1 - seq.z)
     d_ph = candidate_grad(xp, p_h, seq.hc, d_hc + g * seq.z, settings.activation)
-    d_p = _only_running(xp.concatenate([d_pz, d_ph], axis=2), running)
+    d_p = only_running(xp.concatenate([d_pz, d_ph], axis=2), running)
     d_flat = plan.flat(d_p)
     dx = (d_flat @ w.T).reshape(n_steps, n_batch, n_in)
     return MinGRUSequenceGrads(x=dx, h0=d_h0, w=plan.flat(x).T @ d_flat,
@@ -218,7 +218,7 @@ def mingru_sequence_jvp(x, h0, weights, tangents, settings):
     xp = namespace_of(x)
     w, b = weights
     t = filled(xp, tangents, (x, h0, w, b))
-    running = _running(xp, x, settings.seq_len)
+    running = running_steps(xp, x, settings.seq_len)
     x, dx = (plan.running_inputs(xp, v, settings.seq_len) for v in (x, t.x))
     n_hidden, method = h0.shape[1], scan_method(settings.method, x.shape[0])
     p = plan.input_projection(x, w, b)
@@ -229,10 +229,10 @@ def mingru_sequence_jvp(x, h0, weights, tangents, settings):
     a, c = recurrence(z, hc, running)
     h = scan(xp, a, c, h0, method)
     h_prev = plan.previous_states(xp, h0, h)
-    d_h = scan(xp, a, _only_running(dz * (hc - h_prev) + z * dhc, running), t.h0, method)
-    result = MinGRUSequence(*(_only_running(v, running) for v in (z, hc, h)),
+    d_h = scan(xp, a, only_running(dz * (hc - h_prev) + z * dhc, running), t.h0, method)
+    result = MinGRUSequence(*(only_running(v, running) for v in (z, hc, h)),
                             _final(xp, h, h0))
-    return result, MinGRUSequence(*(_only_running(v, running) for v in (dz, dhc, d_h)),
+    return result, MinGRUSequence(*(only_running(v, running) for v in (dz, dhc, d_h)),
                                   _final(xp, d_h, t.h0))
 
 
