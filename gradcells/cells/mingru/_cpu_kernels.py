@@ -77,37 +77,70 @@ def linear_scan_kernel(a, c, s0, backward, post, chunk, out, s_final):
     (``backward``: from time T-1 down to 0); writes every step's output into ``out [T, N]``
     and the state after the last step into ``s_final [N]``. ``post`` as ``_run``.
 
-    ``chunk`` 0 (or at least T): sequential. Otherwise the chunked two-level scan: (1) each
-    chunk of ``chunk`` consecutive steps is scanned from the state 0 and its total
-    multiplier ``Π a`` taken (an affine map ``s -> A∘s + C``), (2) a sequential pass over
-    the chunks' maps gives each chunk's incoming state, (3) each chunk is scanned again from
-    its incoming state, writing the outputs. Steps (1) and (3) are independent per chunk;
-    within a chunk the outputs are the sequential scan's from that chunk's incoming state,
-    which differs from the sequential method's only by the rounding of the composed maps."""
+    ``chunk`` 0 (or at least T): sequential. Otherwise the chunked two-level scan, on the
+    calling thread: (1) ``scan_maps_kernel``: each chunk of ``chunk`` consecutive steps
+    reduced to its affine map ``s -> A∘s + C``, (2) ``scan_carries_kernel``: a sequential
+    pass over the chunks' maps gives each chunk's incoming state, (3)
+    ``scan_chunks_kernel``: each chunk scanned again from its incoming state, writing the
+    outputs. Steps (1) and (3) are independent per chunk (``cpu.py`` runs them on threads
+    over ranges of chunks); within a chunk the outputs are the sequential scan's from that
+    chunk's incoming state, which differs from the sequential method's only by the rounding
+    of the composed maps."""
     n_steps, n = a.shape
-    s_final[:] = s0
     if chunk <= 0 or chunk >= n_steps:
+        s_final[:] = s0
         _run(a, c, s_final, backward, post, 0, n_steps, out, True)
         return
     n_chunks = (n_steps + chunk - 1) // chunk
-    agg_a, agg_c = np.ones((n_chunks, n), a.dtype), np.zeros((n_chunks, n), a.dtype)
-    for k in range(n_chunks):                                   # (1) per chunk
-        first, last = k * chunk, min((k + 1) * chunk, n_steps)
-        _run(a, c, agg_c[k], backward, post, first, last, out, False)
+    agg_a, agg_c = np.empty((n_chunks, n), a.dtype), np.empty((n_chunks, n), a.dtype)
+    carries = np.empty((n_chunks, n), a.dtype)
+    scan_maps_kernel(a, c, backward, post, chunk, 0, n_chunks, agg_a, agg_c)
+    scan_carries_kernel(agg_a, agg_c, s0, carries, s_final)
+    scan_chunks_kernel(a, c, backward, post, chunk, 0, n_chunks, carries, out, s_final)
+
+
+@kernel
+def scan_maps_kernel(a, c, backward, post, chunk, first, last, agg_a, agg_c):
+    """Step (1) of ``linear_scan_kernel`` for the chunks ``first..last-1``: each chunk's map
+    ``s -> agg_a[k]∘s + agg_c[k]`` (``agg_c``: the chunk scanned from 0; ``agg_a``: its
+    multipliers' product)."""
+    n_steps, n = a.shape
+    for k in range(first, last):
+        lo, hi = k * chunk, min((k + 1) * chunk, n_steps)
+        agg_c[k] = 0
+        _run(a, c, agg_c[k], backward, post, lo, hi, a, False)   # a: never written
         product = agg_a[k]
-        for position in range(first, last):
+        product[:] = 1
+        for position in range(lo, hi):
             a_t = a[_time(position, n_steps, backward)]
             for j in range(n):
                 product[j] *= a_t[j]
-    carries = np.empty((n_chunks, n), a.dtype)
-    for k in range(n_chunks):                                   # (2) over the chunks
+
+
+@kernel
+def scan_carries_kernel(agg_a, agg_c, s0, carries, s_final):
+    """Step (2) of ``linear_scan_kernel``: each chunk's incoming state ``carries[k]``, from
+    ``s0`` through the maps of the chunks before it; ``s_final``: through all of them."""
+    n_chunks, n = agg_a.shape
+    s_final[:] = s0
+    for k in range(n_chunks):
         carries[k] = s_final
         for j in range(n):
             s_final[j] = agg_a[k, j] * s_final[j] + agg_c[k, j]
-    for k in range(n_chunks):                                   # (3) per chunk
+
+
+@kernel
+def scan_chunks_kernel(a, c, backward, post, chunk, first, last, carries, out, s_final):
+    """Step (3) of ``linear_scan_kernel`` for the chunks ``first..last-1``: each scanned from
+    ``carries[k]`` (updated in place), writing ``out``; the last chunk's own last state
+    into ``s_final`` (so that it is the last output, bitwise)."""
+    n_steps = a.shape[0]
+    n_chunks = carries.shape[0]
+    for k in range(first, last):
         _run(a, c, carries[k], backward, post, k * chunk, min((k + 1) * chunk, n_steps),
              out, True)
-    s_final[:] = carries[n_chunks - 1]        # the last chunk's own last state, bitwise
+        if k == n_chunks - 1:
+            s_final[:] = carries[k]
 
 
 @kernel

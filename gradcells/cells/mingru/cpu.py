@@ -15,7 +15,8 @@ and its gradient:
     dx = dp·wᵀ,  dw = x_flatᵀ·dp                               two BLAS calls
 
 ``method`` "parallel" runs the scans chunked (``linear_scan_kernel``'s two-level scan,
-``CHUNK`` steps a chunk), "sequential" step by step; "auto" as ``spec.scan_method``. With
+``CHUNK`` steps a chunk, the chunks' two passes spread over the cores this process may use:
+``_threaded_scan``), "sequential" step by step; "auto" as ``spec.scan_method``. With
 ``reverse`` and lengths the scans run backwards in time natively
 (``gradcells.cpu.NATIVE_REVERSE``), the steps past each row's length being the identity.
 Forward mode is NumPy around the same kernels; second order runs the reference's
@@ -23,6 +24,10 @@ Forward mode is NumPy around the same kernels; second order runs the reference's
 """
 
 from __future__ import annotations
+
+import concurrent.futures
+import functools
+import os
 
 import numpy as np
 
@@ -37,7 +42,14 @@ from ...cpu._sequence import (
 )
 from ...cpu._workspace import scratch
 from . import reference
-from ._cpu_kernels import linear_scan_kernel, mingru_gates_kernel, mingru_grad_kernel
+from ._cpu_kernels import (
+    linear_scan_kernel,
+    mingru_gates_kernel,
+    mingru_grad_kernel,
+    scan_carries_kernel,
+    scan_chunks_kernel,
+    scan_maps_kernel,
+)
 from .spec import (
     MinGRUCellGrads,
     MinGRUCellState,
@@ -82,13 +94,56 @@ def _gates(x, weights, settings, lengths):
 
 
 def _scan(a, c, s0, settings, post):
-    """``linear_scan_kernel`` over ``a, c [T, B, H]`` from ``s0 [B, H]``: ``(out, final)``
+    """The linear recurrence over ``a, c [T, B, H]`` from ``s0 [B, H]``: ``(out, final)``
     (the forward runs backwards in time with ``reverse``, the adjoint, ``post``, the other
-    way)."""
+    way). The parallel method's chunks run on ``_workers`` threads."""
     out, final = np.empty_like(a), np.empty(s0.shape, a.dtype)
-    linear_scan_kernel(_rows(a), _rows(c), contiguous(s0).ravel(), settings.reverse != post,
-                       post, _chunk(settings, a.shape[0]), _rows(out), final.ravel())
+    chunk = _chunk(settings, a.shape[0])
+    arguments = (_rows(a), _rows(c), contiguous(s0).ravel(), settings.reverse != post, post,
+                 chunk, _rows(out), final.ravel())
+    workers = _workers(a.shape[0], chunk)
+    if workers < 2:
+        linear_scan_kernel(*arguments)
+    else:
+        _threaded_scan(*arguments, workers)
     return out, final
+
+
+def _workers(n_steps, chunk):
+    """The threads a chunked scan of ``n_steps`` runs on: one per core this process may
+    use, at most one per chunk (1: the calling thread alone)."""
+    if chunk <= 0 or n_steps <= chunk:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cores or 1, -(-n_steps // chunk)))
+
+
+def _threaded_scan(a, c, s0, backward, post, chunk, out, s_final, workers):
+    """``linear_scan_kernel``'s chunked scan with its steps (1) and (3) split into
+    ``workers`` ranges of chunks, run at once (the kernels release the GIL)."""
+    n_chunks = -(-a.shape[0] // chunk)
+    agg_a, agg_c, carries = np.empty((3, n_chunks, a.shape[1]), a.dtype)
+    bounds = np.linspace(0, n_chunks, workers + 1).astype(int)
+    ranges = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
+    _at_once([functools.partial(scan_maps_kernel, a, c, backward, post, chunk, lo, hi,
+                                agg_a, agg_c) for lo, hi in ranges])
+    scan_carries_kernel(agg_a, agg_c, s0, carries, s_final)
+    _at_once([functools.partial(scan_chunks_kernel, a, c, backward, post, chunk, lo, hi,
+                                carries, out, s_final) for lo, hi in ranges])
+
+
+_pool: list[concurrent.futures.ThreadPoolExecutor] = []
+
+
+def _at_once(calls):
+    """Run ``calls``: the first on the calling thread, the others on a shared pool."""
+    if not _pool:
+        _pool.append(concurrent.futures.ThreadPoolExecutor(
+            thread_name_prefix="gradcells-scan"))
+    pending = [_pool[0].submit(call) for call in calls[1:]]
+    calls[0]()
+    for future in pending:
+        future.result()
 
 
 # --------------------------------------------------------------------------------------
