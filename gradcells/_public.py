@@ -195,7 +195,8 @@ def weight_parameters(op: OpSpec) -> tuple[list[tuple[str, str]], list[tuple[str
 
 def forward_keywords(spec: CellSpec, op: OpSpec) -> list[tuple[str, str, Any]]:
     """A forward's settings: the cell's keywords with their defaults, then a sequence's."""
-    own = [(k.name, k.annotation, k.default) for k in spec.keywords]
+    own = [(k.name, k.annotation, k.default) for k in spec.keywords
+           if op.sequence or not k.sequence_only]
     return own + (_sequence_keywords(spec, given_again=False) if op.sequence else [])
 
 
@@ -203,7 +204,7 @@ def grad_keywords(spec: CellSpec, op: OpSpec) -> list[tuple[str, str, Any]]:
     """A gradient's settings: every setting a forward records, None by default (the record
     decides; given again, it must agree)."""
     own = [(k.name, _optional(k.annotation), None) for k in spec.keywords
-           if not k.forward_only]
+           if not k.forward_only and (op.sequence or not k.sequence_only)]
     return own + (_sequence_keywords(spec, given_again=True) if op.sequence else [])
 
 

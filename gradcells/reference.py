@@ -41,6 +41,16 @@ from .cells.lstm.reference import (
     lstm_sequence_grad_jvp,
     lstm_sequence_jvp,
 )
+from .cells.mingru.reference import (
+    mingru_cell,
+    mingru_cell_grad,
+    mingru_cell_grad_jvp,
+    mingru_cell_jvp,
+    mingru_sequence,
+    mingru_sequence_grad,
+    mingru_sequence_grad_jvp,
+    mingru_sequence_jvp,
+)
 from .cells.rnn.reference import (
     rnn_activation,
     rnn_cell,
@@ -63,4 +73,7 @@ __all__ = ["lstm_cell", "lstm_cell_grad", "lstm_sequence", "lstm_sequence_grad",
            "lstm_gate_norm_grads", "lstm_cell_jvp", "gru_cell_jvp", "rnn_cell_jvp",
            "lstm_sequence_jvp", "gru_sequence_jvp", "rnn_sequence_jvp",
            "lstm_cell_grad_jvp", "gru_cell_grad_jvp", "rnn_cell_grad_jvp",
-           "lstm_sequence_grad_jvp", "gru_sequence_grad_jvp", "rnn_sequence_grad_jvp"]
+           "lstm_sequence_grad_jvp", "gru_sequence_grad_jvp", "rnn_sequence_grad_jvp",
+           "mingru_cell", "mingru_cell_grad", "mingru_cell_jvp", "mingru_cell_grad_jvp",
+           "mingru_sequence", "mingru_sequence_grad", "mingru_sequence_jvp",
+           "mingru_sequence_grad_jvp"]

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import gradcells as gc
 from gradcells import _dispatch, testing
-from gradcells.cells import OPS
+from gradcells.cells import OPS, SPECS
 from gradcells.cells.lstm.spec import LSTMNorm
 
 CONTRACT_EXAMPLES = settings(max_examples=min(settings.default.max_examples, 6))
@@ -74,6 +74,10 @@ _STRATEGIES = {
         min_size=min_size, max_steps=3, batch_first=batch_first, **_ORDER, **_SIZES),
     "rnn_sequence": lambda min_size, batch_first=None: testing.rnn_sequence_inputs(
         min_size=min_size, max_steps=3, batch_first=batch_first, **_ORDER, **_SIZES),
+    "mingru_cell": lambda min_size: testing.mingru_cell_inputs(min_size=min_size, **_SIZES),
+    "mingru_sequence": lambda min_size, batch_first=None: testing.mingru_sequence_inputs(
+        min_size=min_size, max_steps=3, batch_first=batch_first, ragged=None, reverse=None,
+        **_SIZES),
 }
 assert set(_STRATEGIES) == set(OPS), "a contract strategy for every op"
 
@@ -94,10 +98,11 @@ def cases(op, min_size=0, layer="backend"):
 
 
 _CELL_CASES = {"lstm_cell": testing.lstm_cell_case, "gru_cell": testing.gru_cell_case,
-               "rnn_cell": testing.rnn_cell_case}
+               "rnn_cell": testing.rnn_cell_case, "mingru_cell": testing.mingru_cell_case}
 _SEQUENCE_CASES = {"lstm_sequence": testing.lstm_sequence_case,
                    "gru_sequence": testing.gru_sequence_case,
-                   "rnn_sequence": testing.rnn_sequence_case}
+                   "rnn_sequence": testing.rnn_sequence_case,
+                   "mingru_sequence": testing.mingru_sequence_case}
 
 OPTIONS = {
     "lstm": [{}, {"peephole": True, "clip": True}, {"proj_size": 2, "proj_clip": True},
@@ -106,6 +111,7 @@ OPTIONS = {
               "proj_size": 3}],
     "gru": [{"reset_after": False}, {"reset_after": True}],
     "rnn": [{"activation": "tanh"}, {"activation": "relu"}],
+    "mingru": [{"activation": "g"}, {"activation": "identity"}],
 }
 """A fixed grid of each cell's options (the LSTM's layer norm both carries)."""
 
@@ -115,6 +121,8 @@ def fixed_case(op, rng, *, steps, batch, input_size, hidden, dtype=np.float64, *
     if op in _CELL_CASES:
         return _CELL_CASES[op](rng, batch=batch, input_size=input_size, hidden=hidden,
                                dtype=dtype, **options)
+    if not SPECS[cell_of(op)].masks:     # a cell without masks (the minGRU) draws none
+        options.pop("masks", None)
     return _SEQUENCE_CASES[op](rng, steps=steps, batch=batch, input_size=input_size,
                                hidden=hidden, dtype=dtype, **options)
 

@@ -36,7 +36,9 @@ class Keyword:
     A setting (``CellSpec.keywords``) is given to the gradient again as None by default
     (the forward's record decides), unless ``forward_only`` (``forget_bias``: the gradient
     does not take it); a gradient option (``CellSpec.grad_options``) is the gradient's only,
-    with its default."""
+    with its default. ``sequence_only``: a setting of the sequence operation (and its
+    stack) alone, which the cell step neither takes nor records other than at its default
+    (the minGRU's ``method``: a step has no time to scan over)."""
 
     name: str
     default: Any
@@ -45,6 +47,7 @@ class Keyword:
     choices: tuple[str, ...] = ()
     requires: tuple[str, str] | None = None
     forward_only: bool = False
+    sequence_only: bool = False
 
 
 @dataclass(frozen=True, eq=False)   # one object per op: hashed and compared by identity

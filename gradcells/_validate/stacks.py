@@ -108,13 +108,14 @@ def _check_chain(weights_type, weights, widths, directions, n_in):
         width_in = n_in if layer == 0 else directions * widths[layer - 1]
         name = weights_type._fields[0]                  # w, or a GRU's w_ru
         rows = _dims(k, w, name, 2)[0]
-        if rows != width_in + widths[layer]:
+        recurrent = "+" in WEIGHT_LABELS[weights_type][name][0]   # I+H: rows for h_prev too
+        if rows != width_in + recurrent * widths[layer]:
             source = ("x's input size" if layer == 0 else
                       f"{directions} × {widths[layer - 1]}, layer {layer - 1}'s outputs")
+            state = f" and its state {widths[layer]}" if recurrent else ""
             raise ValueError(
                 f"weights[{k}].{name} has {rows} rows, but layer {layer}'s input is {width_in} "
-                f"wide ({source}) and its state {widths[layer]}: it needs "
-                f"{width_in + widths[layer]}")
+                f"wide ({source}){state}: it needs {width_in + recurrent * widths[layer]}")
 
 
 def _stack_masks(masks, x, widths, directions, batch_first):

@@ -22,6 +22,8 @@ from .._core.plan import masked
 from .._core.specs import MASKS
 from ..cells.gru.spec import GRUWeights
 from ..cells.lstm.spec import LN_CARRIES, PEEPHOLES, LSTMNorm, LSTMWeights
+from ..cells.mingru.spec import ACTIVATIONS as MINGRU_ACTIVATIONS
+from ..cells.mingru.spec import MinGRUWeights
 from ..cells.rnn.spec import ACTIVATIONS, RNNWeights
 
 CLIP_MARGIN = 1e-2
@@ -545,9 +547,85 @@ def random_rnn_sequence_case(rng: np.random.Generator, dtype: Any = np.float64, 
 
 
 # --------------------------------------------------------------------------------------
+# The minGRU (docs/spec.md §18.2)
+
+
+def _mingru_parameters(rng, input_size, hidden, dtype, activation, scale):
+    """``w [I, 2H]``, ``b [2H]`` drawn for a minGRU case, and its ``activation``."""
+    return {"w": _normal(rng, (input_size, 2 * hidden), scale / np.sqrt(max(1, input_size)),
+                         dtype),
+            "b": _normal(rng, (2 * hidden,), 0.5 * scale, dtype), "activation": activation}
+
+
+def _mingru_away_from_the_kink(draw, attempts=20):
+    """``draw()`` again until no candidate pre-activation ``x·w_h + b_h`` (of any step) is
+    within ``KINK_MARGIN`` of the paper's ``g``'s kink at 0 (its slope jumps from 1/4 to 1
+    there); identity cases are taken at once."""
+    for _ in range(attempts):
+        case = draw()
+        hidden = case["b"].shape[0] // 2
+        p_h = (np.asarray(case["x"], np.float64) @ np.asarray(case["w"], np.float64)[:, hidden:]
+               + np.asarray(case["b"], np.float64)[hidden:])
+        if case["activation"] != "g" or not (np.abs(p_h) < KINK_MARGIN).any():
+            return case
+    return case
+
+
+def mingru_cell_case(rng: np.random.Generator, *, batch: int = 3, input_size: int = 4,
+                     hidden: int = 5, dtype: Any = np.float64, activation: str = "g",
+                     scale: float = 1.0) -> Case:
+    """Keyword arguments for ``mingru_cell``; a ``g`` case keeps its candidate
+    pre-activations ``KINK_MARGIN`` away from 0."""
+    return _mingru_away_from_the_kink(lambda: {
+        "x": _normal(rng, (batch, input_size), 1.0, dtype),
+        "h_prev": _normal(rng, (batch, hidden), 0.5, dtype),
+        **_mingru_parameters(rng, input_size, hidden, dtype, activation, scale)})
+
+
+def mingru_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int = 3,
+                         input_size: int = 4, hidden: int = 5, dtype: Any = np.float64,
+                         activation: str = "g", method: str = "auto", scale: float = 1.0,
+                         ragged: bool = False, reverse: bool = False,
+                         batch_first: bool = False) -> Case:
+    """Keyword arguments for ``mingru_sequence``, drawn like ``mingru_cell_case``;
+    ``method`` (given only when not "auto"), ``reverse`` and ``batch_first`` as for
+    ``lstm_sequence_case`` (the minGRU takes no masks)."""
+    return _in_layout(_mingru_away_from_the_kink(lambda: {
+        "x": _normal(rng, (steps, batch, input_size), 1.0, dtype),
+        "h0": _normal(rng, (batch, hidden), 0.5, dtype),
+        **_mingru_parameters(rng, input_size, hidden, dtype, activation, scale),
+        **({} if method == "auto" else {"method": method}),
+        "seq_len": ragged_lengths(rng, steps, batch) if ragged else None,
+        **_order(reverse)}), batch_first)
+
+
+def random_mingru_cell_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
+    """A ``mingru_cell`` case with sizes and ``activation`` drawn from ``rng``."""
+    return mingru_cell_case(
+        rng, batch=int(rng.integers(1, 5)), input_size=int(rng.integers(1, 6)),
+        hidden=int(rng.integers(1, 6)), dtype=dtype,
+        activation=str(rng.choice(MINGRU_ACTIVATIONS)), scale=float(rng.choice(SCALES)))
+
+
+def random_mingru_sequence_case(rng: np.random.Generator, dtype: Any = np.float64, *,
+                                order: bool = False) -> Case:
+    """A ``mingru_sequence`` case (T <= 4) with sizes, ``activation``, ``method`` and ragged
+    lengths drawn from ``rng``, and with ``order`` the time order and the layout."""
+    drawn = _random_order(rng, order)
+    drawn.pop("masks", None)
+    return mingru_sequence_case(
+        rng, steps=int(rng.integers(1, 5)), batch=int(rng.integers(1, 5)),
+        input_size=int(rng.integers(1, 5)), hidden=int(rng.integers(1, 5)), dtype=dtype,
+        activation=str(rng.choice(MINGRU_ACTIVATIONS)),
+        method=str(rng.choice(("sequential", "parallel"))), scale=float(rng.choice(SCALES)),
+        ragged=bool(rng.integers(2)), **drawn)
+
+
+# --------------------------------------------------------------------------------------
 # Stacks (docs/spec.md §11.4)
 
-STACK_CELLS = {"lstm": LSTMWeights, "gru": GRUWeights, "rnn": RNNWeights}
+STACK_CELLS = {"lstm": LSTMWeights, "gru": GRUWeights, "rnn": RNNWeights,
+               "mingru": MinGRUWeights}
 """The cells a stack is made of, and their weight sets."""
 
 
@@ -559,6 +637,9 @@ def _stack_layer_weights(rng, cell, n_in, hidden, dtype, proj_size, peephole, la
     if cell == "rnn":
         params = _rnn_parameters(rng, n_in, hidden, dtype, "tanh", 1.0)
         return RNNWeights(params["w"], params["b"])
+    if cell == "mingru":
+        params = _mingru_parameters(rng, n_in, hidden, dtype, "identity", 1.0)
+        return MinGRUWeights(params["w"], params["b"])
     params = _lstm_parameters(rng, n_in, hidden, dtype, peephole, 1.0, proj_size or hidden)
     options = _lstm_options(rng, hidden, dtype, proj_size, layer_norm, "raw")
     return LSTMWeights(**{k: params[k] for k in ("w", "b", *PEEPHOLES)},
@@ -590,7 +671,8 @@ def stack_case(rng: np.random.Generator, cell: str, *, layers: int = 2,
             "bidirectional": bidirectional, "batch_first": batch_first,
             "seq_len": (np.minimum(ragged_lengths(rng, steps, batch), steps)
                         if ragged and batch else None),
-            **{"lstm": {}, "gru": {"reset_after": True}, "rnn": {"activation": "tanh"}}[cell]}
+            **{"lstm": {}, "gru": {"reset_after": True}, "rnn": {"activation": "tanh"},
+               "mingru": {"activation": "identity"}}[cell]}
     if cell == "lstm":
         case["cs0"] = _normal(rng, (layers * directions, batch, hidden), 1.0, dtype)
     if masks and layers > 1:

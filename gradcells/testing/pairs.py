@@ -23,6 +23,7 @@ from ..cells import OPS as SPECS
 from ..cells import OPTIONAL_WEIGHTS
 from ..cells.gru.spec import GRUStackGrads
 from ..cells.lstm.spec import GATE_FIELDS, NORM_ARRAYS, LSTMCellState, LSTMNorm, LSTMStackGrads
+from ..cells.mingru.spec import MinGRUStackGrads
 from ..cells.rnn.spec import RNNStackGrads
 from ..oracle import JVPReport, VJPReport, check_jvp, check_vjp
 from .cases import (
@@ -31,6 +32,8 @@ from .cases import (
     random_gru_sequence_case,
     random_lstm_cell_case,
     random_lstm_sequence_case,
+    random_mingru_cell_case,
+    random_mingru_sequence_case,
     random_rnn_cell_case,
     random_rnn_sequence_case,
     random_stack_case,
@@ -56,6 +59,10 @@ LSTM_SEQUENCE_FIELDS = (*LSTM_SEQUENCE_OUTPUTS, *GATE_FIELDS)
 GRU_CELL_OUTPUTS: tuple[str, ...] = SPECS["gru_cell"].result._fields   # every field (§16.1)
 GRU_SEQUENCE_OUTPUTS: tuple[str, ...] = SPECS["gru_sequence"].result._fields
 RNN_SEQUENCE_OUTPUTS = ("h", "h_final")
+MINGRU_ARG_NAMES: tuple[str, ...] = SPECS["mingru_cell"].arrays
+MINGRU_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["mingru_sequence"].arrays
+MINGRU_CELL_OUTPUTS: tuple[str, ...] = SPECS["mingru_cell"].result._fields   # every field
+MINGRU_SEQUENCE_OUTPUTS: tuple[str, ...] = SPECS["mingru_sequence"].result._fields
 
 Pair = tuple[Callable[..., Any], Callable[..., Any], tuple, tuple[str, ...]]
 """``(f, vjp, args, names)`` for ``check_vjp``."""
@@ -275,6 +282,29 @@ def rnn_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
                      RNN_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend, mode)
 
 
+def mingru_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
+                         outputs: Sequence[str] = MINGRU_CELL_OUTPUTS,
+                         mode: str = "vjp") -> Pair:
+    """The oracle's ``(f, vjp, args, names)`` for ``mingru_cell``: ``f`` maps the case's
+    arrays to the chosen ``outputs`` (by default every field: "z", "hc", "h")."""
+    attrs = {"activation": case["activation"]}
+    return _vjp_pair(steps.mingru_cell, steps.mingru_cell_grad, case, MINGRU_ARG_NAMES,
+                     outputs, attrs, attrs, backend, mode)
+
+
+def mingru_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
+                             outputs: Sequence[str] = MINGRU_SEQUENCE_OUTPUTS,
+                             mode: str = "vjp") -> Pair:
+    """The oracle's ``(f, vjp, args, names)`` for ``mingru_sequence``: ``f`` maps the case's
+    arrays to the chosen ``outputs`` (by default every field: "z", "hc", "h",
+    "h_final")."""
+    attrs = {"activation": case["activation"], "seq_len": case["seq_len"],
+             **({"method": case["method"]} if "method" in case else {}),
+             **_sequence_attrs(case)}
+    return _vjp_pair(sequences.mingru_sequence, sequences.mingru_sequence_grad, case,
+                     MINGRU_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend, mode)
+
+
 def _flat_weights(weights):
     """Every array of a list of weight sets with its name (``weights[k].w``,
     ``weights[k].layer_norm.gamma_x``, ...), and the arrays alone (absent weights, None,
@@ -291,7 +321,8 @@ def _rebuilt(weights, arrays):
     return trees.map_leaves(lambda a: None if a is None else next(given), weights)
 
 
-_STACK_GRADS = {"lstm": LSTMStackGrads, "gru": GRUStackGrads, "rnn": RNNStackGrads}
+_STACK_GRADS = {"lstm": LSTMStackGrads, "gru": GRUStackGrads, "rnn": RNNStackGrads,
+                "mingru": MinGRUStackGrads}
 
 
 def stack_vjp_pair(cell: str, case: dict[str, Any], *, backend: str | None = None,
@@ -367,6 +398,9 @@ OPS: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., Pair]]] = {
     "rnn_cell": (random_rnn_cell_case, rnn_cell_vjp_pair),
     "rnn_sequence": (functools.partial(random_rnn_sequence_case, order=True),
                      rnn_sequence_vjp_pair),
+    "mingru_cell": (random_mingru_cell_case, mingru_cell_vjp_pair),
+    "mingru_sequence": (functools.partial(random_mingru_sequence_case, order=True),
+                        mingru_sequence_vjp_pair),
     **{f"{cell}_stack": (functools.partial(_random_stack, cell),
                          functools.partial(stack_vjp_pair, cell)) for cell in STACK_CELLS},
 }

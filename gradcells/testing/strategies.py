@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..cells.lstm.spec import LN_CARRIES
+from ..cells.mingru.spec import ACTIVATIONS as MINGRU_ACTIVATIONS
 from ..cells.rnn.spec import ACTIVATIONS
 from .cases import (
     FORGET_BIASES,
@@ -19,6 +20,8 @@ from .cases import (
     gru_sequence_case,
     lstm_cell_case,
     lstm_sequence_case,
+    mingru_cell_case,
+    mingru_sequence_case,
     rnn_cell_case,
     rnn_sequence_case,
 )
@@ -173,3 +176,39 @@ def rnn_sequence_inputs(*, dtype: Any = np.float64, activation: str | None = Non
                    activation=_activation(st, activation), ragged=_flag(st, ragged),
                    scale=st.sampled_from(SCALES),
                    **_order_options(st, reverse, batch_first, masks))
+
+
+def mingru_cell_inputs(*, dtype: Any = np.float64, activation: str | None = None,
+                       min_size: int = 1, max_batch: int = 4, max_input: int = 5,
+                       max_hidden: int = 5) -> SearchStrategy[Case]:
+    """Hypothesis strategy for ``mingru_cell`` keyword arguments (``activation`` None:
+    drawn, "g" or "identity"); "g" cases keep their candidate pre-activations away from the
+    kink."""
+    from hypothesis import strategies as st
+
+    batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
+    return _seeded(st, mingru_cell_case, dtype, batch=batch, input_size=input_size,
+                   hidden=hidden, scale=st.sampled_from(SCALES),
+                   activation=st.sampled_from(MINGRU_ACTIVATIONS) if activation is None
+                   else st.just(activation))
+
+
+def mingru_sequence_inputs(*, dtype: Any = np.float64, activation: str | None = None,
+                           method: str | None = None, ragged: bool | None = None,
+                           reverse: bool | None = False, batch_first: bool | None = False,
+                           min_size: int = 1, max_steps: int = 4, max_batch: int = 4,
+                           max_input: int = 4, max_hidden: int = 4) -> SearchStrategy[Case]:
+    """Hypothesis strategy for ``mingru_sequence`` keyword arguments (``activation``,
+    ``method`` ("sequential" or "parallel") and ``ragged`` None: drawn; ``reverse`` and
+    ``batch_first`` off by default, None: drawn)."""
+    from hypothesis import strategies as st
+
+    batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
+    return _seeded(st, mingru_sequence_case, dtype, steps=st.integers(min_size, max_steps),
+                   batch=batch, input_size=input_size, hidden=hidden,
+                   activation=st.sampled_from(MINGRU_ACTIVATIONS) if activation is None
+                   else st.just(activation),
+                   method=st.sampled_from(("sequential", "parallel")) if method is None
+                   else st.just(method),
+                   ragged=_flag(st, ragged), scale=st.sampled_from(SCALES),
+                   **_order_options(st, reverse, batch_first))

@@ -1,0 +1,1 @@
+"""The minGRU (Feng et al. 2024), a gated linear recurrence. docs/spec.md §18.2."""

@@ -1,0 +1,286 @@
+"""The minGRU on the CPU: one BLAS product for every step's gates, one fused pass for their
+activations, the linear recurrence as a Numba scan (``_cpu_kernels``).
+
+The math is ``gradcells.cells.mingru.reference``. A sequence's forward:
+
+    p = x_flat·w + b                          one BLAS call over all T·B rows
+    mingru_gates_kernel(p, ...)               z, h̃, a = 1 - z, c = z∘h̃ in one pass
+    linear_scan_kernel(a, c, h0, ...)         h_t = a_t∘h_{t-1} + c_t
+
+and its gradient:
+
+    linear_scan_kernel(a, d_h, d_h_final, ..., post=True)     the adjoint g, and dh0
+    p_h = x_flat·w_h + b_h                                     for act''s branch (g only)
+    mingru_grad_kernel(...)                                    dp and the bias sum
+    dx = dp·wᵀ,  dw = x_flatᵀ·dp                               two BLAS calls
+
+``method`` "parallel" runs the scans chunked (``linear_scan_kernel``'s two-level scan,
+``CHUNK`` steps a chunk, the chunks' two passes spread over the cores this process may use:
+``_threaded_scan``), "sequential" step by step; "auto" as ``spec.scan_method``. With
+``reverse`` and lengths the scans run backwards in time natively
+(``gradcells.cpu.NATIVE_REVERSE``), the steps past each row's length being the identity.
+Forward mode is NumPy around the same kernels; second order runs the reference's
+``gradient_jvp`` (dual numbers) on NumPy arrays.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import os
+
+import numpy as np
+
+from ..._core.plan import flat, previous_states
+from ...cpu._sequence import (
+    contiguous,
+    lengths_of,
+    projection,
+    running_inputs,
+    step_outputs,
+    zero_stopped,
+)
+from ...cpu._workspace import scratch
+from . import reference
+from ._cpu_kernels import (
+    linear_scan_kernel,
+    mingru_gates_kernel,
+    mingru_grad_kernel,
+    scan_carries_kernel,
+    scan_chunks_kernel,
+    scan_maps_kernel,
+)
+from .spec import (
+    MinGRUCellGrads,
+    MinGRUCellState,
+    MinGRUSequence,
+    MinGRUSequenceGrads,
+    scan_method,
+)
+
+CHUNK = 64
+"""Steps per chunk of the parallel scan."""
+
+_NONE = np.empty((0, 0, 0))
+
+
+def _chunk(settings, n_steps):
+    return CHUNK if scan_method(settings.method, n_steps) == "parallel" else 0
+
+
+def _kernel_lengths(lengths):
+    return np.empty(0, np.int64) if lengths is None else np.ascontiguousarray(lengths)
+
+
+def _rows(a):
+    """``[T, B, H]`` as ``[T, B·H]`` (a view)."""
+    return a.reshape(a.shape[0], a.shape[1] * a.shape[2])
+
+
+def _gates(x, weights, settings, lengths):
+    """``(x, p, z, hc, a, c)``: the running inputs, the pre-activations (scratch) and the
+    gates (``z``, ``hc`` fresh arrays; ``a``, ``c`` scratch)."""
+    x, w, b = (contiguous(v) for v in (x, weights.w, weights.b))
+    x = running_inputs(x, lengths)
+    n_steps, n_batch, _ = x.shape
+    n_hidden = w.shape[1] // 2
+    p, a, c = scratch(x.dtype, (n_steps, n_batch, 2 * n_hidden),
+                      *[(n_steps, n_batch, n_hidden)] * 2)
+    projection(x, w, b, p)
+    z, hc = step_outputs(2, (n_steps, n_batch, n_hidden), x.dtype)
+    mingru_gates_kernel(p, _kernel_lengths(lengths), settings.activation == "identity",
+                        z, hc, a, c)
+    return x, p, z, hc, a, c
+
+
+def _scan(a, c, s0, settings, post):
+    """The linear recurrence over ``a, c [T, B, H]`` from ``s0 [B, H]``: ``(out, final)``
+    (the forward runs backwards in time with ``reverse``, the adjoint, ``post``, the other
+    way). The parallel method's chunks run on ``_workers`` threads."""
+    out, final = np.empty_like(a), np.empty(s0.shape, a.dtype)
+    chunk = _chunk(settings, a.shape[0])
+    arguments = (_rows(a), _rows(c), contiguous(s0).ravel(), settings.reverse != post, post,
+                 chunk, _rows(out), final.ravel())
+    workers = _workers(a.shape[0], chunk)
+    if workers < 2:
+        linear_scan_kernel(*arguments)
+    else:
+        _threaded_scan(*arguments, workers)
+    return out, final
+
+
+def _workers(n_steps, chunk):
+    """The threads a chunked scan of ``n_steps`` runs on: one per core this process may
+    use, at most one per chunk (1: the calling thread alone)."""
+    if chunk <= 0 or n_steps <= chunk:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cores or 1, -(-n_steps // chunk)))
+
+
+def _threaded_scan(a, c, s0, backward, post, chunk, out, s_final, workers):
+    """``linear_scan_kernel``'s chunked scan with its steps (1) and (3) split into
+    ``workers`` ranges of chunks, run at once (the kernels release the GIL)."""
+    n_chunks = -(-a.shape[0] // chunk)
+    agg_a, agg_c, carries = np.empty((3, n_chunks, a.shape[1]), a.dtype)
+    bounds = np.linspace(0, n_chunks, workers + 1).astype(int)
+    ranges = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
+    _at_once([functools.partial(scan_maps_kernel, a, c, backward, post, chunk, lo, hi,
+                                agg_a, agg_c) for lo, hi in ranges])
+    scan_carries_kernel(agg_a, agg_c, s0, carries, s_final)
+    _at_once([functools.partial(scan_chunks_kernel, a, c, backward, post, chunk, lo, hi,
+                                carries, out, s_final) for lo, hi in ranges])
+
+
+_pool: list[concurrent.futures.ThreadPoolExecutor] = []
+
+
+def _at_once(calls):
+    """Run ``calls``: the first on the calling thread, the others on a shared pool."""
+    if not _pool:
+        _pool.append(concurrent.futures.ThreadPoolExecutor(
+            thread_name_prefix="gradcells-scan"))
+    pending = [_pool[0].submit(call) for call in calls[1:]]
+    calls[0]()
+    for future in pending:
+        future.result()
+
+
+# --------------------------------------------------------------------------------------
+# sequence
+
+
+def mingru_sequence(x, h0, weights, settings):
+    """The minGRU over ``x [T, B, I]``; see ``gradcells.reference``'s ``mingru_sequence``."""
+    lengths = lengths_of(settings.seq_len)
+    _, _, z, hc, a, c = _gates(x, weights, settings, lengths)
+    h, h_final = _scan(a, c, h0, settings, post=False)
+    zero_stopped((h,), lengths)
+    return MinGRUSequence(z, hc, h, h_final)
+
+
+def _identity_past_lengths(z, lengths):
+    """``a = 1 - z`` with the identity ``a = 1`` past each row's length."""
+    a = 1 - z
+    if lengths is not None:
+        a[np.arange(z.shape[0])[:, None] >= lengths[None, :]] = 1
+    return a
+
+
+def _upstream_steps(d_h, shape, dtype, lengths):
+    """``d_h`` (zeros for None) with zeros past each row's length: a fresh array."""
+    if d_h is None:
+        return np.zeros(shape, dtype)
+    out = np.array(d_h, dtype=dtype, order="C")
+    zero_stopped((out,), lengths)
+    return out
+
+
+def mingru_sequence_grad(x, h0, weights, seq, settings, *, d_z=None, d_hc=None, d_h=None,
+                         d_h_final=None):
+    """Backpropagation through time for ``mingru_sequence`` (the plan in the module
+    docstring)."""
+    lengths = lengths_of(settings.seq_len)
+    x, w, h0 = running_inputs(contiguous(x), lengths), contiguous(weights.w), contiguous(h0)
+    n_steps, n_batch, _ = x.shape
+    n_hidden, dtype = h0.shape[1], x.dtype
+    z, hc = contiguous(seq.z), contiguous(seq.hc)
+    up = _upstream_steps(d_h, z.shape, dtype, lengths)
+    final = np.zeros_like(h0) if d_h_final is None else d_h_final
+    g, d_h0 = _scan(_identity_past_lengths(z, lengths), up, final, settings, post=True)
+    identity = settings.activation == "identity"
+    (d_p,) = scratch(dtype, (n_steps, n_batch, 2 * n_hidden))
+    p_h = z if identity else projection_of(x, w[:, n_hidden:], weights.b[n_hidden:])
+    d_bias = np.zeros(2 * n_hidden, dtype)
+    mingru_grad_kernel(p_h, z, hc, contiguous(seq.h), h0, g, *(
+        _NONE.astype(dtype) if d is None else contiguous(d) for d in (d_z, d_hc)),
+        _kernel_lengths(lengths), settings.reverse, identity, d_p, d_bias)
+    d_flat = flat(d_p)
+    dx = (d_flat @ w.T).reshape(x.shape)
+    return MinGRUSequenceGrads(x=dx, h0=d_h0, w=flat(x).T @ d_flat, b=d_bias)
+
+
+def projection_of(x, w_x, b):
+    """``x_flat·w_x + b`` as a fresh ``[T, B, width]``."""
+    out = np.empty((x.shape[0], x.shape[1], w_x.shape[1]), x.dtype)
+    projection(x, w_x, contiguous(b), out)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# cell: a sequence of one step
+
+
+def mingru_cell(x, h_prev, weights, settings):
+    """One minGRU step; returns ``MinGRUCellState(z, hc, h)``."""
+    seq = mingru_sequence(x[None], h_prev, weights, _one_step(settings))
+    return MinGRUCellState(seq.z[0], seq.hc[0], seq.h[0])
+
+
+def mingru_cell_grad(x, h_prev, weights, state, settings, *, d_z=None, d_hc=None, d_h=None):
+    """Gradient of one minGRU step with respect to every input (``MinGRUCellGrads``)."""
+    seq = MinGRUSequence(state.z[None], state.hc[None], state.h[None], state.h)
+    g = mingru_sequence_grad(x[None], h_prev, weights, seq, _one_step(settings),
+                             d_z=_step(d_z), d_hc=_step(d_hc), d_h=_step(d_h))
+    return MinGRUCellGrads(g.x[0], g.h0, g.w, g.b)
+
+
+def _step(a):
+    return None if a is None else a[None]
+
+
+def _one_step(settings):
+    return type(settings)(activation=settings.activation, method="sequential")
+
+
+# --------------------------------------------------------------------------------------
+# forward mode (docs/spec.md §12)
+
+
+def mingru_sequence_jvp(x, h0, weights, tangents, settings):
+    """``mingru_sequence`` and its tangent along ``tangents`` (a ``MinGRUSequenceGrads``,
+    None fields zero): the gates' tangents in NumPy, the state's by the same scan,
+
+        dh_t = a_t∘dh_{t-1} + dz_t∘(h̃_t - h_{t-1}) + z_t∘dh̃_t
+    """
+    lengths = lengths_of(settings.seq_len)
+    x_run, p, z, hc, a, c = _gates(x, weights, settings, lengths)
+    h, h_final = _scan(a, c, h0, settings, post=False)
+    n_hidden = h0.shape[1]
+    dp = _input_tangent(x_run, weights, tangents, lengths)
+    dz = z * (1 - z) * dp[..., :n_hidden]
+    slope = 1 if settings.activation == "identity" else np.where(
+        p[..., n_hidden:] >= 0, 1, hc * (1 - hc))
+    dhc = _upstream_steps(slope * dp[..., n_hidden:], z.shape, z.dtype, lengths)
+    t_h0 = np.zeros_like(h0) if tangents.h0 is None else tangents.h0
+    d_h, d_final = _scan(a, dz * (hc - previous_states(np, h0, h)) + z * dhc, t_h0, settings,
+                         post=False)
+    zero_stopped((h, d_h), lengths)
+    return MinGRUSequence(z, hc, h, h_final), MinGRUSequence(dz, dhc, d_h, d_final)
+
+
+def _input_tangent(x, weights, tangents, lengths):
+    """``dp = dx·w + x·dw + db`` over all steps (the running inputs' tangent)."""
+    dp = np.zeros((*x.shape[:2], weights.w.shape[1]), x.dtype)
+    if tangents.x is not None:
+        dp += projection_of(running_inputs(contiguous(tangents.x), lengths), weights.w,
+                            np.zeros_like(weights.b))
+    if tangents.w is not None:
+        dp += projection_of(x, tangents.w, np.zeros_like(weights.b))
+    if tangents.b is not None:
+        dp += tangents.b
+    return dp
+
+
+def mingru_cell_jvp(x, h_prev, weights, tangents, settings):
+    """One minGRU step and its tangent along ``tangents`` (a ``MinGRUCellGrads``)."""
+    t = MinGRUSequenceGrads(_step(tangents.x), tangents.h_prev, tangents.w, tangents.b)
+    pair = mingru_sequence_jvp(x[None], h_prev, weights, t, _one_step(settings))
+    return tuple(MinGRUCellState(s.z[0], s.hc[0], s.h[0]) for s in pair)
+
+
+# --------------------------------------------------------------------------------------
+# second order (docs/spec.md §12): the reference's, on NumPy arrays
+
+mingru_cell_grad_jvp = reference.mingru_cell_grad_jvp
+mingru_sequence_grad_jvp = reference.mingru_sequence_grad_jvp

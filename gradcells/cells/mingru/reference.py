@@ -1,0 +1,272 @@
+"""The minGRU and the minGRU over time, forward and gradient, written once for any array
+namespace (docs/spec.md §18.2; Feng et al. 2024, "Were RNNs All We Needed?").
+
+Layout: ``w [I, 2H]``, columns the gate z then the candidate h̃; ``b [2H]``.
+
+    [p_z, p_h] = x·w + b
+    z = σ(p_z);   h̃ = act(p_h);   h = (1 - z)∘h_prev + z∘h̃
+    act = g:  g(v) = v + 0.5 (v >= 0),  σ(v) (v < 0);     or the identity
+
+The gates read ``x`` only, so a whole sequence's gates come from one input product and the
+state is the diagonal linear recurrence of docs/spec.md §18.1,
+
+    h_t = a_t∘h_{t-1} + c_t,   a_t = 1 - z_t,   c_t = z_t∘h̃_t,
+
+whose steps compose associatively, ``(a, c)`` then ``(a', c')`` being ``(a'∘a, a'∘c + c')``:
+``scan`` runs it step by step or as a parallel (Hillis-Steele) scan over time, log2 T rounds
+of whole-array products. Its adjoint is the same recurrence backwards in time,
+
+    g_t = d_h_t + a_{t+1}∘g_{t+1},   g_{T-1} = d_h_{T-1} + d_h_final,   dh0 = a_0∘g_0,
+
+which ``adjoint`` runs as a ``scan`` over the reversed steps. Per-row lengths make the steps
+past a row's length the identity (``a = 1``, ``c = 0``): the state passes through them
+unchanged to ``h_final``, and the adjoint passes ``d_h_final`` back through them.
+
+The sequence ops take the backend protocol's arguments (``.spec.MinGRUBackend``): the
+arrays, a ``MinGRUWeights`` and a ``MinGRUSettings`` (time-major and forward: the public
+layer reorders ``reverse`` and ``batch_first``, ``gradcells._order``).
+"""
+
+from __future__ import annotations
+
+from ..._core import plan
+from ..._core.arrays import namespace_of
+from ..._core.xpmath import filled, gradient_jvp, sigmoid
+from .spec import (
+    MinGRUCellGrads,
+    MinGRUCellState,
+    MinGRUSequence,
+    MinGRUSequenceGrads,
+    scan_method,
+)
+
+
+def candidate(xp, p_h, activation):
+    """``h̃ = act(p_h)``: the identity, or ``g(v) = v + 0.5`` for ``v >= 0`` and ``σ(v)``
+    below (continuous at 0, where both are 0.5)."""
+    if activation == "identity":
+        return p_h + 0
+    return xp.where(p_h >= 0, p_h + 0.5, sigmoid(xp, p_h))
+
+
+def candidate_grad(xp, p_h, hc, d_hc, activation):
+    """``d_hc∘act'(p_h)``: ``d_hc`` for the identity and where ``p_h >= 0``, ``d_hc∘h̃∘(1 -
+    h̃)`` (σ's derivative, from the saved ``h̃ = σ(p_h)``) below. The branch reads ``p_h``:
+    ``h̃`` alone cannot tell, as ``σ`` of a tiny negative ``p_h`` rounds to 0.5."""
+    if activation == "identity":
+        return d_hc
+    return xp.where(p_h >= 0, d_hc, d_hc * hc * (1 - hc))
+
+
+def gates(xp, p, activation):
+    """``(z, h̃)`` from the pre-activations ``p [..., 2H]``."""
+    n_hidden = p.shape[-1] // 2
+    return sigmoid(xp, p[..., :n_hidden]), candidate(xp, p[..., n_hidden:], activation)
+
+
+def scan(xp, a, c, h0, method):
+    """The states ``h [T, B, H]`` of ``h_t = a_t∘h_{t-1} + c_t`` from ``h0``, by ``method``
+    ("sequential" or "parallel")."""
+    if method == "parallel":
+        return _parallel_scan(xp, a, c, h0)
+    h = xp.zeros(a.shape, dtype=a.dtype)
+    state = h0
+    for t in range(a.shape[0]):
+        state = a[t] * state + c[t]
+        h[t] = state
+    return h
+
+
+def _parallel_scan(xp, a, c, h0):
+    """``scan`` as Hillis and Steele's parallel prefix: the initial state folded into the
+    first step, then in round ``k`` every step ``t >= d = 2^k`` composes with step ``t - d``:
+    ``c_t <- a_t∘c_{t-d} + c_t``, ``a_t <- a_t∘a_{t-d}``. After ``⌈log2 T⌉`` rounds ``c_t``
+    is ``h_t``; each ``h_t`` is a sum of at most ``T`` products, each of at most ``log2 T +
+    1`` rounded factors."""
+    n_steps = a.shape[0]
+    if n_steps == 0:
+        return xp.zeros(a.shape, dtype=a.dtype)
+    c = xp.concatenate([(a[0] * h0 + c[0])[None], c[1:]], axis=0)
+    d = 1
+    while d < n_steps:
+        c = xp.concatenate([c[:d], a[d:] * c[:-d] + c[d:]], axis=0)
+        a = xp.concatenate([a[:d], a[d:] * a[:-d]], axis=0)
+        d *= 2
+    return c
+
+
+def adjoint(xp, a, d_h, d_final, method):
+    """``(g, dh0)`` of the adjoint recurrence ``g_t = d_h_t + a_{t+1}∘g_{t+1}`` with
+    ``g_{T-1} = d_h_{T-1} + d_final``, ``dh0 = a_0∘g_0``: a ``scan`` over the reversed steps
+    with the multipliers shifted by one (the last step's is 1)."""
+    if a.shape[0] == 0:
+        return d_h, d_final * 1       # a fresh array (its tangent too): never an alias
+    a_next = xp.concatenate([a[1:], a[:1] * 0 + 1], axis=0)
+    g = scan(xp, a_next[::-1], d_h[::-1], d_final, method)[::-1]
+    return g, a[0] * g[0]
+
+
+def running_steps(xp, x, seq_len):
+    """``[T, B, 1]`` booleans: the steps each row runs (None without lengths)."""
+    return None if seq_len is None else plan.running_mask(xp, x.shape[0], seq_len)[:, :, None]
+
+
+def only_running(a, running):
+    """``a`` zeroed past each row's length (``a`` without lengths; NaN there too)."""
+    return a if running is None else namespace_of(a).where(running, a, 0)
+
+
+def recurrence(z, hc, running):
+    """``(a, c) = (1 - z, z∘h̃)`` of the steps each row runs, the identity ``(1, 0)`` past its
+    length."""
+    a, c = 1 - only_running(z, running), only_running(z * hc, running)
+    return a, c
+
+
+def _final(xp, h, h0):
+    """The state after the last step (``h0`` for a sequence of none)."""
+    return h[-1].copy() if h.shape[0] else h0 * 1
+
+
+# --------------------------------------------------------------------------------------
+# sequence
+
+
+def mingru_sequence(x, h0, weights, settings):
+    """The minGRU over ``x [T, B, I]`` from ``h0``: ``MinGRUSequence(z, hc, h, h_final)``,
+    the per-step fields zero past a row's length."""
+    xp = namespace_of(x)
+    running = running_steps(xp, x, settings.seq_len)
+    x = plan.running_inputs(xp, x, settings.seq_len)
+    z, hc = gates(xp, plan.input_projection(x, weights.w, weights.b), settings.activation)
+    a, c = recurrence(z, hc, running)
+    h = scan(xp, a, c, h0, scan_method(settings.method, x.shape[0]))
+    return MinGRUSequence(only_running(z, running), only_running(hc, running),
+                          only_running(h, running), _final(xp, h, h0))
+
+
+def mingru_sequence_grad(x, h0, weights, seq, settings, *, d_z=None, d_hc=None, d_h=None,
+                         d_h_final=None):
+    """Backpropagation through time for ``mingru_sequence``: the adjoint recurrence
+    (``adjoint``), then per step
+
+        dp_z = (d_z + g∘(h̃ - h_prev))∘z∘(1 - z);   dp_h = (d_hc + g∘z)∘act'(p_h)
+
+    and ``dx = dp·wᵀ``, ``dw = x_flatᵀ·dp``, ``db = Σ dp`` over all steps at once. The
+    upstream gradients past a row's length are never read; ``p_h`` is recomputed (one
+    product) for ``act'``'s branch."""
+    xp = namespace_of(x)
+    w, b = weights
+    running = running_steps(xp, x, settings.seq_len)
+    x = plan.running_inputs(xp, x, settings.seq_len)
+    n_steps, n_batch, n_in = x.shape
+    n_hidden = h0.shape[1]
+    zero_steps = xp.zeros((n_steps, n_batch, n_hidden), dtype=x.dtype)
+    d_z, d_hc, d_h = (zero_steps if d is None else only_running(d, running)
+                      for d in (d_z, d_hc, d_h))
+    a, _ = recurrence(seq.z, seq.hc, running)
+    g, d_h0 = adjoint(xp, a, d_h, xp.zeros_like(h0) if d_h_final is None else d_h_final,
+                      scan_method(settings.method, n_steps))
+    h_prev = plan.previous_states(xp, h0, seq.h)
+    p_h = plan.input_projection(x, w[:, n_hidden:], b[n_hidden:])
+    d_pz = (d_z + g * (seq.hc - h_prev)) * seq.z * (1 - seq.z)
+    d_ph = candidate_grad(xp, p_h, seq.hc, d_hc + g * seq.z, settings.activation)
+    d_p = only_running(xp.concatenate([d_pz, d_ph], axis=2), running)
+    d_flat = plan.flat(d_p)
+    dx = (d_flat @ w.T).reshape(n_steps, n_batch, n_in)
+    return MinGRUSequenceGrads(x=dx, h0=d_h0, w=plan.flat(x).T @ d_flat,
+                               b=d_flat.sum(axis=0))
+
+
+# --------------------------------------------------------------------------------------
+# cell: a sequence of one step
+
+
+def _one_step(settings):
+    return settings if settings.seq_len is None and settings.method == "sequential" else (
+        type(settings)(activation=settings.activation, method="sequential"))
+
+
+def mingru_cell(x, h_prev, weights, settings):
+    """One minGRU step; returns ``MinGRUCellState(z, hc, h)``."""
+    seq = mingru_sequence(x[None], h_prev, weights, _one_step(settings))
+    return MinGRUCellState(seq.z[0], seq.hc[0], seq.h[0])
+
+
+def mingru_cell_grad(x, h_prev, weights, state, settings, *, d_z=None, d_hc=None, d_h=None):
+    """Gradient of one minGRU step with respect to every input: ``mingru_sequence_grad``
+    of one step, ``d_h`` the step's upstream gradient."""
+    seq = MinGRUSequence(state.z[None], state.hc[None], state.h[None], state.h)
+    g = mingru_sequence_grad(x[None], h_prev, weights, seq, _one_step(settings),
+                             **{name: None if d is None else d[None] for name, d in
+                                (("d_z", d_z), ("d_hc", d_hc), ("d_h", d_h))})
+    return MinGRUCellGrads(g.x[0], g.h0, g.w, g.b)
+
+
+# --------------------------------------------------------------------------------------
+# forward mode (docs/spec.md §12)
+
+
+def mingru_sequence_jvp(x, h0, weights, tangents, settings):
+    """``mingru_sequence`` and its tangent for ``tangents``, a ``MinGRUSequenceGrads`` of
+    the inputs' tangents (None: zero). The tangent's recurrence has the state's
+    multipliers:
+
+        dp = dx·w + x·dw + db;   dz = z∘(1 - z)∘dp_z;   dh̃ = act'(p_h)∘dp_h
+        dh_t = a_t∘dh_{t-1} + dz_t∘(h̃_t - h_{t-1}) + z_t∘dh̃_t
+    """
+    xp = namespace_of(x)
+    w, b = weights
+    t = filled(xp, tangents, (x, h0, w, b))
+    running = running_steps(xp, x, settings.seq_len)
+    x, dx = (plan.running_inputs(xp, v, settings.seq_len) for v in (x, t.x))
+    n_hidden, method = h0.shape[1], scan_method(settings.method, x.shape[0])
+    p = plan.input_projection(x, w, b)
+    dp = plan.input_projection(dx, w, t.b) + plan.input_projection(x, t.w, 0)
+    z, hc = gates(xp, p, settings.activation)
+    dz = z * (1 - z) * dp[..., :n_hidden]
+    dhc = candidate_grad(xp, p[..., n_hidden:], hc, dp[..., n_hidden:], settings.activation)
+    a, c = recurrence(z, hc, running)
+    h = scan(xp, a, c, h0, method)
+    h_prev = plan.previous_states(xp, h0, h)
+    d_h = scan(xp, a, only_running(dz * (hc - h_prev) + z * dhc, running), t.h0, method)
+    result = MinGRUSequence(*(only_running(v, running) for v in (z, hc, h)),
+                            _final(xp, h, h0))
+    return result, MinGRUSequence(*(only_running(v, running) for v in (dz, dhc, d_h)),
+                                  _final(xp, d_h, t.h0))
+
+
+def mingru_cell_jvp(x, h_prev, weights, tangents, settings):
+    """One minGRU step and its tangent for ``tangents``, a ``MinGRUCellGrads`` (None:
+    zero): ``mingru_sequence_jvp`` of one step."""
+    t = MinGRUSequenceGrads(None if tangents.x is None else tangents.x[None],
+                            tangents.h_prev, tangents.w, tangents.b)
+    pair = mingru_sequence_jvp(x[None], h_prev, weights, t, _one_step(settings))
+    return tuple(MinGRUCellState(s.z[0], s.hc[0], s.h[0]) for s in pair)
+
+
+# --------------------------------------------------------------------------------------
+# second order (docs/spec.md §12)
+
+
+def mingru_cell_grad_jvp(x, h_prev, weights, state, tangents, settings, *, d_z=None,
+                         d_hc=None, d_h=None, d_z_tangent=None, d_hc_tangent=None,
+                         d_h_tangent=None):
+    """The JVP of ``mingru_cell_grad`` along ``tangents`` (a ``MinGRUCellGrads``) and the
+    upstream gradients' tangents: ``(grads, grads_tangent)``, by ``gradient_jvp``."""
+    return gradient_jvp(mingru_cell_jvp, mingru_cell_grad, (x, h_prev), weights, state,
+                        tangents, settings,
+                        {"d_z": (d_z, d_z_tangent, state.z), "d_hc": (d_hc, d_hc_tangent, state.hc),
+                         "d_h": (d_h, d_h_tangent, state.h)})
+
+
+def mingru_sequence_grad_jvp(x, h0, weights, seq, tangents, settings, *, d_z=None, d_hc=None,
+                             d_h=None, d_h_final=None, d_z_tangent=None, d_hc_tangent=None,
+                             d_h_tangent=None, d_h_final_tangent=None):
+    """The JVP of ``mingru_sequence_grad`` along ``tangents`` (a ``MinGRUSequenceGrads``)
+    and the upstream gradients' tangents: ``(grads, grads_tangent)``, by ``gradient_jvp``."""
+    return gradient_jvp(mingru_sequence_jvp, mingru_sequence_grad, (x, h0), weights, seq,
+                        tangents, settings,
+                        {"d_z": (d_z, d_z_tangent, seq.z), "d_hc": (d_hc, d_hc_tangent, seq.hc),
+                         "d_h": (d_h, d_h_tangent, seq.h),
+                         "d_h_final": (d_h_final, d_h_final_tangent, seq.h_final)})

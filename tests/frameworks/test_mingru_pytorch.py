@@ -1,0 +1,67 @@
+"""gradcells's minGRU against minGRU-pytorch (lucidrains; PyPI ``mingru-pytorch``, 0.2.1
+when written), its sequential mode (one step per call) and its parallel, log-space mode
+(docs/spec.md §18.2): the audit of minGRU-pytorch #9, whose two modes once differed.
+
+Its layer is batch-first, bias-free, with ``to_hidden_and_gate.weight [2H, D]`` holding the
+candidate's rows, then the gate's; gradcells's ``w [I, 2H]`` holds the gate's columns, then
+the candidate's. Its parallel mode takes logarithms of the initial state and of ``g(h̃)``,
+so it needs ``h0 > 0``; gradcells's scan takes any sign.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradcells as gc
+
+torch = pytest.importorskip("torch")
+mingru_pytorch = pytest.importorskip("minGRU_pytorch.minGRU")
+
+STEPS, BATCH, DIM = 6, 3, 4
+
+
+def _layer_and_weights():
+    torch.manual_seed(0)
+    layer = mingru_pytorch.minGRU(DIM).double()
+    rows = layer.to_hidden_and_gate.weight.detach().numpy()         # [2H, D]
+    w = np.concatenate([rows[DIM:].T, rows[:DIM].T], axis=1)         # gate, then candidate
+    return layer, w, np.zeros(2 * DIM)
+
+
+def _their_modes(layer, x, h0):
+    """Its parallel mode, and its sequential mode run step by step, ``[B, T, H]`` each."""
+    with torch.no_grad():
+        parallel = layer(x, h0)
+        h, steps = h0, []
+        for t in range(x.shape[1]):
+            h = layer(x[:, t:t + 1], h)
+            steps.append(h)
+    return parallel.numpy(), torch.cat(steps, 1).numpy()
+
+
+@pytest.mark.parametrize("method", ["sequential", "parallel"])
+def test_both_of_its_modes_equal_gradcells(method):
+    layer, w, b = _layer_and_weights()
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((BATCH, STEPS, DIM))
+    h0 = rng.uniform(0.1, 1.0, (BATCH, 1, DIM))                     # positive: its log space
+    parallel, sequential = _their_modes(layer, torch.tensor(x), torch.tensor(h0))
+    seq = gc.mingru_sequence(x, h0[:, 0], w, b, method=method, batch_first=True)
+    np.testing.assert_allclose(seq.h, sequential, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(seq.h, parallel, rtol=1e-12, atol=1e-13)   # its log space
+    np.testing.assert_allclose(seq.h_final, sequential[:, -1], rtol=1e-13, atol=1e-14)
+
+
+def test_its_parallel_mode_needs_a_positive_initial_state():
+    """A convention of its log-space scan, not a fault of the minGRU: with ``h0 < 0`` its
+    parallel mode is NaN, its sequential mode and gradcells's two methods finite and equal."""
+    layer, w, b = _layer_and_weights()
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((BATCH, STEPS, DIM))
+    h0 = -rng.uniform(0.1, 1.0, (BATCH, 1, DIM))
+    parallel, sequential = _their_modes(layer, torch.tensor(x), torch.tensor(h0))
+    assert np.isnan(parallel).any()
+    for method in ("sequential", "parallel"):
+        seq = gc.mingru_sequence(x, h0[:, 0], w, b, method=method, batch_first=True)
+        np.testing.assert_allclose(seq.h, sequential, rtol=1e-13, atol=1e-14)
