@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 
 import gradcells as gc
 from gradcells._core import trees
-from gradcells.cells import OPS, STACKS
+from gradcells.cells import CELLS, OPS, SPECS, STACKS
 from gradcells.testing import cases
 
 SUFFIXES = ("", "_grad", "_jvp", "_grad_jvp")
-PUBLIC = re.compile(r"^(lstm|gru|rnn)_(cell|sequence|stack)(_grad)?(_jvp)?$")
+PUBLIC = re.compile(rf"^({'|'.join(CELLS)})_(cell|sequence|stack)(_grad)?(_jvp)?$")
 FUNCTIONS = sorted(n for n in gc.__all__ if PUBLIC.match(n) and callable(getattr(gc, n)))
 CALLS = {"calls": 0, "succeeded": 0, "TypeError": 0, "ValueError": 0, "other": 0}
 FLOOR = 20 * len(FUNCTIONS)         # the dev profile draws 25 examples per function
@@ -45,10 +45,10 @@ def _case(base, rng):
     if kind == "stack":
         return cases.stack_case(rng, cell, batch=3, steps=3, hidden=4,
                                 proj_size=2 if cell == "lstm" else None)
-    extra = {"lstm": {"peephole": True, "proj_size": 2}, "gru": {"reset_after": True},
-             "rnn": {}}[cell]
+    extra = {"lstm": {"peephole": True, "proj_size": 2},
+             "gru": {"reset_after": True}}.get(cell, {})
     if kind == "sequence":
-        extra.update(ragged=True, masks=True)
+        extra.update(ragged=True, **({"masks": True} if SPECS[cell].masks else {}))
     return getattr(cases, f"{base}_case")(rng, batch=3, input_size=3, **extra)
 
 
@@ -168,8 +168,8 @@ def spoil_weights(data, arguments):
     if not isinstance(arguments["weights"], list) or not arguments["weights"]:
         return arguments
     weights = list(arguments["weights"])
-    other = {gc.LSTMWeights: gc.GRUWeights, gc.GRUWeights: gc.RNNWeights,
-             gc.RNNWeights: gc.LSTMWeights}[type(weights[0])]
+    kinds = [SPECS[cell].cell.weights for cell in CELLS]      # the next cell's weight set
+    other = kinds[(kinds.index(type(weights[0])) + 1) % len(kinds)]
     arrays = [a for a in weights[0] if isinstance(a, np.ndarray)]
     changes = {
         "drop": weights[:-1], "add": [*weights, weights[-1]], "swap": weights[::-1],
@@ -197,8 +197,7 @@ def spoil_result(data, arguments, name):
 def spoil_tangents(data, arguments, name):
     """A JVP's tangents: the gradient type with a wrong entry, too short, or no tuple."""
     base = name.removesuffix("_jvp").removesuffix("_grad")
-    kind = OPS[base].grads if base in OPS else getattr(
-        gc, f"{base.split('_')[0].upper()}StackGrads")
+    kind = OPS[base].grads if base in OPS else SPECS[base.removesuffix("_stack")].stack.grads
     zero, x = kind(*(None for _ in kind._fields)), VALID[name]["x"]
     value = data.draw(st.sampled_from([zero._replace(x=np.ones((*x.shape, 1))),
                                        zero._replace(x=x.astype(np.float32)),
