@@ -1,6 +1,6 @@
 """The known faults and documented conventions the audits found (TensorFlow's fused ops and
 the seed's code around them: 1-19; Flax: 20-29; Keras: 30-39; ONNX Runtime: 40-49;
-PyTorch: 50-59): the one list.
+PyTorch: 50-59; xLSTM: 60-69; minGRU-pytorch: 70-79): the one list.
 
 The audits name them in their rows (``known fault N``, ``convention N``) and under their
 tables, one test each shows it (``Fault.test`` in ``Fault.test_file``), and
@@ -461,6 +461,44 @@ _LIST = (
         "test_fault_50_no_forward_ad_through_pack_padded_sequence",
         test_file="tests/frameworks/test_audit_torch.py",
         shows=r"NotImplementedError: Trying to use forward AD with _pack_padded_sequence"),
+    Fault(
+        70, "minGRU-pytorch's parallel mode returns NaN for a negative initial state, "
+        "silently",
+        "The parallel (log-space) minGRU concatenates `prev_hidden.log()` to its scan's "
+        "values: a negative entry of the initial state gives NaN in that unit at every step, "
+        "with no error. Its sequential mode and gradcells's two methods take any sign and "
+        "agree (the audit's row: NaN exactly where `h0 < 0`, gradcells elsewhere to 1e-12). "
+        "The paper's log-space form assumes positive states; the layer does not check them.",
+        "# PYTHONWARNINGS=ignore\n"
+        "import torch\n"
+        "from minGRU_pytorch.minGRU import minGRU\n"
+        "layer = minGRU(3)\n"
+        "out = layer(torch.randn(1, 4, 3), -torch.ones(1, 1, 3))\n"
+        "print('NaN:', bool(out.isnan().all()))   # True",
+        ("minGRU parallel mode, h0 of either sign, vs gradcells",),
+        "test_fault_70_parallel_mode_is_nan_for_a_negative_initial_state",
+        test_file="tests/frameworks/test_mingru_pytorch.py", shows=r"NaN: True"),
+    Fault(
+        71, "minGRU-pytorch's minLSTM parallel mode starts from g(h0), not h0",
+        "Given `prev_hidden`, the parallel minLSTM takes `log_g(prev_hidden)` as the log of "
+        "its initial state, so it runs from `g(h0)` (`h0 + 0.5` for `h0 ≥ 0`, `σ(h0)` "
+        "otherwise); its sequential mode, like the paper, runs from `h0`. The two modes "
+        "differ at every step the initial state still weighs in (the audit's model: the "
+        "sequential mode run from `g(h0)` equals the parallel one to 1e-12).",
+        "# PYTHONWARNINGS=ignore\n"
+        "import torch\n"
+        "from minGRU_pytorch.minLSTM import minLSTM\n"
+        "torch.manual_seed(0)\n"
+        "layer = minLSTM(2).double()\n"
+        "x, h0 = torch.randn(1, 3, 2).double(), torch.ones(1, 1, 2).double()\n"
+        "parallel = layer(x, h0)\n"
+        "h = h0\n"
+        "for t in range(3):\n"
+        "    h = layer(x[:, t:t + 1], h)\n"
+        "print('modes differ:', not torch.allclose(parallel[:, -1:], h))   # True",
+        ("minLSTM parallel mode vs its sequential mode",),
+        "test_fault_71_minlstm_parallel_mode_starts_from_g_of_h0",
+        test_file="tests/frameworks/test_mingru_pytorch.py", shows=r"modes differ: True"),
 )
 
 FAULTS: dict[int, Fault] = {fault.number: fault for fault in _LIST}
@@ -488,7 +526,8 @@ def markdown() -> str:
              "`python -m gradcells audit <framework>` recognises each one it can run (a row "
              "`known fault N` or `convention N`), and a test shows each one against the "
              "oracle. Numbers 1-19 are TensorFlow's (and the seed's Python around its ops), "
-             "20-29 Flax's, 30-39 Keras's, 40-49 ONNX Runtime's, 50-59 PyTorch's.", "",
+             "20-29 Flax's, 30-39 Keras's, 40-49 ONNX Runtime's, 50-59 PyTorch's, "
+             "60-69 xLSTM's, 70-79 minGRU-pytorch's.", "",
              "This file is generated from `gradcells/audit/faults.py` by "
              "`python -c \"import gradcells.audit.faults as f; print(f.markdown(), end='')\" "
              "> docs/faults.md`; a test keeps it equal.", ""]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from audit_runs import whole_audit
 
 import gradcells as gc
 
@@ -53,9 +54,9 @@ def test_both_of_its_modes_equal_gradcells(method):
     np.testing.assert_allclose(seq.h_final, sequential[:, -1], rtol=1e-13, atol=1e-14)
 
 
-def test_its_parallel_mode_needs_a_positive_initial_state():
-    """A convention of its log-space scan, not a fault of the minGRU: with ``h0 < 0`` its
-    parallel mode is NaN, its sequential mode and gradcells's two methods finite and equal."""
+def test_fault_70_parallel_mode_is_nan_for_a_negative_initial_state():
+    """Its log-space scan takes ``log h0``: with ``h0 < 0`` its parallel mode is NaN, with no
+    error; its sequential mode and gradcells's two methods are finite and equal."""
     layer, w, b = _layer_and_weights()
     rng = np.random.default_rng(2)
     x = rng.standard_normal((BATCH, STEPS, DIM))
@@ -65,3 +66,34 @@ def test_its_parallel_mode_needs_a_positive_initial_state():
     for method in ("sequential", "parallel"):
         seq = gc.mingru_sequence(x, h0[:, 0], w, b, method=method, batch_first=True)
         np.testing.assert_allclose(seq.h, sequential, rtol=1e-13, atol=1e-14)
+
+
+def test_fault_71_minlstm_parallel_mode_starts_from_g_of_h0():
+    """Its parallel minLSTM runs from ``g(h0)``; its sequential mode (the paper) from
+    ``h0``: they differ, and the sequential mode run from ``g(h0)`` equals the parallel."""
+    from gradcells.audit import mingru as audit_mingru
+
+    case = audit_mingru._case(np.random.default_rng(3), gates=3)
+    with torch.no_grad():
+        parallel = audit_mingru._parallel(case, kind="minLSTM").numpy()
+    sequential = audit_mingru._sequential(case, kind="minLSTM")
+    assert np.abs(parallel - sequential).max() > 1e-2
+    h0 = case["h0"]
+    g_h0 = np.where(h0 >= 0, h0 + 0.5, 1 / (1 + np.exp(-h0)))
+    np.testing.assert_allclose(parallel, audit_mingru._sequential(case, h0=g_h0,
+                                                                  kind="minLSTM"),
+                               rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.conformance
+def test_the_mingru_audit_agrees_or_shows_its_listed_faults():
+    from gradcells.audit import mingru as audit_mingru
+
+    status, text = whole_audit("mingru")
+    assert status == 0, text
+    for check in audit_mingru.CHECKS:
+        line = next(row for row in text.splitlines() if row.startswith(check.name + "  "))
+        result = line[len(check.name):].split(None, 1)[1]
+        expected = f"known fault {check.fault}" if check.fault else "agrees"
+        assert result.startswith(expected), (check.name, result)
+
