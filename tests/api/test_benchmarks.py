@@ -157,3 +157,13 @@ def test_scratch_benchmark_compares_kept_and_fresh_scratch(capsys):
                   "--calls", "1"])
     rows = _table_rows(capsys.readouterr().out)
     assert len(rows) == 2 and rows[1].startswith("| gru-reset-after | (2, 2, 3, 4)")
+
+
+def test_linear_benchmark_compares_the_methods_with_mingru_pytorch(capsys):
+    pytest.importorskip("minGRU_pytorch")
+    import linear
+
+    linear.main(["--size", "8,2,4,4", "--repeats", "1"])
+    rows = [row.split("|")[1].strip() for row in _table_rows(capsys.readouterr().out)]
+    assert rows[1:] == ["gradcells sequential", "gradcells parallel", "gradcells auto",
+                        "minGRU-pytorch parallel"]
