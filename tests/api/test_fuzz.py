@@ -23,7 +23,7 @@ from gradcells.cells import OPS, STACKS
 from gradcells.testing import cases
 
 SUFFIXES = ("", "_grad", "_jvp", "_grad_jvp")
-PUBLIC = re.compile(r"^(lstm|gru|rnn)_(cell|sequence|stack)(_grad)?(_jvp)?$")
+PUBLIC = re.compile(r"^(lstm|gru|rnn|slstm)_(cell|sequence|stack)(_grad)?(_jvp)?$")
 FUNCTIONS = sorted(n for n in gc.__all__ if PUBLIC.match(n) and callable(getattr(gc, n)))
 CALLS = {"calls": 0, "succeeded": 0, "TypeError": 0, "ValueError": 0, "other": 0}
 FLOOR = 20 * len(FUNCTIONS)         # the dev profile draws 25 examples per function
@@ -46,7 +46,7 @@ def _case(base, rng):
         return cases.stack_case(rng, cell, batch=3, steps=3, hidden=4,
                                 proj_size=2 if cell == "lstm" else None)
     extra = {"lstm": {"peephole": True, "proj_size": 2}, "gru": {"reset_after": True},
-             "rnn": {}}[cell]
+             "rnn": {}, "slstm": {"heads": 2}}[cell]
     if kind == "sequence":
         extra.update(ragged=True, masks=True)
     return getattr(cases, f"{base}_case")(rng, batch=3, input_size=3, **extra)
@@ -169,7 +169,7 @@ def spoil_weights(data, arguments):
         return arguments
     weights = list(arguments["weights"])
     other = {gc.LSTMWeights: gc.GRUWeights, gc.GRUWeights: gc.RNNWeights,
-             gc.RNNWeights: gc.LSTMWeights}[type(weights[0])]
+             gc.RNNWeights: gc.SLSTMWeights, gc.SLSTMWeights: gc.LSTMWeights}[type(weights[0])]
     arrays = [a for a in weights[0] if isinstance(a, np.ndarray)]
     changes = {
         "drop": weights[:-1], "add": [*weights, weights[-1]], "swap": weights[::-1],

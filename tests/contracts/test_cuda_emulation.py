@@ -79,10 +79,11 @@ DTYPES = [np.float64, np.float32, np.float16]
 TINY = _kernels.LaunchPolicy(block=3, max_grid=2, rows_per_part=2, min_threads=1 << 30)
 OPS = ("lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_sequence",
        "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad", "rnn_cell", "rnn_cell_grad",
-       "rnn_sequence", "rnn_sequence_grad")
+       "rnn_sequence", "rnn_sequence_grad", "slstm_cell", "slstm_cell_grad", "slstm_sequence",
+       "slstm_sequence_grad")
 # The forward-mode and second-order ops (docs/spec.md §12) the GPU backend runs
 # (tests/contracts/test_jvp_cuda_emulation.py, tests/contracts/test_grad_jvp_cuda_emulation_*.py).
-JVP_OPS = tuple(f"{cell}_{kind}_{mode}" for cell in ("gru", "rnn", "lstm")
+JVP_OPS = tuple(f"{cell}_{kind}_{mode}" for cell in ("gru", "rnn", "lstm", "slstm")
                 for kind in ("cell", "sequence") for mode in ("jvp", "grad_jvp"))
 LSTM_ARRAYS = ("x", "cs_prev", "h_prev", "w", "b")
 # The GPU backend: every cell's ``gpu.py`` (``gradcells.cells.<cell>.gpu``), through the registry.

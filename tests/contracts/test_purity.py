@@ -178,7 +178,8 @@ def _assert_finite_and_silent(c, op, case, dtype):
         assert np.all(np.isfinite(a)), path
 
 
-_EXTREME_OPTIONS = {"lstm": [{"peephole": True}], "gru": OPTIONS["gru"], "rnn": OPTIONS["rnn"]}
+_EXTREME_OPTIONS = {"lstm": [{"peephole": True}], "gru": OPTIONS["gru"], "rnn": OPTIONS["rnn"],
+                    "slstm": OPTIONS["slstm"]}
 
 
 @pytest.mark.parametrize(("backend", "layer"), LAYERS)
@@ -196,7 +197,8 @@ def test_extreme_preactivations_are_finite_and_silent(op, magnitude, dtype, back
 
 
 _SEQUENCE_EXTREME_OPTIONS = {"lstm": [{"peephole": True, "clip": True}],
-                             "gru": OPTIONS["gru"], "rnn": OPTIONS["rnn"]}
+                             "gru": OPTIONS["gru"], "rnn": OPTIONS["rnn"],
+                             "slstm": OPTIONS["slstm"]}
 
 
 @pytest.mark.parametrize(("backend", "layer"), LAYERS)

@@ -6,11 +6,25 @@ from __future__ import annotations
 
 from .reference import (
     slstm_cell as slstm_cell,
+)
+from .reference import (
     slstm_cell_grad as slstm_cell_grad,
-    slstm_cell_jvp as slstm_cell_jvp,
+)
+from .reference import (
     slstm_cell_grad_jvp as slstm_cell_grad_jvp,
+)
+from .reference import (
+    slstm_cell_jvp as slstm_cell_jvp,
+)
+from .reference import (
     slstm_sequence as slstm_sequence,
+)
+from .reference import (
     slstm_sequence_grad as slstm_sequence_grad,
-    slstm_sequence_jvp as slstm_sequence_jvp,
+)
+from .reference import (
     slstm_sequence_grad_jvp as slstm_sequence_grad_jvp,
+)
+from .reference import (
+    slstm_sequence_jvp as slstm_sequence_jvp,
 )

@@ -10,6 +10,7 @@ blocks, gate-major, landing at columns ``g·H + k·d + j``), ``b [4H]``.
     lf = f̃          (forget="exp")
     m = max(ĩ, lf + m_prev)                 the stabiliser
     i = exp(ĩ - m);   f = exp(lf + m_prev - m)         both <= 1, one of them = 1
+                                            (flushed to 0 below ε²: ``flushed_exp``)
     z = tanh(z̃);   o = σ(õ)
     c = f∘c_prev + i∘z;   n = f∘n_prev + i;   h = o∘c/n
 
@@ -45,6 +46,8 @@ arrays, an ``SLSTMWeights`` and an ``SLSTMSettings``.
 
 from __future__ import annotations
 
+import math
+
 from ..._core import plan
 from ..._core.arrays import namespace_of
 from ..._core.xpmath import (
@@ -61,10 +64,19 @@ from .spec import SLSTMCellGrads, SLSTMCellState, SLSTMSequence, SLSTMSequenceGr
 _GATES = ("d_i", "d_f", "d_z", "d_o")
 
 
+def flushed_exp(xp, a):
+    """``e^a`` for ``a <= 0``, flushed to exactly 0 below ``ε²`` (``a < 2·log ε``, ε the
+    dtype's machine epsilon): a gate that small is below the rounding of the other gate, which
+    is 1, and a flushed gate makes no underflow anywhere downstream (as the σ written with
+    tanh is exactly 0 or 1 at its extremes)."""
+    floor = 2 * math.log(float(xp.finfo(a.dtype).eps))
+    return xp.where(a < floor, 0, xp.exp(xp.maximum(a, floor)))
+
+
 def log_sigmoid(xp, z):
     """``log σ(z) = min(z, 0) - log1p(e^{-|z|})``: finite for every finite z, exact to
     rounding for large ``|z|`` (``-softplus(-z)``)."""
-    return xp.minimum(z, 0) - xp.log1p(xp.exp(-abs(z)))
+    return xp.minimum(z, 0) - xp.log1p(flushed_exp(xp, -abs(z)))
 
 
 def head_columns(a, n_heads, k):
@@ -110,7 +122,7 @@ def slstm_activations(xp, pre, m_prev, c_prev, n_prev, forget):
     it, ft, zt, ot = blocks(pre, 4)
     lfm = (log_sigmoid(xp, ft) if forget == "sigmoid" else ft) + m_prev
     m = xp.maximum(it, lfm)
-    i, f = xp.exp(it - m), xp.exp(lfm - m)
+    i, f = flushed_exp(xp, it - m), flushed_exp(xp, lfm - m)
     z, o = xp.tanh(zt), sigmoid(xp, ot)
     c = f * c_prev + i * z
     n = f * n_prev + i
@@ -225,13 +237,14 @@ def slstm_sequence_grad(x, c0, n0, m0, h0, weights, seq, settings, *, d_h=None, 
     h_prev = masked(plan.previous_states(xp, h0, seq[7]), settings.recurrent_mask)
     starts = {"c": plan.previous_states(xp, c0, seq[4]),
               "n": plan.previous_states(xp, n0, seq[5])}
-    f_pre = (blocks(plan.input_projection(x, w, b)
-                    + recurrent(plan.flat(h_prev), r).reshape(n_steps, n_batch, -1), 4)[1]
-             if settings.forget == "sigmoid" else None)
+    f_pre = None
+    if settings.forget == "sigmoid":
+        rec = recurrent(plan.flat(h_prev), r).reshape(n_steps, n_batch, 4 * h0.shape[1])
+        f_pre = blocks(plan.input_projection(x, w, b) + rec, 4)[1]
     zeros = xp.zeros_like(h0)
     ones = zeros + 1
     finals = {"c": d_c_final, "n": d_n_final, "m": d_m_final, "h": d_h_final}
-    carry = {k: zeros if g is None else g for k, g in finals.items()}
+    carry = {k: zeros if g is None else g.copy() for k, g in finals.items()}
     per_step = {"d_h": d_h, "d_c": d_c, "d_n": d_n, "d_m": d_m, "d_i": d_i, "d_f": d_f,
                 "d_z": d_z, "d_o": d_o}
     d_pre = xp.zeros((n_steps, n_batch, 4 * h0.shape[1]), dtype=x.dtype)
@@ -334,7 +347,8 @@ def slstm_sequence_jvp(x, c0, n0, m0, h0, weights, tangents, settings):
             settings)
         valid = valid_rows(seq_len, step)
         for k in range(8):
-            out[0, k, step], out[1, k, step] = keep(valid, fields[k], 0), keep(valid, d_fields[k], 0)
+            out[0, k, step] = keep(valid, fields[k], 0)
+            out[1, k, step] = keep(valid, d_fields[k], 0)
         state = tuple(keep(valid, a, old) for a, old in zip(fields[4:], state, strict=True))
         d_state = tuple(keep(valid, a, old) for a, old in zip(d_fields[4:], d_state, strict=True))
     return (SLSTMSequence(*out[0], *(a.copy() for a in state)),
