@@ -1,33 +1,181 @@
-"""xLSTM's sLSTM on the CPU (docs/spec.md §19). For now the reference's math on NumPy
-arrays (``gradcells.cells.slstm.reference``); the fused Numba passes are still to come.
+"""xLSTM's sLSTM on the CPU (docs/spec.md §19): BLAS matmuls plus one fused Numba pass
+per step each way (``_cpu_kernels``).
+
+The math is ``gradcells.cells.slstm.reference``. A sequence's forward:
+
+    X = x_flat·w + b                           one BLAS call, every step
+    per step:  rec = h_prev∘m_rec · r          per head, one batched matmul [N, B, d]·[N, d, 4d]
+               slstm_forward_kernel(...)       gates, stabiliser, state, one pass over [B, H]
+
+and its gradient:
+
+    per step:  slstm_backward_kernel(...)      dG (gate-major and head-major), the carries
+               dh_prev = dG_k·r[k]ᵀ ∘ m_rec    one batched matmul
+    dx = dG·wᵀ;  dw = x_flatᵀ·dG;  dr[k] = h_prev_kᵀ·dG_k;  db = Σ dG     after the loop
+
+The recurrent weights stay head-major (``r [N, d, 4d]`` as given, each head's block one
+contiguous ``d × 4d`` matrix) and so do the products (``rec [N, B, 4d]``), so a head's
+block is read from cache through the time loop. For the sigmoid forget the gradient
+recomputes ``f̃`` of every step (one matmul per head over all ``T·B`` rows). A cell is the
+sequence of one step.
+
+Forward mode and second order (``_jvp``, ``_grad_jvp``) are the reference's on NumPy
+arrays; their fused passes are still to come.
 
 The CPU backend runs the reverse direction natively (``gradcells.cpu.NATIVE_REVERSE``): a
 sequence op is handed ``reverse=True`` with the lengths, every per-step array at its time
-position. Here that is the reference run on each row's valid steps put in run order
-(``_RowFlip``, the permutation ``t -> L_b-1-t`` of the steps ``t < L_b``, an involution)
-and the per-step results put back.
+position. Here each row's valid steps are put in run order (``_RowFlip``, the permutation
+``t -> L_b-1-t`` of the steps ``t < L_b``, an involution), run forward, and the per-step
+results put back.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
+from ..._core.plan import flat, previous_states
+from ...cpu._compile import kernel_array
+from ...cpu._sequence import lengths_of, running_inputs
 from . import reference
-from .reference import (
-    slstm_cell as slstm_cell,
-)
-from .reference import (
-    slstm_cell_grad as slstm_cell_grad,
-)
-from .reference import (
-    slstm_cell_grad_jvp as slstm_cell_grad_jvp,
-)
-from .reference import (
-    slstm_cell_jvp as slstm_cell_jvp,
-)
-from .spec import SLSTMSequence
+from ._cpu_kernels import slstm_backward_kernel, slstm_forward_kernel
+from .spec import SLSTMCellGrads, SLSTMCellState, SLSTMSequence, SLSTMSequenceGrads
+
+_GATES = ("d_i", "d_f", "d_z", "d_o")
+_UPSTREAM = ("d_i", "d_f", "d_z", "d_o", "d_c", "d_n", "d_m", "d_h")
+"""The per-step upstream gradients in the order of the result's fields."""
+
+
+def _floor(dtype):
+    """The exponent below which a gate is flushed to 0 (``reference.flushed_exp``)."""
+    return np.dtype(dtype).type(2 * math.log(float(np.finfo(dtype).eps)))
+
+
+def _heads(h, n_heads):
+    """``h [rows, H]`` head-major, ``[N, rows, d]`` (a copy, C-contiguous)."""
+    rows, hidden = h.shape
+    return np.ascontiguousarray(h.reshape(rows, n_heads, hidden // max(n_heads, 1))
+                                .transpose(1, 0, 2))
+
+
+def _running(lengths, t, n_batch):
+    return np.ones(n_batch, np.bool_) if lengths is None else t < lengths
+
+
+def _forward(x, c0, n0, m0, h0, weights, settings):
+    """The forward time loop (in run order); returns an ``SLSTMSequence``."""
+    w, r, b = (kernel_array(a) for a in weights)
+    n_steps, n_batch, _ = x.shape
+    hidden, n_heads = h0.shape[1], r.shape[0]
+    lengths = lengths_of(settings.seq_len)
+    m_in, m_rec = settings.input_mask, settings.recurrent_mask
+    x = running_inputs(x if m_in is None else x * m_in, lengths)
+    x_pre = (flat(x) @ w + b).reshape(n_steps, n_batch, 4 * hidden)
+    state = [np.array(a, order="C") for a in (c0, n0, m0, h0)]
+    out = np.empty((8, n_steps, n_batch, hidden), x.dtype)
+    floor = _floor(x.dtype)
+    for t in range(n_steps):
+        h_seen = state[3] if m_rec is None else state[3] * m_rec
+        rec = np.matmul(_heads(h_seen, n_heads), r)
+        slstm_forward_kernel(x_pre[t], rec, _running(lengths, t, n_batch),
+                             settings.forget == "exp", floor, *state, *out[:, t])
+    return SLSTMSequence(*out, *state)
+
+
+def _upstream_steps(given, shape, dtype):
+    """The per-step upstream gradients as one ``[T, 8, B, H]`` array (zeros where none)."""
+    up = np.zeros((shape[0], 8, *shape[1:]), dtype)
+    for k, name in enumerate(_UPSTREAM):
+        if given.get(name) is not None:
+            up[:, k] = given[name]
+    return up
+
+
+def _forget_preactivations(x, h_prev, w, r, b, hidden):
+    """``f̃`` of every step ``[T, B, H]`` from the inputs and the states the steps read."""
+    n_steps, n_batch, _ = x.shape
+    n_heads, d = r.shape[0], r.shape[1]
+    h_flat = flat(h_prev)
+    f_pre = flat(x) @ np.ascontiguousarray(w[:, hidden:2 * hidden]) + b[hidden:2 * hidden]
+    for k in range(n_heads):      # each head's f block, over all T·B rows at once (BLAS)
+        f_pre[:, k * d:(k + 1) * d] += (h_flat[:, k * d:(k + 1) * d]
+                                        @ np.ascontiguousarray(r[k, :, d:2 * d]))
+    return f_pre.reshape(n_steps, n_batch, hidden)
+
+
+def _backward(x, c0, n0, m0, h0, weights, seq, settings, given):
+    """The backward time loop (in run order); returns an ``SLSTMSequenceGrads``."""
+    w, r, b = (kernel_array(a) for a in weights)
+    n_steps, n_batch, n_in = x.shape
+    hidden, n_heads = h0.shape[1], r.shape[0]
+    lengths = lengths_of(settings.seq_len)
+    m_in, m_rec = settings.input_mask, settings.recurrent_mask
+    x = running_inputs(x if m_in is None else x * m_in, lengths)
+    fields = [kernel_array(np.asarray(a)) for a in seq[:8]]
+    h_prev = previous_states(np, h0, fields[7])
+    if m_rec is not None:
+        h_prev = h_prev * m_rec
+    starts = [np.ascontiguousarray(previous_states(np, s0, fields[k]))
+              for s0, k in ((c0, 4), (n0, 5))]
+    f_pre = (_forget_preactivations(x, h_prev, w, r, b, hidden)
+             if settings.forget == "sigmoid" else np.zeros((n_steps, n_batch, hidden), x.dtype))
+    up = _upstream_steps(given, (n_steps, n_batch, hidden), x.dtype)
+    carry = [np.zeros((n_batch, hidden), x.dtype) if given.get(f"d_{k}_final") is None
+             else np.array(given[f"d_{k}_final"], order="C") for k in "cnmh"]
+    d_gates = np.empty((n_steps, n_batch, 4 * hidden), x.dtype)
+    d_heads = np.empty((n_steps, n_heads, n_batch, 4 * hidden // max(n_heads, 1)), x.dtype)
+    r_t = np.ascontiguousarray(r.transpose(0, 2, 1))
+    for t in reversed(range(n_steps)):
+        running = _running(lengths, t, n_batch)
+        slstm_backward_kernel(*(a[t] for a in fields[:4]), fields[4][t], fields[5][t],
+                              fields[7][t], starts[0][t], starts[1][t], f_pre[t], up[t],
+                              running, settings.forget == "exp",
+                              settings.stabilizer_grad == "stop", *carry, d_gates[t],
+                              d_heads[t])
+        dh = np.matmul(d_heads[t], r_t).transpose(1, 0, 2).reshape(n_batch, hidden)
+        if m_rec is not None:
+            dh *= m_rec
+        carry[3] = np.where(running[:, None], dh, carry[3])
+    d_flat = flat(d_gates)
+    dx = (d_flat @ w.T).reshape(n_steps, n_batch, n_in)
+    dx = running_inputs(dx if m_in is None else dx * m_in, lengths)
+    return SLSTMSequenceGrads(dx, *carry, flat(x).T @ d_flat,
+                              _recurrent_weight_grad(flat(h_prev), d_heads, r),
+                              d_flat.sum(axis=0))
+
+
+def _recurrent_weight_grad(h_flat, d_heads, r):
+    """``dr[k] = h_prev_kᵀ·dG_k`` over all ``T·B`` rows, one BLAS call per head
+    (``d_heads [T, N, B, 4d]``)."""
+    n_heads, d = r.shape[0], r.shape[1]
+    dr = np.empty(r.shape, h_flat.dtype)
+    for k in range(n_heads):
+        dr[k] = h_flat[:, k * d:(k + 1) * d].T @ d_heads[:, k].reshape(h_flat.shape[0], 4 * d)
+    return dr
+
+
+def slstm_cell(x, c_prev, n_prev, m_prev, h_prev, weights, settings):
+    """One sLSTM step (a sequence of one); see ``gradcells.reference.slstm_cell``."""
+    seq = _forward(x[None], c_prev, n_prev, m_prev, h_prev, weights, settings)
+    return SLSTMCellState(*(a[0] for a in seq[:8]))
+
+
+def slstm_cell_grad(x, c_prev, n_prev, m_prev, h_prev, weights, state, settings, *,
+                    d_h=None, d_c=None, d_n=None, d_m=None, d_i=None, d_f=None, d_z=None,
+                    d_o=None):
+    """Gradient of one sLSTM step (a sequence of one); see
+    ``gradcells.reference.slstm_cell_grad``."""
+    given = {k: None if v is None else v[None] for k, v in locals().items()
+             if k.startswith("d_")}
+    seq = SLSTMSequence(*(np.asarray(a)[None] for a in state), *state[4:])
+    g = _backward(x[None], c_prev, n_prev, m_prev, h_prev, weights, seq, settings, given)
+    return SLSTMCellGrads(g.x[0], *g[1:])
+
+
+slstm_cell_jvp = reference.slstm_cell_jvp
+slstm_cell_grad_jvp = reference.slstm_cell_grad_jvp
 
 
 class _RowFlip:
@@ -61,21 +209,19 @@ class _RowFlip:
 
 
 def slstm_sequence(x, c0, n0, m0, h0, weights, settings):
-    """``reference.slstm_sequence``, the reverse direction natively."""
+    """The sLSTM over time; see ``gradcells.reference.slstm_sequence``."""
     flip = _RowFlip(settings, x.shape[0])
-    return flip.sequence(reference.slstm_sequence(flip(x), c0, n0, m0, h0, weights,
-                                                  flip.settings(settings)))
+    return flip.sequence(_forward(flip(x), c0, n0, m0, h0, weights, flip.settings(settings)))
 
 
 def slstm_sequence_grad(x, c0, n0, m0, h0, weights, seq, settings, *, d_h=None, d_c=None,
                         d_n=None, d_m=None, d_h_final=None, d_c_final=None, d_n_final=None,
                         d_m_final=None, d_i=None, d_f=None, d_z=None, d_o=None):
-    """``reference.slstm_sequence_grad``, the reverse direction natively."""
+    """Backpropagation through time; see ``gradcells.reference.slstm_sequence_grad``."""
     flip = _RowFlip(settings, x.shape[0])
     upstream = {k: flip(v) for k, v in locals().items() if k.startswith("d_")}
-    grads = reference.slstm_sequence_grad(flip(x), c0, n0, m0, h0, weights,
-                                          flip.sequence(seq), flip.settings(settings),
-                                          **upstream)
+    grads = _backward(flip(x), c0, n0, m0, h0, weights, flip.sequence(seq),
+                      flip.settings(settings), upstream)
     return grads._replace(x=flip(grads.x))
 
 
