@@ -11,16 +11,23 @@ owes (those run over ``gradcells.cells.OPS`` and pick the cell up by themselves)
   ``torch.autograd`` (``m`` detached for "stop"), equal to the reference's forward and
   gradients;
 - the backends agree with lengths, the reverse direction, masks and both layouts;
-- bad input named.
+- bad input named;
+- the GPU's CUDA kernels, run on the host (``tests/cuda_host``), against the float64
+  reference in float64, float32 and float16.
 """
 
 from __future__ import annotations
 
+import backend_calls
+import contract_cases
 import numpy as np
 import pytest
 from conftest import NUMPY_BACKENDS
+from contract_cases import EMULATED_GPU, fixed_case
 
 import gradcells as gc
+from gradcells import _dispatch
+from gradcells.gpu import _kernels, _launch
 from gradcells.testing import (
     grad_jvp_check,
     jvp_check,
@@ -272,3 +279,60 @@ def test_bad_input_is_named():
         gc.slstm_cell_grad(**arrays, state=state, forget="exp")
     with pytest.raises(ValueError, match=r"stabilizer_grad='stop' contradicts"):
         gc.slstm_cell_grad(**arrays, state=state, stabilizer_grad="stop")
+
+
+# --------------------------------------------------------------------------------------
+# The GPU's kernels on the host (tests/cuda_host), against the float64 reference
+
+
+TINY = _kernels.LaunchPolicy(block=3, max_grid=2, rows_per_part=2, min_threads=1 << 30)
+"""Tiny blocks and grids: every grid-stride loop wraps."""
+
+
+def _assert_near(actual, expected, dtype, what):
+    """Each field within 16 eps(dtype) of the float64 reference, relative to its size (the
+    emulation tests' bound)."""
+    tolerance = 16 * np.finfo(dtype).eps
+    for field, a, e in zip(expected._fields, actual, expected, strict=True):
+        assert a.dtype == np.dtype(dtype) and a.shape == e.shape, f"{what}{field}"
+        if e.size:
+            error = np.max(np.abs(a.astype(np.float64) - e))
+            assert error <= tolerance * (1 + np.max(np.abs(e))), (
+                f"{what}{field}: max error {error:.3g} ({error / np.finfo(dtype).eps:.1f} eps)")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+@pytest.mark.parametrize(("forget", "stabilizer_grad"),
+                         [("sigmoid", "exact"), ("exp", "stop")])
+def test_the_gpu_kernels_match_the_reference(dtype, forget, stabilizer_grad):
+    """The emulated CUDA kernels, cell and sequence (ragged, masks), forward and gradient
+    under a cotangent on every field, at tiny launch shapes (every grid-stride loop wraps),
+    against the float64 reference at the same rounded inputs and the emulated forward."""
+    reference = _dispatch.backend_module("reference")
+    rng = np.random.default_rng(38)
+    options = {"forget": forget, "stabilizer_grad": stabilizer_grad, "heads": 2}
+    ops = {"slstm_cell": fixed_case("slstm_cell", rng, steps=0, batch=3, input_size=3,
+                                    hidden=4, **options),
+           "slstm_sequence": fixed_case("slstm_sequence", rng, steps=4, batch=3,
+                                        input_size=3, hidden=4, ragged=True, masks=True,
+                                        **options)}
+    for op, case64 in ops.items():
+        case = {k: v.astype(dtype) if isinstance(v, np.ndarray) and v.dtype.kind == "f"
+                else v for k, v in case64.items()}
+        case64 = {k: v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype.kind == "f"
+                  else v for k, v in case.items()}
+        with contract_cases.backend(EMULATED_GPU) as gpu:
+            saved = _launch.use_runtime(type(_launch.runtime())(TINY))
+            try:
+                result = backend_calls.forward(gpu, op, case)
+                up = {f"d_{k}": rng.standard_normal(getattr(result, k).shape).astype(dtype)
+                      for k in result._fields}
+                grads = backend_calls.grad(gpu, op, case, result, **up)
+            finally:
+                _launch.use_runtime(saved)
+        _assert_near(result, backend_calls.forward(reference, op, case64), dtype,
+                     f"{op} forward ")
+        as64 = type(result)(*(a.astype(np.float64) for a in result))
+        expected = backend_calls.grad(reference, op, case64, as64,
+                                      **{k: v.astype(np.float64) for k, v in up.items()})
+        _assert_near(grads, expected, dtype, f"{op} gradient ")
