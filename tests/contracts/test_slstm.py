@@ -18,7 +18,6 @@ owes (those run over ``gradcells.cells.OPS`` and pick the cell up by themselves)
 
 from __future__ import annotations
 
-import backend_calls
 import contract_cases
 import numpy as np
 import pytest
@@ -26,7 +25,6 @@ from conftest import NUMPY_BACKENDS
 from contract_cases import EMULATED_GPU, fixed_case
 
 import gradcells as gc
-from gradcells import _dispatch
 from gradcells.gpu import _kernels, _launch
 from gradcells.testing import (
     grad_jvp_check,
@@ -304,11 +302,15 @@ def _assert_near(actual, expected, dtype, what):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
 @pytest.mark.parametrize(("forget", "stabilizer_grad"),
                          [("sigmoid", "exact"), ("exp", "stop")])
-def test_the_gpu_kernels_match_the_reference(dtype, forget, stabilizer_grad):
-    """The emulated CUDA kernels, cell and sequence (ragged, masks), forward and gradient
-    under a cotangent on every field, at tiny launch shapes (every grid-stride loop wraps),
-    against the float64 reference at the same rounded inputs and the emulated forward."""
-    reference = _dispatch.backend_module("reference")
+@pytest.mark.parametrize("name", ["cpu", EMULATED_GPU])
+def test_the_fused_kernels_match_the_reference(name, forget, stabilizer_grad, dtype):
+    """The CPU's Numba passes and the GPU's CUDA kernels (run on the host, at tiny launch
+    shapes: every grid-stride loop wraps), cell and sequence (ragged, masks): the forward,
+    the gradient under a cotangent on every field and the forward mode, against the float64
+    reference at the same rounded inputs (the gradient at the backend's forward). Float16 is
+    the GPU's only."""
+    if dtype == np.float16 and name == "cpu":
+        pytest.skip("float16 reaches the CPU backend as float32 (the public layer widens it)")
     rng = np.random.default_rng(38)
     options = {"forget": forget, "stabilizer_grad": stabilizer_grad, "heads": 2}
     ops = {"slstm_cell": fixed_case("slstm_cell", rng, steps=0, batch=3, input_size=3,
@@ -317,22 +319,32 @@ def test_the_gpu_kernels_match_the_reference(dtype, forget, stabilizer_grad):
                                         input_size=3, hidden=4, ragged=True, masks=True,
                                         **options)}
     for op, case64 in ops.items():
-        case = {k: v.astype(dtype) if isinstance(v, np.ndarray) and v.dtype.kind == "f"
-                else v for k, v in case64.items()}
-        case64 = {k: v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype.kind == "f"
-                  else v for k, v in case.items()}
-        with contract_cases.backend(EMULATED_GPU) as gpu:
-            saved = _launch.use_runtime(type(_launch.runtime())(TINY))
+        case = _cast(case64, dtype)
+        case64 = _cast(case, np.float64)
+        tangents = contract_cases.tangents(op, case, rng)
+        with contract_cases.calls(name) as c:
+            saved = _launch.use_runtime(type(_launch.runtime())(TINY)) if name != "cpu" else None
             try:
-                result = backend_calls.forward(gpu, op, case)
+                result = c.forward(op, case)
                 up = {f"d_{k}": rng.standard_normal(getattr(result, k).shape).astype(dtype)
                       for k in result._fields}
-                grads = backend_calls.grad(gpu, op, case, result, **up)
+                grads, pair = c.grad(op, case, result, **up), c.jvp(op, case, tangents)
             finally:
-                _launch.use_runtime(saved)
-        _assert_near(result, backend_calls.forward(reference, op, case64), dtype,
-                     f"{op} forward ")
-        as64 = type(result)(*(a.astype(np.float64) for a in result))
-        expected = backend_calls.grad(reference, op, case64, as64,
-                                      **{k: v.astype(np.float64) for k, v in up.items()})
-        _assert_near(grads, expected, dtype, f"{op} gradient ")
+                if saved is not None:
+                    _launch.use_runtime(saved)
+        with contract_cases.calls("reference") as ref:
+            _assert_near(result, ref.forward(op, case64), dtype, f"{op} forward ")
+            _assert_near(grads, ref.grad(op, case64, _cast(result, np.float64),
+                                         **_cast(up, np.float64)), dtype, f"{op} gradient ")
+            want = ref.jvp(op, case64, _cast(tangents, np.float64))
+            for got, expected in zip(pair, want, strict=True):
+                _assert_near(got, expected, dtype, f"{op} forward mode ")
+
+
+def _cast(value, dtype):
+    """The float arrays of a case dict or a NamedTuple in ``dtype``."""
+    def cast(v):
+        return v.astype(dtype) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v
+    if isinstance(value, dict):
+        return {k: cast(v) for k, v in value.items()}
+    return type(value)(*map(cast, value))

@@ -4,6 +4,7 @@ The math is ``gradcells.cells.slstm.reference`` (docs/spec.md §19):
 
     slstm_forward_kernel(...)     the gates, the stabiliser and the new state from the
                                   step's pre-activations, in place over the state
+    slstm_forward_tangent_kernel  the same with the tangents beside (forward mode)
     slstm_backward_kernel(...)    the step's pre-activation gradients (gate-major for the
                                   input weights, head-major for the recurrent ones) and the
                                   state's gradients carried back, in place over the carry
@@ -29,13 +30,13 @@ from ...cpu._compile import helper, kernel
 @helper
 def _flushed_exp(a, floor):
     """``e^a``, exactly 0 below ``e^floor``."""
-    return a * 0 if a < floor else np.exp(a)
+    return a - a if a < floor else np.exp(a)
 
 
 @helper
 def _log_sigmoid(z):
     """``log σ(z) = min(z, 0) - log1p(e^{-|z|})``."""
-    low = z if z < 0 else z * 0
+    low = z if z < 0 else z - z
     return low - np.log1p(np.exp(-abs(z)))
 
 
@@ -150,3 +151,77 @@ def slstm_backward_kernel(i_t, f_t, z_t, o_t, c_t, n_t, h_t, c_prev, n_prev, f_p
                 dg[2 * hidden + col], dg[3 * hidden + col] = d_z, d_o
                 dh_k[j], dh_k[d + j], dh_k[2 * d + j], dh_k[3 * d + j] = d_it, d_ft, d_z, d_o
                 g_c[row, col], g_n[row, col], g_m[row, col] = gc * f, gn * f, dm_prev
+
+
+@kernel
+def slstm_forward_tangent_kernel(x_pre, rec, dx_pre, drec, running, exp_forget, stop, floor,
+                                 state, d_state, out, d_out):
+    """One sLSTM step and its tangent (forward mode, the reference's ``slstm_step_jvp``);
+    the state and its tangent are updated in place.
+
+    Arguments (C-contiguous, one float dtype; B rows, H, N heads of d):
+
+    - ``x_pre [B, 4H]``, ``rec [N, B, 4d]``: as ``slstm_forward_kernel``'s; ``dx_pre``,
+      ``drec``: their tangents;
+    - ``running [B]``, ``exp_forget``, ``floor``: as ``slstm_forward_kernel``'s; ``stop``:
+      ``m`` held constant (its tangent zero, the previous one unread);
+    - ``state, d_state [4, B, H]``: ``c, n, m, h`` and their tangents;
+    - ``out, d_out [8, B, H]``: the step's fields ``i, f, z, o, c, n, m, h`` and their
+      tangents, overwritten.
+
+    Per element, with the forward's values:
+
+        dlf = df̃·σ(-f̃) (sigmoid) or df̃;   dm = dĩ where i = 1, else dlf + dm_prev
+        di = i·(dĩ - dm);   df = f·(dlf + dm_prev - dm);   dz = (1-z²)·dz̃;   do = o(1-o)·dõ
+        dc = df·c_prev + f·dc_prev + di·z + i·dz;   dn = df·n_prev + f·dn_prev + di
+        dh = do·c/n + (o·dc - h·dn)/n
+    """
+    n_batch, hidden = state.shape[1], state.shape[2]
+    n_heads = rec.shape[0]
+    d = hidden // n_heads if n_heads else 0
+    zero = typed(0.0, state)
+    one = typed(1.0, state)
+    for row in range(n_batch):
+        if not running[row]:
+            for k in range(8):
+                for j in range(hidden):
+                    out[k, row, j] = zero
+                    d_out[k, row, j] = zero
+            continue
+        for kh in range(n_heads):
+            for j in range(d):
+                col = kh * d + j
+                pre = (x_pre[row, col] + rec[kh, row, j],
+                       x_pre[row, hidden + col] + rec[kh, row, d + j])
+                dpre = (dx_pre[row, col] + drec[kh, row, j],
+                        dx_pre[row, hidden + col] + drec[kh, row, d + j])
+                c_p, n_p, m_p = state[0, row, col], state[1, row, col], state[2, row, col]
+                dc_p, dn_p = d_state[0, row, col], d_state[1, row, col]
+                lfm = (pre[1] if exp_forget else _log_sigmoid(pre[1])) + m_p
+                m_new = pre[0] if pre[0] >= lfm else lfm
+                i = _flushed_exp(pre[0] - m_new, floor)
+                f = _flushed_exp(lfm - m_new, floor)
+                zt = x_pre[row, 2 * hidden + col] + rec[kh, row, 2 * d + j]
+                ot = x_pre[row, 3 * hidden + col] + rec[kh, row, 3 * d + j]
+                z, o = tanh(zt), sigmoid(ot)
+                c_new = f * c_p + i * z
+                n_new = f * n_p + i
+                h_new = o * c_new / n_new
+                d_lf = dpre[1] if exp_forget else dpre[1] * sigmoid(-pre[1])
+                dm_p = zero if stop else d_state[2, row, col]
+                dm = zero if stop else (dpre[0] if i >= one else d_lf + dm_p)
+                di = i * (dpre[0] - dm)
+                df = f * (d_lf + dm_p - dm)
+                dz = (one - z * z) * (dx_pre[row, 2 * hidden + col] + drec[kh, row, 2 * d + j])
+                do = o * (one - o) * (dx_pre[row, 3 * hidden + col] + drec[kh, row, 3 * d + j])
+                dc = df * c_p + f * dc_p + di * z + i * dz
+                dn = df * n_p + f * dn_p + di
+                dh = do * c_new / n_new + (o * dc - h_new * dn) / n_new
+                values = (i, f, z, o, c_new, n_new, m_new, h_new)
+                tangents = (di, df, dz, do, dc, dn, dm, dh)
+                for k in range(8):
+                    out[k, row, col] = values[k]
+                    d_out[k, row, col] = tangents[k]
+                for k in range(4):
+                    state[k, row, col] = values[4 + k]
+                    d_state[k, row, col] = tangents[4 + k]

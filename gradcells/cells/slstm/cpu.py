@@ -19,8 +19,10 @@ block is read from cache through the time loop. For the sigmoid forget the gradi
 recomputes ``f̃`` of every step (one matmul per head over all ``T·B`` rows). A cell is the
 sequence of one step.
 
-Forward mode and second order (``_jvp``, ``_grad_jvp``) are the reference's on NumPy
-arrays; their fused passes are still to come.
+Forward mode (``_jvp``) runs the forward's plan with the tangents beside, one fused pass per
+step (``slstm_forward_tangent_kernel``; the tangent of ``rec`` is ``rec(dh, r) + rec(h,
+dr)``, two more batched matmuls). The second order (``_grad_jvp``) is the reference's on
+NumPy arrays; its fused passes are still to come.
 
 The CPU backend runs the reverse direction natively (``gradcells.cpu.NATIVE_REVERSE``): a
 sequence op is handed ``reverse=True`` with the lengths, every per-step array at its time
@@ -40,7 +42,11 @@ from ..._core.plan import flat, previous_states
 from ...cpu._compile import kernel_array
 from ...cpu._sequence import lengths_of, running_inputs
 from . import reference
-from ._cpu_kernels import slstm_backward_kernel, slstm_forward_kernel
+from ._cpu_kernels import (
+    slstm_backward_kernel,
+    slstm_forward_kernel,
+    slstm_forward_tangent_kernel,
+)
 from .spec import SLSTMCellGrads, SLSTMCellState, SLSTMSequence, SLSTMSequenceGrads
 
 _GATES = ("d_i", "d_f", "d_z", "d_o")
@@ -174,8 +180,48 @@ def slstm_cell_grad(x, c_prev, n_prev, m_prev, h_prev, weights, state, settings,
     return SLSTMCellGrads(g.x[0], *g[1:])
 
 
-slstm_cell_jvp = reference.slstm_cell_jvp
+def slstm_cell_jvp(x, c_prev, n_prev, m_prev, h_prev, weights, tangents, settings):
+    """One sLSTM step and its tangent (a sequence of one); see
+    ``gradcells.reference.slstm_cell_jvp``."""
+    t = SLSTMSequenceGrads(None if tangents.x is None else tangents.x[None], *tangents[1:])
+    pair = _forward_jvp(x[None], (c_prev, n_prev, m_prev, h_prev), weights, t, settings)
+    return tuple(SLSTMCellState(*(a[0] for a in s[:8])) for s in pair)
+
+
 slstm_cell_grad_jvp = reference.slstm_cell_grad_jvp
+
+
+def _filled(tangents, primals):
+    """The tangents with each None a zero array of its primal."""
+    return [np.zeros_like(p) if t is None else t for t, p in zip(tangents, primals, strict=True)]
+
+
+def _forward_jvp(x, states, weights, tangents, settings):
+    """The forward time loop with the tangents beside (in run order): ``(SLSTMSequence,
+    SLSTMSequence of tangents)``."""
+    w, r, b = (kernel_array(a) for a in weights)
+    dx, dc0, dn0, dm0, dh0, dw, dr, db = _filled(tangents, (x, *states, *weights))
+    d_states = (dc0, dn0, dm0, dh0)
+    n_steps, n_batch, _ = x.shape
+    hidden, n_heads = states[3].shape[1], r.shape[0]
+    lengths = lengths_of(settings.seq_len)
+    m_in, m_rec = settings.input_mask, settings.recurrent_mask
+    x, dx = (running_inputs(a if m_in is None else a * m_in, lengths) for a in (x, dx))
+    x_pre = (flat(x) @ w + b).reshape(n_steps, n_batch, 4 * hidden)
+    dx_pre = (flat(dx) @ w + flat(x) @ dw + db).reshape(n_steps, n_batch, 4 * hidden)
+    state, d_state = (np.array(np.stack(s), order="C") for s in (states, d_states))
+    out = np.empty((2, n_steps, 8, n_batch, hidden), x.dtype)
+    floor, dr = _floor(x.dtype), kernel_array(dr)
+    for t in range(n_steps):
+        h, dh = ((a if m_rec is None else a * m_rec) for a in (state[3], d_state[3]))
+        heads = _heads(h, n_heads)
+        slstm_forward_tangent_kernel(
+            x_pre[t], np.matmul(heads, r), dx_pre[t],
+            np.matmul(_heads(dh, n_heads), r) + np.matmul(heads, dr),
+            _running(lengths, t, n_batch), settings.forget == "exp",
+            settings.stabilizer_grad == "stop", floor, state, d_state, out[0, t], out[1, t])
+    return tuple(SLSTMSequence(*o.transpose(1, 0, 2, 3), *s)
+                 for o, s in zip(out, (state, d_state), strict=True))
 
 
 class _RowFlip:
@@ -226,11 +272,10 @@ def slstm_sequence_grad(x, c0, n0, m0, h0, weights, seq, settings, *, d_h=None, 
 
 
 def slstm_sequence_jvp(x, c0, n0, m0, h0, weights, tangents, settings):
-    """``reference.slstm_sequence_jvp``, the reverse direction natively."""
+    """The sLSTM over time and its tangent; see ``gradcells.reference.slstm_sequence_jvp``."""
     flip = _RowFlip(settings, x.shape[0])
-    pair = reference.slstm_sequence_jvp(flip(x), c0, n0, m0, h0, weights,
-                                        tangents._replace(x=flip(tangents.x)),
-                                        flip.settings(settings))
+    pair = _forward_jvp(flip(x), (c0, n0, m0, h0), weights,
+                        tangents._replace(x=flip(tangents.x)), flip.settings(settings))
     return tuple(flip.sequence(s) for s in pair)
 
 
