@@ -13,9 +13,11 @@ the bias gradient a column sum. For the sigmoid forget ``f̃`` of every step is 
 (one matmul for the input part and one batched matmul for the recurrent part). A cell is
 the same code with T = 1. Each operation runs on its arguments' device.
 
-Forward mode and second order (``_jvp``, ``_grad_jvp``) are the reference's, on the
+Forward mode (``_jvp``) runs the forward's plan with the tangents beside, one fused kernel
+per step (``slstm_forward_tangent``; the tangent of ``rec`` is ``rec(dh, r) + rec(h, dr)``,
+two more batched matmuls). The second order (``_grad_jvp``) is the reference's, on the
 backend's arrays (``gradcells.cells.slstm.reference`` is written for any array namespace);
-their fused kernels are still to come.
+its fused kernels are still to come.
 """
 
 from __future__ import annotations
@@ -71,8 +73,22 @@ def slstm_sequence_grad(x, c0, n0, m0, h0, weights, seq, settings, *, d_h=None, 
         return _backward(rt, x, (c0, n0, m0, h0), weights, seq, settings, given)
 
 
-slstm_cell_jvp = reference.slstm_cell_jvp
-slstm_sequence_jvp = reference.slstm_sequence_jvp
+def slstm_cell_jvp(x, c_prev, n_prev, m_prev, h_prev, weights, tangents, settings):
+    """One sLSTM step and its tangent; see ``gradcells.reference.slstm_cell_jvp``."""
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        t = SLSTMSequenceGrads(None if tangents.x is None else tangents.x[None], *tangents[1:])
+        pair = _forward_jvp(rt, x[None], (c_prev, n_prev, m_prev, h_prev), weights, t, settings)
+        return tuple(SLSTMCellState(*(a[0] for a in s[:8])) for s in pair)
+
+
+def slstm_sequence_jvp(x, c0, n0, m0, h0, weights, tangents, settings):
+    """The sLSTM over time and its tangent; see ``gradcells.reference.slstm_sequence_jvp``."""
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        return _forward_jvp(rt, x, (c0, n0, m0, h0), weights, tangents, settings)
+
+
 slstm_cell_grad_jvp = reference.slstm_cell_grad_jvp
 slstm_sequence_grad_jvp = reference.slstm_sequence_grad_jvp
 
@@ -124,6 +140,42 @@ def _forward(rt, x, states, weights, settings):
         forward(x_pre=xp.ascontiguousarray(x_pre[t]), rec=rec, step=t,
                 **{f"out_{k}": out[j, t] for j, k in enumerate("ifzocnmh")})
     return SLSTMSequence(*out, *state)
+
+
+def _forward_jvp(rt, x, states, weights, tangents, settings):
+    """The forward time loop with the tangents beside: ``(SLSTMSequence, SLSTMSequence of
+    tangents)``; the tangent of ``rec`` is ``rec(dh, r) + rec(h, dr)``."""
+    xp = rt.xp
+    lengths = _launch.lengths(xp, settings.seq_len)
+    primals = (x, *states, *weights)
+    dx, *d_rest = (xp.zeros_like(p) if t is None else t
+                   for t, p in zip(tangents, primals, strict=True))
+    x, dx = (_inputs(xp, a, settings, lengths) for a in (x, dx))
+    n_steps, n_batch, _ = x.shape
+    w, r, b = (xp.ascontiguousarray(a) for a in weights)
+    dw, dr, db = (xp.ascontiguousarray(a) for a in d_rest[4:])
+    hidden, n_heads = states[3].shape[1], r.shape[0]
+    x_pre = (plan.flat(x) @ w + b).reshape(n_steps, n_batch, 4 * hidden)
+    dx_pre = (plan.flat(dx) @ w + plan.flat(x) @ dw + db).reshape(n_steps, n_batch, 4 * hidden)
+    state = xp.ascontiguousarray(xp.stack(states))
+    d_state = xp.ascontiguousarray(xp.stack(d_rest[:4]))
+    out = xp.empty((2, n_steps, 8, n_batch, hidden), dtype=x.dtype)
+    step = Launcher(
+        rt, "slstm_forward_tangent", x.dtype, n_batch * hidden,
+        seq_len=_launch.lengths_argument(xp, lengths), use_seq_len=lengths is not None,
+        exp_forget=settings.forget == "exp", stop=settings.stabilizer_grad == "stop",
+        floor=_floor(xp, x.dtype), batch=n_batch, hidden=hidden, heads=n_heads, state=state,
+        d_state=d_state)
+    m_rec = settings.recurrent_mask
+    for t in range(n_steps):
+        heads = _heads(xp, plan.masked(state[3], m_rec), n_heads)
+        d_heads = _heads(xp, plan.masked(d_state[3], m_rec), n_heads)
+        step(x_pre=xp.ascontiguousarray(x_pre[t]), rec=xp.ascontiguousarray(heads @ r),
+             dx_pre=xp.ascontiguousarray(dx_pre[t]),
+             drec=xp.ascontiguousarray(d_heads @ r + heads @ dr), step=t, out=out[0, t],
+             d_out=out[1, t])
+    return tuple(SLSTMSequence(*o.transpose(1, 0, 2, 3), *s)
+                 for o, s in zip(out, (state, d_state), strict=True))
 
 
 def _forget_preactivations(xp, x, h_prev, w, r, b, hidden):

@@ -195,3 +195,95 @@ GC_KERNEL void slstm_backward(
             g_c, g_n, g_m, g_h, d_gates, d_heads);
     }
 }
+
+// Forward mode: one step and its tangent, per element (the reference's slstm_step_jvp).
+// dx_pre, drec: the tangents of x_pre and rec (rec(dh, r) + rec(h, dr), around the
+// kernel). state, d_state [4, B, H]: c, n, m, h and their tangents, updated in place;
+// out, d_out [8, B, H]: the step's fields i, f, z, o, c, n, m, h and their tangents.
+//   dlf = df~*sigmoid(-f~) (sigmoid forget) or df~;  dm = di~ where i = 1, else dlf + dm_prev
+//   (stop: dm = dm_prev = 0);  di = i*(di~ - dm);  df = f*(dlf + dm_prev - dm)
+//   dz = (1 - z^2)*dz~;  do = o(1-o)*do~;  dc = df*c_prev + f*dc_prev + di*z + i*dz
+//   dn = df*n_prev + f*dn_prev + di;  dh = do*c/n + (o*dc - h*dn)/n
+// A row past its length writes zeros to the step's fields and tangents and keeps its state.
+template <class T, class A, class Index>
+__device__ __forceinline__ void slstm_forward_tangent_body(
+    const T* x_pre, const T* rec, const T* dx_pre, const T* drec, const int* seq_len,
+    int use_seq_len, int exp_forget, int stop, A floor, long long step, Index n_all,
+    Index batch, Index hidden, Index d, T* state, T* d_state, T* out, T* d_out)
+{
+    const A zero = (A)0;
+    const A one = (A)1;
+    for (Index k = gc_first_x<Index>(); k < n_all; k += gc_stride_x<Index>()) {
+        const Index row = k / hidden;
+        const Index col = k - row * hidden;
+        if (use_seq_len && step >= (long long)seq_len[row]) {
+            for (int g = 0; g < 8; ++g) {
+                out[g * n_all + k] = gc_store<T>::from(zero);
+                d_out[g * n_all + k] = gc_store<T>::from(zero);
+            }
+            continue;
+        }
+        const Index kh = col / d;
+        const Index j = col - kh * d;
+        const Index xo = row * 4 * hidden + col;
+        const Index ro = (kh * batch + row) * 4 * d + j;
+        A pre[4], dpre[4];
+        for (int g = 0; g < 4; ++g) {
+            pre[g] = gc_load(x_pre[xo + g * hidden]) + gc_load(rec[ro + g * d]);
+            dpre[g] = gc_load(dx_pre[xo + g * hidden]) + gc_load(drec[ro + g * d]);
+        }
+        const A c_p = gc_load(state[k]), n_p = gc_load(state[n_all + k]);
+        const A m_p = gc_load(state[2 * n_all + k]);
+        const A dc_p = gc_load(d_state[k]), dn_p = gc_load(d_state[n_all + k]);
+        const A lfm = (exp_forget ? pre[1] : slstm_log_sigmoid(pre[1])) + m_p;
+        const A m_new = pre[0] >= lfm ? pre[0] : lfm;
+        const A i = slstm_flushed_exp(pre[0] - m_new, floor);
+        const A f = slstm_flushed_exp(lfm - m_new, floor);
+        const A z = gc_tanh(pre[2]);
+        const A o = gc_sigmoid(pre[3]);
+        const A c_new = f * c_p + i * z;
+        const A n_new = f * n_p + i;
+        const A h_new = o * c_new / n_new;
+        const A d_lf = exp_forget ? dpre[1] : dpre[1] * gc_sigmoid(-pre[1]);
+        const A dm_p = stop ? zero : gc_load(d_state[2 * n_all + k]);
+        const A dm = stop ? zero : (i >= one ? dpre[0] : d_lf + dm_p);
+        const A di = i * (dpre[0] - dm);
+        const A df = f * (d_lf + dm_p - dm);
+        const A dz = (one - z * z) * dpre[2];
+        const A d_o = o * (one - o) * dpre[3];
+        const A dc = df * c_p + f * dc_p + di * z + i * dz;
+        const A dn = df * n_p + f * dn_p + di;
+        const A dh = d_o * c_new / n_new + (o * dc - h_new * dn) / n_new;
+        const A values[8] = {i, f, z, o, c_new, n_new, m_new, h_new};
+        const A tangents[8] = {di, df, dz, d_o, dc, dn, dm, dh};
+        for (int g = 0; g < 8; ++g) {
+            out[g * n_all + k] = gc_store<T>::from(values[g]);
+            d_out[g * n_all + k] = gc_store<T>::from(tangents[g]);
+        }
+        for (int g = 0; g < 4; ++g) {
+            state[g * n_all + k] = gc_store<T>::from(values[4 + g]);
+            d_state[g * n_all + k] = gc_store<T>::from(tangents[4 + g]);
+        }
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void slstm_forward_tangent(
+    const T* x_pre, const T* rec, const T* dx_pre, const T* drec, const int* seq_len,
+    int use_seq_len, int exp_forget, int stop, A floor, long long step, long long batch,
+    long long hidden, long long heads, T* state, T* d_state, T* out, T* d_out)
+{
+    const long long n_all = batch * hidden;
+    const long long d = heads > 0 ? hidden / heads : 1;
+    if (8 * n_all <= GC_UINT32_SAFE_COUNT) {
+        slstm_forward_tangent_body<T, A, unsigned int>(
+            x_pre, rec, dx_pre, drec, seq_len, use_seq_len, exp_forget, stop, floor, step,
+            (unsigned int)n_all, (unsigned int)batch, (unsigned int)hidden, (unsigned int)d,
+            state, d_state, out, d_out);
+    } else {
+        slstm_forward_tangent_body<T, A, unsigned long long>(
+            x_pre, rec, dx_pre, drec, seq_len, use_seq_len, exp_forget, stop, floor, step,
+            (unsigned long long)n_all, (unsigned long long)batch, (unsigned long long)hidden,
+            (unsigned long long)d, state, d_state, out, d_out);
+    }
+}
