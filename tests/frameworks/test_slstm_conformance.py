@@ -99,3 +99,34 @@ def test_from_an_all_zero_state_h_agrees_and_the_state_is_scaled():
 
 
 STATE_ZEROS = ("c0", "n0", "m0", "h0")
+
+
+def test_a_converted_xlstm_cell_runs_its_forward():
+    """``gc.layouts.slstm_from_xlstm`` of an ``sLSTMCell`` (vanilla backend, float64, its
+    parameters as ``cell.recurrent_kernel`` and ``cell.bias`` give them) reproduces the
+    module's outputs and final state; ``slstm_to_xlstm`` gives its parameters back."""
+    cell_module = pytest.importorskip("xlstm.blocks.slstm.cell")
+    torch.manual_seed(0)
+    config = cell_module.sLSTMCellConfig(
+        hidden_size=4, num_heads=2, backend="vanilla", dtype="float32",
+        enable_automatic_mixed_precision=False, recurrent_weight_init="standard")
+    cell = cell_module.sLSTMCell_vanilla(config).double()
+    kernel, bias = cell.recurrent_kernel.clone().detach(), cell.bias.clone().detach()
+    x = torch.randn(3, 5, 16, dtype=torch.float64)                   # [B, T, 4H], Wx
+    state = torch.randn(4, 3, 4, dtype=torch.float64)                # (h, c, n, m)
+    state[2] = state[2].abs() + 0.5
+    out, final = cell(x, state)
+    conv = gc.layouts.slstm_from_xlstm(kernel, bias)
+    seq = gc.slstm_sequence(x.numpy(), *conv.gradcells_states(*state.numpy()), *conv,
+                            **conv.options, batch_first=True)
+    heads = out.detach().numpy()                                      # [B, N, T, d]
+    np.testing.assert_allclose(seq.h, heads.transpose(0, 2, 1, 3).reshape(3, 5, 4),
+                               rtol=1e-12, atol=1e-13)
+    for k, name in enumerate(("h_final", "c_final", "n_final", "m_final")):
+        np.testing.assert_allclose(getattr(seq, name), final[k].detach().numpy(),
+                                   rtol=1e-12, atol=1e-13, err_msg=name)
+    back = gc.layouts.slstm_to_xlstm(conv[1], conv[2])
+    np.testing.assert_array_equal(back[0], kernel.numpy())
+    np.testing.assert_array_equal(back[1], bias.numpy())
+    with pytest.raises(ValueError, match=r"bias must have shape \[N, 4, d\]"):
+        gc.layouts.slstm_from_xlstm(kernel, bias[:, :3])
