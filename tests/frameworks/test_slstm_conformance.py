@@ -130,3 +130,44 @@ def test_a_converted_xlstm_cell_runs_its_forward():
     np.testing.assert_array_equal(back[1], bias.numpy())
     with pytest.raises(ValueError, match=r"bias must have shape \[N, 4, d\]"):
         gc.layouts.slstm_from_xlstm(kernel, bias[:, :3])
+
+
+def test_the_torch_module_runs_the_op_and_loads_an_xlstm_cell():
+    """``gradcells.torch.sLSTM``: its forward is ``gc.slstm_sequence`` on its parameters,
+    autograd reaches them with the op's gradient, and ``from_xlstm`` reproduces an xlstm
+    ``sLSTMCell``'s forward."""
+    gtorch = pytest.importorskip("gradcells.torch")
+    cell_module = pytest.importorskip("xlstm.blocks.slstm.cell")
+    torch.manual_seed(1)
+    module = gtorch.sLSTM(3, 4, num_heads=2, dtype=torch.float64, stabilizer_grad="stop")
+    x = torch.randn(5, 2, 3, dtype=torch.float64)
+    out, (c, n, m, h) = module(x)
+    (out.sum() + c.sum() + m.sum()).backward()
+    zeros = np.zeros((2, 4))
+    params = [p.detach().numpy() for p in (module.w, module.r, module.b)]
+    seq = gc.slstm_sequence(x.numpy(), zeros, zeros, zeros, zeros, *params,
+                            stabilizer_grad="stop")
+    np.testing.assert_allclose(out.detach().numpy(), seq.h, rtol=1e-13, atol=1e-14)
+    grads = gc.slstm_sequence_grad(x.numpy(), zeros, zeros, zeros, zeros, *params, seq,
+                                   d_h=np.ones((5, 2, 4)), d_c_final=np.ones((2, 4)),
+                                   d_m_final=np.ones((2, 4)))
+    for name in ("w", "r", "b"):
+        np.testing.assert_allclose(getattr(module, name).grad.numpy(), getattr(grads, name),
+                                   rtol=1e-12, atol=1e-13, err_msg=name)
+    with pytest.raises(ValueError, match="num_heads must divide hidden_size"):
+        gtorch.sLSTM(3, 4, num_heads=3)
+    config = cell_module.sLSTMCellConfig(
+        hidden_size=4, num_heads=2, backend="vanilla", dtype="float32",
+        enable_automatic_mixed_precision=False, recurrent_weight_init="standard")
+    cell = cell_module.sLSTMCell_vanilla(config).double()
+    wx = torch.randn(2, 5, 16, dtype=torch.float64)
+    state = torch.randn(4, 2, 4, dtype=torch.float64)
+    state[2] = state[2].abs() + 0.5
+    theirs, final = cell(wx, state)
+    ours, finals = gtorch.sLSTM.from_xlstm(cell, batch_first=True)(
+        wx, (state[1], state[2], state[3], state[0]))
+    np.testing.assert_allclose(ours.detach().numpy(),
+                               theirs.detach().numpy().transpose(0, 2, 1, 3).reshape(2, 5, 4),
+                               rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(finals[1].detach().numpy(), final[2].detach().numpy(),
+                               rtol=1e-12, atol=1e-13)
