@@ -306,9 +306,9 @@ def _assert_near(actual, expected, dtype, what):
 def test_the_fused_kernels_match_the_reference(name, forget, stabilizer_grad, dtype):
     """The CPU's Numba passes and the GPU's CUDA kernels (run on the host, at tiny launch
     shapes: every grid-stride loop wraps), cell and sequence (ragged, masks): the forward,
-    the gradient under a cotangent on every field and the forward mode, against the float64
-    reference at the same rounded inputs (the gradient at the backend's forward). Float16 is
-    the GPU's only."""
+    the gradient under a cotangent on every field, the forward mode and the second order,
+    against the float64 reference at the same rounded inputs (the gradients at the
+    backend's forward). Float16 is the GPU's only."""
     if dtype == np.float16 and name == "cpu":
         pytest.skip("float16 reaches the CPU backend as float32 (the public layer widens it)")
     rng = np.random.default_rng(38)
@@ -329,6 +329,7 @@ def test_the_fused_kernels_match_the_reference(name, forget, stabilizer_grad, dt
                 up = {f"d_{k}": rng.standard_normal(getattr(result, k).shape).astype(dtype)
                       for k in result._fields}
                 grads, pair = c.grad(op, case, result, **up), c.jvp(op, case, tangents)
+                second = c.grad_jvp(op, case, result, tangents, **up)
             finally:
                 if saved is not None:
                     _launch.use_runtime(saved)
@@ -339,6 +340,10 @@ def test_the_fused_kernels_match_the_reference(name, forget, stabilizer_grad, dt
             want = ref.jvp(op, case64, _cast(tangents, np.float64))
             for got, expected in zip(pair, want, strict=True):
                 _assert_near(got, expected, dtype, f"{op} forward mode ")
+            want = ref.grad_jvp(op, case64, _cast(result, np.float64),
+                                _cast(tangents, np.float64), **_cast(up, np.float64))
+            for got, expected in zip(second, want, strict=True):
+                _assert_near(got, expected, dtype, f"{op} second order ")
 
 
 def _cast(value, dtype):

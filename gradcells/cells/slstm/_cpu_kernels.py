@@ -5,6 +5,7 @@ The math is ``gradcells.cells.slstm.reference`` (docs/spec.md §19):
     slstm_forward_kernel(...)     the gates, the stabiliser and the new state from the
                                   step's pre-activations, in place over the state
     slstm_forward_tangent_kernel  the same with the tangents beside (forward mode)
+    slstm_backward_tangent_kernel the backward with the tangents beside (second order)
     slstm_backward_kernel(...)    the step's pre-activation gradients (gate-major for the
                                   input weights, head-major for the recurrent ones) and the
                                   state's gradients carried back, in place over the carry
@@ -225,3 +226,88 @@ def slstm_forward_tangent_kernel(x_pre, rec, dx_pre, drec, running, exp_forget, 
                 for k in range(4):
                     state[k, row, col] = values[4 + k]
                     d_state[k, row, col] = tangents[4 + k]
+
+
+@kernel
+def slstm_backward_tangent_kernel(fields, d_fields, starts, d_starts, f_pre, d_f_pre, up,
+                                  d_up, running, exp_forget, stop, carry, d_carry, d_gates,
+                                  d_gates_t):
+    """One step's backward and its tangent (second order: the JVP of
+    ``slstm_backward_kernel``, every line differentiated as written; the branch of ``m``
+    follows the primal).
+
+    Arguments (C-contiguous, one float dtype; B rows, H):
+
+    - ``fields, d_fields [8, B, H]``: the step's saved ``i, f, z, o, c, n, m, h`` and their
+      tangents; ``starts, d_starts [2, B, H]``: ``c_prev, n_prev`` and theirs;
+      ``f_pre, d_f_pre [B, H]``: ``f̃`` and its tangent (read for the sigmoid forget);
+    - ``up, d_up [8, B, H]``: the step's upstream gradients and their tangents;
+    - ``running``, ``exp_forget``, ``stop``: as ``slstm_backward_kernel``'s;
+    - ``carry, d_carry [4, B, H]``: the carried ``g_c, g_n, g_m, g_h`` and their tangents;
+      the first three replaced by those of the state before the step (``g_h`` read only);
+    - ``d_gates, d_gates_t [B, 4H]``: the pre-activation gradients, gate-major, and their
+      tangents, overwritten.
+    """
+    n_batch, hidden = fields.shape[1], fields.shape[2]
+    zero = typed(0.0, fields)
+    one = typed(1.0, fields)
+    two = typed(2.0, fields)
+    for row in range(n_batch):
+        if not running[row]:
+            for j in range(4 * hidden):
+                d_gates[row, j] = zero
+                d_gates_t[row, j] = zero
+            continue
+        for col in range(hidden):
+            i, f, z, o = (fields[0, row, col], fields[1, row, col], fields[2, row, col],
+                          fields[3, row, col])
+            c, n, h = fields[4, row, col], fields[5, row, col], fields[7, row, col]
+            ti, tf, tz, to = (d_fields[0, row, col], d_fields[1, row, col],
+                              d_fields[2, row, col], d_fields[3, row, col])
+            tc, tn, th = d_fields[4, row, col], d_fields[5, row, col], d_fields[7, row, col]
+            cp, np_ = starts[0, row, col], starts[1, row, col]
+            tcp, tnp = d_starts[0, row, col], d_starts[1, row, col]
+            gh = carry[3, row, col] + up[7, row, col]
+            tgh = d_carry[3, row, col] + d_up[7, row, col]
+            gc = carry[0, row, col] + up[4, row, col] + gh * o / n
+            tgc = (d_carry[0, row, col] + d_up[4, row, col] + (tgh * o + gh * to) / n
+                   - gh * o * tn / (n * n))
+            gn = carry[1, row, col] + up[5, row, col] - gh * h / n
+            tgn = (d_carry[1, row, col] + d_up[5, row, col] - (tgh * h + gh * th) / n
+                   + gh * h * tn / (n * n))
+            a = up[3, row, col] + gh * c / n
+            ta = d_up[3, row, col] + (tgh * c + gh * tc) / n - gh * c * tn / (n * n)
+            d_o = a * (o * (one - o))
+            td_o = ta * (o * (one - o)) + a * (to * (one - two * o))
+            gi = up[0, row, col] + gc * z + gn
+            tgi = d_up[0, row, col] + tgc * z + gc * tz + tgn
+            gf = up[1, row, col] + gc * cp + gn * np_
+            tgf = d_up[1, row, col] + tgc * cp + gc * tcp + tgn * np_ + gn * tnp
+            bz = up[2, row, col] + gc * i
+            tbz = d_up[2, row, col] + tgc * i + gc * ti
+            d_z = bz * (one - z * z)
+            td_z = tbz * (one - z * z) - bz * (two * z * tz)
+            d_it, td_it = gi * i, tgi * i + gi * ti
+            d_lf, td_lf = gf * f, tgf * f + gf * tf
+            dm_prev, tdm_prev = zero, zero
+            if not stop:
+                gm = carry[2, row, col] + up[6, row, col] - d_it - d_lf
+                tgm = d_carry[2, row, col] + d_up[6, row, col] - td_it - td_lf
+                if i >= one:
+                    d_it, td_it = d_it + gm, td_it + tgm
+                else:
+                    d_lf, td_lf = d_lf + gm, td_lf + tgm
+                dm_prev, tdm_prev = d_lf, td_lf
+            if exp_forget:
+                d_ft, td_ft = d_lf, td_lf
+            else:
+                s = sigmoid(-f_pre[row, col])
+                d_ft = d_lf * s
+                td_ft = td_lf * s - d_lf * (s * (one - s) * d_f_pre[row, col])
+            d_gates[row, col], d_gates_t[row, col] = d_it, td_it
+            d_gates[row, hidden + col], d_gates_t[row, hidden + col] = d_ft, td_ft
+            d_gates[row, 2 * hidden + col], d_gates_t[row, 2 * hidden + col] = d_z, td_z
+            d_gates[row, 3 * hidden + col], d_gates_t[row, 3 * hidden + col] = d_o, td_o
+            carry[0, row, col], d_carry[0, row, col] = gc * f, tgc * f + gc * tf
+            carry[1, row, col], d_carry[1, row, col] = gn * f, tgn * f + gn * tf
+            carry[2, row, col], d_carry[2, row, col] = dm_prev, tdm_prev

@@ -21,8 +21,10 @@ sequence of one step.
 
 Forward mode (``_jvp``) runs the forward's plan with the tangents beside, one fused pass per
 step (``slstm_forward_tangent_kernel``; the tangent of ``rec`` is ``rec(dh, r) + rec(h,
-dr)``, two more batched matmuls). The second order (``_grad_jvp``) is the reference's on
-NumPy arrays; its fused passes are still to come.
+dr)``, two more batched matmuls). The second order (``_grad_jvp``) takes the saved
+fields' tangents from the forward mode, then runs the backward's loop with a tangent
+beside every value (``slstm_backward_tangent_kernel``, the backward differentiated line by
+line, the stabiliser's branch the primal's) and the matmuls' product rule after it.
 
 The CPU backend runs the reverse direction natively (``gradcells.cpu.NATIVE_REVERSE``): a
 sequence op is handed ``reverse=True`` with the lengths, every per-step array at its time
@@ -41,15 +43,14 @@ import numpy as np
 from ..._core.plan import flat, previous_states
 from ...cpu._compile import kernel_array
 from ...cpu._sequence import lengths_of, running_inputs
-from . import reference
 from ._cpu_kernels import (
     slstm_backward_kernel,
+    slstm_backward_tangent_kernel,
     slstm_forward_kernel,
     slstm_forward_tangent_kernel,
 )
 from .spec import SLSTMCellGrads, SLSTMCellState, SLSTMSequence, SLSTMSequenceGrads
 
-_GATES = ("d_i", "d_f", "d_z", "d_o")
 _UPSTREAM = ("d_i", "d_f", "d_z", "d_o", "d_c", "d_n", "d_m", "d_h")
 """The per-step upstream gradients in the order of the result's fields."""
 
@@ -188,7 +189,103 @@ def slstm_cell_jvp(x, c_prev, n_prev, m_prev, h_prev, weights, tangents, setting
     return tuple(SLSTMCellState(*(a[0] for a in s[:8])) for s in pair)
 
 
-slstm_cell_grad_jvp = reference.slstm_cell_grad_jvp
+def slstm_cell_grad_jvp(x, c_prev, n_prev, m_prev, h_prev, weights, state, tangents,
+                        settings, *, d_h=None, d_c=None, d_n=None, d_m=None, d_i=None,
+                        d_f=None, d_z=None, d_o=None, d_h_tangent=None, d_c_tangent=None,
+                        d_n_tangent=None, d_m_tangent=None, d_i_tangent=None,
+                        d_f_tangent=None, d_z_tangent=None, d_o_tangent=None):
+    """The JVP of ``slstm_cell_grad`` (a sequence of one); see
+    ``gradcells.reference.slstm_cell_grad_jvp``."""
+    given = {k: None if v is None else v[None] for k, v in locals().items()
+             if k.startswith("d_")}
+    seq = SLSTMSequence(*(np.asarray(a)[None] for a in state), *state[4:])
+    t = SLSTMSequenceGrads(None if tangents.x is None else tangents.x[None], *tangents[1:])
+    pair = _backward_jvp(x[None], (c_prev, n_prev, m_prev, h_prev), weights, seq, t, settings,
+                         given)
+    return tuple(SLSTMCellGrads(g.x[0], *g[1:]) for g in pair)
+
+
+def _head_major(d_gates, n_heads):
+    """Gate-major ``[..., B, 4H]`` pre-activation gradients as ``[..., N, B, 4d]``."""
+    *lead, n_batch, width = d_gates.shape
+    d = width // 4 // max(n_heads, 1)
+    a = d_gates.reshape(*lead, n_batch, 4, n_heads, d)
+    order = (*range(len(lead)), len(lead) + 2, len(lead), len(lead) + 1, len(lead) + 3)
+    return np.ascontiguousarray(a.transpose(order).reshape(*lead, n_heads, n_batch, 4 * d))
+
+
+def _backward_jvp(x, states, weights, seq, tangents, settings, given):
+    """The backward time loop with the tangents beside (in run order): ``(grads,
+    grads_tangent)``, the forward's tangent from ``_forward_jvp``."""
+    w, r, b = (kernel_array(a) for a in weights)
+    t = SLSTMSequenceGrads(*_filled(tangents, (x, *states, *weights)))
+    d_seq = _forward_jvp(x, states, weights, t, settings)[1]
+    n_steps, n_batch, n_in = x.shape
+    hidden, n_heads = states[3].shape[1], r.shape[0]
+    lengths = lengths_of(settings.seq_len)
+    m_in, m_rec = settings.input_mask, settings.recurrent_mask
+    x, dx = (running_inputs(a if m_in is None else a * m_in, lengths) for a in (x, t.x))
+    fields = np.ascontiguousarray(np.stack([np.asarray(a) for a in seq[:8]], axis=1))
+    d_fields = np.ascontiguousarray(np.stack(d_seq[:8], axis=1))
+    h_prev, dh_prev = (previous_states(np, h0, f[:, 7]) for h0, f in
+                       ((states[3], fields), (t.h0, d_fields)))
+    if m_rec is not None:
+        h_prev, dh_prev = h_prev * m_rec, dh_prev * m_rec
+    starts, d_starts = (np.ascontiguousarray(np.stack(
+        [previous_states(np, s0[0], f[:, 4]), previous_states(np, s0[1], f[:, 5])], axis=1))
+        for s0, f in (((states[0], states[1]), fields), ((t.c0, t.n0), d_fields)))
+    f_pre = _forget_preactivations(x, h_prev, w, r, b, hidden)
+    d_f_pre = (_forget_preactivations(dx, dh_prev, w, r, t.b, hidden)
+               + _forget_preactivations(x, h_prev, t.w, t.r, 0 * t.b, hidden))
+    up = _upstream_steps(given, (n_steps, n_batch, hidden), x.dtype)
+    d_up = _upstream_steps({k.removesuffix("_tangent"): v for k, v in given.items()
+                            if k.endswith("_tangent")}, (n_steps, n_batch, hidden), x.dtype)
+    carry, d_carry = (np.stack([np.zeros((n_batch, hidden), x.dtype)
+                                if given.get(f"d_{k}_final{suffix}") is None
+                                else given[f"d_{k}_final{suffix}"] for k in "cnmh"])
+                      for suffix in ("", "_tangent"))
+    d_gates, d_gates_t = np.empty((2, n_steps, n_batch, 4 * hidden), x.dtype)
+    r_t, dr_t = (np.ascontiguousarray(a.transpose(0, 2, 1)) for a in (r, t.r))
+    for step in reversed(range(n_steps)):
+        running = _running(lengths, step, n_batch)
+        slstm_backward_tangent_kernel(
+            fields[step], d_fields[step], starts[step], d_starts[step], f_pre[step],
+            d_f_pre[step], up[step], d_up[step], running, settings.forget == "exp",
+            settings.stabilizer_grad == "stop", carry, d_carry, d_gates[step],
+            d_gates_t[step])
+        heads, heads_t = _head_major(d_gates[step], n_heads), _head_major(d_gates_t[step],
+                                                                          n_heads)
+        for target, value in ((carry, np.matmul(heads, r_t)),
+                              (d_carry, np.matmul(heads_t, r_t) + np.matmul(heads, dr_t))):
+            dh = value.transpose(1, 0, 2).reshape(n_batch, hidden)
+            if m_rec is not None:
+                dh = dh * m_rec
+            target[3] = np.where(running[:, None], dh, target[3])
+    return _weight_grads_jvp(x, dx, (h_prev, dh_prev), (w, r), t, (d_gates, d_gates_t),
+                             (carry, d_carry), (m_in, lengths))
+
+
+def _weight_grads_jvp(x, dx, h_pair, w_r, t, gates, carries, masks):
+    """After the loop: the input and weight gradients and their tangents."""
+    w, r = w_r
+    (h_prev, dh_prev), (d_gates, d_gates_t), (m_in, lengths) = h_pair, gates, masks
+    n_steps, n_batch, n_in = x.shape
+    n_heads = r.shape[0]
+    g, g_t = flat(d_gates), flat(d_gates_t)
+    heads, heads_t = _head_major(d_gates, n_heads), _head_major(d_gates_t, n_heads)
+
+    def input_grad(a):
+        a = a.reshape(n_steps, n_batch, n_in)
+        return running_inputs(a if m_in is None else a * m_in, lengths)
+
+    grads = SLSTMSequenceGrads(
+        input_grad(g @ w.T), *carries[0], flat(x).T @ g,
+        _recurrent_weight_grad(flat(h_prev), heads, r), g.sum(axis=0))
+    tangent = SLSTMSequenceGrads(
+        input_grad(g_t @ w.T + g @ t.w.T), *carries[1], flat(dx).T @ g + flat(x).T @ g_t,
+        _recurrent_weight_grad(flat(dh_prev), heads, r)
+        + _recurrent_weight_grad(flat(h_prev), heads_t, r), g_t.sum(axis=0))
+    return grads, tangent
 
 
 def _filled(tangents, primals):
@@ -287,10 +384,11 @@ def slstm_sequence_grad_jvp(x, c0, n0, m0, h0, weights, seq, tangents, settings,
                             d_c_final_tangent=None, d_n_final_tangent=None,
                             d_m_final_tangent=None, d_i_tangent=None, d_f_tangent=None,
                             d_z_tangent=None, d_o_tangent=None):
-    """``reference.slstm_sequence_grad_jvp``, the reverse direction natively."""
+    """The JVP of ``slstm_sequence_grad``; see
+    ``gradcells.reference.slstm_sequence_grad_jvp``."""
     flip = _RowFlip(settings, x.shape[0])
     upstream = {k: flip(v) for k, v in locals().items() if k.startswith("d_")}
-    pair = reference.slstm_sequence_grad_jvp(
-        flip(x), c0, n0, m0, h0, weights, flip.sequence(seq),
-        tangents._replace(x=flip(tangents.x)), flip.settings(settings), **upstream)
+    pair = _backward_jvp(flip(x), (c0, n0, m0, h0), weights, flip.sequence(seq),
+                         tangents._replace(x=flip(tangents.x)), flip.settings(settings),
+                         upstream)
     return tuple(g._replace(x=flip(g.x)) for g in pair)
