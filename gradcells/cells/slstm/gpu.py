@@ -15,9 +15,9 @@ the same code with T = 1. Each operation runs on its arguments' device.
 
 Forward mode (``_jvp``) runs the forward's plan with the tangents beside, one fused kernel
 per step (``slstm_forward_tangent``; the tangent of ``rec`` is ``rec(dh, r) + rec(h, dr)``,
-two more batched matmuls). The second order (``_grad_jvp``) is the reference's, on the
-backend's arrays (``gradcells.cells.slstm.reference`` is written for any array namespace);
-its fused kernels are still to come.
+two more batched matmuls). The second order (``_grad_jvp``) takes the saved fields'
+tangents from the forward mode and runs the backward's loop with a tangent beside every
+value (``slstm_backward_tangent``), the matmuls' product rule after it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import math
 from ..._core import plan
 from ...gpu import _launch
 from ...gpu._launch import Launcher, column_sum
-from . import reference
 from .spec import SLSTMCellGrads, SLSTMCellState, SLSTMSequence, SLSTMSequenceGrads
 
 _UPSTREAM = ("d_i", "d_f", "d_z", "d_o", "d_c", "d_n", "d_m", "d_h")
@@ -89,8 +88,38 @@ def slstm_sequence_jvp(x, c0, n0, m0, h0, weights, tangents, settings):
         return _forward_jvp(rt, x, (c0, n0, m0, h0), weights, tangents, settings)
 
 
-slstm_cell_grad_jvp = reference.slstm_cell_grad_jvp
-slstm_sequence_grad_jvp = reference.slstm_sequence_grad_jvp
+def slstm_cell_grad_jvp(x, c_prev, n_prev, m_prev, h_prev, weights, state, tangents,
+                        settings, *, d_h=None, d_c=None, d_n=None, d_m=None, d_i=None,
+                        d_f=None, d_z=None, d_o=None, d_h_tangent=None, d_c_tangent=None,
+                        d_n_tangent=None, d_m_tangent=None, d_i_tangent=None,
+                        d_f_tangent=None, d_z_tangent=None, d_o_tangent=None):
+    """The JVP of ``slstm_cell_grad``; see ``gradcells.reference.slstm_cell_grad_jvp``."""
+    given = {k: None if v is None else v[None] for k, v in locals().items()
+             if k.startswith("d_")}
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        seq = SLSTMSequence(*(a[None] for a in state), *state[4:])
+        t = SLSTMSequenceGrads(None if tangents.x is None else tangents.x[None], *tangents[1:])
+        pair = _backward_jvp(rt, x[None], (c_prev, n_prev, m_prev, h_prev), weights, seq, t,
+                             settings, given)
+        return tuple(SLSTMCellGrads(g.x[0], *g[1:]) for g in pair)
+
+
+def slstm_sequence_grad_jvp(x, c0, n0, m0, h0, weights, seq, tangents, settings, *,
+                            d_h=None, d_c=None, d_n=None, d_m=None, d_h_final=None,
+                            d_c_final=None, d_n_final=None, d_m_final=None, d_i=None,
+                            d_f=None, d_z=None, d_o=None, d_h_tangent=None, d_c_tangent=None,
+                            d_n_tangent=None, d_m_tangent=None, d_h_final_tangent=None,
+                            d_c_final_tangent=None, d_n_final_tangent=None,
+                            d_m_final_tangent=None, d_i_tangent=None, d_f_tangent=None,
+                            d_z_tangent=None, d_o_tangent=None):
+    """The JVP of ``slstm_sequence_grad``; see
+    ``gradcells.reference.slstm_sequence_grad_jvp``."""
+    given = {k: v for k, v in locals().items() if k.startswith("d_")}
+    rt, on_device = _launch.runtime_on(x)
+    with on_device:
+        return _backward_jvp(rt, x, (c0, n0, m0, h0), weights, seq, tangents, settings,
+                             given)
 
 
 # --------------------------------------------------------------------------------------
@@ -234,6 +263,98 @@ def _backward(rt, x, states, weights, seq, settings, given):
         carry[3] = dh if lengths is None else xp.where((t < lengths)[:, None], dh, carry[3])
         carry[3] = xp.ascontiguousarray(carry[3])
     return _weight_grads(rt, x, h_prev, weights, d_gates, d_heads, carry, settings, lengths)
+
+
+def _head_major(xp, d_gates, n_heads):
+    """Gate-major ``[..., B, 4H]`` pre-activation gradients as ``[..., N, B, 4d]``."""
+    *lead, n_batch, width = d_gates.shape
+    d = width // 4 // max(n_heads, 1)
+    a = d_gates.reshape(*lead, n_batch, 4, n_heads, d)
+    order = (*range(len(lead)), len(lead) + 2, len(lead), len(lead) + 1, len(lead) + 3)
+    return xp.ascontiguousarray(a.transpose(order).reshape(*lead, n_heads, n_batch, 4 * d))
+
+
+def _backward_jvp(rt, x, states, weights, seq, tangents, settings, given):
+    """The backward time loop with the tangents beside: ``(grads, grads_tangent)``, the
+    forward's tangent from ``_forward_jvp``."""
+    xp = rt.xp
+    t = SLSTMSequenceGrads(*(xp.zeros_like(p) if a is None else a for a, p in
+                             zip(tangents, (x, *states, *weights), strict=True)))
+    d_seq = _forward_jvp(rt, x, states, weights, t, settings)[1]
+    lengths = _launch.lengths(xp, settings.seq_len)
+    x, dx = (_inputs(xp, a, settings, lengths) for a in (x, t.x))
+    n_steps, n_batch, _ = x.shape
+    w, r, b = (xp.ascontiguousarray(a) for a in weights)
+    hidden, n_heads = states[3].shape[1], r.shape[0]
+    fields = xp.ascontiguousarray(xp.stack(list(seq[:8]), axis=1))
+    d_fields = xp.ascontiguousarray(xp.stack(list(d_seq[:8]), axis=1))
+    m_rec = settings.recurrent_mask
+    h_prev, dh_prev = (xp.ascontiguousarray(plan.masked(_launch.previous(xp, h0, f[:, 7]),
+                                                        m_rec))
+                       for h0, f in ((states[3], fields), (t.h0, d_fields)))
+    starts, d_starts = (xp.ascontiguousarray(xp.stack(
+        [_launch.previous(xp, s0[0], f[:, 4]), _launch.previous(xp, s0[1], f[:, 5])], axis=1))
+        for s0, f in (((states[0], states[1]), fields), ((t.c0, t.n0), d_fields)))
+    f_pre = _forget_preactivations(xp, x, h_prev, w, r, b, hidden)
+    d_f_pre = xp.ascontiguousarray(
+        _forget_preactivations(xp, dx, dh_prev, w, r, t.b, hidden)
+        + _forget_preactivations(xp, x, h_prev, t.w, t.r, 0 * t.b, hidden))
+    shape = (n_steps, n_batch, hidden)
+    up = _upstream_steps(xp, given, shape, x.dtype)
+    d_up = _upstream_steps(xp, {k.removesuffix("_tangent"): v for k, v in given.items()
+                                if k.endswith("_tangent")}, shape, x.dtype)
+    carry, d_carry = (xp.ascontiguousarray(xp.stack(
+        [xp.zeros((n_batch, hidden), dtype=x.dtype) if given.get(f"d_{k}_final{sfx}") is None
+         else given[f"d_{k}_final{sfx}"] for k in "cnmh"])) for sfx in ("", "_tangent"))
+    d_gates = xp.empty((2, n_steps, n_batch, 4 * hidden), dtype=x.dtype)
+    r_t, dr_t = (xp.ascontiguousarray(a.transpose(0, 2, 1)) for a in (r, t.r))
+    step = Launcher(
+        rt, "slstm_backward_tangent", x.dtype, n_batch * hidden,
+        seq_len=_launch.lengths_argument(xp, lengths), use_seq_len=lengths is not None,
+        exp_forget=settings.forget == "exp", stop=settings.stabilizer_grad == "stop",
+        batch=n_batch, hidden=hidden, carry=carry, d_carry=d_carry)
+    for k in reversed(range(n_steps)):
+        step(fields=fields[k], d_fields=d_fields[k], starts=starts[k], d_starts=d_starts[k],
+             f_pre=f_pre[k], d_f_pre=d_f_pre[k], up=up[k], d_up=d_up[k], step=k,
+             d_gates=d_gates[0, k], d_gates_t=d_gates[1, k])
+        heads, heads_t = (_head_major(xp, d_gates[j, k], n_heads) for j in (0, 1))
+        for target, value in ((carry, xp.matmul(heads, r_t)),
+                              (d_carry, xp.matmul(heads_t, r_t) + xp.matmul(heads, dr_t))):
+            dh = plan.masked(value.transpose(1, 0, 2).reshape(n_batch, hidden), m_rec)
+            target[3] = dh if lengths is None else xp.where((k < lengths)[:, None], dh,
+                                                             target[3])
+    return _weight_grads_jvp(rt, (x, dx), (h_prev, dh_prev), weights, t, d_gates,
+                             (carry, d_carry), settings, lengths)
+
+
+def _weight_grads_jvp(rt, xs, h_pair, weights, t, d_gates, carries, settings, lengths):
+    """After the loop: the input and weight gradients and their tangents."""
+    xp = rt.xp
+    (x, dx), (h_prev, dh_prev) = xs, h_pair
+    w, r, _ = weights
+    n_steps, n_batch, n_in = x.shape
+    n_heads = r.shape[0]
+    g, g_t = (plan.flat(d_gates[j]) for j in (0, 1))
+    rows = n_steps * n_batch
+    heads, heads_t = (_head_major(xp, d_gates[j], n_heads).transpose(1, 0, 2, 3)
+                      .reshape(n_heads, rows, 4 * r.shape[1]) for j in (0, 1))
+    hp, dhp = (_heads(xp, plan.flat(a), n_heads).transpose(0, 2, 1)
+               for a in (h_prev, dh_prev))
+
+    def input_grad(a):
+        a = a.reshape(n_steps, n_batch, n_in)
+        return plan.running_inputs(xp, plan.masked(a, settings.input_mask), lengths)
+
+    def bias_grad(a):
+        return column_sum(rt, a) if rows else xp.zeros(a.shape[1], dtype=x.dtype)
+
+    grads = SLSTMSequenceGrads(input_grad(g @ w.T), *carries[0], plan.flat(x).T @ g,
+                               xp.matmul(hp, heads), bias_grad(g))
+    tangent = SLSTMSequenceGrads(
+        input_grad(g_t @ w.T + g @ t.w.T), *carries[1],
+        plan.flat(dx).T @ g + plan.flat(x).T @ g_t,
+        xp.matmul(dhp, heads) + xp.matmul(hp, heads_t), bias_grad(xp.ascontiguousarray(g_t)))
+    return grads, tangent
 
 
 def _weight_grads(rt, x, h_prev, weights, d_gates, d_heads, carry, settings, lengths):

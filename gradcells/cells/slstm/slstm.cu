@@ -287,3 +287,116 @@ GC_KERNEL void slstm_forward_tangent(
             (unsigned long long)d, state, d_state, out, d_out);
     }
 }
+
+// Second order: one step's backward and its tangent, per element (the JVP of
+// slstm_backward, every line differentiated as written; the branch of m is the primal's).
+// fields, d_fields [8, B, H]: the step's saved i, f, z, o, c, n, m, h and their tangents;
+// starts, d_starts [2, B, H]: c_prev, n_prev and theirs; f_pre, d_f_pre [B, H]: f~ and its
+// tangent (sigmoid forget only); up, d_up [8, B, H]: the step's upstream gradients and
+// theirs; carry, d_carry [4, B, H]: g_c, g_n, g_m, g_h and their tangents, the first three
+// replaced by the state-before's (g_h read only); d_gates, d_gates_t [B, 4H] gate-major.
+template <class T, class A, class Index>
+__device__ __forceinline__ void slstm_backward_tangent_body(
+    const T* fields, const T* d_fields, const T* starts, const T* d_starts, const T* f_pre,
+    const T* d_f_pre, const T* up, const T* d_up, const int* seq_len, int use_seq_len,
+    int exp_forget, int stop, long long step, Index n_all, Index hidden, T* carry,
+    T* d_carry, T* d_gates, T* d_gates_t)
+{
+    const A zero = (A)0;
+    const A one = (A)1;
+    const A two = (A)2;
+    for (Index k = gc_first_x<Index>(); k < n_all; k += gc_stride_x<Index>()) {
+        const Index row = k / hidden;
+        const Index col = k - row * hidden;
+        T* dg = d_gates + row * 4 * hidden;
+        T* dgt = d_gates_t + row * 4 * hidden;
+        if (use_seq_len && step >= (long long)seq_len[row]) {
+            for (int g = 0; g < 4; ++g) {
+                dg[g * hidden + col] = gc_store<T>::from(zero);
+                dgt[g * hidden + col] = gc_store<T>::from(zero);
+            }
+            continue;
+        }
+        A v[8], t[8], u[8], tu[8];
+        for (int g = 0; g < 8; ++g) {
+            v[g] = gc_load(fields[g * n_all + k]);
+            t[g] = gc_load(d_fields[g * n_all + k]);
+            u[g] = gc_load(up[g * n_all + k]);
+            tu[g] = gc_load(d_up[g * n_all + k]);
+        }
+        const A i = v[0], f = v[1], z = v[2], o = v[3], c = v[4], n = v[5], h = v[7];
+        const A ti = t[0], tf = t[1], tz = t[2], to = t[3], tc = t[4], tn = t[5], th = t[7];
+        const A cp = gc_load(starts[k]), np_ = gc_load(starts[n_all + k]);
+        const A tcp = gc_load(d_starts[k]), tnp = gc_load(d_starts[n_all + k]);
+        const A gh = gc_load(carry[3 * n_all + k]) + u[7];
+        const A tgh = gc_load(d_carry[3 * n_all + k]) + tu[7];
+        const A gc = gc_load(carry[k]) + u[4] + gh * o / n;
+        const A tgc = gc_load(d_carry[k]) + tu[4] + (tgh * o + gh * to) / n
+                      - gh * o * tn / (n * n);
+        const A gn = gc_load(carry[n_all + k]) + u[5] - gh * h / n;
+        const A tgn = gc_load(d_carry[n_all + k]) + tu[5] - (tgh * h + gh * th) / n
+                      + gh * h * tn / (n * n);
+        const A a = u[3] + gh * c / n;
+        const A ta = tu[3] + (tgh * c + gh * tc) / n - gh * c * tn / (n * n);
+        const A d_o = a * (o * (one - o));
+        const A td_o = ta * (o * (one - o)) + a * (to * (one - two * o));
+        const A gi = u[0] + gc * z + gn;
+        const A tgi = tu[0] + tgc * z + gc * tz + tgn;
+        const A gf = u[1] + gc * cp + gn * np_;
+        const A tgf = tu[1] + tgc * cp + gc * tcp + tgn * np_ + gn * tnp;
+        const A bz = u[2] + gc * i;
+        const A tbz = tu[2] + tgc * i + gc * ti;
+        const A d_z = bz * (one - z * z);
+        const A td_z = tbz * (one - z * z) - bz * (two * z * tz);
+        A d_it = gi * i, td_it = tgi * i + gi * ti;
+        A d_lf = gf * f, td_lf = tgf * f + gf * tf;
+        A dm_prev = zero, tdm_prev = zero;
+        if (!stop) {
+            const A gm = gc_load(carry[2 * n_all + k]) + u[6] - d_it - d_lf;
+            const A tgm = gc_load(d_carry[2 * n_all + k]) + tu[6] - td_it - td_lf;
+            if (i >= one) { d_it = d_it + gm; td_it = td_it + tgm; }
+            else { d_lf = d_lf + gm; td_lf = td_lf + tgm; }
+            dm_prev = d_lf;
+            tdm_prev = td_lf;
+        }
+        A d_ft = d_lf, td_ft = td_lf;
+        if (!exp_forget) {
+            const A s = gc_sigmoid(-gc_load(f_pre[k]));
+            d_ft = d_lf * s;
+            td_ft = td_lf * s - d_lf * (s * (one - s) * gc_load(d_f_pre[k]));
+        }
+        const A grads[4] = {d_it, d_ft, d_z, d_o};
+        const A tangents[4] = {td_it, td_ft, td_z, td_o};
+        for (int g = 0; g < 4; ++g) {
+            dg[g * hidden + col] = gc_store<T>::from(grads[g]);
+            dgt[g * hidden + col] = gc_store<T>::from(tangents[g]);
+        }
+        carry[k] = gc_store<T>::from(gc * f);
+        d_carry[k] = gc_store<T>::from(tgc * f + gc * tf);
+        carry[n_all + k] = gc_store<T>::from(gn * f);
+        d_carry[n_all + k] = gc_store<T>::from(tgn * f + gn * tf);
+        carry[2 * n_all + k] = gc_store<T>::from(dm_prev);
+        d_carry[2 * n_all + k] = gc_store<T>::from(tdm_prev);
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void slstm_backward_tangent(
+    const T* fields, const T* d_fields, const T* starts, const T* d_starts, const T* f_pre,
+    const T* d_f_pre, const T* up, const T* d_up, const int* seq_len, int use_seq_len,
+    int exp_forget, int stop, long long step, long long batch, long long hidden, T* carry,
+    T* d_carry, T* d_gates, T* d_gates_t)
+{
+    const long long n_all = batch * hidden;
+    if (8 * n_all <= GC_UINT32_SAFE_COUNT) {
+        slstm_backward_tangent_body<T, A, unsigned int>(
+            fields, d_fields, starts, d_starts, f_pre, d_f_pre, up, d_up, seq_len, use_seq_len,
+            exp_forget, stop, step, (unsigned int)n_all, (unsigned int)hidden, carry, d_carry,
+            d_gates, d_gates_t);
+    } else {
+        slstm_backward_tangent_body<T, A, unsigned long long>(
+            fields, d_fields, starts, d_starts, f_pre, d_f_pre, up, d_up, seq_len, use_seq_len,
+            exp_forget, stop, step, (unsigned long long)n_all, (unsigned long long)hidden,
+            carry, d_carry, d_gates, d_gates_t);
+    }
+}
