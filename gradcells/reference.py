@@ -9,7 +9,8 @@ under one name. Its operations take the backend contract's arguments
 normalised by the public layer. ``lstm_activations``,
 ``lstm_gate_grads``, ``clip_pass_mask``, ``layer_norm``, ``layer_norm_grad``,
 ``lstm_cell_candidate``, ``lstm_cell_norm_grad``, ``lstm_gate_norm_grads``,
-``gru_gate_grads``, ``rnn_activation`` and ``rnn_preactivation_grad`` are the reference's
+``gru_gate_grads``, ``rnn_activation``, ``rnn_preactivation_grad``, ``slstm_activations``
+and ``slstm_step_grad`` are the reference's
 own building blocks, which ``tf_compat`` and the notebooks also use.
 """
 
@@ -63,6 +64,18 @@ from .cells.rnn.reference import (
     rnn_sequence_grad_jvp,
     rnn_sequence_jvp,
 )
+from .cells.slstm.reference import (
+    slstm_activations,
+    slstm_cell,
+    slstm_cell_grad,
+    slstm_cell_grad_jvp,
+    slstm_cell_jvp,
+    slstm_sequence,
+    slstm_sequence_grad,
+    slstm_sequence_grad_jvp,
+    slstm_sequence_jvp,
+    slstm_step_grad,
+)
 
 __all__ = ["lstm_cell", "lstm_cell_grad", "lstm_sequence", "lstm_sequence_grad",
            "gru_cell", "gru_cell_grad", "gru_sequence", "gru_sequence_grad",
@@ -76,4 +89,7 @@ __all__ = ["lstm_cell", "lstm_cell_grad", "lstm_sequence", "lstm_sequence_grad",
            "lstm_sequence_grad_jvp", "gru_sequence_grad_jvp", "rnn_sequence_grad_jvp",
            "mingru_cell", "mingru_cell_grad", "mingru_cell_jvp", "mingru_cell_grad_jvp",
            "mingru_sequence", "mingru_sequence_grad", "mingru_sequence_jvp",
-           "mingru_sequence_grad_jvp"]
+           "mingru_sequence_grad_jvp",
+           "slstm_cell", "slstm_cell_grad", "slstm_cell_jvp", "slstm_cell_grad_jvp",
+           "slstm_sequence", "slstm_sequence_grad", "slstm_sequence_jvp",
+           "slstm_sequence_grad_jvp", "slstm_activations", "slstm_step_grad"]

@@ -173,7 +173,8 @@ def _backward(cell, x, states, weights, stack, upstream, backend, **options):
     n_layers = len(layers) // directions
     per_layer = v.stack_layer_upstream(stack, upstream.pop("d_layers"))
     v.stack_upstream(stack, upstream)
-    d_out, finals = upstream["d_h"], {k: upstream.get(f"d_{k}_final") for k in ("h", "cs")}
+    d_out, finals = upstream["d_h"], {s.removesuffix("0"): upstream.get(
+        f"d_{s.removesuffix('0')}_final") for s in cell.states}
     state_grads = {name: [None] * len(layers) for name in cell.states}
     weight_grads = [None] * len(layers)
     for layer in reversed(range(n_layers)):
@@ -265,7 +266,7 @@ def _final_grads(finals, k, cell, tangents=False):
     """The upstream gradients of direction ``k``'s final states, by the gradient's names
     (``finals``: by state, ``h`` and ``cs``; with ``tangents``, the upstream keywords
     ``d_h_final``, ``d_h_final_tangent``, ... and both are given)."""
-    names = {"h0": "h", "cs0": "cs"}
+    names = {s: s.removesuffix("0") for s in cell.states}
     suffixes = ("_final", "_final_tangent") if tangents else ("_final",)
     out = {}
     for s in cell.states:

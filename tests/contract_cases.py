@@ -78,13 +78,17 @@ _STRATEGIES = {
     "mingru_sequence": lambda min_size, batch_first=None: testing.mingru_sequence_inputs(
         min_size=min_size, max_steps=3, batch_first=batch_first, ragged=None, reverse=None,
         **_SIZES),
+    "slstm_cell": lambda min_size: testing.slstm_cell_inputs(min_size=min_size, **_SIZES),
+    "slstm_sequence": lambda min_size, batch_first=None: testing.slstm_sequence_inputs(
+        min_size=min_size, max_steps=3, batch_first=batch_first, **_ORDER, **_SIZES),
 }
 assert set(_STRATEGIES) == set(OPS), "a contract strategy for every op"
 
 
 def cases(op, min_size=0, layer="backend"):
     """Hypothesis cases of ``op`` (float64) with every option drawn: for the LSTM peepholes,
-    clips, a projection and a layer norm; the GRU's reset-after; the RNN's activation; for
+    clips, a projection and a layer norm; the GRU's reset-after; the RNN's activation; the
+    sLSTM's forget gate and heads; for
     sequences ragged lengths, both directions, every mask and, through the public layer
     (``layer="public"``), both layouts: the public layer brings a batch-first call to time
     major (``gradcells._order``) before any backend runs, so a backend is called time-major."""
@@ -98,11 +102,13 @@ def cases(op, min_size=0, layer="backend"):
 
 
 _CELL_CASES = {"lstm_cell": testing.lstm_cell_case, "gru_cell": testing.gru_cell_case,
-               "rnn_cell": testing.rnn_cell_case, "mingru_cell": testing.mingru_cell_case}
+               "rnn_cell": testing.rnn_cell_case, "mingru_cell": testing.mingru_cell_case,
+               "slstm_cell": testing.slstm_cell_case}
 _SEQUENCE_CASES = {"lstm_sequence": testing.lstm_sequence_case,
                    "gru_sequence": testing.gru_sequence_case,
                    "rnn_sequence": testing.rnn_sequence_case,
-                   "mingru_sequence": testing.mingru_sequence_case}
+                   "mingru_sequence": testing.mingru_sequence_case,
+                   "slstm_sequence": testing.slstm_sequence_case}
 
 OPTIONS = {
     "lstm": [{}, {"peephole": True, "clip": True}, {"proj_size": 2, "proj_clip": True},
@@ -112,8 +118,11 @@ OPTIONS = {
     "gru": [{"reset_after": False}, {"reset_after": True}],
     "rnn": [{"activation": "tanh"}, {"activation": "relu"}],
     "mingru": [{"activation": "g"}, {"activation": "identity"}],
+    "slstm": [{"forget": "sigmoid", "heads": 2}, {"forget": "exp", "heads": 1},
+              {"forget": "sigmoid", "heads": 2, "stabilizer_grad": "stop"}],
 }
-"""A fixed grid of each cell's options (the LSTM's layer norm both carries)."""
+"""A fixed grid of each cell's options (the LSTM's layer norm both carries; the sLSTM's
+"stop" is compared with the other backends, never with finite differences)."""
 
 
 def fixed_case(op, rng, *, steps, batch, input_size, hidden, dtype=np.float64, **options):

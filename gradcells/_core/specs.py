@@ -5,8 +5,9 @@ validation, the public functions, the adapters, the test helpers and the archite
 read them; nothing else writes an argument name as a literal list.
 
 Shape labels: ``T`` steps, ``B`` batch, ``I`` input size, ``H`` cell size, ``P`` the LSTM's
-recurrent width (its projection's, else H), ``I+H``, ``I+P``, ``2H``, ``4H``, and ``C`` for
-the GRU candidate bias (``H``, or ``2H`` reset-after).
+recurrent width (its projection's, else H), ``I+H``, ``I+P``, ``2H``, ``4H``, ``C`` for
+the GRU candidate bias (``H``, or ``2H`` reset-after), and ``N``, ``H/N``, ``4H/N`` for the
+sLSTM's heads (N read from the weight whose first axis it labels, ``r``; N divides H).
 """
 
 from __future__ import annotations

@@ -103,32 +103,64 @@ def _other_gru_variant(name, shape, expected, origin):
 _EXPECTED_SHAPES: dict = {}  # (layout key, x's shape, H) -> every array's expected shape
 
 
-def expected_shapes(key, labels, x_shape, n_hidden, n_proj):
+def expected_shapes(key, labels, x_shape, n_hidden, n_proj, n_heads=1):
     """The shape each of ``labels`` (a tuple of label tuples, named by the small hashable
     ``key``) stands for, given x's shape (``[B, I]``, ``[T, B, I]`` or ``[B, T, I]`` as
-    ``labels[0]``, x's labels, says), H and P. A program's
+    ``labels[0]``, x's labels, says), H, P and the heads N (an sLSTM's, read from ``r``;
+    H divisible by N). A program's
     calls repeat a few shapes, so the answer is kept (up to a few thousand of them)."""
-    cached = _EXPECTED_SHAPES.get((key, x_shape, n_hidden, n_proj))
+    cached = _EXPECTED_SHAPES.get((key, x_shape, n_hidden, n_proj, n_heads))
     if cached is not None:
         return cached
     n_in = x_shape[-1]
     sizes = {**dict(zip(labels[0], x_shape, strict=True)), "H": n_hidden,
              "I+H": n_in + n_hidden,
-             "2H": 2 * n_hidden, "4H": 4 * n_hidden, "P": n_proj, "I+P": n_in + n_proj}
+             "2H": 2 * n_hidden, "4H": 4 * n_hidden, "P": n_proj, "I+P": n_in + n_proj,
+             "N": n_heads, "H/N": n_hidden // n_heads, "4H/N": 4 * n_hidden // n_heads}
     if len(_EXPECTED_SHAPES) >= 4096:
         _EXPECTED_SHAPES.clear()
     shapes = tuple(tuple([sizes[label] for label in each]) for each in labels)
-    _EXPECTED_SHAPES[(key, x_shape, n_hidden, n_proj)] = shapes
+    _EXPECTED_SHAPES[(key, x_shape, n_hidden, n_proj, n_heads)] = shapes
     return shapes
 
 
-def _check_arrays(names, values, labels, n_required, key, proj=None):
+@functools.cache
+def heads_index(labels):
+    """Where the array whose first axis is the heads ``N`` stands among ``labels`` (an
+    sLSTM's ``r``), or None."""
+    return next((k for k, each in enumerate(labels) if each[:1] == ("N",)), None)
+
+
+def checked_heads(name, a, n_hidden):
+    """The heads N of the array ``a`` (called ``name``, ``[N, H/N, 4H/N]``) after checking
+    its rank, that N >= 1 and that N divides H; ValueError naming it otherwise."""
+    _matrix_dims(name, a, ("N", "H/N", "4H/N"))
+    n_heads = a.shape[0]
+    if n_heads < 1 or n_hidden % n_heads:
+        raise ValueError(f"{name} must have shape [N, H/N, 4H/N] with N >= 1 heads dividing "
+                         f"H = {n_hidden}, got {tuple(a.shape)}")
+    return n_heads
+
+
+def _fast_heads(values, heads, n_hidden):
+    """N for the fast path (1 without heads), or None when the heads array needs the full
+    checks."""
+    if heads is None:
+        return 1
+    a = values[heads]
+    if type(a) is not np.ndarray or a.ndim != 3 or a.shape[0] < 1 or n_hidden % a.shape[0]:
+        return None
+    return a.shape[0]
+
+
+def _check_arrays(names, values, labels, n_required, key, proj=None, heads=None):
     """Every check on one call's arrays; returns their library ("numpy" or "cupy").
 
     ``values``: the arrays (or Nones) called ``names``, shaped as ``labels`` say (named by
     the hashable ``key``), x (``[B, I]`` or ``[T, B, I]``) first and an array ``[B, H]``
     second; the first ``n_required`` must be given; ``proj``: the index of the array whose
-    width is P (an LSTM's ``w_proj``), when it is given. A NumPy call that passes every
+    width is P (an LSTM's ``w_proj``), when it is given; ``heads``: the index of the array
+    whose first axis is the heads N (an sLSTM's ``r``). A NumPy call that passes every
     check is accepted by one loop (``_numpy_fits``); any other call is checked in order,
     and the first failure named: required arrays given, one library and float dtype, the
     ranks of x, of the ``[B, H]`` array and of ``w_proj`` (which fix the sizes), every shape.
@@ -137,8 +169,9 @@ def _check_arrays(names, values, labels, n_required, key, proj=None):
     w_proj = h if proj is None else values[proj]
     if (type(x) is np.ndarray and type(h) is np.ndarray and type(w_proj) is np.ndarray
             and x.ndim == len(labels[0]) and h.ndim == w_proj.ndim == 2
+            and (n_heads := _fast_heads(values, heads, h.shape[1])) is not None
             and _numpy_fits(values, n_required, expected_shapes(
-                key, labels, x.shape, h.shape[1], w_proj.shape[1]))):
+                key, labels, x.shape, h.shape[1], w_proj.shape[1], n_heads))):
         return "numpy"
     specs = list(zip(names, values, labels, strict=True))
     (x_name, x, x_labels), (h_name, h, h_labels) = specs[0], specs[1]
@@ -147,14 +180,15 @@ def _check_arrays(names, values, labels, n_required, key, proj=None):
     x_shape = _matrix_dims(x_name, x, x_labels)
     h_shape = _matrix_dims(h_name, h, h_labels)
     n_proj = h_shape[1] if proj is None else _matrix_dims(*specs[proj])[1]
+    n_heads = 1 if heads is None else checked_heads(*specs[heads][:2], h_shape[1])
 
     def origin():
         return (f"{', '.join(x_labels)} from {x_name} {tuple(x_shape)}, "
                 f"H from {h_name} {tuple(h_shape)}"
                 + ("" if proj is None else f", P from w_proj {tuple(specs[proj][1].shape)}"))
 
-    check_shapes(specs, expected_shapes(key, labels, tuple(x_shape), h_shape[1], n_proj),
-                  origin)
+    check_shapes(specs, expected_shapes(key, labels, tuple(x_shape), h_shape[1], n_proj,
+                                        n_heads), origin)
     return library
 
 
@@ -308,10 +342,12 @@ def checked_library(spec, x, states, weights, *, reset_after, batch_first=False,
         n = layout.n_required
         values = (*values[:n], *result, *values[n:], *map(upstream.__getitem__, layout.upstream))
     proj = _proj_index(layout, grad) if projection else None
-    library = _check_arrays(*((layout.grad_names, values, layout.grad_labels,
+    labels = layout.grad_labels if grad else layout.labels
+    library = _check_arrays(*((layout.grad_names, values, labels,
                                layout.n_required + len(layout.result_names)) if grad else
-                              (layout.names, values, layout.labels, layout.n_required)),
-                            (spec.name, reset_after, projection, batch_first, grad), proj)
+                              (layout.names, values, labels, layout.n_required)),
+                            (spec.name, reset_after, projection, batch_first, grad), proj,
+                            heads_index(labels))
     if _GROUPS[spec.name]:
         groups_given(spec.name, weights)
     return library

@@ -13,9 +13,11 @@ import numpy as np
 from ..cells import OPS, OPTIONAL_WEIGHTS, SPECS, WEIGHT_LABELS, cell_of
 from .arrays import (
     check_shapes,
+    checked_heads,
     described,
     expected_shapes,
     flat_weights,
+    heads_index,
     layout_of,
     library_and_dtype,
     require_arrays,
@@ -102,20 +104,22 @@ def _dims(k, weights, name, rank):
 
 def _check_chain(weights_type, weights, widths, directions, n_in):
     """ValueError unless each layer's first weight has rows for its input (x's ``I`` for
-    layer 0, ``D·P`` of the layer below after it) and its own state."""
+    layer 0, ``D·P`` of the layer below after it) and, where its rows are labelled
+    ``I+H``/``I+P``, its own state (an sLSTM's ``w [I, 4H]`` has the input's rows only)."""
+    name = weights_type._fields[0]                      # w, or a GRU's w_ru
+    with_state = WEIGHT_LABELS[weights_type][name][0] != "I"
     for k, w in enumerate(weights):
         layer = k // directions
         width_in = n_in if layer == 0 else directions * widths[layer - 1]
-        name = weights_type._fields[0]                  # w, or a GRU's w_ru
         rows = _dims(k, w, name, 2)[0]
-        recurrent = "+" in WEIGHT_LABELS[weights_type][name][0]   # I+H: rows for h_prev too
-        if rows != width_in + recurrent * widths[layer]:
+        needed = width_in + (widths[layer] if with_state else 0)
+        if rows != needed:
             source = ("x's input size" if layer == 0 else
                       f"{directions} × {widths[layer - 1]}, layer {layer - 1}'s outputs")
-            state = f" and its state {widths[layer]}" if recurrent else ""
+            state = f" and its state {widths[layer]}" if with_state else ""
             raise ValueError(
                 f"weights[{k}].{name} has {rows} rows, but layer {layer}'s input is {width_in} "
-                f"wide ({source}){state}: it needs {width_in + recurrent * widths[layer]}")
+                f"wide ({source}){state}: it needs {needed}")
 
 
 def _stack_masks(masks, x, widths, directions, batch_first):
@@ -260,8 +264,10 @@ def _check_set(spec, x, weights, run, n_in, record):
     width = _recorded(run, ("h_final",), record)[-1]
     sizes = (n_in, _recorded(run, ("cs_final",), record)[-1] if "cs_final" in run._fields
              else width, width)
+    heads = heads_index(layout.labels[n_states:])
+    n_heads = 1 if heads is None else checked_heads(*specs[heads][:2], sizes[1])
     shapes = expected_shapes(("stack", *variant), (("I",), *layout.labels[n_states:]),
-                              sizes[:1], *sizes[1:])
+                              sizes[:1], *sizes[1:], n_heads)
 
     def origin():
         return (f"I = {n_in}, H = {sizes[1]}" + (f", P = {width}" if variant[2] else "")

@@ -49,7 +49,11 @@ actual shape.
 There is no ``gru_{from,to}_tf_v2``: TensorFlow has no second GRU block op (its
 ``GRUBlockCell`` already uses gradcells's layout, reset before), so there is nothing to convert.
 
+* sLSTM (§19): ``w [I, 4H]``, ``r [N, H/N, 4H/N]``, ``b [4H]``, gate-major blocks i, f, z,
+  o; ``slstm_{from,to}_xlstm`` convert xlstm's ``sLSTMCell`` parameters.
+
 One module per framework: ``torch``, ``keras``, ``onnx``, ``tensorflow`` (``BlockLSTMV2``),
+``xlstm``,
 what they share in ``_common``; every name of ``__all__`` is re-exported here.
 """
 
@@ -82,6 +86,7 @@ from .torch import (
     stack_from_torch,
     stack_to_torch,
 )
+from .xlstm import slstm_from_xlstm, slstm_to_xlstm
 
 __all__ = [
     "Converted",
@@ -92,6 +97,7 @@ __all__ = [
     "rnn_from_torch", "rnn_to_torch", "rnn_from_keras", "rnn_to_keras",
     "rnn_from_onnx", "rnn_to_onnx",
     "ConvertedStack", "stack_from_torch", "stack_to_torch",
+    "slstm_from_xlstm", "slstm_to_xlstm",
 ]
 
 

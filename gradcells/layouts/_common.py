@@ -36,12 +36,13 @@ class Converted(tuple):
 
     def gradcells_states(self, *states):
         """The framework's recurrent states (in ``state_order``) in gradcells's order:
-        ``(cs, h)`` for an LSTM, ``(h,)`` for a GRU."""
+        ``(cs, h)`` for an LSTM, ``(h,)`` for a GRU, ``(c, n, m, h)`` for an sLSTM."""
         if len(states) != len(self.state_order):
             raise TypeError(f"{self.framework} passes {len(self.state_order)} states "
                             f"({', '.join(self.state_order)}), got {len(states)}")
         named = dict(zip(self.state_order, states, strict=True))
-        return (named["c"], named["h"]) if "c" in named else (named["h"],)
+        order = ("c", "n", "m", "h") if "n" in named else ("c", "h") if "c" in named else ("h",)
+        return tuple(named[k] for k in order)
 
     def __repr__(self):
         options = ", ".join(f"{k!r}: {_short(v)}" for k, v in self.options.items())

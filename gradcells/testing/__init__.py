@@ -2,11 +2,13 @@
 for valid cell inputs, oracle pairs and ``vjp_check``, and the sequence loop over the public
 cells that the sequence operations are tested against.
 
-* ``cases``: ``lstm_cell_case``, ``gru_cell_case``, ``rnn_cell_case``,
-  ``lstm_sequence_case``, ``gru_sequence_case``, ``rnn_sequence_case``, ``stack_case`` and
+* ``cases``: ``lstm_cell_case``, ``gru_cell_case``, ``rnn_cell_case``, ``slstm_cell_case``,
+  ``lstm_sequence_case``, ``gru_sequence_case``, ``rnn_sequence_case``,
+  ``slstm_sequence_case``, ``stack_case`` and
   their ``random_*`` variants, ``clip_levels``, ``on_library``;
 * ``strategies``: ``lstm_cell_inputs``, ``gru_cell_inputs``, ``rnn_cell_inputs``,
-  ``lstm_sequence_inputs``, ``gru_sequence_inputs``, ``rnn_sequence_inputs``
+  ``slstm_cell_inputs``, ``lstm_sequence_inputs``, ``gru_sequence_inputs``,
+  ``rnn_sequence_inputs``, ``slstm_sequence_inputs``
   (Hypothesis is imported only when a strategy is built);
 * ``pairs``: ``(f, vjp, args, names)`` for the oracle (``stack_vjp_pair`` for the
   stacks), ``OPS`` and ``vjp_check``;
@@ -37,9 +39,13 @@ from .cases import (
     random_mingru_sequence_case,
     random_rnn_cell_case,
     random_rnn_sequence_case,
+    random_slstm_cell_case,
+    random_slstm_sequence_case,
     random_stack_case,
     rnn_cell_case,
     rnn_sequence_case,
+    slstm_cell_case,
+    slstm_sequence_case,
     stack_case,
 )
 from .pairs import (
@@ -58,6 +64,8 @@ from .pairs import (
     RNN_ARG_NAMES,
     RNN_SEQUENCE_ARG_NAMES,
     RNN_SEQUENCE_OUTPUTS,
+    SLSTM_CELL_OUTPUTS,
+    SLSTM_SEQUENCE_OUTPUTS,
     grad_jvp_check,
     gru_cell_vjp_pair,
     gru_sequence_vjp_pair,
@@ -68,6 +76,8 @@ from .pairs import (
     mingru_sequence_vjp_pair,
     rnn_cell_vjp_pair,
     rnn_sequence_vjp_pair,
+    slstm_cell_vjp_pair,
+    slstm_sequence_vjp_pair,
     stack_vjp_pair,
     vjp_check,
 )
@@ -80,6 +90,8 @@ from .strategies import (
     mingru_sequence_inputs,
     rnn_cell_inputs,
     rnn_sequence_inputs,
+    slstm_cell_inputs,
+    slstm_sequence_inputs,
 )
 from .unrolled import (
     gru_backprop,
@@ -112,4 +124,8 @@ __all__ = [
     "random_mingru_sequence_case", "MINGRU_ARG_NAMES", "MINGRU_SEQUENCE_ARG_NAMES",
     "MINGRU_CELL_OUTPUTS", "MINGRU_SEQUENCE_OUTPUTS", "mingru_cell_vjp_pair",
     "mingru_sequence_vjp_pair", "mingru_cell_inputs", "mingru_sequence_inputs",
+    "slstm_cell_case", "slstm_sequence_case", "random_slstm_cell_case",
+    "random_slstm_sequence_case", "SLSTM_CELL_OUTPUTS", "SLSTM_SEQUENCE_OUTPUTS",
+    "slstm_cell_vjp_pair", "slstm_sequence_vjp_pair", "slstm_cell_inputs",
+    "slstm_sequence_inputs",
 ]

@@ -12,6 +12,7 @@ function has a kink and no difference quotient means anything.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from ..cells.lstm.spec import LN_CARRIES, PEEPHOLES, LSTMNorm, LSTMWeights
 from ..cells.mingru.spec import ACTIVATIONS as MINGRU_ACTIVATIONS
 from ..cells.mingru.spec import MinGRUWeights
 from ..cells.rnn.spec import ACTIVATIONS, RNNWeights
+from ..cells.slstm.spec import FORGETS, SLSTMWeights
 
 CLIP_MARGIN = 1e-2
 FORGET_BIASES = (0.0, 1.0, -0.5, 2.5)
@@ -561,6 +563,10 @@ def _mingru_away_from_the_kink(draw, attempts=20):
     """``draw()`` again until no candidate pre-activation ``x·w_h + b_h`` (of any step) is
     within ``KINK_MARGIN`` of the paper's ``g``'s kink at 0 (its slope jumps from 1/4 to 1
     there); identity cases are taken at once."""
+    if cell == "slstm":   # two heads where H is even
+        params = _slstm_parameters(rng, n_in, hidden, 2 - hidden % 2, dtype, "sigmoid",
+                                   "exact", 1.0)
+        return SLSTMWeights(params["w"], params["r"], params["b"])
     for _ in range(attempts):
         case = draw()
         hidden = case["b"].shape[0] // 2
@@ -622,10 +628,128 @@ def random_mingru_sequence_case(rng: np.random.Generator, dtype: Any = np.float6
 
 
 # --------------------------------------------------------------------------------------
+# xLSTM's sLSTM (docs/spec.md §19)
+
+TIE_MARGIN = 1e-3
+"""An sLSTM case keeps the two branches of every stabiliser ``m = max(ĩ, lf + m_prev)`` at
+least this far apart: a difference quotient across the tie means nothing."""
+
+
+def _slstm_parameters(rng, input_size, hidden, heads, dtype, forget, stabilizer_grad, scale):
+    """``w [I, 4H]``, ``r [N, H/N, 4H/N]``, ``b [4H]`` drawn for an sLSTM case, and its
+    settings; N is ``gcd(hidden, heads)``, the most heads up to ``heads`` that divide H."""
+    heads = math.gcd(hidden, heads) or 1
+    d = hidden // heads
+    return {"w": _normal(rng, (input_size, 4 * hidden), scale / np.sqrt(max(1, input_size)),
+                         dtype),
+            "r": _normal(rng, (heads, d, 4 * d), scale / np.sqrt(max(1, d)), dtype),
+            "b": _normal(rng, (4 * hidden,), 0.5 * scale, dtype),
+            "forget": forget, "stabilizer_grad": stabilizer_grad}
+
+
+def _slstm_states(rng, leading, hidden, dtype, names):
+    """The state ``c, n, m, h`` of an sLSTM case: ``n`` positive (a normaliser)."""
+    c, n, m, h = names
+    return {c: _normal(rng, (*leading, hidden), 1.0, dtype),
+            n: rng.uniform(0.5, 2.0, (*leading, hidden)).astype(dtype),
+            m: _normal(rng, (*leading, hidden), 1.0, dtype),
+            h: _normal(rng, (*leading, hidden), 0.5, dtype)}
+
+
+def _branch_gaps(case):
+    """``|ĩ - (lf + m_prev)|`` at every valid step of the case's forward (float64): the
+    stabilised gates are ``e^{-gap}`` and 1, so the gap is ``|log i - log f|``."""
+    as64 = _as_float64(case)
+    if as64["x"].ndim == 2:
+        result = steps.slstm_cell(**as64, backend="reference")
+        i, f = result.i, result.f
+    else:
+        result = sequences.slstm_sequence(**as64, backend="reference")
+        valid = _valid_steps(as64)   # the case is time-major here
+        i, f = result.i[valid], result.f[valid]
+    with np.errstate(divide="ignore"):
+        return np.abs(np.log(i) - np.log(f)).ravel()
+
+
+def _away_from_the_tie(draw, attempts=20):
+    """``draw()`` again until every stabiliser's branches are ``TIE_MARGIN`` apart."""
+    for _ in range(attempts):
+        case = draw()
+        if not (_branch_gaps(case) < TIE_MARGIN).any():
+            return case
+    return case
+
+
+def slstm_cell_case(rng: np.random.Generator, *, batch: int = 3, input_size: int = 4,
+                    hidden: int = 4, heads: int = 2, dtype: Any = np.float64,
+                    forget: str = "sigmoid", stabilizer_grad: str = "exact",
+                    scale: float = 1.0) -> Case:
+    """Keyword arguments for ``slstm_cell`` (``heads``: ``gcd(hidden, heads)`` heads), its
+    stabiliser's branches ``TIE_MARGIN`` apart."""
+    return _away_from_the_tie(lambda: {
+        "x": _normal(rng, (batch, input_size), 1.0, dtype),
+        **_slstm_states(rng, (batch,), hidden, dtype, ("c_prev", "n_prev", "m_prev", "h_prev")),
+        **_slstm_parameters(rng, input_size, hidden, heads, dtype, forget, stabilizer_grad,
+                            scale)})
+
+
+def slstm_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int = 3,
+                        input_size: int = 4, hidden: int = 4, heads: int = 2,
+                        dtype: Any = np.float64, forget: str = "sigmoid",
+                        stabilizer_grad: str = "exact", scale: float = 1.0,
+                        ragged: bool = False, reverse: bool = False,
+                        batch_first: bool = False, masks: bool = False) -> Case:
+    """Keyword arguments for ``slstm_sequence``, drawn like ``slstm_cell_case``;
+    ``reverse``, ``batch_first`` and ``masks`` (the input and recurrent masks) as for
+    ``lstm_sequence_case``."""
+    def draw():
+        case = {
+            "x": _normal(rng, (steps, batch, input_size), 1.0, dtype),
+            **_slstm_states(rng, (batch,), hidden, dtype, ("c0", "n0", "m0", "h0")),
+            **_slstm_parameters(rng, input_size, hidden, heads, dtype, forget,
+                                stabilizer_grad, scale),
+            "seq_len": ragged_lengths(rng, steps, batch) if ragged else None,
+            **_order(reverse)}
+        if masks:
+            drawn = _draw_masks(rng, steps, batch, input_size, hidden, hidden, dtype, False)
+            case.update({k: drawn[k] for k in ("input_mask", "recurrent_mask")})
+        return case
+
+    return _in_layout(_away_from_the_tie(draw), batch_first)
+
+
+def _slstm_sizes(rng):
+    """Random sLSTM sizes: ``hidden`` 1 to 4 and a number of heads dividing it, and
+    ``forget``. ``stabilizer_grad`` stays "exact": the oracle's cases are differentiated,
+    and "stop" is by design not the derivative of a loss on the state (its tests compare
+    it with "exact")."""
+    hidden = int(rng.integers(1, 5))
+    heads = int(rng.choice([k for k in range(1, hidden + 1) if hidden % k == 0]))
+    return {"batch": int(rng.integers(1, 4)), "input_size": int(rng.integers(1, 4)),
+            "hidden": hidden, "heads": heads, "forget": str(rng.choice(FORGETS)),
+            "scale": float(rng.choice(SCALES))}
+
+
+def random_slstm_cell_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
+    """An ``slstm_cell`` case with sizes, heads and ``forget`` drawn from ``rng``."""
+    return slstm_cell_case(rng, dtype=dtype, **_slstm_sizes(rng))
+
+
+def random_slstm_sequence_case(rng: np.random.Generator, dtype: Any = np.float64, *,
+                               order: bool = False) -> Case:
+    """An ``slstm_sequence`` case (T <= 4) with sizes, heads, the settings and ragged
+    lengths drawn from ``rng``, and with ``order`` the time order, the layout and the
+    masks."""
+    return slstm_sequence_case(rng, steps=int(rng.integers(1, 5)), dtype=dtype,
+                               **_slstm_sizes(rng), ragged=bool(rng.integers(2)),
+                               **_random_order(rng, order))
+
+
+# --------------------------------------------------------------------------------------
 # Stacks (docs/spec.md §11.4)
 
 STACK_CELLS = {"lstm": LSTMWeights, "gru": GRUWeights, "rnn": RNNWeights,
-               "mingru": MinGRUWeights}
+               "mingru": MinGRUWeights, "slstm": SLSTMWeights}
 """The cells a stack is made of, and their weight sets."""
 
 
@@ -658,7 +782,7 @@ def stack_case(rng: np.random.Generator, cell: str, *, layers: int = 2,
     layer 0 has peepholes, ``proj_size`` is every layer's projection (the states have one
     width) and ``layer_norm`` gives its top layer a layer norm (the norm's conditioning is
     the sequence cases' business: ``LN_MARGIN``); the GRU resets after (PyTorch's), the
-    plain RNN is tanh."""
+    plain RNN is tanh, the sLSTM has two heads where H is even and the sigmoid forget."""
     directions = 2 if bidirectional else 1
     width = proj_size or hidden
     weights = [_stack_layer_weights(rng, cell, input_size if k < directions
@@ -672,9 +796,12 @@ def stack_case(rng: np.random.Generator, cell: str, *, layers: int = 2,
             "seq_len": (np.minimum(ragged_lengths(rng, steps, batch), steps)
                         if ragged and batch else None),
             **{"lstm": {}, "gru": {"reset_after": True}, "rnn": {"activation": "tanh"},
-               "mingru": {"activation": "identity"}}[cell]}
+               "mingru": {"activation": "identity"}, "slstm": {"forget": "sigmoid"}}[cell]}
     if cell == "lstm":
         case["cs0"] = _normal(rng, (layers * directions, batch, hidden), 1.0, dtype)
+    if cell == "slstm":
+        case.update(_slstm_states(rng, (layers * directions, batch), hidden, dtype,
+                                  ("c0", "n0", "m0", "h0")))
     if masks and layers > 1:
         per_row = (batch, 1, directions * width) if batch_first else (batch, directions * width)
         case["dropout_masks"] = [

@@ -25,6 +25,7 @@ from ..cells.gru.spec import GRUStackGrads
 from ..cells.lstm.spec import GATE_FIELDS, NORM_ARRAYS, LSTMCellState, LSTMNorm, LSTMStackGrads
 from ..cells.mingru.spec import MinGRUStackGrads
 from ..cells.rnn.spec import RNNStackGrads
+from ..cells.slstm.spec import SLSTMStackGrads
 from ..oracle import JVPReport, VJPReport, check_jvp, check_vjp
 from .cases import (
     STACK_CELLS,
@@ -36,6 +37,8 @@ from .cases import (
     random_mingru_sequence_case,
     random_rnn_cell_case,
     random_rnn_sequence_case,
+    random_slstm_cell_case,
+    random_slstm_sequence_case,
     random_stack_case,
 )
 
@@ -59,6 +62,8 @@ LSTM_SEQUENCE_FIELDS = (*LSTM_SEQUENCE_OUTPUTS, *GATE_FIELDS)
 GRU_CELL_OUTPUTS: tuple[str, ...] = SPECS["gru_cell"].result._fields   # every field (§16.1)
 GRU_SEQUENCE_OUTPUTS: tuple[str, ...] = SPECS["gru_sequence"].result._fields
 RNN_SEQUENCE_OUTPUTS = ("h", "h_final")
+SLSTM_CELL_OUTPUTS: tuple[str, ...] = SPECS["slstm_cell"].result._fields   # every field
+SLSTM_SEQUENCE_OUTPUTS: tuple[str, ...] = SPECS["slstm_sequence"].result._fields
 MINGRU_ARG_NAMES: tuple[str, ...] = SPECS["mingru_cell"].arrays
 MINGRU_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["mingru_sequence"].arrays
 MINGRU_CELL_OUTPUTS: tuple[str, ...] = SPECS["mingru_cell"].result._fields   # every field
@@ -305,6 +310,34 @@ def mingru_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None
                      MINGRU_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend, mode)
 
 
+def _slstm_attrs(case):
+    """An sLSTM case's settings."""
+    return {"forget": case["forget"], "stabilizer_grad": case["stabilizer_grad"]}
+
+
+def slstm_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
+                        outputs: Sequence[str] = SLSTM_CELL_OUTPUTS,
+                        mode: str = "vjp") -> Pair:
+    """The oracle's ``(f, vjp, args, names)`` for ``slstm_cell``: ``f`` maps the case's
+    arrays to the chosen ``outputs`` (every field by default, docs/spec.md §16.1). A case
+    with ``stabilizer_grad="stop"`` is the derivative only of ``h`` and only away from
+    ``m_prev``: pass ``outputs=("h",)`` and disregard ``m_prev``'s row."""
+    attrs = _slstm_attrs(case)
+    return _vjp_pair(steps.slstm_cell, steps.slstm_cell_grad, case,
+                     SPECS["slstm_cell"].arrays, outputs, attrs, attrs, backend, mode)
+
+
+def slstm_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
+                            outputs: Sequence[str] = SLSTM_SEQUENCE_OUTPUTS,
+                            mode: str = "vjp") -> Pair:
+    """The oracle's ``(f, vjp, args, names)`` for ``slstm_sequence``: ``f`` maps the
+    case's arrays to the chosen ``outputs`` (every field by default), as
+    ``slstm_cell_vjp_pair``."""
+    attrs = {**_slstm_attrs(case), "seq_len": case["seq_len"], **_sequence_attrs(case)}
+    return _vjp_pair(sequences.slstm_sequence, sequences.slstm_sequence_grad, case,
+                     SPECS["slstm_sequence"].arrays, outputs, attrs, attrs, backend, mode)
+
+
 def _flat_weights(weights):
     """Every array of a list of weight sets with its name (``weights[k].w``,
     ``weights[k].layer_norm.gamma_x``, ...), and the arrays alone (absent weights, None,
@@ -322,7 +355,7 @@ def _rebuilt(weights, arrays):
 
 
 _STACK_GRADS = {"lstm": LSTMStackGrads, "gru": GRUStackGrads, "rnn": RNNStackGrads,
-                "mingru": MinGRUStackGrads}
+                "mingru": MinGRUStackGrads, "slstm": SLSTMStackGrads}
 
 
 def stack_vjp_pair(cell: str, case: dict[str, Any], *, backend: str | None = None,
@@ -333,10 +366,10 @@ def stack_vjp_pair(cell: str, case: dict[str, Any], *, backend: str | None = Non
     ``mode="jvp"``, ``(f, jvp, args, outputs)`` for ``check_jvp``, ``jvp`` from
     ``<cell>_stack_jvp``."""
     forward, gradient = getattr(stacks, f"{cell}_stack"), getattr(stacks, f"{cell}_stack_grad")
-    states = ("cs0", "h0") if cell == "lstm" else ("h0",)
+    states = SPECS[f"{cell}_sequence"].states
     keywords = {k: v for k, v in case.items() if k not in ("x", "weights", *states)}
     weight_names, arrays = _flat_weights(case["weights"])
-    finals = ("h_final", "cs_final") if cell == "lstm" else ("h_final",)
+    finals = ("h_final", *(f"{s.removesuffix('0')}_final" for s in states if s != "h0"))
     extra = {"clip_grad": clip_grad} if cell == "lstm" else {}
 
     def run(args):
@@ -398,6 +431,9 @@ OPS: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., Pair]]] = {
     "rnn_cell": (random_rnn_cell_case, rnn_cell_vjp_pair),
     "rnn_sequence": (functools.partial(random_rnn_sequence_case, order=True),
                      rnn_sequence_vjp_pair),
+    "slstm_cell": (random_slstm_cell_case, slstm_cell_vjp_pair),
+    "slstm_sequence": (functools.partial(random_slstm_sequence_case, order=True),
+                       slstm_sequence_vjp_pair),
     "mingru_cell": (random_mingru_cell_case, mingru_cell_vjp_pair),
     "mingru_sequence": (functools.partial(random_mingru_sequence_case, order=True),
                         mingru_sequence_vjp_pair),

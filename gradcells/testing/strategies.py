@@ -13,6 +13,7 @@ import numpy as np
 from ..cells.lstm.spec import LN_CARRIES
 from ..cells.mingru.spec import ACTIVATIONS as MINGRU_ACTIVATIONS
 from ..cells.rnn.spec import ACTIVATIONS
+from ..cells.slstm.spec import FORGETS
 from .cases import (
     FORGET_BIASES,
     SCALES,
@@ -24,6 +25,8 @@ from .cases import (
     mingru_sequence_case,
     rnn_cell_case,
     rnn_sequence_case,
+    slstm_cell_case,
+    slstm_sequence_case,
 )
 
 if TYPE_CHECKING:
@@ -175,6 +178,46 @@ def rnn_sequence_inputs(*, dtype: Any = np.float64, activation: str | None = Non
                    batch=batch, input_size=input_size, hidden=hidden,
                    activation=_activation(st, activation), ragged=_flag(st, ragged),
                    scale=st.sampled_from(SCALES),
+                   **_order_options(st, reverse, batch_first, masks))
+
+
+def _slstm_settings(st, forget, stabilizer_grad, max_hidden):
+    """The strategies of an sLSTM case's heads (1 to ``max_hidden``, as many of them as
+    divide H: ``slstm_cell_case``) and settings (None: drawn; ``stabilizer_grad`` "exact"
+    unless given)."""
+    return {"heads": st.integers(1, max(1, max_hidden)),
+            "forget": st.sampled_from(FORGETS) if forget is None else st.just(forget),
+            "stabilizer_grad": st.just(stabilizer_grad), "scale": st.sampled_from(SCALES)}
+
+
+def slstm_cell_inputs(*, dtype: Any = np.float64, forget: str | None = None,
+                      stabilizer_grad: str = "exact", min_size: int = 1, max_batch: int = 3,
+                      max_input: int = 4, max_hidden: int = 4) -> SearchStrategy[Case]:
+    """Hypothesis strategy for ``slstm_cell`` keyword arguments (``forget`` None: drawn;
+    the heads drawn)."""
+    from hypothesis import strategies as st
+
+    batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
+    return _seeded(st, slstm_cell_case, dtype, batch=batch, input_size=input_size,
+                   hidden=hidden, **_slstm_settings(st, forget, stabilizer_grad, max_hidden))
+
+
+def slstm_sequence_inputs(*, dtype: Any = np.float64, forget: str | None = None,
+                          stabilizer_grad: str = "exact", ragged: bool | None = None,
+                          reverse: bool | None = False, batch_first: bool | None = False,
+                          masks: bool | None = False, min_size: int = 1, max_steps: int = 4,
+                          max_batch: int = 3, max_input: int = 4,
+                          max_hidden: int = 4) -> SearchStrategy[Case]:
+    """Hypothesis strategy for ``slstm_sequence`` keyword arguments (``forget``,
+    ``ragged`` None: drawn; ``reverse``, ``batch_first``, ``masks`` off by default, None:
+    drawn)."""
+    from hypothesis import strategies as st
+
+    batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
+    return _seeded(st, slstm_sequence_case, dtype, steps=st.integers(min_size, max_steps),
+                   batch=batch, input_size=input_size, hidden=hidden,
+                   **_slstm_settings(st, forget, stabilizer_grad, max_hidden),
+                   ragged=_flag(st, ragged),
                    **_order_options(st, reverse, batch_first, masks))
 
 

@@ -1,7 +1,7 @@
 """gradcells under PyTorch's autograd (docs/spec.md §13).
 
 ``gradcells.torch.LSTM``, ``GRU``, ``RNN``: drop-in ``torch.nn`` modules on the stacks
-(``gradcells.torch._modules``).
+(``gradcells.torch._modules``); ``sLSTM``: xLSTM's sLSTM on its sequence (``_slstm``).
 
 ``gradcells.torch.<op>`` for every registered cell's step, sequence and stack
 (``lstm_cell``, ``gru_sequence``, ``rnn_stack``, ...; ``FUNCTIONS``): ``gc.<op>``'s
@@ -13,7 +13,8 @@ PyTorch; ``import gradcells`` does not.
 
 from ._functions import FUNCTIONS
 from ._modules import GRU, LSTM, RNN
+from ._slstm import sLSTM
 
 globals().update(FUNCTIONS)
 
-__all__ = [*FUNCTIONS, "LSTM", "GRU", "RNN"]
+__all__ = [*FUNCTIONS, "LSTM", "GRU", "RNN", "sLSTM"]

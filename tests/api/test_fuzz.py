@@ -45,8 +45,8 @@ def _case(base, rng):
     if kind == "stack":
         return cases.stack_case(rng, cell, batch=3, steps=3, hidden=4,
                                 proj_size=2 if cell == "lstm" else None)
-    extra = {"lstm": {"peephole": True, "proj_size": 2},
-             "gru": {"reset_after": True}}.get(cell, {})
+    extra = {"lstm": {"peephole": True, "proj_size": 2}, "gru": {"reset_after": True},
+             "slstm": {"heads": 2}}.get(cell, {})
     if kind == "sequence":
         extra.update(ragged=True, **({"masks": True} if SPECS[cell].masks else {}))
     return getattr(cases, f"{base}_case")(rng, batch=3, input_size=3, **extra)

@@ -23,6 +23,8 @@ from gradcells.testing import (
     mingru_sequence_case,
     rnn_cell_case,
     rnn_sequence_case,
+    slstm_cell_case,
+    slstm_sequence_case,
 )
 
 BACKENDS = ["reference", "cpu"]
@@ -45,6 +47,12 @@ def _case(op, rng, variant):
     if op == "mingru_sequence":
         return mingru_sequence_case(rng, steps=5, batch=4, ragged=True,
                                     activation="identity" if variant else "g")
+    if op.startswith("slstm"):  # settings other than the defaults, both of them recorded
+        settings = ({"forget": "sigmoid", "stabilizer_grad": "stop"} if variant
+                    else {"forget": "exp", "stabilizer_grad": "exact"})
+        if op == "slstm_cell":
+            return slstm_cell_case(rng, **settings)
+        return slstm_sequence_case(rng, steps=5, batch=4, **settings)
     activation = "relu" if variant else "tanh"
     if op == "rnn_cell":
         return rnn_cell_case(rng, activation=activation)
@@ -57,7 +65,8 @@ def _split(op, case):
     positional = [case[name] for name in spec.arrays if name not in OPTIONAL_WEIGHTS]
     peepholes = {name: case[name] for name in OPTIONAL_WEIGHTS if case.get(name) is not None}
     keywords = {name: case[name] for name in
-                ("forget_bias", "cell_clip", "reset_after", "activation", "seq_len")
+                ("forget_bias", "cell_clip", "reset_after", "activation", "forget",
+                 "stabilizer_grad", "seq_len")
                 if name in case}
     repeated = {name: value for name, value in keywords.items() if name != "forget_bias"}
     return positional, {**peepholes, **keywords}, {**peepholes, **repeated}, peepholes

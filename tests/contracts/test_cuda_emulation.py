@@ -69,6 +69,7 @@ from gradcells.testing import (
     rnn_cell_inputs,
     rnn_sequence_case,
     rnn_sequence_inputs,
+    slstm_sequence_case,
 )
 
 pytestmark = pytest.mark.skipif(cuda_host.compiler() is None,
@@ -79,10 +80,11 @@ DTYPES = [np.float64, np.float32, np.float16]
 TINY = _kernels.LaunchPolicy(block=3, max_grid=2, rows_per_part=2, min_threads=1 << 30)
 OPS = ("lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_sequence",
        "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad", "rnn_cell", "rnn_cell_grad",
-       "rnn_sequence", "rnn_sequence_grad")
+       "rnn_sequence", "rnn_sequence_grad", "slstm_cell", "slstm_cell_grad", "slstm_sequence",
+       "slstm_sequence_grad")
 # The forward-mode and second-order ops (docs/spec.md §12) the GPU backend runs
 # (tests/contracts/test_jvp_cuda_emulation.py, tests/contracts/test_grad_jvp_cuda_emulation_*.py).
-JVP_OPS = tuple(f"{cell}_{kind}_{mode}" for cell in ("gru", "rnn", "lstm")
+JVP_OPS = tuple(f"{cell}_{kind}_{mode}" for cell in ("gru", "rnn", "lstm", "slstm")
                 for kind in ("cell", "sequence") for mode in ("jvp", "grad_jvp"))
 LSTM_ARRAYS = ("x", "cs_prev", "h_prev", "w", "b")
 # The GPU backend: every cell's ``gpu.py`` (``gradcells.cells.<cell>.gpu``), through the registry.
@@ -259,6 +261,10 @@ def test_the_cupy_runtime_compiles_and_launches_what_the_emulation_runs(monkeypa
     gseq = forward(gpu, "gru_sequence", gru)
     rseq = forward(gpu, "rnn_sequence", rnn)
     rgrads = grad(gpu, "rnn_sequence", rnn, rseq, d_h=np.ones_like(rseq.h))
+    slstm = cast(slstm_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=4, heads=2,
+                                     ragged=True), np.float32)
+    sseq = forward(gpu, "slstm_sequence", slstm)
+    sgrads = grad(gpu, "slstm_sequence", slstm, sseq, d_h=np.ones_like(sseq.h))
     assert type(_launch.runtime()).__module__ == "gradcells.gpu._runtime"
     assert _launch.runtime().xp is stand_in
     lstm64 = cast(lstm, np.float64)
@@ -270,6 +276,10 @@ def test_the_cupy_runtime_compiles_and_launches_what_the_emulation_runs(monkeypa
     assert_close(rseq, forward(reference, "rnn_sequence", rnn64), np.float32)
     assert_close(rgrads, grad(reference, "rnn_sequence", rnn64, as64(rseq),
                               d_h=np.ones(rseq.h.shape)), np.float32)
+    slstm64 = cast(slstm, np.float64)
+    assert_close(sseq, forward(reference, "slstm_sequence", slstm64), np.float32)
+    assert_close(sgrads, grad(reference, "slstm_sequence", slstm64, as64(sseq),
+                              d_h=np.ones(sseq.h.shape)), np.float32)
     assert sorted(m.code for m in stand_in.compiled) == sorted(
         _kernels.module_code(name) for name in _sources.KERNEL_FILES)
     for module in stand_in.compiled:

@@ -132,13 +132,15 @@ def _padded(a, value):
 
 def _pad_steps(arrays, value):
     """``arrays`` (a dict or a NamedTuple) with ``value`` past the lengths in each per-step
-    array ``[T, B, ·]``; other entries as they are."""
-    def pad(a):
-        return _padded(a, value) if isinstance(a, np.ndarray) and a.ndim == 3 else a
+    array ``[T, B, ·]`` (``x``'s, the per-step fields' and their upstream gradients'; a
+    weight of rank 3, an sLSTM's ``r``, is none); other entries as they are."""
+    def pad(k, a):
+        return (_padded(a, value) if isinstance(a, np.ndarray) and a.ndim == 3 and k != "r"
+                else a)
 
     if isinstance(arrays, dict):
-        return {k: pad(v) for k, v in arrays.items()}
-    return arrays._replace(**{k: pad(v) for k, v in arrays._asdict().items()})
+        return {k: pad(k, v) for k, v in arrays.items()}
+    return arrays._replace(**{k: pad(k, v) for k, v in arrays._asdict().items()})
 
 
 def _with_padding(case, value):
