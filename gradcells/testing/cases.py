@@ -563,10 +563,6 @@ def _mingru_away_from_the_kink(draw, attempts=20):
     """``draw()`` again until no candidate pre-activation ``x·w_h + b_h`` (of any step) is
     within ``KINK_MARGIN`` of the paper's ``g``'s kink at 0 (its slope jumps from 1/4 to 1
     there); identity cases are taken at once."""
-    if cell == "slstm":   # two heads where H is even
-        params = _slstm_parameters(rng, n_in, hidden, 2 - hidden % 2, dtype, "sigmoid",
-                                   "exact", 1.0)
-        return SLSTMWeights(params["w"], params["r"], params["b"])
     for _ in range(attempts):
         case = draw()
         hidden = case["b"].shape[0] // 2
@@ -764,6 +760,10 @@ def _stack_layer_weights(rng, cell, n_in, hidden, dtype, proj_size, peephole, la
     if cell == "mingru":
         params = _mingru_parameters(rng, n_in, hidden, dtype, "identity", 1.0)
         return MinGRUWeights(params["w"], params["b"])
+    if cell == "slstm":   # two heads where H is even
+        params = _slstm_parameters(rng, n_in, hidden, 2 - hidden % 2, dtype, "sigmoid",
+                                   "exact", 1.0)
+        return SLSTMWeights(params["w"], params["r"], params["b"])
     params = _lstm_parameters(rng, n_in, hidden, dtype, peephole, 1.0, proj_size or hidden)
     options = _lstm_options(rng, hidden, dtype, proj_size, layer_norm, "raw")
     return LSTMWeights(**{k: params[k] for k in ("w", "b", *PEEPHOLES)},
