@@ -51,6 +51,16 @@ from .cells.mingru.reference import (
     mingru_sequence_grad_jvp,
     mingru_sequence_jvp,
 )
+from .cells.minlstm.reference import (
+    minlstm_cell,
+    minlstm_cell_grad,
+    minlstm_cell_grad_jvp,
+    minlstm_cell_jvp,
+    minlstm_sequence,
+    minlstm_sequence_grad,
+    minlstm_sequence_grad_jvp,
+    minlstm_sequence_jvp,
+)
 from .cells.rnn.reference import (
     rnn_activation,
     rnn_cell,
@@ -76,4 +86,7 @@ __all__ = ["lstm_cell", "lstm_cell_grad", "lstm_sequence", "lstm_sequence_grad",
            "lstm_sequence_grad_jvp", "gru_sequence_grad_jvp", "rnn_sequence_grad_jvp",
            "mingru_cell", "mingru_cell_grad", "mingru_cell_jvp", "mingru_cell_grad_jvp",
            "mingru_sequence", "mingru_sequence_grad", "mingru_sequence_jvp",
-           "mingru_sequence_grad_jvp"]
+           "mingru_sequence_grad_jvp",
+           "minlstm_cell", "minlstm_cell_grad", "minlstm_cell_jvp", "minlstm_cell_grad_jvp",
+           "minlstm_sequence", "minlstm_sequence_grad", "minlstm_sequence_jvp",
+           "minlstm_sequence_grad_jvp"]

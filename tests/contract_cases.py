@@ -78,6 +78,10 @@ _STRATEGIES = {
     "mingru_sequence": lambda min_size, batch_first=None: testing.mingru_sequence_inputs(
         min_size=min_size, max_steps=3, batch_first=batch_first, ragged=None, reverse=None,
         **_SIZES),
+    "minlstm_cell": lambda min_size: testing.minlstm_cell_inputs(min_size=min_size, **_SIZES),
+    "minlstm_sequence": lambda min_size, batch_first=None: testing.minlstm_sequence_inputs(
+        min_size=min_size, max_steps=3, batch_first=batch_first, ragged=None, reverse=None,
+        **_SIZES),
 }
 assert set(_STRATEGIES) == set(OPS), "a contract strategy for every op"
 
@@ -98,11 +102,13 @@ def cases(op, min_size=0, layer="backend"):
 
 
 _CELL_CASES = {"lstm_cell": testing.lstm_cell_case, "gru_cell": testing.gru_cell_case,
-               "rnn_cell": testing.rnn_cell_case, "mingru_cell": testing.mingru_cell_case}
+               "rnn_cell": testing.rnn_cell_case, "mingru_cell": testing.mingru_cell_case,
+               "minlstm_cell": testing.minlstm_cell_case}
 _SEQUENCE_CASES = {"lstm_sequence": testing.lstm_sequence_case,
                    "gru_sequence": testing.gru_sequence_case,
                    "rnn_sequence": testing.rnn_sequence_case,
-                   "mingru_sequence": testing.mingru_sequence_case}
+                   "mingru_sequence": testing.mingru_sequence_case,
+                   "minlstm_sequence": testing.minlstm_sequence_case}
 
 OPTIONS = {
     "lstm": [{}, {"peephole": True, "clip": True}, {"proj_size": 2, "proj_clip": True},
@@ -112,6 +118,7 @@ OPTIONS = {
     "gru": [{"reset_after": False}, {"reset_after": True}],
     "rnn": [{"activation": "tanh"}, {"activation": "relu"}],
     "mingru": [{"activation": "g"}, {"activation": "identity"}],
+    "minlstm": [{"activation": "g"}, {"activation": "identity"}],
 }
 """A fixed grid of each cell's options (the LSTM's layer norm both carries)."""
 

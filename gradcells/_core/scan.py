@@ -21,6 +21,20 @@ from . import plan
 from .arrays import namespace_of
 from .xpmath import sigmoid
 
+PARALLEL_FROM_STEPS = 8192
+""""auto" (the minGRU's and the minLSTM's ``method``) runs the parallel scan from this
+many steps on, the sequential one below. Not yet tuned: on a loaded two-core machine the
+CPU's chunked scan (two passes over ``a`` and ``c`` on two threads) was slower
+than the sequential one (one pass) at every size measured."""
+
+
+def scan_method(method: str, n_steps: int) -> str:
+    """The method a sequence of ``n_steps`` runs: ``method``, "auto" resolved by
+    ``PARALLEL_FROM_STEPS``."""
+    if method != "auto":
+        return method
+    return "parallel" if n_steps >= PARALLEL_FROM_STEPS else "sequential"
+
 
 def candidate(xp, p_h, activation):
     """``h̃ = act(p_h)``: the identity, or ``g(v) = v + 0.5`` for ``v >= 0`` and ``σ(v)``
