@@ -52,6 +52,16 @@ from .cells.mingru.reference import (
     mingru_sequence_grad_jvp,
     mingru_sequence_jvp,
 )
+from .cells.minlstm.reference import (
+    minlstm_cell,
+    minlstm_cell_grad,
+    minlstm_cell_grad_jvp,
+    minlstm_cell_jvp,
+    minlstm_sequence,
+    minlstm_sequence_grad,
+    minlstm_sequence_grad_jvp,
+    minlstm_sequence_jvp,
+)
 from .cells.rnn.reference import (
     rnn_activation,
     rnn_cell,
@@ -92,4 +102,7 @@ __all__ = ["lstm_cell", "lstm_cell_grad", "lstm_sequence", "lstm_sequence_grad",
            "mingru_sequence_grad_jvp",
            "slstm_cell", "slstm_cell_grad", "slstm_cell_jvp", "slstm_cell_grad_jvp",
            "slstm_sequence", "slstm_sequence_grad", "slstm_sequence_jvp",
-           "slstm_sequence_grad_jvp", "slstm_activations", "slstm_step_grad"]
+           "slstm_sequence_grad_jvp", "slstm_activations", "slstm_step_grad",
+           "minlstm_cell", "minlstm_cell_grad", "minlstm_cell_jvp", "minlstm_cell_grad_jvp",
+           "minlstm_sequence", "minlstm_sequence_grad", "minlstm_sequence_jvp",
+           "minlstm_sequence_grad_jvp"]

@@ -81,6 +81,10 @@ _STRATEGIES = {
     "slstm_cell": lambda min_size: testing.slstm_cell_inputs(min_size=min_size, **_SIZES),
     "slstm_sequence": lambda min_size, batch_first=None: testing.slstm_sequence_inputs(
         min_size=min_size, max_steps=3, batch_first=batch_first, **_ORDER, **_SIZES),
+    "minlstm_cell": lambda min_size: testing.minlstm_cell_inputs(min_size=min_size, **_SIZES),
+    "minlstm_sequence": lambda min_size, batch_first=None: testing.minlstm_sequence_inputs(
+        min_size=min_size, max_steps=3, batch_first=batch_first, ragged=None, reverse=None,
+        **_SIZES),
 }
 assert set(_STRATEGIES) == set(OPS), "a contract strategy for every op"
 
@@ -103,12 +107,14 @@ def cases(op, min_size=0, layer="backend"):
 
 _CELL_CASES = {"lstm_cell": testing.lstm_cell_case, "gru_cell": testing.gru_cell_case,
                "rnn_cell": testing.rnn_cell_case, "mingru_cell": testing.mingru_cell_case,
-               "slstm_cell": testing.slstm_cell_case}
+               "slstm_cell": testing.slstm_cell_case,
+               "minlstm_cell": testing.minlstm_cell_case}
 _SEQUENCE_CASES = {"lstm_sequence": testing.lstm_sequence_case,
                    "gru_sequence": testing.gru_sequence_case,
                    "rnn_sequence": testing.rnn_sequence_case,
                    "mingru_sequence": testing.mingru_sequence_case,
-                   "slstm_sequence": testing.slstm_sequence_case}
+                   "slstm_sequence": testing.slstm_sequence_case,
+                   "minlstm_sequence": testing.minlstm_sequence_case}
 
 OPTIONS = {
     "lstm": [{}, {"peephole": True, "clip": True}, {"proj_size": 2, "proj_clip": True},
@@ -120,6 +126,7 @@ OPTIONS = {
     "mingru": [{"activation": "g"}, {"activation": "identity"}],
     "slstm": [{"forget": "sigmoid", "heads": 2}, {"forget": "exp", "heads": 1},
               {"forget": "sigmoid", "heads": 2, "stabilizer_grad": "stop"}],
+    "minlstm": [{"activation": "g"}, {"activation": "identity"}],
 }
 """A fixed grid of each cell's options (the LSTM's layer norm both carries; the sLSTM's
 "stop" is compared with the other backends, never with finite differences)."""

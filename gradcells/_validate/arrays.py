@@ -115,8 +115,9 @@ def expected_shapes(key, labels, x_shape, n_hidden, n_proj, n_heads=1):
     n_in = x_shape[-1]
     sizes = {**dict(zip(labels[0], x_shape, strict=True)), "H": n_hidden,
              "I+H": n_in + n_hidden,
-             "2H": 2 * n_hidden, "4H": 4 * n_hidden, "P": n_proj, "I+P": n_in + n_proj,
-             "N": n_heads, "H/N": n_hidden // n_heads, "4H/N": 4 * n_hidden // n_heads}
+             "2H": 2 * n_hidden, "3H": 3 * n_hidden, "4H": 4 * n_hidden, "P": n_proj,
+             "I+P": n_in + n_proj, "N": n_heads, "H/N": n_hidden // n_heads,
+             "4H/N": 4 * n_hidden // n_heads}
     if len(_EXPECTED_SHAPES) >= 4096:
         _EXPECTED_SHAPES.clear()
     shapes = tuple(tuple([sizes[label] for label in each]) for each in labels)

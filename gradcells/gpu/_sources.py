@@ -1,7 +1,7 @@
 """The CUDA sources of the GPU backend, as the compilers see them.
 
 The kernels live in ``.cu`` files: each cell's in its folder (``gradcells/cells/<cell>/
-<cell>.cu``), what every cell uses beside this module (``reduce.cu``, ``common.cuh``, which
+<cell>.cu``), what cells share beside this module (``reduce.cu``, ``scan.cu``, ``common.cuh``, which
 every ``.cu`` includes); ``path`` maps a file name to its place. ``compose``
 returns a file's text with its local ``#include "..."`` lines replaced by the included text
 (found by ``path`` too, so a cell's ``#include "common.cuh"`` reaches this folder's);
@@ -20,8 +20,9 @@ SOURCE_DIR = Path(__file__).resolve().parent
 """The backend machinery's sources: ``reduce.cu`` and ``common.cuh``."""
 CELLS_DIR = SOURCE_DIR.parent / "cells"
 """The cells' folders: ``<cell>/<cell>.cu``."""
-KERNEL_FILES = (*sorted(p.name for p in CELLS_DIR.glob("*/*.cu")), "reduce.cu")
-"""Every ``.cu`` file: each cell folder's and the machinery's."""
+KERNEL_FILES = (*sorted(p.name for p in CELLS_DIR.glob("*/*.cu")), "reduce.cu", "scan.cu")
+"""Every ``.cu`` file: each cell folder's and the machinery's (``scan.cu``: the linear
+recurrence the minGRU and the minLSTM share)."""
 
 _LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.MULTILINE)
 

@@ -25,6 +25,7 @@ from ..cells.gru.spec import GRUWeights
 from ..cells.lstm.spec import LN_CARRIES, PEEPHOLES, LSTMNorm, LSTMWeights
 from ..cells.mingru.spec import ACTIVATIONS as MINGRU_ACTIVATIONS
 from ..cells.mingru.spec import MinGRUWeights
+from ..cells.minlstm.spec import MinLSTMWeights
 from ..cells.rnn.spec import ACTIVATIONS, RNNWeights
 from ..cells.slstm.spec import FORGETS, SLSTMWeights
 
@@ -559,15 +560,16 @@ def _mingru_parameters(rng, input_size, hidden, dtype, activation, scale):
             "b": _normal(rng, (2 * hidden,), 0.5 * scale, dtype), "activation": activation}
 
 
-def _mingru_away_from_the_kink(draw, attempts=20):
+def _mingru_away_from_the_kink(draw, attempts=20, blocks=2):
     """``draw()`` again until no candidate pre-activation ``x·w_h + b_h`` (of any step) is
     within ``KINK_MARGIN`` of the paper's ``g``'s kink at 0 (its slope jumps from 1/4 to 1
-    there); identity cases are taken at once."""
+    there); identity cases are taken at once. ``blocks``: the weight's column blocks, the
+    candidate's last (2: the minGRU, 3: the minLSTM)."""
     for _ in range(attempts):
         case = draw()
-        hidden = case["b"].shape[0] // 2
-        p_h = (np.asarray(case["x"], np.float64) @ np.asarray(case["w"], np.float64)[:, hidden:]
-               + np.asarray(case["b"], np.float64)[hidden:])
+        first = (blocks - 1) * case["b"].shape[0] // blocks     # the candidate's columns
+        p_h = (np.asarray(case["x"], np.float64) @ np.asarray(case["w"], np.float64)[:, first:]
+               + np.asarray(case["b"], np.float64)[first:])
         if case["activation"] != "g" or not (np.abs(p_h) < KINK_MARGIN).any():
             return case
     return case
@@ -744,8 +746,68 @@ def random_slstm_sequence_case(rng: np.random.Generator, dtype: Any = np.float64
 # --------------------------------------------------------------------------------------
 # Stacks (docs/spec.md §11.4)
 
+# --------------------------------------------------------------------------------------
+# The minLSTM (docs/spec.md §18.2)
+
+
+def _minlstm_parameters(rng, input_size, hidden, dtype, activation, scale):
+    """``w [I, 3H]``, ``b [3H]`` drawn for a minLSTM case, and its ``activation``."""
+    return {"w": _normal(rng, (input_size, 3 * hidden), scale / np.sqrt(max(1, input_size)),
+                         dtype),
+            "b": _normal(rng, (3 * hidden,), 0.5 * scale, dtype), "activation": activation}
+
+
+def minlstm_cell_case(rng: np.random.Generator, *, batch: int = 3, input_size: int = 4,
+                      hidden: int = 5, dtype: Any = np.float64, activation: str = "g",
+                      scale: float = 1.0) -> Case:
+    """Keyword arguments for ``minlstm_cell``; a ``g`` case keeps its candidate
+    pre-activations ``KINK_MARGIN`` away from 0."""
+    return _mingru_away_from_the_kink(lambda: {
+        "x": _normal(rng, (batch, input_size), 1.0, dtype),
+        "h_prev": _normal(rng, (batch, hidden), 0.5, dtype),
+        **_minlstm_parameters(rng, input_size, hidden, dtype, activation, scale)}, blocks=3)
+
+
+def minlstm_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int = 3,
+                          input_size: int = 4, hidden: int = 5, dtype: Any = np.float64,
+                          activation: str = "g", method: str = "auto", scale: float = 1.0,
+                          ragged: bool = False, reverse: bool = False,
+                          batch_first: bool = False) -> Case:
+    """Keyword arguments for ``minlstm_sequence``, drawn like ``minlstm_cell_case``; the
+    options as ``mingru_sequence_case``."""
+    return _in_layout(_mingru_away_from_the_kink(lambda: {
+        "x": _normal(rng, (steps, batch, input_size), 1.0, dtype),
+        "h0": _normal(rng, (batch, hidden), 0.5, dtype),
+        **_minlstm_parameters(rng, input_size, hidden, dtype, activation, scale),
+        **({} if method == "auto" else {"method": method}),
+        "seq_len": ragged_lengths(rng, steps, batch) if ragged else None,
+        **_order(reverse)}, blocks=3), batch_first)
+
+
+def random_minlstm_cell_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
+    """A ``minlstm_cell`` case with sizes and ``activation`` drawn from ``rng``."""
+    return minlstm_cell_case(
+        rng, batch=int(rng.integers(1, 5)), input_size=int(rng.integers(1, 6)),
+        hidden=int(rng.integers(1, 6)), dtype=dtype,
+        activation=str(rng.choice(MINGRU_ACTIVATIONS)), scale=float(rng.choice(SCALES)))
+
+
+def random_minlstm_sequence_case(rng: np.random.Generator, dtype: Any = np.float64, *,
+                                 order: bool = False) -> Case:
+    """A ``minlstm_sequence`` case (T <= 4) drawn as ``random_mingru_sequence_case``."""
+    drawn = _random_order(rng, order)
+    drawn.pop("masks", None)
+    return minlstm_sequence_case(
+        rng, steps=int(rng.integers(1, 5)), batch=int(rng.integers(1, 5)),
+        input_size=int(rng.integers(1, 5)), hidden=int(rng.integers(1, 5)), dtype=dtype,
+        activation=str(rng.choice(MINGRU_ACTIVATIONS)),
+        method=str(rng.choice(("sequential", "parallel"))), scale=float(rng.choice(SCALES)),
+        ragged=bool(rng.integers(2)), **drawn)
+
+
 STACK_CELLS = {"lstm": LSTMWeights, "gru": GRUWeights, "rnn": RNNWeights,
-               "mingru": MinGRUWeights, "slstm": SLSTMWeights}
+               "mingru": MinGRUWeights, "slstm": SLSTMWeights,
+               "minlstm": MinLSTMWeights}
 """The cells a stack is made of, and their weight sets."""
 
 
@@ -764,6 +826,9 @@ def _stack_layer_weights(rng, cell, n_in, hidden, dtype, proj_size, peephole, la
         params = _slstm_parameters(rng, n_in, hidden, 2 - hidden % 2, dtype, "sigmoid",
                                    "exact", 1.0)
         return SLSTMWeights(params["w"], params["r"], params["b"])
+    if cell == "minlstm":
+        params = _minlstm_parameters(rng, n_in, hidden, dtype, "identity", 1.0)
+        return MinLSTMWeights(params["w"], params["b"])
     params = _lstm_parameters(rng, n_in, hidden, dtype, peephole, 1.0, proj_size or hidden)
     options = _lstm_options(rng, hidden, dtype, proj_size, layer_norm, "raw")
     return LSTMWeights(**{k: params[k] for k in ("w", "b", *PEEPHOLES)},
@@ -796,7 +861,8 @@ def stack_case(rng: np.random.Generator, cell: str, *, layers: int = 2,
             "seq_len": (np.minimum(ragged_lengths(rng, steps, batch), steps)
                         if ragged and batch else None),
             **{"lstm": {}, "gru": {"reset_after": True}, "rnn": {"activation": "tanh"},
-               "mingru": {"activation": "identity"}, "slstm": {"forget": "sigmoid"}}[cell]}
+               "mingru": {"activation": "identity"}, "slstm": {"forget": "sigmoid"},
+               "minlstm": {"activation": "identity"}}[cell]}
     if cell == "lstm":
         case["cs0"] = _normal(rng, (layers * directions, batch, hidden), 1.0, dtype)
     if cell == "slstm":

@@ -24,6 +24,7 @@ from ..cells import OPTIONAL_WEIGHTS
 from ..cells.gru.spec import GRUStackGrads
 from ..cells.lstm.spec import GATE_FIELDS, NORM_ARRAYS, LSTMCellState, LSTMNorm, LSTMStackGrads
 from ..cells.mingru.spec import MinGRUStackGrads
+from ..cells.minlstm.spec import MinLSTMStackGrads
 from ..cells.rnn.spec import RNNStackGrads
 from ..cells.slstm.spec import SLSTMStackGrads
 from ..oracle import JVPReport, VJPReport, check_jvp, check_vjp
@@ -35,6 +36,8 @@ from .cases import (
     random_lstm_sequence_case,
     random_mingru_cell_case,
     random_mingru_sequence_case,
+    random_minlstm_cell_case,
+    random_minlstm_sequence_case,
     random_rnn_cell_case,
     random_rnn_sequence_case,
     random_slstm_cell_case,
@@ -68,6 +71,10 @@ MINGRU_ARG_NAMES: tuple[str, ...] = SPECS["mingru_cell"].arrays
 MINGRU_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["mingru_sequence"].arrays
 MINGRU_CELL_OUTPUTS: tuple[str, ...] = SPECS["mingru_cell"].result._fields   # every field
 MINGRU_SEQUENCE_OUTPUTS: tuple[str, ...] = SPECS["mingru_sequence"].result._fields
+MINLSTM_ARG_NAMES: tuple[str, ...] = SPECS["minlstm_cell"].arrays
+MINLSTM_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["minlstm_sequence"].arrays
+MINLSTM_CELL_OUTPUTS: tuple[str, ...] = SPECS["minlstm_cell"].result._fields  # every field
+MINLSTM_SEQUENCE_OUTPUTS: tuple[str, ...] = SPECS["minlstm_sequence"].result._fields
 
 Pair = tuple[Callable[..., Any], Callable[..., Any], tuple, tuple[str, ...]]
 """``(f, vjp, args, names)`` for ``check_vjp``."""
@@ -336,6 +343,27 @@ def slstm_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
     attrs = {**_slstm_attrs(case), "seq_len": case["seq_len"], **_sequence_attrs(case)}
     return _vjp_pair(sequences.slstm_sequence, sequences.slstm_sequence_grad, case,
                      SPECS["slstm_sequence"].arrays, outputs, attrs, attrs, backend, mode)
+def minlstm_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
+                          outputs: Sequence[str] = MINLSTM_CELL_OUTPUTS,
+                          mode: str = "vjp") -> Pair:
+    """The oracle's ``(f, vjp, args, names)`` for ``minlstm_cell``: ``f`` maps the case's
+    arrays to the chosen ``outputs`` (by default every field: "f", "i", "hc", "h")."""
+    attrs = {"activation": case["activation"]}
+    return _vjp_pair(steps.minlstm_cell, steps.minlstm_cell_grad, case, MINLSTM_ARG_NAMES,
+                     outputs, attrs, attrs, backend, mode)
+
+
+def minlstm_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
+                              outputs: Sequence[str] = MINLSTM_SEQUENCE_OUTPUTS,
+                              mode: str = "vjp") -> Pair:
+    """The oracle's ``(f, vjp, args, names)`` for ``minlstm_sequence``: ``f`` maps the case's
+    arrays to the chosen ``outputs`` (by default every field: "f", "i", "hc", "h",
+    "h_final")."""
+    attrs = {"activation": case["activation"], "seq_len": case["seq_len"],
+             **({"method": case["method"]} if "method" in case else {}),
+             **_sequence_attrs(case)}
+    return _vjp_pair(sequences.minlstm_sequence, sequences.minlstm_sequence_grad, case,
+                     MINLSTM_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend, mode)
 
 
 def _flat_weights(weights):
@@ -355,7 +383,8 @@ def _rebuilt(weights, arrays):
 
 
 _STACK_GRADS = {"lstm": LSTMStackGrads, "gru": GRUStackGrads, "rnn": RNNStackGrads,
-                "mingru": MinGRUStackGrads, "slstm": SLSTMStackGrads}
+                "mingru": MinGRUStackGrads, "slstm": SLSTMStackGrads,
+                "minlstm": MinLSTMStackGrads}
 
 
 def stack_vjp_pair(cell: str, case: dict[str, Any], *, backend: str | None = None,
@@ -437,6 +466,9 @@ OPS: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., Pair]]] = {
     "mingru_cell": (random_mingru_cell_case, mingru_cell_vjp_pair),
     "mingru_sequence": (functools.partial(random_mingru_sequence_case, order=True),
                         mingru_sequence_vjp_pair),
+    "minlstm_cell": (random_minlstm_cell_case, minlstm_cell_vjp_pair),
+    "minlstm_sequence": (functools.partial(random_minlstm_sequence_case, order=True),
+                         minlstm_sequence_vjp_pair),
     **{f"{cell}_stack": (functools.partial(_random_stack, cell),
                          functools.partial(stack_vjp_pair, cell)) for cell in STACK_CELLS},
 }

@@ -23,6 +23,8 @@ from .cases import (
     lstm_sequence_case,
     mingru_cell_case,
     mingru_sequence_case,
+    minlstm_cell_case,
+    minlstm_sequence_case,
     rnn_cell_case,
     rnn_sequence_case,
     slstm_cell_case,
@@ -248,6 +250,40 @@ def mingru_sequence_inputs(*, dtype: Any = np.float64, activation: str | None = 
 
     batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
     return _seeded(st, mingru_sequence_case, dtype, steps=st.integers(min_size, max_steps),
+                   batch=batch, input_size=input_size, hidden=hidden,
+                   activation=st.sampled_from(MINGRU_ACTIVATIONS) if activation is None
+                   else st.just(activation),
+                   method=st.sampled_from(("sequential", "parallel")) if method is None
+                   else st.just(method),
+                   ragged=_flag(st, ragged), scale=st.sampled_from(SCALES),
+                   **_order_options(st, reverse, batch_first))
+
+
+def minlstm_cell_inputs(*, dtype: Any = np.float64, activation: str | None = None,
+                        min_size: int = 1, max_batch: int = 4, max_input: int = 5,
+                        max_hidden: int = 5) -> SearchStrategy[Case]:
+    """Hypothesis strategy for ``minlstm_cell`` keyword arguments, as
+    ``mingru_cell_inputs``."""
+    from hypothesis import strategies as st
+
+    batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
+    return _seeded(st, minlstm_cell_case, dtype, batch=batch, input_size=input_size,
+                   hidden=hidden, scale=st.sampled_from(SCALES),
+                   activation=st.sampled_from(MINGRU_ACTIVATIONS) if activation is None
+                   else st.just(activation))
+
+
+def minlstm_sequence_inputs(*, dtype: Any = np.float64, activation: str | None = None,
+                            method: str | None = None, ragged: bool | None = None,
+                            reverse: bool | None = False, batch_first: bool | None = False,
+                            min_size: int = 1, max_steps: int = 4, max_batch: int = 4,
+                            max_input: int = 4, max_hidden: int = 4) -> SearchStrategy[Case]:
+    """Hypothesis strategy for ``minlstm_sequence`` keyword arguments, as
+    ``mingru_sequence_inputs``."""
+    from hypothesis import strategies as st
+
+    batch, input_size, hidden = _sizes(st, min_size, max_batch, max_input, max_hidden)
+    return _seeded(st, minlstm_sequence_case, dtype, steps=st.integers(min_size, max_steps),
                    batch=batch, input_size=input_size, hidden=hidden,
                    activation=st.sampled_from(MINGRU_ACTIVATIONS) if activation is None
                    else st.just(activation),

@@ -21,6 +21,8 @@ from gradcells.testing import (
     lstm_sequence_case,
     mingru_cell_case,
     mingru_sequence_case,
+    minlstm_cell_case,
+    minlstm_sequence_case,
     rnn_cell_case,
     rnn_sequence_case,
     slstm_cell_case,
@@ -44,6 +46,11 @@ def _case(op, rng, variant):
                 "reset_after": variant}
     if op == "mingru_cell":
         return mingru_cell_case(rng, activation="identity" if variant else "g")
+    if op == "minlstm_cell":
+        return minlstm_cell_case(rng, activation="identity" if variant else "g")
+    if op == "minlstm_sequence":
+        return minlstm_sequence_case(rng, steps=5, batch=4, ragged=True,
+                                     activation="identity" if variant else "g")
     if op == "mingru_sequence":
         return mingru_sequence_case(rng, steps=5, batch=4, ragged=True,
                                     activation="identity" if variant else "g")
@@ -107,8 +114,8 @@ def test_the_gradient_needs_only_the_arrays_the_result_and_the_upstream(op, back
     if op.startswith("gru") and variant:
         with pytest.raises(ValueError, match=r"b_c has shape \[2H\] .*: pass reset_after=True"):
             plain()
-    elif (op in ("gru_cell", "rnn_cell", "mingru_cell")
-          and not (op in ("rnn_cell", "mingru_cell") and variant)):
+    elif (op in ("gru_cell", "rnn_cell", "mingru_cell", "minlstm_cell")
+          and not (op in ("rnn_cell", "mingru_cell", "minlstm_cell") and variant)):
         _assert_same(plain(), full)  # nothing to remember
     else:
         assert any(not np.array_equal(a, b)

@@ -65,6 +65,8 @@ from gradcells.testing import (
     lstm_cell_inputs,
     lstm_sequence_case,
     lstm_sequence_inputs,
+    mingru_sequence_case,
+    minlstm_sequence_case,
     rnn_cell_case,
     rnn_cell_inputs,
     rnn_sequence_case,
@@ -80,11 +82,14 @@ DTYPES = [np.float64, np.float32, np.float16]
 TINY = _kernels.LaunchPolicy(block=3, max_grid=2, rows_per_part=2, min_threads=1 << 30)
 OPS = ("lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_sequence",
        "lstm_sequence_grad", "gru_sequence", "gru_sequence_grad", "rnn_cell", "rnn_cell_grad",
-       "rnn_sequence", "rnn_sequence_grad", "slstm_cell", "slstm_cell_grad", "slstm_sequence",
-       "slstm_sequence_grad")
+       "rnn_sequence", "rnn_sequence_grad", "mingru_cell", "mingru_cell_grad", "mingru_sequence",
+       "mingru_sequence_grad", "slstm_cell", "slstm_cell_grad", "slstm_sequence",
+       "slstm_sequence_grad", "minlstm_cell", "minlstm_cell_grad", "minlstm_sequence",
+       "minlstm_sequence_grad")
 # The forward-mode and second-order ops (docs/spec.md §12) the GPU backend runs
 # (tests/contracts/test_jvp_cuda_emulation.py, tests/contracts/test_grad_jvp_cuda_emulation_*.py).
-JVP_OPS = tuple(f"{cell}_{kind}_{mode}" for cell in ("gru", "rnn", "lstm", "slstm")
+JVP_OPS = tuple(f"{cell}_{kind}_{mode}" for cell in ("gru", "rnn", "lstm", "mingru", "slstm",
+                                                     "minlstm")
                 for kind in ("cell", "sequence") for mode in ("jvp", "grad_jvp"))
 LSTM_ARRAYS = ("x", "cs_prev", "h_prev", "w", "b")
 # The GPU backend: every cell's ``gpu.py`` (``gradcells.cells.<cell>.gpu``), through the registry.
@@ -265,6 +270,12 @@ def test_the_cupy_runtime_compiles_and_launches_what_the_emulation_runs(monkeypa
                                      ragged=True), np.float32)
     sseq = forward(gpu, "slstm_sequence", slstm)
     sgrads = grad(gpu, "slstm_sequence", slstm, sseq, d_h=np.ones_like(sseq.h))
+    # the minGRU and the minLSTM: their .cu files and the shared scan.cu
+    mins = {cell: cast(case(rng, steps=3, batch=3, input_size=2, hidden=4, ragged=True),
+                       np.float32)
+            for cell, case in (("mingru", mingru_sequence_case),
+                               ("minlstm", minlstm_sequence_case))}
+    min_seqs = {cell: forward(gpu, f"{cell}_sequence", case) for cell, case in mins.items()}
     assert type(_launch.runtime()).__module__ == "gradcells.gpu._runtime"
     assert _launch.runtime().xp is stand_in
     lstm64 = cast(lstm, np.float64)
@@ -280,6 +291,9 @@ def test_the_cupy_runtime_compiles_and_launches_what_the_emulation_runs(monkeypa
     assert_close(sseq, forward(reference, "slstm_sequence", slstm64), np.float32)
     assert_close(sgrads, grad(reference, "slstm_sequence", slstm64, as64(sseq),
                               d_h=np.ones(sseq.h.shape)), np.float32)
+    for cell, case in mins.items():
+        assert_close(min_seqs[cell], forward(reference, f"{cell}_sequence",
+                                             cast(case, np.float64)), np.float32)
     assert sorted(m.code for m in stand_in.compiled) == sorted(
         _kernels.module_code(name) for name in _sources.KERNEL_FILES)
     for module in stand_in.compiled:

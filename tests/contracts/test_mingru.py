@@ -12,6 +12,7 @@ import gradcells as gc
 from gradcells import testing
 from gradcells.cells.mingru import cpu as mingru_cpu
 from gradcells.cells.mingru import reference as ref
+from gradcells.cpu import _scan as cpu_scan
 
 ACTIVATIONS = ("g", "identity")
 BACKENDS = ("reference", "cpu")
@@ -99,7 +100,7 @@ def test_the_parallel_scan_equals_the_sequential_one(steps, dtype):
     assert np.all(np.abs(parallel - sequential) <= bound)
     chunked, final = np.empty_like(a), np.empty_like(h0)
     rows = (steps, 15)
-    mingru_cpu.linear_scan_kernel(a.reshape(rows), c.reshape(rows), h0.ravel(), False, False,
+    cpu_scan.linear_scan_kernel(a.reshape(rows), c.reshape(rows), h0.ravel(), False, False,
                                   8, chunked.reshape(rows), final.ravel())
     assert np.all(np.abs(chunked - sequential) <= bound)
     np.testing.assert_array_equal(final, chunked[-1])

@@ -179,7 +179,8 @@ def _assert_finite_and_silent(c, op, case, dtype):
 
 
 _EXTREME_OPTIONS = {"lstm": [{"peephole": True}], "gru": OPTIONS["gru"], "rnn": OPTIONS["rnn"],
-                    "mingru": OPTIONS["mingru"], "slstm": OPTIONS["slstm"]}
+                    "mingru": OPTIONS["mingru"], "slstm": OPTIONS["slstm"],
+                    "minlstm": OPTIONS["minlstm"]}
 
 
 @pytest.mark.parametrize(("backend", "layer"), LAYERS)
@@ -198,7 +199,8 @@ def test_extreme_preactivations_are_finite_and_silent(op, magnitude, dtype, back
 
 _SEQUENCE_EXTREME_OPTIONS = {"lstm": [{"peephole": True, "clip": True}],
                              "gru": OPTIONS["gru"], "rnn": OPTIONS["rnn"],
-                             "mingru": OPTIONS["mingru"], "slstm": OPTIONS["slstm"]}
+                             "mingru": OPTIONS["mingru"], "slstm": OPTIONS["slstm"],
+                    "minlstm": OPTIONS["minlstm"]}
 
 
 @pytest.mark.parametrize(("backend", "layer"), LAYERS)

@@ -5,7 +5,9 @@ when written), its sequential mode (one step per call) and its parallel, log-spa
 Its layer is batch-first, bias-free, with ``to_hidden_and_gate.weight [2H, D]`` holding the
 candidate's rows, then the gate's; gradcells's ``w [I, 2H]`` holds the gate's columns, then
 the candidate's. Its parallel mode takes logarithms of the initial state and of ``g(h̃)``,
-so it needs ``h0 > 0``; gradcells's scan takes any sign.
+so it needs ``h0 > 0``; gradcells's scan takes any sign. Its minLSTM (``minLSTM``) is held
+to gradcells's ``minlstm_sequence`` the same way: its sequential mode from any ``h0``, its
+parallel mode from 0 (given an ``h0`` it starts from ``g(h0)``, fault 71).
 """
 
 from __future__ import annotations
@@ -83,6 +85,68 @@ def test_fault_71_minlstm_parallel_mode_starts_from_g_of_h0():
     np.testing.assert_allclose(parallel, audit_mingru._sequential(case, h0=g_h0,
                                                                   kind="minLSTM"),
                                rtol=1e-12, atol=1e-14)
+
+
+# --------------------------------------------------------------------------------------
+# its minLSTM: rows of ``to_hidden_and_f_i_gate.weight [3H, D]`` the candidate's, then f's,
+# then i's; gradcells's ``w [I, 3H]`` columns f, i, then h̃
+
+
+def _minlstm_and_weights():
+    from minGRU_pytorch.minLSTM import minLSTM
+
+    torch.manual_seed(4)
+    layer = minLSTM(DIM).double()
+    rows = layer.to_hidden_and_f_i_gate.weight.detach().numpy()       # [3H, D]
+    w = np.concatenate([rows[DIM:2 * DIM].T, rows[2 * DIM:].T, rows[:DIM].T], axis=1)
+    return layer, w, np.zeros(3 * DIM)
+
+
+def _its_minlstm_step_by_step(layer, x, h0):
+    """Its sequential mode (one step per call, the paper's recurrence from ``h0``),
+    ``[B, T, H]``."""
+    h, steps = h0, []
+    for t in range(x.shape[1]):
+        h = layer(x[:, t:t + 1], h)
+        steps.append(h)
+    return torch.cat(steps, 1)
+
+
+@pytest.mark.parametrize("method", ["sequential", "parallel"])
+def test_its_minlstm_sequential_mode_equals_gradcells_forward_and_gradients(method):
+    """Forward and every gradient (autograd through its sequential mode) equal gradcells's,
+    float64, from an ``h0`` of both signs (its sequential mode needs no logarithm)."""
+    layer, w, b = _minlstm_and_weights()
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((BATCH, STEPS, DIM))
+    h0 = rng.standard_normal((BATCH, 1, DIM))
+    up = rng.standard_normal((BATCH, STEPS, DIM))
+    x_t, h0_t = torch.tensor(x, requires_grad=True), torch.tensor(h0, requires_grad=True)
+    theirs = _its_minlstm_step_by_step(layer, x_t, h0_t)
+    (theirs * torch.tensor(up)).sum().backward()
+    seq = gc.minlstm_sequence(x, h0[:, 0], w, b, method=method, batch_first=True)
+    np.testing.assert_allclose(seq.h, theirs.detach().numpy(), rtol=1e-13, atol=1e-14)
+    grads = gc.minlstm_sequence_grad(x, h0[:, 0], w, b, seq, d_h=up)
+    np.testing.assert_allclose(grads.x, x_t.grad.numpy(), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(grads.h0, h0_t.grad.numpy()[:, 0], rtol=1e-12, atol=1e-13)
+    rows = layer.to_hidden_and_f_i_gate.weight.grad.numpy()
+    np.testing.assert_allclose(grads.w, np.concatenate(
+        [rows[DIM:2 * DIM].T, rows[2 * DIM:].T, rows[:DIM].T], axis=1), rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("method", ["sequential", "parallel"])
+def test_its_minlstm_parallel_mode_from_zero_equals_gradcells(method):
+    """Without ``prev_hidden`` both of its modes start from 0 (fault 71 needs an ``h0``): its
+    log-space parallel mode then equals gradcells from ``h0 = 0``."""
+    layer, w, b = _minlstm_and_weights()
+    x = np.random.default_rng(6).standard_normal((BATCH, STEPS, DIM))
+    with torch.no_grad():
+        parallel = layer(torch.tensor(x)).numpy()
+        first = layer(torch.tensor(x[:, :1])).numpy()                 # its one-step mode
+    seq = gc.minlstm_sequence(x, np.zeros((BATCH, DIM)), w, b, method=method,
+                              batch_first=True)
+    np.testing.assert_allclose(seq.h, parallel, rtol=1e-12, atol=1e-13)   # its log space
+    np.testing.assert_allclose(seq.h[:, :1], first, rtol=1e-13, atol=1e-14)
 
 
 @pytest.mark.conformance

@@ -16,8 +16,8 @@ and its gradient:
 
 ``method`` "parallel" runs the scans chunked (``linear_scan_kernel``'s two-level scan,
 ``CHUNK`` steps a chunk, the chunks' two passes spread over the cores this process may use:
-``_threaded_scan``), "sequential" step by step; "auto" as ``spec.scan_method``. With
-``reverse`` and lengths the scans run backwards in time natively
+``gradcells.cpu._scan``, shared with the minLSTM), "sequential" step by step; "auto" as
+``spec.scan_method``. With ``reverse`` and lengths the scans run backwards in time natively
 (``gradcells.cpu.NATIVE_REVERSE``), the steps past each row's length being the identity.
 Forward mode is NumPy around the same kernels; second order runs the reference's
 ``gradient_jvp`` (dual numbers) on NumPy arrays.
@@ -25,13 +25,10 @@ Forward mode is NumPy around the same kernels; second order runs the reference's
 
 from __future__ import annotations
 
-import concurrent.futures
-import functools
-import os
-
 import numpy as np
 
 from ..._core.plan import flat, previous_states
+from ...cpu._scan import linear_scan
 from ...cpu._sequence import (
     contiguous,
     lengths_of,
@@ -43,12 +40,8 @@ from ...cpu._sequence import (
 from ...cpu._workspace import scratch
 from . import reference
 from ._cpu_kernels import (
-    linear_scan_kernel,
     mingru_gates_kernel,
     mingru_grad_kernel,
-    scan_carries_kernel,
-    scan_chunks_kernel,
-    scan_maps_kernel,
 )
 from .spec import (
     MinGRUCellGrads,
@@ -72,11 +65,6 @@ def _kernel_lengths(lengths):
     return np.empty(0, np.int64) if lengths is None else np.ascontiguousarray(lengths)
 
 
-def _rows(a):
-    """``[T, B, H]`` as ``[T, B·H]`` (a view)."""
-    return a.reshape(a.shape[0], a.shape[1] * a.shape[2])
-
-
 def _gates(x, weights, settings, lengths):
     """``(x, p, z, hc, a, c)``: the running inputs, the pre-activations (scratch) and the
     gates (``z``, ``hc`` fresh arrays; ``a``, ``c`` scratch)."""
@@ -96,54 +84,9 @@ def _gates(x, weights, settings, lengths):
 def _scan(a, c, s0, settings, post):
     """The linear recurrence over ``a, c [T, B, H]`` from ``s0 [B, H]``: ``(out, final)``
     (the forward runs backwards in time with ``reverse``, the adjoint, ``post``, the other
-    way). The parallel method's chunks run on ``_workers`` threads."""
-    out, final = np.empty_like(a), np.empty(s0.shape, a.dtype)
-    chunk = _chunk(settings, a.shape[0])
-    arguments = (_rows(a), _rows(c), contiguous(s0).ravel(), settings.reverse != post, post,
-                 chunk, _rows(out), final.ravel())
-    workers = _workers(a.shape[0], chunk)
-    if workers < 2:
-        linear_scan_kernel(*arguments)
-    else:
-        _threaded_scan(*arguments, workers)
-    return out, final
-
-
-def _workers(n_steps, chunk):
-    """The threads a chunked scan of ``n_steps`` runs on: one per core this process may
-    use, at most one per chunk (1: the calling thread alone)."""
-    if chunk <= 0 or n_steps <= chunk:
-        return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(cores or 1, -(-n_steps // chunk)))
-
-
-def _threaded_scan(a, c, s0, backward, post, chunk, out, s_final, workers):
-    """``linear_scan_kernel``'s chunked scan with its steps (1) and (3) split into
-    ``workers`` ranges of chunks, run at once (the kernels release the GIL)."""
-    n_chunks = -(-a.shape[0] // chunk)
-    agg_a, agg_c, carries = np.empty((3, n_chunks, a.shape[1]), a.dtype)
-    bounds = np.linspace(0, n_chunks, workers + 1).astype(int)
-    ranges = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
-    _at_once([functools.partial(scan_maps_kernel, a, c, backward, post, chunk, lo, hi,
-                                agg_a, agg_c) for lo, hi in ranges])
-    scan_carries_kernel(agg_a, agg_c, s0, carries, s_final)
-    _at_once([functools.partial(scan_chunks_kernel, a, c, backward, post, chunk, lo, hi,
-                                carries, out, s_final) for lo, hi in ranges])
-
-
-_pool: list[concurrent.futures.ThreadPoolExecutor] = []
-
-
-def _at_once(calls):
-    """Run ``calls``: the first on the calling thread, the others on a shared pool."""
-    if not _pool:
-        _pool.append(concurrent.futures.ThreadPoolExecutor(
-            thread_name_prefix="gradcells-scan"))
-    pending = [_pool[0].submit(call) for call in calls[1:]]
-    calls[0]()
-    for future in pending:
-        future.result()
+    way), by ``gradcells.cpu._scan``."""
+    return linear_scan(a, c, s0, chunk=_chunk(settings, a.shape[0]),
+                       backward=settings.reverse != post, post=post)
 
 
 # --------------------------------------------------------------------------------------

@@ -2,9 +2,9 @@
 
 The plan follows the reference's: a sequence's forward is one product for every step's
 pre-activations ``p = x_flat·w + b``, one ``mingru_gates`` launch over the ``T·B·H``
-elements (``z``, ``h̃``), and one ``mingru_scan`` launch, one thread per element of the
+elements (``z``, ``h̃``), and one ``gated_scan`` launch, one thread per element of the
 ``[B, H]`` state running its column over time (``h_t = (1 - z_t)∘h_{t-1} + z_t∘h̃_t``).
-The gradient is ``mingru_scan`` again for the adjoint (``g_t = d_h_t + a_{t+1}∘g_{t+1}``,
+The gradient is ``gated_scan`` again for the adjoint (``g_t = d_h_t + a_{t+1}∘g_{t+1}``,
 backwards in time, ending at ``dh0``), the recomputed ``p_h`` (one product, for ``g``'s
 branch), one ``mingru_gate_grads`` launch, ``dx`` and ``dw`` as two products and the bias
 gradient a column sum. Steps past a row's length are the scan's identity steps.
@@ -13,7 +13,7 @@ The GPU runs the recurrence as per-(b, j) scans over time whatever ``method`` sa
 ``B·H`` columns are its parallelism, and the two methods give one function (bitwise here). A
 work-efficient block scan over time, for ``B·H`` too small to fill the device, is the next
 step. Forward mode is the forward's plan with the tangents' gates in whole-array operations
-and the tangent's recurrence one more ``mingru_scan``; second order runs the reference's
+and the tangent's recurrence one more ``gated_scan``; second order runs the reference's
 ``gradient_jvp`` (dual numbers) on the device's arrays. A cell step is a sequence of one.
 """
 
@@ -32,11 +32,12 @@ def _projection(xp, x, w, b):
 
 
 def _scan(rt, z, c, s0, lengths, *, gated, post, backward):
-    """One ``mingru_scan`` launch: ``(out [T, B, H], s_final [B, H])``."""
+    """One ``gated_scan`` launch (``gradcells/gpu/scan.cu``): ``(out [T, B, H],
+    s_final [B, H])``."""
     xp = rt.xp
     n_steps, n_batch, n_hidden = z.shape
     out, final = xp.empty_like(z), xp.empty((n_batch, n_hidden), dtype=z.dtype)
-    Launcher(rt, "mingru_scan", z.dtype, n_batch * n_hidden)(
+    Launcher(rt, "gated_scan", z.dtype, n_batch * n_hidden)(
         z=z, c=c, s0=xp.ascontiguousarray(s0, dtype=z.dtype),
         seq_len=_launch.lengths_argument(xp, lengths), use_seq_len=lengths is not None,
         use_gated=gated, use_post=post, use_backward=backward, n_steps=n_steps,
@@ -137,7 +138,7 @@ def mingru_cell_grad(x, h_prev, weights, state, settings, *, d_z=None, d_hc=None
 def mingru_sequence_jvp(x, h0, weights, tangents, settings):
     """``mingru_sequence`` and its tangent along ``tangents`` (a ``MinGRUSequenceGrads``,
     None fields zero): the gates' tangents as whole-array operations, the state's by
-    ``mingru_scan``, ``dh_t = a_t∘dh_{t-1} + dz_t∘(h̃_t - h_{t-1}) + z_t∘dh̃_t``."""
+    ``gated_scan``, ``dh_t = a_t∘dh_{t-1} + dz_t∘(h̃_t - h_{t-1}) + z_t∘dh̃_t``."""
     rt, on_device = _launch.runtime_on(x)
     with on_device:
         return _jvp(rt, x, h0, weights, tangents, settings)

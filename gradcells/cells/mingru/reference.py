@@ -13,8 +13,9 @@ state is the diagonal linear recurrence of docs/spec.md §18.1,
     h_t = a_t∘h_{t-1} + c_t,   a_t = 1 - z_t,   c_t = z_t∘h̃_t,
 
 whose steps compose associatively, ``(a, c)`` then ``(a', c')`` being ``(a'∘a, a'∘c + c')``:
-``scan`` runs it step by step or as a parallel (Hillis-Steele) scan over time, log2 T rounds
-of whole-array products. Its adjoint is the same recurrence backwards in time,
+``scan`` (``gradcells._core.scan``, shared with the minLSTM) runs it step by step or as a
+parallel (Hillis-Steele) scan over time, log2 T rounds of whole-array products. Its adjoint
+is the same recurrence backwards in time,
 
     g_t = d_h_t + a_{t+1}∘g_{t+1},   g_{T-1} = d_h_{T-1} + d_h_final,   dh0 = a_0∘g_0,
 
@@ -31,6 +32,15 @@ from __future__ import annotations
 
 from ..._core import plan
 from ..._core.arrays import namespace_of
+from ..._core.scan import (
+    adjoint,
+    candidate,
+    candidate_grad,
+    final_state,
+    only_running,
+    running_steps,
+    scan,
+)
 from ..._core.xpmath import filled, gradient_jvp, sigmoid
 from .spec import (
     MinGRUCellGrads,
@@ -41,79 +51,10 @@ from .spec import (
 )
 
 
-def candidate(xp, p_h, activation):
-    """``h̃ = act(p_h)``: the identity, or ``g(v) = v + 0.5`` for ``v >= 0`` and ``σ(v)``
-    below (continuous at 0, where both are 0.5)."""
-    if activation == "identity":
-        return p_h + 0
-    return xp.where(p_h >= 0, p_h + 0.5, sigmoid(xp, p_h))
-
-
-def candidate_grad(xp, p_h, hc, d_hc, activation):
-    """``d_hc∘act'(p_h)``: ``d_hc`` for the identity and where ``p_h >= 0``, ``d_hc∘h̃∘(1 -
-    h̃)`` (σ's derivative, from the saved ``h̃ = σ(p_h)``) below. The branch reads ``p_h``:
-    ``h̃`` alone cannot tell, as ``σ`` of a tiny negative ``p_h`` rounds to 0.5."""
-    if activation == "identity":
-        return d_hc
-    return xp.where(p_h >= 0, d_hc, d_hc * hc * (1 - hc))
-
-
 def gates(xp, p, activation):
     """``(z, h̃)`` from the pre-activations ``p [..., 2H]``."""
     n_hidden = p.shape[-1] // 2
     return sigmoid(xp, p[..., :n_hidden]), candidate(xp, p[..., n_hidden:], activation)
-
-
-def scan(xp, a, c, h0, method):
-    """The states ``h [T, B, H]`` of ``h_t = a_t∘h_{t-1} + c_t`` from ``h0``, by ``method``
-    ("sequential" or "parallel")."""
-    if method == "parallel":
-        return _parallel_scan(xp, a, c, h0)
-    h = xp.zeros(a.shape, dtype=a.dtype)
-    state = h0
-    for t in range(a.shape[0]):
-        state = a[t] * state + c[t]
-        h[t] = state
-    return h
-
-
-def _parallel_scan(xp, a, c, h0):
-    """``scan`` as Hillis and Steele's parallel prefix: the initial state folded into the
-    first step, then in round ``k`` every step ``t >= d = 2^k`` composes with step ``t - d``:
-    ``c_t <- a_t∘c_{t-d} + c_t``, ``a_t <- a_t∘a_{t-d}``. After ``⌈log2 T⌉`` rounds ``c_t``
-    is ``h_t``; each ``h_t`` is a sum of at most ``T`` products, each of at most ``log2 T +
-    1`` rounded factors."""
-    n_steps = a.shape[0]
-    if n_steps == 0:
-        return xp.zeros(a.shape, dtype=a.dtype)
-    c = xp.concatenate([(a[0] * h0 + c[0])[None], c[1:]], axis=0)
-    d = 1
-    while d < n_steps:
-        c = xp.concatenate([c[:d], a[d:] * c[:-d] + c[d:]], axis=0)
-        a = xp.concatenate([a[:d], a[d:] * a[:-d]], axis=0)
-        d *= 2
-    return c
-
-
-def adjoint(xp, a, d_h, d_final, method):
-    """``(g, dh0)`` of the adjoint recurrence ``g_t = d_h_t + a_{t+1}∘g_{t+1}`` with
-    ``g_{T-1} = d_h_{T-1} + d_final``, ``dh0 = a_0∘g_0``: a ``scan`` over the reversed steps
-    with the multipliers shifted by one (the last step's is 1)."""
-    if a.shape[0] == 0:
-        return d_h, d_final * 1       # a fresh array (its tangent too): never an alias
-    a_next = xp.concatenate([a[1:], a[:1] * 0 + 1], axis=0)
-    g = scan(xp, a_next[::-1], d_h[::-1], d_final, method)[::-1]
-    return g, a[0] * g[0]
-
-
-def running_steps(xp, x, seq_len):
-    """``[T, B, 1]`` booleans: the steps each row runs (None without lengths)."""
-    return None if seq_len is None else plan.running_mask(xp, x.shape[0], seq_len)[:, :, None]
-
-
-def only_running(a, running):
-    """``a`` zeroed past each row's length (``a`` without lengths; NaN there too)."""
-    return a if running is None else namespace_of(a).where(running, a, 0)
 
 
 def recurrence(z, hc, running):
@@ -121,11 +62,6 @@ def recurrence(z, hc, running):
     length."""
     a, c = 1 - only_running(z, running), only_running(z * hc, running)
     return a, c
-
-
-def _final(xp, h, h0):
-    """The state after the last step (``h0`` for a sequence of none)."""
-    return h[-1].copy() if h.shape[0] else h0 * 1
 
 
 # --------------------------------------------------------------------------------------
@@ -142,7 +78,7 @@ def mingru_sequence(x, h0, weights, settings):
     a, c = recurrence(z, hc, running)
     h = scan(xp, a, c, h0, scan_method(settings.method, x.shape[0]))
     return MinGRUSequence(only_running(z, running), only_running(hc, running),
-                          only_running(h, running), _final(xp, h, h0))
+                          only_running(h, running), final_state(h, h0))
 
 
 def mingru_sequence_grad(x, h0, weights, seq, settings, *, d_z=None, d_hc=None, d_h=None,
@@ -231,9 +167,9 @@ def mingru_sequence_jvp(x, h0, weights, tangents, settings):
     h_prev = plan.previous_states(xp, h0, h)
     d_h = scan(xp, a, only_running(dz * (hc - h_prev) + z * dhc, running), t.h0, method)
     result = MinGRUSequence(*(only_running(v, running) for v in (z, hc, h)),
-                            _final(xp, h, h0))
+                            final_state(h, h0))
     return result, MinGRUSequence(*(only_running(v, running) for v in (dz, dhc, d_h)),
-                                  _final(xp, d_h, t.h0))
+                                  final_state(d_h, t.h0))
 
 
 def mingru_cell_jvp(x, h_prev, weights, tangents, settings):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from ..._core.scan import PARALLEL_FROM_STEPS, scan_method  # noqa: F401 (the cell's names)
 from ..._core.specs import CellSpec, Keyword, Labels, OpSpec, StackSpec
 from ..._core.types import Array, Recorded
 
@@ -146,20 +147,6 @@ below) or none."""
 METHODS = ("auto", "sequential", "parallel")
 """How a sequence runs its recurrence: step by step, or as an associative scan over time
 (docs/spec.md §18.1); "auto" chooses by the number of steps (``scan_method``)."""
-
-PARALLEL_FROM_STEPS = 8192
-""""auto" runs the parallel scan from this many steps on, the sequential one below. Not yet
-tuned: on a loaded two-core machine the CPU's chunked scan (two passes over ``a`` and ``c``
-on two threads) was slower than the sequential one (one pass) at every size measured."""
-
-
-def scan_method(method: str, n_steps: int) -> str:
-    """The method a sequence of ``n_steps`` runs: ``method``, "auto" resolved by
-    ``PARALLEL_FROM_STEPS``."""
-    if method != "auto":
-        return method
-    return "parallel" if n_steps >= PARALLEL_FROM_STEPS else "sequential"
-
 
 WEIGHT_LABELS: dict[str, Labels] = {"w": ("I", "2H"), "b": ("2H",)}
 """The shape labels of every weight."""

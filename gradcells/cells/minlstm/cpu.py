@@ -1,0 +1,230 @@
+"""The minLSTM on the CPU: one BLAS product for every step's gates, one fused pass for their
+activations, the linear recurrence as the shared Numba scan (``gradcells.cpu._scan``, the
+minGRU's).
+
+The math is ``gradcells.cells.minlstm.reference``. A sequence's forward:
+
+    p = x_flat·w + b                          one BLAS call over all T·B rows
+    minlstm_gates_kernel(p, ...)              f', i', h̃, a = f', c = i'∘h̃ in one pass
+    linear_scan(a, c, h0, ...)                h_t = a_t∘h_{t-1} + c_t
+
+and its gradient:
+
+    linear_scan(a, d_h, d_h_final, ..., post=True)      the adjoint g, and dh0
+    p = x_flat·w + b                                     recomputed: σ(-p_f), σ(-p_i), act'
+    minlstm_grad_kernel(...)                             dp and the bias sum
+    dx = dp·wᵀ,  dw = x_flatᵀ·dp                         two BLAS calls
+
+``method`` "parallel" runs the scans chunked (``CHUNK`` steps a chunk, the chunks' passes on
+threads), "sequential" step by step; "auto" as ``spec.scan_method``. With ``reverse`` and
+lengths the scans run backwards in time natively (``gradcells.cpu.NATIVE_REVERSE``), the
+steps past each row's length being the identity. Forward mode is NumPy around the same
+kernels; second order runs the reference's ``gradient_jvp`` (dual numbers) on NumPy arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..._core.plan import flat, previous_states
+from ...cpu._scan import linear_scan
+from ...cpu._sequence import (
+    contiguous,
+    lengths_of,
+    projection,
+    running_inputs,
+    step_outputs,
+    zero_stopped,
+)
+from ...cpu._workspace import scratch
+from . import reference
+from ._cpu_kernels import minlstm_gates_kernel, minlstm_grad_kernel
+from .spec import (
+    MinLSTMCellGrads,
+    MinLSTMCellState,
+    MinLSTMSequence,
+    MinLSTMSequenceGrads,
+    scan_method,
+)
+
+CHUNK = 64
+"""Steps per chunk of the parallel scan."""
+
+_NONE = np.empty((0, 0, 0))
+
+
+def _kernel_lengths(lengths):
+    return np.empty(0, np.int64) if lengths is None else np.ascontiguousarray(lengths)
+
+
+def _scan(a, c, s0, settings, post):
+    """The linear recurrence over ``a, c [T, B, H]`` from ``s0 [B, H]``: ``(out, final)``
+    (the forward runs backwards in time with ``reverse``, the adjoint, ``post``, the other
+    way)."""
+    chunk = CHUNK if scan_method(settings.method, a.shape[0]) == "parallel" else 0
+    return linear_scan(a, c, s0, chunk=chunk, backward=settings.reverse != post, post=post)
+
+
+def _gates(x, weights, settings, lengths):
+    """``(x, p, f, i, hc, a, c)``: the running inputs, the pre-activations (scratch) and the
+    gates (``f``, ``i``, ``hc`` fresh arrays; ``a``, ``c`` scratch)."""
+    x, w, b = (contiguous(v) for v in (x, weights.w, weights.b))
+    x = running_inputs(x, lengths)
+    n_steps, n_batch, _ = x.shape
+    n_hidden = w.shape[1] // 3
+    p, a, c = scratch(x.dtype, (n_steps, n_batch, 3 * n_hidden),
+                      *[(n_steps, n_batch, n_hidden)] * 2)
+    projection(x, w, b, p)
+    f, i, hc = step_outputs(3, (n_steps, n_batch, n_hidden), x.dtype)
+    minlstm_gates_kernel(p, _kernel_lengths(lengths), settings.activation == "identity",
+                         f, i, hc, a, c)
+    return x, p, f, i, hc, a, c
+
+
+# --------------------------------------------------------------------------------------
+# sequence
+
+
+def minlstm_sequence(x, h0, weights, settings):
+    """The minLSTM over ``x [T, B, I]``; see ``gradcells.reference``'s
+    ``minlstm_sequence``."""
+    lengths = lengths_of(settings.seq_len)
+    _, _, f, i, hc, a, c = _gates(x, weights, settings, lengths)
+    h, h_final = _scan(a, c, h0, settings, post=False)
+    zero_stopped((h,), lengths)
+    return MinLSTMSequence(f, i, hc, h, h_final)
+
+
+def _multipliers(i, lengths):
+    """``a = f' = 1 - i'`` with the identity ``a = 1`` past each row's length."""
+    a = 1 - i
+    if lengths is not None:
+        a[np.arange(i.shape[0])[:, None] >= lengths[None, :]] = 1
+    return a
+
+
+def _upstream_steps(d_h, shape, dtype, lengths):
+    """``d_h`` (zeros for None) with zeros past each row's length: a fresh array."""
+    if d_h is None:
+        return np.zeros(shape, dtype)
+    out = np.array(d_h, dtype=dtype, order="C")
+    zero_stopped((out,), lengths)
+    return out
+
+
+def minlstm_sequence_grad(x, h0, weights, seq, settings, *, d_f=None, d_i=None, d_hc=None,
+                          d_h=None, d_h_final=None):
+    """Backpropagation through time for ``minlstm_sequence`` (the plan in the module
+    docstring)."""
+    lengths = lengths_of(settings.seq_len)
+    x, w, h0 = running_inputs(contiguous(x), lengths), contiguous(weights.w), contiguous(h0)
+    dtype = x.dtype
+    f, i, hc = contiguous(seq.f), contiguous(seq.i), contiguous(seq.hc)
+    up = _upstream_steps(d_h, i.shape, dtype, lengths)
+    final = np.zeros_like(h0) if d_h_final is None else d_h_final
+    g, d_h0 = _scan(_multipliers(i, lengths), up, final, settings, post=True)
+    p = projection_of(x, w, weights.b)
+    d_p = np.empty_like(p)
+    d_bias = np.zeros(p.shape[2], dtype)
+    minlstm_grad_kernel(p, f, i, hc, contiguous(seq.h), h0, g, *(
+        _NONE.astype(dtype) if d is None else contiguous(d) for d in (d_f, d_i, d_hc)),
+        _kernel_lengths(lengths), settings.reverse, settings.activation == "identity", d_p,
+        d_bias)
+    d_flat = flat(d_p)
+    dx = (d_flat @ w.T).reshape(x.shape)
+    return MinLSTMSequenceGrads(x=dx, h0=d_h0, w=flat(x).T @ d_flat, b=d_bias)
+
+
+def projection_of(x, w_x, b):
+    """``x_flat·w_x + b`` as a fresh ``[T, B, width]``."""
+    out = np.empty((x.shape[0], x.shape[1], w_x.shape[1]), x.dtype)
+    projection(x, w_x, contiguous(b), out)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# cell: a sequence of one step
+
+
+def _step(a):
+    return None if a is None else a[None]
+
+
+def _one_step(settings):
+    return type(settings)(activation=settings.activation, method="sequential")
+
+
+def minlstm_cell(x, h_prev, weights, settings):
+    """One minLSTM step; returns ``MinLSTMCellState(f, i, hc, h)``."""
+    seq = minlstm_sequence(x[None], h_prev, weights, _one_step(settings))
+    return MinLSTMCellState(seq.f[0], seq.i[0], seq.hc[0], seq.h[0])
+
+
+def minlstm_cell_grad(x, h_prev, weights, state, settings, *, d_f=None, d_i=None, d_hc=None,
+                      d_h=None):
+    """Gradient of one minLSTM step with respect to every input (``MinLSTMCellGrads``)."""
+    seq = MinLSTMSequence(state.f[None], state.i[None], state.hc[None], state.h[None],
+                          state.h)
+    g = minlstm_sequence_grad(x[None], h_prev, weights, seq, _one_step(settings),
+                              d_f=_step(d_f), d_i=_step(d_i), d_hc=_step(d_hc),
+                              d_h=_step(d_h))
+    return MinLSTMCellGrads(g.x[0], g.h0, g.w, g.b)
+
+
+# --------------------------------------------------------------------------------------
+# forward mode (docs/spec.md §12)
+
+
+def _sigmoid(v):
+    return 0.5 * np.tanh(0.5 * v) + 0.5
+
+
+def minlstm_sequence_jvp(x, h0, weights, tangents, settings):
+    """``minlstm_sequence`` and its tangent along ``tangents`` (a ``MinLSTMSequenceGrads``,
+    None fields zero): the gates' tangents in NumPy, the state's by the same scan,
+
+        di' = f'∘i'∘(σ(-p_i)∘dp_i - σ(-p_f)∘dp_f);   df' = -di'
+        dh_t = f'_t∘dh_{t-1} + di'_t∘(h̃_t - h_{t-1}) + i'_t∘dh̃_t
+    """
+    lengths = lengths_of(settings.seq_len)
+    x_run, p, f, i, hc, a, c = _gates(x, weights, settings, lengths)
+    h, h_final = _scan(a, c, h0, settings, post=False)
+    n_hidden = h0.shape[1]
+    dp = _input_tangent(x_run, weights, tangents, lengths)
+    di = f * i * (_sigmoid(-p[..., n_hidden:2 * n_hidden]) * dp[..., n_hidden:2 * n_hidden]
+                  - _sigmoid(-p[..., :n_hidden]) * dp[..., :n_hidden])
+    slope = 1 if settings.activation == "identity" else np.where(
+        p[..., 2 * n_hidden:] >= 0, 1, hc * (1 - hc))
+    dhc = _upstream_steps(slope * dp[..., 2 * n_hidden:], i.shape, i.dtype, lengths)
+    t_h0 = np.zeros_like(h0) if tangents.h0 is None else tangents.h0
+    d_h, d_final = _scan(a, di * (hc - previous_states(np, h0, h)) + i * dhc, t_h0, settings,
+                         post=False)
+    zero_stopped((h, d_h), lengths)
+    return MinLSTMSequence(f, i, hc, h, h_final), MinLSTMSequence(-di, di, dhc, d_h, d_final)
+
+
+def _input_tangent(x, weights, tangents, lengths):
+    """``dp = dx·w + x·dw + db`` over all steps (the running inputs' tangent)."""
+    dp = np.zeros((*x.shape[:2], weights.w.shape[1]), x.dtype)
+    if tangents.x is not None:
+        dp += projection_of(running_inputs(contiguous(tangents.x), lengths), weights.w,
+                            np.zeros_like(weights.b))
+    if tangents.w is not None:
+        dp += projection_of(x, tangents.w, np.zeros_like(weights.b))
+    if tangents.b is not None:
+        dp += tangents.b
+    return dp
+
+
+def minlstm_cell_jvp(x, h_prev, weights, tangents, settings):
+    """One minLSTM step and its tangent along ``tangents`` (a ``MinLSTMCellGrads``)."""
+    t = MinLSTMSequenceGrads(_step(tangents.x), tangents.h_prev, tangents.w, tangents.b)
+    pair = minlstm_sequence_jvp(x[None], h_prev, weights, t, _one_step(settings))
+    return tuple(MinLSTMCellState(s.f[0], s.i[0], s.hc[0], s.h[0]) for s in pair)
+
+
+# --------------------------------------------------------------------------------------
+# second order (docs/spec.md §12): the reference's, on NumPy arrays
+
+minlstm_cell_grad_jvp = reference.minlstm_cell_grad_jvp
+minlstm_sequence_grad_jvp = reference.minlstm_sequence_grad_jvp

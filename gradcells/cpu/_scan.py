@@ -1,0 +1,175 @@
+"""The diagonal linear recurrence on the CPU (docs/spec.md §18.1): ``s_t = a_t∘s_{t-1} +
+c_t`` over ``[T, N]`` columns, sequential or as a chunked two-level scan whose per-chunk
+passes run on threads (``linear_scan``). The minGRU and the minLSTM run their states,
+tangents and adjoints through it; its math is ``gradcells._core.scan``'s.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import os
+
+import numpy as np
+
+from ._compile import helper, kernel
+from ._sequence import contiguous
+
+
+def _rows(a):
+    """``[T, B, H]`` as ``[T, B·H]`` (a view)."""
+    return a.reshape(a.shape[0], a.shape[1] * a.shape[2])
+
+
+@helper
+def _time(position, n_steps, backward):
+    return n_steps - 1 - position if backward else position
+
+
+@helper
+def _run(a, c, s, backward, post, first, last, out, write):
+    """Positions ``first..last-1`` of the run order from the state ``s [N]`` (updated in
+    place); writes each step's output into ``out`` when ``write``. ``post`` False:
+    ``s = a∘s + c``, the output ``s``; True (the adjoint): the output ``s + c``, then
+    ``s = a∘(s + c)``."""
+    n_steps, n = a.shape
+    for position in range(first, last):
+        t = _time(position, n_steps, backward)
+        a_t, c_t, o_t = a[t], c[t], out[t]
+        if post:
+            for j in range(n):
+                v = s[j] + c_t[j]
+                if write:
+                    o_t[j] = v
+                s[j] = a_t[j] * v
+        else:
+            for j in range(n):
+                s[j] = a_t[j] * s[j] + c_t[j]
+                if write:
+                    o_t[j] = s[j]
+
+
+@kernel
+def linear_scan_kernel(a, c, s0, backward, post, chunk, out, s_final):
+    """The linear recurrence over ``a, c [T, N]`` from ``s0 [N]`` in the run order
+    (``backward``: from time T-1 down to 0); writes every step's output into ``out [T, N]``
+    and the state after the last step into ``s_final [N]``. ``post`` as ``_run``.
+
+    ``chunk`` 0 (or at least T): sequential. Otherwise the chunked two-level scan, on the
+    calling thread: (1) ``scan_maps_kernel``: each chunk of ``chunk`` consecutive steps
+    reduced to its affine map ``s -> A∘s + C``, (2) ``scan_carries_kernel``: a sequential
+    pass over the chunks' maps gives each chunk's incoming state, (3)
+    ``scan_chunks_kernel``: each chunk scanned again from its incoming state, writing the
+    outputs. Steps (1) and (3) are independent per chunk (``cpu.py`` runs them on threads
+    over ranges of chunks); within a chunk the outputs are the sequential scan's from that
+    chunk's incoming state, which differs from the sequential method's only by the rounding
+    of the composed maps."""
+    n_steps, n = a.shape
+    if chunk <= 0 or chunk >= n_steps:
+        s_final[:] = s0
+        _run(a, c, s_final, backward, post, 0, n_steps, out, True)
+        return
+    n_chunks = (n_steps + chunk - 1) // chunk
+    agg_a, agg_c = np.empty((n_chunks, n), a.dtype), np.empty((n_chunks, n), a.dtype)
+    carries = np.empty((n_chunks, n), a.dtype)
+    scan_maps_kernel(a, c, backward, post, chunk, 0, n_chunks, agg_a, agg_c)
+    scan_carries_kernel(agg_a, agg_c, s0, carries, s_final)
+    scan_chunks_kernel(a, c, backward, post, chunk, 0, n_chunks, carries, out, s_final)
+
+
+@kernel
+def scan_maps_kernel(a, c, backward, post, chunk, first, last, agg_a, agg_c):
+    """Step (1) of ``linear_scan_kernel`` for the chunks ``first..last-1``: each chunk's map
+    ``s -> agg_a[k]∘s + agg_c[k]`` (``agg_c``: the chunk scanned from 0; ``agg_a``: its
+    multipliers' product)."""
+    n_steps, n = a.shape
+    for k in range(first, last):
+        lo, hi = k * chunk, min((k + 1) * chunk, n_steps)
+        agg_c[k] = 0
+        _run(a, c, agg_c[k], backward, post, lo, hi, a, False)   # a: never written
+        product = agg_a[k]
+        product[:] = 1
+        for position in range(lo, hi):
+            a_t = a[_time(position, n_steps, backward)]
+            for j in range(n):
+                product[j] *= a_t[j]
+
+
+@kernel
+def scan_carries_kernel(agg_a, agg_c, s0, carries, s_final):
+    """Step (2) of ``linear_scan_kernel``: each chunk's incoming state ``carries[k]``, from
+    ``s0`` through the maps of the chunks before it; ``s_final``: through all of them."""
+    n_chunks, n = agg_a.shape
+    s_final[:] = s0
+    for k in range(n_chunks):
+        carries[k] = s_final
+        for j in range(n):
+            s_final[j] = agg_a[k, j] * s_final[j] + agg_c[k, j]
+
+
+@kernel
+def scan_chunks_kernel(a, c, backward, post, chunk, first, last, carries, out, s_final):
+    """Step (3) of ``linear_scan_kernel`` for the chunks ``first..last-1``: each scanned from
+    ``carries[k]`` (updated in place), writing ``out``; the last chunk's own last state
+    into ``s_final`` (so that it is the last output, bitwise)."""
+    n_steps = a.shape[0]
+    n_chunks = carries.shape[0]
+    for k in range(first, last):
+        _run(a, c, carries[k], backward, post, k * chunk, min((k + 1) * chunk, n_steps),
+             out, True)
+        if k == n_chunks - 1:
+            s_final[:] = carries[k]
+
+
+
+def linear_scan(a, c, s0, *, chunk, backward, post):
+    """The linear recurrence over ``a, c [T, B, H]`` (C-contiguous) from ``s0 [B, H]``:
+    ``(out, final)``, fresh arrays; ``backward``: time runs from T-1 down to 0; ``post`` as
+    ``_run``. ``chunk`` 0: sequential; otherwise the chunked scan, its chunks on
+    ``_workers`` threads."""
+    out, final = np.empty_like(a), np.empty(s0.shape, a.dtype)
+    arguments = (_rows(a), _rows(c), contiguous(s0).ravel(), backward, post,
+                 chunk, _rows(out), final.ravel())
+    workers = _workers(a.shape[0], chunk)
+    if workers < 2:
+        linear_scan_kernel(*arguments)
+    else:
+        _threaded_scan(*arguments, workers)
+    return out, final
+
+
+def _workers(n_steps, chunk):
+    """The threads a chunked scan of ``n_steps`` runs on: one per core this process may
+    use, at most one per chunk (1: the calling thread alone)."""
+    if chunk <= 0 or n_steps <= chunk:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cores or 1, -(-n_steps // chunk)))
+
+
+def _threaded_scan(a, c, s0, backward, post, chunk, out, s_final, workers):
+    """``linear_scan_kernel``'s chunked scan with its steps (1) and (3) split into
+    ``workers`` ranges of chunks, run at once (the kernels release the GIL)."""
+    n_chunks = -(-a.shape[0] // chunk)
+    agg_a, agg_c, carries = np.empty((3, n_chunks, a.shape[1]), a.dtype)
+    bounds = np.linspace(0, n_chunks, workers + 1).astype(int)
+    ranges = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
+    _at_once([functools.partial(scan_maps_kernel, a, c, backward, post, chunk, lo, hi,
+                                agg_a, agg_c) for lo, hi in ranges])
+    scan_carries_kernel(agg_a, agg_c, s0, carries, s_final)
+    _at_once([functools.partial(scan_chunks_kernel, a, c, backward, post, chunk, lo, hi,
+                                carries, out, s_final) for lo, hi in ranges])
+
+
+_pool: list[concurrent.futures.ThreadPoolExecutor] = []
+
+
+def _at_once(calls):
+    """Run ``calls``: the first on the calling thread, the others on a shared pool."""
+    if not _pool:
+        _pool.append(concurrent.futures.ThreadPoolExecutor(
+            thread_name_prefix="gradcells-scan"))
+    pending = [_pool[0].submit(call) for call in calls[1:]]
+    calls[0]()
+    for future in pending:
+        future.result()

@@ -1,0 +1,68 @@
+// The diagonal linear recurrence (docs/spec.md section 18.1) in its gated form, the one the
+// minGRU and the minLSTM (section 18.2) run: per-(b, j) scans over time, one thread per
+// element of the [B, H] state. All arrays C-contiguous [T, B, H]; grid-stride loop.
+//
+// T is the storage type (float, double or gc_half); A the arithmetic type (float for
+// gc_half). Each kernel's signature below is the one place its parameters are written
+// (gradcells/gpu/_kernels.py reads it and generates the extern "C" entry points).
+
+#include "common.cuh"
+
+// The linear recurrence, one thread per element k = b*H + j of the [B, H] state, each
+// running its own column over time from s0[k]: the multiplier a_t = 1 - z_t and the addend
+// c_t = z_t*c[t] (use_gated: c holds h-tilde) or c[t]. use_post = 0: s = a*s + c, the output s
+// (the forward, and forward mode's tangent); use_post = 1: the output s + c, then
+// s = a*(s + c) (the adjoint: c holds d_h, s starts at d_h_final and ends at dh0).
+// use_backward: time runs from T-1 down to 0. A step past the row's length is the identity
+// (a = 1, c = 0; z and c are not read there) and outputs 0. s_final[k]: the state after the
+// last step.
+template <class T, class A, class Index>
+__device__ __forceinline__ void gated_scan_body(
+    const T* z, const T* c, const T* s0, const int* seq_len, int use_seq_len, int use_gated,
+    int use_post, int use_backward, long long n_steps, Index n, Index hidden, T* out,
+    T* s_final)
+{
+    const A zero = (A)0;
+    const A one = (A)1;
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const long long length = use_seq_len ? (long long)seq_len[k / hidden] : n_steps;
+        A s = gc_load(s0[k]);
+        for (long long i = 0; i < n_steps; ++i) {
+            const long long t = use_backward ? n_steps - 1 - i : i;
+            const unsigned long long at = (unsigned long long)t * (unsigned long long)n + k;
+            if (t >= length) {
+                out[at] = gc_store<T>::from(zero);
+                continue;
+            }
+            const A gate = gc_load(z[at]);
+            const A add = use_gated ? gate * gc_load(c[at]) : gc_load(c[at]);
+            if (use_post) {
+                const A v = s + add;
+                out[at] = gc_store<T>::from(v);
+                s = (one - gate) * v;
+            } else {
+                s = (one - gate) * s + add;
+                out[at] = gc_store<T>::from(s);
+            }
+        }
+        s_final[k] = gc_store<T>::from(s);
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void gated_scan(
+    const T* z, const T* c, const T* s0, const int* seq_len, int use_seq_len, int use_gated,
+    int use_post, int use_backward, long long n_steps, long long batch, long long hidden,
+    T* out, T* s_final)
+{
+    const long long n = batch * hidden;
+    if (n <= GC_UINT32_SAFE_COUNT) {
+        gated_scan_body<T, A, unsigned int>(
+            z, c, s0, seq_len, use_seq_len, use_gated, use_post, use_backward, n_steps,
+            (unsigned int)n, (unsigned int)hidden, out, s_final);
+    } else {
+        gated_scan_body<T, A, unsigned long long>(
+            z, c, s0, seq_len, use_seq_len, use_gated, use_post, use_backward, n_steps,
+            (unsigned long long)n, (unsigned long long)hidden, out, s_final);
+    }
+}
