@@ -50,13 +50,13 @@ from .faults import FAULTS, Fault
 
 FRAMEWORKS = {"tensorflow": "tensorflow", "tf": "tensorflow", "torch": "torch",
               "pytorch": "torch", "jax": "jax", "flax": "jax", "keras": "keras",
-              "onnxruntime": "onnxruntime", "ort": "onnxruntime"}
+              "onnxruntime": "onnxruntime", "ort": "onnxruntime", "xlstm": "xlstm"}
 """The names ``audit`` takes, each to the module ``gradcells.audit.<module>`` that audits it."""
-ALL = ("tensorflow", "torch", "jax", "keras", "onnxruntime")
+ALL = ("tensorflow", "torch", "jax", "keras", "onnxruntime", "xlstm")
 """What ``audit all`` runs, in order."""
 INSTALL = {"tensorflow": "pip install tensorflow-cpu", "torch": "pip install torch",
            "jax": "pip install jax flax", "keras": "pip install keras",
-           "onnxruntime": "pip install onnx onnxruntime"}
+           "onnxruntime": "pip install onnx onnxruntime", "xlstm": "pip install xlstm"}
 """How to install each framework (the message of a usage error naming it)."""
 
 _run_check = run_check          # the names of the first edition

@@ -39,7 +39,8 @@ STDLIB = sys.stdlib_module_names
 # The libraries a function may import: optional extras, imported only when a caller uses them,
 # and Numba's submodules, whose import the CPU machinery defers (``cpu/_compile.py``).
 OPTIONAL = {"numba", "torch", "jax", "jaxlib", "cupy", "cupyx", "dask", "distributed", "tensorflow",
-            "keras", "flax", "onnx", "onnxruntime", "hypothesis", "matplotlib", "threadpoolctl"}
+            "keras", "flax", "onnx", "onnxruntime", "hypothesis", "matplotlib", "threadpoolctl",
+            "xlstm"}
 
 
 def _modules():
