@@ -462,6 +462,58 @@ _LIST = (
         test_file="tests/frameworks/test_audit_torch.py",
         shows=r"NotImplementedError: Trying to use forward AD with _pack_padded_sequence"),
     Fault(
+        60, "xLSTM's sLSTMCell.forward takes `lengths` and ignores them",
+        "`sLSTMCell.forward(input, state=None, lengths=None)` never reads `lengths`: the "
+        "outputs and the returned state are those of every step run, for every row, whatever "
+        "the lengths (the audit's row: equal to gradcells without `seq_len`, |Δ| up to about "
+        "1 against gradcells with it, in the padding and in the final state). A caller who "
+        "passes a ragged batch's lengths gets the state after the padding, silently.",
+        "# PYTHONWARNINGS=ignore\n"
+        "import torch\n"
+        "from xlstm.blocks.slstm.cell import sLSTMCell, sLSTMCellConfig\n"
+        "cell = sLSTMCell(sLSTMCellConfig(hidden_size=4, num_heads=1, backend='vanilla',\n"
+        "    dtype='float32', recurrent_weight_init='standard', bias_init='standard',\n"
+        "    enable_automatic_mixed_precision=False))\n"
+        "x = torch.randn(2, 5, 16)\n"
+        "_, full = cell(x)\n"
+        "_, short = cell(x, lengths=torch.tensor([1, 2]))\n"
+        "print('lengths ignored:', torch.equal(full, short))   # True",
+        ("sLSTMCell (vanilla) lengths vs gradcells (seq_len)",),
+        "test_fault_60_lengths_are_ignored",
+        test_file="tests/frameworks/test_audit_xlstm.py", shows=r"lengths ignored: True"),
+    Fault(
+        61, "xLSTM's sLSTMCell.step returns the state it was given, not the new one",
+        "`sLSTMCell.step(input, state)` computes the step (its output equals gradcells's "
+        "`h`) but returns `output, state` with the `state` argument unchanged (None when none "
+        "was passed): the step's `c, n, m, h` are dropped, and a loop that feeds the returned "
+        "state back runs every step from the first state.",
+        "# PYTHONWARNINGS=ignore\n"
+        "import torch\n"
+        "from xlstm.blocks.slstm.cell import sLSTMCell, sLSTMCellConfig\n"
+        "cell = sLSTMCell(sLSTMCellConfig(hidden_size=4, num_heads=1, backend='vanilla',\n"
+        "    dtype='float32', enable_automatic_mixed_precision=False))\n"
+        "state = torch.zeros(4, 2, 4)\n"
+        "_, new = cell.step(torch.randn(2, 1, 16), state)\n"
+        "print('state returned unchanged:', new is state)   # True",
+        ("sLSTMCell (vanilla) step vs gradcells",),
+        "test_fault_61_step_returns_the_state_given",
+        test_file="tests/frameworks/test_audit_xlstm.py",
+        shows=r"state returned unchanged: True"),
+    Fault(
+        62, "xLSTM's sLSTM starts from the zero state with m_1 = ĩ_1, for the whole batch",
+        "When every `n` of the batch's state is 0 (`torch.all(n == 0.0)`, the state xLSTM "
+        "starts from), the vanilla step takes `m_1 = ĩ_1` instead of "
+        "`max(ĩ_1, log σ(f̃_1) + m_0)`. `h` agrees with the formula (the stabiliser cancels "
+        "in `c/n`); `c`, `n` and `m` differ from it by the stabiliser's scale, and equal "
+        "gradcells run from `m0 = -inf` (the audit's model). The test is batch-wide: a batch "
+        "with any row's `n` nonzero takes the formula for every row. A documented convention "
+        "(docs/spec.md §19), not a wrong `h`.",
+        "# m_new = iraw if torch.all(n == 0.0) else torch.max(iraw, logsigmoid(fraw) + m)\n"
+        "# (xlstm/blocks/slstm/src/vanilla/slstm.py, slstm_forward_pointwise)",
+        ("sLSTMCell (vanilla) forward from the zero state vs gradcells",),
+        "test_convention_62_zero_state_starts_from_the_input_gate", kind="convention",
+        test_file="tests/frameworks/test_audit_xlstm.py"),
+    Fault(
         70, "minGRU-pytorch's parallel mode returns NaN for a negative initial state, "
         "silently",
         "The parallel (log-space) minGRU concatenates `prev_hidden.log()` to its scan's "
