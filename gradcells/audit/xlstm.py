@@ -3,10 +3,8 @@ float64, against the oracle (central differences of xLSTM's own float64 forward)
 gradcells's ``slstm_sequence`` (docs/spec.md §19).
 
 xLSTM's cell takes the input's gate pre-activations ``Wx [B, S, 4H]`` (its layer computes them
-outside the cell), so gradcells runs with ``I = 4H`` and ``w`` the identity. The parameters
-map one to one (``_weights``): xLSTM's external recurrent kernel ``[N, H/N, 4, H/N]`` is
-gradcells's ``r [N, H/N, 4H/N]`` reshaped, its external bias ``[N, 4, H/N]`` is ``b [4H]``
-with the gate axis first; its states ``[4, B, H]`` are ``(h, c, n, m)``.
+outside the cell), so gradcells runs with ``I = 4H`` and ``w`` the identity; its parameters
+and states come through ``gc.layouts.slstm_from_xlstm``.
 
 The vanilla backend (PyTorch, any device) is checked: its forward from a carried state and
 from the zero state, its autograd under a loss on the outputs and under a loss on the
@@ -23,7 +21,7 @@ from importlib.metadata import version
 
 import numpy as np
 
-from .. import sequences
+from .. import layouts, sequences
 from ..oracle import check_vjp
 from ._engine import FLOAT64, Check, Skipped, compare, judge, oracle_outcome
 
@@ -87,18 +85,14 @@ def _cell(case):
 
 
 def _weights(case):
-    """gradcells's ``(w, r, b)`` for the case: ``w`` the identity (x is xLSTM's ``Wx``)."""
-    _, _, heads, head = case["sizes"]
-    hidden = heads * head
-    r = case["kernel"].reshape(heads, head, 4 * head)
-    b = case["bias"].transpose(1, 0, 2).reshape(4 * hidden)
-    return np.eye(4 * hidden), r, b
+    """gradcells's ``(w, r, b)`` for the case (``layouts.slstm_from_xlstm``: ``w`` the
+    identity, x is xLSTM's ``Wx``)."""
+    return layouts.slstm_from_xlstm(case["kernel"], case["bias"])
 
 
 def _states(case):
-    """The case's state as gradcells's ``(c0, n0, m0, h0)``."""
-    h, c, n, m = case["state"]
-    return c, n, m, h
+    """The case's state (xLSTM's ``h, c, n, m``) in gradcells's order ``(c, n, m, h)``."""
+    return _weights(case).gradcells_states(*case["state"])
 
 
 def _gradcells(case, **options):
