@@ -167,3 +167,12 @@ def test_linear_benchmark_compares_the_methods_with_mingru_pytorch(capsys):
     rows = [row.split("|")[1].strip() for row in _table_rows(capsys.readouterr().out)]
     assert rows[1:] == ["gradcells sequential", "gradcells parallel", "gradcells auto",
                         "minGRU-pytorch parallel"]
+
+
+def test_slstm_benchmark_compares_with_xlstm(capsys):
+    pytest.importorskip("xlstm")
+    import slstm
+
+    slstm.main(["--size", "3,2,4,4,2", "--repeats", "1"])
+    rows = [row.split("|")[1].strip() for row in _table_rows(capsys.readouterr().out)]
+    assert rows[1:] == ["gradcells cpu", "xlstm vanilla"]
