@@ -39,7 +39,7 @@ def _sequence_args(rng):
 
 
 def test_a_call_uses_at_most_the_idle_cores_and_restores_the_setting(policy, monkeypatch):
-    monkeypatch.setattr(_threads.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(_threads, "_MACHINE_CORES", 4)
     monkeypatch.setattr(_threads.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     with threadpool_limits(3, user_api="blas"):
         for busy, expected in ((0, 3), (2, 2), (3.6, 1), (9, 1)):
@@ -51,7 +51,7 @@ def test_a_call_uses_at_most_the_idle_cores_and_restores_the_setting(policy, mon
 
 
 def test_the_process_cores_bound_the_threads(policy, monkeypatch):
-    monkeypatch.setattr(_threads.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(_threads, "_MACHINE_CORES", 8)
     monkeypatch.setattr(_threads.os, "sched_getaffinity", lambda pid: {5})
     policy(0)
     with threadpool_limits(4, user_api="blas"), _threads.blas_threads() as n:
