@@ -1,7 +1,9 @@
 """The diagonal linear recurrence on the CPU (docs/spec.md §18.1): ``s_t = a_t∘s_{t-1} +
 c_t`` over ``[T, N]`` columns, sequential or as a chunked two-level scan whose per-chunk
-passes run on threads (``linear_scan``). The minGRU and the minLSTM run their states,
-tangents and adjoints through it; its math is ``gradcells._core.scan``'s.
+passes run on threads (``linear_scan``). The minGRU, the minLSTM and the public
+``linear_scan`` run their states, tangents and adjoints through it; its math is
+``gradcells._core.scan``'s. Real or complex (one compiled specialization per pair of
+dtypes: a real ``a`` with a complex ``c`` runs without widening ``a``).
 """
 
 from __future__ import annotations
@@ -70,8 +72,8 @@ def linear_scan_kernel(a, c, s0, backward, post, chunk, out, s_final):
         _run(a, c, s_final, backward, post, 0, n_steps, out, True)
         return
     n_chunks = (n_steps + chunk - 1) // chunk
-    agg_a, agg_c = np.empty((n_chunks, n), a.dtype), np.empty((n_chunks, n), a.dtype)
-    carries = np.empty((n_chunks, n), a.dtype)
+    agg_a, agg_c = np.empty((n_chunks, n), a.dtype), np.empty((n_chunks, n), out.dtype)
+    carries = np.empty((n_chunks, n), out.dtype)
     scan_maps_kernel(a, c, backward, post, chunk, 0, n_chunks, agg_a, agg_c)
     scan_carries_kernel(agg_a, agg_c, s0, carries, s_final)
     scan_chunks_kernel(a, c, backward, post, chunk, 0, n_chunks, carries, out, s_final)
@@ -86,7 +88,7 @@ def scan_maps_kernel(a, c, backward, post, chunk, first, last, agg_a, agg_c):
     for k in range(first, last):
         lo, hi = k * chunk, min((k + 1) * chunk, n_steps)
         agg_c[k] = 0
-        _run(a, c, agg_c[k], backward, post, lo, hi, a, False)   # a: never written
+        _run(a, c, agg_c[k], backward, post, lo, hi, c, False)   # c: never written
         product = agg_a[k]
         product[:] = 1
         for position in range(lo, hi):
@@ -123,11 +125,12 @@ def scan_chunks_kernel(a, c, backward, post, chunk, first, last, carries, out, s
 
 
 def linear_scan(a, c, s0, *, chunk, backward, post):
-    """The linear recurrence over ``a, c [T, B, H]`` (C-contiguous) from ``s0 [B, H]``:
-    ``(out, final)``, fresh arrays; ``backward``: time runs from T-1 down to 0; ``post`` as
+    """The linear recurrence over ``a, c [T, B, H]`` (C-contiguous) from ``s0 [B, H]`` (of
+    ``c``'s dtype; ``a`` may be real with a complex ``c``): ``(out, final)``, fresh arrays
+    of ``c``'s dtype; ``backward``: time runs from T-1 down to 0; ``post`` as
     ``_run``. ``chunk`` 0: sequential; otherwise the chunked scan, its chunks on
     ``_workers`` threads."""
-    out, final = np.empty_like(a), np.empty(s0.shape, a.dtype)
+    out, final = np.empty(c.shape, c.dtype), np.empty(s0.shape, c.dtype)
     arguments = (_rows(a), _rows(c), contiguous(s0).ravel(), backward, post,
                  chunk, _rows(out), final.ravel())
     workers = _workers(a.shape[0], chunk)
@@ -151,7 +154,8 @@ def _threaded_scan(a, c, s0, backward, post, chunk, out, s_final, workers):
     """``linear_scan_kernel``'s chunked scan with its steps (1) and (3) split into
     ``workers`` ranges of chunks, run at once (the kernels release the GIL)."""
     n_chunks = -(-a.shape[0] // chunk)
-    agg_a, agg_c, carries = np.empty((3, n_chunks, a.shape[1]), a.dtype)
+    agg_a = np.empty((n_chunks, a.shape[1]), a.dtype)
+    agg_c, carries = np.empty((2, n_chunks, a.shape[1]), out.dtype)
     bounds = np.linspace(0, n_chunks, workers + 1).astype(int)
     ranges = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
     _at_once([functools.partial(scan_maps_kernel, a, c, backward, post, chunk, lo, hi,

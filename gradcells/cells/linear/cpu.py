@@ -1,0 +1,137 @@
+"""The linear scan on the CPU (docs/spec.md §18.1): NumPy prepares the multipliers and
+addends, the shared Numba scan (``gradcells.cpu._scan``) runs the recurrence.
+
+    m = a (0 at a reset, 1 past a row's length);   c = b (0 past a row's length)
+    linear_scan(m, c, h0)                           h_t = m_t∘h_{t-1} + c_t
+    linear_scan(conj(m), d_h, d_h_final, post)      the adjoint g, and d_h0 = conj(m_0)∘g_0
+    d_a = g∘conj(h_prev) (0 at a reset),  d_b = g
+
+``method`` "parallel" runs the scans chunked (``CHUNK`` steps a chunk, the chunks' two
+passes spread over the cores this process may use), "sequential" step by step; "auto" as
+``spec.scan_method``. With ``reverse`` and lengths the scans run backwards in time natively
+(``gradcells.cpu.NATIVE_REVERSE``): each row's steps past its length are the identity, so
+its state reaches its last valid step unchanged. The kernels are compiled for real and
+complex dtypes (a real ``a`` with a complex ``b`` is not widened). Forward mode is NumPy
+around the same scan; second order runs the reference's on NumPy arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...cpu._scan import linear_scan as scan
+from ...cpu._sequence import contiguous, lengths_of, zero_stopped
+from . import reference
+from .spec import LinearScan, LinearScanGrads, scan_method
+
+CHUNK = 64
+"""Steps per chunk of the parallel scan."""
+
+
+def _chunk(settings, n_steps):
+    return CHUNK if scan_method(settings.method, n_steps) == "parallel" else 0
+
+
+def _running(n_steps, lengths):
+    """``[T, B, 1]`` booleans of the steps each row runs (None without lengths)."""
+    if lengths is None:
+        return None
+    return (np.arange(n_steps)[:, None] < lengths[None, :])[:, :, None]
+
+
+def _multipliers(a, settings, running):
+    """``m``: ``a`` with 0 at a reset and 1 past a row's length (C-contiguous; ``a`` itself
+    when neither applies)."""
+    m = a
+    if settings.resets is not None:
+        m = np.where(settings.resets[:, :, None], a.dtype.type(0), a)
+    if running is not None:
+        m = np.where(running, m, a.dtype.type(1))
+    return contiguous(m)
+
+
+def _kept(v, running, dtype=None):
+    """``v`` (as ``dtype``) with zeros past each row's length, C-contiguous (a fresh array
+    when anything changes)."""
+    v = v if dtype is None or v.dtype == dtype else v.astype(dtype)
+    if running is not None:
+        v = np.where(running, v, v.dtype.type(0))
+    return contiguous(v)
+
+
+def _run(m, c, s0, settings, post):
+    """``(out, final)`` of the recurrence (the forward backwards in time with ``reverse``,
+    the adjoint, ``post``, the other way)."""
+    return scan(m, c, contiguous(s0), chunk=_chunk(settings, m.shape[0]),
+                backward=settings.reverse != post, post=post)
+
+
+def linear_scan(a, b, h0, settings):
+    """``LinearScan(h, h_final)``; see ``gradcells.reference``'s ``linear_scan``."""
+    lengths = lengths_of(settings.seq_len)
+    running = _running(a.shape[0], lengths)
+    dtype = np.result_type(a, b)
+    h, h_final = _run(_multipliers(a, settings, running), _kept(b, running, dtype),
+                      h0.astype(dtype, copy=False), settings, post=False)
+    zero_stopped((h,), lengths)
+    return LinearScan(h, h_final)
+
+
+def _previous(h0, h, lengths, backward):
+    """The state each step starts from, in run order: ``h_{t-1}`` (``h0`` at t = 0), or
+    with ``backward`` ``h_{t+1}`` (``h0`` at each row's last valid step)."""
+    if not backward:
+        return np.concatenate([h0[None], h[:-1]], axis=0)
+    following = np.concatenate([h[1:], h0[None]], axis=0)
+    if lengths is None:
+        return following
+    last = (np.arange(h.shape[0])[:, None] + 1 >= lengths[None, :])[:, :, None]
+    return np.where(last, h0[None], following)
+
+
+def _real_if(v, like):
+    return v if like.dtype.kind == "c" else np.ascontiguousarray(v.real)
+
+
+def linear_scan_grad(a, b, h0, result, settings, *, d_h=None, d_h_final=None):
+    """``LinearScanGrads(a, b, h0)`` by the adjoint scan (the module docstring)."""
+    lengths = lengths_of(settings.seq_len)
+    running = _running(a.shape[0], lengths)
+    dtype = np.result_type(a, b)
+    m = _multipliers(a, settings, running)
+    d_h = np.zeros(b.shape, dtype) if d_h is None else _kept(d_h, running)
+    final = np.zeros(h0.shape, dtype) if d_h_final is None else d_h_final
+    g, d_h0 = _run(np.conj(m) if m.dtype.kind == "c" else m, d_h, final, settings, post=True)
+    zero_stopped((g,), lengths)
+    h_prev = _previous(h0.astype(dtype, copy=False), result.h, lengths, settings.reverse)
+    d_a = g * np.conj(h_prev)
+    if settings.resets is not None:
+        d_a[settings.resets] = 0
+    return LinearScanGrads(a=_real_if(d_a, a), b=g, h0=d_h0)
+
+
+def linear_scan_jvp(a, b, h0, tangents, settings):
+    """``linear_scan`` and its tangent along ``tangents`` (``LinearScanGrads``, None fields
+    zero), by the same scan: ``t_h_t = m_t∘t_h_{t-1} + t_m_t∘h_{t-1} + t_b_t``."""
+    lengths = lengths_of(settings.seq_len)
+    running = _running(a.shape[0], lengths)
+    dtype = np.result_type(a, b)
+    m = _multipliers(a, settings, running)
+    h0 = h0.astype(dtype, copy=False)
+    h, h_final = _run(m, _kept(b, running, dtype), h0, settings, post=False)
+    addend = np.zeros(b.shape, dtype)
+    if tangents.a is not None:
+        t_m = _kept(tangents.a, running)
+        if settings.resets is not None:
+            t_m = np.where(settings.resets[:, :, None], t_m.dtype.type(0), t_m)
+        addend += t_m * _previous(h0, h, lengths, settings.reverse)
+    if tangents.b is not None:
+        addend += _kept(tangents.b, running)
+    t_h0 = np.zeros_like(h0) if tangents.h0 is None else tangents.h0
+    t_h, t_final = _run(m, addend, t_h0, settings, post=False)
+    zero_stopped((h, t_h), lengths)
+    return LinearScan(h, h_final), LinearScan(t_h, t_final)
+
+
+linear_scan_grad_jvp = reference.linear_scan_grad_jvp
+"""Second order: the reference's, on NumPy arrays."""
