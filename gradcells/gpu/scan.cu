@@ -66,3 +66,96 @@ GC_KERNEL void gated_scan(
             (unsigned long long)n, (unsigned long long)hidden, out, s_final);
     }
 }
+
+// The public linear scan (docs/spec.md section 18.1), h_t = m_t*h_{t-1} + c_t, one thread per
+// element k = b*width + j of the [B, D] state, each running its own column over time from
+// s0[k]. Real or complex: with use_complex_state the states, c, s0, out and s_final hold
+// interleaved (re, im) pairs of T (element k at [2k, 2k+1]); with use_complex_a a does too,
+// else a is real. The multiplier m_t is a_t (conj(a_t) with use_conj: the adjoint), 0 where
+// resets[t*batch + b] (use_resets: the incoming state replaced by zeros) and the identity
+// past the row's length (use_seq_len; a, c and resets are not read there, the output is 0).
+// use_post = 0: s = m*s + c, the output s (the forward and its tangent); use_post = 1: the
+// output s + c, then s = m*(s + c) (the adjoint: c holds d_h, s starts at d_h_final and ends
+// at dh0). use_backward: time runs from T-1 down to 0. s_final[k]: the state after the last
+// step.
+template <class T, class A, class Index>
+__device__ __forceinline__ void linear_scan_body(
+    const T* a, const T* c, const T* s0, const int* seq_len, const int* resets,
+    int use_seq_len, int use_resets, int use_complex_a, int use_complex_state, int use_conj,
+    int use_post, int use_backward, long long n_steps, long long batch, Index n,
+    Index width, T* out, T* s_final)
+{
+    const A zero = (A)0;
+    const Index ca = use_complex_a ? 2 : 1;
+    const Index cs = use_complex_state ? 2 : 1;
+    for (Index k = gc_first_x<Index>(); k < n; k += gc_stride_x<Index>()) {
+        const Index row = k / width;
+        const long long length = use_seq_len ? (long long)seq_len[row] : n_steps;
+        A s_re = gc_load(s0[cs * k]);
+        A s_im = use_complex_state ? gc_load(s0[cs * k + 1]) : zero;
+        for (long long i = 0; i < n_steps; ++i) {
+            const long long t = use_backward ? n_steps - 1 - i : i;
+            const unsigned long long at = (unsigned long long)t * (unsigned long long)n + k;
+            if (t >= length) {
+                out[cs * at] = gc_store<T>::from(zero);
+                if (use_complex_state) {
+                    out[cs * at + 1] = gc_store<T>::from(zero);
+                }
+                continue;
+            }
+            const bool reset = use_resets
+                && resets[(unsigned long long)t * (unsigned long long)batch + row] != 0;
+            const A m_re = reset ? zero : gc_load(a[ca * at]);
+            A m_im = (reset || !use_complex_a) ? zero : gc_load(a[ca * at + 1]);
+            if (use_conj) {
+                m_im = -m_im;
+            }
+            const A c_re = gc_load(c[cs * at]);
+            const A c_im = use_complex_state ? gc_load(c[cs * at + 1]) : zero;
+            if (use_post) {
+                const A v_re = s_re + c_re;
+                const A v_im = s_im + c_im;
+                out[cs * at] = gc_store<T>::from(v_re);
+                if (use_complex_state) {
+                    out[cs * at + 1] = gc_store<T>::from(v_im);
+                }
+                s_re = m_re * v_re - m_im * v_im;
+                s_im = m_re * v_im + m_im * v_re;
+            } else {
+                const A n_re = m_re * s_re - m_im * s_im + c_re;
+                const A n_im = m_re * s_im + m_im * s_re + c_im;
+                s_re = n_re;
+                s_im = n_im;
+                out[cs * at] = gc_store<T>::from(s_re);
+                if (use_complex_state) {
+                    out[cs * at + 1] = gc_store<T>::from(s_im);
+                }
+            }
+        }
+        s_final[cs * k] = gc_store<T>::from(s_re);
+        if (use_complex_state) {
+            s_final[cs * k + 1] = gc_store<T>::from(s_im);
+        }
+    }
+}
+
+template <class T, class A = typename gc_compute<T>::type>
+GC_KERNEL void linear_scan(
+    const T* a, const T* c, const T* s0, const int* seq_len, const int* resets,
+    int use_seq_len, int use_resets, int use_complex_a, int use_complex_state, int use_conj,
+    int use_post, int use_backward, long long n_steps, long long batch, long long width,
+    T* out, T* s_final)
+{
+    const long long n = batch * width;
+    if (2 * n <= GC_UINT32_SAFE_COUNT) {
+        linear_scan_body<T, A, unsigned int>(
+            a, c, s0, seq_len, resets, use_seq_len, use_resets, use_complex_a,
+            use_complex_state, use_conj, use_post, use_backward, n_steps, batch,
+            (unsigned int)n, (unsigned int)width, out, s_final);
+    } else {
+        linear_scan_body<T, A, unsigned long long>(
+            a, c, s0, seq_len, resets, use_seq_len, use_resets, use_complex_a,
+            use_complex_state, use_conj, use_post, use_backward, n_steps, batch,
+            (unsigned long long)n, (unsigned long long)width, out, s_final);
+    }
+}

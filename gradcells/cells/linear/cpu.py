@@ -78,15 +78,7 @@ def linear_scan(a, b, h0, settings):
 
 
 def _previous(h0, h, lengths, backward):
-    """The state each step starts from, in run order: ``h_{t-1}`` (``h0`` at t = 0), or
-    with ``backward`` ``h_{t+1}`` (``h0`` at each row's last valid step)."""
-    if not backward:
-        return np.concatenate([h0[None], h[:-1]], axis=0)
-    following = np.concatenate([h[1:], h0[None]], axis=0)
-    if lengths is None:
-        return following
-    last = (np.arange(h.shape[0])[:, None] + 1 >= lengths[None, :])[:, :, None]
-    return np.where(last, h0[None], following)
+    return reference.previous_in_run_order(np, h0, h, lengths, backward)
 
 
 def _real_if(v, like):

@@ -71,6 +71,19 @@ def linear_scan(a, b, h0, settings):
     return LinearScan(kept(xp, h, running), final_state(h, h0.astype(dtype)))
 
 
+def previous_in_run_order(xp, h0, h, lengths, backward):
+    """The state each step starts from, in run order: ``h_{t-1}`` (``h0`` at t = 0), or
+    with ``backward`` (a backend running ``reverse`` itself) ``h_{t+1}`` (``h0`` at each
+    row's last valid step, ``lengths`` None: at T-1)."""
+    if not backward:
+        return plan.previous_states(xp, h0, h)
+    following = xp.concatenate([h[1:], h0[None]], axis=0)
+    if lengths is None:
+        return following
+    last = (xp.arange(h.shape[0])[:, None] + 1 >= lengths[None, :])[:, :, None]
+    return xp.where(last, h0[None], following)
+
+
 def _real_if(xp, v, like):
     """``v`` as ``like``'s kind: its real part for a real ``like``."""
     return v if like.dtype.kind == "c" else xp.real(v)
