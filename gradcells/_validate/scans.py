@@ -105,7 +105,7 @@ def scan_grad_args(a, b, h0, result, upstream, *, given):
     contradiction); a result that records nothing takes them, with their defaults. Returns
     ``(library, settings, result)``."""
     recorded = result.settings if type(result) is LinearScan else None
-    keywords = {k: (getattr(LinearScanSettings, k, None) if v is None else v)
+    keywords = {k: (getattr(recorded or LinearScanSettings, k, None) if v is None else v)
                 for k, v in given.items()}
     library, settings = scan_args(a, b, h0, **keywords)
     if recorded is not None:
