@@ -231,31 +231,33 @@ def test_forward_mode_and_second_order_pass_finite_differences(kind, backend):
         a, b, h0, kw = _case(20 + k, kind, steps=5, options=options)
         t = gc.LinearScanGrads(*(_like(rng, v) for v in (a, b, h0)))
         result = gc.linear_scan(a, b, h0, **kw)
-        d_h, d_final = (np.nan_to_num(v) for v in _upstream(rng, result, kw))
-        t_d_h, t_d_final = _like(rng, d_h), _like(rng, d_final)
-
-        def moved(eps, a=a, b=b, h0=h0, t=t):
-            return a + eps * t.a, b + eps * t.b, h0 + eps * t.h0
-
-        eps = 1e-6
+        up = tuple(np.nan_to_num(v) for v in _upstream(rng, result, kw))
+        t_up = tuple(_like(rng, v) for v in up)
         _, tangent = gc.linear_scan_jvp(a, b, h0, t, backend=backend, **kw)
-        plus, minus = (gc.linear_scan(*moved(s * eps), **kw) for s in (1, -1))
+        plus, minus = (_moved(a, b, h0, t, up, t_up, s, kw)[0] for s in (1, -1))
         for name in ("h", "h_final"):
-            numeric = (getattr(plus, name) - getattr(minus, name)) / (2 * eps)
+            numeric = (getattr(plus, name) - getattr(minus, name)) / (2 * EPS)
             _close(getattr(tangent, name), numeric, 1e-7, f"t_{name} {options}")
-
-        def grad_at(s):
-            args = moved(s * eps)
-            return gc.linear_scan_grad(*args, gc.linear_scan(*args, **kw),
-                                       d_h=d_h + s * eps * t_d_h,
-                                       d_h_final=d_final + s * eps * t_d_final)
-
-        _, t_grads = gc.linear_scan_grad_jvp(a, b, h0, result, t, d_h=d_h, d_h_final=d_final,
-                                             d_h_tangent=t_d_h, d_h_final_tangent=t_d_final,
+        _, t_grads = gc.linear_scan_grad_jvp(a, b, h0, result, t, d_h=up[0], d_h_final=up[1],
+                                             d_h_tangent=t_up[0], d_h_final_tangent=t_up[1],
                                              backend=backend)
-        for name, got, hi, lo in zip(gc.LinearScanGrads._fields, t_grads, grad_at(1),
-                                     grad_at(-1), strict=True):
-            _close(got, (hi - lo) / (2 * eps), 1e-7, f"t_d_{name} {options}")
+        hi, lo = (_moved(a, b, h0, t, up, t_up, s, kw)[1] for s in (1, -1))
+        for name, got, g_hi, g_lo in zip(gc.LinearScanGrads._fields, t_grads, hi, lo,
+                                         strict=True):
+            _close(got, (g_hi - g_lo) / (2 * EPS), 1e-7, f"t_d_{name} {options}")
+
+
+EPS = 1e-6
+"""The step of the central differences above."""
+
+
+def _moved(a, b, h0, t, up, t_up, sign, kw):
+    """The forward and the gradient at the inputs and upstream gradients moved by
+    ``sign·EPS`` along their tangents."""
+    args = (a + sign * EPS * t.a, b + sign * EPS * t.b, h0 + sign * EPS * t.h0)
+    result = gc.linear_scan(*args, **kw)
+    return result, gc.linear_scan_grad(*args, result, d_h=up[0] + sign * EPS * t_up[0],
+                                       d_h_final=up[1] + sign * EPS * t_up[1])
 
 
 def _like(rng, v):
