@@ -66,3 +66,64 @@ def test_dask_chunked_along_the_batch_equals_numpy(cell):
     lazy = getattr(gc, op)(**chunked, **settings)
     np.testing.assert_allclose(np.asarray(lazy.h), seq.h, rtol=1e-13, atol=1e-14)
     np.testing.assert_allclose(np.asarray(lazy.h_final), seq.h_final, rtol=1e-13, atol=1e-14)
+
+
+# --------------------------------------------------------------------------------------
+# The linear scan (docs/spec.md §18.1): registered apart from the cells, its adapters are
+# its own (``gradcells/torch/_scan.py``); these hold them to the NumPy call.
+
+_SCAN_KINDS = ("real", "complex", "real_a")
+
+
+def _scan_case(kind, seed=3, steps=5, batch=3, width=2):
+    rng = np.random.default_rng(seed)
+    shape = (steps, batch, width)
+    a = rng.uniform(0.5, 1.0, shape)
+    b, h0 = rng.standard_normal(shape), rng.standard_normal((batch, width))
+    if kind != "real":
+        b, h0 = b + 1j * rng.standard_normal(shape), h0 + 1j * rng.standard_normal(h0.shape)
+    if kind == "complex":
+        a = a * np.exp(1j * rng.uniform(-1, 1, shape))
+    options = {"seq_len": np.array([steps, 2, 0][:batch]), "reverse": True,  # 2 < steps
+               "resets": rng.random((steps, batch)) < 0.3}
+    return (a, b, h0), options
+
+
+@pytest.mark.parametrize("kind", _SCAN_KINDS)
+def test_torch_linear_scan_passes_gradcheck_and_gradgradcheck(kind):
+    """``gradcells.torch.linear_scan`` in float64/complex128 with lengths, reverse and
+    resets: ``gradcheck`` with forward mode and ``gradgradcheck`` with forward-over-reverse
+    over both outputs, and the forward equal to ``gc.linear_scan``'s."""
+    torch = pytest.importorskip("torch")
+    import gradcells.torch as gt
+
+    arrays, options = _scan_case(kind, steps=3, width=1)
+    tensors = tuple(torch.tensor(v, requires_grad=True) for v in arrays)
+
+    def scan(a, b, h0):
+        return tuple(gt.linear_scan(a, b, h0, **options))
+
+    result = gt.linear_scan(*tensors, **options)
+    expected = gc.linear_scan(*arrays, **options)
+    assert result.settings.reverse and np.array_equal(result.settings.resets, options["resets"])
+    for got, want in zip(result, expected, strict=True):
+        np.testing.assert_array_equal(got.detach().numpy(), want)
+    assert torch.autograd.gradcheck(scan, tensors, check_forward_ad=True)
+    assert torch.autograd.gradgradcheck(scan, tensors, check_fwd_over_rev=True,
+                                        fast_mode=True)
+
+
+def test_torch_linear_scan_backward_equals_the_numpy_gradient():
+    """``loss.backward()`` through ``gradcells.torch.linear_scan`` gives
+    ``gc.linear_scan_grad``'s gradients (PyTorch's complex convention on both sides)."""
+    torch = pytest.importorskip("torch")
+    import gradcells.torch as gt
+
+    arrays, options = _scan_case("complex", seed=4)
+    tensors = tuple(torch.tensor(v, requires_grad=True) for v in arrays)
+    result = gt.linear_scan(*tensors, **options)
+    u = np.random.default_rng(5).standard_normal(result.h.shape) * (1 + 2j)
+    (result.h * torch.tensor(u).conj()).real.sum().backward()
+    grads = gc.linear_scan_grad(*arrays, gc.linear_scan(*arrays, **options), d_h=u)
+    for tensor, want in zip(tensors, grads, strict=True):
+        np.testing.assert_allclose(tensor.grad.numpy(), want, rtol=1e-13, atol=1e-14)
