@@ -14,8 +14,7 @@ import os
 
 import numpy as np
 
-from ._compile import helper, kernel
-from ._sequence import contiguous
+from ._compile import helper, kernel, kernel_array
 
 
 def _rows(a):
@@ -125,13 +124,15 @@ def scan_chunks_kernel(a, c, backward, post, chunk, first, last, carries, out, s
 
 
 def linear_scan(a, c, s0, *, chunk, backward, post):
-    """The linear recurrence over ``a, c [T, B, H]`` (C-contiguous) from ``s0 [B, H]`` (of
+    """The linear recurrence over ``a, c [T, B, H]`` from ``s0 [B, H]`` (of
     ``c``'s dtype; ``a`` may be real with a complex ``c``): ``(out, final)``, fresh arrays
-    of ``c``'s dtype; ``backward``: time runs from T-1 down to 0; ``post`` as
+    of ``c``'s dtype (arrays that are not C-contiguous, aligned and writeable, as a
+    read-only one, are copied: the kernels are compiled for writeable arrays); ``backward``: time runs from T-1 down to 0; ``post`` as
     ``_run``. ``chunk`` 0: sequential; otherwise the chunked scan, its chunks on
     ``_workers`` threads."""
     out, final = np.empty(c.shape, c.dtype), np.empty(s0.shape, c.dtype)
-    arguments = (_rows(a), _rows(c), contiguous(s0).ravel(), backward, post,
+    a, c, s0 = kernel_array(a), kernel_array(c), kernel_array(s0)   # one typing per dtype
+    arguments = (_rows(a), _rows(c), s0.ravel(), backward, post,
                  chunk, _rows(out), final.ravel())
     workers = _workers(a.shape[0], chunk)
     if workers < 2:

@@ -330,6 +330,24 @@ def test_inputs_are_never_modified_and_outputs_never_alias_them(backend):
         assert not any(np.shares_memory(out, v) for v in (a, b, h0, d_h, d_final))
 
 
+def test_read_only_and_strided_inputs(backend):
+    """Read-only arrays (a JAX array's NumPy view, a record's copy) and strided views are
+    taken as they are: the same results as contiguous writeable copies."""
+    a, b, h0, kw = _case(12, "real_a", steps=70, options=dict(seq_len="ragged"))
+    views = [v.copy() for v in (a, b, h0)]
+    for v in views:
+        v.flags.writeable = False
+    strided = [np.repeat(v, 2, axis=-1)[..., ::2] for v in (a, b, h0)]
+    for method in ("sequential", "parallel"):
+        want = gc.linear_scan(a, b, h0, method=method, backend=backend, **kw)
+        for args in (views, strided):
+            got = gc.linear_scan(*args, method=method, backend=backend, **kw)
+            assert all(np.array_equal(x, y) for x, y in zip(got, want, strict=True))
+            grads = gc.linear_scan_grad(*args, got, d_h=np.ones_like(got.h), backend=backend)
+            assert all(np.array_equal(x, y) for x, y in zip(grads, gc.linear_scan_grad(
+                a, b, h0, want, d_h=np.ones_like(want.h), backend=backend), strict=True))
+
+
 @pytest.mark.parametrize("shape", [(0, 3, 2), (4, 0, 2), (4, 3, 0)])
 def test_empty_sizes(shape, backend):
     a, b, h0 = np.ones(shape), np.ones(shape), np.full((shape[1], shape[2]), 2.0)

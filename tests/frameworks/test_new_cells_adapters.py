@@ -127,3 +127,42 @@ def test_torch_linear_scan_backward_equals_the_numpy_gradient():
     grads = gc.linear_scan_grad(*arrays, gc.linear_scan(*arrays, **options), d_h=u)
     for tensor, want in zip(tensors, grads, strict=True):
         np.testing.assert_allclose(tensor.grad.numpy(), want, rtol=1e-13, atol=1e-14)
+
+
+@pytest.mark.parametrize("kind", _SCAN_KINDS)
+def test_jax_linear_scan_jit_grad_equals_jax_autodiff_of_a_transcription(kind):
+    """``jax.jit(jax.grad(...))`` through ``gradcells.jax.linear_scan`` with resets equals
+    JAX's own autodiff of a ``jax.numpy`` loop (JAX's complex convention, the conjugate of
+    PyTorch's), and the forward equals it too."""
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+    import gradcells.jax as gj
+
+    (a, b, h0), options = _scan_case(kind, seed=6)
+    resets = options["resets"]
+
+    def transcription(a, b, h0):
+        states, state = [], h0
+        for t in range(a.shape[0]):
+            state = jnp.where(resets[t][:, None], 0, a[t] * state) + b[t]
+            states.append(state)
+        return jnp.stack(states), state
+
+    u = np.random.default_rng(9).standard_normal(b.shape) * (1 + 1j if kind != "real" else 1)
+
+    def loss(scan):
+        def value(a, b, h0):
+            h, h_final = scan(a, b, h0)
+            return jnp.real(jnp.sum(h * jnp.conj(u))) + jnp.real(jnp.sum(h_final))
+        return value
+
+    ours = jax.jit(jax.grad(loss(lambda *v: tuple(gj.linear_scan(*v, resets=resets))),
+                            argnums=(0, 1, 2)))(a, b, h0)
+    theirs = jax.grad(loss(transcription), argnums=(0, 1, 2))(a, b, h0)
+    for got, want in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(gj.linear_scan(a, b, h0, resets=resets).h,
+                               transcription(a, b, h0)[0], rtol=1e-14, atol=1e-15)
+    with pytest.raises(ValueError, match="resets must"):
+        gj.linear_scan(a, b, h0, resets=resets[:2])
