@@ -67,8 +67,7 @@ def linear_scan_kernel(a, c, s0, backward, post, chunk, out, s_final):
     of the composed maps."""
     n_steps, n = a.shape
     if chunk <= 0 or chunk >= n_steps:
-        s_final[:] = s0
-        _run(a, c, s_final, backward, post, 0, n_steps, out, True)
+        sequential_scan_kernel(a, c, s0, backward, post, out, s_final)
         return
     n_chunks = (n_steps + chunk - 1) // chunk
     agg_a, agg_c = np.empty((n_chunks, n), a.dtype), np.empty((n_chunks, n), out.dtype)
@@ -76,6 +75,14 @@ def linear_scan_kernel(a, c, s0, backward, post, chunk, out, s_final):
     scan_maps_kernel(a, c, backward, post, chunk, 0, n_chunks, agg_a, agg_c)
     scan_carries_kernel(agg_a, agg_c, s0, carries, s_final)
     scan_chunks_kernel(a, c, backward, post, chunk, 0, n_chunks, carries, out, s_final)
+
+
+@kernel
+def sequential_scan_kernel(a, c, s0, backward, post, out, s_final):
+    """``linear_scan_kernel`` with ``chunk`` 0: the recurrence step by step (a kernel of its
+    own, so that a sequential scan compiles none of the chunked scan's kernels)."""
+    s_final[:] = s0
+    _run(a, c, s_final, backward, post, 0, a.shape[0], out, True)
 
 
 @kernel
@@ -127,15 +134,17 @@ def linear_scan(a, c, s0, *, chunk, backward, post):
     """The linear recurrence over ``a, c [T, B, H]`` from ``s0 [B, H]`` (of
     ``c``'s dtype; ``a`` may be real with a complex ``c``): ``(out, final)``, fresh arrays
     of ``c``'s dtype (arrays that are not C-contiguous, aligned and writeable, as a
-    read-only one, are copied: the kernels are compiled for writeable arrays); ``backward``: time runs from T-1 down to 0; ``post`` as
-    ``_run``. ``chunk`` 0: sequential; otherwise the chunked scan, its chunks on
+    read-only one, are copied: the kernels are compiled for writeable arrays);
+    ``backward``: time runs from T-1 down to 0; ``post`` as ``_run``. ``chunk`` 0: sequential; otherwise the chunked scan, its chunks on
     ``_workers`` threads."""
     out, final = np.empty(c.shape, c.dtype), np.empty(s0.shape, c.dtype)
     a, c, s0 = kernel_array(a), kernel_array(c), kernel_array(s0)   # one typing per dtype
     arguments = (_rows(a), _rows(c), s0.ravel(), backward, post,
                  chunk, _rows(out), final.ravel())
     workers = _workers(a.shape[0], chunk)
-    if workers < 2:
+    if chunk <= 0 or chunk >= a.shape[0]:
+        sequential_scan_kernel(*arguments[:5], *arguments[6:])
+    elif workers < 2:
         linear_scan_kernel(*arguments)
     else:
         _threaded_scan(*arguments, workers)

@@ -278,7 +278,7 @@ def _bound(a, b, h0, dtype, **kw):
     return factor * magnitude.h.astype(np.float64), factor * magnitude.h_final
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ["real", "complex"])   # a real a: test_read_only_and_...
 @pytest.mark.parametrize("backend_name", ["reference", "cpu"])
 def test_the_parallel_method_is_within_the_stated_bound(kind, backend_name):
     """float32 over 300 steps (the CPU's chunked scan runs five chunks on threads; the
