@@ -38,6 +38,10 @@ SPECS: dict[str, CellSpec] = {
     cell: importlib.import_module(f"{__name__}.{cell}.spec").CELL for cell in CELLS}
 """Each cell's declarations (``gradcells.cells.<cell>.spec.CELL``)."""
 
+SCAN_OPS: tuple[str, ...] = tuple(
+    op for scan in SCANS for op in importlib.import_module(f"{__name__}.{scan}.spec").OPS)
+"""The forward operations of ``SCANS`` (``linear_scan``), each with its three modes."""
+
 BACKENDS: tuple[str, ...] = ("reference", "cpu", "gpu")
 """Every cell has one module per backend, named after it."""
 

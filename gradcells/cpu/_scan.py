@@ -135,8 +135,9 @@ def linear_scan(a, c, s0, *, chunk, backward, post):
     ``c``'s dtype; ``a`` may be real with a complex ``c``): ``(out, final)``, fresh arrays
     of ``c``'s dtype (arrays that are not C-contiguous, aligned and writeable, as a
     read-only one, are copied: the kernels are compiled for writeable arrays);
-    ``backward``: time runs from T-1 down to 0; ``post`` as ``_run``. ``chunk`` 0: sequential; otherwise the chunked scan, its chunks on
-    ``_workers`` threads."""
+    ``backward``: time runs from T-1 down to 0; ``post`` as ``_run``. ``chunk`` 0 (or at
+    least T): sequential (``sequential_scan_kernel``); otherwise the chunked scan, its
+    chunks on ``_workers`` threads."""
     out, final = np.empty(c.shape, c.dtype), np.empty(s0.shape, c.dtype)
     a, c, s0 = kernel_array(a), kernel_array(c), kernel_array(s0)   # one typing per dtype
     arguments = (_rows(a), _rows(c), s0.ravel(), backward, post,

@@ -69,6 +69,9 @@ class LinearScanBackend(Protocol):
                              ) -> tuple[LinearScanGrads, LinearScanGrads]: ...
 
 
+OPS = ("linear_scan",)
+"""The forward operations (each with ``_grad``, ``_jvp`` and ``_grad_jvp``)."""
+
 METHODS = ("auto", "sequential", "parallel")
 """How the recurrence runs: step by step, or as an associative scan over time; "auto"
 chooses by the number of steps (``scan_method``)."""
