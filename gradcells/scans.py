@@ -11,10 +11,7 @@ its four functions are written here instead of being compiled from a ``CellSpec`
 
 from __future__ import annotations
 
-import functools
-
 from . import _dispatch, _order
-from ._core.arrays import is_dask
 from ._core.types import Array, record_settings
 from ._interop import accepts_any_array
 from ._validate.scans import scan_args, scan_grad_args, scan_tangents, scan_upstream_tangents
@@ -24,18 +21,10 @@ __all__ = ["linear_scan", "linear_scan_grad", "linear_scan_jvp", "linear_scan_gr
 
 
 def _any_array(function):
-    """``function`` taking PyTorch tensors and JAX arrays (``accepts_any_array``); dask
-    arrays are refused by name (the linear scan has no dask path yet)."""
-    converting = accepts_any_array(function)
-
-    @functools.wraps(function)
-    def wrapper(a, *args, **kwargs):
-        if is_dask(a) or any(is_dask(v) for v in args):
-            raise TypeError(f"{function.__name__} takes no dask arrays (a: dask array); "
-                            "compute them first")
-        return converting(a, *args, **kwargs)
-
-    return wrapper
+    """``function`` taking PyTorch tensors, JAX arrays and dask arrays chunked along the
+    batch (``accepts_any_array``; dask through ``gradcells._dask``, which reads the op from
+    ``gradcells.cells.SCAN_SPECS``)."""
+    return accepts_any_array(function)
 
 
 @_any_array

@@ -38,9 +38,14 @@ SPECS: dict[str, CellSpec] = {
     cell: importlib.import_module(f"{__name__}.{cell}.spec").CELL for cell in CELLS}
 """Each cell's declarations (``gradcells.cells.<cell>.spec.CELL``)."""
 
-SCAN_OPS: tuple[str, ...] = tuple(
-    op for scan in SCANS for op in importlib.import_module(f"{__name__}.{scan}.spec").OPS)
-"""The forward operations of ``SCANS`` (``linear_scan``), each with its three modes."""
+SCAN_SPECS: dict[str, OpSpec] = {
+    op.name: op for op in (importlib.import_module(f"{__name__}.{scan}.spec").SCAN
+                           for scan in SCANS)}
+"""The forward operations of ``SCANS`` (``linear_scan``) by name, each with its three modes:
+an ``OpSpec`` whose per-step arrays are its ``inputs`` (the adapters read it)."""
+
+SCAN_OPS: tuple[str, ...] = tuple(SCAN_SPECS)
+"""Their names."""
 
 BACKENDS: tuple[str, ...] = ("reference", "cpu", "gpu")
 """Every cell has one module per backend, named after it."""

@@ -458,9 +458,6 @@ def test_bad_arguments_raise_named_errors():
         gc.linear_scan_jvp(a, b, h0, gc.LinearScanGrads(np.ones((1, 2, 3)), None, None))
     with pytest.raises(ValueError, match="d_h_tangent must"):
         gc.linear_scan_grad_jvp(a, b, h0, result, None, d_h_tangent=np.ones((2, 3)))
-    with pytest.raises(TypeError, match="dask"):
-        da = pytest.importorskip("dask.array")
-        gc.linear_scan(da.from_array(a), b, h0)
 
 
 def test_torch_tensors_in_torch_tensors_out():

@@ -166,3 +166,27 @@ def test_jax_linear_scan_jit_grad_equals_jax_autodiff_of_a_transcription(kind):
                                transcription(a, b, h0)[0], rtol=1e-14, atol=1e-15)
     with pytest.raises(ValueError, match="resets must"):
         gj.linear_scan(a, b, h0, resets=resets[:2])
+
+
+def test_dask_linear_scan_chunked_along_the_batch_equals_numpy():
+    """``gc.linear_scan`` and its gradient on complex dask arrays chunked along the batch
+    (resets, lengths, reverse and ``batch_first``) equal the NumPy call; a gradient given
+    the lazy result reads its record; a shape error is raised at call time, named."""
+    da = pytest.importorskip("dask.array")
+    (a, b, h0), options = _scan_case("complex", seed=10, steps=5, batch=3)
+    a, b = (np.ascontiguousarray(v.swapaxes(0, 1)) for v in (a, b))
+    options = {**options, "resets": options["resets"].T.copy(), "batch_first": True}
+    result = gc.linear_scan(a, b, h0, **options)
+    u = np.random.default_rng(11).standard_normal(b.shape) * (1 - 1j)
+    grads = gc.linear_scan_grad(a, b, h0, result, d_h=u)
+    chunked = (da.from_array(a, chunks=(2, -1, -1)), da.from_array(b, chunks=(2, -1, -1)),
+               da.from_array(h0, chunks=(2, -1)))
+    lazy = gc.linear_scan(*chunked, **options)
+    assert isinstance(lazy.h, da.Array)
+    for got, want in zip(lazy, result, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), want)
+    lazy_grads = gc.linear_scan_grad(*chunked, lazy, d_h=u)
+    for got, want in zip(lazy_grads, grads, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), want)
+    with pytest.raises(ValueError, match="h0 has 2 rows on its batch axis 0, a has 3"):
+        gc.linear_scan(*chunked[:2], chunked[2][:2], **options)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from ..._core.scan import PARALLEL_FROM_STEPS, scan_method  # noqa: F401 (the op's names)
+from ..._core.specs import OpSpec
 from ..._core.types import Array, Recorded
 
 __all__ = ["LinearScanSettings", "LinearScan", "LinearScanGrads"]
@@ -45,6 +46,10 @@ class LinearScan(Recorded, _LinearScan):
     ``h_final [B, D]``."""
 
 
+class LinearScanWeights(NamedTuple):
+    """The linear scan has no weights (an empty set: what ``OpSpec`` reads)."""
+
+
 class LinearScanGrads(NamedTuple):
     """Gradient of the loss with respect to every input of ``linear_scan``: ``a`` (real when
     ``a`` is), ``b`` and ``h0``."""
@@ -69,15 +74,19 @@ class LinearScanBackend(Protocol):
                              ) -> tuple[LinearScanGrads, LinearScanGrads]: ...
 
 
-OPS = ("linear_scan",)
+SCAN = OpSpec("linear_scan", True, ("h0",), LinearScanWeights, LinearScanSettings, LinearScan,
+              LinearScanGrads, ("d_h", "d_h_final"), inputs=("a", "b"),
+              result_name="result", constants={"resets": ("T", "B")})
+"""The op as the adapters read it (``gradcells._dask``): ``a``, ``b`` labelled as a
+sequence's ``x`` (``[T, B, I]``, I = D), ``h0`` as its state, ``resets`` a per-step
+constant."""
+
+OPS = (SCAN.name,)
 """The forward operations (each with ``_grad``, ``_jvp`` and ``_grad_jvp``)."""
 
 METHODS = ("auto", "sequential", "parallel")
 """How the recurrence runs: step by step, or as an associative scan over time; "auto"
 chooses by the number of steps (``scan_method``)."""
-
-UPSTREAM = ("d_h", "d_h_final")
-"""The gradient's upstream arguments, one per field of ``LinearScan``."""
 
 PARALLEL_BOUND_ULPS = 4
 """The parallel method's bound against the sequential one (docs/spec.md §18.1): per element
