@@ -1,8 +1,10 @@
 """The diagonal linear recurrence on the CPU (docs/spec.md §18.1): ``s_t = a_t∘s_{t-1} +
 c_t`` over ``[T, N]`` columns, sequential or as a chunked two-level scan whose per-chunk
 passes run on threads (``linear_scan``). The minGRU, the minLSTM and the public
-``linear_scan`` run their states, tangents and adjoints through it; its math is
-``gradcells._core.scan``'s. Real or complex (one compiled specialization per pair of
+``linear_scan`` run their states, tangents and adjoints through one entry point,
+``sequence_scan`` (a sequence op's ``method`` and direction read from its settings), with
+``identity_past_lengths`` and ``upstream_steps`` for the steps past each row's length; its
+math is ``gradcells._core.scan``'s. Real or complex (one compiled specialization per pair of
 dtypes: a real ``a`` with a complex ``c`` runs without widening ``a``).
 """
 
@@ -14,7 +16,11 @@ import os
 
 import numpy as np
 
+from .._core.scan import scan_method
 from ._compile import helper, kernel, kernel_array
+
+CHUNK = 64
+"""Steps per chunk of every sequence op's parallel scan (``sequence_scan``)."""
 
 
 def _rows(a):
@@ -188,3 +194,37 @@ def _at_once(calls):
     calls[0]()
     for future in pending:
         future.result()
+
+
+# --------------------------------------------------------------------------------------
+# the entry point of the sequence ops
+
+
+def sequence_scan(a, c, s0, settings, *, post):
+    """The recurrence of a sequence op over ``a, c [T, B, H]`` from ``s0 [B, H]``:
+    ``(out, final)`` (``linear_scan``), chunked when the op's ``settings.method`` resolves
+    to "parallel" (``scan_method``; ``CHUNK`` steps a chunk). The forward (``post`` False)
+    runs backwards in time when ``settings.reverse`` (the backends run ``reverse`` with
+    lengths natively), the adjoint (``post`` True) the other way."""
+    chunk = CHUNK if scan_method(settings.method, a.shape[0]) == "parallel" else 0
+    return linear_scan(a, c, s0, chunk=chunk, backward=settings.reverse != post, post=post)
+
+
+def identity_past_lengths(a, lengths):
+    """``a`` (a fresh multiplier array, changed in place) with the identity multiplier 1 at
+    every step past its row's length (``lengths`` None: as it is)."""
+    if lengths is not None:
+        a[np.arange(a.shape[0])[:, None] >= lengths[None, :]] = 1
+    return a
+
+
+def upstream_steps(d, shape, dtype, lengths):
+    """A per-step upstream gradient (or addend) ``d`` as a fresh C-contiguous array of
+    ``dtype`` with zeros past each row's length (zeros for None): none of it is read
+    there."""
+    if d is None:
+        return np.zeros(shape, dtype)
+    out = np.array(d, dtype=dtype, order="C")
+    if lengths is not None:
+        out[np.arange(out.shape[0])[:, None] >= lengths[None, :]] = 0
+    return out

@@ -21,6 +21,7 @@ import pytest
 import gradcells as gc
 from gradcells import _dispatch, cells
 from gradcells.cells.linear import spec
+from gradcells.cpu import _scan as cpu_scan
 from gradcells.gpu import _kernels, _launch
 
 torch = pytest.importorskip("torch")
@@ -143,10 +144,12 @@ def _close(actual, expected, tolerance, what):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_forward_and_gradient_equal_torch_autograd(kind, backend):
-    """Every option combination (lengths, reverse, resets, batch_first) and both methods:
+def test_forward_and_gradient_equal_torch_autograd(kind, backend, monkeypatch):
+    """Every option combination (lengths, reverse, resets, batch_first) and both methods
+    (the CPU's parallel scan in chunks of 2 steps, so that several chunks run on threads):
     ``h``, ``h_final`` and the three gradients equal a float64/complex128 autograd
     transcription of the recurrence, complex gradients in PyTorch's convention."""
+    monkeypatch.setattr(cpu_scan, "CHUNK", 2)
     rng = np.random.default_rng(7)
     for k, options in enumerate(OPTIONS):
         a, b, h0, kw = _case(k, kind, options=options)

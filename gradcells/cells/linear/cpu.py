@@ -6,8 +6,9 @@ addends, the shared Numba scan (``gradcells.cpu._scan``) runs the recurrence.
     linear_scan(conj(m), d_h, d_h_final, post)      the adjoint g, and d_h0 = conj(m_0)∘g_0
     d_a = g∘conj(h_prev) (0 at a reset),  d_b = g
 
-``method`` "parallel" runs the scans chunked (``CHUNK`` steps a chunk, the chunks' two
-passes spread over the cores this process may use), "sequential" step by step; "auto" as
+``method`` "parallel" runs the scans chunked (``gradcells.cpu._scan.sequence_scan``, the
+minGRU's and the minLSTM's entry point too: ``CHUNK`` steps a chunk, the chunks' two passes
+spread over the cores this process may use), "sequential" step by step; "auto" as
 ``spec.scan_method``. With ``reverse`` and lengths the scans run backwards in time natively
 (``gradcells.cpu.NATIVE_REVERSE``): each row's steps past its length are the identity, so
 its state reaches its last valid step unchanged. The kernels are compiled for real and
@@ -19,60 +20,37 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...cpu._scan import linear_scan as scan
+from ...cpu._scan import identity_past_lengths, sequence_scan, upstream_steps
 from ...cpu._sequence import contiguous, lengths_of, zero_stopped
 from . import reference
-from .spec import LinearScan, LinearScanGrads, scan_method
-
-CHUNK = 64
-"""Steps per chunk of the parallel scan."""
+from .spec import LinearScan, LinearScanGrads
 
 
-def _chunk(settings, n_steps):
-    return CHUNK if scan_method(settings.method, n_steps) == "parallel" else 0
-
-
-def _running(n_steps, lengths):
-    """``[T, B, 1]`` booleans of the steps each row runs (None without lengths)."""
-    if lengths is None:
-        return None
-    return (np.arange(n_steps)[:, None] < lengths[None, :])[:, :, None]
-
-
-def _multipliers(a, settings, running):
-    """``m``: ``a`` with 0 at a reset and 1 past a row's length (C-contiguous; ``a`` itself
-    when neither applies)."""
-    m = a
+def _multipliers(a, settings, lengths):
+    """``m``: ``a`` with 0 at a reset and 1 past a row's length (a fresh array; ``a``
+    itself when neither applies)."""
+    if settings.resets is None and lengths is None:
+        return a
+    m = np.array(a, order="C")
     if settings.resets is not None:
-        m = np.where(settings.resets[:, :, None], a.dtype.type(0), a)
-    if running is not None:
-        m = np.where(running, m, a.dtype.type(1))
-    return contiguous(m)
+        m[settings.resets] = 0
+    return identity_past_lengths(m, lengths)
 
 
-def _kept(v, running, dtype=None):
-    """``v`` (as ``dtype``) with zeros past each row's length, C-contiguous (a fresh array
-    when anything changes)."""
-    v = v if dtype is None or v.dtype == dtype else v.astype(dtype)
-    if running is not None:
-        v = np.where(running, v, v.dtype.type(0))
-    return contiguous(v)
-
-
-def _run(m, c, s0, settings, post):
-    """``(out, final)`` of the recurrence (the forward backwards in time with ``reverse``,
-    the adjoint, ``post``, the other way)."""
-    return scan(m, c, contiguous(s0), chunk=_chunk(settings, m.shape[0]),
-                backward=settings.reverse != post, post=post)
+def _addends(v, dtype, lengths):
+    """A per-step addend ``v`` as ``dtype`` with zeros past each row's length (``v`` itself,
+    C-contiguous, when nothing changes)."""
+    if lengths is None and v.dtype == dtype:
+        return contiguous(v)
+    return upstream_steps(v, v.shape, dtype, lengths)
 
 
 def linear_scan(a, b, h0, settings):
     """``LinearScan(h, h_final)``; see ``gradcells.reference``'s ``linear_scan``."""
     lengths = lengths_of(settings.seq_len)
-    running = _running(a.shape[0], lengths)
     dtype = np.result_type(a, b)
-    h, h_final = _run(_multipliers(a, settings, running), _kept(b, running, dtype),
-                      h0.astype(dtype, copy=False), settings, post=False)
+    h, h_final = sequence_scan(_multipliers(a, settings, lengths), _addends(b, dtype, lengths),
+                               h0.astype(dtype, copy=False), settings, post=False)
     zero_stopped((h,), lengths)
     return LinearScan(h, h_final)
 
@@ -88,12 +66,12 @@ def _real_if(v, like):
 def linear_scan_grad(a, b, h0, result, settings, *, d_h=None, d_h_final=None):
     """``LinearScanGrads(a, b, h0)`` by the adjoint scan (the module docstring)."""
     lengths = lengths_of(settings.seq_len)
-    running = _running(a.shape[0], lengths)
     dtype = np.result_type(a, b)
-    m = _multipliers(a, settings, running)
-    d_h = np.zeros(b.shape, dtype) if d_h is None else _kept(d_h, running)
+    m = _multipliers(a, settings, lengths)
+    d_h = upstream_steps(d_h, b.shape, dtype, lengths)
     final = np.zeros(h0.shape, dtype) if d_h_final is None else d_h_final
-    g, d_h0 = _run(np.conj(m) if m.dtype.kind == "c" else m, d_h, final, settings, post=True)
+    g, d_h0 = sequence_scan(np.conj(m) if m.dtype.kind == "c" else m, d_h, contiguous(final),
+                            settings, post=True)
     zero_stopped((g,), lengths)
     h_prev = _previous(h0.astype(dtype, copy=False), result.h, lengths, settings.reverse)
     d_a = g * np.conj(h_prev)
@@ -106,21 +84,19 @@ def linear_scan_jvp(a, b, h0, tangents, settings):
     """``linear_scan`` and its tangent along ``tangents`` (``LinearScanGrads``, None fields
     zero), by the same scan: ``t_h_t = m_t∘t_h_{t-1} + t_m_t∘h_{t-1} + t_b_t``."""
     lengths = lengths_of(settings.seq_len)
-    running = _running(a.shape[0], lengths)
     dtype = np.result_type(a, b)
-    m = _multipliers(a, settings, running)
+    m = _multipliers(a, settings, lengths)
     h0 = h0.astype(dtype, copy=False)
-    h, h_final = _run(m, _kept(b, running, dtype), h0, settings, post=False)
-    addend = np.zeros(b.shape, dtype)
+    h, h_final = sequence_scan(m, _addends(b, dtype, lengths), h0, settings, post=False)
+    addend = upstream_steps(tangents.b, b.shape, dtype, lengths)
     if tangents.a is not None:
-        t_m = _kept(tangents.a, running)
+        t_m = upstream_steps(tangents.a, a.shape, a.dtype, lengths)
         if settings.resets is not None:
-            t_m = np.where(settings.resets[:, :, None], t_m.dtype.type(0), t_m)
+            t_m[settings.resets] = 0
         addend += t_m * _previous(h0, h, lengths, settings.reverse)
-    if tangents.b is not None:
-        addend += _kept(tangents.b, running)
-    t_h0 = np.zeros_like(h0) if tangents.h0 is None else tangents.h0
-    t_h, t_final = _run(m, addend, t_h0, settings, post=False)
+    t_h0 = np.zeros_like(h0) if tangents.h0 is None else contiguous(tangents.h0)
+    t_h, t_final = sequence_scan(m, addend, t_h0.astype(dtype, copy=False), settings,
+                                 post=False)
     zero_stopped((h, t_h), lengths)
     return LinearScan(h, h_final), LinearScan(t_h, t_final)
 
