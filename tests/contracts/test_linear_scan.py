@@ -17,6 +17,8 @@ import math
 import cuda_host
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import gradcells as gc
 from gradcells import _dispatch, cells
@@ -481,3 +483,59 @@ def test_every_backend_module_follows_the_protocol():
             assert [(p.name, p.kind, p.default) for p in actual] == [
                 (p.name, p.kind, p.default) for p in expected], f"{name}.{op}"
     assert cells.cell_of("linear_scan_grad_jvp") == "linear"
+
+
+# --------------------------------------------------------------------------------------
+# fuzzing (docs/spec.md §16.3): malformed arguments raise TypeError or ValueError, nothing
+# else, and change nothing
+
+_FUNCTIONS = ("linear_scan", "linear_scan_grad", "linear_scan_jvp", "linear_scan_grad_jvp")
+
+
+def _valid(name):
+    a, b, h0, kw = _case(13, "real_a", steps=3, batch=3, width=2,
+                         options=dict(seq_len="ragged", resets=True))
+    arguments = {"a": a, "b": b, "h0": h0, "backend": "reference"}
+    if name in ("linear_scan", "linear_scan_jvp"):
+        arguments.update(kw)
+    if name.endswith("_jvp"):
+        arguments["tangents"] = gc.LinearScanGrads(a.copy(), None, h0.copy())
+    if "grad" in name:
+        arguments["result"] = gc.linear_scan(a, b, h0, **kw)
+        arguments["d_h"] = np.ones_like(arguments["result"].h)
+    return arguments
+
+
+def _spoiled(data, name):
+    """One valid call with one argument replaced by a drawn malformed value (a tensor
+    among NumPy arrays too)."""
+    arguments = _valid(name)
+    key = data.draw(st.sampled_from(sorted(k for k in arguments if k != "backend")))
+    value = arguments[key]
+    bad = [None, "a", 1.0, [[1.0]], np.nan]
+    if isinstance(value, np.ndarray):
+        real = value.real if value.dtype.kind == "c" else value
+        bad += [value[:1], value[..., None], real.astype(np.int32), real.astype(np.float32),
+                value.astype(np.complex64), value.T, torch.tensor(value)]
+        if value.dtype.kind in "fc":
+            bad.append(np.full_like(value, np.nan))
+    if isinstance(value, tuple):
+        bad += [tuple(value)[:1], (None,) * len(value), tuple(value) + (value[0],)]
+    if key in ("seq_len",):
+        bad += [np.array([9, 1, 0]), np.array([-1, 1, 0]), [1.5, 1, 0], np.zeros(3, bool)]
+    bad += {"method": ["fast", 3], "reverse": ["yes", 1]}.get(key, [])
+    return {**arguments, key: data.draw(st.sampled_from(bad))}
+
+
+@pytest.mark.parametrize("name", _FUNCTIONS)
+@given(data=st.data())
+def test_malformed_arguments_raise_named_errors_and_change_nothing(name, data):
+    arguments = _spoiled(data, name)
+    kept = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in arguments.items()}
+    try:
+        getattr(gc, name)(**arguments)
+    except (TypeError, ValueError):
+        pass
+    for key, before in kept.items():
+        if isinstance(before, np.ndarray):
+            assert np.array_equal(before, arguments[key], equal_nan=True), key
