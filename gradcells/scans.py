@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from . import _dispatch, _order
 from ._core.types import Array, record_settings
-from ._interop import accepts_any_array
+from ._interop import accepts_any_array, computes_half_in_single
 from ._validate.scans import scan_args, scan_grad_args, scan_tangents, scan_upstream_tangents
 from .cells.linear.spec import LinearScan, LinearScanGrads
 
@@ -23,8 +23,9 @@ __all__ = ["linear_scan", "linear_scan_grad", "linear_scan_jvp", "linear_scan_gr
 def _any_array(function):
     """``function`` taking PyTorch tensors, JAX arrays and dask arrays chunked along the
     batch (``accepts_any_array``; dask through ``gradcells._dask``, which reads the op from
-    ``gradcells.cells.SCAN_SPECS``)."""
-    return accepts_any_array(function)
+    ``gradcells.cells.SCAN_SPECS``), and NumPy float16 computed in float32
+    (``computes_half_in_single``, docs/spec.md §16.4)."""
+    return accepts_any_array(computes_half_in_single(function))
 
 
 @_any_array

@@ -405,6 +405,19 @@ def test_dtypes(a_dtype, b_dtype, backend):
     _close(result.h.astype(wide.h.dtype), wide.h, 16 * np.finfo(b.real.dtype).eps, "h")
 
 
+def test_numpy_float16_is_computed_in_float32():
+    """docs/spec.md §16.4: NumPy float16 arrays in, float16 out, equal to the float32 call
+    rounded."""
+    a, b, h0, kw = _case(14, steps=4, options=dict(seq_len="ragged", resets=True))
+    half = [v.astype(np.float16) for v in (a, b, h0)]
+    result = gc.linear_scan(*half, **kw)
+    single = gc.linear_scan(*(v.astype(np.float32) for v in half), **kw)
+    assert result.h.dtype == np.float16
+    np.testing.assert_array_equal(result.h, single.h.astype(np.float16))
+    grads = gc.linear_scan_grad(*half, result, d_h=np.ones_like(result.h))
+    assert [g.dtype for g in grads] == [np.float16] * 3
+
+
 def test_the_result_records_its_settings_and_a_contradiction_is_named():
     a, b, h0, kw = _case(8, options=dict(seq_len="ragged", reverse=True, resets=True))
     result = gc.linear_scan(a, b, h0, method="parallel", **kw)
