@@ -7,18 +7,23 @@ interleaved (re, im) pairs of float or double (a real ``a`` with a complex ``b``
     linear_scan(a, d_h, d_h_final, conj, post, backwards)    g, and d_h0 = conj(m_0)∘g_0
     d_a = g∘conj(h_prev) (0 at a reset and past a length),   d_b = g
 
-The GPU runs per-column scans whatever ``method`` says: the ``B·D`` columns are its
-parallelism, and the methods give one function (bitwise here). Forward mode is one more
-launch for the tangent's recurrence; second order runs the reference's on the device's
-arrays.
+"sequential" runs one thread per column over all T steps; "parallel" the chunked two-level
+scan (``linear_scan_maps``, ``_carries``, ``_chunks``: one thread per (chunk of ``CHUNK``
+steps, column) in its first and last pass, so that ``T/CHUNK·B·D`` threads run where
+``B·D`` alone would not fill the device), within the stated bound of the sequential one.
+Forward mode is the same launches for the tangent's recurrence; second order runs the
+reference's on the device's arrays.
 """
 
 from __future__ import annotations
 
-from ...gpu import _launch
+from ...gpu import _kernels, _launch
 from ...gpu._launch import Launcher
 from . import reference
-from .spec import LinearScan, LinearScanGrads
+from .spec import LinearScan, LinearScanGrads, scan_method
+
+CHUNK = 64
+"""Steps per chunk of the GPU's parallel scan."""
 
 
 def _real_view(xp, v):
@@ -28,24 +33,40 @@ def _real_view(xp, v):
 
 
 def _scan(rt, a, c, s0, settings, *, post, conj):
-    """One ``linear_scan`` launch: ``(out, s_final)`` in ``c``'s dtype (the forward runs
-    backwards in time with ``reverse``, the adjoint, ``post``, the other way)."""
+    """The recurrence over ``a``, ``c`` from ``s0``: ``(out, s_final)`` in ``c``'s dtype (the
+    forward runs backwards in time with ``reverse``, the adjoint, ``post``, the other way);
+    one ``linear_scan`` launch, or the chunked scan's three when the method resolves to
+    "parallel" and there are more than ``CHUNK`` steps."""
     xp = rt.xp
     n_steps, n_batch, width = c.shape
     out, final = xp.empty(c.shape, dtype=c.dtype), xp.empty(s0.shape, dtype=c.dtype)
     lengths = _launch.lengths(xp, settings.seq_len)
-    resets = settings.resets
     storage = _real_view(xp, c).dtype
-    Launcher(rt, "linear_scan", storage, n_batch * width)(
-        a=_real_view(xp, a),
-        c=_real_view(xp, c), s0=_real_view(xp, s0.astype(c.dtype, copy=False)),
-        seq_len=_launch.lengths_argument(xp, lengths),
-        resets=xp.empty(0, dtype=xp.int32) if resets is None else xp.ascontiguousarray(
-            resets, dtype=xp.int32),
-        use_seq_len=lengths is not None, use_resets=resets is not None,
-        use_complex_a=a.dtype.kind == "c", use_complex_state=c.dtype.kind == "c",
-        use_conj=conj, use_post=post, use_backward=settings.reverse != post,
-        n_steps=n_steps, batch=n_batch, width=width, out=_real_view(xp, out),
+    arrays = {"a": _real_view(xp, a), "c": _real_view(xp, c),
+              "seq_len": _launch.lengths_argument(xp, lengths),
+              "resets": xp.empty(0, dtype=xp.int32) if settings.resets is None
+              else xp.ascontiguousarray(settings.resets, dtype=xp.int32)}
+    flags = {"use_seq_len": lengths is not None, "use_resets": settings.resets is not None,
+             "use_complex_a": a.dtype.kind == "c", "use_complex_state": c.dtype.kind == "c",
+             "use_conj": conj, "use_post": post, "use_backward": settings.reverse != post,
+             "n_steps": n_steps, "batch": n_batch, "width": width}
+    s0 = _real_view(xp, s0.astype(c.dtype, copy=False))
+    if scan_method(settings.method, n_steps) != "parallel" or n_steps <= CHUNK:
+        Launcher(rt, "linear_scan", storage, n_batch * width)(
+            **arrays, **flags, s0=s0, out=_real_view(xp, out), s_final=_real_view(xp, final))
+        return out, final
+    n_chunks = -(-n_steps // CHUNK)
+    compute = _kernels.COMPUTE_DTYPE[storage]
+    agg_a, agg_c, carries = (xp.empty((n_chunks, n_batch * width, 2), dtype=compute)
+                             for _ in range(3))
+    chunks = {"chunk": CHUNK, "n_chunks": n_chunks}
+    Launcher(rt, "linear_scan_maps", storage, n_chunks * n_batch * width)(
+        **arrays, **flags, **chunks, agg_a=agg_a, agg_c=agg_c)
+    Launcher(rt, "linear_scan_carries", storage, n_batch * width)(
+        agg_a=agg_a, agg_c=agg_c, s0=s0, use_complex_state=flags["use_complex_state"],
+        batch=n_batch, width=width, n_chunks=n_chunks, carries=carries)
+    Launcher(rt, "linear_scan_chunks", storage, n_chunks * n_batch * width)(
+        **arrays, **flags, **chunks, carries=carries, out=_real_view(xp, out),
         s_final=_real_view(xp, final))
     return out, final
 
