@@ -130,10 +130,11 @@ def test_torch_linear_scan_backward_equals_the_numpy_gradient():
 
 
 @pytest.mark.parametrize("kind", _SCAN_KINDS)
-def test_jax_linear_scan_jit_grad_equals_jax_autodiff_of_a_transcription(kind):
-    """``jax.jit(jax.grad(...))`` through ``gradcells.jax.linear_scan`` with resets equals
-    JAX's own autodiff of a ``jax.numpy`` loop (JAX's complex convention, the conjugate of
-    PyTorch's), and the forward equals it too."""
+def test_jax_linear_scan_equals_jax_autodiff_of_a_transcription(kind):
+    """``jax.jit(jax.grad(...))``, ``jax.jvp`` and forward over reverse (Hessian-vector
+    products) through ``gradcells.jax.linear_scan`` with resets equal JAX's own autodiff of
+    a ``jax.numpy`` loop (JAX's complex convention, the conjugate of PyTorch's), and the
+    forward and ``jax.vmap`` equal it too."""
     jax = pytest.importorskip("jax")
     jax.config.update("jax_enable_x64", True)
     jnp = jax.numpy
@@ -157,11 +158,24 @@ def test_jax_linear_scan_jit_grad_equals_jax_autodiff_of_a_transcription(kind):
             return jnp.real(jnp.sum(h * jnp.conj(u))) + jnp.real(jnp.sum(h_final))
         return value
 
-    ours = jax.jit(jax.grad(loss(lambda *v: tuple(gj.linear_scan(*v, resets=resets))),
-                            argnums=(0, 1, 2)))(a, b, h0)
-    theirs = jax.grad(loss(transcription), argnums=(0, 1, 2))(a, b, h0)
-    for got, want in zip(ours, theirs, strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14)
+    def scan(*v):
+        return tuple(gj.linear_scan(*v, resets=resets))
+
+    rng = np.random.default_rng(12)
+    primals = (a, b, h0)
+    tangents = tuple((rng.standard_normal(v.shape) * (1 + 1j if v.dtype.kind == "c" else 1)
+                      ).astype(v.dtype) for v in primals)
+    for ours, theirs in [
+            (jax.jit(jax.grad(loss(scan), argnums=(0, 1, 2)))(*primals),
+             jax.grad(loss(transcription), argnums=(0, 1, 2))(*primals)),
+            (jax.jvp(scan, primals, tangents)[1],
+             jax.jvp(transcription, primals, tangents)[1]),
+            (jax.jvp(jax.grad(loss(scan), argnums=(0, 1, 2)), primals, tangents)[1],
+             jax.jvp(jax.grad(loss(transcription), argnums=(0, 1, 2)), primals, tangents)[1])]:
+        for got, want in zip(ours, theirs, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14)
+    mapped = jax.vmap(lambda *v: gj.linear_scan(*v).h)(*(np.stack([v, 2 * v]) for v in primals))
+    np.testing.assert_allclose(mapped[1], gc.linear_scan(2 * a, 2 * b, 2 * h0).h, rtol=1e-14)
     np.testing.assert_allclose(gj.linear_scan(a, b, h0, resets=resets).h,
                                transcription(a, b, h0)[0], rtol=1e-14, atol=1e-15)
     with pytest.raises(ValueError, match="resets must"):
