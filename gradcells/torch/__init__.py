@@ -3,11 +3,9 @@
 ``gradcells.torch.LSTM``, ``GRU``, ``RNN``: drop-in ``torch.nn`` modules on the stacks
 (``gradcells.torch._modules``); ``sLSTM``: xLSTM's sLSTM on its sequence (``_slstm``).
 
-``gradcells.torch.linear_scan``: the linear scan (docs/spec.md §18.1), real and complex
-(``_scan``).
-
 ``gradcells.torch.<op>`` for every registered cell's step, sequence and stack
-(``lstm_cell``, ``gru_sequence``, ``rnn_stack``, ...; ``FUNCTIONS``): ``gc.<op>``'s
+(``lstm_cell``, ``gru_sequence``, ``rnn_stack``, ...; ``FUNCTIONS``) and for the linear
+scan (``linear_scan``, real and complex: docs/spec.md §18.1): ``gc.<op>``'s
 signature and result on tensors, differentiable in reverse mode (``backward``, second order
 included) and forward mode (``torch.autograd.forward_ad``); under ``torch.compile`` they are
 the custom ops ``torch.ops.gradcells.<op>`` (``_library``). Importing this module imports
@@ -16,9 +14,8 @@ PyTorch; ``import gradcells`` does not.
 
 from ._functions import FUNCTIONS
 from ._modules import GRU, LSTM, RNN
-from ._scan import linear_scan
 from ._slstm import sLSTM
 
 globals().update(FUNCTIONS)
 
-__all__ = [*FUNCTIONS, "linear_scan", "LSTM", "GRU", "RNN", "sLSTM"]
+__all__ = [*FUNCTIONS, "LSTM", "GRU", "RNN", "sLSTM"]

@@ -204,3 +204,35 @@ def test_dask_linear_scan_chunked_along_the_batch_equals_numpy():
         np.testing.assert_array_equal(np.asarray(got), want)
     with pytest.raises(ValueError, match="h0 has 2 rows on its batch axis 0, a has 3"):
         gc.linear_scan(*chunked[:2], chunked[2][:2], **options)
+
+
+@pytest.mark.parametrize("kind", _SCAN_KINDS)
+def test_torch_linear_scan_custom_op_equals_the_eager_function(kind, monkeypatch):
+    """Under torch.compile ``gradcells.torch.linear_scan`` is ``torch.ops.gradcells.
+    linear_scan`` (run here eagerly with ``is_compiling`` reporting True): the outputs and
+    gradients equal the eager path's bit for bit, complex included, and its fake
+    implementation gives the real shapes and dtypes (a real ``a`` with a complex ``b``:
+    complex states)."""
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import gradcells.torch as gt
+
+    arrays, options = _scan_case(kind, seed=13)
+    u = np.random.default_rng(14).standard_normal(arrays[1].shape) * (1 + 1j)
+
+    def run():
+        tensors = [torch.tensor(v, requires_grad=True) for v in arrays]
+        result = gt.linear_scan(*tensors, **options)
+        loss = (result.h * torch.tensor(u.real if kind == "real" else u)).real.sum()
+        return result, torch.autograd.grad(loss + result.h_final.real.sum(), tensors)
+
+    eager = run()
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    custom = run()
+    assert "gradcells_linear_scan_default" in custom[0].h.grad_fn.name()
+    for got, want in zip([*custom[0], *custom[1]], [*eager[0], *eager[1]], strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fake = gt.linear_scan(*(mode.from_tensor(torch.tensor(v)) for v in arrays), **options)
+    assert [(t.shape, t.dtype) for t in fake] == [(t.shape, t.dtype) for t in eager[0]]
