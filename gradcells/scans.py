@@ -47,9 +47,9 @@ def linear_scan(a: Array, b: Array, h0: Array, *, seq_len: Array | None = None,
 
     Dtypes: ``b`` and ``h0`` float32, float64, complex64 or complex128; ``a`` the same, or
     real with a complex ``b``. ``method``: "sequential" (step by step), "parallel" (an
-    associative scan over time: the chunked two-level scan on the CPU, its chunks on the
-    cores; per-column scans on the GPU) or "auto" (parallel from ``PARALLEL_FROM_STEPS``
-    steps). Every method agrees with the sequential one elementwise within
+    associative scan over time: the chunked two-level scan, its chunks on the CPU's cores
+    or on one GPU thread per chunk and column) or "auto" (parallel from
+    ``PARALLEL_FROM_STEPS`` steps). Every method agrees with the sequential one elementwise within
     ``PARALLEL_BOUND_ULPS·(log2 T + 2)·eps`` times the sequential scan of ``|a|``, ``|b|``,
     ``|h0|``.
 
