@@ -59,6 +59,29 @@ def _previous(h0, h, lengths, backward):
     return reference.previous_in_run_order(np, h0, h, lengths, backward)
 
 
+def _conj(v):
+    return np.conj(v) if v.dtype.kind == "c" else v
+
+
+def _multiplier_grad(g, h0, h, lengths, backward):
+    """``d_m_t = g_t∘conj(h_prev_t)`` without materialising ``h_prev``: each step's
+    product with the state before it in run order (``h_{t-1}``, or ``h_{t+1}`` with
+    ``backward``), ``h0`` at a row's first step in run order; ``g`` is zero past a row's
+    length, so those steps give 0 whatever they read."""
+    out = np.empty(g.shape, np.result_type(g, h))
+    if g.shape[0] == 0:
+        return out
+    now, before = (slice(None, -1), slice(1, None)) if backward else (slice(1, None),
+                                                                      slice(None, -1))
+    np.multiply(g[now], _conj(h[before]), out=out[now])
+    first = -1 if backward else 0
+    np.multiply(g[first], _conj(h0), out=out[first])
+    if backward and lengths is not None:      # a row's first step in run order is L - 1
+        rows = np.nonzero((lengths > 0) & (lengths < g.shape[0]))[0]
+        out[lengths[rows] - 1, rows] = g[lengths[rows] - 1, rows] * _conj(h0[rows])
+    return out
+
+
 def _real_if(v, like):
     return v if like.dtype.kind == "c" else np.ascontiguousarray(v.real)
 
@@ -68,13 +91,12 @@ def linear_scan_grad(a, b, h0, result, settings, *, d_h=None, d_h_final=None):
     lengths = lengths_of(settings.seq_len)
     dtype = np.result_type(a, b)
     m = _multipliers(a, settings, lengths)
-    d_h = upstream_steps(d_h, b.shape, dtype, lengths)
+    d_h = (np.zeros(b.shape, dtype) if d_h is None else _addends(d_h, dtype, lengths))
     final = np.zeros(h0.shape, dtype) if d_h_final is None else d_h_final
-    g, d_h0 = sequence_scan(np.conj(m) if m.dtype.kind == "c" else m, d_h, contiguous(final),
-                            settings, post=True)
+    g, d_h0 = sequence_scan(_conj(m), d_h, contiguous(final), settings, post=True)
     zero_stopped((g,), lengths)
-    h_prev = _previous(h0.astype(dtype, copy=False), result.h, lengths, settings.reverse)
-    d_a = g * np.conj(h_prev)
+    d_a = _multiplier_grad(g, h0.astype(dtype, copy=False), result.h, lengths,
+                           settings.reverse)
     if settings.resets is not None:
         d_a[settings.resets] = 0
     return LinearScanGrads(a=_real_if(d_a, a), b=g, h0=d_h0)
