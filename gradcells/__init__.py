@@ -7,9 +7,9 @@ imported only when a CuPy array arrives, and TensorFlow/PyTorch/JAX are never im
 
 import importlib
 
-from . import sequences, stacks, steps
+from . import scans, sequences, stacks, steps
 from ._core.types import StackSettings
-from .cells import CELLS
+from .cells import CELLS, SCANS
 from .curvature import gauss_newton_vector_product, hessian_vector_product
 from .oracle import (
     GradientCheckError,
@@ -22,10 +22,10 @@ from .oracle import (
 )
 
 # The registered cells' public functions and types (generated from their specs).
-_SPECS = [importlib.import_module(f"{__name__}.cells.{cell}.spec") for cell in CELLS]
-_FUNCTIONS = [name for module in (steps, sequences, stacks) for name in module.__all__]
-globals().update({name: getattr(module, name)
-                  for module in (steps, sequences, stacks, *_SPECS) for name in module.__all__})
+_SPECS = [importlib.import_module(f"{__name__}.cells.{cell}.spec") for cell in (*CELLS, *SCANS)]
+_FUNCTIONS = [name for module in (steps, sequences, stacks, scans) for name in module.__all__]
+globals().update({name: getattr(module, name) for module in (steps, sequences, stacks, scans,
+                                                             *_SPECS) for name in module.__all__})
 
 __version__ = "0.2.0.dev0"
 

@@ -1,5 +1,7 @@
 """Dask arrays in (docs/spec.md §13): every public cell, sequence and stack function, and its
-``_grad``, ``_jvp`` and ``_grad_jvp``, runs on dask arrays chunked along the batch axis.
+``_grad``, ``_jvp`` and ``_grad_jvp``, runs on dask arrays chunked along the batch axis;
+so does the linear scan (docs/spec.md §18.1; ``SCAN_SPECS``: its ``a`` and ``b`` are read as
+``x``, its ``resets`` as a per-step constant).
 
 A call whose first argument (``x``) is a dask array comes here from
 ``gradcells._interop.accepts_any_array``. The contract:
@@ -58,7 +60,7 @@ from . import _validate as v
 from ._core import arrays, trees
 from ._core.specs import MASKS
 from ._core.types import record_settings
-from .cells import OPS, SPECS, STACKS, cell_of
+from .cells import OPS, SCAN_SPECS, SPECS, STACKS, cell_of
 
 _SUFFIXES = ("_grad_jvp", "_grad", "_jvp", "")
 _BATCH = "B"
@@ -118,7 +120,7 @@ def _resolve(name):
     """``(base op, suffix)`` of a public function's name (``"lstm_sequence", "_grad"``)."""
     for suffix in _SUFFIXES:
         base = name[:len(name) - len(suffix)] if suffix else name
-        if name.endswith(suffix) and (base in OPS or base in STACKS):
+        if name.endswith(suffix) and (base in OPS or base in STACKS or base in SCAN_SPECS):
             return base, suffix
     raise TypeError(f"{name} does not take dask arrays: the public cell, sequence and stack "
                     "functions (gc.lstm_sequence, ..., their _grad, _jvp, _grad_jvp) do")
@@ -134,7 +136,7 @@ def _labels(call, path):
     width = ("T", _BATCH, "W")                          # a stack's joined outputs
     if head == spec.result_arg and rest:
         labels = dict(zip(spec.result._fields, spec.result_labels(), strict=True))[rest[0]]
-    elif head == "x":
+    elif head in spec.inputs:
         labels = spec.x_labels
     elif head in spec.states:
         labels = spec.state_labels[spec.states.index(head)]
@@ -148,8 +150,8 @@ def _labels(call, path):
             labels = width if upstream == "d_h" else ("L", *labels)
     elif head == "seq_len":
         labels = (_BATCH,)
-    elif head in MASKS:
-        labels = MASKS[head]
+    elif head in MASKS or head in spec.constants:        # data with labels of its own
+        labels = {**MASKS, **spec.constants}[head]
     elif head == "dropout_masks":
         labels = width
     else:
@@ -171,8 +173,8 @@ def _batch_axis(call, path, shape):
         return axis
     if shape[axis] == 1 and path[0] in (*MASKS, "dropout_masks"):
         return None                                         # a mask broadcast over rows
-    raise ValueError(f"{trees.label(path)} has {shape[axis]} rows on its batch axis {axis}, x has "
-                     f"{call.batch}")
+    raise ValueError(f"{trees.label(path)} has {shape[axis]} rows on its batch axis {axis}, "
+                     f"{call.spec.inputs[0]} has {call.batch}")
 
 
 def _rechunk_hint(name, a, axis, chunk):
@@ -277,7 +279,7 @@ def call(func, args, kwargs):
     base, suffix = _resolve(func.__name__)
     bound = inspect.signature(func).bind(*args, **kwargs).arguments
     stack = base in STACKS
-    spec = OPS[STACKS.get(base, base)]
+    spec = SCAN_SPECS[base] if base in SCAN_SPECS else OPS[STACKS.get(base, base)]
     record = next((v.settings for v in bound.values()
                    if isinstance(getattr(v, "settings", None), DaskRecord)), None)
     keywords = {**(record.keywords if record else {}),
@@ -286,11 +288,12 @@ def call(func, args, kwargs):
                                                      DaskRecord):
         raise ValueError("stack must be the dask result its forward returned, which records "
                          "its blocks")
-    x = bound["x"]
+    first = spec.inputs[0]                              # x (a, the linear scan's)
+    x = bound[first]
     call = _Call(suffix, spec, stack, bool(keywords.get("batch_first")), 0, (), bound)
-    labels = _labels(call, ("x",))
+    labels = _labels(call, (first,))
     if x.ndim != len(labels):
-        raise ValueError(f"x must be [{', '.join(labels)}], got shape {x.shape}")
+        raise ValueError(f"{first} must be [{', '.join(labels)}], got shape {x.shape}")
     axis = labels.index(_BATCH)
     call.batch, call.chunks = x.shape[axis], x.chunks[axis]
     template = {name: _template(call, value, (name,)) for name, value in bound.items()}
@@ -315,7 +318,7 @@ def _checked(call, func, bound):
     lengths = bound.get("seq_len")
     try:
         if isinstance(lengths, (list, tuple)) or arrays.library_of(lengths) == "numpy":
-            x = bound["x"]
+            x = bound[call.spec.inputs[0]]
             v.seq_len_value(lengths, "numpy",
                             np.broadcast_to(np.zeros((), x.dtype), x.shape), call.batch_first)
         return func(**stand_in)
@@ -401,7 +404,7 @@ def _out_template(call, keywords):
 def _sizes(call):
     """Every label's size, from ``x`` and the states (T, B, I, H, P)."""
     sizes = {}
-    for name in ("x", *call.spec.states):
+    for name in (*call.spec.inputs, *call.spec.states):
         labels = _labels(call, (name,))
         shape = call.inputs[(name,)].shape
         sizes.update(zip(labels, shape, strict=True))

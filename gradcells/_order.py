@@ -199,3 +199,72 @@ def grad(spec, op, x, states, weights, result, settings, upstream, *, package=No
     grads = op(order.to_run(x), *states, weights, seq, order.settings(settings), **upstream,
                **options)
     return grads._replace(x=order.from_run(grads.x))
+
+
+# The linear scan (docs/spec.md §18.1): per-step arrays ``a``, ``b`` (and ``resets [T, B]``)
+# instead of ``x``, the same reorderings.
+
+
+def _scan_settings(order, settings):
+    """A linear scan's ``settings`` as the backend is given them: ``resets`` in run order."""
+    resets = settings.resets
+    if resets is not None:
+        resets = order.to_run(resets[:, :, None])[:, :, 0]
+    return dataclasses.replace(order.settings(settings), resets=resets)
+
+
+def _scan_result_from_run(order, result):
+    return type(result)(order.from_run(result.h), result.h_final)
+
+
+def scan_forward(op, a, b, h0, settings, *, package=None):
+    """``op(a, b, h0, settings)`` (a backend's ``linear_scan``) in the order and layout
+    ``settings`` ask for."""
+    if not (settings.reverse or settings.batch_first):
+        return op(a, b, h0, settings)
+    order = _RunOrder(a, settings, runs_reverse(package, settings))
+    result = op(order.to_run(a), order.to_run(b), h0, _scan_settings(order, settings))
+    return _scan_result_from_run(order, result)
+
+
+def scan_jvp(op, a, b, h0, tangents, settings):
+    """``op(a, b, h0, tangents, settings)`` (a backend's ``linear_scan_jvp``) in the order
+    and layout ``settings`` ask for."""
+    if not (settings.reverse or settings.batch_first):
+        return op(a, b, h0, tangents, settings)
+    order = _RunOrder(a, settings)
+    pair = op(order.to_run(a), order.to_run(b), h0,
+              tangents._replace(a=order.to_run(tangents.a), b=order.to_run(tangents.b)),
+              _scan_settings(order, settings))
+    return tuple(_scan_result_from_run(order, result) for result in pair)
+
+
+def _scan_grads_from_run(order, grads):
+    return grads._replace(a=order.from_run(grads.a), b=order.from_run(grads.b))
+
+
+def scan_grad(op, a, b, h0, result, settings, upstream, *, package=None):
+    """``op`` (a backend's ``linear_scan_grad``) on ``result`` and the ``upstream``
+    gradients (``d_h``, ``d_h_final``) in the order and layout ``settings`` ask for; the
+    gradients of ``a`` and ``b`` come back in that order."""
+    if not (settings.reverse or settings.batch_first):
+        return op(a, b, h0, result, settings, **upstream)
+    order = _RunOrder(a, settings, runs_reverse(package, settings))
+    result = result._replace(h=order.to_run(result.h))
+    grads = op(order.to_run(a), order.to_run(b), h0, result, _scan_settings(order, settings),
+               d_h=order.to_run(upstream["d_h"]), d_h_final=upstream["d_h_final"])
+    return _scan_grads_from_run(order, grads)
+
+
+def scan_grad_jvp(op, a, b, h0, result, tangents, settings, upstream):
+    """``op`` (a backend's ``linear_scan_grad_jvp``) in the order and layout ``settings``
+    ask for: ``upstream`` holds ``d_h``, ``d_h_final`` and their tangents."""
+    if not (settings.reverse or settings.batch_first):
+        return op(a, b, h0, result, tangents, settings, **upstream)
+    order = _RunOrder(a, settings)
+    steps = {name: order.to_run(g) if name.startswith("d_h") and "final" not in name else g
+             for name, g in upstream.items()}
+    pair = op(order.to_run(a), order.to_run(b), h0, result._replace(h=order.to_run(result.h)),
+              tangents._replace(a=order.to_run(tangents.a), b=order.to_run(tangents.b)),
+              _scan_settings(order, settings), **steps)
+    return tuple(_scan_grads_from_run(order, grads) for grads in pair)

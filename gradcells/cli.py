@@ -20,14 +20,15 @@ from . import __version__, _dispatch, audit, testing
 from ._core.report import Progress, table
 from ._dispatch import BACKENDS
 from .audit import ALL
-from .cells import OPS, STACKS
+from .cells import OPS, SCAN_OPS, STACKS
 
 DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
 
-# Every op the check runs, with the backend operation it needs (a stack: its sequence's):
+# Every op the check runs, with the backend operation it needs (a stack: its sequence's;
+# the linear scan, registered apart from the cells, its own):
 # each forward with its gradient (check_vjp), its forward mode ``<op>_jvp`` and its second
 # order ``<op>_grad_jvp`` (check_jvp), by the suffix that names the check.
-_FIRST_ORDER = {**{name: name for name in OPS}, **STACKS}
+_FIRST_ORDER = {**{name: name for name in OPS}, **STACKS, **{name: name for name in SCAN_OPS}}
 _CHECKS = {"_grad_jvp": "grad_jvp_check", "_jvp": "jvp_check", "": "vjp_check"}
 CHECKED = {f"{op}{suffix}": f"{needs}{suffix}" for suffix in ("", "_jvp", "_grad_jvp")
            for op, needs in _FIRST_ORDER.items()}

@@ -26,6 +26,12 @@ from .cells.gru.reference import (
     gru_sequence_grad_jvp,
     gru_sequence_jvp,
 )
+from .cells.linear.reference import (
+    linear_scan,
+    linear_scan_grad,
+    linear_scan_grad_jvp,
+    linear_scan_jvp,
+)
 from .cells.lstm.reference import (
     clip_pass_mask,
     lstm_activations,
@@ -105,4 +111,5 @@ __all__ = ["lstm_cell", "lstm_cell_grad", "lstm_sequence", "lstm_sequence_grad",
            "slstm_sequence_grad_jvp", "slstm_activations", "slstm_step_grad",
            "minlstm_cell", "minlstm_cell_grad", "minlstm_cell_jvp", "minlstm_cell_grad_jvp",
            "minlstm_sequence", "minlstm_sequence_grad", "minlstm_sequence_jvp",
-           "minlstm_sequence_grad_jvp"]
+           "minlstm_sequence_grad_jvp",
+           "linear_scan", "linear_scan_grad", "linear_scan_jvp", "linear_scan_grad_jvp"]

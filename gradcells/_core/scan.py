@@ -55,10 +55,10 @@ def candidate_grad(xp, p_h, hc, d_hc, activation):
 
 def scan(xp, a, c, h0, method):
     """The states ``h [T, B, H]`` of ``h_t = a_t∘h_{t-1} + c_t`` from ``h0``, by ``method``
-    ("sequential" or "parallel")."""
+    ("sequential" or "parallel"), in ``c``'s dtype (``a`` may be real with a complex ``c``)."""
     if method == "parallel":
         return _parallel_scan(xp, a, c, h0)
-    h = xp.zeros(a.shape, dtype=a.dtype)
+    h = xp.zeros(c.shape, dtype=c.dtype)
     state = h0
     for t in range(a.shape[0]):
         state = a[t] * state + c[t]
@@ -74,7 +74,7 @@ def _parallel_scan(xp, a, c, h0):
     1`` rounded factors."""
     n_steps = a.shape[0]
     if n_steps == 0:
-        return xp.zeros(a.shape, dtype=a.dtype)
+        return xp.zeros(c.shape, dtype=c.dtype)
     c = xp.concatenate([(a[0] * h0 + c[0])[None], c[1:]], axis=0)
     d = 1
     while d < n_steps:

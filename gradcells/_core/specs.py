@@ -60,6 +60,12 @@ class OpSpec:
     whose projection makes ``h`` P wide, else ``H``); ``nested``: the weights that are
     themselves tuples of arrays, with their types (the LSTM's ``layer_norm``, an
     ``LSTMNorm``); everything else is derived from the types.
+
+    An op with other per-step arrays than ``x`` names them in ``inputs`` (the linear
+    scan's ``a``, ``b``: each labelled as ``x``), its gradient's result argument in
+    ``result_name`` (else ``seq`` or ``state``), and the per-step arrays that are data, not
+    differentiated, in ``constants`` with their labels (the linear scan's ``resets``,
+    ``("T", "B")``).
     """
 
     name: str
@@ -72,6 +78,9 @@ class OpSpec:
     upstream: tuple[str, ...]
     h_width: str = "H"
     nested: Mapping[str, type[NamedTuple]] = field(default_factory=dict)
+    inputs: tuple[str, ...] = ("x",)
+    result_name: str | None = None
+    constants: Mapping[str, Labels] = field(default_factory=dict)
 
     @property
     def grad_name(self) -> str:
@@ -80,7 +89,7 @@ class OpSpec:
     @property
     def result_arg(self) -> str:
         """The gradient's argument holding the forward's result."""
-        return "seq" if self.sequence else "state"
+        return self.result_name or ("seq" if self.sequence else "state")
 
     @property
     def x_labels(self) -> Labels:
@@ -108,7 +117,7 @@ class OpSpec:
     @property
     def arrays(self) -> tuple[str, ...]:
         """The forward's array arguments in signature order (weights as their fields)."""
-        return ("x", *self.states, *self.weights._fields)
+        return (*self.inputs, *self.states, *self.weights._fields)
 
     @property
     def flat_arrays(self) -> tuple[str, ...]:

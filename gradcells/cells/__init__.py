@@ -27,9 +27,25 @@ from .._core.specs import CellSpec, Labels, OpSpec
 CELLS: tuple[str, ...] = ("lstm", "gru", "rnn", "mingru", "slstm", "minlstm")
 """The registered cells, by folder name: the one line a new cell adds to the library."""
 
+SCANS: tuple[str, ...] = ("linear",)
+"""Operations registered apart from the cells, by folder name: the linear scan
+(docs/spec.md §18.1) has no input ``x``, no weights, no step op and no stack, which every
+``CellSpec`` declares. Its folder has the cells' shape (``spec.py``, ``reference.py``,
+``cpu.py``, ``gpu.py``) and its backends are reached the same way (``cell_of``,
+``implementation``); its public functions are ``gradcells.scans``'."""
+
 SPECS: dict[str, CellSpec] = {
     cell: importlib.import_module(f"{__name__}.{cell}.spec").CELL for cell in CELLS}
 """Each cell's declarations (``gradcells.cells.<cell>.spec.CELL``)."""
+
+SCAN_SPECS: dict[str, OpSpec] = {
+    op.name: op for op in (importlib.import_module(f"{__name__}.{scan}.spec").SCAN
+                           for scan in SCANS)}
+"""The forward operations of ``SCANS`` (``linear_scan``) by name, each with its three modes:
+an ``OpSpec`` whose per-step arrays are its ``inputs`` (the adapters read it)."""
+
+SCAN_OPS: tuple[str, ...] = tuple(SCAN_SPECS)
+"""Their names."""
 
 BACKENDS: tuple[str, ...] = ("reference", "cpu", "gpu")
 """Every cell has one module per backend, named after it."""
@@ -59,7 +75,7 @@ CELL_PROTOCOLS: dict[str, type] = {cell: spec.protocol for cell, spec in SPECS.i
 def cell_of(operation: str) -> str:
     """The registered cell whose operation ``operation`` is (``"gru_sequence_jvp"`` ->
     ``"gru"``); ``AttributeError`` for a name that is no cell's."""
-    for cell in CELLS:
+    for cell in (*CELLS, *SCANS):
         if operation.startswith(f"{cell}_"):
             return cell
     raise AttributeError(f"{operation!r} is not an operation of a registered cell {CELLS}")

@@ -1,7 +1,11 @@
 """The diagonal linear recurrence on the CPU (docs/spec.md §18.1): ``s_t = a_t∘s_{t-1} +
 c_t`` over ``[T, N]`` columns, sequential or as a chunked two-level scan whose per-chunk
-passes run on threads (``linear_scan``). The minGRU and the minLSTM run their states,
-tangents and adjoints through it; its math is ``gradcells._core.scan``'s.
+passes run on threads (``linear_scan``). The minGRU, the minLSTM and the public
+``linear_scan`` run their states, tangents and adjoints through one entry point,
+``sequence_scan`` (a sequence op's ``method`` and direction read from its settings), with
+``identity_past_lengths`` and ``upstream_steps`` for the steps past each row's length; its
+math is ``gradcells._core.scan``'s. Real or complex (one compiled specialization per pair of
+dtypes: a real ``a`` with a complex ``c`` runs without widening ``a``).
 """
 
 from __future__ import annotations
@@ -12,8 +16,11 @@ import os
 
 import numpy as np
 
-from ._compile import helper, kernel
-from ._sequence import contiguous
+from .._core.scan import scan_method
+from ._compile import helper, kernel, kernel_array
+
+CHUNK = 64
+"""Steps per chunk of every sequence op's parallel scan (``sequence_scan``)."""
 
 
 def _rows(a):
@@ -66,15 +73,22 @@ def linear_scan_kernel(a, c, s0, backward, post, chunk, out, s_final):
     of the composed maps."""
     n_steps, n = a.shape
     if chunk <= 0 or chunk >= n_steps:
-        s_final[:] = s0
-        _run(a, c, s_final, backward, post, 0, n_steps, out, True)
+        sequential_scan_kernel(a, c, s0, backward, post, out, s_final)
         return
     n_chunks = (n_steps + chunk - 1) // chunk
-    agg_a, agg_c = np.empty((n_chunks, n), a.dtype), np.empty((n_chunks, n), a.dtype)
-    carries = np.empty((n_chunks, n), a.dtype)
+    agg_a, agg_c = np.empty((n_chunks, n), a.dtype), np.empty((n_chunks, n), out.dtype)
+    carries = np.empty((n_chunks, n), out.dtype)
     scan_maps_kernel(a, c, backward, post, chunk, 0, n_chunks, agg_a, agg_c)
     scan_carries_kernel(agg_a, agg_c, s0, carries, s_final)
     scan_chunks_kernel(a, c, backward, post, chunk, 0, n_chunks, carries, out, s_final)
+
+
+@kernel
+def sequential_scan_kernel(a, c, s0, backward, post, out, s_final):
+    """``linear_scan_kernel`` with ``chunk`` 0: the recurrence step by step (a kernel of its
+    own, so that a sequential scan compiles none of the chunked scan's kernels)."""
+    s_final[:] = s0
+    _run(a, c, s_final, backward, post, 0, a.shape[0], out, True)
 
 
 @kernel
@@ -86,7 +100,7 @@ def scan_maps_kernel(a, c, backward, post, chunk, first, last, agg_a, agg_c):
     for k in range(first, last):
         lo, hi = k * chunk, min((k + 1) * chunk, n_steps)
         agg_c[k] = 0
-        _run(a, c, agg_c[k], backward, post, lo, hi, a, False)   # a: never written
+        _run(a, c, agg_c[k], backward, post, lo, hi, c, False)   # c: never written
         product = agg_a[k]
         product[:] = 1
         for position in range(lo, hi):
@@ -123,15 +137,21 @@ def scan_chunks_kernel(a, c, backward, post, chunk, first, last, carries, out, s
 
 
 def linear_scan(a, c, s0, *, chunk, backward, post):
-    """The linear recurrence over ``a, c [T, B, H]`` (C-contiguous) from ``s0 [B, H]``:
-    ``(out, final)``, fresh arrays; ``backward``: time runs from T-1 down to 0; ``post`` as
-    ``_run``. ``chunk`` 0: sequential; otherwise the chunked scan, its chunks on
-    ``_workers`` threads."""
-    out, final = np.empty_like(a), np.empty(s0.shape, a.dtype)
-    arguments = (_rows(a), _rows(c), contiguous(s0).ravel(), backward, post,
+    """The linear recurrence over ``a, c [T, B, H]`` from ``s0 [B, H]`` (of
+    ``c``'s dtype; ``a`` may be real with a complex ``c``): ``(out, final)``, fresh arrays
+    of ``c``'s dtype (arrays that are not C-contiguous, aligned and writeable, as a
+    read-only one, are copied: the kernels are compiled for writeable arrays);
+    ``backward``: time runs from T-1 down to 0; ``post`` as ``_run``. ``chunk`` 0 (or at
+    least T): sequential (``sequential_scan_kernel``); otherwise the chunked scan, its
+    chunks on ``_workers`` threads."""
+    out, final = np.empty(c.shape, c.dtype), np.empty(s0.shape, c.dtype)
+    a, c, s0 = kernel_array(a), kernel_array(c), kernel_array(s0)   # one typing per dtype
+    arguments = (_rows(a), _rows(c), s0.ravel(), backward, post,
                  chunk, _rows(out), final.ravel())
     workers = _workers(a.shape[0], chunk)
-    if workers < 2:
+    if chunk <= 0 or chunk >= a.shape[0]:
+        sequential_scan_kernel(*arguments[:5], *arguments[6:])
+    elif workers < 2:
         linear_scan_kernel(*arguments)
     else:
         _threaded_scan(*arguments, workers)
@@ -151,7 +171,8 @@ def _threaded_scan(a, c, s0, backward, post, chunk, out, s_final, workers):
     """``linear_scan_kernel``'s chunked scan with its steps (1) and (3) split into
     ``workers`` ranges of chunks, run at once (the kernels release the GIL)."""
     n_chunks = -(-a.shape[0] // chunk)
-    agg_a, agg_c, carries = np.empty((3, n_chunks, a.shape[1]), a.dtype)
+    agg_a = np.empty((n_chunks, a.shape[1]), a.dtype)
+    agg_c, carries = np.empty((2, n_chunks, a.shape[1]), out.dtype)
     bounds = np.linspace(0, n_chunks, workers + 1).astype(int)
     ranges = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
     _at_once([functools.partial(scan_maps_kernel, a, c, backward, post, chunk, lo, hi,
@@ -173,3 +194,37 @@ def _at_once(calls):
     calls[0]()
     for future in pending:
         future.result()
+
+
+# --------------------------------------------------------------------------------------
+# the entry point of the sequence ops
+
+
+def sequence_scan(a, c, s0, settings, *, post):
+    """The recurrence of a sequence op over ``a, c [T, B, H]`` from ``s0 [B, H]``:
+    ``(out, final)`` (``linear_scan``), chunked when the op's ``settings.method`` resolves
+    to "parallel" (``scan_method``; ``CHUNK`` steps a chunk). The forward (``post`` False)
+    runs backwards in time when ``settings.reverse`` (the backends run ``reverse`` with
+    lengths natively), the adjoint (``post`` True) the other way."""
+    chunk = CHUNK if scan_method(settings.method, a.shape[0]) == "parallel" else 0
+    return linear_scan(a, c, s0, chunk=chunk, backward=settings.reverse != post, post=post)
+
+
+def identity_past_lengths(a, lengths):
+    """``a`` (a fresh multiplier array, changed in place) with the identity multiplier 1 at
+    every step past its row's length (``lengths`` None: as it is)."""
+    if lengths is not None:
+        a[np.arange(a.shape[0])[:, None] >= lengths[None, :]] = 1
+    return a
+
+
+def upstream_steps(d, shape, dtype, lengths):
+    """A per-step upstream gradient (or addend) ``d`` as a fresh C-contiguous array of
+    ``dtype`` with zeros past each row's length (zeros for None): none of it is read
+    there."""
+    if d is None:
+        return np.zeros(shape, dtype)
+    out = np.array(d, dtype=dtype, order="C")
+    if lengths is not None:
+        out[np.arange(out.shape[0])[:, None] >= lengths[None, :]] = 0
+    return out

@@ -91,6 +91,21 @@ def column_sum(rt, a):
     return out
 
 
+def gated_scan(rt, z, c, s0, lengths, *, gated, post, backward):
+    """One ``gated_scan`` launch (``gradcells/gpu/scan.cu``), the minGRU's and the minLSTM's
+    recurrence with the gate ``z`` (multiplier ``1 - z``; ``gated``: addend ``z∘c``, else
+    ``c``): ``(out [T, B, H], s_final [B, H])``; ``post``, ``backward`` as the kernel's."""
+    xp = rt.xp
+    n_steps, n_batch, n_hidden = z.shape
+    out, final = xp.empty_like(z), xp.empty((n_batch, n_hidden), dtype=z.dtype)
+    Launcher(rt, "gated_scan", z.dtype, n_batch * n_hidden)(
+        z=z, c=c, s0=xp.ascontiguousarray(s0, dtype=z.dtype),
+        seq_len=lengths_argument(xp, lengths), use_seq_len=lengths is not None,
+        use_gated=gated, use_post=post, use_backward=backward, n_steps=n_steps,
+        batch=n_batch, hidden=n_hidden, out=out, s_final=final)
+    return out, final
+
+
 def contiguous(xp, a):
     """``a`` as a C-contiguous array (None stays None)."""
     return None if a is None else xp.ascontiguousarray(a)

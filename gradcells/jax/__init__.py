@@ -6,8 +6,10 @@
 returns the op's result NamedTuple of JAX arrays. The primal is ``gc.<op>``'s, reverse mode
 ``gc.<op>_grad``'s, forward mode ``gc.<op>_jvp``'s (``gradcells.jax._primitives``); the
 kernels run on the host through ``jax.pure_callback``. ``seq_len`` and the masks are
-constants to the derivative; the other keywords are static. Importing this module imports
-JAX; ``import gradcells`` does not.
+constants to the derivative; the other keywords are static. ``linear_scan`` (docs/spec.md
+§18.1) too, real and complex (its ``a``, ``b`` read as ``x``, ``resets`` a constant; JAX's
+complex convention, the conjugate of gradcells's: ``_primitives``). Importing this module
+imports JAX; ``import gradcells`` does not.
 
 Errors (docs/spec.md §16.3): shapes, dtypes and settings are checked at trace time, each the
 ``TypeError``/``ValueError`` the NumPy call gives. Values known only at run time (a traced

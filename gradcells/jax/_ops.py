@@ -26,7 +26,8 @@ from .. import _dispatch, stacks
 from .. import _validate as v
 from .._core import trees
 from .._core.specs import MASKS
-from ..cells import OPS, STACKS
+from .._validate.scans import scan_args
+from ..cells import OPS, SCAN_SPECS, STACKS
 from ..cells.lstm.spec import NORM_ARRAYS, LSTMNorm
 from ._primitives import Call, forward_p
 
@@ -76,8 +77,13 @@ def _checked(spec, arrays, constants, options):
     if spec.sequence:
         masks = {n: _stand_in(constants[n], True) for n in MASKS if n in constants}
         keywords.update(seq_len=_stand_in(constants["seq_len"], True), masks=masks)
-    _, settings = v.forward_args(spec.name, stand["x"], [stand[s] for s in spec.states],
-                                 _weights_in(spec, stand), **keywords)
+    if spec.name in SCAN_SPECS:      # the linear scan: its own validation (no x, no weights)
+        keywords.pop("masks", None)
+        _, settings = scan_args(*(stand[n] for n in spec.arrays), **{
+            **keywords, **{n: _stand_in(constants[n], True) for n in spec.constants}})
+    else:
+        _, settings = v.forward_args(spec.name, stand["x"], [stand[s] for s in spec.states],
+                                     _weights_in(spec, stand), **keywords)
     _dispatch.backend_for(options.get("backend"), "numpy")
     return settings
 
@@ -87,7 +93,7 @@ def _result_shapes(spec, arrays, batch_first):
     def ordered(labels):
         return (labels[1], labels[0], *labels[2:]) if batch_first and len(labels) == 3 else labels
 
-    sizes = dict(zip(ordered(spec.x_labels), arrays["x"].shape, strict=True))
+    sizes = dict(zip(ordered(spec.x_labels), arrays[spec.inputs[0]].shape, strict=True))
     for labels, name in zip(spec.state_labels, spec.states, strict=True):
         sizes.update(zip(labels, arrays[name].shape, strict=True))
     return [tuple(sizes[label] for label in ordered(labels))
@@ -96,9 +102,9 @@ def _result_shapes(spec, arrays, batch_first):
 
 def _op(name):
     """``gradcells.jax.<name>``: ``gc.<name>`` as a JAX function (see the module)."""
-    spec, function = OPS[name], getattr(gc, name)
+    spec, function = SCAN_SPECS.get(name) or OPS[name], getattr(gc, name)
     signature = inspect.signature(function)
-    constants = tuple(n for n in CONSTANTS if n in signature.parameters)
+    constants = tuple(n for n in (*CONSTANTS, *spec.constants) if n in signature.parameters)
     array_args = {*spec.arrays}
 
     @functools.wraps(function)
@@ -114,7 +120,8 @@ def _op(name):
         diff = tuple(n for n in spec.flat_arrays if arrays[n] is not None)
         const = tuple(n for n in constants if given[n] is not None)
         operands = [jnp.asarray(arrays[n]) for n in diff] + [jnp.asarray(given[n]) for n in const]
-        dtype = np.dtype(operands[0].dtype)
+        dtype = np.result_type(*(operands[k].dtype for k, n in enumerate(diff)
+                                 if n in spec.inputs))    # a real a with a complex b: b's
         shapes = _result_shapes(spec, arrays, options.get("batch_first", False))
         try:
             call = Call(name, diff, const, tuple(options.items()),
@@ -188,5 +195,5 @@ def _stack(name, sequence):
     return op
 
 
-FORWARD = {name: _op(name) for name in OPS}
+FORWARD = {name: _op(name) for name in (*OPS, *SCAN_SPECS)}
 FORWARD.update({name: _stack(name, FORWARD[seq]) for name, seq in STACKS.items()})

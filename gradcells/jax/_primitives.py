@@ -42,7 +42,7 @@ from jax.interpreters import ad, batching, mlir
 import gradcells as gc
 
 from .._core.specs import MASKS
-from ..cells import OPS
+from ..cells import OPS, SCAN_SPECS
 from ..cells.lstm.spec import NORM_ARRAYS, LSTMNorm
 
 
@@ -60,7 +60,7 @@ class Call:
 
     @property
     def spec(self):
-        return OPS[self.op]
+        return SCAN_SPECS[self.op] if self.op in SCAN_SPECS else OPS[self.op]
 
     def keywords(self, values, of=None):
         """The gc call's keywords from the diff and constant arrays ``values`` (NumPy),
@@ -137,14 +137,25 @@ def _gradient_args(call, grad, arrays):
     return keywords, rest[len(unsupported):]
 
 
+def _conjugated(arrays, first, count):
+    """``arrays`` with ``count`` of them from ``first`` on conjugated (the complex ones:
+    ``np.conj`` of a real array is itself)."""
+    return [np.conj(a) if first <= k < first + count and a.dtype.kind == "c" else a
+            for k, a in enumerate(arrays)]
+
+
 def _host_vjp(call, grad, *arrays):
     """``Jᵀ·ct``: the diff arrays' gradients (``gc.<op>_grad``) from the result's
-    cotangents."""
+    cotangents. JAX's transpose of a complex-linear ``J`` is ``Jᵀ``, gradcells's gradient
+    ``Jᴴ`` (PyTorch's convention): ``Jᵀ·ct = conj(Jᴴ·conj(ct))``, so complex cotangents
+    are conjugated in and the gradients out (nothing changes for real arrays)."""
     arrays = _host(arrays)
-    keywords, _ = _gradient_args(call, grad, arrays)
+    n = len(call.diff) + len(call.const) + len(call.out)
+    keywords, _ = _gradient_args(call, grad, _conjugated(arrays, n, len(arrays) - n))
     grads = getattr(gc, f"{call.op}_grad")(**keywords)
     diff = arrays[:len(call.diff)]
-    return tuple(np.asarray(g, a.dtype) for g, a in zip(_flat(grads, call.diff), diff, strict=True))
+    return tuple(np.asarray(np.conj(g) if g.dtype.kind == "c" else g, a.dtype)
+                 for g, a in zip(_flat(grads, call.diff), diff, strict=True))
 
 
 def _host_grad_jvp(call, grad, *arrays):
@@ -152,6 +163,10 @@ def _host_grad_jvp(call, grad, *arrays):
     the given cotangents' tangents, the last operands (one forward more than the
     gradient's JVP: the result recording its settings)."""
     arrays = _host(arrays)
+    n_ct = len(call.diff) + len(call.const) + len(call.out)
+    upstream = len(grad[0]) + len(grad[1])
+    arrays = _conjugated(arrays, n_ct, upstream)        # as ``_host_vjp``: conj in and out
+    arrays = _conjugated(arrays, n_ct + upstream + len(call.diff), len(grad[0]))
     keywords, rest = _gradient_args(call, grad, arrays)
     # the result as the forward records it: the tangents of the gates need settings
     # (forget_bias) the gradient's keywords do not carry
@@ -162,7 +177,8 @@ def _host_grad_jvp(call, grad, *arrays):
     _, d_grads = getattr(gc, f"{call.op}_grad_jvp")(
         **keywords, tangents=tangents,
         **{f"{u}_tangent": t for u, t in zip(grad[0], d_upstream, strict=True)})
-    return tuple(np.zeros(a.shape, a.dtype) if g is None else np.asarray(g, a.dtype)
+    return tuple(np.zeros(a.shape, a.dtype) if g is None
+                 else np.asarray(np.conj(g) if g.dtype.kind == "c" else g, a.dtype)
                  for g, a in zip(_flat(d_grads, call.diff), arrays[:len(call.diff)],
                                  strict=True))
 
@@ -312,8 +328,9 @@ def _operand_labels(p, call):
     """The shape labels of ``p``'s operands (weights: none with ``B``; the masks marked
     ``None``: they broadcast, and fold only when their ``B`` extent is 1)."""
     spec = call.spec
-    by_name = {"x": spec.x_labels, **dict(zip(spec.states, spec.state_labels, strict=True)),
-               "seq_len": ("B",)}
+    by_name = {**dict.fromkeys(spec.inputs, spec.x_labels),
+               **dict(zip(spec.states, spec.state_labels, strict=True)),
+               "seq_len": ("B",), **spec.constants}
     diff = [by_name.get(n, ()) for n in call.diff]
     const = [by_name.get(n) for n in call.const]
     return diff + const + ([*spec.result_labels(), *diff] if p is jvp_p else [])

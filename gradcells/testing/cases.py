@@ -887,3 +887,52 @@ def random_stack_case(rng: np.random.Generator, cell: str, dtype: Any = np.float
                       batch_first=not rng.integers(4), steps=int(rng.integers(1, 5)),
                       batch=int(rng.integers(1, 4)), input_size=int(rng.integers(1, 4)),
                       hidden=int(rng.integers(1, 4)), dtype=dtype, proj_size=proj)
+
+
+# --------------------------------------------------------------------------------------
+# The linear scan (docs/spec.md §18.1)
+
+LINEAR_SCAN_KINDS = ("real", "complex", "real_a")
+"""The linear scan's dtype families: real; complex (``a`` too); a real ``a`` with a complex
+``b`` and state."""
+
+
+def linear_scan_case(rng: np.random.Generator, *, steps: int = 5, batch: int = 3,
+                     width: int = 2, dtype: Any = np.float64, kind: str = "real",
+                     ragged: bool = False, reverse: bool = False, resets: bool = False,
+                     batch_first: bool = False, method: str = "sequential") -> Case:
+    """A ``linear_scan`` case: keyword arguments of ``gc.linear_scan``. ``|a|`` in [0.5, 1]
+    (a complex ``a`` with a random phase), ``b`` and ``h0`` standard normal; ``dtype`` the
+    real precision (complex ones are its complex counterpart); ``ragged`` lengths, a reset
+    at about one step in four, both in the ``batch_first`` layout when asked."""
+    shape = (steps, batch, width)
+    complex_dtype = np.result_type(dtype, np.complex64)
+    a = rng.uniform(0.5, 1.0, shape)
+    b, h0 = rng.standard_normal(shape), rng.standard_normal((batch, width))
+    if kind != "real":
+        b = (b + 1j * rng.standard_normal(shape)).astype(complex_dtype)
+        h0 = (h0 + 1j * rng.standard_normal(h0.shape)).astype(complex_dtype)
+    if kind == "complex":
+        a = (a * np.exp(1j * rng.uniform(-1, 1, shape))).astype(complex_dtype)
+    case: Case = {"a": a.astype(a.dtype if a.dtype.kind == "c" else dtype),
+                  "b": b.astype(b.dtype if b.dtype.kind == "c" else dtype),
+                  "h0": h0.astype(h0.dtype if h0.dtype.kind == "c" else dtype),
+                  "seq_len": ragged_lengths(rng, steps, batch) if ragged else None,
+                  "reverse": reverse, "batch_first": batch_first, "method": method,
+                  "resets": (rng.random((steps, batch)) < 0.25) if resets else None}
+    if batch_first:
+        case["a"], case["b"] = (np.ascontiguousarray(case[k].swapaxes(0, 1)) for k in "ab")
+        if resets:
+            case["resets"] = np.ascontiguousarray(case["resets"].T)
+    return case
+
+
+def random_linear_scan_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
+    """A ``linear_scan`` case (T <= 5) with sizes, dtype family, method, lengths, resets,
+    direction and layout drawn from ``rng``."""
+    return linear_scan_case(
+        rng, steps=int(rng.integers(1, 6)), batch=int(rng.integers(1, 5)),
+        width=int(rng.integers(1, 4)), dtype=dtype,
+        kind=str(rng.choice(LINEAR_SCAN_KINDS)), ragged=bool(rng.integers(2)),
+        reverse=bool(rng.integers(2)), resets=bool(rng.integers(2)),
+        batch_first=not rng.integers(4), method=str(rng.choice(("sequential", "parallel"))))

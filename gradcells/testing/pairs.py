@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import sequences, stacks, steps
+from .. import scans, sequences, stacks, steps
 from .._core import trees
 from .._core.specs import MASKS
 from ..cells import OPS as SPECS
@@ -32,6 +32,7 @@ from .cases import (
     STACK_CELLS,
     random_gru_cell_case,
     random_gru_sequence_case,
+    random_linear_scan_case,
     random_lstm_cell_case,
     random_lstm_sequence_case,
     random_mingru_cell_case,
@@ -448,6 +449,82 @@ def stack_vjp_pair(cell: str, case: dict[str, Any], *, backend: str | None = Non
     return f, vjp, args, names
 
 
+# --------------------------------------------------------------------------------------
+# The linear scan (docs/spec.md §18.1): complex arrays as their real and imaginary parts
+
+
+def _parts(v):
+    return (np.ascontiguousarray(v.real), np.ascontiguousarray(v.imag)) \
+        if v.dtype.kind == "c" else (v,)
+
+
+def _joined(arrays, sizes):
+    """The arrays of ``sizes`` parts each (2: a complex array's real and imaginary parts)."""
+    out, k = [], 0
+    for n in sizes:
+        out.append(arrays[k] if n == 1 else arrays[k] + 1j * arrays[k + 1])
+        k += n
+    return out
+
+
+def _named_parts(names, sizes):
+    return tuple(p for name, n in zip(names, sizes, strict=True)
+                 for p in ((name,) if n == 1 else (f"{name}.re", f"{name}.im")))
+
+
+def linear_scan_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
+                         mode: str = "vjp") -> Pair:
+    """The oracle's ``(f, vjp, args, names)`` for ``linear_scan``: ``f`` maps ``a``, ``b``,
+    ``h0`` to ``(h, h_final)``, every complex array as its real and imaginary parts (named
+    ``a.re``, ``a.im``, ...), so that the differences check PyTorch's convention itself: the
+    cotangent ``(u_re, u_im)`` of ``(Re h, Im h)`` is ``d_h = u_re + i u_im`` and the
+    gradient of ``Re z`` and ``Im z`` are the real and imaginary parts of ``z``'s.
+    ``mode`` "jvp" and "grad_jvp" as ``_vjp_pair``'s."""
+    keywords = {k: case[k] for k in ("seq_len", "reverse", "resets", "batch_first", "method")}
+    primals = (case["a"], case["b"], case["h0"])
+    sizes = [len(_parts(v)) for v in primals]
+    out_sizes = [sizes[1]] * 2
+    names = _named_parts(scans.LinearScanGrads._fields, sizes)
+    args = tuple(p for v in primals for p in _parts(v))
+
+    def f(*arrays):
+        result = scans.linear_scan(*_joined(arrays, sizes), **keywords, backend=backend)
+        return tuple(p for v in result for p in _parts(v))
+
+    def vjp(ct, *arrays):
+        joined = _joined(arrays, sizes)
+        d_h, d_final = _joined(ct, out_sizes)
+        grads = scans.linear_scan_grad(*joined, scans.linear_scan(*joined, **keywords),
+                                       d_h=d_h, d_h_final=d_final, backend=backend)
+        return tuple(p for v in grads for p in _parts(v))
+
+    def jvp(tangents, *arrays):
+        _, t = scans.linear_scan_jvp(*_joined(arrays, sizes),
+                                     scans.LinearScanGrads(*_joined(tangents, sizes)),
+                                     **keywords, backend=backend)
+        return tuple(p for v in t for p in _parts(v))
+
+    if mode == "jvp":
+        return f, jvp, args, _named_parts(("h", "h_final"), out_sizes)
+    if mode != "grad_jvp":
+        return f, vjp, args, names
+    cotangents = _fixed_cotangents(f(*args))
+    n = len(args)
+
+    def grad_jvp(tangents, *a):
+        joined = _joined(a[:n], sizes)
+        d_h, d_final = _joined(a[n:], out_sizes)
+        t_d_h, t_d_final = _joined(tangents[n:], out_sizes)
+        _, t = scans.linear_scan_grad_jvp(
+            *joined, scans.linear_scan(*joined, **keywords),
+            scans.LinearScanGrads(*_joined(tangents[:n], sizes)), d_h=d_h,
+            d_h_final=d_final, d_h_tangent=t_d_h, d_h_final_tangent=t_d_final,
+            backend=backend)
+        return tuple(p for v in t for p in _parts(v))
+
+    return (lambda *a: vjp(a[n:], *a[:n])), grad_jvp, args + cotangents, names
+
+
 # Every public differentiable operation: (random case drawer, oracle pair builder); the
 # sequences' drawers draw the time order and the layout too.
 OPS: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., Pair]]] = {
@@ -471,6 +548,7 @@ OPS: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., Pair]]] = {
                          minlstm_sequence_vjp_pair),
     **{f"{cell}_stack": (functools.partial(_random_stack, cell),
                          functools.partial(stack_vjp_pair, cell)) for cell in STACK_CELLS},
+    "linear_scan": (random_linear_scan_case, linear_scan_vjp_pair),
 }
 
 

@@ -4,7 +4,8 @@
 (``gradcells.torch._modules``); ``sLSTM``: xLSTM's sLSTM on its sequence (``_slstm``).
 
 ``gradcells.torch.<op>`` for every registered cell's step, sequence and stack
-(``lstm_cell``, ``gru_sequence``, ``rnn_stack``, ...; ``FUNCTIONS``): ``gc.<op>``'s
+(``lstm_cell``, ``gru_sequence``, ``rnn_stack``, ...; ``FUNCTIONS``) and for the linear
+scan (``linear_scan``, real and complex: docs/spec.md §18.1): ``gc.<op>``'s
 signature and result on tensors, differentiable in reverse mode (``backward``, second order
 included) and forward mode (``torch.autograd.forward_ad``); under ``torch.compile`` they are
 the custom ops ``torch.ops.gradcells.<op>`` (``_library``). Importing this module imports

@@ -16,7 +16,7 @@ import gradcells as gc
 
 from .._core import trees
 from .._interop import cupy_module, from_backend, torch_to_backend
-from ..cells import OPS, SPECS, STACKS, cell_of
+from ..cells import OPS, SCAN_SPECS, SPECS, STACKS, cell_of
 
 _TORCH = "torch"
 
@@ -33,7 +33,7 @@ class Op:
 
     @property
     def spec(self):
-        return OPS[STACKS.get(self.name, self.name)]
+        return SCAN_SPECS.get(self.name) or OPS[STACKS.get(self.name, self.name)]
 
     @property
     def primal_args(self) -> tuple[str, ...]:

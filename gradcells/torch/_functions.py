@@ -47,7 +47,7 @@ import gradcells as gc
 from .._core import trees
 from .._core.arrays import namespace_of
 from .._core.specs import MASKS
-from ..cells import OPS, STACKS
+from ..cells import OPS, SCAN_SPECS, STACKS
 from ._bridge import (
     Op,
     arrays,
@@ -231,6 +231,11 @@ class _NoThirdOrder(torch.autograd.Function):
 # -- the public functions -------------------------------------------------------------------
 
 
+_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+"""Each complex dtype's precision: a real ``a`` with a complex ``b`` (the linear scan) is
+one precision."""
+
+
 def _check_primals(name, named) -> torch.device:
     """The primals' one device; TypeError for a non-tensor, a non-float tensor or two
     dtypes, ValueError for two devices."""
@@ -241,17 +246,18 @@ def _check_primals(name, named) -> torch.device:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"gradcells.torch.{name}: {arg} must be a torch.Tensor, got "
                             f"{type(t).__name__}")
-        if not t.is_floating_point():
+        if not (t.is_floating_point() or t.is_complex()):
             raise TypeError(f"gradcells.torch.{name}: {arg} is a {t.dtype} tensor; pass "
-                            "float16, bfloat16, float32 or float64")
+                            "float16, bfloat16, float32 or float64 (or complex where the op "
+                            "takes it)")
         if first is None:
             first = arg, t
         elif t.device != first[1].device:
             raise ValueError(f"gradcells.torch.{name}: {arg} is on {t.device} and "
                              f"{first[0]} on {first[1].device}: pass every tensor on one device")
-        elif t.dtype != first[1].dtype:
+        elif _REAL.get(t.dtype, t.dtype) != _REAL.get(first[1].dtype, first[1].dtype):
             raise TypeError(f"gradcells.torch.{name}: {arg} is {t.dtype} and {first[0]} "
-                            f"{first[1].dtype}: pass every float tensor in one dtype")
+                            f"{first[1].dtype}: pass every float tensor in one precision")
     if first is None:
         raise TypeError(f"gradcells.torch.{name}: x must be a torch.Tensor, got None")
     return first[1].device
@@ -324,7 +330,7 @@ def _function(name: str):
         device = _check_primals(name, trees.named_leaves(tree))
         settings = {k: v for k, v in arguments.items() if k not in op.primal_args}
         constants = {k: _constant(name, k, settings.pop(k), device)
-                     for k in _CONSTANTS if k in settings}
+                     for k in (*_CONSTANTS, *op.spec.constants) if k in settings}
         reduced = _reduced_dtype(tree, device)
         if reduced is not None:   # computed in float32, returned in the input's dtype
             tree, constants = (trees.map_leaves(_widened(reduced), t) for t in (tree, constants))
@@ -375,6 +381,6 @@ def _widened(reduced):
     return lambda t: t.float() if isinstance(t, torch.Tensor) and t.dtype == reduced else t
 
 
-FUNCTIONS = {name: _function(name) for name in (*OPS, *STACKS)}
+FUNCTIONS = {name: _function(name) for name in (*OPS, *STACKS, *SCAN_SPECS)}
 """``gradcells.torch.<op>`` for every forward op, by name (the package and its modules read
 them here)."""

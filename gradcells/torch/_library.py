@@ -34,6 +34,7 @@ calls keep all of them (``_functions``).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import weakref
@@ -45,7 +46,7 @@ import gradcells as gc
 
 from .._core import trees
 from .._core.specs import MASKS
-from ..cells import OPS, STACKS
+from ..cells import OPS, SCAN_SPECS, STACKS
 from ._bridge import (
     Op,
     arrays,
@@ -84,9 +85,10 @@ class _Layout:
     def __init__(self, name: str):
         self.op = op = Op(name)
         parameters = inspect.signature(getattr(gc, name)).parameters
-        self.n_head = 1 + len(op.spec.states)                     # x and the states
+        self.n_head = len(op.spec.inputs) + len(op.spec.states)   # x (or a, b) and the states
         self.set_names = op.spec.flat_arrays[self.n_head:]        # one weight set's arrays
-        self.constants = tuple(n for n in (*MASKS, "seq_len") if n in parameters)
+        self.constants = tuple(n for n in (*MASKS, "seq_len", *op.spec.constants)
+                               if n in parameters)
         self.dropout = "dropout_masks" in parameters
         skip = (*op.primal_args, *self.constants, "dropout_masks")
         self.settings = tuple(p for p in parameters.values() if p.name not in skip)
@@ -110,7 +112,8 @@ class _Layout:
         """The primal tree of the schema's ``primals`` and ``given``."""
         flat = _padded_list(primals, given)
         width, rest = len(self.set_names), flat[self.n_head:]
-        sets = [self._weight_set(rest[k:k + width]) for k in range(0, len(rest), width)]
+        sets = ([self._weight_set(rest[k:k + width]) for k in range(0, len(rest), width)]
+                if width else [()])                               # an op without weights
         if self.op.stack:
             return self.stack_grads(*flat[:self.n_head], sets)
         return self.op.spec.grads(*flat[:self.n_head], *sets[0])
@@ -138,7 +141,8 @@ class _Layout:
     def template(self, primals, given, settings):
         """The result's structure, an ``_Out`` for each array: shapes from the op's shape
         labels and the sizes of ``x`` and the states (symbolic sizes stay symbolic)."""
-        spec, x, states = self.op.spec, primals[0], primals[1:self.n_head]
+        spec, x = self.op.spec, primals[0]
+        states = primals[len(spec.inputs):self.n_head]
         batch_first = self.setting(settings, "batch_first")
         order = _time_second if batch_first else (lambda labels: labels)
         sizes = dict(zip(order(spec.x_labels), x.shape, strict=True))
@@ -237,7 +241,9 @@ def _forward_impl(layout: _Layout):
 
     def fake(primals, given, constants, *settings):
         shapes = arrays(layout.template(primals, given, settings))
-        return [*(primals[0].new_empty(o.shape) for o in shapes),
+        dtype = functools.reduce(torch.promote_types,   # a real a with a complex b: b's
+                                 (p.dtype for p in primals[:len(layout.op.spec.inputs)]))
+        return [*(primals[0].new_empty(o.shape, dtype=dtype) for o in shapes),
                 torch.empty(1, dtype=torch.int64)]
 
     return forward, fake
@@ -313,7 +319,7 @@ def _define(name: str) -> _Layout:
     return layout
 
 
-_LAYOUTS = {name: _define(name) for name in (*OPS, *STACKS)}
+_LAYOUTS = {name: _define(name) for name in (*OPS, *STACKS, *SCAN_SPECS)}
 """Every forward op's flat schema, its two custom ops defined."""
 
 

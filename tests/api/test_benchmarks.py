@@ -176,3 +176,11 @@ def test_slstm_benchmark_compares_with_xlstm(capsys):
     slstm.main(["--size", "3,2,4,4,2", "--repeats", "1"])
     rows = [row.split("|")[1].strip() for row in _table_rows(capsys.readouterr().out)]
     assert rows[1:] == ["gradcells cpu", "xlstm vanilla"]
+
+
+def test_linear_scan_benchmark_compares_the_methods_with_a_copy(capsys):
+    import linear_scan
+
+    linear_scan.main(["--size", "8,2,4", "--repeats", "1"])
+    rows = [row.split("|")[1].strip() for row in _table_rows(capsys.readouterr().out)]
+    assert rows[1:] == ["gradcells sequential", "gradcells parallel", "copy"]

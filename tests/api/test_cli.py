@@ -184,9 +184,9 @@ def test_an_op_named_by_its_gradient_runs_the_same_check(capsys):
 
 def test_the_check_ops_are_the_specified_ops_and_the_stacks_and_their_forward_modes():
     from gradcells import cli, testing
-    from gradcells.cells import OPS, STACKS
+    from gradcells.cells import OPS, SCAN_OPS, STACKS
 
-    first_order = list(OPS) + list(STACKS)
+    first_order = list(OPS) + list(STACKS) + list(SCAN_OPS)
     assert list(testing.OPS) == first_order
     assert list(cli.CHECKED) == (first_order + [f"{op}_jvp" for op in first_order]
                                  + [f"{op}_grad_jvp" for op in first_order])
@@ -251,3 +251,22 @@ def test_the_one_table():
         "a    bb", "---  --", "xyz  1", "     22"]
     assert table(("name", "detail"), [("n", "a long free text")], free_last=True) == [
         "name  detail", "----  ------", "n     a long free text"]
+
+
+def test_check_covers_the_linear_scan_and_catches_a_conjugated_gradient(monkeypatch, capsys):
+    """``check --ops linear_scan linear_scan_grad_jvp`` passes on the reference and the CPU
+    (complex cases split into real and imaginary parts), and fails a gradient that returns
+    ``a_0∘g_0`` for ``d_h0`` instead of ``conj(a_0)∘g_0`` (the other complex convention)."""
+    argv = ["check", "--examples", "4", "--backends", "reference", "cpu", "--dtypes",
+            "float64", "--ops", "linear_scan", "linear_scan_grad_jvp"]
+    assert cli.main(argv) == 0
+    assert "4 of 4 combinations pass" in capsys.readouterr().out
+    right = gradcells.reference.linear_scan_grad
+
+    def conjugated(*args, **kwargs):
+        grads = right(*args, **kwargs)
+        return grads._replace(h0=grads.h0.conj())
+
+    monkeypatch.setattr(_dispatch.backend_module("reference"), "linear_scan_grad", conjugated)
+    assert cli.main(argv[:5] + ["reference"] + argv[6:9] + ["linear_scan"]) == 1
+    assert "FAIL" in capsys.readouterr().out

@@ -10,7 +10,6 @@ import pytest
 
 import gradcells as gc
 from gradcells import testing
-from gradcells.cells.mingru import cpu as mingru_cpu
 from gradcells.cells.mingru import reference as ref
 from gradcells.cpu import _scan as cpu_scan
 
@@ -113,7 +112,7 @@ def test_both_methods_agree_in_every_mode(order, backend, monkeypatch):
     """Forward, gradient, forward mode and second order of "parallel" equal "sequential"'s
     (float64, 1e-13 relative), with lengths, reverse and batch-first; the CPU's chunks of
     2 steps."""
-    monkeypatch.setattr(mingru_cpu, "CHUNK", 2)
+    monkeypatch.setattr(cpu_scan, "CHUNK", 2)
     case = _case(3, steps=6, **order)
     rng = np.random.default_rng(4)
     runs = {}

@@ -11,7 +11,7 @@ import pytest
 
 import gradcells as gc
 from gradcells import testing
-from gradcells.cells.minlstm import cpu as minlstm_cpu
+from gradcells.cpu import _scan as cpu_scan
 
 ACTIVATIONS = ("g", "identity")
 BACKENDS = ("reference", "cpu")
@@ -116,7 +116,7 @@ def test_the_parallel_method_equals_the_sequential_one_to_the_bound(order, dtype
     """Every h within 4 ulp × (⌈log2 T⌉ + 1) of the sequential method, relative to the
     recurrence on the terms' magnitudes; the gates bitwise equal; the CPU's chunks of 2
     steps (so that several chunks run)."""
-    monkeypatch.setattr(minlstm_cpu, "CHUNK", 2)
+    monkeypatch.setattr(cpu_scan, "CHUNK", 2)
     steps = 6
     case = _case(2, steps=steps, dtype=dtype, **order)
     kw = _settings(case)
@@ -139,7 +139,7 @@ def test_both_methods_agree_in_every_mode(order, backend, monkeypatch):
     """Forward, gradient, forward mode and second order of "parallel" equal "sequential"'s
     (float64, 1e-13 relative), with lengths, reverse and batch-first; the CPU's chunks of
     2 steps."""
-    monkeypatch.setattr(minlstm_cpu, "CHUNK", 2)
+    monkeypatch.setattr(cpu_scan, "CHUNK", 2)
     case = _case(3, steps=6, **order)
     rng = np.random.default_rng(4)
     runs = {}

@@ -66,3 +66,173 @@ def test_dask_chunked_along_the_batch_equals_numpy(cell):
     lazy = getattr(gc, op)(**chunked, **settings)
     np.testing.assert_allclose(np.asarray(lazy.h), seq.h, rtol=1e-13, atol=1e-14)
     np.testing.assert_allclose(np.asarray(lazy.h_final), seq.h_final, rtol=1e-13, atol=1e-14)
+
+
+# --------------------------------------------------------------------------------------
+# The linear scan (docs/spec.md §18.1): registered apart from the cells, its adapters are
+# its own (``gradcells/torch/_scan.py``); these hold them to the NumPy call.
+
+_SCAN_KINDS = ("real", "complex", "real_a")
+
+
+def _scan_case(kind, seed=3, steps=5, batch=3, width=2):
+    rng = np.random.default_rng(seed)
+    shape = (steps, batch, width)
+    a = rng.uniform(0.5, 1.0, shape)
+    b, h0 = rng.standard_normal(shape), rng.standard_normal((batch, width))
+    if kind != "real":
+        b, h0 = b + 1j * rng.standard_normal(shape), h0 + 1j * rng.standard_normal(h0.shape)
+    if kind == "complex":
+        a = a * np.exp(1j * rng.uniform(-1, 1, shape))
+    options = {"seq_len": np.array([steps, 2, 0][:batch]), "reverse": True,  # 2 < steps
+               "resets": rng.random((steps, batch)) < 0.3}
+    return (a, b, h0), options
+
+
+@pytest.mark.parametrize("kind", _SCAN_KINDS)
+def test_torch_linear_scan_passes_gradcheck_and_gradgradcheck(kind):
+    """``gradcells.torch.linear_scan`` in float64/complex128 with lengths, reverse and
+    resets: ``gradcheck`` with forward mode and ``gradgradcheck`` with forward-over-reverse
+    over both outputs, and the forward equal to ``gc.linear_scan``'s."""
+    torch = pytest.importorskip("torch")
+    import gradcells.torch as gt
+
+    arrays, options = _scan_case(kind, steps=3, width=1)
+    tensors = tuple(torch.tensor(v, requires_grad=True) for v in arrays)
+
+    def scan(a, b, h0):
+        return tuple(gt.linear_scan(a, b, h0, **options))
+
+    result = gt.linear_scan(*tensors, **options)
+    expected = gc.linear_scan(*arrays, **options)
+    assert result.settings.reverse and np.array_equal(result.settings.resets, options["resets"])
+    for got, want in zip(result, expected, strict=True):
+        np.testing.assert_array_equal(got.detach().numpy(), want)
+    assert torch.autograd.gradcheck(scan, tensors, check_forward_ad=True)
+    assert torch.autograd.gradgradcheck(scan, tensors, check_fwd_over_rev=True,
+                                        fast_mode=True)
+
+
+def test_torch_linear_scan_backward_equals_the_numpy_gradient():
+    """``loss.backward()`` through ``gradcells.torch.linear_scan`` gives
+    ``gc.linear_scan_grad``'s gradients (PyTorch's complex convention on both sides)."""
+    torch = pytest.importorskip("torch")
+    import gradcells.torch as gt
+
+    arrays, options = _scan_case("complex", seed=4)
+    tensors = tuple(torch.tensor(v, requires_grad=True) for v in arrays)
+    result = gt.linear_scan(*tensors, **options)
+    u = np.random.default_rng(5).standard_normal(result.h.shape) * (1 + 2j)
+    (result.h * torch.tensor(u).conj()).real.sum().backward()
+    grads = gc.linear_scan_grad(*arrays, gc.linear_scan(*arrays, **options), d_h=u)
+    for tensor, want in zip(tensors, grads, strict=True):
+        np.testing.assert_allclose(tensor.grad.numpy(), want, rtol=1e-13, atol=1e-14)
+
+
+@pytest.mark.parametrize("kind", _SCAN_KINDS)
+def test_jax_linear_scan_equals_jax_autodiff_of_a_transcription(kind):
+    """``jax.jit(jax.grad(...))``, ``jax.jvp`` and forward over reverse (Hessian-vector
+    products) through ``gradcells.jax.linear_scan`` with resets equal JAX's own autodiff of
+    a ``jax.numpy`` loop (JAX's complex convention, the conjugate of PyTorch's), and the
+    forward and ``jax.vmap`` equal it too."""
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+    import gradcells.jax as gj
+
+    (a, b, h0), options = _scan_case(kind, seed=6)
+    resets = options["resets"]
+
+    def transcription(a, b, h0):
+        states, state = [], h0
+        for t in range(a.shape[0]):
+            state = jnp.where(resets[t][:, None], 0, a[t] * state) + b[t]
+            states.append(state)
+        return jnp.stack(states), state
+
+    u = np.random.default_rng(9).standard_normal(b.shape) * (1 + 1j if kind != "real" else 1)
+
+    def loss(scan):
+        def value(a, b, h0):
+            h, h_final = scan(a, b, h0)
+            return jnp.real(jnp.sum(h * jnp.conj(u))) + jnp.real(jnp.sum(h_final))
+        return value
+
+    def scan(*v):
+        return tuple(gj.linear_scan(*v, resets=resets))
+
+    rng = np.random.default_rng(12)
+    primals = (a, b, h0)
+    tangents = tuple((rng.standard_normal(v.shape) * (1 + 1j if v.dtype.kind == "c" else 1)
+                      ).astype(v.dtype) for v in primals)
+    for ours, theirs in [
+            (jax.jit(jax.grad(loss(scan), argnums=(0, 1, 2)))(*primals),
+             jax.grad(loss(transcription), argnums=(0, 1, 2))(*primals)),
+            (jax.jvp(scan, primals, tangents)[1],
+             jax.jvp(transcription, primals, tangents)[1]),
+            (jax.jvp(jax.grad(loss(scan), argnums=(0, 1, 2)), primals, tangents)[1],
+             jax.jvp(jax.grad(loss(transcription), argnums=(0, 1, 2)), primals, tangents)[1])]:
+        for got, want in zip(ours, theirs, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14)
+    mapped = jax.vmap(lambda *v: gj.linear_scan(*v).h)(*(np.stack([v, 2 * v]) for v in primals))
+    np.testing.assert_allclose(mapped[1], gc.linear_scan(2 * a, 2 * b, 2 * h0).h, rtol=1e-14)
+    np.testing.assert_allclose(gj.linear_scan(a, b, h0, resets=resets).h,
+                               transcription(a, b, h0)[0], rtol=1e-14, atol=1e-15)
+    with pytest.raises(ValueError, match="resets must"):
+        gj.linear_scan(a, b, h0, resets=resets[:2])
+
+
+def test_dask_linear_scan_chunked_along_the_batch_equals_numpy():
+    """``gc.linear_scan`` and its gradient on complex dask arrays chunked along the batch
+    (resets, lengths, reverse and ``batch_first``) equal the NumPy call; a gradient given
+    the lazy result reads its record; a shape error is raised at call time, named."""
+    da = pytest.importorskip("dask.array")
+    (a, b, h0), options = _scan_case("complex", seed=10, steps=5, batch=3)
+    a, b = (np.ascontiguousarray(v.swapaxes(0, 1)) for v in (a, b))
+    options = {**options, "resets": options["resets"].T.copy(), "batch_first": True}
+    result = gc.linear_scan(a, b, h0, **options)
+    u = np.random.default_rng(11).standard_normal(b.shape) * (1 - 1j)
+    grads = gc.linear_scan_grad(a, b, h0, result, d_h=u)
+    chunked = (da.from_array(a, chunks=(2, -1, -1)), da.from_array(b, chunks=(2, -1, -1)),
+               da.from_array(h0, chunks=(2, -1)))
+    lazy = gc.linear_scan(*chunked, **options)
+    assert isinstance(lazy.h, da.Array)
+    for got, want in zip(lazy, result, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), want)
+    lazy_grads = gc.linear_scan_grad(*chunked, lazy, d_h=u)
+    for got, want in zip(lazy_grads, grads, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), want)
+    with pytest.raises(ValueError, match="h0 has 2 rows on its batch axis 0, a has 3"):
+        gc.linear_scan(*chunked[:2], chunked[2][:2], **options)
+
+
+@pytest.mark.parametrize("kind", _SCAN_KINDS)
+def test_torch_linear_scan_custom_op_equals_the_eager_function(kind, monkeypatch):
+    """Under torch.compile ``gradcells.torch.linear_scan`` is ``torch.ops.gradcells.
+    linear_scan`` (run here eagerly with ``is_compiling`` reporting True): the outputs and
+    gradients equal the eager path's bit for bit, complex included, and its fake
+    implementation gives the real shapes and dtypes (a real ``a`` with a complex ``b``:
+    complex states)."""
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import gradcells.torch as gt
+
+    arrays, options = _scan_case(kind, seed=13)
+    u = np.random.default_rng(14).standard_normal(arrays[1].shape) * (1 + 1j)
+
+    def run():
+        tensors = [torch.tensor(v, requires_grad=True) for v in arrays]
+        result = gt.linear_scan(*tensors, **options)
+        loss = (result.h * torch.tensor(u.real if kind == "real" else u)).real.sum()
+        return result, torch.autograd.grad(loss + result.h_final.real.sum(), tensors)
+
+    eager = run()
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    custom = run()
+    assert "gradcells_linear_scan_default" in custom[0].h.grad_fn.name()
+    for got, want in zip([*custom[0], *custom[1]], [*eager[0], *eager[1]], strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fake = gt.linear_scan(*(mode.from_tensor(torch.tensor(v)) for v in arrays), **options)
+    assert [(t.shape, t.dtype) for t in fake] == [(t.shape, t.dtype) for t in eager[0]]

@@ -16,9 +16,10 @@ and its gradient:
 
 ``method`` "parallel" runs the scans chunked (``linear_scan_kernel``'s two-level scan,
 ``CHUNK`` steps a chunk, the chunks' two passes spread over the cores this process may use:
-``gradcells.cpu._scan``, shared with the minLSTM), "sequential" step by step; "auto" as
-``spec.scan_method``. With ``reverse`` and lengths the scans run backwards in time natively
-(``gradcells.cpu.NATIVE_REVERSE``), the steps past each row's length being the identity.
+``gradcells.cpu._scan.sequence_scan``, shared with the minLSTM and the linear scan),
+"sequential" step by step; "auto" as ``spec.scan_method``. With ``reverse`` and lengths the
+scans run backwards in time natively (``gradcells.cpu.NATIVE_REVERSE``), the steps past each
+row's length being the identity.
 Forward mode is NumPy around the same kernels; second order runs the reference's
 ``gradient_jvp`` (dual numbers) on NumPy arrays.
 """
@@ -28,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..._core.plan import flat, previous_states
-from ...cpu._scan import linear_scan
+from ...cpu._scan import identity_past_lengths, sequence_scan, upstream_steps
 from ...cpu._sequence import (
     contiguous,
     lengths_of,
@@ -48,17 +49,9 @@ from .spec import (
     MinGRUCellState,
     MinGRUSequence,
     MinGRUSequenceGrads,
-    scan_method,
 )
 
-CHUNK = 64
-"""Steps per chunk of the parallel scan."""
-
 _NONE = np.empty((0, 0, 0))
-
-
-def _chunk(settings, n_steps):
-    return CHUNK if scan_method(settings.method, n_steps) == "parallel" else 0
 
 
 def _kernel_lengths(lengths):
@@ -81,14 +74,6 @@ def _gates(x, weights, settings, lengths):
     return x, p, z, hc, a, c
 
 
-def _scan(a, c, s0, settings, post):
-    """The linear recurrence over ``a, c [T, B, H]`` from ``s0 [B, H]``: ``(out, final)``
-    (the forward runs backwards in time with ``reverse``, the adjoint, ``post``, the other
-    way), by ``gradcells.cpu._scan``."""
-    return linear_scan(a, c, s0, chunk=_chunk(settings, a.shape[0]),
-                       backward=settings.reverse != post, post=post)
-
-
 # --------------------------------------------------------------------------------------
 # sequence
 
@@ -97,26 +82,9 @@ def mingru_sequence(x, h0, weights, settings):
     """The minGRU over ``x [T, B, I]``; see ``gradcells.reference``'s ``mingru_sequence``."""
     lengths = lengths_of(settings.seq_len)
     _, _, z, hc, a, c = _gates(x, weights, settings, lengths)
-    h, h_final = _scan(a, c, h0, settings, post=False)
+    h, h_final = sequence_scan(a, c, h0, settings, post=False)
     zero_stopped((h,), lengths)
     return MinGRUSequence(z, hc, h, h_final)
-
-
-def _identity_past_lengths(z, lengths):
-    """``a = 1 - z`` with the identity ``a = 1`` past each row's length."""
-    a = 1 - z
-    if lengths is not None:
-        a[np.arange(z.shape[0])[:, None] >= lengths[None, :]] = 1
-    return a
-
-
-def _upstream_steps(d_h, shape, dtype, lengths):
-    """``d_h`` (zeros for None) with zeros past each row's length: a fresh array."""
-    if d_h is None:
-        return np.zeros(shape, dtype)
-    out = np.array(d_h, dtype=dtype, order="C")
-    zero_stopped((out,), lengths)
-    return out
 
 
 def mingru_sequence_grad(x, h0, weights, seq, settings, *, d_z=None, d_hc=None, d_h=None,
@@ -128,9 +96,10 @@ def mingru_sequence_grad(x, h0, weights, seq, settings, *, d_z=None, d_hc=None, 
     n_steps, n_batch, _ = x.shape
     n_hidden, dtype = h0.shape[1], x.dtype
     z, hc = contiguous(seq.z), contiguous(seq.hc)
-    up = _upstream_steps(d_h, z.shape, dtype, lengths)
+    up = upstream_steps(d_h, z.shape, dtype, lengths)
     final = np.zeros_like(h0) if d_h_final is None else d_h_final
-    g, d_h0 = _scan(_identity_past_lengths(z, lengths), up, final, settings, post=True)
+    g, d_h0 = sequence_scan(identity_past_lengths(1 - z, lengths), up, final, settings,
+                            post=True)
     identity = settings.activation == "identity"
     (d_p,) = scratch(dtype, (n_steps, n_batch, 2 * n_hidden))
     p_h = z if identity else projection_of(x, w[:, n_hidden:], weights.b[n_hidden:])
@@ -188,16 +157,16 @@ def mingru_sequence_jvp(x, h0, weights, tangents, settings):
     """
     lengths = lengths_of(settings.seq_len)
     x_run, p, z, hc, a, c = _gates(x, weights, settings, lengths)
-    h, h_final = _scan(a, c, h0, settings, post=False)
+    h, h_final = sequence_scan(a, c, h0, settings, post=False)
     n_hidden = h0.shape[1]
     dp = _input_tangent(x_run, weights, tangents, lengths)
     dz = z * (1 - z) * dp[..., :n_hidden]
     slope = 1 if settings.activation == "identity" else np.where(
         p[..., n_hidden:] >= 0, 1, hc * (1 - hc))
-    dhc = _upstream_steps(slope * dp[..., n_hidden:], z.shape, z.dtype, lengths)
+    dhc = upstream_steps(slope * dp[..., n_hidden:], z.shape, z.dtype, lengths)
     t_h0 = np.zeros_like(h0) if tangents.h0 is None else tangents.h0
-    d_h, d_final = _scan(a, dz * (hc - previous_states(np, h0, h)) + z * dhc, t_h0, settings,
-                         post=False)
+    d_h, d_final = sequence_scan(a, dz * (hc - previous_states(np, h0, h)) + z * dhc, t_h0,
+                                 settings, post=False)
     zero_stopped((h, d_h), lengths)
     return MinGRUSequence(z, hc, h, h_final), MinGRUSequence(dz, dhc, d_h, d_final)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ..._core import plan
 from ...gpu import _launch
-from ...gpu._launch import Launcher, column_sum, contiguous, matmul
+from ...gpu._launch import Launcher, column_sum, contiguous, gated_scan, matmul
 from . import reference
 from .spec import MinGRUCellGrads, MinGRUCellState, MinGRUSequence, MinGRUSequenceGrads
 
@@ -29,20 +29,6 @@ from .spec import MinGRUCellGrads, MinGRUCellState, MinGRUSequence, MinGRUSequen
 def _projection(xp, x, w, b):
     """``x_flat·w + b`` as a C-contiguous ``[T·B, width]``."""
     return matmul(xp, plan.flat(x), w) + b
-
-
-def _scan(rt, z, c, s0, lengths, *, gated, post, backward):
-    """One ``gated_scan`` launch (``gradcells/gpu/scan.cu``): ``(out [T, B, H],
-    s_final [B, H])``."""
-    xp = rt.xp
-    n_steps, n_batch, n_hidden = z.shape
-    out, final = xp.empty_like(z), xp.empty((n_batch, n_hidden), dtype=z.dtype)
-    Launcher(rt, "gated_scan", z.dtype, n_batch * n_hidden)(
-        z=z, c=c, s0=xp.ascontiguousarray(s0, dtype=z.dtype),
-        seq_len=_launch.lengths_argument(xp, lengths), use_seq_len=lengths is not None,
-        use_gated=gated, use_post=post, use_backward=backward, n_steps=n_steps,
-        batch=n_batch, hidden=n_hidden, out=out, s_final=final)
-    return out, final
 
 
 def _forward(rt, x, h0, weights, settings):
@@ -59,7 +45,7 @@ def _forward(rt, x, h0, weights, settings):
         p=p, seq_len=_launch.lengths_argument(xp, lengths), use_seq_len=lengths is not None,
         use_identity=settings.activation == "identity", n_steps=n_steps, batch=n_batch,
         hidden=n_hidden, z=z, hc=hc)
-    h, h_final = _scan(rt, z, hc, h0, lengths, gated=True, post=False,
+    h, h_final = gated_scan(rt, z, hc, h0, lengths, gated=True, post=False,
                        backward=settings.reverse)
     return z, hc, h, h_final, p, x
 
@@ -90,7 +76,7 @@ def _backward(rt, x, h0, weights, seq, settings, upstream):
     n_hidden = h0.shape[1]
     z, hc, h = (xp.ascontiguousarray(a) for a in (seq.z, seq.hc, seq.h))
     h0 = xp.ascontiguousarray(h0)
-    g, dh0 = _scan(rt, z, xp.zeros_like(z) if d_h is None else d_h,
+    g, dh0 = gated_scan(rt, z, xp.zeros_like(z) if d_h is None else d_h,
                    xp.zeros_like(h0) if d_h_final is None else d_h_final, lengths,
                    gated=False, post=True, backward=not settings.reverse)
     identity = settings.activation == "identity"
@@ -162,7 +148,7 @@ def _jvp(rt, x, h0, weights, tangents, settings):
         xp, x_run, lengths))
     t_h0 = xp.zeros_like(h0) if tangents.h0 is None else tangents.h0
     c = xp.ascontiguousarray(dz * (hc - _launch.previous(xp, h0, h)) + z * dhc)
-    d_h, d_final = _scan(rt, z, c, t_h0, lengths, gated=False, post=False,
+    d_h, d_final = gated_scan(rt, z, c, t_h0, lengths, gated=False, post=False,
                          backward=settings.reverse)
     return MinGRUSequence(z, hc, h, h_final), MinGRUSequence(dz, dhc, d_h, d_final)
 

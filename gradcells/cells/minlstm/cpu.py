@@ -15,11 +15,12 @@ and its gradient:
     minlstm_grad_kernel(...)                             dp and the bias sum
     dx = dp·wᵀ,  dw = x_flatᵀ·dp                         two BLAS calls
 
-``method`` "parallel" runs the scans chunked (``CHUNK`` steps a chunk, the chunks' passes on
-threads), "sequential" step by step; "auto" as ``spec.scan_method``. With ``reverse`` and
-lengths the scans run backwards in time natively (``gradcells.cpu.NATIVE_REVERSE``), the
-steps past each row's length being the identity. Forward mode is NumPy around the same
-kernels; second order runs the reference's ``gradient_jvp`` (dual numbers) on NumPy arrays.
+``method`` "parallel" runs the scans chunked (``gradcells.cpu._scan.sequence_scan``:
+``CHUNK`` steps a chunk, the chunks' passes on threads), "sequential" step by step; "auto" as
+``spec.scan_method``. With ``reverse`` and lengths the scans run backwards in time natively
+(``gradcells.cpu.NATIVE_REVERSE``), the steps past each row's length being the identity.
+Forward mode is NumPy around the same kernels; second order runs the reference's
+``gradient_jvp`` (dual numbers) on NumPy arrays.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..._core.plan import flat, previous_states
-from ...cpu._scan import linear_scan
+from ...cpu._scan import identity_past_lengths, sequence_scan, upstream_steps
 from ...cpu._sequence import (
     contiguous,
     lengths_of,
@@ -44,25 +45,13 @@ from .spec import (
     MinLSTMCellState,
     MinLSTMSequence,
     MinLSTMSequenceGrads,
-    scan_method,
 )
-
-CHUNK = 64
-"""Steps per chunk of the parallel scan."""
 
 _NONE = np.empty((0, 0, 0))
 
 
 def _kernel_lengths(lengths):
     return np.empty(0, np.int64) if lengths is None else np.ascontiguousarray(lengths)
-
-
-def _scan(a, c, s0, settings, post):
-    """The linear recurrence over ``a, c [T, B, H]`` from ``s0 [B, H]``: ``(out, final)``
-    (the forward runs backwards in time with ``reverse``, the adjoint, ``post``, the other
-    way)."""
-    chunk = CHUNK if scan_method(settings.method, a.shape[0]) == "parallel" else 0
-    return linear_scan(a, c, s0, chunk=chunk, backward=settings.reverse != post, post=post)
 
 
 def _gates(x, weights, settings, lengths):
@@ -90,26 +79,9 @@ def minlstm_sequence(x, h0, weights, settings):
     ``minlstm_sequence``."""
     lengths = lengths_of(settings.seq_len)
     _, _, f, i, hc, a, c = _gates(x, weights, settings, lengths)
-    h, h_final = _scan(a, c, h0, settings, post=False)
+    h, h_final = sequence_scan(a, c, h0, settings, post=False)
     zero_stopped((h,), lengths)
     return MinLSTMSequence(f, i, hc, h, h_final)
-
-
-def _multipliers(i, lengths):
-    """``a = f' = 1 - i'`` with the identity ``a = 1`` past each row's length."""
-    a = 1 - i
-    if lengths is not None:
-        a[np.arange(i.shape[0])[:, None] >= lengths[None, :]] = 1
-    return a
-
-
-def _upstream_steps(d_h, shape, dtype, lengths):
-    """``d_h`` (zeros for None) with zeros past each row's length: a fresh array."""
-    if d_h is None:
-        return np.zeros(shape, dtype)
-    out = np.array(d_h, dtype=dtype, order="C")
-    zero_stopped((out,), lengths)
-    return out
 
 
 def minlstm_sequence_grad(x, h0, weights, seq, settings, *, d_f=None, d_i=None, d_hc=None,
@@ -120,9 +92,10 @@ def minlstm_sequence_grad(x, h0, weights, seq, settings, *, d_f=None, d_i=None, 
     x, w, h0 = running_inputs(contiguous(x), lengths), contiguous(weights.w), contiguous(h0)
     dtype = x.dtype
     f, i, hc = contiguous(seq.f), contiguous(seq.i), contiguous(seq.hc)
-    up = _upstream_steps(d_h, i.shape, dtype, lengths)
+    up = upstream_steps(d_h, i.shape, dtype, lengths)
     final = np.zeros_like(h0) if d_h_final is None else d_h_final
-    g, d_h0 = _scan(_multipliers(i, lengths), up, final, settings, post=True)
+    g, d_h0 = sequence_scan(identity_past_lengths(1 - i, lengths), up, final, settings,
+                            post=True)
     p = projection_of(x, w, weights.b)
     d_p = np.empty_like(p)
     d_bias = np.zeros(p.shape[2], dtype)
@@ -188,17 +161,17 @@ def minlstm_sequence_jvp(x, h0, weights, tangents, settings):
     """
     lengths = lengths_of(settings.seq_len)
     x_run, p, f, i, hc, a, c = _gates(x, weights, settings, lengths)
-    h, h_final = _scan(a, c, h0, settings, post=False)
+    h, h_final = sequence_scan(a, c, h0, settings, post=False)
     n_hidden = h0.shape[1]
     dp = _input_tangent(x_run, weights, tangents, lengths)
     di = f * i * (_sigmoid(-p[..., n_hidden:2 * n_hidden]) * dp[..., n_hidden:2 * n_hidden]
                   - _sigmoid(-p[..., :n_hidden]) * dp[..., :n_hidden])
     slope = 1 if settings.activation == "identity" else np.where(
         p[..., 2 * n_hidden:] >= 0, 1, hc * (1 - hc))
-    dhc = _upstream_steps(slope * dp[..., 2 * n_hidden:], i.shape, i.dtype, lengths)
+    dhc = upstream_steps(slope * dp[..., 2 * n_hidden:], i.shape, i.dtype, lengths)
     t_h0 = np.zeros_like(h0) if tangents.h0 is None else tangents.h0
-    d_h, d_final = _scan(a, di * (hc - previous_states(np, h0, h)) + i * dhc, t_h0, settings,
-                         post=False)
+    d_h, d_final = sequence_scan(a, di * (hc - previous_states(np, h0, h)) + i * dhc, t_h0,
+                                 settings, post=False)
     zero_stopped((h, d_h), lengths)
     return MinLSTMSequence(f, i, hc, h, h_final), MinLSTMSequence(-di, di, dhc, d_h, d_final)
 

@@ -24,7 +24,7 @@ from ..._core import plan
 from ..._core.scan import candidate_grad, only_running, running_steps
 from ..._core.xpmath import blocks
 from ...gpu import _launch
-from ...gpu._launch import Launcher, column_sum, contiguous, matmul
+from ...gpu._launch import Launcher, column_sum, contiguous, gated_scan, matmul
 from . import reference
 from .spec import MinLSTMCellGrads, MinLSTMCellState, MinLSTMSequence, MinLSTMSequenceGrads
 
@@ -32,19 +32,6 @@ from .spec import MinLSTMCellGrads, MinLSTMCellState, MinLSTMSequence, MinLSTMSe
 def _projection(xp, x, w, b):
     """``x_flat·w + b`` as a C-contiguous ``[T·B, width]``."""
     return matmul(xp, plan.flat(x), w) + b
-
-
-def _scan(rt, i, c, s0, lengths, *, gated, post, backward):
-    """One ``gated_scan`` launch with the gate ``i'``: ``(out [T, B, H], s_final [B, H])``."""
-    xp = rt.xp
-    n_steps, n_batch, n_hidden = i.shape
-    out, final = xp.empty_like(i), xp.empty((n_batch, n_hidden), dtype=i.dtype)
-    Launcher(rt, "gated_scan", i.dtype, n_batch * n_hidden)(
-        z=i, c=c, s0=xp.ascontiguousarray(s0, dtype=i.dtype),
-        seq_len=_launch.lengths_argument(xp, lengths), use_seq_len=lengths is not None,
-        use_gated=gated, use_post=post, use_backward=backward, n_steps=n_steps,
-        batch=n_batch, hidden=n_hidden, out=out, s_final=final)
-    return out, final
 
 
 def _forward(rt, x, h0, weights, settings):
@@ -61,7 +48,7 @@ def _forward(rt, x, h0, weights, settings):
         p=p, seq_len=_launch.lengths_argument(xp, lengths), use_seq_len=lengths is not None,
         use_identity=settings.activation == "identity", n_steps=n_steps, batch=n_batch,
         hidden=n_hidden, f=f, i=i, hc=hc)
-    h, h_final = _scan(rt, i, hc, h0, lengths, gated=True, post=False,
+    h, h_final = gated_scan(rt, i, hc, h0, lengths, gated=True, post=False,
                        backward=settings.reverse)
     return f, i, hc, h, h_final, p, x
 
@@ -93,7 +80,7 @@ def _backward(rt, x, h0, weights, seq, settings, upstream):
     n_hidden = h0.shape[1]
     f, i, hc, h = (xp.ascontiguousarray(a) for a in (seq.f, seq.i, seq.hc, seq.h))
     h0 = xp.ascontiguousarray(h0)
-    g, dh0 = _scan(rt, i, xp.zeros_like(i) if d_h is None else d_h,
+    g, dh0 = gated_scan(rt, i, xp.zeros_like(i) if d_h is None else d_h,
                    xp.zeros_like(h0) if d_h_final is None else d_h_final, lengths,
                    gated=False, post=True, backward=not settings.reverse)
     p = _projection(xp, x, weights.w, weights.b)
@@ -168,7 +155,7 @@ def _jvp(rt, x, h0, weights, tangents, settings):
                        running_steps(xp, x_run, lengths))
     t_h0 = xp.zeros_like(h0) if tangents.h0 is None else tangents.h0
     c = xp.ascontiguousarray(di * (hc - _launch.previous(xp, h0, h)) + i * dhc)
-    d_h, d_final = _scan(rt, i, c, t_h0, lengths, gated=False, post=False,
+    d_h, d_final = gated_scan(rt, i, c, t_h0, lengths, gated=False, post=False,
                          backward=settings.reverse)
     return (MinLSTMSequence(f, i, hc, h, h_final),
             MinLSTMSequence(-di, di, dhc, d_h, d_final))
