@@ -1,7 +1,7 @@
 """The known faults and documented conventions the audits found (TensorFlow's fused ops and
 the seed's code around them: 1-19; Flax: 20-29; Keras: 30-39; ONNX Runtime: 40-49;
 PyTorch: 50-59; xLSTM: 60-69; minGRU-pytorch: 70-79;
-flash-linear-attention: 80-89): the one list.
+flash-linear-attention: 100-109): the one list.
 
 The audits name them in their rows (``known fault N``, ``convention N``) and under their
 tables, one test each shows it (``Fault.test`` in ``Fault.test_file``), and
@@ -553,7 +553,7 @@ _LIST = (
         "test_fault_71_minlstm_parallel_mode_starts_from_g_of_h0",
         test_file="tests/frameworks/test_mingru_pytorch.py", shows=r"modes differ: True"),
     Fault(
-        80, "flash-linear-attention's naive_recurrent_hgrn computes in float32 whatever it is "
+        100, "flash-linear-attention's naive_recurrent_hgrn computes in float32 whatever it is "
         "given, and returns the input's dtype",
         "The HGRN reference casts `x` and `g` to float32 (`i.float()`), runs the recurrence "
         "and its state in float32, and casts the output back: float64 inputs give a float64 "
@@ -579,10 +579,10 @@ _LIST = (
         "print(o.dtype, 'float32-sized error:', 1e-9 < error < 1e-5)   # torch.float64 True",
         ("HGRN naive_recurrent_hgrn, float64, vs gradcells (linear_scan)",
          "HGRN naive_recurrent_hgrn autograd, float64, vs oracle"),
-        "test_fault_80_float64_is_computed_in_float32",
+        "test_fault_100_float64_is_computed_in_float32",
         test_file="tests/frameworks/test_fla.py", shows=r"torch.float64 float32-sized error: True"),
     Fault(
-        81, "flash-linear-attention's naive_chunk_hgrn runs only when the sequence is one "
+        101, "flash-linear-attention's naive_chunk_hgrn runs only when the sequence is one "
         "chunk long",
         "`naive_chunk_hgrn(x, g, chunk_size=64)` reshapes `g [B, T, D]` with "
         "`g.view(B, chunk_size, D)`: any `T` other than the chunk size raises PyTorch's "
@@ -604,7 +604,7 @@ _LIST = (
         "except RuntimeError as error:\n"
         "    print('RuntimeError:', error)   # shape '[1, 64, 2]' is invalid ...",
         ("HGRN naive_chunk_hgrn, T = 100, vs naive_recurrent_hgrn",),
-        "test_fault_81_chunked_reference_needs_one_chunk",
+        "test_fault_101_chunked_reference_needs_one_chunk",
         test_file="tests/frameworks/test_fla.py", shows=r"RuntimeError: shape .* is invalid"),
 )
 
@@ -634,7 +634,7 @@ def markdown() -> str:
              "`known fault N` or `convention N`), and a test shows each one against the "
              "oracle. Numbers 1-19 are TensorFlow's (and the seed's Python around its ops), "
              "20-29 Flax's, 30-39 Keras's, 40-49 ONNX Runtime's, 50-59 PyTorch's, "
-             "60-69 xLSTM's, 70-79 minGRU-pytorch's, 80-89 flash-linear-attention's.", "",
+             "60-69 xLSTM's, 70-79 minGRU-pytorch's, 100-109 flash-linear-attention's.", "",
              "This file is generated from `gradcells/audit/faults.py` by "
              "`python -c \"import gradcells.audit.faults as f; print(f.markdown(), end='')\" "
              "> docs/faults.md`; a test keeps it equal.", ""]

@@ -3,7 +3,7 @@
 ``h_t = exp(g_t)∘h_{t-1} + x_t`` is ``linear_scan(exp(g), x, h0, batch_first=True)``.
 
 Its references are plain PyTorch in ``fla/ops/hgrn/naive.py``, loaded by path as the audit
-does (``fla.ops`` imports Triton first). Faults 80 (float64 computed in float32) and 81 (the
+does (``fla.ops`` imports Triton first). Faults 100 (float64 computed in float32) and 101 (the
 chunked reference runs only at one chunk) are shown here; the whole audit runs once.
 """
 
@@ -30,7 +30,7 @@ def _case(steps=8):
             "g": -rng.uniform(0.05, 1.0, (2, steps, 3)), "h0": rng.standard_normal((2, 3))}
 
 
-def test_fault_80_float64_is_computed_in_float32():
+def test_fault_100_float64_is_computed_in_float32():
     case = _case()
     out, final = audit_fla._theirs(case, np.float64)
     ours = gc.linear_scan(np.exp(case["g"]), case["x"], case["h0"], batch_first=True)
@@ -43,7 +43,7 @@ def test_fault_80_float64_is_computed_in_float32():
 
 
 @pytest.mark.parametrize("steps", [100, 128])
-def test_fault_81_chunked_reference_needs_one_chunk(steps):
+def test_fault_101_chunked_reference_needs_one_chunk(steps):
     with pytest.raises(RuntimeError, match="is invalid for input of size"):
         audit_fla._theirs(_case(steps), np.float32, chunk=True)
 
