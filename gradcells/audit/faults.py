@@ -1,6 +1,7 @@
 """The known faults and documented conventions the audits found (TensorFlow's fused ops and
 the seed's code around them: 1-19; Flax: 20-29; Keras: 30-39; ONNX Runtime: 40-49;
-PyTorch: 50-59; xLSTM: 60-69; minGRU-pytorch: 70-79): the one list.
+PyTorch: 50-59; xLSTM: 60-69; minGRU-pytorch: 70-79;
+flash-linear-attention: 100-109): the one list.
 
 The audits name them in their rows (``known fault N``, ``convention N``) and under their
 tables, one test each shows it (``Fault.test`` in ``Fault.test_file``), and
@@ -551,6 +552,60 @@ _LIST = (
         ("minLSTM parallel mode vs its sequential mode",),
         "test_fault_71_minlstm_parallel_mode_starts_from_g_of_h0",
         test_file="tests/frameworks/test_mingru_pytorch.py", shows=r"modes differ: True"),
+    Fault(
+        100, "flash-linear-attention's naive_recurrent_hgrn computes in float32 whatever it is "
+        "given, and returns the input's dtype",
+        "The HGRN reference casts `x` and `g` to float32 (`i.float()`), runs the recurrence "
+        "and its state in float32, and casts the output back: float64 inputs give a float64 "
+        "tensor holding float32 results (errors near 1e-7 against gradcells's float64 "
+        "`linear_scan`, where float64 agrees to 1e-12), and autograd's float64 gradients are "
+        "float32 ones too. The audit's model, gradcells computing in float32, agrees "
+        "within float32 tolerances. Its float32 forward and gradients agree with gradcells.",
+        "# PYTHONWARNINGS=ignore\n"
+        "import importlib.util, pathlib, torch\n"
+        "import fla   # fla.ops imports Triton first; the reference is plain PyTorch\n"
+        "spec = importlib.util.spec_from_file_location(\n"
+        "    'naive', pathlib.Path(fla.__path__[0], 'ops', 'hgrn', 'naive.py'))\n"
+        "naive = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(naive)\n"
+        "x = torch.randn(1, 8, 2, dtype=torch.float64)\n"
+        "g = -torch.rand(1, 8, 2, dtype=torch.float64)\n"
+        "o, _ = naive.naive_recurrent_hgrn(x, g)\n"
+        "h, exact = torch.zeros(1, 2, dtype=torch.float64), []\n"
+        "for t in range(8):\n"
+        "    h = g[:, t].exp() * h + x[:, t]\n"
+        "    exact.append(h)\n"
+        "error = (o - torch.stack(exact, 1)).abs().max().item()\n"
+        "print(o.dtype, 'float32-sized error:', 1e-9 < error < 1e-5)   # torch.float64 True",
+        ("HGRN naive_recurrent_hgrn, float64, vs gradcells (linear_scan)",
+         "HGRN naive_recurrent_hgrn autograd, float64, vs oracle"),
+        "test_fault_100_float64_is_computed_in_float32",
+        test_file="tests/frameworks/test_fla.py", shows=r"torch.float64 float32-sized error: True"),
+    Fault(
+        101, "flash-linear-attention's naive_chunk_hgrn runs only when the sequence is one "
+        "chunk long",
+        "`naive_chunk_hgrn(x, g, chunk_size=64)` reshapes `g [B, T, D]` with "
+        "`g.view(B, chunk_size, D)`: any `T` other than the chunk size raises PyTorch's "
+        "shape error (`shape '[B, 64, D]' is invalid for input of size ...`), and its "
+        "cumulative sum of `g` runs over the whole sequence rather than within each chunk, "
+        "so the multi-chunk loop it is written for is never reached. At `T = 64` it equals "
+        "`naive_recurrent_hgrn` (the audit's row). Its chunked Triton kernel is a separate "
+        "code path, which the audit cannot run without a GPU.",
+        "# PYTHONWARNINGS=ignore\n"
+        "import importlib.util, pathlib, torch\n"
+        "import fla   # fla.ops imports Triton first; the reference is plain PyTorch\n"
+        "spec = importlib.util.spec_from_file_location(\n"
+        "    'naive', pathlib.Path(fla.__path__[0], 'ops', 'hgrn', 'naive.py'))\n"
+        "naive = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(naive)\n"
+        "x, g = torch.randn(1, 128, 2), -torch.rand(1, 128, 2)\n"
+        "try:\n"
+        "    naive.naive_chunk_hgrn(x, g)\n"
+        "except RuntimeError as error:\n"
+        "    print('RuntimeError:', error)   # shape '[1, 64, 2]' is invalid ...",
+        ("HGRN naive_chunk_hgrn, T = 100, vs naive_recurrent_hgrn",),
+        "test_fault_101_chunked_reference_needs_one_chunk",
+        test_file="tests/frameworks/test_fla.py", shows=r"RuntimeError: shape .* is invalid"),
 )
 
 FAULTS: dict[int, Fault] = {fault.number: fault for fault in _LIST}
@@ -579,7 +634,7 @@ def markdown() -> str:
              "`known fault N` or `convention N`), and a test shows each one against the "
              "oracle. Numbers 1-19 are TensorFlow's (and the seed's Python around its ops), "
              "20-29 Flax's, 30-39 Keras's, 40-49 ONNX Runtime's, 50-59 PyTorch's, "
-             "60-69 xLSTM's, 70-79 minGRU-pytorch's.", "",
+             "60-69 xLSTM's, 70-79 minGRU-pytorch's, 100-109 flash-linear-attention's.", "",
              "This file is generated from `gradcells/audit/faults.py` by "
              "`python -c \"import gradcells.audit.faults as f; print(f.markdown(), end='')\" "
              "> docs/faults.md`; a test keeps it equal.", ""]
