@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import sequences
+from .. import scans
 from ..oracle import check_vjp
 from ._engine import (
     AGREES,
@@ -84,7 +84,7 @@ def _theirs(case, dtype, *, chunk=False):
 def _ours(case, dtype):
     """gradcells's ``LinearScan`` of the case in ``dtype``."""
     x, g, h0 = (case[k].astype(dtype) for k in ("x", "g", "h0"))
-    return sequences.linear_scan(np.exp(g), x, h0, batch_first=True)
+    return scans.linear_scan(np.exp(g), x, h0, batch_first=True)
 
 
 def forward_verdict(rng, *, dtype):
@@ -116,8 +116,8 @@ def _our_vjp(case, dtype, ct_o, ct_final):
     """``linear_scan_grad``'s ``(d_x, d_g, d_h0)`` in ``dtype`` (``d_g = d_a∘exp(g)``)."""
     x, g, h0 = (case[k].astype(dtype) for k in ("x", "g", "h0"))
     a = np.exp(g)
-    result = sequences.linear_scan(a, x, h0, batch_first=True)
-    grads = sequences.linear_scan_grad(a, x, h0, result, d_h=ct_o.astype(dtype),
+    result = scans.linear_scan(a, x, h0, batch_first=True)
+    grads = scans.linear_scan_grad(a, x, h0, result, d_h=ct_o.astype(dtype),
                                        d_h_final=ct_final.astype(dtype))
     return grads.b, grads.a * a, grads.h0
 
