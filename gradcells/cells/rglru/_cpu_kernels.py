@@ -27,22 +27,31 @@ from ...cpu._compile import helper, kernel
 
 
 @helper
-def exact_sigmoid(p, one):
-    """σ(p) with relative precision for every ``p``: ``1/(1 + e)`` or ``e/(1 + e)``,
-    ``e = exp(-|p|)`` (``one``: 1 in ``p``'s dtype)."""
-    e = np.exp(-abs(p))
+def exact_sigmoid(p, one, tail):
+    """σ(p) with relative precision: ``1/(1 + e)`` or ``e/(1 + e)``, ``e = exp(-|p|)``,
+    0 below ``-tail`` (``reference.GATE_TAIL``; ``one``: 1 in ``p``'s dtype)."""
+    if p < -tail:
+        return one - one
+    e = np.exp(max(-abs(p), -tail))
     return (e if p < 0 else one) / (one + e)
 
 
+@helper
+def decay(log_a, tail):
+    """``exp(log a)``, 0 below ``-tail`` (``reference.DECAY_TAIL``)."""
+    return log_a - log_a if log_a < -tail else np.exp(log_a)
+
+
 @kernel
-def rglru_gates_kernel(p_a, p_x, x, sp, c, resets, lengths, r, i, a, cc):
+def rglru_gates_kernel(p_a, p_x, x, sp, c, tails, resets, lengths, r, i, a, cc):
     """The gates of every step; writes ``r, i [T, B, H]`` (0 past a row's length) and the
     recurrence's multipliers ``a`` and terms ``cc`` (the identity past a row's length) from
     the pre-activations ``p_a, p_x`` (biases added), the running inputs ``x`` and
-    ``sp = softplus(λ) [H]``."""
+    ``sp = softplus(λ) [H]``; ``tails``: ``(GATE_TAIL, DECAY_TAIL)`` of the dtype."""
     n_steps, n_batch, n_hidden = r.shape
     zero, one, two = typed(0.0, r), typed(1.0, r), typed(2.0, r)
     cc_ = typed(c, r)
+    gate_tail, decay_tail = typed(tails[0], r), typed(tails[1], r)
     has_resets = resets.size > 0
     for t in range(n_steps):
         for row in range(n_batch):
@@ -54,24 +63,25 @@ def rglru_gates_kernel(p_a, p_x, x, sp, c, resets, lengths, r, i, a, cc):
             reset = has_resets and resets[t, row]
             pa_r, px_r, x_r = p_a[t, row], p_x[t, row], x[t, row]
             for j in range(n_hidden):
-                gate_r, gate_i = exact_sigmoid(pa_r[j], one), exact_sigmoid(px_r[j], one)
+                gate_r = exact_sigmoid(pa_r[j], one, gate_tail)
+                gate_i = exact_sigmoid(px_r[j], one, gate_tail)
                 log_a = -cc_ * gate_r * sp[j]
                 u = gate_i * x_r[j]
                 r_r[j], i_r[j] = gate_r, gate_i
                 if reset:
                     a_r[j], c_r[j] = zero, u
                 else:
-                    a_r[j] = np.exp(log_a)
+                    a_r[j] = decay(log_a, decay_tail)
                     c_r[j] = np.sqrt(-np.expm1(two * log_a)) * u
 
 
 @kernel
-def rglru_decay_kernel(r, sp, c, resets, lengths, a):
+def rglru_decay_kernel(r, sp, c, decay_tail, resets, lengths, a):
     """The recurrence's multipliers from the saved ``r``: ``a = exp(-c·r∘sp)``, 0 at a
     reset, 1 past a row's length (the adjoint's)."""
     n_steps, n_batch, n_hidden = r.shape
     zero, one = typed(0.0, r), typed(1.0, r)
-    cc_ = typed(c, r)
+    cc_, tail = typed(c, r), typed(decay_tail, r)
     has_resets = resets.size > 0
     for t in range(n_steps):
         for row in range(n_batch):
@@ -84,12 +94,12 @@ def rglru_decay_kernel(r, sp, c, resets, lengths, a):
                     a_r[j] = zero
             else:
                 for j in range(n_hidden):
-                    a_r[j] = np.exp(-cc_ * r_r[j] * sp[j])
+                    a_r[j] = decay(-cc_ * r_r[j] * sp[j], tail)
 
 
 @kernel
-def rglru_grad_kernel(r, i, x, h, h0, g, d_r, d_i, sp, c, bound, resets, lengths, reverse,
-                      d_pa, d_px, dx, d_ba, d_bx, d_sp):
+def rglru_grad_kernel(r, i, x, h, h0, g, d_r, d_i, sp, c, bound, decay_tail, resets, lengths,
+                      reverse, d_pa, d_px, dx, d_ba, d_bx, d_sp):
     """The gate gradients of every step; writes ``d_pa, d_px`` and the direct part of the
     input gradient ``dx = g∘m∘i`` (``[T, B, H]``, 0 past a row's length) and
     **accumulates** ``d_ba, d_bx`` (Σ over rows of ``d_pa``, ``d_px``) and ``d_sp`` (the
@@ -104,7 +114,7 @@ def rglru_grad_kernel(r, i, x, h, h0, g, d_r, d_i, sp, c, bound, resets, lengths
     """
     n_steps, n_batch, n_hidden = r.shape
     zero, one, two = typed(0.0, r), typed(1.0, r), typed(2.0, r)
-    cc_ = typed(c, r)
+    cc_, tail = typed(c, r), typed(decay_tail, r)
     floor = typed(1.0 / (4.0 * bound * bound) if bound > 0 else 0.0, r)
     has_dr, has_di, has_resets = d_r.size > 0, d_i.size > 0, resets.size > 0
     for t in range(n_steps):
@@ -122,7 +132,7 @@ def rglru_grad_kernel(r, i, x, h, h0, g, d_r, d_i, sp, c, bound, resets, lengths
             for j in range(n_hidden):
                 gate_r, gate_i, g_j = r_r[j], i_r[j], g_r[j]
                 log_a = -cc_ * gate_r * sp[j]
-                a = np.exp(log_a)
+                a = decay(log_a, tail)
                 z = -np.expm1(two * log_a)
                 up_r = d_r[t, row, j] if has_dr else zero
                 up_i = d_i[t, row, j] if has_di else zero

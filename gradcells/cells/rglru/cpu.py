@@ -84,6 +84,12 @@ def block_weight_grad(x, d, n_heads):
     return np.matmul(xh, dh)
 
 
+def _tails(dtype):
+    """``(GATE_TAIL, DECAY_TAIL)`` of ``dtype`` (``reference``'s)."""
+    key = "float64" if np.dtype(dtype).itemsize >= 8 else "float32"
+    return (reference.GATE_TAIL[key], reference.DECAY_TAIL[key])
+
+
 def softplus(lam):
     """``softplus(λ)`` as the reference forms it (``reference.softplus``)."""
     return reference.softplus(np, lam)
@@ -102,7 +108,8 @@ def rglru_sequence(x, h0, weights, settings):
     p_x = block_product(x, contiguous(w_x)) + b_x
     r, i, a, c = (np.empty(x.shape, x.dtype) for _ in range(4))
     rglru_gates_kernel(p_a, p_x, x, contiguous(softplus(lam)), float(settings.c),
-                       _kernel_resets(settings), _kernel_lengths(lengths), r, i, a, c)
+                       _tails(x.dtype), _kernel_resets(settings), _kernel_lengths(lengths),
+                       r, i, a, c)
     h, h_final = _scan(a, c, h0, settings, post=False)
     zero_stopped((h,), lengths)
     return RGLRUSequence(r, i, h, h_final)
@@ -129,7 +136,8 @@ def rglru_sequence_grad(x, h0, weights, seq, settings, *, d_r=None, d_i=None, d_
     sp, resets, kl = contiguous(softplus(lam)), _kernel_resets(settings), _kernel_lengths(
         lengths)
     a = np.empty(x.shape, dtype)
-    rglru_decay_kernel(r, sp, float(settings.c), resets, kl, a)
+    tails = _tails(dtype)
+    rglru_decay_kernel(r, sp, float(settings.c), tails[1], resets, kl, a)
     up = _upstream_steps(d_h, x.shape, dtype, lengths)
     final = np.zeros_like(h0) if d_h_final is None else d_h_final
     g, d_h0 = _scan(a, up, final, settings, post=True)
@@ -138,7 +146,7 @@ def rglru_sequence_grad(x, h0, weights, seq, settings, *, d_r=None, d_i=None, d_
     bound = settings.sqrt_grad_bound
     rglru_grad_kernel(r, i, x, contiguous(seq.h), h0, g, *(
         _NONE.astype(dtype) if d is None else contiguous(d) for d in (d_r, d_i)),
-        sp, float(settings.c), 0.0 if bound is None else float(bound), resets, kl,
+        sp, float(settings.c), 0.0 if bound is None else float(bound), tails[1], resets, kl,
         settings.reverse, d_pa, d_px, dx, d_ba, d_bx, d_sp)
     dx += block_product(d_pa, np.ascontiguousarray(w_a.transpose(0, 2, 1)))
     dx += block_product(d_px, np.ascontiguousarray(w_x.transpose(0, 2, 1)))

@@ -16,9 +16,11 @@ At a reset (``resets[t, b]``) the state received is zeros and ``m`` is 1: ``a = 
   (small ``r`` or ``softplus(λ)``), and ``1 - exp(2·log a)`` loses every digit there.
 * ``σ(p) = e/(1 + e)`` below 0 (``e = exp(-|p|)``): relative precision for a tiny ``r``
   (``m ≈ sqrt(2c·r·softplus(λ))`` reads it); ``0.5·tanh(0.5p) + 0.5`` would round ``r`` to
-  0 from ``p ≈ -17`` in float32, and the gradient with it.
-* ``softplus(v) = max(v, 0) + log1p(exp(-|v|))``, no cap: ``softplus(λ)`` keeps its relative
-  precision for a very negative ``λ``.
+  0 from ``p ≈ -17`` in float32, and the gradient with it. Below ``-GATE_TAIL`` it is 0.
+* ``softplus(v) = max(v, 0) + log1p(exp(-|v|))``: ``softplus(λ)`` keeps its relative
+  precision for a negative ``λ`` down to ``-GATE_TAIL`` (0 below).
+* ``a`` is 0 below ``log a = -DECAY_TAIL``: the tails keep every product of the gradient
+  a normal number (no underflow, no floating-point warning, at any pre-activation).
 * The gradient of ``m`` reaches ``p_a`` and ``λ`` through ``q = r/sqrt(z)`` (``z = 1 -
   a²``): ``dm/dp_a = c·softplus(λ)∘a²∘(1-r)∘q``, ``dm/dsoftplus(λ) = c·a²∘q``, finite as
   ``r → 0`` (``q ≈ sqrt(r/(2c·softplus(λ)))``), taken as 0 where ``z`` rounds to 0.
@@ -49,18 +51,40 @@ from .spec import (
 )
 
 
+GATE_TAIL = {"float32": 30.0, "float64": 200.0}
+"""``exact_sigmoid`` and ``softplus`` are exactly 0 below ``-GATE_TAIL`` (by dtype; float16
+as float32): ``e^-30 ≈ 9e-14`` and ``e^-200 ≈ 1e-87``, so that a product of up to three such
+factors (``r∘softplus(λ)∘g`` in the gradient) stays a normal number and nothing underflows
+(no floating-point warning), while every value above the tail keeps its relative
+precision."""
+
+DECAY_TAIL = {"float32": 20.0, "float64": 100.0}
+"""``a = exp(log a)`` is exactly 0 below ``log a = -DECAY_TAIL`` (``a < 2e-9`` in float32,
+``4e-44`` in float64: below the resolution of ``m ≈ 1`` there), so that ``a²`` and its
+products never underflow."""
+
+
+def _tail(table, a):
+    return table["float64" if a.dtype.itemsize >= 8 else "float32"]
+
+
 def exact_sigmoid(xp, p):
     """σ(p) as ``1/(1 + e)`` (``p >= 0``) or ``e/(1 + e)`` (``p < 0``), ``e = exp(-|p|)``:
-    no overflow, and relative precision for every ``p`` (σ underflows to 0 only below
-    about -745 in float64, -103 in float32)."""
-    e = xp.exp(xp.where(p >= 0, -p, p))
-    return xp.where(p >= 0, 1, e) / (1 + e)
+    no overflow, and relative precision for every ``p`` down to ``-GATE_TAIL``, below
+    which it is 0."""
+    tail = _tail(GATE_TAIL, p)
+    e = xp.exp(xp.maximum(xp.where(p >= 0, -p, p), -tail))
+    return xp.where(p < -tail, 0, xp.where(p >= 0, 1, e) / (1 + e))
 
 
 def softplus(xp, v):
     """``log(1 + exp(v)) = max(v, 0) + log1p(exp(-|v|))``: no overflow, relative precision
-    for a very negative ``v``; its slope is ``σ(v)`` (0.5 at 0, on dual numbers too)."""
-    return xp.where(v >= 0, v, 0) + xp.log1p(xp.exp(xp.where(v >= 0, -v, v)))
+    for a negative ``v`` down to ``-GATE_TAIL``, below which it is 0; its slope is ``σ(v)``
+    (0.5 at 0, on dual numbers too)."""
+    tail = _tail(GATE_TAIL, v)
+    value = xp.where(v >= 0, v, 0) + xp.log1p(xp.exp(xp.maximum(xp.where(v >= 0, -v, v),
+                                                                 -tail)))
+    return xp.where(v < -tail, 0, value)
 
 
 def block_product(xp, x, w):
@@ -92,11 +116,13 @@ def gates(xp, x, weights):
 
 
 def decay(xp, r, lam, c):
-    """``(softplus(λ), a, z)``: ``a = exp(-c·r∘softplus(λ))`` and ``z = 1 - a² =
-    -expm1(2·log a)``."""
+    """``(softplus(λ), a, z)``: ``a = exp(-c·r∘softplus(λ))`` (0 below ``DECAY_TAIL``) and
+    ``z = 1 - a² = -expm1(2·log a)``."""
     sp = softplus(xp, lam)
     log_a = -c * r * sp
-    return sp, xp.exp(log_a), -xp.expm1(2 * log_a)
+    tail = _tail(DECAY_TAIL, log_a)
+    a = xp.where(log_a < -tail, 0, xp.exp(xp.maximum(log_a, -tail)))
+    return sp, a, -xp.expm1(2 * log_a)
 
 
 def root_ratio(xp, r, z, bound):
