@@ -110,28 +110,18 @@ def cases(op, min_size=0, layer="backend"):
     return st.one_of(_STRATEGIES[op](0, batch_first=False), _STRATEGIES[op](1))
 
 
-def _rglru(builder):
-    """An RG-LRU case builder as ``fixed_case`` calls the others: its input is as wide as
-    its state (``input_size`` is not its to choose), its masks are its ``resets``."""
-    def build(rng, *, input_size=None, masks=False, **options):
-        if "steps" in options:
-            options["resets"] = bool(masks)
-        return builder(rng, **options)
-    return build
-
-
 _CELL_CASES = {"lstm_cell": testing.lstm_cell_case, "gru_cell": testing.gru_cell_case,
                "rnn_cell": testing.rnn_cell_case, "mingru_cell": testing.mingru_cell_case,
                "slstm_cell": testing.slstm_cell_case,
                "minlstm_cell": testing.minlstm_cell_case,
-               "rglru_cell": _rglru(testing.rglru_cell_case)}
+               "rglru_cell": testing.rglru_cell_case}
 _SEQUENCE_CASES = {"lstm_sequence": testing.lstm_sequence_case,
                    "gru_sequence": testing.gru_sequence_case,
                    "rnn_sequence": testing.rnn_sequence_case,
                    "mingru_sequence": testing.mingru_sequence_case,
                    "slstm_sequence": testing.slstm_sequence_case,
                    "minlstm_sequence": testing.minlstm_sequence_case,
-                   "rglru_sequence": _rglru(testing.rglru_sequence_case)}
+                   "rglru_sequence": testing.rglru_sequence_case}
 
 OPTIONS = {
     "lstm": [{}, {"peephole": True, "clip": True}, {"proj_size": 2, "proj_clip": True},

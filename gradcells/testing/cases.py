@@ -831,8 +831,10 @@ def _rglru_settings(c, sqrt_grad_bound):
 
 def rglru_cell_case(rng: np.random.Generator, *, batch: int = 3, hidden: int = 4,
                     heads: int = 2, dtype: Any = np.float64, c: float = 8.0,
-                    sqrt_grad_bound: float | None = None, scale: float = 1.0) -> Case:
-    """Keyword arguments for ``rglru_cell`` (``x [B, H]``: as wide as the state;
+                    sqrt_grad_bound: float | None = None, scale: float = 1.0,
+                    input_size: int | None = None) -> Case:
+    """Keyword arguments for ``rglru_cell`` (``x [B, H]``: as wide as the state, so an
+    ``input_size`` given, as callers of every cell's builder give it, is not used;
     ``gcd(hidden, heads)`` heads)."""
     return {"x": _normal(rng, (batch, hidden), 1.0, dtype),
             "h_prev": _normal(rng, (batch, hidden), 0.5, dtype),
@@ -845,10 +847,13 @@ def rglru_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int 
                         c: float = 8.0, sqrt_grad_bound: float | None = None,
                         method: str = "auto", scale: float = 1.0, ragged: bool = False,
                         resets: bool = False, reverse: bool = False,
-                        batch_first: bool = False) -> Case:
-    """Keyword arguments for ``rglru_sequence``, drawn like ``rglru_cell_case``; ``resets``:
-    a ``[T, B]`` boolean array, each flag true with probability 1/3; ``method`` (given only
-    when not "auto"), ``reverse`` and ``batch_first`` as for ``lstm_sequence_case``."""
+                        batch_first: bool = False, input_size: int | None = None,
+                        masks: bool = False) -> Case:
+    """Keyword arguments for ``rglru_sequence``, drawn like ``rglru_cell_case``; ``resets``
+    (or ``masks``, as callers of every cell's builder ask for a cell's masks): a ``[T, B]``
+    boolean array, each flag true with probability 1/3; ``method`` (given only when not
+    "auto"), ``reverse`` and ``batch_first`` as for ``lstm_sequence_case``."""
+    resets = resets or masks
     return _in_layout({
         "x": _normal(rng, (steps, batch, hidden), 1.0, dtype),
         "h0": _normal(rng, (batch, hidden), 0.5, dtype),
