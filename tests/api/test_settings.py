@@ -34,6 +34,29 @@ from gradcells.testing import (
 BACKENDS = ["reference", "cpu"]
 
 
+def _activation(variant):
+    return "identity" if variant else "g"
+
+
+def _rglru_settings(variant):   # c and sqrt_grad_bound other than the defaults
+    return {"c": 2.0, "sqrt_grad_bound": 2.0} if variant else {}
+
+
+_OWN_CASES = {
+    "mingru_cell": lambda rng, v: mingru_cell_case(rng, activation=_activation(v)),
+    "minlstm_cell": lambda rng, v: minlstm_cell_case(rng, activation=_activation(v)),
+    "minlstm_sequence": lambda rng, v: minlstm_sequence_case(
+        rng, steps=5, batch=4, ragged=True, activation=_activation(v)),
+    "mingru_sequence": lambda rng, v: mingru_sequence_case(
+        rng, steps=5, batch=4, ragged=True, activation=_activation(v)),
+    "rglru_cell": lambda rng, v: rglru_cell_case(rng, **_rglru_settings(v)),
+    "rglru_sequence": lambda rng, v: rglru_sequence_case(
+        rng, steps=5, batch=4, ragged=True, resets=True, **_rglru_settings(v)),
+}
+"""The cases of the cells whose variant is one setting's value (the minimal RNNs'
+activation, the RG-LRU's ``c`` and ``sqrt_grad_bound``)."""
+
+
 def _case(op, rng, variant):
     """A case for ``op`` with every setting that matters for its gradient switched on."""
     if op == "lstm_cell":
@@ -46,22 +69,8 @@ def _case(op, rng, variant):
     if op == "gru_sequence":
         return {**gru_sequence_case(rng, steps=5, batch=4, reset_after=variant, ragged=True),
                 "reset_after": variant}
-    if op == "mingru_cell":
-        return mingru_cell_case(rng, activation="identity" if variant else "g")
-    if op == "minlstm_cell":
-        return minlstm_cell_case(rng, activation="identity" if variant else "g")
-    if op == "minlstm_sequence":
-        return minlstm_sequence_case(rng, steps=5, batch=4, ragged=True,
-                                     activation="identity" if variant else "g")
-    if op == "mingru_sequence":
-        return mingru_sequence_case(rng, steps=5, batch=4, ragged=True,
-                                    activation="identity" if variant else "g")
-    if op.startswith("rglru"):  # variant: c and sqrt_grad_bound other than the defaults
-        settings = {"c": 2.0, "sqrt_grad_bound": 2.0} if variant else {}
-        if op == "rglru_cell":
-            return rglru_cell_case(rng, **settings)
-        return rglru_sequence_case(rng, steps=5, batch=4, ragged=True, resets=True,
-                                   **settings)
+    if op in _OWN_CASES:
+        return _OWN_CASES[op](rng, variant)
     if op.startswith("slstm"):  # settings other than the defaults, both of them recorded
         settings = ({"forget": "sigmoid", "stabilizer_grad": "stop"} if variant
                     else {"forget": "exp", "stabilizer_grad": "exact"})

@@ -50,7 +50,6 @@ from .spec import (
     scan_method,
 )
 
-
 GATE_TAIL = {"float32": 30.0, "float64": 200.0}
 """``exact_sigmoid`` and ``softplus`` are exactly 0 below ``-GATE_TAIL`` (by dtype; float16
 as float32): ``e^-30 ≈ 9e-14`` and ``e^-200 ≈ 1e-87``, so that a product of up to three such
