@@ -1,6 +1,7 @@
-"""The cells added through the registry alone (the sLSTM, the minGRU, the minLSTM) under
-``gradcells.jax`` and on dask arrays (docs/spec.md §13): the same results and gradients as
-the NumPy call, with nothing in the adapters written for them."""
+"""The cells added through the registry alone (the sLSTM, the minGRU, the minLSTM, the
+RG-LRU) under ``gradcells.jax``, on dask arrays and, for the RG-LRU with its resets, under
+``gradcells.torch`` (docs/spec.md §13): the same results and gradients as the NumPy call,
+with nothing in the adapters written for them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from gradcells.testing import cases
 
 pytestmark = pytest.mark.conformance
 
-NEW = ("slstm", "mingru", "minlstm")
+NEW = ("slstm", "mingru", "minlstm", "rglru")
 
 
 def _case(cell):
@@ -66,3 +67,72 @@ def test_dask_chunked_along_the_batch_equals_numpy(cell):
     lazy = getattr(gc, op)(**chunked, **settings)
     np.testing.assert_allclose(np.asarray(lazy.h), seq.h, rtol=1e-13, atol=1e-14)
     np.testing.assert_allclose(np.asarray(lazy.h_final), seq.h_final, rtol=1e-13, atol=1e-14)
+
+
+# --------------------------------------------------------------------------------------
+# the RG-LRU's resets: a per-step boolean flag through every adapter
+
+
+def _rglru_case(**options):
+    case = cases.rglru_sequence_case(np.random.default_rng(9), steps=4, batch=4, hidden=4,
+                                     resets=True, **options)
+    arrays = {k: case[k] for k in SPECS["rglru"].sequence.arrays}
+    return arrays, {k: v for k, v in case.items() if k not in arrays}
+
+
+@pytest.mark.parametrize("options", [{}, {"reverse": True, "sqrt_grad_bound": 2.0}])
+def test_rglru_resets_under_jax_equal_numpy(options):
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    import gradcells.jax as gj
+
+    arrays, keywords = _rglru_case(**options)
+    seq = gc.rglru_sequence(**arrays, **keywords)
+    d_h = np.random.default_rng(10).standard_normal(seq.h.shape)
+    grads = gc.rglru_sequence_grad(**arrays, seq=seq, d_h=d_h)
+
+    def loss(a):
+        return (gj.rglru_sequence(**a, **keywords).h * d_h).sum()
+
+    jax_arrays = {k: jax.numpy.asarray(v) for k, v in arrays.items()}
+    got = jax.jit(jax.grad(loss))(jax_arrays)
+    for name in arrays:
+        np.testing.assert_allclose(got[name], getattr(grads, name), rtol=1e-12, atol=1e-13,
+                                   err_msg=name)
+
+
+def test_rglru_resets_on_dask_chunked_along_the_batch_equal_numpy():
+    da = pytest.importorskip("dask.array")
+    arrays, keywords = _rglru_case(ragged=True)
+    seq = gc.rglru_sequence(**arrays, **keywords)
+    chunked = {k: (da.from_array(v, chunks=(v.shape[0], 2, v.shape[2])) if k == "x"
+                   else da.from_array(v, chunks=(2, v.shape[1])) if k == "h0" else v)
+               for k, v in arrays.items()}
+    resets = da.from_array(keywords["resets"], chunks=(4, 2))
+    lazy = gc.rglru_sequence(**chunked, **{**keywords, "resets": resets})
+    np.testing.assert_allclose(np.asarray(lazy.h), seq.h, rtol=1e-13, atol=1e-14)
+    d_h = np.ones_like(seq.h)
+    want = gc.rglru_sequence_grad(**arrays, seq=seq, d_h=d_h)
+    got = gc.rglru_sequence_grad(**chunked, seq=lazy, d_h=da.from_array(d_h,
+                                                                        chunks=(4, 2, 4)))
+    for name, a, b in zip(want._fields, got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(a), b, rtol=1e-12, atol=1e-13, err_msg=name)
+
+
+@pytest.mark.parametrize("options", [{}, {"reverse": True, "ragged": True,
+                                          "sqrt_grad_bound": 2.0}])
+def test_rglru_under_torch_passes_gradcheck_and_gradgradcheck(options):
+    """Every output, float64, forward mode too, with resets (a constant)."""
+    torch = pytest.importorskip("torch")
+    import gradcells.torch as gt
+
+    arrays, keywords = _rglru_case(**options)
+    tensors = [torch.tensor(a, requires_grad=True) for a in arrays.values()]
+    keywords = {k: torch.as_tensor(v) if isinstance(v, np.ndarray) else v
+                for k, v in keywords.items()}
+
+    def f(*t):
+        return tuple(gt.rglru_sequence(*t, **keywords))
+
+    assert torch.autograd.gradcheck(f, tensors, check_forward_ad=True)
+    assert torch.autograd.gradgradcheck(f, tensors)
