@@ -343,3 +343,43 @@ def test_bad_shapes_are_named():
         gc.rglru_cell(x[0], h0, w_a, b_a, w_x, b_x, lam, resets=np.zeros(3, bool))
     with pytest.raises(TypeError, match="method"):
         gc.rglru_cell(x[0], h0, w_a, b_a, w_x, b_x, lam, method="parallel")
+
+
+# --------------------------------------------------------------------------------------
+# the GPU's kernels, on the host (tests/cuda_host)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("order", [{"ragged": True, "resets": True, "sqrt_grad_bound": 2.0},
+                                   {"resets": True}])
+def test_the_gpu_kernels_equal_the_reference_in_every_mode(order, dtype):
+    """``rglru.cu`` and the shared ``scan.cu`` through the host emulation: forward, gradient
+    (every upstream field), forward mode and second order, with lengths, resets and the
+    bound acting, against the float64 reference."""
+    from contract_cases import EMULATED_GPU, BackendCalls, backend
+
+    case = _case(18, steps=4, dtype=dtype, **order)
+    case["lam"] = np.linspace(-6.0, 1.0, case["lam"].size).astype(dtype)
+    as64 = {k: v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype.kind == "f"
+            else v for k, v in case.items()}
+    tol = {"rtol": 1e-12, "atol": 1e-13} if dtype == np.float64 else {"rtol": 2e-5,
+                                                                        "atol": 2e-6}
+    with backend("reference") as impl:
+        want = _four_modes(BackendCalls(impl), as64, np.random.default_rng(19), np.float64)
+    with backend(EMULATED_GPU) as impl:
+        got = _four_modes(BackendCalls(impl), case, np.random.default_rng(19), dtype)
+    for mode, (a_tuple, b_tuple) in enumerate(zip(got, want, strict=True)):
+        for name, a, b in zip(a_tuple._fields, a_tuple, b_tuple, strict=True):
+            assert a.dtype == dtype, name
+            np.testing.assert_allclose(a, b, **tol, err_msg=f"mode {mode}: {name}")
+
+
+def _four_modes(calls, case, rng, dtype):
+    op = "rglru_sequence"
+    seq = calls.forward(op, case)
+    up = {f"d_{f}": rng.standard_normal(getattr(seq, f).shape).astype(dtype)
+          for f in seq._fields}
+    t = gc.RGLRUSequenceGrads(*(rng.standard_normal(a.shape).astype(dtype)
+                                for a in _arrays(case)))
+    return (seq, calls.grad(op, case, seq, **up), calls.jvp(op, case, t)[1],
+            calls.grad_jvp(op, case, seq, t, **up)[1])
