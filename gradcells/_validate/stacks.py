@@ -268,7 +268,8 @@ def _check_set(spec, x, weights, run, n_in, record):
     sizes = (n_in, _recorded(run, ("cs_final",), record)[-1] if "cs_final" in run._fields
              else width, width)
     heads = heads_index(layout.labels[n_states:])
-    n_heads = 1 if heads is None else checked_heads(*specs[heads][:3], sizes[1])
+    n_heads = 1 if heads is None else checked_heads(*specs[heads][:2], sizes[1],
+                                                    specs[heads][2])
     shapes = expected_shapes(("stack", *variant), (("I",), *layout.labels[n_states:]),
                               sizes[:1], *sizes[1:], n_heads)
 

@@ -383,3 +383,21 @@ def _four_modes(calls, case, rng, dtype):
                                 for a in _arrays(case)))
     return (seq, calls.grad(op, case, seq, **up), calls.jvp(op, case, t)[1],
             calls.grad_jvp(op, case, seq, t, **up)[1])
+
+
+# --------------------------------------------------------------------------------------
+# stacks (docs/spec.md §11.4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_stack_of_rglru_layers_against_finite_differences(backend):
+    """Two layers, one direction (each input as wide as its state), ragged lengths and
+    dropout masks: every gradient by the oracle; two bidirectional layers are refused by
+    the upper layer's shape check, named."""
+    case = testing.stack_case(np.random.default_rng(20), "rglru", layers=2)
+    assert testing.vjp_check("rglru_stack", case, backend=backend).passed
+    x = case["x"]
+    weights = [case["weights"][0]] * 4
+    h0 = np.zeros((4, *case["h0"].shape[1:]))
+    with pytest.raises(ValueError, match=r"x must have shape \[T, B, H\]"):
+        gc.rglru_stack(x, h0, weights, bidirectional=True, backend=backend)
