@@ -136,3 +136,36 @@ def test_rglru_under_torch_passes_gradcheck_and_gradgradcheck(options):
 
     assert torch.autograd.gradcheck(f, tensors, check_forward_ad=True)
     assert torch.autograd.gradgradcheck(f, tensors)
+
+
+def test_the_rglru_module_is_recurrentgemmas_layer_on_the_sequence():
+    """``gradcells.torch.RGLRU``: recurrentgemma's parameter names and shapes, its
+    ``forward(x, segment_pos, cache)`` (batch first, a reset where ``segment_pos == 0``)
+    equal to ``gc.rglru_sequence`` on the converted parameters, its gradients reaching every
+    parameter; ``a_param`` initialised as recurrentgemma's ``rnn_param_init``: ``σ(-a_param)
+    = exp(-softplus(a_param))`` on the ring of radii 0.9 to 0.999."""
+    torch = pytest.importorskip("torch")
+    import gradcells.torch as gt
+
+    torch.manual_seed(0)
+    module = gt.RGLRU(6, 3, dtype=torch.float64)
+    shapes = {k: tuple(p.shape) for k, p in module.named_parameters()}
+    assert shapes == {"a_param": (6,), "input_gate.w": (3, 2, 2), "input_gate.b": (3, 2),
+                      "a_gate.w": (3, 2, 2), "a_gate.b": (3, 2)}
+    decay = np.exp(-np.logaddexp(0, module.a_param.detach().numpy()))
+    assert np.all((decay >= 0.9 - 1e-12) & (decay <= 0.999 + 1e-12))
+    x = torch.randn(2, 4, 6, dtype=torch.float64)
+    segment_pos = torch.tensor([[0, 1, 0, 1], [2, 3, 4, 0]])
+    cache = torch.randn(2, 6, dtype=torch.float64)
+    y, last = module(x, segment_pos, cache)
+    p = {k: v.detach().numpy() for k, v in module.named_parameters()}
+    converted = gc.layouts.rglru_from_recurrentgemma(
+        p["a_param"], p["input_gate.w"], p["input_gate.b"], p["a_gate.w"], p["a_gate.b"])
+    seq = gc.rglru_sequence(x.numpy(), cache.numpy(), *converted,
+                            resets=(segment_pos == 0).numpy(), batch_first=True)
+    np.testing.assert_allclose(y.detach().numpy(), seq.h, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(last.detach().numpy(), seq.h_final, rtol=1e-13, atol=1e-14)
+    (y.sum() + last.sum()).backward()
+    assert all(q.grad is not None and torch.isfinite(q.grad).all()
+               for q in module.parameters())
+    assert module(x, segment_pos, return_cache=False)[1] is None
