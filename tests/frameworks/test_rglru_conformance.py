@@ -8,9 +8,9 @@ and a cache must be float32), so the comparison is in float32: recurrentgemma's 
 gradcells's ``rglru_sequence`` on the same float32 arrays, to a tolerance of float32's
 rounding over a few steps (the two evaluate the same formulas in different orders).
 Its gradient bounds the square root's derivative at 1000 (``SqrtBoundDerivative``): the
-converter's options carry ``sqrt_grad_bound=1000``, and ``a_param`` is drawn so that the
-bound acts at some elements (``a`` within ``1/(8·1000²)`` of 1 needs a tiny gate; here the
-bound's effect is shown on a case made to reach it)."""
+converter's options carry ``sqrt_grad_bound=1000``; the bound acts only where ``1 - a²``
+is below ``1/(4·1000²)``, which its own initialisation never reaches, so its effect is
+shown on a case made to reach it."""
 
 from __future__ import annotations
 
@@ -90,9 +90,9 @@ def test_its_bound_is_the_convention_the_converter_carries():
     """A case where recurrentgemma's bound acts at every element (``a_param`` from -24 to
     -19: ``softplus`` below 6e-9, ``1 - a²`` below ``1/(4·1000²)``): its ``a_param``
     gradient equals gradcells's with the converter's ``sqrt_grad_bound=1000`` and differs
-    from the true gradient. (Between the bound and float32's resolution, ``1 - a²`` from
-    1e-7 to 1e-5, recurrentgemma's ``1 - exp(2·log a)`` keeps one or two digits where
-    gradcells's ``-expm1(2·log a)`` keeps all: there the two differ by its rounding.)"""
+    from the true gradient. (Above the bound, ``1 - a²`` below about 1e-4, recurrentgemma's
+    float32 ``1 - exp(2·log a)`` loses digits (one left at 1e-6) where gradcells's
+    ``-expm1(2·log a)`` keeps all: there the two differ by its rounding.)"""
     a_param = np.linspace(-24.0, -19.0, WIDTH)
     layer = _layer(2, a_param)
     x, segment_pos = _inputs(2)
