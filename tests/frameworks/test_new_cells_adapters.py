@@ -73,9 +73,9 @@ def test_dask_chunked_along_the_batch_equals_numpy(cell):
 # the RG-LRU's resets: a per-step boolean flag through every adapter
 
 
-def _rglru_case(**options):
-    case = cases.rglru_sequence_case(np.random.default_rng(9), steps=4, batch=4, hidden=4,
-                                     resets=True, **options)
+def _rglru_case(steps=4, batch=4, **options):
+    case = cases.rglru_sequence_case(np.random.default_rng(9), steps=steps, batch=batch,
+                                     hidden=4, resets=True, **options)
     arrays = {k: case[k] for k in SPECS["rglru"].sequence.arrays}
     return arrays, {k: v for k, v in case.items() if k not in arrays}
 
@@ -126,7 +126,8 @@ def test_rglru_under_torch_passes_gradcheck_and_gradgradcheck(options):
     torch = pytest.importorskip("torch")
     import gradcells.torch as gt
 
-    arrays, keywords = _rglru_case(**options)
+    arrays, keywords = _rglru_case(steps=3, batch=2, **options)
+    assert keywords["resets"].any()
     tensors = [torch.tensor(a, requires_grad=True) for a in arrays.values()]
     keywords = {k: torch.as_tensor(v) if isinstance(v, np.ndarray) else v
                 for k, v in keywords.items()}
