@@ -176,3 +176,12 @@ def test_slstm_benchmark_compares_with_xlstm(capsys):
     slstm.main(["--size", "3,2,4,4,2", "--repeats", "1"])
     rows = [row.split("|")[1].strip() for row in _table_rows(capsys.readouterr().out)]
     assert rows[1:] == ["gradcells cpu", "xlstm vanilla"]
+
+
+def test_rglru_benchmark_compares_with_recurrentgemma(capsys):
+    pytest.importorskip("recurrentgemma.torch.layers")
+    import rglru
+
+    rglru.main(["--size", "4,2,4,2", "--repeats", "1"])
+    rows = [row.split("|")[1].strip() for row in _table_rows(capsys.readouterr().out)]
+    assert rows[1:] == ["gradcells cpu", "recurrentgemma torch"]
