@@ -227,9 +227,10 @@ DOCS: dict[str, str] = {
         ``max(z, 1/(4·bound²))``, so at most ``bound``. That is a convention, not the
         derivative: it differs from the true gradient wherever ``1 - a² < 1/(4·bound²)``.
         The result records it; the gradient, its JVP, this function's JVP and the adapters
-        all follow it. The true gradient is finite everywhere except where ``1 - a²``
-        rounds to 0 while ``c·r∘softplus(λ)`` does not (never for float64 gates in
-        [1e-300, 1]).
+        all follow it. The true gradient is finite for every finite input: the slope of
+        ``m`` reaches ``p_a`` and ``λ`` through ``q = r/sqrt(1 - a²)``, which stays finite
+        as ``r`` or ``softplus(λ)`` goes to 0 and is taken as its limit, 0, where
+        ``1 - a²`` is 0.
 
         ``method``: "sequential" (step by step), "parallel" (an associative scan over
         time; equal to the sequential method to a few units in the last place times
