@@ -229,7 +229,8 @@ def flag_mask_value(name, mask, x, labels, batch_first):
     ``batch_first``)."""
     library = arrays.library_of(mask)
     if library not in arrays.NATIVE or refused_subclass(mask):
-        raise TypeError(f"{name} must be a boolean array, got {type(mask).__name__}")
+        raise TypeError(f"{name} must be a boolean array of x's library "
+                        f"({arrays.library_of(x)}), got {type(mask).__name__}")
     if library != arrays.library_of(x):
         raise TypeError(arrays.two_libraries("x", arrays.library_of(x), name, library))
     if library == "cupy" and mask.device.id != x.device.id:
