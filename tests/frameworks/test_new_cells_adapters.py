@@ -119,10 +119,10 @@ def test_rglru_resets_on_dask_chunked_along_the_batch_equal_numpy():
         np.testing.assert_allclose(np.asarray(a), b, rtol=1e-12, atol=1e-13, err_msg=name)
 
 
-@pytest.mark.parametrize("options", [{}, {"reverse": True, "ragged": True,
-                                          "sqrt_grad_bound": 2.0}])
-def test_rglru_under_torch_passes_gradcheck_and_gradgradcheck(options):
-    """Every output, float64, forward mode too, with resets (a constant)."""
+def test_rglru_under_torch_passes_gradcheck_and_gradgradcheck():
+    """Every output, float64, forward mode too, with resets (a constant), lengths, reverse
+    and the bound (``test_torch_functions`` runs the drawn cases without it)."""
+    options = {"reverse": True, "ragged": True, "sqrt_grad_bound": 2.0}
     torch = pytest.importorskip("torch")
     import gradcells.torch as gt
 
