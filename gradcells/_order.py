@@ -80,8 +80,11 @@ class _RunOrder:
         """A mask (``MASKS``) in run order: one with a time axis of T transposed and
         reversed as the per-step arrays are, one that broadcasts over time (or has no time
         axis) as it is, transposed to time-major."""
-        if mask is None or MASKS[name][0] != "T" or mask.ndim < 3:
+        labels = MASKS[name]
+        if mask is None or labels[0] != "T" or mask.ndim < len(labels):
             return mask
+        if mask.ndim == 2:    # a per-step flag [T, B] (``resets``): as a [T, B, 1]
+            return self.mask_to_run(name, mask[:, :, None])[:, :, 0]
         if self.batch_first:
             mask = mask.transpose(1, 0, 2)
         if mask.shape[0] == 1 or not self.reverse:

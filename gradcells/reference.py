@@ -68,6 +68,16 @@ from .cells.minlstm.reference import (
     minlstm_sequence_grad_jvp,
     minlstm_sequence_jvp,
 )
+from .cells.rglru.reference import (
+    rglru_cell,
+    rglru_cell_grad,
+    rglru_cell_grad_jvp,
+    rglru_cell_jvp,
+    rglru_sequence,
+    rglru_sequence_grad,
+    rglru_sequence_grad_jvp,
+    rglru_sequence_jvp,
+)
 from .cells.rnn.reference import (
     rnn_activation,
     rnn_cell,
@@ -112,4 +122,7 @@ __all__ = ["lstm_cell", "lstm_cell_grad", "lstm_sequence", "lstm_sequence_grad",
            "minlstm_cell", "minlstm_cell_grad", "minlstm_cell_jvp", "minlstm_cell_grad_jvp",
            "minlstm_sequence", "minlstm_sequence_grad", "minlstm_sequence_jvp",
            "minlstm_sequence_grad_jvp",
-           "linear_scan", "linear_scan_grad", "linear_scan_jvp", "linear_scan_grad_jvp"]
+           "linear_scan", "linear_scan_grad", "linear_scan_jvp", "linear_scan_grad_jvp",
+           "rglru_cell", "rglru_cell_grad", "rglru_cell_jvp", "rglru_cell_grad_jvp",
+           "rglru_sequence", "rglru_sequence_grad", "rglru_sequence_jvp",
+           "rglru_sequence_grad_jvp"]

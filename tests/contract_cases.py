@@ -85,6 +85,11 @@ _STRATEGIES = {
     "minlstm_sequence": lambda min_size, batch_first=None: testing.minlstm_sequence_inputs(
         min_size=min_size, max_steps=3, batch_first=batch_first, ragged=None, reverse=None,
         **_SIZES),
+    "rglru_cell": lambda min_size: testing.rglru_cell_inputs(
+        min_size=min_size, max_batch=3, max_hidden=4),
+    "rglru_sequence": lambda min_size, batch_first=None: testing.rglru_sequence_inputs(
+        min_size=min_size, max_steps=3, batch_first=batch_first, ragged=None, reverse=None,
+        resets=None, max_batch=3, max_hidden=4),
 }
 assert set(_STRATEGIES) == set(OPS), "a contract strategy for every op"
 
@@ -108,13 +113,15 @@ def cases(op, min_size=0, layer="backend"):
 _CELL_CASES = {"lstm_cell": testing.lstm_cell_case, "gru_cell": testing.gru_cell_case,
                "rnn_cell": testing.rnn_cell_case, "mingru_cell": testing.mingru_cell_case,
                "slstm_cell": testing.slstm_cell_case,
-               "minlstm_cell": testing.minlstm_cell_case}
+               "minlstm_cell": testing.minlstm_cell_case,
+               "rglru_cell": testing.rglru_cell_case}
 _SEQUENCE_CASES = {"lstm_sequence": testing.lstm_sequence_case,
                    "gru_sequence": testing.gru_sequence_case,
                    "rnn_sequence": testing.rnn_sequence_case,
                    "mingru_sequence": testing.mingru_sequence_case,
                    "slstm_sequence": testing.slstm_sequence_case,
-                   "minlstm_sequence": testing.minlstm_sequence_case}
+                   "minlstm_sequence": testing.minlstm_sequence_case,
+                   "rglru_sequence": testing.rglru_sequence_case}
 
 OPTIONS = {
     "lstm": [{}, {"peephole": True, "clip": True}, {"proj_size": 2, "proj_clip": True},
@@ -127,9 +134,12 @@ OPTIONS = {
     "slstm": [{"forget": "sigmoid", "heads": 2}, {"forget": "exp", "heads": 1},
               {"forget": "sigmoid", "heads": 2, "stabilizer_grad": "stop"}],
     "minlstm": [{"activation": "g"}, {"activation": "identity"}],
+    "rglru": [{"heads": 2}, {"heads": 1, "c": 2.0, "sqrt_grad_bound": 1000.0}],
 }
 """A fixed grid of each cell's options (the LSTM's layer norm both carries; the sLSTM's
-"stop" is compared with the other backends, never with finite differences)."""
+"stop" is compared with the other backends, never with finite differences; the RG-LRU's
+``sqrt_grad_bound`` of 1000 is recurrentgemma's, inactive at these cases' gates, where it
+is the derivative)."""
 
 
 def fixed_case(op, rng, *, steps, batch, input_size, hidden, dtype=np.float64, **options):

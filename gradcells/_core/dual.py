@@ -3,10 +3,12 @@
 A ``Dual`` carries a primal array ``p`` and its tangent ``t`` (same shape and dtype, NumPy or
 CuPy) through the operations the reference backend is written with: arithmetic, ``@``,
 indexing and item assignment, ``sum``, ``reshape``, ``.T``, and the namespace functions of
-``namespace(xp)`` (``tanh``, ``sqrt``, ``where``, ``clip``, ``maximum``, ``concatenate``, ``zeros``,
-``zeros_like``, ``arange``). Each applies its derivative to the tangent:
+``namespace(xp)`` (``tanh``, ``sqrt``, ``exp``, ``expm1``, ``log1p``, ``where``, ``clip``,
+``maximum``, ``concatenate``, ``zeros``, ``zeros_like``, ``arange``). Each applies its
+derivative to the tangent:
 
     (a·b)' = a'·b + a·b';   tanh(a)' = (1 - tanh²a)·a';   sqrt(a)' = a' / (2·sqrt a)
+    exp(a)' = expm1(a)' = exp(a)·a';   log1p(a)' = a' / (1 + a)
     (a / b)' = (a' - (a/b)·b') / b;   where/clip/maximum/abs: the branch the primal takes
 
 Comparisons compare the primals and give plain boolean arrays, so a branch (a clip's mask, a
@@ -188,6 +190,25 @@ def _sqrt(a):
     return y if t is None else Dual(y, t / (2 * y))
 
 
+def _exp(a):
+    p, t = parts(a)
+    y = _xp(p).exp(p)
+    return y if t is None else Dual(y, y * t)
+
+
+def _expm1(a):
+    p, t = parts(a)
+    xp = _xp(p)
+    y = xp.expm1(p)
+    return y if t is None else Dual(y, xp.exp(p) * t)
+
+
+def _log1p(a):
+    p, t = parts(a)
+    y = _xp(p).log1p(p)
+    return y if t is None else Dual(y, t / (1 + p))
+
+
 def _where(condition, a, b):
     (pa, ta), (pb, tb) = parts(a), parts(b)
     xp = _xp(pa) if _xp(pa) is not np else _xp(pb)
@@ -234,7 +255,8 @@ def namespace(xp):
     cached = _NAMESPACES.get(xp.__name__)
     if cached is None:
         cached = _NAMESPACES[xp.__name__] = SimpleNamespace(
-            tanh=_tanh, sqrt=_sqrt, where=_where, clip=_clip, maximum=_maximum,
+            tanh=_tanh, sqrt=_sqrt, exp=_exp, expm1=_expm1, log1p=_log1p, where=_where,
+            clip=_clip, maximum=_maximum,
             concatenate=_concatenate, zeros_like=_zeros_like, arange=xp.arange,
             zeros=lambda shape, dtype=float: Dual(xp.zeros(shape, dtype), xp.zeros(shape, dtype)))
     return cached

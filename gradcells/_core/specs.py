@@ -19,11 +19,13 @@ from typing import Any, NamedTuple
 Labels = tuple[str, ...]
 
 
-CHECKS = ("bool", "choice", "real", "clip", "positive")
+CHECKS = ("bool", "choice", "real", "clip", "positive", "bound")
 """How the validation checks a keyword (``gradcells._validate.settings.keyword_value``): a
 bool; one of its ``choices``; a real number finite in the arrays' dtype; a clip (None, 0 or
 negative: none, returned as None; else a positive float); a positive number normal in the
-arrays' dtype. The first two need no array, the others the arrays' dtype."""
+arrays' dtype; a bound (None, or a positive number normal in the arrays' dtype: unlike a
+clip, 0 or a negative number is refused, not read as none). The first two need no array,
+the others the arrays' dtype."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class OpSpec:
     inputs: tuple[str, ...] = ("x",)
     result_name: str | None = None
     constants: Mapping[str, Labels] = field(default_factory=dict)
+    x_width: str = "I"
 
     @property
     def grad_name(self) -> str:
@@ -93,7 +96,7 @@ class OpSpec:
 
     @property
     def x_labels(self) -> Labels:
-        return ("T", "B", "I") if self.sequence else ("B", "I")
+        return ("T", "B", self.x_width) if self.sequence else ("B", self.x_width)
 
     def _labels(self, name: str) -> Labels:
         """``[B, ·]`` or ``[T, B, ·]`` for a result field or upstream gradient ``name``."""
@@ -179,6 +182,15 @@ class CellSpec:
 
 MASKS: dict[str, tuple[str, ...]] = {
     "input_mask": ("T", "B", "I"), "recurrent_mask": ("B", "P"),
-    "zoneout_cs": ("T", "B", "H"), "zoneout_h": ("T", "B", "P")}
+    "zoneout_cs": ("T", "B", "H"), "zoneout_h": ("T", "B", "P"), "resets": ("T", "B")}
 """A sequence's masks (docs/spec.md §11.3) and the shape each broadcasts to (``P``: the
-recurrent width; ``zoneout_cs`` the LSTM's only)."""
+recurrent width; ``zoneout_cs`` the LSTM's only), and its per-step flags (``FLAG_MASKS``).
+Whatever carries a time axis (labels starting with ``T``) is reordered with the per-step
+arrays (``gradcells._order``: ``[B, T, ·]`` with ``batch_first``, run order with
+``reverse``)."""
+
+FLAG_MASKS: tuple[str, ...] = ("resets",)
+"""The masks that are per-step booleans of exactly their shape (no broadcasting) rather than
+real numbers of x's dtype: ``resets [T, B]`` (docs/spec.md §18.3: where true, the state the
+step receives is replaced by zeros, a document boundary). Like every mask they are
+constants: no gradient, no tangent."""

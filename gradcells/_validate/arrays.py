@@ -132,14 +132,15 @@ def heads_index(labels):
     return next((k for k, each in enumerate(labels) if each[:1] == ("N",)), None)
 
 
-def checked_heads(name, a, n_hidden):
-    """The heads N of the array ``a`` (called ``name``, ``[N, H/N, 4H/N]``) after checking
-    its rank, that N >= 1 and that N divides H; ValueError naming it otherwise."""
-    _matrix_dims(name, a, ("N", "H/N", "4H/N"))
+def checked_heads(name, a, n_hidden, labels=("N", "H/N", "4H/N")):
+    """The heads N of the array ``a`` (called ``name``, shaped as ``labels``: an sLSTM's
+    ``[N, H/N, 4H/N]``, an RG-LRU's ``[N, H/N, H/N]``) after checking its rank, that N >= 1
+    and that N divides H; ValueError naming it otherwise."""
+    _matrix_dims(name, a, labels)
     n_heads = a.shape[0]
     if n_heads < 1 or n_hidden % n_heads:
-        raise ValueError(f"{name} must have shape [N, H/N, 4H/N] with N >= 1 heads dividing "
-                         f"H = {n_hidden}, got {tuple(a.shape)}")
+        raise ValueError(f"{name} must have shape [{', '.join(labels)}] with N >= 1 heads "
+                         f"dividing H = {n_hidden}, got {tuple(a.shape)}")
     return n_heads
 
 
@@ -181,7 +182,8 @@ def _check_arrays(names, values, labels, n_required, key, proj=None, heads=None)
     x_shape = _matrix_dims(x_name, x, x_labels)
     h_shape = _matrix_dims(h_name, h, h_labels)
     n_proj = h_shape[1] if proj is None else _matrix_dims(*specs[proj])[1]
-    n_heads = 1 if heads is None else checked_heads(*specs[heads][:2], h_shape[1])
+    n_heads = 1 if heads is None else checked_heads(*specs[heads][:2], h_shape[1],
+                                                    specs[heads][2])
 
     def origin():
         return (f"{', '.join(x_labels)} from {x_name} {tuple(x_shape)}, "

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._core import arrays
-from .._core.specs import MASKS, Keyword
+from .._core.specs import FLAG_MASKS, MASKS, Keyword
 from .arrays import library_and_dtype, presence, refused_subclass
 
 
@@ -86,6 +86,13 @@ def positive_value(name, value, dtype):
     return number
 
 
+def bound_value(name, value, dtype):
+    """A bound ``name``: None (no bound), or a float, positive and a normal number in
+    ``dtype`` (``sqrt_grad_bound``: 0 or a negative bound is refused, never read as
+    none)."""
+    return None if value is None else positive_value(name, value, dtype)
+
+
 def choice_value(name, value, choices):
     """A setting ``name``, one of ``choices`` (``activation``, ``ln_carry``, ``clip_grad``)."""
     if not isinstance(value, str) or value not in choices:
@@ -108,8 +115,8 @@ def keyword_value(keyword, value, dtype=None):
         return bool_value(name, value)
     if check == "choice":
         return choice_value(name, value, keyword.choices)
-    return {"real": real_value, "clip": clip_value, "positive": positive_value}[check](
-        name, value, dtype)
+    return {"real": real_value, "clip": clip_value, "positive": positive_value,
+            "bound": bound_value}[check](name, value, dtype)
 
 
 def needs_arrays(keyword):
@@ -192,9 +199,12 @@ def _lengths_array(values, library, x, n_steps):
 def mask_value(name, mask, x, states, *, batch_first):
     """Check a sequence's mask (docs/spec.md §11.3): an array of x's library and dtype that
     broadcasts to its shape in ``MASKS`` (in the ``batch_first`` layout when it has a time
-    axis). Returns it."""
-    library_and_dtype([("x", x), (name, mask)])
+    axis). A flag mask (``FLAG_MASKS``: ``resets``) is a boolean array of x's library and
+    of exactly its shape. Returns it."""
     labels = MASKS[name]
+    if name in FLAG_MASKS:
+        return flag_mask_value(name, mask, x, labels, batch_first)
+    library_and_dtype([("x", x), (name, mask)])
     if states[0].shape[1] == states[-1].shape[1]:  # no projection: P is H
         labels = tuple("H" if label == "P" else label for label in labels)
     if batch_first and labels[0] == "T":
@@ -209,6 +219,31 @@ def mask_value(name, mask, x, states, *, batch_first):
         fits = False
     if not fits or mask.ndim > len(target):
         raise ValueError(f"{name} must broadcast to [{', '.join(labels)}] = {target}, got "
+                         f"shape {tuple(mask.shape)}")
+    return mask
+
+
+def flag_mask_value(name, mask, x, labels, batch_first):
+    """Check a flag mask (``FLAG_MASKS``): a boolean array of ``x``'s library (on its
+    device) of exactly the shape ``labels`` give (``[T, B]``; ``[B, T]`` with
+    ``batch_first``)."""
+    library = arrays.library_of(mask)
+    if library not in arrays.NATIVE or refused_subclass(mask):
+        raise TypeError(f"{name} must be a boolean array of x's library "
+                        f"({arrays.library_of(x)}), got {type(mask).__name__}")
+    if library != arrays.library_of(x):
+        raise TypeError(arrays.two_libraries("x", arrays.library_of(x), name, library))
+    if library == "cupy" and mask.device.id != x.device.id:
+        raise ValueError(f"{name} is on CUDA device {mask.device.id} but x is on device "
+                         f"{x.device.id}; pass arrays on one device")
+    if mask.dtype != np.bool_:
+        raise TypeError(f"{name} must have dtype bool, got {mask.dtype}")
+    if batch_first:
+        labels = ("B", "T", *labels[2:])
+    n_steps, n_batch = x.shape[1::-1] if batch_first else x.shape[:2]
+    target = tuple({"T": n_steps, "B": n_batch}[label] for label in labels)
+    if tuple(mask.shape) != target:
+        raise ValueError(f"{name} must have shape [{', '.join(labels)}] = {target}, got "
                          f"shape {tuple(mask.shape)}")
     return mask
 

@@ -107,6 +107,9 @@ def _check_chain(weights_type, weights, widths, directions, n_in):
     layer 0, ``D·P`` of the layer below after it) and, where its rows are labelled
     ``I+H``/``I+P``, its own state (an sLSTM's ``w [I, 4H]`` has the input's rows only)."""
     name = weights_type._fields[0]                      # w, or a GRU's w_ru
+    if WEIGHT_LABELS[weights_type][name][0] not in ("I", "I+H", "I+P"):
+        return   # no input rows (an RG-LRU's w_a [N, H/N, H/N]): each layer's sequence
+        #          call holds its input to its state's width
     with_state = WEIGHT_LABELS[weights_type][name][0] != "I"
     for k, w in enumerate(weights):
         layer = k // directions
@@ -265,7 +268,8 @@ def _check_set(spec, x, weights, run, n_in, record):
     sizes = (n_in, _recorded(run, ("cs_final",), record)[-1] if "cs_final" in run._fields
              else width, width)
     heads = heads_index(layout.labels[n_states:])
-    n_heads = 1 if heads is None else checked_heads(*specs[heads][:2], sizes[1])
+    n_heads = 1 if heads is None else checked_heads(*specs[heads][:2], sizes[1],
+                                                    specs[heads][2])
     shapes = expected_shapes(("stack", *variant), (("I",), *layout.labels[n_states:]),
                               sizes[:1], *sizes[1:], n_heads)
 

@@ -1,6 +1,6 @@
 """The known faults and documented conventions the audits found (TensorFlow's fused ops and
 the seed's code around them: 1-19; Flax: 20-29; Keras: 30-39; ONNX Runtime: 40-49;
-PyTorch: 50-59; xLSTM: 60-69; minGRU-pytorch: 70-79;
+PyTorch: 50-59; xLSTM: 60-69; minGRU-pytorch: 70-79; recurrentgemma: 80-89;
 flash-linear-attention: 100-109): the one list.
 
 The audits name them in their rows (``known fault N``, ``convention N``) and under their
@@ -553,6 +553,49 @@ _LIST = (
         "test_fault_71_minlstm_parallel_mode_starts_from_g_of_h0",
         test_file="tests/frameworks/test_mingru_pytorch.py", shows=r"modes differ: True"),
     Fault(
+        80, "recurrentgemma's torch RG-LRU runs its scan in float32 whatever the input's "
+        "dtype",
+        "`rnn_scan` accumulates in `acc_dtype = torch.float32` (RGLRU.forward passes no other) "
+        "and asserts that a given cache is float32: a float64 layer on float64 input returns "
+        "float64 outputs rounded through float32 and a float32 final state, and its autograd "
+        "carries float32's rounding too. The audit's rows: against gradcells's float64 "
+        "forward and gradient they differ by float32's rounding (about 1e-7 relative) and "
+        "agree to float32's tolerance (the model). float64 training, a float64 gradcheck or "
+        "a float64 reference run are out of reach through the layer.",
+        "# PYTHONWARNINGS=ignore\n"
+        "import torch\n"
+        "from recurrentgemma.torch.layers import RGLRU\n"
+        "torch.manual_seed(0)\n"
+        "layer = RGLRU(width=4, num_heads=2, dtype=torch.float64)\n"
+        "y, last = layer(torch.randn(1, 3, 4, dtype=torch.float64), torch.arange(3)[None])\n"
+        "print('output dtype:', y.dtype, '| final state dtype:', last.dtype)   # float32 state",
+        ("RGLRU forward (float64) vs gradcells (rglru_sequence, resets)",
+         "RGLRU autograd (float64) vs gradcells (rglru_sequence_grad)",
+         "RGLRU autograd where its sqrt bound acts vs gradcells (rglru_sequence_grad)"),
+        "test_fault_80_the_scan_runs_in_float32",
+        test_file="tests/frameworks/test_audit_recurrentgemma.py",
+        shows=r"final state dtype: torch\.float32"),
+    Fault(
+        81, "recurrentgemma's RG-LRU bounds the square root's derivative at 1000",
+        "Its multiplier `sqrt(1 - a²)` goes through `SqrtBoundDerivative`, whose backward "
+        "takes the derivative of `sqrt(z)` at `max(z, 1/(4·1000²))` (`_MAX_SQRT_GRADIENT`), "
+        "to keep bfloat16 training from NaN: the gradient differs from the derivative where "
+        "`1 - a² < 2.5e-7` (a tiny gate or `softplus(a_param)`, a very long memory). A "
+        "documented convention (docs/spec.md §18.3): gradcells differentiates exactly by "
+        "default and reproduces it with `sqrt_grad_bound=1000`, which "
+        "`gc.layouts.rglru_from_recurrentgemma`'s options carry (the audit's model).",
+        "# PYTHONWARNINGS=ignore\n"
+        "import torch\n"
+        "from recurrentgemma.torch.layers import SqrtBoundDerivative\n"
+        "z = torch.tensor([1e-8], dtype=torch.float64, requires_grad=True)\n"
+        "SqrtBoundDerivative.apply(z).backward()\n"
+        "print('derivative of sqrt at 1e-8:', round(float(z.grad), 6))   # 1000.0, not 5000.0",
+        ("RGLRU autograd (float64) vs gradcells (rglru_sequence_grad)",
+         "RGLRU autograd where its sqrt bound acts vs gradcells (rglru_sequence_grad)"),
+        "test_convention_81_the_sqrt_derivative_is_bounded_at_1000", kind="convention",
+        test_file="tests/frameworks/test_audit_recurrentgemma.py",
+        shows=r"derivative of sqrt at 1e-8: 1000\.0"),
+    Fault(
         100, "flash-linear-attention's naive_recurrent_hgrn computes in float32 whatever it is "
         "given, and returns the input's dtype",
         "The HGRN reference casts `x` and `g` to float32 (`i.float()`), runs the recurrence "
@@ -634,7 +677,8 @@ def markdown() -> str:
              "`known fault N` or `convention N`), and a test shows each one against the "
              "oracle. Numbers 1-19 are TensorFlow's (and the seed's Python around its ops), "
              "20-29 Flax's, 30-39 Keras's, 40-49 ONNX Runtime's, 50-59 PyTorch's, "
-             "60-69 xLSTM's, 70-79 minGRU-pytorch's, 100-109 flash-linear-attention's.", "",
+             "60-69 xLSTM's, 70-79 minGRU-pytorch's, 80-89 recurrentgemma's, 100-109 "
+             "flash-linear-attention's.", "",
              "This file is generated from `gradcells/audit/faults.py` by "
              "`python -c \"import gradcells.audit.faults as f; print(f.markdown(), end='')\" "
              "> docs/faults.md`; a test keeps it equal.", ""]

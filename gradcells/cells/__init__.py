@@ -24,7 +24,7 @@ from types import ModuleType
 
 from .._core.specs import CellSpec, Labels, OpSpec
 
-CELLS: tuple[str, ...] = ("lstm", "gru", "rnn", "mingru", "slstm", "minlstm")
+CELLS: tuple[str, ...] = ("lstm", "gru", "rnn", "mingru", "slstm", "minlstm", "rglru")
 """The registered cells, by folder name: the one line a new cell adds to the library."""
 
 SCANS: tuple[str, ...] = ("linear",)

@@ -51,9 +51,11 @@ There is no ``gru_{from,to}_tf_v2``: TensorFlow has no second GRU block op (its
 
 * sLSTM (§19): ``w [I, 4H]``, ``r [N, H/N, 4H/N]``, ``b [4H]``, gate-major blocks i, f, z,
   o; ``slstm_{from,to}_xlstm`` convert xlstm's ``sLSTMCell`` parameters.
+* RG-LRU (§18.3): ``w_a, w_x [N, H/N, H/N]``, ``b_a, b_x, lam [H]``;
+  ``rglru_{from,to}_recurrentgemma`` convert recurrentgemma's ``RGLRU`` parameters.
 
 One module per framework: ``torch``, ``keras``, ``onnx``, ``tensorflow`` (``BlockLSTMV2``),
-``xlstm``,
+``xlstm``, ``recurrentgemma``,
 what they share in ``_common``; every name of ``__all__`` is re-exported here.
 """
 
@@ -74,6 +76,7 @@ from .onnx import (
     rnn_from_onnx,
     rnn_to_onnx,
 )
+from .recurrentgemma import rglru_from_recurrentgemma, rglru_to_recurrentgemma
 from .tensorflow import lstm_from_tf_v2, lstm_to_tf_v2
 from .torch import (
     ConvertedStack,
@@ -98,6 +101,7 @@ __all__ = [
     "rnn_from_onnx", "rnn_to_onnx",
     "ConvertedStack", "stack_from_torch", "stack_to_torch",
     "slstm_from_xlstm", "slstm_to_xlstm",
+    "rglru_from_recurrentgemma", "rglru_to_recurrentgemma",
 ]
 
 

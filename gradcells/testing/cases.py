@@ -26,6 +26,7 @@ from ..cells.lstm.spec import LN_CARRIES, PEEPHOLES, LSTMNorm, LSTMWeights
 from ..cells.mingru.spec import ACTIVATIONS as MINGRU_ACTIVATIONS
 from ..cells.mingru.spec import MinGRUWeights
 from ..cells.minlstm.spec import MinLSTMWeights
+from ..cells.rglru.spec import RGLRUWeights
 from ..cells.rnn.spec import ACTIVATIONS, RNNWeights
 from ..cells.slstm.spec import FORGETS, SLSTMWeights
 
@@ -283,8 +284,8 @@ def _in_layout(case, batch_first):
     for name in MASKS:
         mask = case.get(name)
         if mask is not None and MASKS[name][0] == "T" and mask.ndim >= 2:
-            moved[name] = (np.ascontiguousarray(mask.transpose(1, 0, 2)) if mask.ndim == 3
-                           else mask[:, None, :])
+            moved[name] = (np.ascontiguousarray(mask.swapaxes(0, 1))
+                           if mask.ndim == len(MASKS[name]) else mask[:, None, :])
     return {**case, **moved}
 
 
@@ -805,9 +806,93 @@ def random_minlstm_sequence_case(rng: np.random.Generator, dtype: Any = np.float
         ragged=bool(rng.integers(2)), **drawn)
 
 
+# --------------------------------------------------------------------------------------
+# The RG-LRU (docs/spec.md §18.3)
+
+
+def _rglru_parameters(rng, hidden, heads, dtype, scale):
+    """``w_a, w_x [N, H/N, H/N]``, ``b_a, b_x, lam [H]`` drawn for an RG-LRU case; N is
+    ``gcd(hidden, heads)``, the most heads up to ``heads`` that divide H. ``lam`` in
+    [-2, 1]: ``a`` from about 0.02 to 0.99 at ``r = 1/2``."""
+    heads = math.gcd(hidden, heads) or 1
+    d = hidden // heads
+    return {"w_a": _normal(rng, (heads, d, d), scale / np.sqrt(max(1, d)), dtype),
+            "b_a": _normal(rng, (hidden,), 0.5 * scale, dtype),
+            "w_x": _normal(rng, (heads, d, d), scale / np.sqrt(max(1, d)), dtype),
+            "b_x": _normal(rng, (hidden,), 0.5 * scale, dtype),
+            "lam": rng.uniform(-2.0, 1.0, hidden).astype(dtype)}
+
+
+def _rglru_settings(c, sqrt_grad_bound):
+    """The settings of an RG-LRU case, each given only when not its default."""
+    return {**({} if c == 8.0 else {"c": c}),
+            **({} if sqrt_grad_bound is None else {"sqrt_grad_bound": sqrt_grad_bound})}
+
+
+def rglru_cell_case(rng: np.random.Generator, *, batch: int = 3, hidden: int = 4,
+                    heads: int = 2, dtype: Any = np.float64, c: float = 8.0,
+                    sqrt_grad_bound: float | None = None, scale: float = 1.0,
+                    input_size: int | None = None) -> Case:
+    """Keyword arguments for ``rglru_cell`` (``x [B, H]``: as wide as the state, so an
+    ``input_size`` given, as callers of every cell's builder give it, is not used;
+    ``gcd(hidden, heads)`` heads)."""
+    return {"x": _normal(rng, (batch, hidden), 1.0, dtype),
+            "h_prev": _normal(rng, (batch, hidden), 0.5, dtype),
+            **_rglru_parameters(rng, hidden, heads, dtype, scale),
+            **_rglru_settings(c, sqrt_grad_bound)}
+
+
+def rglru_sequence_case(rng: np.random.Generator, *, steps: int = 4, batch: int = 3,
+                        hidden: int = 4, heads: int = 2, dtype: Any = np.float64,
+                        c: float = 8.0, sqrt_grad_bound: float | None = None,
+                        method: str = "auto", scale: float = 1.0, ragged: bool = False,
+                        resets: bool = False, reverse: bool = False,
+                        batch_first: bool = False, input_size: int | None = None,
+                        masks: bool = False) -> Case:
+    """Keyword arguments for ``rglru_sequence``, drawn like ``rglru_cell_case``; ``resets``
+    (or ``masks``, as callers of every cell's builder ask for a cell's masks): a ``[T, B]``
+    boolean array, each flag true with probability 1/3; ``method`` (given only when not
+    "auto"), ``reverse`` and ``batch_first`` as for ``lstm_sequence_case``."""
+    resets = resets or masks
+    return _in_layout({
+        "x": _normal(rng, (steps, batch, hidden), 1.0, dtype),
+        "h0": _normal(rng, (batch, hidden), 0.5, dtype),
+        **_rglru_parameters(rng, hidden, heads, dtype, scale),
+        **_rglru_settings(c, sqrt_grad_bound),
+        **({} if method == "auto" else {"method": method}),
+        "seq_len": ragged_lengths(rng, steps, batch) if ragged else None,
+        **({"resets": rng.integers(0, 3, (steps, batch)) == 0} if resets else {}),
+        **_order(reverse)}, batch_first)
+
+
+def _rglru_sizes(rng):
+    return {"batch": int(rng.integers(1, 5)), "hidden": int(rng.integers(1, 7)),
+            "heads": int(rng.integers(1, 4)), "c": float(rng.choice((8.0, 2.0))),
+            "sqrt_grad_bound": (None, 1000.0)[int(rng.integers(2))],
+            "scale": float(rng.choice(SCALES))}
+
+
+def random_rglru_cell_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
+    """An ``rglru_cell`` case with sizes, heads, ``c`` and ``sqrt_grad_bound`` (None or
+    recurrentgemma's 1000) drawn from ``rng``."""
+    return rglru_cell_case(rng, dtype=dtype, **_rglru_sizes(rng))
+
+
+def random_rglru_sequence_case(rng: np.random.Generator, dtype: Any = np.float64, *,
+                               order: bool = False) -> Case:
+    """An ``rglru_sequence`` case (T <= 4) drawn as ``random_rglru_cell_case``, with the
+    method, ragged lengths and (with ``order``'s masks) resets drawn too."""
+    drawn = _random_order(rng, order)
+    resets = bool(drawn.pop("masks", False))
+    return rglru_sequence_case(rng, steps=int(rng.integers(1, 5)), dtype=dtype,
+                               **_rglru_sizes(rng),
+                               method=str(rng.choice(("sequential", "parallel"))),
+                               ragged=bool(rng.integers(2)), resets=resets, **drawn)
+
+
 STACK_CELLS = {"lstm": LSTMWeights, "gru": GRUWeights, "rnn": RNNWeights,
                "mingru": MinGRUWeights, "slstm": SLSTMWeights,
-               "minlstm": MinLSTMWeights}
+               "minlstm": MinLSTMWeights, "rglru": RGLRUWeights}
 """The cells a stack is made of, and their weight sets."""
 
 
@@ -829,6 +914,8 @@ def _stack_layer_weights(rng, cell, n_in, hidden, dtype, proj_size, peephole, la
     if cell == "minlstm":
         params = _minlstm_parameters(rng, n_in, hidden, dtype, "identity", 1.0)
         return MinLSTMWeights(params["w"], params["b"])
+    if cell == "rglru":     # the input as wide as the state (stack_case makes it so)
+        return RGLRUWeights(**_rglru_parameters(rng, hidden, 2, dtype, 1.0))
     params = _lstm_parameters(rng, n_in, hidden, dtype, peephole, 1.0, proj_size or hidden)
     options = _lstm_options(rng, hidden, dtype, proj_size, layer_norm, "raw")
     return LSTMWeights(**{k: params[k] for k in ("w", "b", *PEEPHOLES)},
@@ -847,7 +934,11 @@ def stack_case(rng: np.random.Generator, cell: str, *, layers: int = 2,
     layer 0 has peepholes, ``proj_size`` is every layer's projection (the states have one
     width) and ``layer_norm`` gives its top layer a layer norm (the norm's conditioning is
     the sequence cases' business: ``LN_MARGIN``); the GRU resets after (PyTorch's), the
-    plain RNN is tanh, the sLSTM has two heads where H is even and the sigmoid forget."""
+    plain RNN is tanh, the sLSTM has two heads where H is even and the sigmoid forget; the
+    RG-LRU's stack runs one direction with ``input_size = hidden`` (its input is as wide
+    as its state)."""
+    if cell == "rglru":     # one direction, x as wide as the state: the RG-LRU's input
+        bidirectional, input_size = False, hidden
     directions = 2 if bidirectional else 1
     width = proj_size or hidden
     weights = [_stack_layer_weights(rng, cell, input_size if k < directions
@@ -862,7 +953,7 @@ def stack_case(rng: np.random.Generator, cell: str, *, layers: int = 2,
                         if ragged and batch else None),
             **{"lstm": {}, "gru": {"reset_after": True}, "rnn": {"activation": "tanh"},
                "mingru": {"activation": "identity"}, "slstm": {"forget": "sigmoid"},
-               "minlstm": {"activation": "identity"}}[cell]}
+               "minlstm": {"activation": "identity"}, "rglru": {}}[cell]}
     if cell == "lstm":
         case["cs0"] = _normal(rng, (layers * directions, batch, hidden), 1.0, dtype)
     if cell == "slstm":

@@ -18,13 +18,14 @@ import numpy as np
 
 from .. import scans, sequences, stacks, steps
 from .._core import trees
-from .._core.specs import MASKS
+from .._core.specs import FLAG_MASKS, MASKS
 from ..cells import OPS as SPECS
 from ..cells import OPTIONAL_WEIGHTS
 from ..cells.gru.spec import GRUStackGrads
 from ..cells.lstm.spec import GATE_FIELDS, NORM_ARRAYS, LSTMCellState, LSTMNorm, LSTMStackGrads
 from ..cells.mingru.spec import MinGRUStackGrads
 from ..cells.minlstm.spec import MinLSTMStackGrads
+from ..cells.rglru.spec import RGLRUStackGrads
 from ..cells.rnn.spec import RNNStackGrads
 from ..cells.slstm.spec import SLSTMStackGrads
 from ..oracle import JVPReport, VJPReport, check_jvp, check_vjp
@@ -39,6 +40,8 @@ from .cases import (
     random_mingru_sequence_case,
     random_minlstm_cell_case,
     random_minlstm_sequence_case,
+    random_rglru_cell_case,
+    random_rglru_sequence_case,
     random_rnn_cell_case,
     random_rnn_sequence_case,
     random_slstm_cell_case,
@@ -120,7 +123,8 @@ def _masks_as(keywords, x):
     def cast(m):
         return None if m is None else m.astype(x.dtype, copy=False)
 
-    out = {k: cast(v) if k in MASKS else v for k, v in keywords.items()}
+    out = {k: cast(v) if k in MASKS and k not in FLAG_MASKS else v
+           for k, v in keywords.items()}
     if out.get("dropout_masks") is not None:
         out["dropout_masks"] = [cast(m) for m in out["dropout_masks"]]
     return out
@@ -367,6 +371,39 @@ def minlstm_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = Non
                      MINLSTM_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend, mode)
 
 
+RGLRU_ARG_NAMES: tuple[str, ...] = SPECS["rglru_cell"].arrays
+RGLRU_SEQUENCE_ARG_NAMES: tuple[str, ...] = SPECS["rglru_sequence"].arrays
+RGLRU_CELL_OUTPUTS: tuple[str, ...] = SPECS["rglru_cell"].result._fields
+RGLRU_SEQUENCE_OUTPUTS: tuple[str, ...] = SPECS["rglru_sequence"].result._fields
+
+
+def _rglru_attrs(case):
+    return {k: case[k] for k in ("c", "sqrt_grad_bound") if k in case}
+
+
+def rglru_cell_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
+                        outputs: Sequence[str] = RGLRU_CELL_OUTPUTS,
+                        mode: str = "vjp") -> Pair:
+    """The oracle's ``(f, vjp, args, names)`` for ``rglru_cell``: ``f`` maps the case's
+    arrays to the chosen ``outputs`` (by default every field: "r", "i", "h")."""
+    attrs = _rglru_attrs(case)
+    return _vjp_pair(steps.rglru_cell, steps.rglru_cell_grad, case, RGLRU_ARG_NAMES,
+                     outputs, attrs, attrs, backend, mode)
+
+
+def rglru_sequence_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
+                            outputs: Sequence[str] = RGLRU_SEQUENCE_OUTPUTS,
+                            mode: str = "vjp") -> Pair:
+    """The oracle's ``(f, vjp, args, names)`` for ``rglru_sequence``: ``f`` maps the case's
+    arrays to the chosen ``outputs`` (by default every field: "r", "i", "h", "h_final");
+    the ``resets`` flags are constants."""
+    attrs = {**_rglru_attrs(case), "seq_len": case["seq_len"],
+             **({"method": case["method"]} if "method" in case else {}),
+             **_sequence_attrs(case)}
+    return _vjp_pair(sequences.rglru_sequence, sequences.rglru_sequence_grad, case,
+                     RGLRU_SEQUENCE_ARG_NAMES, outputs, attrs, attrs, backend, mode)
+
+
 def _flat_weights(weights):
     """Every array of a list of weight sets with its name (``weights[k].w``,
     ``weights[k].layer_norm.gamma_x``, ...), and the arrays alone (absent weights, None,
@@ -385,7 +422,7 @@ def _rebuilt(weights, arrays):
 
 _STACK_GRADS = {"lstm": LSTMStackGrads, "gru": GRUStackGrads, "rnn": RNNStackGrads,
                 "mingru": MinGRUStackGrads, "slstm": SLSTMStackGrads,
-                "minlstm": MinLSTMStackGrads}
+                "minlstm": MinLSTMStackGrads, "rglru": RGLRUStackGrads}
 
 
 def stack_vjp_pair(cell: str, case: dict[str, Any], *, backend: str | None = None,
@@ -546,6 +583,9 @@ OPS: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., Pair]]] = {
     "minlstm_cell": (random_minlstm_cell_case, minlstm_cell_vjp_pair),
     "minlstm_sequence": (functools.partial(random_minlstm_sequence_case, order=True),
                          minlstm_sequence_vjp_pair),
+    "rglru_cell": (random_rglru_cell_case, rglru_cell_vjp_pair),
+    "rglru_sequence": (functools.partial(random_rglru_sequence_case, order=True),
+                       rglru_sequence_vjp_pair),
     **{f"{cell}_stack": (functools.partial(_random_stack, cell),
                          functools.partial(stack_vjp_pair, cell)) for cell in STACK_CELLS},
     "linear_scan": (random_linear_scan_case, linear_scan_vjp_pair),

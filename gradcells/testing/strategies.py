@@ -25,6 +25,8 @@ from .cases import (
     mingru_sequence_case,
     minlstm_cell_case,
     minlstm_sequence_case,
+    rglru_cell_case,
+    rglru_sequence_case,
     rnn_cell_case,
     rnn_sequence_case,
     slstm_cell_case,
@@ -291,3 +293,38 @@ def minlstm_sequence_inputs(*, dtype: Any = np.float64, activation: str | None =
                    else st.just(method),
                    ragged=_flag(st, ragged), scale=st.sampled_from(SCALES),
                    **_order_options(st, reverse, batch_first))
+
+
+def rglru_cell_inputs(*, dtype: Any = np.float64, min_size: int = 1, max_batch: int = 4,
+                      max_hidden: int = 6) -> SearchStrategy[Case]:
+    """Hypothesis strategy for ``rglru_cell`` keyword arguments (``x`` as wide as the
+    state; 1 to 3 heads, as many as divide H; ``c`` 8 or 2; ``sqrt_grad_bound`` None or
+    1000: drawn)."""
+    from hypothesis import strategies as st
+
+    return _seeded(st, rglru_cell_case, dtype, batch=st.integers(min_size, max_batch),
+                   hidden=st.integers(min_size, max_hidden), heads=st.integers(1, 3),
+                   c=st.sampled_from((8.0, 2.0)),
+                   sqrt_grad_bound=st.sampled_from((None, 1000.0)),
+                   scale=st.sampled_from(SCALES))
+
+
+def rglru_sequence_inputs(*, dtype: Any = np.float64, method: str | None = None,
+                          ragged: bool | None = None, resets: bool | None = None,
+                          reverse: bool | None = False, batch_first: bool | None = False,
+                          min_size: int = 1, max_steps: int = 4, max_batch: int = 4,
+                          max_hidden: int = 6) -> SearchStrategy[Case]:
+    """Hypothesis strategy for ``rglru_sequence`` keyword arguments, drawn like
+    ``rglru_cell_inputs`` (``method``, ``ragged`` and ``resets`` None: drawn; ``reverse``
+    and ``batch_first`` off by default, None: drawn)."""
+    from hypothesis import strategies as st
+
+    return _seeded(st, rglru_sequence_case, dtype, steps=st.integers(min_size, max_steps),
+                   batch=st.integers(min_size, max_batch),
+                   hidden=st.integers(min_size, max_hidden), heads=st.integers(1, 3),
+                   c=st.sampled_from((8.0, 2.0)),
+                   sqrt_grad_bound=st.sampled_from((None, 1000.0)),
+                   method=st.sampled_from(("sequential", "parallel")) if method is None
+                   else st.just(method),
+                   ragged=_flag(st, ragged), resets=_flag(st, resets),
+                   scale=st.sampled_from(SCALES), **_order_options(st, reverse, batch_first))

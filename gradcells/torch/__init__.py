@@ -1,7 +1,8 @@
 """gradcells under PyTorch's autograd (docs/spec.md §13).
 
 ``gradcells.torch.LSTM``, ``GRU``, ``RNN``: drop-in ``torch.nn`` modules on the stacks
-(``gradcells.torch._modules``); ``sLSTM``: xLSTM's sLSTM on its sequence (``_slstm``).
+(``gradcells.torch._modules``); ``sLSTM``: xLSTM's sLSTM on its sequence (``_slstm``);
+``RGLRU``: recurrentgemma's RG-LRU layer on its sequence (``_rglru``).
 
 ``gradcells.torch.<op>`` for every registered cell's step, sequence and stack
 (``lstm_cell``, ``gru_sequence``, ``rnn_stack``, ...; ``FUNCTIONS``) and for the linear
@@ -14,8 +15,9 @@ PyTorch; ``import gradcells`` does not.
 
 from ._functions import FUNCTIONS
 from ._modules import GRU, LSTM, RNN
+from ._rglru import RGLRU
 from ._slstm import sLSTM
 
 globals().update(FUNCTIONS)
 
-__all__ = [*FUNCTIONS, "LSTM", "GRU", "RNN", "sLSTM"]
+__all__ = [*FUNCTIONS, "LSTM", "GRU", "RNN", "sLSTM", "RGLRU"]

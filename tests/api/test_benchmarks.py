@@ -184,3 +184,12 @@ def test_linear_scan_benchmark_compares_the_methods_with_a_copy(capsys):
     linear_scan.main(["--size", "8,2,4", "--repeats", "1"])
     rows = [row.split("|")[1].strip() for row in _table_rows(capsys.readouterr().out)]
     assert rows[1:] == ["gradcells sequential", "gradcells parallel", "copy"]
+
+
+def test_rglru_benchmark_compares_with_recurrentgemma(capsys):
+    pytest.importorskip("recurrentgemma.torch.layers")
+    import rglru
+
+    rglru.main(["--size", "4,2,4,2", "--repeats", "1"])
+    rows = [row.split("|")[1].strip() for row in _table_rows(capsys.readouterr().out)]
+    assert rows[1:] == ["gradcells cpu", "recurrentgemma torch"]

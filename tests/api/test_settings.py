@@ -23,6 +23,8 @@ from gradcells.testing import (
     mingru_sequence_case,
     minlstm_cell_case,
     minlstm_sequence_case,
+    rglru_cell_case,
+    rglru_sequence_case,
     rnn_cell_case,
     rnn_sequence_case,
     slstm_cell_case,
@@ -30,6 +32,29 @@ from gradcells.testing import (
 )
 
 BACKENDS = ["reference", "cpu"]
+
+
+def _activation(variant):
+    return "identity" if variant else "g"
+
+
+def _rglru_settings(variant):   # c and sqrt_grad_bound other than the defaults
+    return {"c": 2.0, "sqrt_grad_bound": 2.0} if variant else {}
+
+
+_OWN_CASES = {
+    "mingru_cell": lambda rng, v: mingru_cell_case(rng, activation=_activation(v)),
+    "minlstm_cell": lambda rng, v: minlstm_cell_case(rng, activation=_activation(v)),
+    "minlstm_sequence": lambda rng, v: minlstm_sequence_case(
+        rng, steps=5, batch=4, ragged=True, activation=_activation(v)),
+    "mingru_sequence": lambda rng, v: mingru_sequence_case(
+        rng, steps=5, batch=4, ragged=True, activation=_activation(v)),
+    "rglru_cell": lambda rng, v: rglru_cell_case(rng, **_rglru_settings(v)),
+    "rglru_sequence": lambda rng, v: rglru_sequence_case(
+        rng, steps=5, batch=4, ragged=True, resets=True, **_rglru_settings(v)),
+}
+"""The cases of the cells whose variant is one setting's value (the minimal RNNs'
+activation, the RG-LRU's ``c`` and ``sqrt_grad_bound``)."""
 
 
 def _case(op, rng, variant):
@@ -44,16 +69,8 @@ def _case(op, rng, variant):
     if op == "gru_sequence":
         return {**gru_sequence_case(rng, steps=5, batch=4, reset_after=variant, ragged=True),
                 "reset_after": variant}
-    if op == "mingru_cell":
-        return mingru_cell_case(rng, activation="identity" if variant else "g")
-    if op == "minlstm_cell":
-        return minlstm_cell_case(rng, activation="identity" if variant else "g")
-    if op == "minlstm_sequence":
-        return minlstm_sequence_case(rng, steps=5, batch=4, ragged=True,
-                                     activation="identity" if variant else "g")
-    if op == "mingru_sequence":
-        return mingru_sequence_case(rng, steps=5, batch=4, ragged=True,
-                                    activation="identity" if variant else "g")
+    if op in _OWN_CASES:
+        return _OWN_CASES[op](rng, variant)
     if op.startswith("slstm"):  # settings other than the defaults, both of them recorded
         settings = ({"forget": "sigmoid", "stabilizer_grad": "stop"} if variant
                     else {"forget": "exp", "stabilizer_grad": "exact"})
@@ -73,7 +90,7 @@ def _split(op, case):
     peepholes = {name: case[name] for name in OPTIONAL_WEIGHTS if case.get(name) is not None}
     keywords = {name: case[name] for name in
                 ("forget_bias", "cell_clip", "reset_after", "activation", "forget",
-                 "stabilizer_grad", "seq_len")
+                 "stabilizer_grad", "seq_len", "c", "sqrt_grad_bound", "resets")
                 if name in case}
     repeated = {name: value for name, value in keywords.items() if name != "forget_bias"}
     return positional, {**peepholes, **keywords}, {**peepholes, **repeated}, peepholes
@@ -114,8 +131,9 @@ def test_the_gradient_needs_only_the_arrays_the_result_and_the_upstream(op, back
     if op.startswith("gru") and variant:
         with pytest.raises(ValueError, match=r"b_c has shape \[2H\] .*: pass reset_after=True"):
             plain()
-    elif (op in ("gru_cell", "rnn_cell", "mingru_cell", "minlstm_cell")
-          and not (op in ("rnn_cell", "mingru_cell", "minlstm_cell") and variant)):
+    elif (op in ("gru_cell", "rnn_cell", "mingru_cell", "minlstm_cell", "rglru_cell")
+          and not (op in ("rnn_cell", "mingru_cell", "minlstm_cell", "rglru_cell")
+                   and variant)):
         _assert_same(plain(), full)  # nothing to remember
     else:
         assert any(not np.array_equal(a, b)

@@ -67,6 +67,7 @@ from gradcells.testing import (
     lstm_sequence_inputs,
     mingru_sequence_case,
     minlstm_sequence_case,
+    rglru_sequence_case,
     rnn_cell_case,
     rnn_cell_inputs,
     rnn_sequence_case,
@@ -85,11 +86,12 @@ OPS = ("lstm_cell", "lstm_cell_grad", "gru_cell", "gru_cell_grad", "lstm_sequenc
        "rnn_sequence", "rnn_sequence_grad", "mingru_cell", "mingru_cell_grad", "mingru_sequence",
        "mingru_sequence_grad", "slstm_cell", "slstm_cell_grad", "slstm_sequence",
        "slstm_sequence_grad", "minlstm_cell", "minlstm_cell_grad", "minlstm_sequence",
-       "minlstm_sequence_grad")
+       "minlstm_sequence_grad", "rglru_cell", "rglru_cell_grad", "rglru_sequence",
+       "rglru_sequence_grad")
 # The forward-mode and second-order ops (docs/spec.md §12) the GPU backend runs
 # (tests/contracts/test_jvp_cuda_emulation.py, tests/contracts/test_grad_jvp_cuda_emulation_*.py).
 JVP_OPS = tuple(f"{cell}_{kind}_{mode}" for cell in ("gru", "rnn", "lstm", "mingru", "slstm",
-                                                     "minlstm")
+                                                     "minlstm", "rglru")
                 for kind in ("cell", "sequence") for mode in ("jvp", "grad_jvp"))
 LSTM_ARRAYS = ("x", "cs_prev", "h_prev", "w", "b")
 # The GPU backend: every cell's ``gpu.py`` (``gradcells.cells.<cell>.gpu``), through the registry.
@@ -276,6 +278,12 @@ def test_the_cupy_runtime_compiles_and_launches_what_the_emulation_runs(monkeypa
             for cell, case in (("mingru", mingru_sequence_case),
                                ("minlstm", minlstm_sequence_case))}
     min_seqs = {cell: forward(gpu, f"{cell}_sequence", case) for cell, case in mins.items()}
+    # the RG-LRU: rglru.cu (its three kernels) with the shared scan.cu
+    rglru = cast(rglru_sequence_case(rng, steps=3, batch=3, hidden=4, ragged=True,
+                                     resets=True), np.float32)
+    gseq_rglru = forward(gpu, "rglru_sequence", rglru)
+    ggrads_rglru = grad(gpu, "rglru_sequence", rglru, gseq_rglru,
+                        d_h=np.ones_like(gseq_rglru.h))
     assert type(_launch.runtime()).__module__ == "gradcells.gpu._runtime"
     assert _launch.runtime().xp is stand_in
     lstm64 = cast(lstm, np.float64)
@@ -294,6 +302,10 @@ def test_the_cupy_runtime_compiles_and_launches_what_the_emulation_runs(monkeypa
     for cell, case in mins.items():
         assert_close(min_seqs[cell], forward(reference, f"{cell}_sequence",
                                              cast(case, np.float64)), np.float32)
+    rglru64 = cast(rglru, np.float64)
+    assert_close(gseq_rglru, forward(reference, "rglru_sequence", rglru64), np.float32)
+    assert_close(ggrads_rglru, grad(reference, "rglru_sequence", rglru64, as64(gseq_rglru),
+                                    d_h=np.ones(gseq_rglru.h.shape)), np.float32)
     assert sorted(m.code for m in stand_in.compiled) == sorted(
         _kernels.module_code(name) for name in _sources.KERNEL_FILES)
     for module in stand_in.compiled:

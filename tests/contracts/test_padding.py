@@ -44,8 +44,12 @@ from contract_cases import (
     upstream,
 )
 
+from gradcells._core.specs import FLAG_MASKS
 from gradcells.cells import OPS, SPECS
 from gradcells.cells.lstm.spec import CLIP_GRADS
+
+RANK3_WEIGHTS = {name for spec in SPECS.values()
+                 for name, labels in spec.weight_labels.items() if len(labels) == 3}
 
 SEQUENCE_OPS = [op for op in OP_NAMES if OPS[op].sequence]
 STEPS, BATCH, INPUT_SIZE, HIDDEN = 4, 4, 3, 3
@@ -85,7 +89,8 @@ def _params(recurrent_mask=False):
     """The grid (with ``recurrent_mask``, its masked part) times the layers; below the
     public layer with ``recurrent_mask``: ``EMPTY_ROWS_RECURRENT_MASK``."""
     for op, options, label in _grid():
-        if recurrent_mask and not options.get("masks"):
+        if recurrent_mask and not (options.get("masks")
+                                   and "recurrent_mask" in SPECS[cell_of(op)].masks):
             continue
         for layer in LAYERS:
             backend, where = layer.values
@@ -133,10 +138,11 @@ def _padded(a, value):
 def _pad_steps(arrays, value):
     """``arrays`` (a dict or a NamedTuple) with ``value`` past the lengths in each per-step
     array ``[T, B, ·]`` (``x``'s, the per-step fields' and their upstream gradients'; a
-    weight of rank 3, an sLSTM's ``r``, is none); other entries as they are."""
+    weight of rank 3, an sLSTM's ``r``, an RG-LRU's ``w_a``, is none); other entries as
+    they are."""
     def pad(k, a):
-        return (_padded(a, value) if isinstance(a, np.ndarray) and a.ndim == 3 and k != "r"
-                else a)
+        return (_padded(a, value) if isinstance(a, np.ndarray) and a.ndim == 3
+                and k not in RANK3_WEIGHTS else a)
 
     if isinstance(arrays, dict):
         return {k: pad(k, v) for k, v in arrays.items()}
@@ -149,6 +155,12 @@ def _with_padding(case, value):
     for name in STEP_MASKS:
         if case.get(name) is not None:
             out[name] = _padded(case[name], value)
+    for name in FLAG_MASKS:     # flags past the lengths flipped (an RG-LRU's resets)
+        if case.get(name) is not None and value is not None and value != 0:
+            flipped = case[name].copy()
+            for row, length in enumerate(LENGTHS):
+                flipped[length:, row] = ~flipped[length:, row]
+            out[name] = flipped
     return out
 
 

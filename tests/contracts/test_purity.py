@@ -159,7 +159,7 @@ def _extreme(case, magnitude):
     sign up to about ``|z| = magnitude``."""
     out = dict(case)
     out["x"] = (magnitude * case["x"]).astype(case["x"].dtype)
-    for name in ("b", "b_ru", "b_c"):
+    for name in ("b", "b_ru", "b_c", "b_a", "b_x", "lam"):
         if name in case:
             out[name] = (magnitude * np.sign(case[name])).astype(case[name].dtype)
     return out
@@ -180,7 +180,7 @@ def _assert_finite_and_silent(c, op, case, dtype):
 
 _EXTREME_OPTIONS = {"lstm": [{"peephole": True}], "gru": OPTIONS["gru"], "rnn": OPTIONS["rnn"],
                     "mingru": OPTIONS["mingru"], "slstm": OPTIONS["slstm"],
-                    "minlstm": OPTIONS["minlstm"]}
+                    "minlstm": OPTIONS["minlstm"], "rglru": OPTIONS["rglru"]}
 
 
 @pytest.mark.parametrize(("backend", "layer"), LAYERS)
@@ -200,7 +200,7 @@ def test_extreme_preactivations_are_finite_and_silent(op, magnitude, dtype, back
 _SEQUENCE_EXTREME_OPTIONS = {"lstm": [{"peephole": True, "clip": True}],
                              "gru": OPTIONS["gru"], "rnn": OPTIONS["rnn"],
                              "mingru": OPTIONS["mingru"], "slstm": OPTIONS["slstm"],
-                    "minlstm": OPTIONS["minlstm"]}
+                             "minlstm": OPTIONS["minlstm"], "rglru": OPTIONS["rglru"]}
 
 
 @pytest.mark.parametrize(("backend", "layer"), LAYERS)

@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch")
 
 import gradcells as gc  # noqa: E402
 import gradcells.testing as gt  # noqa: E402
+from gradcells._core.specs import MASKS  # noqa: E402
 from gradcells.cells import (  # noqa: E402
     OPS,
     STACKS,  # noqa: E402
@@ -28,8 +29,9 @@ from gradcells.cells import (  # noqa: E402
 
 gtorch = pytest.importorskip("gradcells.torch")
 
-_CONSTANTS = ("seq_len", "input_mask", "recurrent_mask", "zoneout_cs", "zoneout_h",
-              "dropout_masks")
+_CONSTANTS = ("seq_len", *MASKS, "dropout_masks")
+"""The arguments autograd never differentiates: lengths, every mask (the RG-LRU's boolean
+``resets`` too) and a stack's dropout masks."""
 
 
 def _case(name: str, seed: int, *, hidden: int = 3) -> dict:
