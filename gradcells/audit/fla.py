@@ -141,6 +141,16 @@ def _outputs(case, x, g, h0):
     return out.numpy(), final.numpy()
 
 
+def _gradients_in_float32(case):
+    """Fault 100's model of a gradient: their float64 autograd against gradcells's in
+    float32."""
+    ct_o = np.random.default_rng(1).standard_normal(case["x"].shape)
+    ct_final = np.random.default_rng(2).standard_normal(case["h0"].shape)
+    theirs = _claimed_vjp(case, np.float64, ct_o, ct_final, case["x"], case["g"], case["h0"])
+    ours = _our_vjp(case, np.float32, ct_o, ct_final)
+    return compare(list(zip(("x", "g", "h0"), theirs, ours, strict=True)), FLOAT32_GRADIENT)
+
+
 def oracle_verdict(rng):
     """Their autograd of ``naive_recurrent_hgrn`` on float64 tensors against central
     differences of its forward; fault 100's model: their gradients equal gradcells's computed
@@ -149,16 +159,7 @@ def oracle_verdict(rng):
     report = check_vjp(functools.partial(_outputs, case),
                        lambda ct, *args: _claimed_vjp(case, np.float64, *ct, *args),
                        (case["x"], case["g"], case["h0"]), names=("x", "g", "h0"), seed=0)
-    def in_float32():
-        ct_o = np.random.default_rng(1).standard_normal(case["x"].shape)
-        ct_final = np.random.default_rng(2).standard_normal(case["h0"].shape)
-        theirs = _claimed_vjp(case, np.float64, ct_o, ct_final, case["x"], case["g"],
-                              case["h0"])
-        ours = _our_vjp(case, np.float32, ct_o, ct_final)
-        return compare(list(zip(("x", "g", "h0"), theirs, ours, strict=True)),
-                       FLOAT32_GRADIENT)
-
-    return judge(oracle_outcome(report), in_float32)
+    return judge(oracle_outcome(report), functools.partial(_gradients_in_float32, case))
 
 
 def chunk_verdict(rng, *, steps):
