@@ -33,12 +33,18 @@ Typical use::
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import math
+import os
+import platform
 import statistics
+import sys
 import time
 import tracemalloc
 from dataclasses import dataclass
+
+import numpy as np
 
 from gradcells._core.report import markdown_table
 
@@ -181,3 +187,48 @@ def table(rows, header) -> str:
     """A Markdown table (pipes, padded columns) of ``rows`` under ``header``: the project's
     one table printer, ``gradcells._core.report``."""
     return "\n".join(markdown_table(header, rows))
+
+
+def describe_machine(threads):
+    """The machine, its CPU (Numba's name for it), the threads each library may use and the
+    versions that ran: every table's first line."""
+    import numba
+    from llvmlite import binding
+
+    cpu = numba.config.CPU_NAME or binding.get_host_cpu_name()
+    versions = [f"numpy {np.__version__}", f"numba {numba.__version__}"]
+    for name in ("torch", "tensorflow"):
+        module = sys.modules.get(name)
+        if module is not None:
+            versions.append(f"{name} {module.__version__}")
+    return (f"{platform.machine()} ({cpu}), {os.cpu_count()} cores, {threads} thread(s) per "
+            f"library; {', '.join(versions)}")
+
+
+def against_peer(argv, doc, *, what, size, labels, repeats, ours, peer, digits=1) -> int:
+    """The ``main`` of a benchmark of gradcells's contestants ``ours`` (``{name: make}``,
+    ``make(size)`` returning one forward + backward call) against one peer package,
+    ``peer = (name, module, make)``, run where ``module`` imports: ``--size`` (``labels``,
+    default ``size``), ``--threads`` (every library limited to them), ``--repeats``
+    interleaved rounds of at least 50 ms; prints the medians and the ratio to the peer's."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--size", default=size, help=labels)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=repeats)
+    args = parser.parse_args(argv)
+    shape = tuple(int(n) for n in args.size.split(","))
+    pin_peer_threads(args.threads, tensorflow=False)
+    limiter = limit_threads(args.threads)
+    runs = {name: make(shape) for name, make in ours.items()}
+    peer_name, module, make_peer = peer
+    if missing(module) is None:
+        runs[peer_name] = make_peer(shape)
+    stats = summarize(time_interleaved(runs, args.repeats, min_round_s=0.05))
+    print(f"# {describe_machine(args.threads)}; {what} ({labels.replace(',', ', ')}) = "
+          f"{shape}, float32, forward + backward; medians of {args.repeats} rounds\n")
+    reference = stats[peer_name].median if peer_name in stats else None
+    print(table([(name, f"{s.median * 1e3:.{digits}f}", f"{s.minimum * 1e3:.{digits}f}",
+                  ratio(s.median, reference)) for name, s in stats.items()],
+                ("contestant", "median ms", "min ms", f"vs {peer_name}")))
+    del limiter
+    return 0

@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import (  # noqa: E402
+from _harness import (
+    describe_machine,  # noqa: E402
     duration,
     limit_threads,
     missing,
@@ -303,20 +303,6 @@ PEER_LABELS = {
     "gru-reset-after": {"torch": "torch GRUCell"},
 }
 COLUMNS = ("cpu", "BLAS", "torch", "tf", "reference")
-
-
-def describe_machine(threads):
-    import numba
-    from llvmlite import binding
-
-    cpu = numba.config.CPU_NAME or binding.get_host_cpu_name()
-    versions = [f"numpy {np.__version__}", f"numba {numba.__version__}"]
-    for name in ("torch", "tensorflow"):
-        module = sys.modules.get(name)
-        if module is not None:
-            versions.append(f"{name} {module.__version__}")
-    return (f"{platform.machine()} ({cpu}), {os.cpu_count()} cores, {threads} thread(s) per "
-            f"library; {', '.join(versions)}")
 
 
 def main(argv=None):

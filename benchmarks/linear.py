@@ -19,23 +19,14 @@ Every library is limited to ``--threads`` threads; rounds are interleaved
 
 from __future__ import annotations
 
-import argparse
+import functools
 import os
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import (  # noqa: E402
-    limit_threads,
-    missing,
-    pin_peer_threads,
-    ratio,
-    summarize,
-    table,
-    time_interleaved,
-)
-from cells import describe_machine  # noqa: E402
+from _harness import against_peer  # noqa: E402
 
 PEER = "minGRU-pytorch parallel"
 
@@ -88,27 +79,11 @@ def mingru_pytorch(size):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="1024,16,256,256", help="T,B,I,H (I = H)")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=7)
-    args = parser.parse_args(argv)
-    size = tuple(int(n) for n in args.size.split(","))
-    pin_peer_threads(args.threads, tensorflow=False)
-    limiter = limit_threads(args.threads)
-    runs = {f"gradcells {m}": gradcells_mingru(size, m)
+    ours = {f"gradcells {m}": functools.partial(gradcells_mingru, method=m)
             for m in ("sequential", "parallel", "auto")}
-    if missing("minGRU_pytorch") is None:
-        runs[PEER] = mingru_pytorch(size)
-    stats = summarize(time_interleaved(runs, args.repeats, min_round_s=0.05))
-    print(f"# {describe_machine(args.threads)}; minGRU (T, B, I, H) = {size}, float32, "
-          f"forward + backward; medians of {args.repeats} rounds\n")
-    peer = stats[PEER].median if PEER in stats else None
-    print(table([(name, f"{s.median * 1e3:.2f}", f"{s.minimum * 1e3:.2f}",
-                  ratio(s.median, peer)) for name, s in stats.items()],
-                ("contestant", "median ms", "min ms", f"vs {PEER}")))
-    del limiter
-    return 0
+    return against_peer(argv, __doc__, what="minGRU", size="1024,16,256,256",
+                        labels="T,B,I,H", repeats=7, ours=ours,
+                        peer=(PEER, "minGRU_pytorch", mingru_pytorch), digits=2)
 
 
 if __name__ == "__main__":

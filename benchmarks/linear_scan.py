@@ -26,8 +26,13 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import limit_threads, summarize, table, time_interleaved  # noqa: E402
-from cells import describe_machine  # noqa: E402
+from _harness import (  # noqa: E402
+    describe_machine,  # noqa: E402
+    limit_threads,
+    summarize,
+    table,
+    time_interleaved,
+)
 
 ARRAYS = 8
 """The ``[T, B, D]`` arrays a forward and backward read or write at the least."""

@@ -19,23 +19,13 @@ Every library is limited to ``--threads`` threads; rounds are interleaved
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import (  # noqa: E402
-    limit_threads,
-    missing,
-    pin_peer_threads,
-    ratio,
-    summarize,
-    table,
-    time_interleaved,
-)
-from cells import describe_machine  # noqa: E402
+from _harness import against_peer  # noqa: E402
 
 PEER = "xlstm vanilla"
 
@@ -100,26 +90,9 @@ def xlstm_vanilla(size):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="256,16,256,256,4", help="T,B,I,H,N")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args(argv)
-    size = tuple(int(n) for n in args.size.split(","))
-    pin_peer_threads(args.threads, tensorflow=False)
-    limiter = limit_threads(args.threads)
-    runs = {"gradcells cpu": gradcells_slstm(size)}
-    if missing("xlstm") is None:
-        runs[PEER] = xlstm_vanilla(size)
-    stats = summarize(time_interleaved(runs, args.repeats, min_round_s=0.05))
-    print(f"# {describe_machine(args.threads)}; sLSTM (T, B, I, H, N) = {size}, float32, "
-          f"forward + backward; medians of {args.repeats} rounds\n")
-    peer = stats[PEER].median if PEER in stats else None
-    print(table([(name, f"{s.median * 1e3:.1f}", f"{s.minimum * 1e3:.1f}",
-                  ratio(s.median, peer)) for name, s in stats.items()],
-                ("contestant", "median ms", "min ms", f"vs {PEER}")))
-    del limiter
-    return 0
+    return against_peer(argv, __doc__, what="sLSTM", size="256,16,256,256,4",
+                        labels="T,B,I,H,N", repeats=5, ours={"gradcells cpu": gradcells_slstm},
+                        peer=(PEER, "xlstm", xlstm_vanilla))
 
 
 if __name__ == "__main__":
