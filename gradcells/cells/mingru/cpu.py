@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..._core.one_step import OneStep
 from ..._core.plan import flat, previous_states
 from ...cpu._scan import identity_past_lengths, sequence_scan, upstream_steps
 from ...cpu._sequence import (
@@ -45,8 +46,7 @@ from ._cpu_kernels import (
     mingru_grad_kernel,
 )
 from .spec import (
-    MinGRUCellGrads,
-    MinGRUCellState,
+    CELL,
     MinGRUSequence,
     MinGRUSequenceGrads,
 )
@@ -120,32 +120,6 @@ def projection_of(x, w_x, b):
 
 
 # --------------------------------------------------------------------------------------
-# cell: a sequence of one step
-
-
-def mingru_cell(x, h_prev, weights, settings):
-    """One minGRU step; returns ``MinGRUCellState(z, hc, h)``."""
-    seq = mingru_sequence(x[None], h_prev, weights, _one_step(settings))
-    return MinGRUCellState(seq.z[0], seq.hc[0], seq.h[0])
-
-
-def mingru_cell_grad(x, h_prev, weights, state, settings, *, d_z=None, d_hc=None, d_h=None):
-    """Gradient of one minGRU step with respect to every input (``MinGRUCellGrads``)."""
-    seq = MinGRUSequence(state.z[None], state.hc[None], state.h[None], state.h)
-    g = mingru_sequence_grad(x[None], h_prev, weights, seq, _one_step(settings),
-                             d_z=_step(d_z), d_hc=_step(d_hc), d_h=_step(d_h))
-    return MinGRUCellGrads(g.x[0], g.h0, g.w, g.b)
-
-
-def _step(a):
-    return None if a is None else a[None]
-
-
-def _one_step(settings):
-    return type(settings)(activation=settings.activation, method="sequential")
-
-
-# --------------------------------------------------------------------------------------
 # forward mode (docs/spec.md §12)
 
 
@@ -171,6 +145,11 @@ def mingru_sequence_jvp(x, h0, weights, tangents, settings):
     return MinGRUSequence(z, hc, h, h_final), MinGRUSequence(dz, dhc, d_h, d_final)
 
 
+# the step: the sequence of one step (``gradcells._core.one_step``)
+mingru_cell, mingru_cell_grad, mingru_cell_jvp = OneStep(
+    CELL, mingru_sequence, mingru_sequence_grad, mingru_sequence_jvp).ops()
+
+
 def _input_tangent(x, weights, tangents, lengths):
     """``dp = dx·w + x·dw + db`` over all steps (the running inputs' tangent)."""
     dp = np.zeros((*x.shape[:2], weights.w.shape[1]), x.dtype)
@@ -182,13 +161,6 @@ def _input_tangent(x, weights, tangents, lengths):
     if tangents.b is not None:
         dp += tangents.b
     return dp
-
-
-def mingru_cell_jvp(x, h_prev, weights, tangents, settings):
-    """One minGRU step and its tangent along ``tangents`` (a ``MinGRUCellGrads``)."""
-    t = MinGRUSequenceGrads(_step(tangents.x), tangents.h_prev, tangents.w, tangents.b)
-    pair = mingru_sequence_jvp(x[None], h_prev, weights, t, _one_step(settings))
-    return tuple(MinGRUCellState(s.z[0], s.hc[0], s.h[0]) for s in pair)
 
 
 # --------------------------------------------------------------------------------------

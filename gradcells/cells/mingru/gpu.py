@@ -20,10 +20,11 @@ and the tangent's recurrence one more ``gated_scan``; second order runs the refe
 from __future__ import annotations
 
 from ..._core import plan
+from ..._core.one_step import OneStep
 from ...gpu import _launch
 from ...gpu._launch import Launcher, column_sum, contiguous, gated_scan, matmul
 from . import reference
-from .spec import MinGRUCellGrads, MinGRUCellState, MinGRUSequence, MinGRUSequenceGrads
+from .spec import CELL, MinGRUSequence, MinGRUSequenceGrads
 
 
 def _projection(xp, x, w, b):
@@ -92,32 +93,6 @@ def _backward(rt, x, h0, weights, seq, settings, upstream):
 
 
 # --------------------------------------------------------------------------------------
-# cell: a sequence of one step
-
-
-def _one_step(settings):
-    return type(settings)(activation=settings.activation, method="sequential")
-
-
-def _step(a):
-    return None if a is None else a[None]
-
-
-def mingru_cell(x, h_prev, weights, settings):
-    """One minGRU step; returns ``MinGRUCellState(z, hc, h)``."""
-    seq = mingru_sequence(x[None], h_prev, weights, _one_step(settings))
-    return MinGRUCellState(seq.z[0], seq.hc[0], seq.h[0])
-
-
-def mingru_cell_grad(x, h_prev, weights, state, settings, *, d_z=None, d_hc=None, d_h=None):
-    """Gradient of one minGRU step with respect to every input (``MinGRUCellGrads``)."""
-    seq = MinGRUSequence(state.z[None], state.hc[None], state.h[None], state.h)
-    g = mingru_sequence_grad(x[None], h_prev, weights, seq, _one_step(settings),
-                             d_z=_step(d_z), d_hc=_step(d_hc), d_h=_step(d_h))
-    return MinGRUCellGrads(g.x[0], g.h0, g.w, g.b)
-
-
-# --------------------------------------------------------------------------------------
 # forward mode (docs/spec.md §12)
 
 
@@ -128,6 +103,11 @@ def mingru_sequence_jvp(x, h0, weights, tangents, settings):
     rt, on_device = _launch.runtime_on(x)
     with on_device:
         return _jvp(rt, x, h0, weights, tangents, settings)
+
+
+# the step: the sequence of one step (``gradcells._core.one_step``)
+mingru_cell, mingru_cell_grad, mingru_cell_jvp = OneStep(
+    CELL, mingru_sequence, mingru_sequence_grad, mingru_sequence_jvp).ops()
 
 
 def _jvp(rt, x, h0, weights, tangents, settings):
@@ -151,13 +131,6 @@ def _jvp(rt, x, h0, weights, tangents, settings):
     d_h, d_final = gated_scan(rt, z, c, t_h0, lengths, gated=False, post=False,
                          backward=settings.reverse)
     return MinGRUSequence(z, hc, h, h_final), MinGRUSequence(dz, dhc, d_h, d_final)
-
-
-def mingru_cell_jvp(x, h_prev, weights, tangents, settings):
-    """One minGRU step and its tangent along ``tangents`` (a ``MinGRUCellGrads``)."""
-    t = MinGRUSequenceGrads(_step(tangents.x), tangents.h_prev, tangents.w, tangents.b)
-    pair = mingru_sequence_jvp(x[None], h_prev, weights, t, _one_step(settings))
-    return tuple(MinGRUCellState(s.z[0], s.hc[0], s.h[0]) for s in pair)
 
 
 # --------------------------------------------------------------------------------------

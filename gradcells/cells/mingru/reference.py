@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from ..._core import plan
 from ..._core.arrays import namespace_of
+from ..._core.one_step import OneStep
 from ..._core.scan import (
     adjoint,
     candidate,
@@ -43,8 +44,7 @@ from ..._core.scan import (
 )
 from ..._core.xpmath import filled, gradient_jvp, sigmoid
 from .spec import (
-    MinGRUCellGrads,
-    MinGRUCellState,
+    CELL,
     MinGRUSequence,
     MinGRUSequenceGrads,
     scan_method,
@@ -115,31 +115,6 @@ def mingru_sequence_grad(x, h0, weights, seq, settings, *, d_z=None, d_hc=None, 
 
 
 # --------------------------------------------------------------------------------------
-# cell: a sequence of one step
-
-
-def _one_step(settings):
-    return settings if settings.seq_len is None and settings.method == "sequential" else (
-        type(settings)(activation=settings.activation, method="sequential"))
-
-
-def mingru_cell(x, h_prev, weights, settings):
-    """One minGRU step; returns ``MinGRUCellState(z, hc, h)``."""
-    seq = mingru_sequence(x[None], h_prev, weights, _one_step(settings))
-    return MinGRUCellState(seq.z[0], seq.hc[0], seq.h[0])
-
-
-def mingru_cell_grad(x, h_prev, weights, state, settings, *, d_z=None, d_hc=None, d_h=None):
-    """Gradient of one minGRU step with respect to every input: ``mingru_sequence_grad``
-    of one step, ``d_h`` the step's upstream gradient."""
-    seq = MinGRUSequence(state.z[None], state.hc[None], state.h[None], state.h)
-    g = mingru_sequence_grad(x[None], h_prev, weights, seq, _one_step(settings),
-                             **{name: None if d is None else d[None] for name, d in
-                                (("d_z", d_z), ("d_hc", d_hc), ("d_h", d_h))})
-    return MinGRUCellGrads(g.x[0], g.h0, g.w, g.b)
-
-
-# --------------------------------------------------------------------------------------
 # forward mode (docs/spec.md §12)
 
 
@@ -172,13 +147,9 @@ def mingru_sequence_jvp(x, h0, weights, tangents, settings):
                                   final_state(d_h, t.h0))
 
 
-def mingru_cell_jvp(x, h_prev, weights, tangents, settings):
-    """One minGRU step and its tangent for ``tangents``, a ``MinGRUCellGrads`` (None:
-    zero): ``mingru_sequence_jvp`` of one step."""
-    t = MinGRUSequenceGrads(None if tangents.x is None else tangents.x[None],
-                            tangents.h_prev, tangents.w, tangents.b)
-    pair = mingru_sequence_jvp(x[None], h_prev, weights, t, _one_step(settings))
-    return tuple(MinGRUCellState(s.z[0], s.hc[0], s.h[0]) for s in pair)
+# the step: the sequence of one step (``gradcells._core.one_step``)
+mingru_cell, mingru_cell_grad, mingru_cell_jvp = OneStep(
+    CELL, mingru_sequence, mingru_sequence_grad, mingru_sequence_jvp).ops()
 
 
 # --------------------------------------------------------------------------------------

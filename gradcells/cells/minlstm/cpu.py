@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..._core.one_step import OneStep
 from ..._core.plan import flat, previous_states
 from ...cpu._scan import identity_past_lengths, sequence_scan, upstream_steps
 from ...cpu._sequence import (
@@ -41,8 +42,7 @@ from ...cpu._workspace import scratch
 from . import reference
 from ._cpu_kernels import minlstm_gates_kernel, minlstm_grad_kernel
 from .spec import (
-    MinLSTMCellGrads,
-    MinLSTMCellState,
+    CELL,
     MinLSTMSequence,
     MinLSTMSequenceGrads,
 )
@@ -116,35 +116,6 @@ def projection_of(x, w_x, b):
 
 
 # --------------------------------------------------------------------------------------
-# cell: a sequence of one step
-
-
-def _step(a):
-    return None if a is None else a[None]
-
-
-def _one_step(settings):
-    return type(settings)(activation=settings.activation, method="sequential")
-
-
-def minlstm_cell(x, h_prev, weights, settings):
-    """One minLSTM step; returns ``MinLSTMCellState(f, i, hc, h)``."""
-    seq = minlstm_sequence(x[None], h_prev, weights, _one_step(settings))
-    return MinLSTMCellState(seq.f[0], seq.i[0], seq.hc[0], seq.h[0])
-
-
-def minlstm_cell_grad(x, h_prev, weights, state, settings, *, d_f=None, d_i=None, d_hc=None,
-                      d_h=None):
-    """Gradient of one minLSTM step with respect to every input (``MinLSTMCellGrads``)."""
-    seq = MinLSTMSequence(state.f[None], state.i[None], state.hc[None], state.h[None],
-                          state.h)
-    g = minlstm_sequence_grad(x[None], h_prev, weights, seq, _one_step(settings),
-                              d_f=_step(d_f), d_i=_step(d_i), d_hc=_step(d_hc),
-                              d_h=_step(d_h))
-    return MinLSTMCellGrads(g.x[0], g.h0, g.w, g.b)
-
-
-# --------------------------------------------------------------------------------------
 # forward mode (docs/spec.md §12)
 
 
@@ -176,6 +147,11 @@ def minlstm_sequence_jvp(x, h0, weights, tangents, settings):
     return MinLSTMSequence(f, i, hc, h, h_final), MinLSTMSequence(-di, di, dhc, d_h, d_final)
 
 
+# the step: the sequence of one step (``gradcells._core.one_step``)
+minlstm_cell, minlstm_cell_grad, minlstm_cell_jvp = OneStep(
+    CELL, minlstm_sequence, minlstm_sequence_grad, minlstm_sequence_jvp).ops()
+
+
 def _input_tangent(x, weights, tangents, lengths):
     """``dp = dx·w + x·dw + db`` over all steps (the running inputs' tangent)."""
     dp = np.zeros((*x.shape[:2], weights.w.shape[1]), x.dtype)
@@ -187,13 +163,6 @@ def _input_tangent(x, weights, tangents, lengths):
     if tangents.b is not None:
         dp += tangents.b
     return dp
-
-
-def minlstm_cell_jvp(x, h_prev, weights, tangents, settings):
-    """One minLSTM step and its tangent along ``tangents`` (a ``MinLSTMCellGrads``)."""
-    t = MinLSTMSequenceGrads(_step(tangents.x), tangents.h_prev, tangents.w, tangents.b)
-    pair = minlstm_sequence_jvp(x[None], h_prev, weights, t, _one_step(settings))
-    return tuple(MinLSTMCellState(s.f[0], s.i[0], s.hc[0], s.h[0]) for s in pair)
 
 
 # --------------------------------------------------------------------------------------

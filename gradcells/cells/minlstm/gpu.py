@@ -21,12 +21,13 @@ recurrence one more ``gated_scan``; second order runs the reference's ``gradient
 from __future__ import annotations
 
 from ..._core import plan
+from ..._core.one_step import OneStep
 from ..._core.scan import candidate_grad, only_running, running_steps
 from ..._core.xpmath import blocks
 from ...gpu import _launch
 from ...gpu._launch import Launcher, column_sum, contiguous, gated_scan, matmul
 from . import reference
-from .spec import MinLSTMCellGrads, MinLSTMCellState, MinLSTMSequence, MinLSTMSequenceGrads
+from .spec import CELL, MinLSTMSequence, MinLSTMSequenceGrads
 
 
 def _projection(xp, x, w, b):
@@ -97,35 +98,6 @@ def _backward(rt, x, h0, weights, seq, settings, upstream):
 
 
 # --------------------------------------------------------------------------------------
-# cell: a sequence of one step
-
-
-def _one_step(settings):
-    return type(settings)(activation=settings.activation, method="sequential")
-
-
-def _step(a):
-    return None if a is None else a[None]
-
-
-def minlstm_cell(x, h_prev, weights, settings):
-    """One minLSTM step; returns ``MinLSTMCellState(f, i, hc, h)``."""
-    seq = minlstm_sequence(x[None], h_prev, weights, _one_step(settings))
-    return MinLSTMCellState(seq.f[0], seq.i[0], seq.hc[0], seq.h[0])
-
-
-def minlstm_cell_grad(x, h_prev, weights, state, settings, *, d_f=None, d_i=None, d_hc=None,
-                      d_h=None):
-    """Gradient of one minLSTM step with respect to every input (``MinLSTMCellGrads``)."""
-    seq = MinLSTMSequence(state.f[None], state.i[None], state.hc[None], state.h[None],
-                          state.h)
-    g = minlstm_sequence_grad(x[None], h_prev, weights, seq, _one_step(settings),
-                              d_f=_step(d_f), d_i=_step(d_i), d_hc=_step(d_hc),
-                              d_h=_step(d_h))
-    return MinLSTMCellGrads(g.x[0], g.h0, g.w, g.b)
-
-
-# --------------------------------------------------------------------------------------
 # forward mode (docs/spec.md §12)
 
 
@@ -136,6 +108,11 @@ def minlstm_sequence_jvp(x, h0, weights, tangents, settings):
     rt, on_device = _launch.runtime_on(x)
     with on_device:
         return _jvp(rt, x, h0, weights, tangents, settings)
+
+
+# the step: the sequence of one step (``gradcells._core.one_step``)
+minlstm_cell, minlstm_cell_grad, minlstm_cell_jvp = OneStep(
+    CELL, minlstm_sequence, minlstm_sequence_grad, minlstm_sequence_jvp).ops()
 
 
 def _jvp(rt, x, h0, weights, tangents, settings):
@@ -159,13 +136,6 @@ def _jvp(rt, x, h0, weights, tangents, settings):
                          backward=settings.reverse)
     return (MinLSTMSequence(f, i, hc, h, h_final),
             MinLSTMSequence(-di, di, dhc, d_h, d_final))
-
-
-def minlstm_cell_jvp(x, h_prev, weights, tangents, settings):
-    """One minLSTM step and its tangent along ``tangents`` (a ``MinLSTMCellGrads``)."""
-    t = MinLSTMSequenceGrads(_step(tangents.x), tangents.h_prev, tangents.w, tangents.b)
-    pair = minlstm_sequence_jvp(x[None], h_prev, weights, t, _one_step(settings))
-    return tuple(MinLSTMCellState(s.f[0], s.i[0], s.hc[0], s.h[0]) for s in pair)
 
 
 # --------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from ..._core import plan
 from ..._core.arrays import namespace_of
+from ..._core.one_step import OneStep
 from ..._core.scan import (
     adjoint,
     candidate,
@@ -44,8 +45,7 @@ from ..._core.scan import (
 )
 from ..._core.xpmath import blocks, filled, gradient_jvp, sigmoid
 from .spec import (
-    MinLSTMCellGrads,
-    MinLSTMCellState,
+    CELL,
     MinLSTMSequence,
     MinLSTMSequenceGrads,
     scan_method,
@@ -137,36 +137,6 @@ def minlstm_sequence_grad(x, h0, weights, seq, settings, *, d_f=None, d_i=None, 
 
 
 # --------------------------------------------------------------------------------------
-# cell: a sequence of one step
-
-
-def _one_step(settings):
-    return settings if settings.seq_len is None and settings.method == "sequential" else (
-        type(settings)(activation=settings.activation, method="sequential"))
-
-
-def _step(a):
-    return None if a is None else a[None]
-
-
-def minlstm_cell(x, h_prev, weights, settings):
-    """One minLSTM step; returns ``MinLSTMCellState(f, i, hc, h)``."""
-    seq = minlstm_sequence(x[None], h_prev, weights, _one_step(settings))
-    return MinLSTMCellState(seq.f[0], seq.i[0], seq.hc[0], seq.h[0])
-
-
-def minlstm_cell_grad(x, h_prev, weights, state, settings, *, d_f=None, d_i=None, d_hc=None,
-                      d_h=None):
-    """Gradient of one minLSTM step with respect to every input: ``minlstm_sequence_grad``
-    of one step, ``d_h`` the step's upstream gradient."""
-    seq = MinLSTMSequence(state.f[None], state.i[None], state.hc[None], state.h[None], state.h)
-    g = minlstm_sequence_grad(x[None], h_prev, weights, seq, _one_step(settings),
-                              d_f=_step(d_f), d_i=_step(d_i), d_hc=_step(d_hc),
-                              d_h=_step(d_h))
-    return MinLSTMCellGrads(g.x[0], g.h0, g.w, g.b)
-
-
-# --------------------------------------------------------------------------------------
 # forward mode (docs/spec.md §12)
 
 
@@ -202,12 +172,9 @@ def minlstm_sequence_jvp(x, h0, weights, tangents, settings):
                                    final_state(d_h, t.h0))
 
 
-def minlstm_cell_jvp(x, h_prev, weights, tangents, settings):
-    """One minLSTM step and its tangent for ``tangents``, a ``MinLSTMCellGrads`` (None:
-    zero): ``minlstm_sequence_jvp`` of one step."""
-    t = MinLSTMSequenceGrads(_step(tangents.x), tangents.h_prev, tangents.w, tangents.b)
-    pair = minlstm_sequence_jvp(x[None], h_prev, weights, t, _one_step(settings))
-    return tuple(MinLSTMCellState(s.f[0], s.i[0], s.hc[0], s.h[0]) for s in pair)
+# the step: the sequence of one step (``gradcells._core.one_step``)
+minlstm_cell, minlstm_cell_grad, minlstm_cell_jvp = OneStep(
+    CELL, minlstm_sequence, minlstm_sequence_grad, minlstm_sequence_jvp).ops()
 
 
 # --------------------------------------------------------------------------------------

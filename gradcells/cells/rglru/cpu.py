@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..._core.one_step import OneStep
 from ...cpu._scan import linear_scan
 from ...cpu._sequence import contiguous, lengths_of, running_inputs, zero_stopped
 from . import reference
 from ._cpu_kernels import rglru_decay_kernel, rglru_gates_kernel, rglru_grad_kernel
 from .spec import (
-    RGLRUCellGrads,
-    RGLRUCellState,
+    CELL,
     RGLRUSequence,
     RGLRUSequenceGrads,
     scan_method,
@@ -157,32 +157,14 @@ def rglru_sequence_grad(x, h0, weights, seq, settings, *, d_r=None, d_i=None, d_
 
 
 # --------------------------------------------------------------------------------------
-# cell: a sequence of one step
-
-
-def _step(a):
-    return None if a is None else a[None]
-
-
-def rglru_cell(x, h_prev, weights, settings):
-    """One RG-LRU step; returns ``RGLRUCellState(r, i, h)``."""
-    seq = rglru_sequence(x[None], h_prev, weights, reference.one_step(settings))
-    return RGLRUCellState(seq.r[0], seq.i[0], seq.h[0])
-
-
-def rglru_cell_grad(x, h_prev, weights, state, settings, *, d_r=None, d_i=None, d_h=None):
-    """Gradient of one RG-LRU step with respect to every input (``RGLRUCellGrads``)."""
-    seq = RGLRUSequence(state.r[None], state.i[None], state.h[None], state.h)
-    g = rglru_sequence_grad(x[None], h_prev, weights, seq, reference.one_step(settings),
-                            d_r=_step(d_r), d_i=_step(d_i), d_h=_step(d_h))
-    return RGLRUCellGrads(g.x[0], g.h0, g.w_a, g.b_a, g.w_x, g.b_x, g.lam)
-
-
-# --------------------------------------------------------------------------------------
 # forward mode and second order (docs/spec.md §12): the reference's, on NumPy arrays
 # (the public layer hands these time-major and forward)
 
 rglru_sequence_jvp = reference.rglru_sequence_jvp
-rglru_cell_jvp = reference.rglru_cell_jvp
+
+
+# the step: the sequence of one step (``gradcells._core.one_step``)
+rglru_cell, rglru_cell_grad, rglru_cell_jvp = OneStep(
+    CELL, rglru_sequence, rglru_sequence_grad, rglru_sequence_jvp).ops()
 rglru_cell_grad_jvp = reference.rglru_cell_grad_jvp
 rglru_sequence_grad_jvp = reference.rglru_sequence_grad_jvp

@@ -20,10 +20,11 @@ reference's formulas on the device's arrays. A cell step is a sequence of one.
 from __future__ import annotations
 
 from ..._core import plan
+from ..._core.one_step import OneStep
 from ...gpu import _launch
 from ...gpu._launch import Launcher, column_sum, contiguous
 from . import reference
-from .spec import RGLRUCellGrads, RGLRUCellState, RGLRUSequence, RGLRUSequenceGrads
+from .spec import CELL, RGLRUSequence, RGLRUSequenceGrads
 
 
 def _tails(dtype):
@@ -158,31 +159,13 @@ def _backward(rt, x, h0, weights, seq, settings, upstream):
 
 
 # --------------------------------------------------------------------------------------
-# cell: a sequence of one step
-
-
-def _step(a):
-    return None if a is None else a[None]
-
-
-def rglru_cell(x, h_prev, weights, settings):
-    """One RG-LRU step; returns ``RGLRUCellState(r, i, h)``."""
-    seq = rglru_sequence(x[None], h_prev, weights, reference.one_step(settings))
-    return RGLRUCellState(seq.r[0], seq.i[0], seq.h[0])
-
-
-def rglru_cell_grad(x, h_prev, weights, state, settings, *, d_r=None, d_i=None, d_h=None):
-    """Gradient of one RG-LRU step with respect to every input (``RGLRUCellGrads``)."""
-    seq = RGLRUSequence(state.r[None], state.i[None], state.h[None], state.h)
-    g = rglru_sequence_grad(x[None], h_prev, weights, seq, reference.one_step(settings),
-                            d_r=_step(d_r), d_i=_step(d_i), d_h=_step(d_h))
-    return RGLRUCellGrads(g.x[0], g.h0, g.w_a, g.b_a, g.w_x, g.b_x, g.lam)
-
-
-# --------------------------------------------------------------------------------------
 # forward mode and second order (docs/spec.md §12): the reference's, on the device's arrays
 
 rglru_sequence_jvp = reference.rglru_sequence_jvp
-rglru_cell_jvp = reference.rglru_cell_jvp
+
+
+# the step: the sequence of one step (``gradcells._core.one_step``)
+rglru_cell, rglru_cell_grad, rglru_cell_jvp = OneStep(
+    CELL, rglru_sequence, rglru_sequence_grad, rglru_sequence_jvp).ops()
 rglru_cell_grad_jvp = reference.rglru_cell_grad_jvp
 rglru_sequence_grad_jvp = reference.rglru_sequence_grad_jvp

@@ -40,11 +40,11 @@ from __future__ import annotations
 
 from ..._core import plan
 from ..._core.arrays import namespace_of
+from ..._core.one_step import OneStep
 from ..._core.scan import adjoint, final_state, only_running, running_steps, scan
 from ..._core.xpmath import blocks, filled, gradient_jvp
 from .spec import (
-    RGLRUCellGrads,
-    RGLRUCellState,
+    CELL,
     RGLRUSequence,
     RGLRUSequenceGrads,
     scan_method,
@@ -213,35 +213,6 @@ def rglru_sequence_grad(x, h0, weights, seq, settings, *, d_r=None, d_i=None, d_
 
 
 # --------------------------------------------------------------------------------------
-# cell: a sequence of one step
-
-
-def one_step(settings):
-    """The settings of a cell step run as a sequence of one step."""
-    return type(settings)(c=settings.c, sqrt_grad_bound=settings.sqrt_grad_bound,
-                          method="sequential")
-
-
-def _step(a):
-    return None if a is None else a[None]
-
-
-def rglru_cell(x, h_prev, weights, settings):
-    """One RG-LRU step; returns ``RGLRUCellState(r, i, h)``."""
-    seq = rglru_sequence(x[None], h_prev, weights, one_step(settings))
-    return RGLRUCellState(seq.r[0], seq.i[0], seq.h[0])
-
-
-def rglru_cell_grad(x, h_prev, weights, state, settings, *, d_r=None, d_i=None, d_h=None):
-    """Gradient of one RG-LRU step with respect to every input: ``rglru_sequence_grad`` of
-    one step."""
-    seq = RGLRUSequence(state.r[None], state.i[None], state.h[None], state.h)
-    g = rglru_sequence_grad(x[None], h_prev, weights, seq, one_step(settings),
-                            d_r=_step(d_r), d_i=_step(d_i), d_h=_step(d_h))
-    return RGLRUCellGrads(g.x[0], g.h0, *g[2:])
-
-
-# --------------------------------------------------------------------------------------
 # forward mode (docs/spec.md §12)
 
 
@@ -283,12 +254,9 @@ def rglru_sequence_jvp(x, h0, weights, tangents, settings):
                                  final_state(d_h, t.h0))
 
 
-def rglru_cell_jvp(x, h_prev, weights, tangents, settings):
-    """One RG-LRU step and its tangent for ``tangents``, an ``RGLRUCellGrads`` (None: zero):
-    ``rglru_sequence_jvp`` of one step."""
-    t = RGLRUSequenceGrads(_step(tangents.x), tangents.h_prev, *tangents[2:])
-    pair = rglru_sequence_jvp(x[None], h_prev, weights, t, one_step(settings))
-    return tuple(RGLRUCellState(s.r[0], s.i[0], s.h[0]) for s in pair)
+# the step: the sequence of one step (``gradcells._core.one_step``)
+rglru_cell, rglru_cell_grad, rglru_cell_jvp = OneStep(
+    CELL, rglru_sequence, rglru_sequence_grad, rglru_sequence_jvp).ops()
 
 
 # --------------------------------------------------------------------------------------
