@@ -1,0 +1,168 @@
+"""The selective scan's fused passes (Numba): one pass over time per (batch, channel) for the
+forward, two for the backward (a forward that keeps the state at every ``CHUNK``-th step,
+then the adjoint chunk by chunk from the last, each chunk's states recomputed from its
+checkpoint), so that no ``[Bt, Dm, L, N]`` array is ever made: a call holds ``L/CHUNK + CHUNK``
+states of ``N`` for its channel.
+
+The math is ``gradcells.cells.selective.reference`` (its docstring derives the backward):
+
+    selective_forward_kernel     x_t = exp(Δ_t A)∘x_{t-1} + Δ_t B_t u_t,  y_t = (C_t·x_t + D u_t) silu(z_t)
+    selective_backward_kernel    g_t = C_t d_p_t + exp(Δ_{t+1} A)∘g_{t+1} and every gradient
+
+B and C arrive as ``[Bt, G, N, L]`` (ungrouped: G = 1); channel d reads group
+``d // (Dm/G)``. Optional arrays are passed as empty arrays (``D``, ``z``, ``delta_bias``
+absent). The backward runs the channels of one (batch, group) in turn, so that their sums
+into ``d_B``, ``d_C`` (shared by the group) need no atomics; ``d_A``, ``d_D``,
+``d_delta_bias`` are written per batch row (``[Bt, Dm, ·]``) and summed by ``cpu.py``.
+Arrays are C-contiguous, one float dtype; everything is computed in that dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...cpu._activations import typed
+from ...cpu._compile import helper, kernel
+
+CHUNK = 64
+"""Steps between the backward's checkpoints of the state."""
+
+
+@helper
+def _sigmoid(r):
+    """σ(r), overflow-free (the reference's formula)."""
+    e = math.exp(-abs(r))
+    return 1 / (1 + e) if r >= 0 else e / (1 + e)
+
+
+@helper
+def _softplus(r):
+    """log(1 + exp(r)), overflow-free."""
+    return max(r, 0 * r) + math.log1p(math.exp(-abs(r)))
+
+
+@helper
+def _step_size(delta, bias, use_bias, use_softplus, b, d, t):
+    """``(r, Δ)`` of step t of channel (b, d)."""
+    r = delta[b, d, t] + bias[d] if use_bias else delta[b, d, t]
+    return r, (_softplus(r) if use_softplus else r)
+
+
+@kernel
+def selective_forward_kernel(u, delta, A, B, C, D, z, bias, use_D, use_z, use_bias,
+                             use_softplus, reverse, y, last):
+    """Writes ``y [Bt, Dm, L]`` and ``last [Bt, Dm, N]`` (the state after the last step)."""
+    n_batch, channels, n_steps = u.shape
+    n_state = A.shape[1]
+    per_group = channels // B.shape[1]
+    x = np.zeros(n_state, dtype=u.dtype)
+    for b in range(n_batch):
+        for d in range(channels):
+            grp = d // per_group
+            x[:] = 0
+            for k in range(n_steps):
+                t = n_steps - 1 - k if reverse else k
+                _, step = _step_size(delta, bias, use_bias, use_softplus, b, d, t)
+                drive = step * u[b, d, t]
+                acc = typed(0.0, x)
+                for n in range(n_state):
+                    x[n] = math.exp(step * A[d, n]) * x[n] + drive * B[b, grp, n, t]
+                    acc += C[b, grp, n, t] * x[n]
+                if use_D:
+                    acc += D[d] * u[b, d, t]
+                if use_z:
+                    acc *= z[b, d, t] * _sigmoid(z[b, d, t])
+                y[b, d, t] = acc
+            last[b, d, :] = x
+
+
+@kernel
+def selective_backward_kernel(u, delta, A, B, C, D, z, bias, use_D, use_z, use_bias,
+                              use_softplus, reverse, d_y, d_last, use_d_last, d_u, d_delta,
+                              d_A, d_B, d_C, d_D, d_z, d_bias):
+    """Writes ``d_u, d_delta, d_z [Bt, Dm, L]`` (``d_delta``: the gradient of ``delta``, the
+    raw step size), ``d_B, d_C [Bt, G, N, L]`` (zeroed here) and the per-batch-row partial
+    sums ``d_A [Bt, Dm, N]``, ``d_D, d_bias [Bt, Dm]``. ``d_last [Bt, Dm, N]`` is read only
+    with ``use_d_last``."""
+    n_batch, channels, n_steps = u.shape
+    n_state = A.shape[1]
+    per_group = channels // B.shape[1]
+    n_chunks = (n_steps + CHUNK - 1) // CHUNK
+    marks = np.zeros((max(n_chunks, 1), n_state), dtype=u.dtype)   # x before each chunk
+    states = np.zeros((CHUNK + 1, n_state), dtype=u.dtype)         # a chunk's states
+    g = np.zeros(n_state, dtype=u.dtype)
+    d_B[:] = 0
+    d_C[:] = 0
+    for b in range(n_batch):
+        for d in range(channels):
+            grp = d // per_group
+            # Pass 1: the forward, keeping the state before every chunk.
+            x = states[0]
+            x[:] = 0
+            for k in range(n_steps):
+                if k % CHUNK == 0:
+                    marks[k // CHUNK, :] = x
+                t = n_steps - 1 - k if reverse else k
+                _, step = _step_size(delta, bias, use_bias, use_softplus, b, d, t)
+                drive = step * u[b, d, t]
+                for n in range(n_state):
+                    x[n] = math.exp(step * A[d, n]) * x[n] + drive * B[b, grp, n, t]
+            # Pass 2: the adjoint, chunk by chunk from the last.
+            if use_d_last:
+                g[:] = d_last[b, d, :]
+            else:
+                g[:] = 0
+            sum_D = typed(0.0, g)
+            sum_bias = typed(0.0, g)
+            for n in range(n_state):
+                d_A[b, d, n] = 0
+            for c in range(n_chunks - 1, -1, -1):
+                k0 = c * CHUNK
+                k1 = min(k0 + CHUNK, n_steps)
+                states[0, :] = marks[c]
+                for k in range(k0, k1):       # states[j + 1]: x after step k0 + j
+                    t = n_steps - 1 - k if reverse else k
+                    _, step = _step_size(delta, bias, use_bias, use_softplus, b, d, t)
+                    drive = step * u[b, d, t]
+                    j = k - k0
+                    for n in range(n_state):
+                        states[j + 1, n] = (math.exp(step * A[d, n]) * states[j, n]
+                                            + drive * B[b, grp, n, t])
+                for k in range(k1 - 1, k0 - 1, -1):
+                    t = n_steps - 1 - k if reverse else k
+                    j = k - k0
+                    r, step = _step_size(delta, bias, use_bias, use_softplus, b, d, t)
+                    ut = u[b, d, t]
+                    p = typed(0.0, g)
+                    for n in range(n_state):
+                        p += C[b, grp, n, t] * states[j + 1, n]
+                    if use_D:
+                        p += D[d] * ut
+                    d_p = d_y[b, d, t]
+                    if use_z:
+                        s = _sigmoid(z[b, d, t])
+                        d_z[b, d, t] = d_y[b, d, t] * p * s * (1 + z[b, d, t] * (1 - s))
+                        d_p = d_y[b, d, t] * z[b, d, t] * s
+                    du = D[d] * d_p if use_D else typed(0.0, g)
+                    if use_D:
+                        sum_D += d_p * ut
+                    d_step = typed(0.0, g)
+                    for n in range(n_state):
+                        g[n] += C[b, grp, n, t] * d_p
+                        d_C[b, grp, n, t] += d_p * states[j + 1, n]
+                        d_B[b, grp, n, t] += g[n] * step * ut
+                        du += g[n] * step * B[b, grp, n, t]
+                        decay = math.exp(step * A[d, n])
+                        carried = g[n] * decay * states[j, n]
+                        d_step += g[n] * B[b, grp, n, t] * ut + carried * A[d, n]
+                        d_A[b, d, n] += carried * step
+                        g[n] = decay * g[n]
+                    if use_softplus:
+                        d_step = d_step * _sigmoid(r)
+                    d_u[b, d, t] = du
+                    d_delta[b, d, t] = d_step
+                    sum_bias += d_step
+            d_D[b, d] = sum_D
+            d_bias[b, d] = sum_bias
