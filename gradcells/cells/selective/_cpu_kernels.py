@@ -9,8 +9,8 @@ The math is ``gradcells.cells.selective.reference`` (its docstring derives the b
     selective_forward_kernel     x_t = exp(Δ_t A)∘x_{t-1} + Δ_t B_t u_t,  y_t = (C_t·x_t + D u_t) silu(z_t)
     selective_backward_kernel    g_t = C_t d_p_t + exp(Δ_{t+1} A)∘g_{t+1} and every gradient
 
-B and C arrive as ``[Bt, G, N, L]`` (ungrouped: G = 1); channel d reads group
-``d // (Dm/G)``. Optional arrays are passed as empty arrays (``D``, ``z``, ``delta_bias``
+B and C arrive as ``[Bt, G, N, L]`` (ungrouped: G = 1; each its own G); channel d reads
+group ``d // (Dm/G)``. Optional arrays are passed as empty arrays (``D``, ``z``, ``delta_bias``
 absent). The backward runs the channels of one (batch, group) in turn, so that their sums
 into ``d_B``, ``d_C`` (shared by the group) need no atomics; ``d_A``, ``d_D``,
 ``d_delta_bias`` are written per batch row (``[Bt, Dm, ·]``) and summed by ``cpu.py``.
@@ -57,10 +57,12 @@ def selective_forward_kernel(u, delta, A, B, C, D, z, bias, use_D, use_z, use_bi
     n_batch, channels, n_steps = u.shape
     n_state = A.shape[1]
     per_group = channels // B.shape[1]
+    per_group_c = channels // C.shape[1]
     x = np.zeros(n_state, dtype=u.dtype)
     for b in range(n_batch):
         for d in range(channels):
             grp = d // per_group
+            grc = d // per_group_c
             x[:] = 0
             for k in range(n_steps):
                 t = n_steps - 1 - k if reverse else k
@@ -69,7 +71,7 @@ def selective_forward_kernel(u, delta, A, B, C, D, z, bias, use_D, use_z, use_bi
                 acc = typed(0.0, x)
                 for n in range(n_state):
                     x[n] = math.exp(step * A[d, n]) * x[n] + drive * B[b, grp, n, t]
-                    acc += C[b, grp, n, t] * x[n]
+                    acc += C[b, grc, n, t] * x[n]
                 if use_D:
                     acc += D[d] * u[b, d, t]
                 if use_z:
@@ -89,6 +91,7 @@ def selective_backward_kernel(u, delta, A, B, C, D, z, bias, use_D, use_z, use_b
     n_batch, channels, n_steps = u.shape
     n_state = A.shape[1]
     per_group = channels // B.shape[1]
+    per_group_c = channels // C.shape[1]
     n_chunks = (n_steps + CHUNK - 1) // CHUNK
     marks = np.zeros((max(n_chunks, 1), n_state), dtype=u.dtype)   # x before each chunk
     states = np.zeros((CHUNK + 1, n_state), dtype=u.dtype)         # a chunk's states
@@ -98,6 +101,7 @@ def selective_backward_kernel(u, delta, A, B, C, D, z, bias, use_D, use_z, use_b
     for b in range(n_batch):
         for d in range(channels):
             grp = d // per_group
+            grc = d // per_group_c
             # Pass 1: the forward, keeping the state before every chunk.
             x = states[0]
             x[:] = 0
@@ -137,7 +141,7 @@ def selective_backward_kernel(u, delta, A, B, C, D, z, bias, use_D, use_z, use_b
                     ut = u[b, d, t]
                     p = typed(0.0, g)
                     for n in range(n_state):
-                        p += C[b, grp, n, t] * states[j + 1, n]
+                        p += C[b, grc, n, t] * states[j + 1, n]
                     if use_D:
                         p += D[d] * ut
                     d_p = d_y[b, d, t]
@@ -150,8 +154,8 @@ def selective_backward_kernel(u, delta, A, B, C, D, z, bias, use_D, use_z, use_b
                         sum_D += d_p * ut
                     d_step = typed(0.0, g)
                     for n in range(n_state):
-                        g[n] += C[b, grp, n, t] * d_p
-                        d_C[b, grp, n, t] += d_p * states[j + 1, n]
+                        g[n] += C[b, grc, n, t] * d_p
+                        d_C[b, grc, n, t] += d_p * states[j + 1, n]
                         d_B[b, grp, n, t] += g[n] * step * ut
                         du += g[n] * step * B[b, grp, n, t]
                         decay = math.exp(step * A[d, n])
