@@ -1,8 +1,9 @@
-"""The public linear scan (docs/spec.md §18.1) and Mamba's selective scan (§18.4): ``linear_scan``,
-``selective_scan``, their gradients, forward modes and second orders. No math here: validate (``gradcells._validate.scans``), dispatch
-(``gradcells._dispatch``), run in the caller's order and layout (``gradcells._order``),
-record the settings. The math is ``gradcells.cells.linear.reference``; the backends
-``gradcells.cells.linear.cpu`` and ``gpu`` compute the same functions.
+"""The public linear scan (docs/spec.md §18.1) and Mamba's selective scan (§18.4):
+``linear_scan``, ``selective_scan``, their gradients, forward modes and second orders. No
+math here: validate (``gradcells._validate.scans``), dispatch (``gradcells._dispatch``),
+run in the caller's order and layout (``gradcells._order``), record the settings. The math
+is ``gradcells.cells.linear.reference``; the backends ``gradcells.cells.linear.cpu`` and
+``gpu`` compute the same functions.
 
 The selective scan's math is ``gradcells.cells.selective.reference``, its validation
 ``gradcells._validate.selective``; its arrays are in Mamba's layout, so ``gradcells._order``
@@ -20,9 +21,9 @@ import functools
 import numpy as np
 
 from . import _dispatch, _order
+from ._core import arrays
 from ._core.types import Array, record_settings
 from ._interop import accepts_any_array, computes_half_in_single
-from ._core import arrays
 from ._validate.scans import scan_args, scan_grad_args, scan_tangents, scan_upstream_tangents
 from ._validate.selective import (
     selective_args,
@@ -246,7 +247,8 @@ def selective_scan_grad(u: Array, delta: Array, A: Array, B: Array, C: Array,
     The settings are the forward's, as ``result`` records them (a contradicting value
     raises ``ValueError``). Returns ``SelectiveScanGrads(u, delta, A, B, C, D, z,
     delta_bias)`` (None for an optional array not given)."""
-    given = dict(zip(_SELECTIVE_SETTINGS, (delta_softplus, reverse, return_last_state)))
+    given = dict(zip(_SELECTIVE_SETTINGS, (delta_softplus, reverse, return_last_state),
+                     strict=True))
     upstream = {"d_y": d_y, "d_last_state": d_last_state}
     library, settings, result = selective_grad_args(u, delta, A, B, C, D, z, delta_bias,
                                                     result, upstream, given=given)
@@ -297,7 +299,8 @@ def selective_scan_grad_jvp(u: Array, delta: Array, A: Array, B: Array, C: Array
     of the gradient's math differentiated by the product rule
     (``gradcells.cells.selective.reference``). Returns ``(grads, grads_tangent)``, two
     ``SelectiveScanGrads``."""
-    given = dict(zip(_SELECTIVE_SETTINGS, (delta_softplus, reverse, return_last_state)))
+    given = dict(zip(_SELECTIVE_SETTINGS, (delta_softplus, reverse, return_last_state),
+                     strict=True))
     upstream = {"d_y": d_y, "d_last_state": d_last_state}
     library, settings, result = selective_grad_args(u, delta, A, B, C, D, z, delta_bias,
                                                     result, upstream, given=given)

@@ -6,7 +6,8 @@ states of ``N`` for its channel.
 
 The math is ``gradcells.cells.selective.reference`` (its docstring derives the backward):
 
-    selective_forward_kernel     x_t = exp(Δ_t A)∘x_{t-1} + Δ_t B_t u_t,  y_t = (C_t·x_t + D u_t) silu(z_t)
+    selective_forward_kernel     x_t = exp(Δ_t A)∘x_{t-1} + Δ_t B_t u_t,
+                                 y_t = (C_t·x_t + D u_t) silu(z_t)
     selective_backward_kernel    g_t = C_t d_p_t + exp(Δ_{t+1} A)∘g_{t+1} and every gradient
 
 B and C arrive as ``[Bt, G, N, L]`` (ungrouped: G = 1; each its own G); channel d reads

@@ -163,7 +163,7 @@ def _to_groups(xp, d_M, like):
 def _inputs(xp, arrays, tangents):
     """The arrays as pairs with their tangents (None arrays stay None)."""
     return [None if v is None else _Dual(v, None if tangents is None else getattr(tangents, name))
-            for v, name in zip(arrays, SelectiveScanGrads._fields)]
+            for v, name in zip(arrays, SelectiveScanGrads._fields, strict=True)]
 
 
 def _step_size(xp, delta, delta_bias, settings):
@@ -180,7 +180,8 @@ def _states(xp, u, Δ, A, Bd, settings):
     for t in _times(n_steps, settings.reverse):
         d_t = Δ.map(lambda a, t=t: a[:, :, t, None])
         a_t = _exp(xp, d_t * A.map(lambda a: a[None]))
-        x = a_t * x + d_t * Bd.map(lambda a, t=t: a[..., t]) * u.map(lambda a, t=t: a[:, :, t, None])
+        u_t = u.map(lambda a, t=t: a[:, :, t, None])
+        x = a_t * x + d_t * Bd.map(lambda a, t=t: a[..., t]) * u_t
         out[t] = (a_t, x)
     return out, x
 
@@ -229,12 +230,14 @@ def _backward(xp, u, delta, A, B, C, D, z, delta_bias, settings, d_y, d_last):
     Bd, Cd = _by_channel(xp, B, channels), _by_channel(xp, C, channels)
     d_p = d_y if z is None else d_y * _silu(xp, z)
     d_z = None if z is None else d_y * p * _silu_slope(xp, z)
-    d_u = d_p * D.map(lambda a: a[:, None]) if D is not None else _Dual(xp.zeros(u.v.shape, dtype=dtype))
+    d_u = (d_p * D.map(lambda a: a[:, None]) if D is not None
+           else _Dual(xp.zeros(u.v.shape, dtype=dtype)))
     d_D = None if D is None else (d_p * u).map(lambda a: xp.sum(a, axis=(0, 2)))
     g = d_last if d_last is not None else _Dual(
         xp.zeros((u.v.shape[0], channels, A.v.shape[1]), dtype=dtype))
     d_A = _Dual(xp.zeros(A.v.shape, dtype=dtype))
-    d_Δ, d_B, d_C, d_u_steps = [None] * n_steps, [None] * n_steps, [None] * n_steps, [None] * n_steps
+    d_Δ: list = [None] * n_steps
+    d_B, d_C, d_u_steps = list(d_Δ), list(d_Δ), list(d_Δ)
     zeros_x = _Dual(xp.zeros(g.v.shape, dtype=dtype))
     order = list(_times(n_steps, settings.reverse))
     for k in range(n_steps - 1, -1, -1):
