@@ -81,6 +81,70 @@ def selective_forward_kernel(u, delta, A, B, C, D, z, bias, use_D, use_z, use_bi
             last[b, d, :] = x
 
 
+@helper
+def _run(u, delta, A, B, bias, use_bias, use_softplus, reverse, b, d, grp, k0, k1, states):
+    """Steps k0..k1-1 (run order) of channel (b, d) from ``states[0]``: ``states[j + 1]``
+    is x after step k0 + j."""
+    n_steps = u.shape[2]
+    for k in range(k0, k1):
+        t = n_steps - 1 - k if reverse else k
+        _, step = _step_size(delta, bias, use_bias, use_softplus, b, d, t)
+        drive = step * u[b, d, t]
+        j = k - k0
+        for n in range(A.shape[1]):
+            states[j + 1, n] = math.exp(step * A[d, n]) * states[j, n] + drive * B[b, grp, n, t]
+
+
+@helper
+def _checkpoints(u, delta, A, B, bias, use_bias, use_softplus, reverse, b, d, grp, marks,
+                 states):
+    """Pass 1: the forward of channel (b, d), ``marks[c]`` the state before chunk c."""
+    states[0, :] = 0
+    for c in range(marks.shape[0]):
+        marks[c, :] = states[0]
+        k0 = c * CHUNK
+        k1 = min(k0 + CHUNK, u.shape[2])
+        _run(u, delta, A, B, bias, use_bias, use_softplus, reverse, b, d, grp, k0, k1, states)
+        states[0, :] = states[k1 - k0]
+
+
+@helper
+def _adjoint_step(u, delta, A, B, C, D, z, bias, use_D, use_z, use_bias, use_softplus, b, d,
+                  grp, grc, t, x_prev, x, g, d_y, d_u, d_delta, d_A, d_B, d_C, d_z):
+    """One step t of the adjoint of channel (b, d): ``g`` holds a_{t+1}∘g_{t+1} and leaves
+    holding a_t∘g_t; writes step t's gradients, adds into ``d_A``, ``d_B``, ``d_C``.
+    Returns ``(d_p u_t, d_r_t)``: the step's terms of d_D and d_delta_bias."""
+    r, step = _step_size(delta, bias, use_bias, use_softplus, b, d, t)
+    ut = u[b, d, t]
+    p = typed(0.0, g)
+    for n in range(A.shape[1]):
+        p += C[b, grc, n, t] * x[n]
+    if use_D:
+        p += D[d] * ut
+    d_p = d_y[b, d, t]
+    if use_z:
+        s = _sigmoid(z[b, d, t])
+        d_z[b, d, t] = d_y[b, d, t] * p * s * (1 + z[b, d, t] * (1 - s))
+        d_p = d_y[b, d, t] * z[b, d, t] * s
+    du = D[d] * d_p if use_D else typed(0.0, g)
+    d_step = typed(0.0, g)
+    for n in range(A.shape[1]):
+        g[n] += C[b, grc, n, t] * d_p
+        d_C[b, grc, n, t] += d_p * x[n]
+        d_B[b, grp, n, t] += g[n] * step * ut
+        du += g[n] * step * B[b, grp, n, t]
+        decay = math.exp(step * A[d, n])
+        carried = g[n] * decay * x_prev[n]
+        d_step += g[n] * B[b, grp, n, t] * ut + carried * A[d, n]
+        d_A[b, d, n] += carried * step
+        g[n] = decay * g[n]
+    if use_softplus:
+        d_step = d_step * _sigmoid(r)
+    d_u[b, d, t] = du
+    d_delta[b, d, t] = d_step
+    return d_p * ut, d_step
+
+
 @kernel
 def selective_backward_kernel(u, delta, A, B, C, D, z, bias, use_D, use_z, use_bias,
                               use_softplus, reverse, d_y, d_last, use_d_last, d_u, d_delta,
@@ -91,83 +155,36 @@ def selective_backward_kernel(u, delta, A, B, C, D, z, bias, use_D, use_z, use_b
     with ``use_d_last``."""
     n_batch, channels, n_steps = u.shape
     n_state = A.shape[1]
-    per_group = channels // B.shape[1]
-    per_group_c = channels // C.shape[1]
+    per_group, per_group_c = channels // B.shape[1], channels // C.shape[1]
     n_chunks = (n_steps + CHUNK - 1) // CHUNK
-    marks = np.zeros((max(n_chunks, 1), n_state), dtype=u.dtype)   # x before each chunk
-    states = np.zeros((CHUNK + 1, n_state), dtype=u.dtype)         # a chunk's states
+    marks = np.zeros((n_chunks, n_state), dtype=u.dtype)      # x before each chunk
+    states = np.zeros((CHUNK + 1, n_state), dtype=u.dtype)    # a chunk's states
     g = np.zeros(n_state, dtype=u.dtype)
     d_B[:] = 0
     d_C[:] = 0
     for b in range(n_batch):
         for d in range(channels):
-            grp = d // per_group
-            grc = d // per_group_c
-            # Pass 1: the forward, keeping the state before every chunk.
-            x = states[0]
-            x[:] = 0
-            for k in range(n_steps):
-                if k % CHUNK == 0:
-                    marks[k // CHUNK, :] = x
-                t = n_steps - 1 - k if reverse else k
-                _, step = _step_size(delta, bias, use_bias, use_softplus, b, d, t)
-                drive = step * u[b, d, t]
-                for n in range(n_state):
-                    x[n] = math.exp(step * A[d, n]) * x[n] + drive * B[b, grp, n, t]
-            # Pass 2: the adjoint, chunk by chunk from the last.
+            grp, grc = d // per_group, d // per_group_c
+            _checkpoints(u, delta, A, B, bias, use_bias, use_softplus, reverse, b, d, grp,
+                         marks, states)
+            g[:] = 0
             if use_d_last:
                 g[:] = d_last[b, d, :]
-            else:
-                g[:] = 0
-            sum_D = typed(0.0, g)
-            sum_bias = typed(0.0, g)
-            for n in range(n_state):
-                d_A[b, d, n] = 0
-            for c in range(n_chunks - 1, -1, -1):
+            d_A[b, d, :] = 0
+            sum_D, sum_bias = typed(0.0, g), typed(0.0, g)
+            for c in range(n_chunks - 1, -1, -1):     # pass 2: the adjoint, chunk by chunk
                 k0 = c * CHUNK
                 k1 = min(k0 + CHUNK, n_steps)
                 states[0, :] = marks[c]
-                for k in range(k0, k1):       # states[j + 1]: x after step k0 + j
-                    t = n_steps - 1 - k if reverse else k
-                    _, step = _step_size(delta, bias, use_bias, use_softplus, b, d, t)
-                    drive = step * u[b, d, t]
-                    j = k - k0
-                    for n in range(n_state):
-                        states[j + 1, n] = (math.exp(step * A[d, n]) * states[j, n]
-                                            + drive * B[b, grp, n, t])
+                _run(u, delta, A, B, bias, use_bias, use_softplus, reverse, b, d, grp, k0, k1,
+                     states)
                 for k in range(k1 - 1, k0 - 1, -1):
                     t = n_steps - 1 - k if reverse else k
-                    j = k - k0
-                    r, step = _step_size(delta, bias, use_bias, use_softplus, b, d, t)
-                    ut = u[b, d, t]
-                    p = typed(0.0, g)
-                    for n in range(n_state):
-                        p += C[b, grc, n, t] * states[j + 1, n]
-                    if use_D:
-                        p += D[d] * ut
-                    d_p = d_y[b, d, t]
-                    if use_z:
-                        s = _sigmoid(z[b, d, t])
-                        d_z[b, d, t] = d_y[b, d, t] * p * s * (1 + z[b, d, t] * (1 - s))
-                        d_p = d_y[b, d, t] * z[b, d, t] * s
-                    du = D[d] * d_p if use_D else typed(0.0, g)
-                    if use_D:
-                        sum_D += d_p * ut
-                    d_step = typed(0.0, g)
-                    for n in range(n_state):
-                        g[n] += C[b, grc, n, t] * d_p
-                        d_C[b, grc, n, t] += d_p * states[j + 1, n]
-                        d_B[b, grp, n, t] += g[n] * step * ut
-                        du += g[n] * step * B[b, grp, n, t]
-                        decay = math.exp(step * A[d, n])
-                        carried = g[n] * decay * states[j, n]
-                        d_step += g[n] * B[b, grp, n, t] * ut + carried * A[d, n]
-                        d_A[b, d, n] += carried * step
-                        g[n] = decay * g[n]
-                    if use_softplus:
-                        d_step = d_step * _sigmoid(r)
-                    d_u[b, d, t] = du
-                    d_delta[b, d, t] = d_step
-                    sum_bias += d_step
-            d_D[b, d] = sum_D
+                    dD, dr = _adjoint_step(u, delta, A, B, C, D, z, bias, use_D, use_z,
+                                           use_bias, use_softplus, b, d, grp, grc, t,
+                                           states[k - k0], states[k - k0 + 1], g, d_y, d_u,
+                                           d_delta, d_A, d_B, d_C, d_z)
+                    sum_D += dD
+                    sum_bias += dr
+            d_D[b, d] = sum_D if use_D else 0
             d_bias[b, d] = sum_bias
