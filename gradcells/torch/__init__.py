@@ -4,7 +4,8 @@
 (``gradcells.torch._modules``); ``sLSTM``: xLSTM's sLSTM on its sequence (``_slstm``).
 
 ``gradcells.torch.linear_scan``: the linear scan (docs/spec.md §18.1), real and complex
-(``_scan``).
+(``_scan``); ``gradcells.torch.selective_scan``: Mamba's selective scan (§18.4,
+``_selective``).
 
 ``gradcells.torch.<op>`` for every registered cell's step, sequence and stack
 (``lstm_cell``, ``gru_sequence``, ``rnn_stack``, ...; ``FUNCTIONS``): ``gc.<op>``'s
@@ -17,8 +18,9 @@ PyTorch; ``import gradcells`` does not.
 from ._functions import FUNCTIONS
 from ._modules import GRU, LSTM, RNN
 from ._scan import linear_scan
+from ._selective import selective_scan
 from ._slstm import sLSTM
 
 globals().update(FUNCTIONS)
 
-__all__ = [*FUNCTIONS, "linear_scan", "LSTM", "GRU", "RNN", "sLSTM"]
+__all__ = [*FUNCTIONS, "linear_scan", "selective_scan", "LSTM", "GRU", "RNN", "sLSTM"]

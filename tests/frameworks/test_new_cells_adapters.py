@@ -204,3 +204,40 @@ def test_dask_linear_scan_chunked_along_the_batch_equals_numpy():
         np.testing.assert_array_equal(np.asarray(got), want)
     with pytest.raises(ValueError, match="h0 has 2 rows on its batch axis 0, a has 3"):
         gc.linear_scan(*chunked[:2], chunked[2][:2], **options)
+
+
+def _selective_case(seed=21, optional=True, **sizes):
+    case = cases.selective_scan_case(np.random.default_rng(seed), **sizes)
+    names = [k for k in gc.SelectiveScanGrads._fields if case[k] is not None]
+    return names, case
+
+
+@pytest.mark.parametrize("optional", [False, True], ids=["plain", "D-z-bias"])
+def test_torch_selective_scan_passes_gradcheck_and_gradgradcheck(optional):
+    """``gradcells.torch.selective_scan`` in float64 (grouped B, softplus, reverse):
+    ``gradcheck`` with forward mode and ``gradgradcheck`` with forward-over-reverse over
+    both outputs and every input given, and the forward equal to ``gc.selective_scan``'s."""
+    torch = pytest.importorskip("torch")
+    import gradcells.torch as gt
+
+    names, case = _selective_case(optional=optional, batch=1, channels=2, state=2, steps=3,
+                                  groups_b=2, delta_softplus=True, reverse=True)
+    settings = {k: case[k] for k in ("delta_softplus", "reverse", "return_last_state")}
+    tensors = tuple(torch.tensor(case[k], requires_grad=True) for k in names)
+
+    def scan(*t):
+        named = dict(zip(names, t, strict=True))
+        positional = [named.pop(k) for k in ("u", "delta", "A", "B", "C")]
+        return tuple(gt.selective_scan(*positional, **named, **settings))
+
+    result = gt.selective_scan(*tensors[:5], **dict(zip(names[5:], tensors[5:], strict=True)),
+                               **settings)
+    expected = gc.selective_scan(*(case[k] for k in ("u", "delta", "A", "B", "C")),
+                                 **{k: case[k] for k in names[5:]}, **settings)
+    assert result.settings.reverse and result.settings.delta_softplus
+    for got, want in zip(result, expected, strict=True):
+        np.testing.assert_array_equal(got.detach().numpy(), want)
+    assert torch.autograd.gradcheck(scan, tensors, check_forward_ad=True)
+    assert torch.autograd.gradgradcheck(scan, tensors, check_fwd_over_rev=True,
+                                        fast_mode=True)
+    assert gt.selective_scan(*(t.detach() for t in tensors[:5])).last_state is None
