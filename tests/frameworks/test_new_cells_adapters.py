@@ -241,3 +241,35 @@ def test_torch_selective_scan_passes_gradcheck_and_gradgradcheck(optional):
     assert torch.autograd.gradgradcheck(scan, tensors, check_fwd_over_rev=True,
                                         fast_mode=True)
     assert gt.selective_scan(*(t.detach() for t in tensors[:5])).last_state is None
+
+
+def test_jax_selective_scan_jit_grad_equals_numpy():
+    """``jax.jit(jax.grad(...))`` through ``gradcells.jax.selective_scan`` (a loss on both
+    outputs) equals ``gc.selective_scan_grad``; a shape error is raised at trace time,
+    named."""
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    import gradcells.jax as gj
+
+    names, case = _selective_case(seed=23, groups_c=2, delta_softplus=True)
+    arrays = [case[k] for k in names]
+    rng = np.random.default_rng(24)
+    result = gc.selective_scan(*arrays[:5], **dict(zip(names[5:], arrays[5:], strict=True)),
+                               delta_softplus=True, return_last_state=True)
+    d_y, d_last = (rng.standard_normal(v.shape) for v in result)
+
+    def loss(*a):
+        r = gj.selective_scan(*a[:5], **dict(zip(names[5:], a[5:], strict=True)),
+                              delta_softplus=True, return_last_state=True)
+        return (r.y * d_y).sum() + (r.last_state * d_last).sum()
+
+    got = jax.jit(jax.grad(loss, argnums=tuple(range(len(names)))))(*arrays)
+    want = gc.selective_scan_grad(*arrays[:5], result,
+                                  **dict(zip(names[5:], arrays[5:], strict=True)),
+                                  d_y=d_y, d_last_state=d_last)
+    for name, g in zip(names, got, strict=True):
+        np.testing.assert_allclose(g, getattr(want, name), rtol=1e-13, atol=1e-14)
+    np.testing.assert_array_equal(gj.selective_scan(*arrays[:5]).y,
+                                  gc.selective_scan(*arrays[:5]).y)
+    with pytest.raises(ValueError, match="delta must have shape"):
+        gj.selective_scan(arrays[0], arrays[1][:, :, :2], *arrays[2:5])
