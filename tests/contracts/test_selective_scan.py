@@ -13,6 +13,8 @@ from __future__ import annotations
 import cuda_host
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import gradcells as gc
 from gradcells import _dispatch, cells
@@ -243,6 +245,27 @@ def test_forward_mode_and_second_order_pass_finite_differences(backend):
         _close(got, (hi - lo) / (2 * EPS), 1e-7, f"t_d_{name}")
 
 
+@pytest.mark.parametrize("name", ["D", "delta_bias", "A"])
+def test_a_tangent_of_one_small_array_alone(name, backend):
+    """Forward mode along one ``[Dm]`` or ``[Dm, N]`` array only (the others' tangents
+    None), without softplus: the tangent broadcast over batch and time as its array is."""
+    arrays, keywords = _case(18, steps=4)
+    primals = dict(zip(NAMES, [*arrays, keywords["D"], keywords["z"], keywords["delta_bias"]],
+                       strict=True))
+    direction = np.random.default_rng(19).standard_normal(primals[name].shape)
+    _, tangent = gc.selective_scan_jvp(*arrays, gc.SelectiveScanGrads(
+        **{k: (direction if k == name else None) for k in NAMES}), **keywords,
+        return_last_state=True, backend=backend)
+
+    def moved(sign):
+        p = {**primals, name: primals[name] + sign * EPS * direction}
+        return gc.selective_scan(*(p[k] for k in NAMES[:5]), **{k: p[k] for k in NAMES[5:]},
+                                 return_last_state=True, backend=backend)
+    hi, lo = moved(1), moved(-1)
+    _close(tangent.y, (hi.y - lo.y) / (2 * EPS), 1e-7, "t_y")
+    _close(tangent.last_state, (hi.last_state - lo.last_state) / (2 * EPS), 1e-7, "t_last")
+
+
 def test_inputs_are_never_modified_and_outputs_never_alias_them(backend):
     arrays, keywords = _case(9, groups=(2, 2))
     everything = [*arrays, *keywords.values()]
@@ -376,3 +399,59 @@ def test_every_backend_module_follows_the_protocol():
             got = inspect.signature(getattr(module, op))
             assert list(got.parameters)[: len(expected.parameters) - 1] == list(
                 expected.parameters)[1:], (name, op)
+
+
+# --------------------------------------------------------------------------------------
+# fuzzing (docs/spec.md §16.3): malformed arguments raise TypeError or ValueError, nothing
+# else, and change nothing
+
+_FUNCTIONS = ("selective_scan", "selective_scan_grad", "selective_scan_jvp",
+              "selective_scan_grad_jvp")
+_SETTINGS = ("delta_softplus", "reverse", "return_last_state")
+
+
+def _valid(name):
+    (u, delta, A, B, C), kw = _case(17, batch=2, channels=2, state=2, steps=3, groups=(2, 1))
+    arguments = {"u": u, "delta": delta, "A": A, "B": B, "C": C, **kw, "backend": "reference"}
+    settings = {"delta_softplus": True, "reverse": True, "return_last_state": True}
+    if name in ("selective_scan", "selective_scan_jvp"):
+        arguments.update(settings)
+    if name.endswith("_jvp"):
+        arguments["tangents"] = gc.SelectiveScanGrads(u.copy(), None, A.copy(), None, None,
+                                                      None, None, kw["delta_bias"].copy())
+    if "grad" in name:
+        arguments["result"] = gc.selective_scan(u, delta, A, B, C, **kw, **settings)
+        arguments["d_y"] = np.ones_like(u)
+        arguments["d_last_state"] = np.ones_like(arguments["result"].last_state)
+    return arguments
+
+
+def _spoiled(data, name):
+    """One valid call with one argument replaced by a drawn malformed value (a tensor
+    among NumPy arrays too)."""
+    arguments = _valid(name)
+    key = data.draw(st.sampled_from(sorted(k for k in arguments if k != "backend")))
+    value = arguments[key]
+    bad = [None, "a", 1.0, [[1.0]], np.nan]
+    if isinstance(value, np.ndarray):
+        bad += [value[:1], value[..., None], value.astype(np.int32), value.astype(np.float32),
+                value.T, torch.tensor(value), np.full_like(value, np.nan)]
+    if isinstance(value, tuple):
+        bad += [tuple(value)[:1], (None,) * len(value), tuple(value) + (value[0],)]
+    if key in _SETTINGS:
+        bad += ["yes", 1, not value]
+    return {**arguments, key: data.draw(st.sampled_from(bad))}
+
+
+@pytest.mark.parametrize("name", _FUNCTIONS)
+@given(data=st.data())
+def test_malformed_arguments_raise_named_errors_and_change_nothing(name, data):
+    arguments = _spoiled(data, name)
+    kept = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in arguments.items()}
+    try:
+        getattr(gc, name)(**arguments)
+    except (TypeError, ValueError):
+        pass
+    for key, before in kept.items():
+        if isinstance(before, np.ndarray):
+            assert np.array_equal(before, arguments[key], equal_nan=True), key

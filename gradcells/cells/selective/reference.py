@@ -65,7 +65,11 @@ class _Dual:
     def __add__(self, other):
         if not isinstance(other, _Dual):
             return _Dual(self.v + other, self.t)
-        return _Dual(self.v + other.v, _t_add(self.t, other.t))
+        v = self.v + other.v
+        t = _t_add(self.t, other.t)
+        if t is not None and t.shape != v.shape:    # one tangent zero: the other broadcast
+            t = namespace_of(v).broadcast_to(t, v.shape)
+        return _Dual(v, t)
 
     __radd__ = __add__
 
