@@ -80,6 +80,12 @@ from .cells.rnn.reference import (
     rnn_sequence_grad_jvp,
     rnn_sequence_jvp,
 )
+from .cells.selective.reference import (
+    selective_scan,
+    selective_scan_grad,
+    selective_scan_grad_jvp,
+    selective_scan_jvp,
+)
 from .cells.slstm.reference import (
     slstm_activations,
     slstm_cell,
@@ -112,4 +118,6 @@ __all__ = ["lstm_cell", "lstm_cell_grad", "lstm_sequence", "lstm_sequence_grad",
            "minlstm_cell", "minlstm_cell_grad", "minlstm_cell_jvp", "minlstm_cell_grad_jvp",
            "minlstm_sequence", "minlstm_sequence_grad", "minlstm_sequence_jvp",
            "minlstm_sequence_grad_jvp",
-           "linear_scan", "linear_scan_grad", "linear_scan_jvp", "linear_scan_grad_jvp"]
+           "linear_scan", "linear_scan_grad", "linear_scan_jvp", "linear_scan_grad_jvp",
+           "selective_scan", "selective_scan_grad", "selective_scan_jvp",
+           "selective_scan_grad_jvp"]
