@@ -51,14 +51,16 @@ from .faults import FAULTS, Fault
 FRAMEWORKS = {"tensorflow": "tensorflow", "tf": "tensorflow", "torch": "torch",
               "pytorch": "torch", "jax": "jax", "flax": "jax", "keras": "keras",
               "onnxruntime": "onnxruntime", "ort": "onnxruntime", "mingru": "mingru",
-              "xlstm": "xlstm"}
+              "xlstm": "xlstm", "mamba": "mamba", "mamba-ssm": "mamba", "mamba_ssm": "mamba"}
 """The names ``audit`` takes, each to the module ``gradcells.audit.<module>`` that audits it."""
-ALL = ("tensorflow", "torch", "jax", "keras", "onnxruntime", "mingru", "xlstm")
+ALL = ("tensorflow", "torch", "jax", "keras", "onnxruntime", "mingru", "xlstm", "mamba")
 """What ``audit all`` runs, in order."""
 INSTALL = {"tensorflow": "pip install tensorflow-cpu", "torch": "pip install torch",
            "jax": "pip install jax flax", "keras": "pip install keras",
            "onnxruntime": "pip install onnx onnxruntime", "mingru": "pip install mingru-pytorch",
-           "xlstm": "pip install xlstm"}
+           "xlstm": "pip install xlstm",
+           "mamba": "MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE pip install --no-deps "
+                    "--no-build-isolation mamba-ssm einops"}
 """How to install each framework (the message of a usage error naming it)."""
 
 _run_check = run_check          # the names of the first edition

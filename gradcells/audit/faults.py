@@ -1,6 +1,6 @@
 """The known faults and documented conventions the audits found (TensorFlow's fused ops and
 the seed's code around them: 1-19; Flax: 20-29; Keras: 30-39; ONNX Runtime: 40-49;
-PyTorch: 50-59; xLSTM: 60-69; minGRU-pytorch: 70-79): the one list.
+PyTorch: 50-59; xLSTM: 60-69; minGRU-pytorch: 70-79; Mamba: 90-99): the one list.
 
 The audits name them in their rows (``known fault N``, ``convention N``) and under their
 tables, one test each shows it (``Fault.test`` in ``Fault.test_file``), and
@@ -551,6 +551,39 @@ _LIST = (
         ("minLSTM parallel mode vs its sequential mode",),
         "test_fault_71_minlstm_parallel_mode_starts_from_g_of_h0",
         test_file="tests/frameworks/test_mingru_pytorch.py", shows=r"modes differ: True"),
+    Fault(
+        90, "Mamba's selective_scan_ref computes in float32 whatever it is given",
+        "`selective_scan_ref` casts `u`, `delta`, `delta_bias`, `B` and `C` to float32 "
+        "(`.float()`) and returns `out` cast back to `u`'s dtype: float64 inputs (with a "
+        "float32 `A`, the one float64 call it takes: fault 91) give a float64 `out` of "
+        "float32 precision, and a float32 `last_state`. The audit's rows: against gradcells "
+        "in float64 it misses by float32's rounding, and equals gradcells computed in "
+        "float32; its float64 autograd fails the oracle's float64 differences of its own "
+        "forward and equals gradcells's float32 gradients. A silent loss of precision, not "
+        "a wrong formula: float32 against float32 it agrees.",
+        "# out = selective_scan_ref(u.double(), delta.double(), A.float(), B.double(), "
+        "C.double())\n"
+        "# out.dtype == torch.float64, but every step ran in float32 (u = u.float(), ...;\n"
+        "# out = out.to(dtype=dtype_in)): mamba_ssm/ops/selective_scan_interface.py",
+        ("selective_scan_ref, float64 (A float32), vs gradcells (selective_scan)",
+         "selective_scan_ref, every array float64",
+         "selective_scan_ref autograd, float64 (A float32), vs oracle"),
+        "test_fault_90_float64_is_computed_in_float32",
+        test_file="tests/frameworks/test_audit_mamba.py"),
+    Fault(
+        91, "Mamba's selective_scan_ref raises for float64 arrays throughout",
+        "With every array float64, `selective_scan_ref` raises `RuntimeError: expected "
+        "scalar type Double but found Float` (or `Float but found Double`, by the path "
+        "taken): `delta` was cast to float32 and meets the "
+        "float64 `A` in `torch.einsum('bdl,dn->bdln', delta, A)` (where the einsum takes "
+        "its batched-product path: most shapes; with a size-1 axis it promotes instead, and "
+        "the call computes in float32: fault 90). A float64 model must keep `A` in float32 "
+        "to call it. gradcells takes float64 throughout and agrees with the oracle.",
+        "# selective_scan_ref(u, delta, A, B, C) with every tensor float64:\n"
+        "# RuntimeError: expected scalar type Double but found Float",
+        ("selective_scan_ref, every array float64",),
+        "test_fault_91_float64_throughout_raises",
+        test_file="tests/frameworks/test_audit_mamba.py"),
 )
 
 FAULTS: dict[int, Fault] = {fault.number: fault for fault in _LIST}
