@@ -53,6 +53,7 @@ from gradcells.cells import CELL_PROTOCOLS, OPTIONAL_WEIGHTS
 from gradcells.cells import OPS as OPS_SPECS
 from gradcells.cells.lstm.spec import PEEPHOLES, LSTMNorm, LSTMSequence
 from gradcells.cells.rnn.spec import ACTIVATIONS, RNNSequence
+from gradcells.cells.selective.spec import SelectiveScanGrads, SelectiveScanSettings
 from gradcells.gpu import _kernels, _launch, _runtime, _sources
 from gradcells.oracle import check_vjp
 from gradcells.testing import OPS as PAIRS
@@ -71,6 +72,7 @@ from gradcells.testing import (
     rnn_cell_inputs,
     rnn_sequence_case,
     rnn_sequence_inputs,
+    selective_scan_case,
     slstm_sequence_case,
 )
 
@@ -276,6 +278,13 @@ def test_the_cupy_runtime_compiles_and_launches_what_the_emulation_runs(monkeypa
             for cell, case in (("mingru", mingru_sequence_case),
                                ("minlstm", minlstm_sequence_case))}
     min_seqs = {cell: forward(gpu, f"{cell}_sequence", case) for cell, case in mins.items()}
+    # Mamba's selective scan: selective.cu (its validation and backends: test_selective_scan)
+    selective = cast(selective_scan_case(rng, groups_b=2, delta_softplus=True), np.float32)
+    sel_args = [selective[k] for k in SelectiveScanGrads._fields]
+    sel_settings = SelectiveScanSettings(delta_softplus=True, return_last_state=True)
+    sel_seq = gpu.selective_scan(*sel_args, sel_settings)
+    sel_grads = gpu.selective_scan_grad(*sel_args, sel_seq, sel_settings,
+                                        d_y=np.ones_like(sel_seq.y))
     assert type(_launch.runtime()).__module__ == "gradcells.gpu._runtime"
     assert _launch.runtime().xp is stand_in
     lstm64 = cast(lstm, np.float64)
@@ -294,6 +303,10 @@ def test_the_cupy_runtime_compiles_and_launches_what_the_emulation_runs(monkeypa
     for cell, case in mins.items():
         assert_close(min_seqs[cell], forward(reference, f"{cell}_sequence",
                                              cast(case, np.float64)), np.float32)
+    sel64 = [None if a is None else a.astype(np.float64) for a in sel_args]
+    assert_close(sel_seq, reference.selective_scan(*sel64, sel_settings), np.float32)
+    assert_close(sel_grads, reference.selective_scan_grad(
+        *sel64, None, sel_settings, d_y=np.ones(sel_seq.y.shape)), np.float32)
     assert sorted(m.code for m in stand_in.compiled) == sorted(
         _kernels.module_code(name) for name in _sources.KERNEL_FILES)
     for module in stand_in.compiled:
