@@ -90,6 +90,12 @@ from .cells.rnn.reference import (
     rnn_sequence_grad_jvp,
     rnn_sequence_jvp,
 )
+from .cells.selective.reference import (
+    selective_scan,
+    selective_scan_grad,
+    selective_scan_grad_jvp,
+    selective_scan_jvp,
+)
 from .cells.slstm.reference import (
     slstm_activations,
     slstm_cell,
@@ -125,4 +131,6 @@ __all__ = ["lstm_cell", "lstm_cell_grad", "lstm_sequence", "lstm_sequence_grad",
            "linear_scan", "linear_scan_grad", "linear_scan_jvp", "linear_scan_grad_jvp",
            "rglru_cell", "rglru_cell_grad", "rglru_cell_jvp", "rglru_cell_grad_jvp",
            "rglru_sequence", "rglru_sequence_grad", "rglru_sequence_jvp",
-           "rglru_sequence_grad_jvp"]
+           "rglru_sequence_grad_jvp",
+           "selective_scan", "selective_scan_grad", "selective_scan_jvp",
+           "selective_scan_grad_jvp"]

@@ -51,18 +51,21 @@ from .faults import FAULTS, Fault
 FRAMEWORKS = {"tensorflow": "tensorflow", "tf": "tensorflow", "torch": "torch",
               "pytorch": "torch", "jax": "jax", "flax": "jax", "keras": "keras",
               "onnxruntime": "onnxruntime", "ort": "onnxruntime", "mingru": "mingru",
-              "xlstm": "xlstm", "recurrentgemma": "recurrentgemma", "fla": "fla",
+              "xlstm": "xlstm", "recurrentgemma": "recurrentgemma", "mamba": "mamba",
+              "mamba-ssm": "mamba", "mamba_ssm": "mamba", "fla": "fla",
               "flash-linear-attention": "fla"}
 """The names ``audit`` takes, each to the module ``gradcells.audit.<module>`` that audits it."""
 ALL = ("tensorflow", "torch", "jax", "keras", "onnxruntime", "mingru", "xlstm",
-       "recurrentgemma", "fla")
+       "recurrentgemma", "mamba", "fla")
 """What ``audit all`` runs, in order."""
 INSTALL = {"tensorflow": "pip install tensorflow-cpu", "torch": "pip install torch",
            "jax": "pip install jax flax", "keras": "pip install keras",
            "onnxruntime": "pip install onnx onnxruntime", "mingru": "pip install mingru-pytorch",
            "xlstm": "pip install xlstm", "fla": "pip install flash-linear-attention",
            "recurrentgemma": "pip install --no-deps recurrentgemma; pip install einops "
-                             "jaxtyping 'typeguard<3' sentencepiece"}
+                             "jaxtyping 'typeguard<3' sentencepiece",
+           "mamba": "MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE pip install --no-deps "
+                    "--no-build-isolation mamba-ssm einops"}
 """How to install each framework (the message of a usage error naming it)."""
 
 _run_check = run_check          # the names of the first edition

@@ -1,6 +1,6 @@
 """The known faults and documented conventions the audits found (TensorFlow's fused ops and
 the seed's code around them: 1-19; Flax: 20-29; Keras: 30-39; ONNX Runtime: 40-49;
-PyTorch: 50-59; xLSTM: 60-69; minGRU-pytorch: 70-79; recurrentgemma: 80-89;
+PyTorch: 50-59; xLSTM: 60-69; minGRU-pytorch: 70-79; recurrentgemma: 80-89; Mamba: 90-99;
 flash-linear-attention: 100-109): the one list.
 
 The audits name them in their rows (``known fault N``, ``convention N``) and under their
@@ -596,6 +596,39 @@ _LIST = (
         test_file="tests/frameworks/test_audit_recurrentgemma.py",
         shows=r"derivative of sqrt at 1e-8: 1000\.0"),
     Fault(
+        90, "Mamba's selective_scan_ref computes in float32 whatever it is given",
+        "`selective_scan_ref` casts `u`, `delta`, `delta_bias`, `B` and `C` to float32 "
+        "(`.float()`) and returns `out` cast back to `u`'s dtype: float64 inputs (with a "
+        "float32 `A`, the one float64 call it takes: fault 91) give a float64 `out` of "
+        "float32 precision, and a float32 `last_state`. The audit's rows: against gradcells "
+        "in float64 it misses by float32's rounding, and equals gradcells computed in "
+        "float32; its float64 autograd fails the oracle's float64 differences of its own "
+        "forward and equals gradcells's float32 gradients. A silent loss of precision, not "
+        "a wrong formula: float32 against float32 it agrees.",
+        "# out = selective_scan_ref(u.double(), delta.double(), A.float(), B.double(), "
+        "C.double())\n"
+        "# out.dtype == torch.float64, but every step ran in float32 (u = u.float(), ...;\n"
+        "# out = out.to(dtype=dtype_in)): mamba_ssm/ops/selective_scan_interface.py",
+        ("selective_scan_ref, float64 (A float32), vs gradcells (selective_scan)",
+         "selective_scan_ref, every array float64",
+         "selective_scan_ref autograd, float64 (A float32), vs oracle"),
+        "test_fault_90_float64_is_computed_in_float32",
+        test_file="tests/frameworks/test_audit_mamba.py"),
+    Fault(
+        91, "Mamba's selective_scan_ref raises for float64 arrays throughout",
+        "With every array float64, `selective_scan_ref` raises `RuntimeError: expected "
+        "scalar type Double but found Float` (or `Float but found Double`, by the path "
+        "taken): `delta` was cast to float32 and meets the "
+        "float64 `A` in `torch.einsum('bdl,dn->bdln', delta, A)` (where the einsum takes "
+        "its batched-product path: most shapes; with a size-1 axis it promotes instead, and "
+        "the call computes in float32: fault 90). A float64 model must keep `A` in float32 "
+        "to call it. gradcells takes float64 throughout and agrees with the oracle.",
+        "# selective_scan_ref(u, delta, A, B, C) with every tensor float64:\n"
+        "# RuntimeError: expected scalar type Double but found Float",
+        ("selective_scan_ref, every array float64",),
+        "test_fault_91_float64_throughout_raises",
+        test_file="tests/frameworks/test_audit_mamba.py"),
+    Fault(
         100, "flash-linear-attention's naive_recurrent_hgrn computes in float32 whatever it is "
         "given, and returns the input's dtype",
         "The HGRN reference casts `x` and `g` to float32 (`i.float()`), runs the recurrence "
@@ -677,8 +710,8 @@ def markdown() -> str:
              "`known fault N` or `convention N`), and a test shows each one against the "
              "oracle. Numbers 1-19 are TensorFlow's (and the seed's Python around its ops), "
              "20-29 Flax's, 30-39 Keras's, 40-49 ONNX Runtime's, 50-59 PyTorch's, "
-             "60-69 xLSTM's, 70-79 minGRU-pytorch's, 80-89 recurrentgemma's, 100-109 "
-             "flash-linear-attention's.", "",
+             "60-69 xLSTM's, 70-79 minGRU-pytorch's, 80-89 recurrentgemma's, 90-99 Mamba's, "
+             "100-109 flash-linear-attention's.", "",
              "This file is generated from `gradcells/audit/faults.py` by "
              "`python -c \"import gradcells.audit.faults as f; print(f.markdown(), end='')\" "
              "> docs/faults.md`; a test keeps it equal.", ""]

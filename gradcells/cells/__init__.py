@@ -27,12 +27,13 @@ from .._core.specs import CellSpec, Labels, OpSpec
 CELLS: tuple[str, ...] = ("lstm", "gru", "rnn", "mingru", "slstm", "minlstm", "rglru")
 """The registered cells, by folder name: the one line a new cell adds to the library."""
 
-SCANS: tuple[str, ...] = ("linear",)
+SCANS: tuple[str, ...] = ("linear", "selective")
 """Operations registered apart from the cells, by folder name: the linear scan
 (docs/spec.md §18.1) has no input ``x``, no weights, no step op and no stack, which every
 ``CellSpec`` declares. Its folder has the cells' shape (``spec.py``, ``reference.py``,
 ``cpu.py``, ``gpu.py``) and its backends are reached the same way (``cell_of``,
-``implementation``); its public functions are ``gradcells.scans``'."""
+``implementation``); its public functions are ``gradcells.scans``'. Mamba's selective scan
+(§18.4) likewise, in Mamba's ``[Bt, Dm, L]`` layout."""
 
 SPECS: dict[str, CellSpec] = {
     cell: importlib.import_module(f"{__name__}.{cell}.spec").CELL for cell in CELLS}

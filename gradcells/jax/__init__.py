@@ -8,7 +8,8 @@ returns the op's result NamedTuple of JAX arrays. The primal is ``gc.<op>``'s, r
 kernels run on the host through ``jax.pure_callback``. ``seq_len`` and the masks are
 constants to the derivative; the other keywords are static. ``linear_scan`` (docs/spec.md
 §18.1) too, real and complex (its ``a``, ``b`` read as ``x``, ``resets`` a constant; JAX's
-complex convention, the conjugate of gradcells's: ``_primitives``). Importing this module
+complex convention, the conjugate of gradcells's: ``_primitives``). ``selective_scan``
+(§18.4, Mamba's layout) apart, ``jit`` and ``grad`` only (``_selective``). Importing this module
 imports JAX; ``import gradcells`` does not.
 
 Errors (docs/spec.md §16.3): shapes, dtypes and settings are checked at trace time, each the
@@ -23,7 +24,8 @@ from __future__ import annotations
 
 from ._ops import FORWARD
 from ._primitives import named_errors
+from ._selective import selective_scan
 
 globals().update(FORWARD)
 
-__all__ = ["named_errors", *FORWARD]
+__all__ = ["named_errors", "selective_scan", *FORWARD]

@@ -195,5 +195,9 @@ def _stack(name, sequence):
     return op
 
 
-FORWARD = {name: _op(name) for name in (*OPS, *SCAN_SPECS)}
+OWN = ("selective_scan",)
+"""The ops whose arrays are not time-major (Mamba's ``[Bt, Dm, L]``): written apart
+(``gradcells.jax._selective``), not through the generic primitives."""
+
+FORWARD = {name: _op(name) for name in (*OPS, *SCAN_SPECS) if name not in OWN}
 FORWARD.update({name: _stack(name, FORWARD[seq]) for name, seq in STACKS.items()})

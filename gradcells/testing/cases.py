@@ -1027,3 +1027,44 @@ def random_linear_scan_case(rng: np.random.Generator, dtype: Any = np.float64) -
         kind=str(rng.choice(LINEAR_SCAN_KINDS)), ragged=bool(rng.integers(2)),
         reverse=bool(rng.integers(2)), resets=bool(rng.integers(2)),
         batch_first=not rng.integers(4), method=str(rng.choice(("sequential", "parallel"))))
+
+
+# --------------------------------------------------------------------------------------
+# Mamba's selective scan (docs/spec.md §18.4)
+
+
+def selective_scan_case(rng: np.random.Generator, *, batch: int = 2, channels: int = 4,
+                        state: int = 2, steps: int = 4, groups_b: int | None = None,
+                        groups_c: int | None = None, optional: bool = True,
+                        delta_softplus: bool = False, reverse: bool = False,
+                        dtype: Any = np.float64) -> Case:
+    """A ``selective_scan`` case: keyword arguments of ``gc.selective_scan`` (with
+    ``return_last_state``). ``delta`` in [0.05, 0.6] and ``A`` negative (Δ > 0, a decaying
+    state, as in Mamba), the rest standard normal (``delta_bias`` in [0, 0.3]); ``B``, ``C``
+    grouped by ``groups_b``, ``groups_c`` (None: ``[Bt, N, L]``); ``optional``: D, z and
+    delta_bias given."""
+    def bc(groups):
+        shape = (batch, state, steps) if groups is None else (batch, groups, state, steps)
+        return rng.standard_normal(shape).astype(dtype)
+    case: Case = {
+        "u": rng.standard_normal((batch, channels, steps)).astype(dtype),
+        "delta": rng.uniform(0.05, 0.6, (batch, channels, steps)).astype(dtype),
+        "A": (-np.exp(0.5 * rng.standard_normal((channels, state)))).astype(dtype),
+        "B": bc(groups_b), "C": bc(groups_c), "D": None, "z": None, "delta_bias": None,
+        "delta_softplus": delta_softplus, "reverse": reverse, "return_last_state": True}
+    if optional:
+        case["D"] = rng.standard_normal(channels).astype(dtype)
+        case["z"] = rng.standard_normal((batch, channels, steps)).astype(dtype)
+        case["delta_bias"] = rng.uniform(0.0, 0.3, channels).astype(dtype)
+    return case
+
+
+def random_selective_scan_case(rng: np.random.Generator, dtype: Any = np.float64) -> Case:
+    """A ``selective_scan`` case (L <= 5) with sizes, groups, the optional arrays, softplus
+    and direction drawn from ``rng``."""
+    channels = int(rng.choice((2, 4)))
+    return selective_scan_case(
+        rng, batch=int(rng.integers(1, 3)), channels=channels, state=int(rng.integers(1, 4)),
+        steps=int(rng.integers(1, 6)), groups_b=[None, 1, 2][int(rng.integers(3))],
+        groups_c=[None, 1, channels][int(rng.integers(3))], optional=bool(rng.integers(2)),
+        delta_softplus=bool(rng.integers(2)), reverse=bool(rng.integers(2)), dtype=dtype)

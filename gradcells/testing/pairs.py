@@ -44,6 +44,7 @@ from .cases import (
     random_rglru_sequence_case,
     random_rnn_cell_case,
     random_rnn_sequence_case,
+    random_selective_scan_case,
     random_slstm_cell_case,
     random_slstm_sequence_case,
     random_stack_case,
@@ -562,6 +563,70 @@ def linear_scan_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
     return (lambda *a: vjp(a[n:], *a[:n])), grad_jvp, args + cotangents, names
 
 
+# --------------------------------------------------------------------------------------
+# Mamba's selective scan (docs/spec.md §18.4): the optional arrays given are arguments too
+
+
+_SELECTIVE_SETTINGS = ("delta_softplus", "reverse", "return_last_state")
+
+
+def selective_scan_vjp_pair(case: dict[str, Any], *, backend: str | None = None,
+                            mode: str = "vjp") -> Pair:
+    """The oracle's ``(f, vjp, args, names)`` for ``selective_scan``: ``f`` maps ``u``,
+    ``delta``, ``A``, ``B``, ``C`` and those of ``D``, ``z``, ``delta_bias`` the case gives
+    to ``(y, last_state)``. ``mode`` "jvp" and "grad_jvp" as ``_vjp_pair``'s."""
+    settings = {k: case[k] for k in _SELECTIVE_SETTINGS}
+    names = tuple(k for k in scans.SelectiveScanGrads._fields if case[k] is not None)
+    args = tuple(case[k] for k in names)
+
+    def split(arrays):
+        named = dict(zip(names, arrays, strict=True))
+        return [named.pop(k) for k in ("u", "delta", "A", "B", "C")], named
+
+    def f(*arrays):
+        positional, optional = split(arrays)
+        return tuple(scans.selective_scan(*positional, **optional, **settings,
+                                          backend=backend))
+
+    def grads_of(grads):
+        return tuple(getattr(grads, k) for k in names)
+
+    def tangents_of(tangents):
+        return scans.SelectiveScanGrads(**{k: dict(zip(names, tangents, strict=True)).get(k)
+                                           for k in scans.SelectiveScanGrads._fields})
+
+    def vjp(ct, *arrays):
+        positional, optional = split(arrays)
+        result = scans.selective_scan(*positional, **optional, **settings, backend=backend)
+        return grads_of(scans.selective_scan_grad(*positional, result, **optional,
+                                                  d_y=ct[0], d_last_state=ct[1],
+                                                  backend=backend))
+
+    def jvp(tangents, *arrays):
+        positional, optional = split(arrays)
+        _, t = scans.selective_scan_jvp(*positional, tangents_of(tangents), **optional,
+                                        **settings, backend=backend)
+        return tuple(t)
+
+    if mode == "jvp":
+        return f, jvp, args, ("y", "last_state")
+    if mode != "grad_jvp":
+        return f, vjp, args, names
+    cotangents = _fixed_cotangents(f(*args))
+    n = len(args)
+
+    def grad_jvp(tangents, *a):
+        positional, optional = split(a[:n])
+        result = scans.selective_scan(*positional, **optional, **settings, backend=backend)
+        _, t = scans.selective_scan_grad_jvp(
+            *positional, result, tangents_of(tangents[:n]), **optional, d_y=a[n],
+            d_last_state=a[n + 1], d_y_tangent=tangents[n], d_last_state_tangent=tangents[n + 1],
+            backend=backend)
+        return grads_of(t)
+
+    return (lambda *a: vjp(a[n:], *a[:n])), grad_jvp, args + cotangents, names
+
+
 # Every public differentiable operation: (random case drawer, oracle pair builder); the
 # sequences' drawers draw the time order and the layout too.
 OPS: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., Pair]]] = {
@@ -589,6 +654,7 @@ OPS: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., Pair]]] = {
     **{f"{cell}_stack": (functools.partial(_random_stack, cell),
                          functools.partial(stack_vjp_pair, cell)) for cell in STACK_CELLS},
     "linear_scan": (random_linear_scan_case, linear_scan_vjp_pair),
+    "selective_scan": (random_selective_scan_case, selective_scan_vjp_pair),
 }
 
 

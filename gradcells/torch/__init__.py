@@ -4,6 +4,9 @@
 (``gradcells.torch._modules``); ``sLSTM``: xLSTM's sLSTM on its sequence (``_slstm``);
 ``RGLRU``: recurrentgemma's RG-LRU layer on its sequence (``_rglru``).
 
+``gradcells.torch.selective_scan``: Mamba's selective scan (docs/spec.md §18.4,
+``_selective``).
+
 ``gradcells.torch.<op>`` for every registered cell's step, sequence and stack
 (``lstm_cell``, ``gru_sequence``, ``rnn_stack``, ...; ``FUNCTIONS``) and for the linear
 scan (``linear_scan``, real and complex: docs/spec.md §18.1): ``gc.<op>``'s
@@ -16,8 +19,9 @@ PyTorch; ``import gradcells`` does not.
 from ._functions import FUNCTIONS
 from ._modules import GRU, LSTM, RNN
 from ._rglru import RGLRU
+from ._selective import selective_scan
 from ._slstm import sLSTM
 
 globals().update(FUNCTIONS)
 
-__all__ = [*FUNCTIONS, "LSTM", "GRU", "RNN", "sLSTM", "RGLRU"]
+__all__ = [*FUNCTIONS, "selective_scan", "LSTM", "GRU", "RNN", "sLSTM", "RGLRU"]

@@ -193,3 +193,17 @@ def test_rglru_benchmark_compares_with_recurrentgemma(capsys):
     rglru.main(["--size", "4,2,4,2", "--repeats", "1"])
     rows = [row.split("|")[1].strip() for row in _table_rows(capsys.readouterr().out)]
     assert rows[1:] == ["gradcells cpu", "recurrentgemma torch"]
+
+
+def test_selective_benchmark_compares_with_selective_scan_ref(capsys):
+    from gradcells.audit import mamba
+
+    try:
+        mamba._reference()
+    except ImportError as error:
+        pytest.skip(f"mamba-ssm's selective_scan_ref is not available: {error}")
+    import selective
+
+    selective.main(["--size", "1,2,2,3", "--repeats", "1"])
+    rows = [row.split("|")[1].strip() for row in _table_rows(capsys.readouterr().out)]
+    assert rows[1:] == ["gradcells cpu", "selective_scan_ref"]

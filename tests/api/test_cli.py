@@ -270,3 +270,22 @@ def test_check_covers_the_linear_scan_and_catches_a_conjugated_gradient(monkeypa
     monkeypatch.setattr(_dispatch.backend_module("reference"), "linear_scan_grad", conjugated)
     assert cli.main(argv[:5] + ["reference"] + argv[6:9] + ["linear_scan"]) == 1
     assert "FAIL" in capsys.readouterr().out
+
+
+def test_check_covers_the_selective_scan_and_catches_a_dropped_last_state(monkeypatch, capsys):
+    """``check --ops selective_scan selective_scan_jvp selective_scan_grad_jvp`` passes on
+    the reference and the CPU, and fails a gradient that ignores the last state's cotangent
+    (what mamba_ssm's backward does)."""
+    argv = ["check", "--examples", "3", "--backends", "reference", "cpu", "--dtypes",
+            "float64", "--ops", "selective_scan", "selective_scan_jvp",
+            "selective_scan_grad_jvp"]
+    assert cli.main(argv) == 0
+    assert "6 of 6 combinations pass" in capsys.readouterr().out
+    right = gradcells.cells.implementation("selective", "cpu").selective_scan_grad
+
+    def dropped(*args, **kwargs):
+        return right(*args, **{**kwargs, "d_last_state": None})
+
+    monkeypatch.setattr(_dispatch.backend_module("cpu"), "selective_scan_grad", dropped)
+    assert cli.main(argv[:5] + ["cpu"] + argv[6:9] + ["selective_scan"]) == 1
+    assert "FAIL" in capsys.readouterr().out

@@ -53,6 +53,7 @@ from gradcells.cells import CELL_PROTOCOLS, OPTIONAL_WEIGHTS
 from gradcells.cells import OPS as OPS_SPECS
 from gradcells.cells.lstm.spec import PEEPHOLES, LSTMNorm, LSTMSequence
 from gradcells.cells.rnn.spec import ACTIVATIONS, RNNSequence
+from gradcells.cells.selective.spec import SelectiveScanGrads, SelectiveScanSettings
 from gradcells.gpu import _kernels, _launch, _runtime, _sources
 from gradcells.oracle import check_vjp
 from gradcells.testing import OPS as PAIRS
@@ -72,6 +73,7 @@ from gradcells.testing import (
     rnn_cell_inputs,
     rnn_sequence_case,
     rnn_sequence_inputs,
+    selective_scan_case,
     slstm_sequence_case,
 )
 
@@ -257,55 +259,40 @@ def test_the_cupy_runtime_compiles_and_launches_what_the_emulation_runs(monkeypa
     monkeypatch.setattr(_runtime.CupyRuntime, "device_of",
                         staticmethod(lambda a: contextlib.nullcontext()))
     rng = np.random.default_rng(58)
-    lstm = cast(lstm_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=4,
-                                   peephole=True, clip=True, ragged=True), np.float32)
-    gru = cast(gru_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=4, ragged=True),
-               np.float32)
-    rnn = cast(rnn_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=4,
-                                 activation="relu", ragged=True), np.float32)
-    seq = forward(gpu, "lstm_sequence", lstm)
-    grads = grad(gpu, "lstm_sequence", lstm, seq, d_h=np.ones_like(seq.h))
-    gseq = forward(gpu, "gru_sequence", gru)
-    rseq = forward(gpu, "rnn_sequence", rnn)
-    rgrads = grad(gpu, "rnn_sequence", rnn, rseq, d_h=np.ones_like(rseq.h))
-    slstm = cast(slstm_sequence_case(rng, steps=3, batch=3, input_size=2, hidden=4, heads=2,
-                                     ragged=True), np.float32)
-    sseq = forward(gpu, "slstm_sequence", slstm)
-    sgrads = grad(gpu, "slstm_sequence", slstm, sseq, d_h=np.ones_like(sseq.h))
-    # the minGRU and the minLSTM: their .cu files and the shared scan.cu
-    mins = {cell: cast(case(rng, steps=3, batch=3, input_size=2, hidden=4, ragged=True),
-                       np.float32)
-            for cell, case in (("mingru", mingru_sequence_case),
-                               ("minlstm", minlstm_sequence_case))}
-    min_seqs = {cell: forward(gpu, f"{cell}_sequence", case) for cell, case in mins.items()}
-    # the RG-LRU: rglru.cu (its three kernels) with the shared scan.cu
-    rglru = cast(rglru_sequence_case(rng, steps=3, batch=3, hidden=4, ragged=True,
-                                     resets=True), np.float32)
-    gseq_rglru = forward(gpu, "rglru_sequence", rglru)
-    ggrads_rglru = grad(gpu, "rglru_sequence", rglru, gseq_rglru,
-                        d_h=np.ones_like(gseq_rglru.h))
+    small = {"steps": 3, "batch": 3, "ragged": True}
+    cases = {   # every .cu file (the minGRU's, the minLSTM's and the RG-LRU's with scan.cu)
+        "lstm_sequence": lstm_sequence_case(rng, input_size=2, hidden=4, peephole=True,
+                                            clip=True, **small),
+        "gru_sequence": gru_sequence_case(rng, input_size=2, hidden=4, **small),
+        "rnn_sequence": rnn_sequence_case(rng, input_size=2, hidden=4, activation="relu",
+                                          **small),
+        "slstm_sequence": slstm_sequence_case(rng, input_size=2, hidden=4, heads=2, **small),
+        "mingru_sequence": mingru_sequence_case(rng, input_size=2, hidden=4, **small),
+        "minlstm_sequence": minlstm_sequence_case(rng, input_size=2, hidden=4, **small),
+        "rglru_sequence": rglru_sequence_case(rng, hidden=4, resets=True, **small)}
+    ran = {}
+    for op, case in cases.items():
+        case = cast(case, np.float32)
+        seq = forward(gpu, op, case)
+        ran[op] = case, seq, grad(gpu, op, case, seq, d_h=np.ones_like(seq.h))
+    # Mamba's selective scan: selective.cu (its validation and backends: test_selective_scan)
+    selective = cast(selective_scan_case(rng, groups_b=2, delta_softplus=True), np.float32)
+    sel_args = [selective[k] for k in SelectiveScanGrads._fields]
+    sel_settings = SelectiveScanSettings(delta_softplus=True, return_last_state=True)
+    sel_seq = gpu.selective_scan(*sel_args, sel_settings)
+    sel_grads = gpu.selective_scan_grad(*sel_args, sel_seq, sel_settings,
+                                        d_y=np.ones_like(sel_seq.y))
     assert type(_launch.runtime()).__module__ == "gradcells.gpu._runtime"
     assert _launch.runtime().xp is stand_in
-    lstm64 = cast(lstm, np.float64)
-    assert_close(seq, forward(reference, "lstm_sequence", lstm64), np.float32)
-    assert_close(grads, grad(reference, "lstm_sequence", lstm64, as64(seq),
-                             d_h=np.ones(seq.h.shape)), np.float32)
-    assert_close(gseq, forward(reference, "gru_sequence", cast(gru, np.float64)), np.float32)
-    rnn64 = cast(rnn, np.float64)
-    assert_close(rseq, forward(reference, "rnn_sequence", rnn64), np.float32)
-    assert_close(rgrads, grad(reference, "rnn_sequence", rnn64, as64(rseq),
-                              d_h=np.ones(rseq.h.shape)), np.float32)
-    slstm64 = cast(slstm, np.float64)
-    assert_close(sseq, forward(reference, "slstm_sequence", slstm64), np.float32)
-    assert_close(sgrads, grad(reference, "slstm_sequence", slstm64, as64(sseq),
-                              d_h=np.ones(sseq.h.shape)), np.float32)
-    for cell, case in mins.items():
-        assert_close(min_seqs[cell], forward(reference, f"{cell}_sequence",
-                                             cast(case, np.float64)), np.float32)
-    rglru64 = cast(rglru, np.float64)
-    assert_close(gseq_rglru, forward(reference, "rglru_sequence", rglru64), np.float32)
-    assert_close(ggrads_rglru, grad(reference, "rglru_sequence", rglru64, as64(gseq_rglru),
-                                    d_h=np.ones(gseq_rglru.h.shape)), np.float32)
+    for op, (case, seq, grads) in ran.items():
+        case64 = cast(case, np.float64)
+        assert_close(seq, forward(reference, op, case64), np.float32)
+        assert_close(grads, grad(reference, op, case64, as64(seq), d_h=np.ones(seq.h.shape)),
+                     np.float32)
+    sel64 = [None if a is None else a.astype(np.float64) for a in sel_args]
+    assert_close(sel_seq, reference.selective_scan(*sel64, sel_settings), np.float32)
+    assert_close(sel_grads, reference.selective_scan_grad(
+        *sel64, None, sel_settings, d_y=np.ones(sel_seq.y.shape)), np.float32)
     assert sorted(m.code for m in stand_in.compiled) == sorted(
         _kernels.module_code(name) for name in _sources.KERNEL_FILES)
     for module in stand_in.compiled:

@@ -40,7 +40,7 @@ STDLIB = sys.stdlib_module_names
 # and Numba's submodules, whose import the CPU machinery defers (``cpu/_compile.py``).
 OPTIONAL = {"numba", "torch", "jax", "jaxlib", "cupy", "cupyx", "dask", "distributed", "tensorflow",
             "keras", "flax", "onnx", "onnxruntime", "hypothesis", "matplotlib", "threadpoolctl",
-            "minGRU_pytorch", "xlstm", "recurrentgemma"}
+            "minGRU_pytorch", "xlstm", "recurrentgemma", "einops"}
 
 
 def _modules():
