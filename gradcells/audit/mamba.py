@@ -79,20 +79,24 @@ def _reference():
     return torch, namespace["selective_scan_ref"]
 
 
+def _bc(rng, batch, groups, state, steps):
+    """``B`` or ``C``: grouped ``[Bt, G, N, L]`` or not ``[Bt, N, L]``, drawn."""
+    grouped = rng.integers(2)
+    return rng.standard_normal((batch, groups, state, steps) if grouped
+                               else (batch, state, steps))
+
+
 def _case(rng):
     """Mamba's arrays in float64 (A negative, delta positive), grouped B and C drawn, D, z,
     delta_bias each present or not, and ``delta_softplus``."""
     batch, groups = int(rng.integers(1, 3)), int(rng.choice((1, 2)))
     channels, state, steps = groups * int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(
         rng.integers(1, 6))
-
-    def bc():
-        grouped = rng.integers(2)
-        return rng.standard_normal((batch, groups, state, steps) if grouped
-                                   else (batch, state, steps))
     case = {"u": rng.standard_normal((batch, channels, steps)),
             "delta": rng.uniform(0.05, 0.6, (batch, channels, steps)),
-            "A": -np.exp(0.5 * rng.standard_normal((channels, state))), "B": bc(), "C": bc(),
+            "A": -np.exp(0.5 * rng.standard_normal((channels, state))),
+            "B": _bc(rng, batch, groups, state, steps),
+            "C": _bc(rng, batch, groups, state, steps),
             "D": rng.standard_normal(channels) if rng.integers(2) else None,
             "z": rng.standard_normal((batch, channels, steps)) if rng.integers(2) else None,
             "delta_bias": rng.uniform(0, 0.3, channels) if rng.integers(2) else None}
