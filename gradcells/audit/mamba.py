@@ -188,33 +188,44 @@ def gradients_verdict(rng):
                          FLOAT32_GRADIENT), None)
 
 
+def _with_args(case, names, args):
+    """The case with the arrays ``names`` replaced by ``args``."""
+    return {**case, **dict(zip(names, args, strict=True))}
+
+
+def _outputs(case, settings, names, *args):
+    """Their forward at ``args`` (float64, ``A`` float32): what the oracle differences."""
+    return _theirs(_with_args(case, names, args), settings, np.float64, a_dtype=np.float32)
+
+
+def _claimed_vjp(case, settings, names, ct, *args):
+    """Their autograd at ``args`` for the arrays ``names`` (``A``, float32, left out)."""
+    grads = _theirs(_with_args(case, names, args), settings, np.float64, a_dtype=np.float32,
+                    grad=ct)
+    return tuple(g for n, g in zip(_present(case), grads, strict=True) if n != "A")
+
+
+def _gradients_in_float32(case, settings):
+    """Fault 90's model of a gradient: their float64 autograd against gradcells's in
+    float32."""
+    ours = _ours(case, settings, np.float32)
+    grad = tuple(np.random.default_rng(1).standard_normal(v.shape) for v in ours)
+    theirs = _theirs(case, settings, np.float64, a_dtype=np.float32, grad=grad)
+    mine = _ours(case, settings, np.float32, grad=grad)
+    return compare(list(zip(_present(case), theirs, mine, strict=True)), FLOAT32_GRADIENT)
+
+
 def oracle_verdict(rng):
     """Their autograd of ``selective_scan_ref`` on float64 tensors (``A`` float32, the one
     float64 call it takes) against central differences of its forward; fault 90's model:
     their gradients equal gradcells's computed in float32."""
     case, settings = _case(rng)
     names = tuple(n for n in _present(case) if n != "A")
-
-    def with_args(args):
-        return {**case, **dict(zip(names, args, strict=True))}
-
-    def f(*args):
-        return _theirs(with_args(args), settings, np.float64, a_dtype=np.float32)
-
-    def vjp(ct, *args):
-        grads = _theirs(with_args(args), settings, np.float64, a_dtype=np.float32, grad=ct)
-        return tuple(g for n, g in zip(_present(case), grads, strict=True) if n != "A")
-
-    report = check_vjp(f, vjp, [case[n] for n in names], names=names, seed=0)
-
-    def in_float32():
-        ours = _ours(case, settings, np.float32)
-        grad = tuple(np.random.default_rng(1).standard_normal(v.shape) for v in ours)
-        theirs = _theirs(case, settings, np.float64, a_dtype=np.float32, grad=grad)
-        mine = _ours(case, settings, np.float32, grad=grad)
-        return compare(list(zip(_present(case), theirs, mine, strict=True)), FLOAT32_GRADIENT)
-
-    return judge(oracle_outcome(report), in_float32)
+    report = check_vjp(functools.partial(_outputs, case, settings, names),
+                       functools.partial(_claimed_vjp, case, settings, names),
+                       [case[n] for n in names], names=names, seed=0)
+    return judge(oracle_outcome(report),
+                 functools.partial(_gradients_in_float32, case, settings))
 
 
 def cuda_verdict(rng) -> Verdict:
