@@ -69,6 +69,8 @@ def common_arguments(parser, *, steps=300, hidden=128, seq_len=64, batch=32, lr=
     parser.add_argument("--print-every", type=int, default=25, help="print the loss every N")
     parser.add_argument("--sample", type=int, default=200, help="characters to generate")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    parser.add_argument("--docs", type=Path, default=DOCS,
+                        help="a folder of Markdown files to train on (default: docs/)")
     return parser
 
 

@@ -148,7 +148,7 @@ def sample(params: dict, vocab: Vocabulary, prompt: str, length: int, rng,
 def main(argv=None) -> list[float]:
     """Train as ``argv`` says (``None``: the command line); returns the loss of every step."""
     args = parse_args(argv)
-    text = load_text()
+    text = load_text(args.docs)
     vocab = Vocabulary(text)
     data = vocab.encode(text)
     rng = np.random.default_rng(args.seed)

@@ -66,7 +66,7 @@ def sample(model: CharLM, vocab: Vocabulary, prompt: str, length: int, generator
 def main(argv=None) -> list[float]:
     """Train as ``argv`` says (``None``: the command line); returns the loss of every step."""
     args = parse_args(argv)
-    text = load_text()
+    text = load_text(args.docs)
     vocab = Vocabulary(text)
     data = vocab.encode(text)
     torch.manual_seed(args.seed)

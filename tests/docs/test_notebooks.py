@@ -80,8 +80,8 @@ def _execute(path, monkeypatch, env):
     return build.execute(nb)
 
 
-def test_there_are_twelve_notebooks_and_nine_plot():
-    assert [s.stem[:2] for s in SOURCES] == [f"{k:02d}" for k in range(1, 13)]
+def test_there_are_thirteen_notebooks_and_nine_plot():
+    assert [s.stem[:2] for s in SOURCES] == [f"{k:02d}" for k in range(1, 14)]
     stored = [nbformat.read(build.notebook_path(s), as_version=4) for s in SOURCES]
     assert sum(bool(_png_cells(nb)) for nb in stored) >= 9
 
