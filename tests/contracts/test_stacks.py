@@ -1,8 +1,9 @@
 """The stacks (docs/spec.md §11.4): ``lstm_stack``, ``gru_stack``, ``rnn_stack`` and their
 gradients, on every NumPy backend.
 
-- float64 gradients of the whole stack (the input, the initial states, every weight of
-  every layer and direction, eight drawn elements of each) equal central differences: 1 to
+- float64 gradients of the whole stack on the reference (the input, the initial states, every
+  weight of every layer and direction, eight drawn elements of each) equal central
+  differences, and the CPU's stack equals the reference's, forward and gradient: 1 to
   3 layers, one or two directions, dropout masks of 0/1 and fractional values, ragged
   lengths with 0 and T, both layouts, and per layer the LSTM's peepholes, projection and
   layer norm;
@@ -53,16 +54,42 @@ def _grad(cell, case, stack, backend, **upstream):
                                               stack, **upstream, backend=backend)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+_DRAWN = {"seed": st.integers(0, 2**32 - 1), "layers": st.integers(1, 3),
+          "bidirectional": st.booleans(), "batch_first": st.booleans(), "masks": st.booleans(),
+          "ragged": st.booleans()}
+
+
+def _drawn_case(cell, seed, **options):
+    return _case(np.random.default_rng(seed), cell, **options)
+
+
 @pytest.mark.parametrize("cell", CELLS)
-@given(seed=st.integers(0, 2**32 - 1), layers=st.integers(1, 3), bidirectional=st.booleans(),
-       batch_first=st.booleans(), masks=st.booleans(), ragged=st.booleans())
-def test_gradients_equal_central_differences(backend, cell, seed, layers, bidirectional,
-                                             batch_first, masks, ragged):
-    case = _case(np.random.default_rng(seed), cell, layers=layers, bidirectional=bidirectional,
-                 masks=masks, ragged=ragged, batch_first=batch_first)
-    f, vjp, args, names = stack_vjp_pair(cell, case, backend=backend)
+@given(**_DRAWN)
+def test_gradients_equal_central_differences(cell, seed, **options):
+    """On the reference; the CPU's stack is held to it on the same cases below."""
+    f, vjp, args, names = stack_vjp_pair(cell, _drawn_case(cell, seed, **options),
+                                         backend="reference")
     gc.check_vjp(f, vjp, args, names=names, samples=8, seed=seed % 1000).raise_if_failed()
+
+
+@pytest.mark.parametrize("cell", CELLS)
+@given(**_DRAWN)
+def test_the_cpu_stack_and_its_gradient_equal_the_reference(cell, seed, **options):
+    """The CPU's stack, forward and gradient of every array, to 1e-12 relative on the cases
+    the reference passes the oracle on: a stack is backend-independent code around its
+    layers' sequences, whose CPU gradients pass the oracle themselves
+    (``test_sequences_grad.py``, ``test_masks_cpu.py``, ``test_reverse_cpu.py``)."""
+    case = _drawn_case(cell, seed, **options)
+    (f_ref, vjp_ref, args, _), (f_cpu, vjp_cpu, _, names) = (
+        stack_vjp_pair(cell, case, backend=b) for b in ("reference", "cpu"))
+    want = f_ref(*args)
+    cotangent = tuple(np.random.default_rng(seed % 1000).standard_normal(np.shape(v))
+                      for v in want)
+    pairs = [*zip(f_cpu(*args), want, strict=True),
+             *zip(vjp_cpu(cotangent, *args), vjp_ref(cotangent, *args), strict=True)]
+    labels = [f"output {k}" for k in range(len(want))] + [f"d_{n}" for n in names]
+    for name, (got, expected) in zip(labels, pairs, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-13, err_msg=name)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
