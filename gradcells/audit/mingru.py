@@ -17,6 +17,7 @@ from importlib.metadata import version
 import numpy as np
 
 from .. import sequences
+from ..layouts import mingru_from_mingru_pytorch
 from ..oracle import check_vjp
 from ._engine import FLOAT64, Check, compare, judge, oracle_outcome
 
@@ -56,10 +57,9 @@ def _layer(case, kind="minGRU"):
 
 
 def _weights(case):
-    """gradcells's ``(w, b)``: the gate's columns, then the candidate's; no bias."""
-    dim = case["x"].shape[2]
-    rows = case["weight"]
-    return np.concatenate([rows[dim:].T, rows[:dim].T], axis=1), np.zeros(2 * dim)
+    """gradcells's ``(w, b)``: the gate's columns, then the candidate's; no bias
+    (``gc.layouts.mingru_from_mingru_pytorch``)."""
+    return tuple(mingru_from_mingru_pytorch(case["weight"]))
 
 
 def _parallel(case, x=None, h0=None, kind="minGRU"):

@@ -53,9 +53,15 @@ There is no ``gru_{from,to}_tf_v2``: TensorFlow has no second GRU block op (its
   o; ``slstm_{from,to}_xlstm`` convert xlstm's ``sLSTMCell`` parameters.
 * RG-LRU (§18.3): ``w_a, w_x [N, H/N, H/N]``, ``b_a, b_x, lam [H]``;
   ``rglru_{from,to}_recurrentgemma`` convert recurrentgemma's ``RGLRU`` parameters.
+* minGRU and minLSTM (§18.2): ``w [I, 2H]`` (gate, candidate) and ``[I, 3H]`` (f, i,
+  candidate), ``b``; ``{mingru,minlstm}_{from,to}_mingru_pytorch`` convert minGRU-pytorch's
+  bias-free layers.
+* the selective scan (§18.4): ``A [Dm, N]``, ``D``, ``delta_bias [Dm]``;
+  ``selective_{from,to}_mamba`` convert a ``Mamba`` block's ``A_log``, ``D`` and
+  ``dt_proj.bias``.
 
 One module per framework: ``torch``, ``keras``, ``onnx``, ``tensorflow`` (``BlockLSTMV2``),
-``xlstm``, ``recurrentgemma``,
+``xlstm``, ``recurrentgemma``, ``mingru_pytorch``, ``mamba``,
 what they share in ``_common``; every name of ``__all__`` is re-exported here.
 """
 
@@ -67,6 +73,13 @@ from .keras import (
     lstm_to_keras,
     rnn_from_keras,
     rnn_to_keras,
+)
+from .mamba import selective_from_mamba, selective_to_mamba
+from .mingru_pytorch import (
+    mingru_from_mingru_pytorch,
+    mingru_to_mingru_pytorch,
+    minlstm_from_mingru_pytorch,
+    minlstm_to_mingru_pytorch,
 )
 from .onnx import (
     gru_from_onnx,
@@ -102,6 +115,9 @@ __all__ = [
     "ConvertedStack", "stack_from_torch", "stack_to_torch",
     "slstm_from_xlstm", "slstm_to_xlstm",
     "rglru_from_recurrentgemma", "rglru_to_recurrentgemma",
+    "mingru_from_mingru_pytorch", "mingru_to_mingru_pytorch",
+    "minlstm_from_mingru_pytorch", "minlstm_to_mingru_pytorch",
+    "selective_from_mamba", "selective_to_mamba",
 ]
 
 

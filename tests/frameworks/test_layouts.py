@@ -581,3 +581,25 @@ def test_gru_from_onnx_runs_in_onnxruntime(onnx_run, rng, reset_after, batch, in
 def test_masked_arrays_are_refused_not_unmasked():
     with pytest.raises(TypeError, match="^w must be an array, got MaskedArray$"):
         layouts.lstm_to_torch(np.ma.masked_array(np.zeros((5, 8))), np.zeros(8))
+
+
+def test_selective_from_and_to_mamba_round_trip_and_name_what_they_cannot_hold():
+    """A ``Mamba`` block's ``A_log``, ``D`` and ``dt_proj.bias`` as the selective scan's
+    ``A = -exp(A_log)``, ``D`` and ``delta_bias`` (with its ``delta_softplus``), and back; a
+    non-negative ``A`` (no ``A_log``) and a wrong shape are named."""
+    rng = np.random.default_rng(12)
+    a_log, d, bias = rng.standard_normal((4, 3)), rng.standard_normal(4), rng.standard_normal(4)
+    converted = gc.layouts.selective_from_mamba(a_log, d, bias)
+    a, d_out, bias_out = converted
+    np.testing.assert_allclose(a, -np.exp(a_log), rtol=1e-15)
+    np.testing.assert_array_equal(d_out, d)
+    np.testing.assert_array_equal(bias_out, bias)
+    assert converted.options == {"delta_softplus": True}
+    back = gc.layouts.selective_to_mamba(*converted)
+    np.testing.assert_allclose(back["A_log"], a_log, rtol=1e-14, atol=1e-15)
+    assert set(back) == {"A_log", "D", "dt_proj.bias"}
+    with pytest.raises(ValueError, match="^A must be negative everywhere"):
+        gc.layouts.selective_to_mamba(np.abs(a), d, bias)
+    with pytest.raises(ValueError, match=r"^D must have shape \[Dm\] = \(4,\)"):
+        gc.layouts.selective_from_mamba(a_log, d[:3], bias)
+

@@ -161,3 +161,24 @@ def test_the_mingru_audit_agrees_or_shows_its_listed_faults():
         expected = f"known fault {check.fault}" if check.fault else "agrees"
         assert result.startswith(expected), (check.name, result)
 
+
+
+def test_the_converters_are_its_layout_and_round_trip():
+    """``gc.layouts.{mingru,minlstm}_{from,to}_mingru_pytorch`` equal this file's own reading
+    of its layout (rows: candidate, then gate; candidate, f, i), both ways; a bias it cannot
+    hold and a weight of no whole number of blocks are named."""
+    for (layer, w, b), linear, convert, back in (
+            (_layer_and_weights(), "to_hidden_and_gate", gc.layouts.mingru_from_mingru_pytorch,
+             gc.layouts.mingru_to_mingru_pytorch),
+            (_minlstm_and_weights(), "to_hidden_and_f_i_gate",
+             gc.layouts.minlstm_from_mingru_pytorch, gc.layouts.minlstm_to_mingru_pytorch)):
+        weight = getattr(layer, linear).weight
+        converted = convert(weight)
+        np.testing.assert_array_equal(converted[0], w)
+        np.testing.assert_array_equal(converted[1], b)
+        assert converted.options == {"batch_first": True}
+        np.testing.assert_array_equal(back(*converted), weight.detach().numpy())
+        with pytest.raises(ValueError, match="^b must be zero"):
+            back(w, b + 1)
+        with pytest.raises(ValueError, match=f"^{linear}_weight must have"):
+            convert(np.zeros((len(b) + 1, DIM)))
