@@ -9,6 +9,8 @@ ops against the oracle (``gradcells.audit``).
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import multiprocessing
 import sys
 import time
 from collections.abc import Sequence
@@ -149,6 +151,25 @@ def _check_row(row, row_index, args, progress: Progress) -> _Result:
     return result
 
 
+def _quiet_row(row, row_index, args) -> _Result:
+    return _check_row(row, row_index, args, Progress(0, enabled=False))
+
+
+def _in_processes(rows, args, progress: Progress) -> list[_Result]:
+    """``_check_row`` of every row in ``args.jobs`` new processes (spawned: CUDA and the
+    threaded libraries do not survive a fork). Each row draws from its own generator, so
+    the results are the one-process run's; the progress counts a row's cases as it ends."""
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
+        futures = [pool.submit(_quiet_row, row, k, args) for k, row in enumerate(rows)]
+        results = []
+        for future in futures:
+            results.append(future.result())
+            for _ in range(args.examples):
+                progress.step(results[-1].label)
+    return results
+
+
 CHECK_HEADER = ("op", "backend", "arrays", "dtype", "cases", "elements", "max abs err",
                 "result")
 
@@ -159,7 +180,8 @@ def _run_check(args) -> int:
         return rows
     progress = Progress(len(rows) * args.examples)
     start = time.perf_counter()
-    results = [_check_row(row, k, args, progress) for k, row in enumerate(rows)]
+    results = (_in_processes(rows, args, progress) if args.jobs > 1
+               else [_check_row(row, k, args, progress) for k, row in enumerate(rows)])
     progress.close()
     for line in table(CHECK_HEADER, [r.cells() for r in results]):
         print(line)
@@ -215,6 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--backends", nargs="+", choices=BACKENDS, metavar="NAME",
                        help=f"only these backends ({', '.join(BACKENDS)})")
     check.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), help="only these dtypes")
+    check.add_argument("--jobs", type=_positive_int, default=1, metavar="N",
+                       help="check the combinations in N processes (default 1)")
     check.add_argument("-v", "--verbose", action="store_true", help="print failing reports")
     check.set_defaults(run=_run_check)
 

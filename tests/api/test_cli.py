@@ -88,6 +88,7 @@ def test_unknown_op_and_bad_examples(capsys):
     (["check", "--examples", "x"], "argument --examples: must be a positive integer, got 'x'"),
     (["check", "--seed", "-1"], "argument --seed: must be a non-negative integer, got -1"),
     (["check", "--backends", "nope"], "argument --backends: invalid choice: 'nope'"),
+    (["check", "--jobs", "0"], "argument --jobs: must be a positive integer, got 0"),
     (["audit", "torch", "--seed", "-1"], "argument --seed: must be a non-negative integer"),
     (["audit", "torch", "--examples", "0"], "argument --examples: must be a positive integer"),
 ])
@@ -116,6 +117,17 @@ def test_seed_makes_runs_repeatable(capsys):
     first = capsys.readouterr().out.splitlines()[2]
     cli.main(argv)
     assert capsys.readouterr().out.splitlines()[2] == first
+
+
+def test_jobs_give_the_one_process_table_in_its_order(capsys):
+    """``--jobs 2``: the rows checked in two processes are the one-process run's, row for
+    row (each row draws from its own generator), in the same order."""
+    argv = ["check", "--examples", "2", "--backends", "reference", "--ops", "rnn_cell",
+            "gru_cell", "--seed", "3"]
+    assert cli.main(argv) == 0
+    alone = capsys.readouterr().out.splitlines()[:-1]       # the last line has the time
+    assert cli.main([*argv, "--jobs", "2"]) == 0
+    assert capsys.readouterr().out.splitlines()[:-1] == alone
 
 
 def test_module_entry_point():
