@@ -91,6 +91,28 @@ def projection(x, w_x, b, out):
         out += b
 
 
+def projection_of(x, w_x, b):
+    """``x_flat·w_x + b`` as a fresh ``[T, B, width]``."""
+    out = np.empty((x.shape[0], x.shape[1], w_x.shape[1]), x.dtype)
+    projection(x, w_x, contiguous(b), out)
+    return out
+
+
+def input_tangent(x, weights, tangents, lengths):
+    """The tangent of ``x_flat·w + b`` over all steps, ``dx·w + x·dw + db`` (None fields
+    zero), for the running inputs ``x`` and a weight set ``(w, b)``: the gate
+    pre-activations' tangent of a cell whose gates read ``x`` alone."""
+    dp = np.zeros((*x.shape[:2], weights.w.shape[1]), x.dtype)
+    if tangents.x is not None:
+        dp += projection_of(running_inputs(contiguous(tangents.x), lengths), weights.w,
+                            np.zeros_like(weights.b))
+    if tangents.w is not None:
+        dp += projection_of(x, tangents.w, np.zeros_like(weights.b))
+    if tangents.b is not None:
+        dp += tangents.b
+    return dp
+
+
 def step_outputs(count, shape, dtype):
     """``count`` new ``[T, B, H]`` arrays for a sequence's per-step outputs, as views of one
     block: NumPy asks the kernel for huge pages for allocations of 4 MiB and more, and one

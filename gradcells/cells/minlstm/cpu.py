@@ -32,8 +32,10 @@ from ..._core.plan import flat, previous_states
 from ...cpu._scan import identity_past_lengths, sequence_scan, upstream_steps
 from ...cpu._sequence import (
     contiguous,
+    input_tangent,
     lengths_of,
     projection,
+    projection_of,
     running_inputs,
     step_outputs,
     zero_stopped,
@@ -108,13 +110,6 @@ def minlstm_sequence_grad(x, h0, weights, seq, settings, *, d_f=None, d_i=None, 
     return MinLSTMSequenceGrads(x=dx, h0=d_h0, w=flat(x).T @ d_flat, b=d_bias)
 
 
-def projection_of(x, w_x, b):
-    """``x_flat·w_x + b`` as a fresh ``[T, B, width]``."""
-    out = np.empty((x.shape[0], x.shape[1], w_x.shape[1]), x.dtype)
-    projection(x, w_x, contiguous(b), out)
-    return out
-
-
 # --------------------------------------------------------------------------------------
 # forward mode (docs/spec.md §12)
 
@@ -134,7 +129,7 @@ def minlstm_sequence_jvp(x, h0, weights, tangents, settings):
     x_run, p, f, i, hc, a, c = _gates(x, weights, settings, lengths)
     h, h_final = sequence_scan(a, c, h0, settings, post=False)
     n_hidden = h0.shape[1]
-    dp = _input_tangent(x_run, weights, tangents, lengths)
+    dp = input_tangent(x_run, weights, tangents, lengths)
     di = f * i * (_sigmoid(-p[..., n_hidden:2 * n_hidden]) * dp[..., n_hidden:2 * n_hidden]
                   - _sigmoid(-p[..., :n_hidden]) * dp[..., :n_hidden])
     slope = 1 if settings.activation == "identity" else np.where(
@@ -150,19 +145,6 @@ def minlstm_sequence_jvp(x, h0, weights, tangents, settings):
 # the step: the sequence of one step (``gradcells._core.one_step``)
 minlstm_cell, minlstm_cell_grad, minlstm_cell_jvp = OneStep(
     CELL, minlstm_sequence, minlstm_sequence_grad, minlstm_sequence_jvp).ops()
-
-
-def _input_tangent(x, weights, tangents, lengths):
-    """``dp = dx·w + x·dw + db`` over all steps (the running inputs' tangent)."""
-    dp = np.zeros((*x.shape[:2], weights.w.shape[1]), x.dtype)
-    if tangents.x is not None:
-        dp += projection_of(running_inputs(contiguous(tangents.x), lengths), weights.w,
-                            np.zeros_like(weights.b))
-    if tangents.w is not None:
-        dp += projection_of(x, tangents.w, np.zeros_like(weights.b))
-    if tangents.b is not None:
-        dp += tangents.b
-    return dp
 
 
 # --------------------------------------------------------------------------------------
