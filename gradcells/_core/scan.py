@@ -22,10 +22,12 @@ from .arrays import namespace_of
 from .xpmath import sigmoid
 
 PARALLEL_FROM_STEPS = 8192
-""""auto" (the minGRU's and the minLSTM's ``method``) runs the parallel scan from this
-many steps on, the sequential one below. Not yet tuned: on a loaded two-core machine the
-CPU's chunked scan (two passes over ``a`` and ``c`` on two threads) was slower
-than the sequential one (one pass) at every size measured."""
+""""auto" (every scan op's ``method``) runs the parallel scan from this many steps on, the
+sequential one below; the CPU asks for enough cores too (``gradcells.cpu._scan``'s
+``PARALLEL_FROM_CORES``: on two cores its chunked scan, two passes over ``a`` and ``c`` on
+two threads, was slower than the sequential one at every size measured,
+docs/performance.md). The step threshold itself is not measured on a many-core machine
+or a GPU."""
 
 
 def scan_method(method: str, n_steps: int) -> str:

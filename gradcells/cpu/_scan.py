@@ -22,6 +22,11 @@ from ._compile import helper, kernel, kernel_array
 CHUNK = 64
 """Steps per chunk of every sequence op's parallel scan (``sequence_scan``)."""
 
+PARALLEL_FROM_CORES = 3
+""""auto" runs the chunked scan only where the process may use at least this many cores
+(and the sequence has ``PARALLEL_FROM_STEPS`` steps): on two cores the sequential scan was
+the faster at every size measured (docs/performance.md, "the linear scan")."""
+
 
 def _rows(a):
     """``[T, B, H]`` as ``[T, B·H]`` (a view)."""
@@ -163,8 +168,14 @@ def _workers(n_steps, chunk):
     use, at most one per chunk (1: the calling thread alone)."""
     if chunk <= 0 or n_steps <= chunk:
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(cores or 1, -(-n_steps // chunk)))
+    return max(1, min(_cores(), -(-n_steps // chunk)))
+
+
+def _cores():
+    """The cores this process may use."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _threaded_scan(a, c, s0, backward, post, chunk, out, s_final, workers):
@@ -202,11 +213,15 @@ def _at_once(calls):
 
 def sequence_scan(a, c, s0, settings, *, post):
     """The recurrence of a sequence op over ``a, c [T, B, H]`` from ``s0 [B, H]``:
-    ``(out, final)`` (``linear_scan``), chunked when the op's ``settings.method`` resolves
-    to "parallel" (``scan_method``; ``CHUNK`` steps a chunk). The forward (``post`` False)
+    ``(out, final)`` (``linear_scan``), chunked (``CHUNK`` steps a chunk) when the op's
+    ``settings.method`` is "parallel", or "auto" where ``scan_method`` resolves it so and the
+    process may use ``PARALLEL_FROM_CORES`` cores. The forward (``post`` False)
     runs backwards in time when ``settings.reverse`` (the backends run ``reverse`` with
     lengths natively), the adjoint (``post`` True) the other way."""
-    chunk = CHUNK if scan_method(settings.method, a.shape[0]) == "parallel" else 0
+    method = scan_method(settings.method, a.shape[0])
+    if settings.method == "auto" and _cores() < PARALLEL_FROM_CORES:
+        method = "sequential"
+    chunk = CHUNK if method == "parallel" else 0
     return linear_scan(a, c, s0, chunk=chunk, backward=settings.reverse != post, post=post)
 
 

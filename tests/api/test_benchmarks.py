@@ -186,6 +186,17 @@ def test_linear_scan_benchmark_compares_the_methods_with_a_copy(capsys):
     assert rows[1:] == ["gradcells sequential", "gradcells parallel", "copy"]
 
 
+def test_linear_scan_sweep_gives_each_size_and_what_auto_runs(capsys, monkeypatch):
+    import linear_scan
+
+    monkeypatch.setattr(linear_scan, "SWEEP", [(130, 1, 2), (8, 2, 4)])
+    linear_scan.main(["--sweep", "--repeats", "1"])
+    rows = [[cell.strip() for cell in row.split("|")[1:-1]]
+            for row in _table_rows(capsys.readouterr().out)]
+    assert [row[0] for row in rows[1:]] == ["(130, 1, 2)", "(8, 2, 4)"]
+    assert all(row[4] in ("sequential", "parallel") for row in rows[1:])
+
+
 def test_rglru_benchmark_compares_with_recurrentgemma(capsys):
     pytest.importorskip("recurrentgemma.torch.layers")
     import rglru

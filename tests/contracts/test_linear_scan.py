@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 import gradcells as gc
 from gradcells import _dispatch, cells, testing
+from gradcells._core import scan as scan_core
 from gradcells.cells.linear import gpu as linear_gpu
 from gradcells.cells.linear import spec
 from gradcells.cpu import _scan as cpu_scan
@@ -318,6 +319,22 @@ def test_the_parallel_method_is_within_the_stated_bound(kind, backend):
     assert np.all(np.abs(g_par.b - g_seq.b) <= factor * np.abs(g_abs.b))
     auto = gc.linear_scan(a, b, h0, backend=backend_name, **kw)
     assert np.array_equal(auto.h, seq.h)     # 300 < PARALLEL_FROM_STEPS
+
+
+@pytest.mark.parametrize("cores", [2, 4])
+def test_auto_on_the_cpu_runs_the_chunked_scan_only_with_enough_cores(cores, monkeypatch):
+    """With the step threshold lowered below T = 300, "auto" on the CPU is the parallel
+    method, bit for bit, where the process may use ``PARALLEL_FROM_CORES`` cores, and the
+    sequential method where it may not (two cores: docs/performance.md)."""
+    monkeypatch.setattr(scan_core, "PARALLEL_FROM_STEPS", 100)
+    monkeypatch.setattr(cpu_scan, "_cores", lambda: cores)
+    a, b, h0, kw = _case(5, "real", steps=300, batch=2, width=3, dtype=np.float32,
+                         options={}, decay=(0.98, 1.0))
+    runs = {method: gc.linear_scan(a, b, h0, method=method, backend="cpu", **kw)
+            for method in ("auto", "sequential", "parallel")}
+    assert not np.array_equal(runs["parallel"].h, runs["sequential"].h)
+    expected = "parallel" if cores >= cpu_scan.PARALLEL_FROM_CORES else "sequential"
+    assert np.array_equal(runs["auto"].h, runs[expected].h)
 
 
 # --------------------------------------------------------------------------------------

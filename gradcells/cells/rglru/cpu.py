@@ -16,11 +16,11 @@ and its gradient:
     rglru_grad_kernel(...)                     dp_a, dp_x, g∘m∘i, the sums
     dx += dp·Wᵀ,  dW = xᵀ·dp                   four batched BLAS calls
 
-``method`` "parallel" runs the scans chunked (``CHUNK`` steps a chunk), "sequential" step by
-step; "auto" as ``spec.scan_method``. With ``reverse`` and lengths the scans run backwards
-in time natively (``gradcells.cpu.NATIVE_REVERSE``), ``resets`` at their time positions.
-Forward mode and second order run the reference's formulas on NumPy arrays (the forward
-mode's products are BLAS calls there too).
+``method`` "parallel" runs the scans chunked, "sequential" step by step, "auto" as the
+CPU resolves it (``gradcells.cpu._scan.sequence_scan``). With ``reverse`` and lengths the
+scans run backwards in time natively (``gradcells.cpu.NATIVE_REVERSE``), ``resets`` at their
+time positions. Forward mode and second order run the reference's formulas on NumPy arrays
+(the forward mode's products are BLAS calls there too).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..._core.one_step import OneStep
-from ...cpu._scan import linear_scan
+from ...cpu._scan import sequence_scan
 from ...cpu._sequence import contiguous, lengths_of, running_inputs, zero_stopped
 from . import reference
 from ._cpu_kernels import rglru_decay_kernel, rglru_gates_kernel, rglru_grad_kernel
@@ -36,11 +36,7 @@ from .spec import (
     CELL,
     RGLRUSequence,
     RGLRUSequenceGrads,
-    scan_method,
 )
-
-CHUNK = 64
-"""Steps per chunk of the parallel scan."""
 
 _NONE = np.empty((0, 0, 0))
 
@@ -52,18 +48,6 @@ def _kernel_lengths(lengths):
 def _kernel_resets(settings):
     return (np.empty((0, 0), np.bool_) if settings.resets is None
             else np.ascontiguousarray(settings.resets, dtype=np.bool_))
-
-
-def _chunk(settings, n_steps):
-    return CHUNK if scan_method(settings.method, n_steps) == "parallel" else 0
-
-
-def _scan(a, c, s0, settings, post):
-    """The linear recurrence over ``a, c [T, B, H]`` from ``s0 [B, H]``: ``(out, final)``
-    (the forward runs backwards in time with ``reverse``, the adjoint, ``post``, the other
-    way)."""
-    return linear_scan(a, c, contiguous(s0), chunk=_chunk(settings, a.shape[0]),
-                       backward=settings.reverse != post, post=post)
 
 
 def block_product(x, w, out=None):
@@ -110,7 +94,7 @@ def rglru_sequence(x, h0, weights, settings):
     rglru_gates_kernel(p_a, p_x, x, contiguous(softplus(lam)), float(settings.c),
                        _tails(x.dtype), _kernel_resets(settings), _kernel_lengths(lengths),
                        r, i, a, c)
-    h, h_final = _scan(a, c, h0, settings, post=False)
+    h, h_final = sequence_scan(a, c, contiguous(h0), settings, post=False)
     zero_stopped((h,), lengths)
     return RGLRUSequence(r, i, h, h_final)
 
@@ -140,7 +124,7 @@ def rglru_sequence_grad(x, h0, weights, seq, settings, *, d_r=None, d_i=None, d_
     rglru_decay_kernel(r, sp, float(settings.c), tails[1], resets, kl, a)
     up = _upstream_steps(d_h, x.shape, dtype, lengths)
     final = np.zeros_like(h0) if d_h_final is None else d_h_final
-    g, d_h0 = _scan(a, up, final, settings, post=True)
+    g, d_h0 = sequence_scan(a, up, contiguous(final), settings, post=True)
     d_pa, d_px, dx = (np.empty(x.shape, dtype) for _ in range(3))
     d_ba, d_bx, d_sp = (np.zeros(n_hidden, dtype) for _ in range(3))
     bound = settings.sqrt_grad_bound
