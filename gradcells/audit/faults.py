@@ -583,7 +583,10 @@ _LIST = (
         "`1 - a² < 2.5e-7` (a tiny gate or `softplus(a_param)`, a very long memory). A "
         "documented convention (docs/spec.md §18.3): gradcells differentiates exactly by "
         "default and reproduces it with `sqrt_grad_bound=1000`, which "
-        "`gc.layouts.rglru_from_recurrentgemma`'s options carry (the audit's model).",
+        "`gc.layouts.rglru_from_recurrentgemma`'s options carry (the audit's model). Its JAX "
+        "layer does the same: `sqrt_bound_derivative(1 - a_squared, 1000)`, a `jax.custom_vjp` "
+        "whose backward is `jax.vjp(jnp.sqrt, jnp.maximum(x, 1 / (4 * max_gradient**2)))` "
+        "(`recurrentgemma/jax/layers.py`), and the audit's JAX rows match the same model.",
         "# PYTHONWARNINGS=ignore\n"
         "import torch\n"
         "from recurrentgemma.torch.layers import SqrtBoundDerivative\n"
@@ -591,10 +594,47 @@ _LIST = (
         "SqrtBoundDerivative.apply(z).backward()\n"
         "print('derivative of sqrt at 1e-8:', round(float(z.grad), 6))   # 1000.0, not 5000.0",
         ("RGLRU autograd (float64) vs gradcells (rglru_sequence_grad)",
-         "RGLRU autograd where its sqrt bound acts vs gradcells (rglru_sequence_grad)"),
+         "RGLRU autograd where its sqrt bound acts vs gradcells (rglru_sequence_grad)",
+         *(f"RGLRU (JAX, {scan}) {row}" for scan in ("LINEAR_NATIVE", "ASSOCIATIVE_NATIVE")
+           for row in ("vjp (float64) vs gradcells (rglru_sequence_grad)",
+                       "vjp where its sqrt bound acts vs gradcells (rglru_sequence_grad)",
+                       "vjp (float32) vs gradcells (rglru_sequence_grad)")),
+         "RGLRU (JAX, LINEAR_PALLAS) vjp (float32) vs gradcells"),
         "test_convention_81_the_sqrt_derivative_is_bounded_at_1000", kind="convention",
         test_file="tests/frameworks/test_audit_recurrentgemma.py",
         shows=r"derivative of sqrt at 1e-8: 1000\.0"),
+    Fault(
+        82, "recurrentgemma's JAX RG-LRU runs its scan in float32 whatever the input's dtype",
+        "`scan.linear_scan` takes `acc_float_dtype: jnp.dtype = jnp.float32` and "
+        "`RGLRU.__call__` (`recurrentgemma/jax/layers.py`) passes none: both scans a CPU runs "
+        "(`lru_linear_scan`: `h_t = a_t.astype(acc_dtype) * h_prev + x_t.astype(acc_dtype)`, "
+        "`h_out = h_t.astype(x.dtype)`; `lru_associative_scan`: `x = x.astype(acc_dtype)`, "
+        "`a = a.astype(acc_dtype)`) accumulate in float32, and `get_acc_dtype` asserts that a "
+        "given cache is float32 (`assert acc_float_dtype == h0.dtype`). With `jax_enable_x64` "
+        "and a float64 layer on float64 input, every output is a float32 number held in "
+        "float64, the final state is float32, and `jax.vjp` carries float32's rounding too. "
+        "The JAX twin of torch's fault 80 (its own code, `recurrentgemma/jax/scan.py`). The "
+        "audit's rows (float64, `LINEAR_NATIVE` and `ASSOCIATIVE_NATIVE`): against "
+        "gradcells's float64 forward and gradient they differ by float32's rounding and agree "
+        "to float32's tolerance (the model); its float32 rows agree with gradcells.",
+        "# PYTHONWARNINGS=ignore\n"
+        "import jax\n"
+        "import jax.numpy as jnp\n"
+        "from recurrentgemma.jax.layers import RGLRU\n"
+        "with jax.enable_x64(True):\n"
+        "    layer = RGLRU(width=4, num_heads=2, dtype=jnp.float64, param_dtype=jnp.float64)\n"
+        "    x = jax.random.normal(jax.random.PRNGKey(0), (1, 3, 4), jnp.float64)\n"
+        "    pos = jnp.arange(3)[None]\n"
+        "    y, last = layer.apply(layer.init(jax.random.PRNGKey(1), x, pos), x, pos)\n"
+        "    print('output dtype:', y.dtype, '| final state dtype:', last.dtype)   # float32\n"
+        "    print('outputs float32 numbers:', bool((y == y.astype(jnp.float32)).all()))",
+        tuple(f"RGLRU (JAX, {scan}) {row}" for scan in ("LINEAR_NATIVE", "ASSOCIATIVE_NATIVE")
+              for row in ("forward (float64) vs gradcells (rglru_sequence, resets)",
+                          "vjp (float64) vs gradcells (rglru_sequence_grad)",
+                          "vjp where its sqrt bound acts vs gradcells (rglru_sequence_grad)")),
+        "test_fault_82_the_jax_scan_runs_in_float32",
+        test_file="tests/frameworks/test_audit_recurrentgemma.py",
+        shows=r"final state dtype: float32\noutputs float32 numbers: True"),
     Fault(
         90, "Mamba's selective_scan_ref computes in float32 whatever it is given",
         "`selective_scan_ref` casts `u`, `delta`, `delta_bias`, `B` and `C` to float32 "
