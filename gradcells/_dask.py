@@ -1,7 +1,10 @@
 """Dask arrays in (docs/spec.md §13): every public cell, sequence and stack function, and its
 ``_grad``, ``_jvp`` and ``_grad_jvp``, runs on dask arrays chunked along the batch axis;
 so does the linear scan (docs/spec.md §18.1; ``SCAN_SPECS``: its ``a`` and ``b`` are read as
-``x``, its ``resets`` as a per-step constant).
+``x``, its ``resets`` as a per-step constant), and Mamba's selective scan (§18.4), whose
+arrays are labelled by its spec (``OpSpec.labels``: ``u, delta, z, B, C`` and the result
+chunked along ``Bt``, their other axes, ``L`` among them, one chunk; ``A``, ``D`` and
+``delta_bias`` whole, their gradients summed as the weights' are).
 
 A call whose first argument (``x``) is a dask array comes here from
 ``gradcells._interop.accepts_any_array``. The contract:
@@ -11,7 +14,8 @@ A call whose first argument (``x``) is a dask array comes here from
   the masks that have the batch axis) is one chunk along every other axis and chunked along
   the batch like ``x``; which axis is the batch comes from the op's shape labels in
   ``gradcells._core.specs`` (``("T", "B", "I")``, ``("B", "H")``, ..., T and B swapped with
-  ``batch_first``; a mask broadcast along the batch has none). Weights, and their tangents,
+  ``batch_first``; an optional axis an array lacks dropped, ``specs.shaped``; a mask
+  broadcast along the batch has none). Weights, and their tangents,
   have no batch axis: one chunk each. Anything else is a ``ValueError`` naming the argument
   and the ``rechunk`` that fixes it; so are unknown chunk sizes (NaN).
 * **Mixed arguments.** Any argument but ``x`` may be a NumPy (or CuPy) array instead: one with
@@ -58,7 +62,7 @@ import numpy as np
 
 from . import _validate as v
 from ._core import arrays, trees
-from ._core.specs import MASKS
+from ._core.specs import MASKS, shaped
 from ._core.types import record_settings
 from .cells import OPS, SCAN_SPECS, SPECS, STACKS, cell_of
 
@@ -137,7 +141,7 @@ def _labels(call, path):
     if head == spec.result_arg and rest:
         labels = dict(zip(spec.result._fields, spec.result_labels(), strict=True))[rest[0]]
     elif head in spec.inputs:
-        labels = spec.x_labels
+        labels = spec.input_labels(head)
     elif head in spec.states:
         labels = spec.state_labels[spec.states.index(head)]
         labels = ("L", *labels) if call.stack else labels
@@ -163,8 +167,9 @@ def _labels(call, path):
 
 def _batch_axis(call, path, shape):
     """The batch axis of an array of ``shape`` at ``path``, or None (none, or broadcast:
-    the labels are aligned from the right, as broadcasting does)."""
-    labels = _labels(call, path)
+    the labels, an optional axis the array lacks dropped, are aligned from the right, as
+    broadcasting does)."""
+    labels = shaped(_labels(call, path), len(shape))
     labels = labels[max(0, len(labels) - len(shape)):]
     if _BATCH not in labels:
         return None
@@ -193,8 +198,9 @@ def _checked_chunks(call, path, a, axis):
             raise ValueError(f"{name} is chunked along axis {k} ({what}); gradcells chunks "
                              f"only along the batch: {_rechunk_hint(name, a, axis, chunk)}")
     if axis is not None and a.chunks[axis] != call.chunks:
-        raise ValueError(f"{name}'s batch chunks {a.chunks[axis]} differ from x's "
-                         f"{call.chunks}: {_rechunk_hint(name, a, axis, call.chunks)}")
+        raise ValueError(f"{name}'s batch chunks {a.chunks[axis]} differ from "
+                         f"{call.spec.inputs[0]}'s {call.chunks}: "
+                         f"{_rechunk_hint(name, a, axis, call.chunks)}")
 
 
 def _array_slot(call, path, value):
@@ -361,7 +367,7 @@ def _results(call, func, template, x, keywords, meta):
     result = trees.map_with_path(
         lambda node, path: (_result_array(packed, path, node, x.dtype, xp)
                             if isinstance(node, _Out) else node),
-        _out_template(call, keywords))
+        _out_template(call, keywords, meta))
     if call.suffix in ("", "_jvp"):
         primal = result if call.suffix == "" else result[0]   # a _jvp's (primal, tangent)
         blocks = packed if call.suffix == "" else da.blockwise(
@@ -391,23 +397,27 @@ def _result_array(packed, path, out, dtype, xp):
     return parts.sum(axis=0, dtype=dtype)
 
 
-def _out_template(call, keywords):
+def _out_template(call, keywords, meta):
     """The result's structure, an ``_Out`` for every array: a forward's fields from the
-    result labels and the sizes of ``x`` and the states; a gradient's, its inputs'."""
+    result labels and the sizes of the inputs and the states (None where the call-time
+    check's result ``meta`` has none); a gradient's, its inputs'."""
     if call.suffix in ("_grad", "_grad_jvp"):
         grads = _grads_template(call)
         return grads if call.suffix == "_grad" else (grads, grads)
-    result = _stack_template(call, keywords) if call.stack else _sequence_template(call)
+    result = (_stack_template(call, keywords) if call.stack
+              else _sequence_template(call, meta if call.suffix == "" else meta[0]))
     return result if call.suffix == "" else (result, result)
 
 
 def _sizes(call):
-    """Every label's size, from ``x`` and the states (T, B, I, H, P)."""
+    """Every label's size, from the inputs and the states given (T, B, I, H, P; the
+    selective scan's Dm and N)."""
     sizes = {}
     for name in (*call.spec.inputs, *call.spec.states):
-        labels = _labels(call, (name,))
-        shape = call.inputs[(name,)].shape
-        sizes.update(zip(labels, shape, strict=True))
+        given = call.inputs.get((name,))
+        if given is not None:
+            labels = shaped(_labels(call, (name,)), len(given.shape))
+            sizes.update(zip(labels, given.shape, strict=True))
     return sizes
 
 
@@ -416,12 +426,17 @@ def _fields_out(call, labels_of, sizes):
             for labels in labels_of]
 
 
-def _sequence_template(call):
-    """An op's result: its fields' labels (per-step ones in the call's layout)."""
+def _sequence_template(call, meta=None):
+    """An op's result: its fields' labels (per-step ones in the call's layout); a field
+    the call-time check's result ``meta`` holds as None (the selective scan's
+    ``last_state`` not asked for) None."""
     spec, sizes = call.spec, _sizes(call)
     labels = [(lab[1], lab[0], *lab[2:]) if call.batch_first and lab[:1] == ("T",) else lab
               for lab in spec.result_labels()]
-    return spec.result(*_fields_out(call, labels, sizes))
+    outs = _fields_out(call, labels, sizes)
+    if meta is not None:
+        outs = [None if field is None else out for out, field in zip(outs, meta, strict=True)]
+    return spec.result(*outs)
 
 
 def _stack_type(call, grads):

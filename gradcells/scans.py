@@ -7,7 +7,8 @@ is ``gradcells.cells.linear.reference``; the backends ``gradcells.cells.linear.c
 
 The selective scan's math is ``gradcells.cells.selective.reference``, its validation
 ``gradcells._validate.selective``; its arrays are in Mamba's layout, so ``gradcells._order``
-has nothing to reorder for it.
+has nothing to reorder for it; dask arrays chunked along ``Bt`` are taken as for the other
+ops (``gradcells._dask`` reads its arrays' labels from its spec).
 
 Neither is a cell: no input ``x``, no weights, no step and no stack, so their four
 functions each are written here instead of being compiled from a ``CellSpec``
@@ -16,12 +17,7 @@ functions each are written here instead of being compiled from a ``CellSpec``
 
 from __future__ import annotations
 
-import functools
-
-import numpy as np
-
 from . import _dispatch, _order
-from ._core import arrays
 from ._core.types import Array, record_settings
 from ._interop import accepts_any_array, computes_half_in_single
 from ._validate.scans import scan_args, scan_grad_args, scan_tangents, scan_upstream_tangents
@@ -174,26 +170,10 @@ def linear_scan_grad_jvp(a: Array, b: Array, h0: Array, result: LinearScan,
                                 settings, {**upstream, **upstream_t})
 
 
-def _no_dask(function):
-    """``function`` refusing dask arrays with a ``TypeError`` (the selective scan's arrays
-    are not time-major, so ``gradcells._dask``'s blockwise does not take them), then
-    ``_any_array``'s."""
-    wrapped = _any_array(function)
-
-    @functools.wraps(function)
-    def wrapper(*args, **kwargs):
-        first = args[0] if args else next(iter(kwargs.values()), None)
-        if type(first) is not np.ndarray and arrays.is_dask(first):
-            raise TypeError(f"{function.__name__} does not take dask arrays (u is one); "
-                            "compute them first")
-        return wrapped(*args, **kwargs)
-    return wrapper
-
-
 _SELECTIVE_SETTINGS = ("delta_softplus", "reverse", "return_last_state")
 
 
-@_no_dask
+@_any_array
 def selective_scan(u: Array, delta: Array, A: Array, B: Array, C: Array, *,
                    D: Array | None = None, z: Array | None = None,
                    delta_bias: Array | None = None, delta_softplus: bool = False,
@@ -223,7 +203,7 @@ def selective_scan(u: Array, delta: Array, A: Array, B: Array, C: Array, *,
                            settings)
 
 
-@_no_dask
+@_any_array
 def selective_scan_grad(u: Array, delta: Array, A: Array, B: Array, C: Array,
                         result: SelectiveScan, *, D: Array | None = None,
                         z: Array | None = None, delta_bias: Array | None = None,
@@ -257,7 +237,7 @@ def selective_scan_grad(u: Array, delta: Array, A: Array, B: Array, C: Array,
                                     **upstream)
 
 
-@_no_dask
+@_any_array
 def selective_scan_jvp(u: Array, delta: Array, A: Array, B: Array, C: Array,
                        tangents: SelectiveScanGrads | None, *, D: Array | None = None,
                        z: Array | None = None, delta_bias: Array | None = None,
@@ -281,7 +261,7 @@ def selective_scan_jvp(u: Array, delta: Array, A: Array, B: Array, C: Array,
     return record_settings(result, settings), t_result
 
 
-@_no_dask
+@_any_array
 def selective_scan_grad_jvp(u: Array, delta: Array, A: Array, B: Array, C: Array,
                             result: SelectiveScan, tangents: SelectiveScanGrads | None, *,
                             D: Array | None = None, z: Array | None = None,

@@ -8,6 +8,12 @@ Shape labels: ``T`` steps, ``B`` batch, ``I`` input size, ``H`` cell size, ``P``
 recurrent width (its projection's, else H), ``I+H``, ``I+P``, ``2H``, ``4H``, ``C`` for
 the GRU candidate bias (``H``, or ``2H`` reset-after), and ``N``, ``H/N``, ``4H/N`` for the
 sLSTM's heads (N read from the weight whose first axis it labels, ``r``; N divides H).
+
+Ops whose arrays are not time-major declare each array's labels (``OpSpec.labels``); the
+selective scan's (Mamba's layout): ``B`` its batch ``Bt``, ``Dm`` its channels, ``N`` its
+state size, ``T`` its steps ``L``, and ``G?`` the groups of ``B`` and ``C``, an optional
+axis (``OPTIONAL``): ``("B", "G?", "N", "T")`` labels both ``[Bt, N, L]`` and ``[Bt, G, N,
+L]`` (``shaped``). The batch axis is the one labelled ``B`` wherever it stands.
 """
 
 from __future__ import annotations
@@ -17,6 +23,27 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 Labels = tuple[str, ...]
+
+OPTIONAL = "?"
+"""The suffix of a label whose axis an array may lack (the selective scan's groups,
+``G?``): ``shaped`` drops it from the labels of such an array."""
+
+
+def shaped(labels: Labels, ndim: int) -> Labels:
+    """The labels of an array of ``ndim`` axes labelled ``labels``: with fewer axes than
+    labels, the optional ones (``OPTIONAL``) dropped as far as that goes, left to right;
+    otherwise ``labels`` as they are (an array with still fewer axes is aligned from the
+    right by its reader, as broadcasting does)."""
+    missing = len(labels) - ndim
+    if missing <= 0 or not any(label.endswith(OPTIONAL) for label in labels):
+        return labels
+    kept = []
+    for label in labels:
+        if missing > 0 and label.endswith(OPTIONAL):
+            missing -= 1
+        else:
+            kept.append(label)
+    return tuple(kept)
 
 
 CHECKS = ("bool", "choice", "real", "clip", "positive", "bound")
@@ -68,6 +95,14 @@ class OpSpec:
     ``result_name`` (else ``seq`` or ``state``), and the per-step arrays that are data, not
     differentiated, in ``constants`` with their labels (the linear scan's ``resets``,
     ``("T", "B")``).
+
+    An op whose arrays are not time-major declares their shape labels in ``labels``, by
+    name, one namespace for its ``inputs`` and its result's fields (a field's upstream
+    ``d_<field>`` is labelled as the field): these replace the derived ones (the selective
+    scan's, Mamba's ``[Bt, Dm, L]`` layout: ``"u": ("B", "Dm", "T")``, ``"A": ("Dm",
+    "N")``, ``"B": ("B", "G?", "N", "T")``, ...). ``optional_results``: the result fields
+    computed only when a setting is true, each with that setting (the selective scan's
+    ``last_state``, by ``return_last_state``), None otherwise.
     """
 
     name: str
@@ -84,6 +119,8 @@ class OpSpec:
     result_name: str | None = None
     constants: Mapping[str, Labels] = field(default_factory=dict)
     x_width: str = "I"
+    labels: Mapping[str, Labels] = field(default_factory=dict)
+    optional_results: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def grad_name(self) -> str:
@@ -98,8 +135,16 @@ class OpSpec:
     def x_labels(self) -> Labels:
         return ("T", "B", self.x_width) if self.sequence else ("B", self.x_width)
 
+    def input_labels(self, name: str) -> Labels:
+        """The shape labels of the input ``name`` (``x_labels`` unless ``labels`` says)."""
+        return self.labels.get(name, self.x_labels)
+
     def _labels(self, name: str) -> Labels:
-        """``[B, ·]`` or ``[T, B, ·]`` for a result field or upstream gradient ``name``."""
+        """``[B, ·]`` or ``[T, B, ·]`` for a result field or upstream gradient ``name``
+        (unless ``labels`` gives the field's)."""
+        own = self.labels.get(name.removeprefix("d_"))
+        if own is not None:
+            return own
         width = self.h_width if name.removeprefix("d_") in ("h", "h_final") else "H"
         return (("B", width) if not self.sequence or name.endswith("_final")
                 else ("T", "B", width))

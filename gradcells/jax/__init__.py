@@ -8,9 +8,10 @@ returns the op's result NamedTuple of JAX arrays. The primal is ``gc.<op>``'s, r
 kernels run on the host through ``jax.pure_callback``. ``seq_len`` and the masks are
 constants to the derivative; the other keywords are static. ``linear_scan`` (docs/spec.md
 §18.1) too, real and complex (its ``a``, ``b`` read as ``x``, ``resets`` a constant; JAX's
-complex convention, the conjugate of gradcells's: ``_primitives``). ``selective_scan``
-(§18.4, Mamba's layout) apart, ``jit`` and ``grad`` only (``_selective``). Importing this module
-imports JAX; ``import gradcells`` does not.
+complex convention, the conjugate of gradcells's: ``_primitives``), and ``selective_scan``
+(§18.4, Mamba's layout, its arrays' labels its spec's; ``vmap`` folds into ``Bt``;
+``last_state`` None unless ``return_last_state``). Importing this module imports JAX;
+``import gradcells`` does not.
 
 Errors (docs/spec.md §16.3): shapes, dtypes and settings are checked at trace time, each the
 ``TypeError``/``ValueError`` the NumPy call gives. Values known only at run time (a traced
@@ -24,8 +25,7 @@ from __future__ import annotations
 
 from ._ops import FORWARD
 from ._primitives import named_errors
-from ._selective import selective_scan
 
 globals().update(FORWARD)
 
-__all__ = ["named_errors", "selective_scan", *FORWARD]
+__all__ = ["named_errors", *FORWARD]

@@ -8,7 +8,11 @@ differentiable ones (x, the states, the weights), then the constants (``seq_len`
 masks: arrays, no derivative flows into them). The other keywords are static. A stack is
 its sequences composed in JAX (each layer and direction one ``<cell>_sequence`` call, the
 layers' outputs joined and masked by ``jax.numpy``), so every result field, its ``layers``
-too, is differentiable.
+too, is differentiable. The scans (``SCAN_SPECS``) too, each checked by its own validation
+(``SCAN_ARGS``), the selective scan with its arrays' labels from its spec (Mamba's
+layout). A result field computed only on request (``OpSpec.optional_results``: the
+selective scan's ``last_state``) is always computed by the primitives and returned as None
+unless asked for, so a loss on it is differentiated when it is.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ import gradcells as gc
 from .. import _dispatch, stacks
 from .. import _validate as v
 from .._core import trees
-from .._core.specs import MASKS
+from .._core.specs import MASKS, shaped
 from .._validate.scans import scan_args
+from .._validate.selective import selective_args
 from ..cells import OPS, SCAN_SPECS, STACKS
 from ..cells.lstm.spec import NORM_ARRAYS, LSTMNorm
 from ._primitives import Call, forward_p
@@ -69,19 +74,24 @@ def _flat_arrays(spec, arguments):
     return named
 
 
+SCAN_ARGS = {"linear_scan": scan_args, "selective_scan": selective_args}
+"""The validation of each op of ``SCAN_SPECS`` (no x, no weights: its own), taking its
+arrays in ``OpSpec.arrays`` order and its keywords and constants by name."""
+
+
 def _checked(spec, arrays, constants, options):
     """Validate the call as ``gc.<op>`` would (``ValueError``/``TypeError`` naming the
     argument); returns the settings record of the stand-ins."""
     stand = {n: _stand_in(a) for n, a in arrays.items()}
     keywords = {k: o for k, o in options.items() if k != "backend"}
-    if spec.sequence:
-        masks = {n: _stand_in(constants[n], True) for n in MASKS if n in constants}
-        keywords.update(seq_len=_stand_in(constants["seq_len"], True), masks=masks)
-    if spec.name in SCAN_SPECS:      # the linear scan: its own validation (no x, no weights)
-        keywords.pop("masks", None)
-        _, settings = scan_args(*(stand[n] for n in spec.arrays), **{
-            **keywords, **{n: _stand_in(constants[n], True) for n in spec.constants}})
+    values = {n: _stand_in(c, True) for n, c in constants.items()}
+    if spec.name in SCAN_SPECS:
+        _, settings = SCAN_ARGS[spec.name](*(stand[n] for n in spec.arrays), **keywords,
+                                           **values)
     else:
+        if spec.sequence:
+            masks = {n: values[n] for n in MASKS if n in values}
+            keywords.update(seq_len=values["seq_len"], masks=masks)
         _, settings = v.forward_args(spec.name, stand["x"], [stand[s] for s in spec.states],
                                      _weights_in(spec, stand), **keywords)
     _dispatch.backend_for(options.get("backend"), "numpy")
@@ -89,13 +99,17 @@ def _checked(spec, arrays, constants, options):
 
 
 def _result_shapes(spec, arrays, batch_first):
-    """Each result field's shape, from the spec's labels and the arrays' sizes."""
+    """Each result field's shape, from the spec's labels and the sizes of the inputs and
+    states given."""
     def ordered(labels):
         return (labels[1], labels[0], *labels[2:]) if batch_first and len(labels) == 3 else labels
 
-    sizes = dict(zip(ordered(spec.x_labels), arrays[spec.inputs[0]].shape, strict=True))
-    for labels, name in zip(spec.state_labels, spec.states, strict=True):
-        sizes.update(zip(labels, arrays[name].shape, strict=True))
+    sizes = {}
+    labelled = [(spec.input_labels(n), n) for n in spec.inputs]
+    for labels, name in [*labelled, *zip(spec.state_labels, spec.states, strict=True)]:
+        if arrays[name] is not None:
+            shape = np.shape(arrays[name])
+            sizes.update(zip(shaped(ordered(labels), len(shape)), shape, strict=True))
     return [tuple(sizes[label] for label in ordered(labels))
             for labels in spec.result_labels()]
 
@@ -116,7 +130,11 @@ def _op(name):
         given = {n: arguments[n] for n in constants}
         options = {k: o for k, o in arguments.items()
                    if k not in array_args and k not in constants}
-        _checked(spec, arrays, given, options)
+        settings = _checked(spec, arrays, given, options)
+        # a field computed only when asked for is always computed (so that every call of
+        # the op has its result's every field), and returned only when asked for
+        asked = {f: bool(getattr(settings, flag)) for f, flag in spec.optional_results.items()}
+        options.update(dict.fromkeys(spec.optional_results.values(), True))
         diff = tuple(n for n in spec.flat_arrays if arrays[n] is not None)
         const = tuple(n for n in constants if given[n] is not None)
         operands = [jnp.asarray(arrays[n]) for n in diff] + [jnp.asarray(given[n]) for n in const]
@@ -130,7 +148,9 @@ def _op(name):
         except TypeError:
             raise TypeError(f"{name}'s keywords {sorted(options)} must be Python values "
                             "(numbers, strings, bools, None): they are static to JAX") from None
-        return spec.result(*forward_p.bind(*operands, call=call, grad=()))
+        result = forward_p.bind(*operands, call=call, grad=())
+        return spec.result(*(r if asked.get(f, True) else None
+                             for f, r in zip(spec.result._fields, result, strict=True)))
 
     op.__doc__ = (f"``gc.{name}`` as a JAX function (jit, grad, vjp, jvp, vmap): the primal "
                   f"from ``gc.{name}``, reverse mode from ``gc.{name}_grad``, forward mode "
@@ -195,9 +215,5 @@ def _stack(name, sequence):
     return op
 
 
-OWN = ("selective_scan",)
-"""The ops whose arrays are not time-major (Mamba's ``[Bt, Dm, L]``): written apart
-(``gradcells.jax._selective``), not through the generic primitives."""
-
-FORWARD = {name: _op(name) for name in (*OPS, *SCAN_SPECS) if name not in OWN}
+FORWARD = {name: _op(name) for name in (*OPS, *SCAN_SPECS)}
 FORWARD.update({name: _stack(name, FORWARD[seq]) for name, seq in STACKS.items()})

@@ -21,7 +21,10 @@ is a primitive too, ``vjp_p``, whose JVP rule emits ``grad_jvp_p`` = ``gc.<op>_g
 Not supported (``NotImplementedError``): ``jvp`` of ``jvp`` and ``grad`` of ``grad``.
 
 ``vmap`` folds the mapped axis into the op's batch axis when only per-row arrays are mapped
-(x, the states, seq_len; the weights and masks shared): one call on ``N·B`` rows. Anything
+(x, the states, seq_len; the selective scan's ``u, delta, z, B, C``; the weights, the
+selective scan's ``A, D, delta_bias`` and the masks shared): one call on ``N·B`` rows, each
+operand's batch axis read from the op's shape labels (``OpSpec.labels`` where it declares
+them). Anything
 else (a mapped weight, a per-row mask, the gradients, whose weight gradients are per
 example) maps sequentially: ``lax.map`` over the mapped axis, one call per index.
 """
@@ -41,7 +44,7 @@ from jax.interpreters import ad, batching, mlir
 
 import gradcells as gc
 
-from .._core.specs import MASKS
+from .._core.specs import MASKS, shaped
 from ..cells import OPS, SCAN_SPECS
 from ..cells.lstm.spec import NORM_ARRAYS, LSTMNorm
 
@@ -87,6 +90,13 @@ def _grouped(names, values):
     return named
 
 
+def _tangents(call, arrays):
+    """The op's gradient type holding ``arrays``, the diff arrays' tangents, by flat name
+    (None for an array not given)."""
+    fields = dict.fromkeys(call.spec.grads._fields)
+    return call.spec.grads(**{**fields, **_grouped(call.diff, arrays)})
+
+
 def _flat(grads, names):
     """The fields ``names`` (flat, as ``Call.diff``) of a gradient NamedTuple."""
     return [getattr(grads.layer_norm, n.split(".")[1]) if n.startswith("layer_norm.")
@@ -111,7 +121,7 @@ def _host_jvp(call, grad, *arrays):
     operands: the arrays, the constants, the result, the tangents)."""
     arrays = _host(arrays)
     n = len(call.diff) + len(call.const)
-    tangents = call.spec.grads(**_grouped(call.diff, arrays[n + len(call.out):]))
+    tangents = _tangents(call, arrays[n + len(call.out):])
     _, d_result = getattr(gc, f"{call.op}_jvp")(**call.keywords(arrays[:n]),
                                                 tangents=tangents)
     return tuple(np.zeros(s, d) if t is None else np.asarray(t, d)
@@ -173,7 +183,7 @@ def _host_grad_jvp(call, grad, *arrays):
     n = len(call.diff) + len(call.const)
     keywords[call.spec.result_arg] = getattr(gc, call.op)(**call.keywords(arrays[:n]))
     d_inputs, d_upstream = rest[:len(call.diff)], rest[len(call.diff):]
-    tangents = call.spec.grads(**_grouped(call.diff, d_inputs))
+    tangents = _tangents(call, d_inputs)
     _, d_grads = getattr(gc, f"{call.op}_grad_jvp")(
         **keywords, tangents=tangents,
         **{f"{u}_tangent": t for u, t in zip(grad[0], d_upstream, strict=True)})
@@ -328,7 +338,7 @@ def _operand_labels(p, call):
     """The shape labels of ``p``'s operands (weights: none with ``B``; the masks marked
     ``None``: they broadcast, and fold only when their ``B`` extent is 1)."""
     spec = call.spec
-    by_name = {**dict.fromkeys(spec.inputs, spec.x_labels),
+    by_name = {**{n: spec.input_labels(n) for n in spec.inputs},
                **dict(zip(spec.states, spec.state_labels, strict=True)),
                "seq_len": ("B",), **spec.constants}
     diff = [by_name.get(n, ()) for n in call.diff]
@@ -348,7 +358,8 @@ def _folded(p, operands, dims, call):
     for every row: the mapped axis is moved before the batch axis and merged with it, an
     unmapped per-row operand repeated. None when it cannot be."""
     batch_first = dict(call.options).get("batch_first", False)
-    labels = _operand_labels(p, call)
+    labels = [lab if lab is None else shaped(lab, a.ndim - (d is not None))
+              for lab, a, d in zip(_operand_labels(p, call), operands, dims, strict=True)]
     axes = [_batch_axis(lab, batch_first) for lab in labels]
     n = next(a.shape[d] for a, d in zip(operands, dims, strict=True) if d is not None)
     names = [*call.diff, *call.const]

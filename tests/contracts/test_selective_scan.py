@@ -372,13 +372,6 @@ def test_bad_arguments_raise_named_errors():
         assert name in str(info.value), f"{what}: {info.value}"
 
 
-def test_dask_is_refused_by_name():
-    da = pytest.importorskip("dask.array")
-    (u, delta, A, B, C), _ = _case(15)
-    with pytest.raises(TypeError, match="dask"):
-        gc.selective_scan(da.from_array(u), delta, A, B, C)
-
-
 def test_torch_tensors_in_torch_tensors_out():
     arrays, keywords = _case(16)
     result = gc.selective_scan(*(torch.tensor(a) for a in arrays),

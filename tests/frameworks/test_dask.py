@@ -1,5 +1,6 @@
-"""Dask arrays in (docs/spec.md §13, ``gradcells._dask``): every op family on dask arrays
-chunked along the batch equals the single-array call (forward, gradient with the weight
+"""Dask arrays in (docs/spec.md §13, ``gradcells._dask``): every op family (Mamba's selective
+scan among them, its batch ``Bt`` read from its spec's labels) on dask arrays chunked along
+the batch equals the single-array call (forward, gradient with the weight
 gradients tree-reduced over the chunks, JVP, the gradient's JVP; lengths and masks chunked
 with the batch), float64, on the default threaded scheduler; nothing computes before
 ``.compute()``; each chunk runs once; chunkings gradcells cannot run are ``ValueError``s
@@ -41,6 +42,13 @@ FAMILIES = {
                                               batch_first=True),
     "rnn_stack": lambda rng: cases.stack_case(rng, "rnn", batch=B, steps=4, hidden=5,
                                               bidirectional=False, layers=3),
+    # Mamba's layout ([Bt, Dm, L], A [Dm, N], B and C 3-D or grouped 4-D): a variant's
+    # name after "[" (docs/spec.md §18.4)
+    "selective_scan[grouped]": lambda rng: cases.selective_scan_case(
+        rng, batch=B, channels=4, state=2, steps=5, groups_b=2, groups_c=4,
+        delta_softplus=True, reverse=True),
+    "selective_scan[plain]": lambda rng: {**cases.selective_scan_case(
+        rng, batch=B, channels=2, state=3, steps=4, optional=False), "return_last_state": False},
 }
 
 
@@ -93,21 +101,23 @@ def _like(rng, tree):
 
 def _upstream(rng, name, result):
     """Every upstream gradient of ``name``'s gradient (and its tangent), drawn."""
-    params = inspect.signature(getattr(gc, f"{name}_grad_jvp")).parameters
+    params = inspect.signature(getattr(gc, f"{name.partition('[')[0]}_grad_jvp")).parameters
     fields = dict(zip(type(result)._fields, result, strict=True))
     return {p: _like(rng, fields[p.removeprefix("d_").removesuffix("_tangent")])
             for p in params if p.startswith("d_")}
 
 
 def _call(name, suffix, case, **extra):
-    """``gc.<name><suffix>`` on ``case``'s arguments that it takes, and ``extra``."""
-    func = getattr(gc, name + suffix)
+    """``gc.<name><suffix>`` on ``case``'s arguments that it takes, and ``extra`` (``name``
+    a family's: a variant's ``[...]`` ignored)."""
+    func = getattr(gc, name.partition("[")[0] + suffix)
     params = inspect.signature(func).parameters
     return func(**{k: v for k, v in {**case, **extra}.items() if k in params})
 
 
 def _result_arg(name):
-    return "stack" if name.endswith("_stack") else "state" if name.endswith("_cell") else "seq"
+    return ("stack" if name.endswith("_stack") else "state" if name.endswith("_cell")
+            else "result" if name.startswith("selective_scan") else "seq")
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -198,6 +208,25 @@ def test_chunkings_it_cannot_run_are_value_errors_saying_how_to_rechunk(rng, cha
     args = change(_chunked(_sequence_args(rng)))
     with pytest.raises(ValueError, match=match):
         gc.rnn_sequence(**args)
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda a: {**a, "u": a["u"].rechunk({2: 2})},
+     r"u is chunked along axis 2 \(its batch axis is 0\).*"
+     r"rechunk it: u.rechunk\(\{0: 3, 1: -1, 2: -1\}\)"),
+    (lambda a: {**a, "B": a["B"].rechunk({0: 2})},
+     r"B's batch chunks \(2, 2, 2, 1\) differ from u's \(3, 3, 1\)"
+     r".*B.rechunk\(\{0: \(3, 3, 1\), 1: -1, 2: -1, 3: -1\}\)"),
+    (lambda a: {**a, "A": a["A"].rechunk({0: 2})},
+     r"A is chunked along axis 0 \(it has no batch axis\)"),
+    (lambda a: {**a, "C": a["C"][:2]}, r"C has 2 rows on its batch axis 0, u has 7"),
+])
+def test_selective_scan_chunkings_it_cannot_run_are_named(rng, change, match):
+    """The selective scan's time axis L, like every axis but ``Bt``, is one chunk; grouped
+    ``B`` and ``C`` are chunked like ``u``; ``A`` has no batch axis."""
+    args = change(_chunked(FAMILIES["selective_scan[grouped]"](rng)))
+    with pytest.raises(ValueError, match=match):
+        gc.selective_scan(**args)
 
 
 def test_a_gradient_chunked_unlike_its_forward_is_a_value_error(rng):

@@ -342,7 +342,7 @@ def test_the_rglru_module_is_recurrentgemmas_layer_on_the_sequence():
 
 
 def _selective_case(seed=21, optional=True, **sizes):
-    case = cases.selective_scan_case(np.random.default_rng(seed), **sizes)
+    case = cases.selective_scan_case(np.random.default_rng(seed), optional=optional, **sizes)
     names = [k for k in gc.SelectiveScanGrads._fields if case[k] is not None]
     return names, case
 
@@ -408,3 +408,88 @@ def test_jax_selective_scan_jit_grad_equals_numpy():
                                   gc.selective_scan(*arrays[:5]).y)
     with pytest.raises(ValueError, match="delta must have shape"):
         gj.selective_scan(arrays[0], arrays[1][:, :, :2], *arrays[2:5])
+
+
+_SELECTIVE_JAX = {
+    "grouped-D-z-bias-last_state": (dict(seed=25, batch=2, channels=4, state=2, steps=3,
+                                         groups_b=2, groups_c=4, delta_softplus=True,
+                                         reverse=True), True),
+    "plain": (dict(seed=26, optional=False, batch=2, channels=2, state=3, steps=3), False),
+}
+
+
+@pytest.mark.parametrize("variant", _SELECTIVE_JAX)
+def test_jax_selective_scan_jvp_vmap_and_hessian_vector_products_equal_numpy(variant,
+                                                                             monkeypatch):
+    """Through the generic primitives: ``jax.jvp`` equals ``gc.selective_scan_jvp``;
+    ``jax.vmap`` over the per-row arrays (u, delta, z, B, C) is one call on N·Bt rows
+    (folded into ``Bt``) and over ``A`` one call per index, each equal to a loop of
+    ``gc.selective_scan``; ``jax.grad`` and its ``jax.jvp`` (a Hessian-vector product)
+    equal ``gc.selective_scan_grad`` and ``_grad_jvp``; ``last_state`` is None unless
+    asked for."""
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    import gradcells.jax as gj
+
+    sizes, last = _SELECTIVE_JAX[variant]
+    names, case = _selective_case(**sizes)
+    arrays = {k: case[k] for k in names}
+    settings = {k: sizes.get(k, False) for k in ("delta_softplus", "reverse")}
+    settings["return_last_state"] = last
+    real = gc.selective_scan
+    result = real(**arrays, **settings)
+    assert (result.last_state is None) is not last
+    rng = np.random.default_rng(27)
+    t = {k: rng.standard_normal(v.shape) for k, v in arrays.items()}
+    tangents = gc.SelectiveScanGrads(**{**dict.fromkeys(gc.SelectiveScanGrads._fields), **t})
+
+    def scan(a):
+        return tuple(gj.selective_scan(**a, **settings))
+
+    _, got = jax.jvp(scan, (arrays,), (t,))
+    _, want = gc.selective_scan_jvp(**arrays, tangents=tangents, **settings)
+    assert (got[1] is None) is not last
+    for g, w in zip(got, want, strict=True):
+        if w is not None:
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-13)
+
+    calls = []
+
+    def counted(**kwargs):
+        calls.append(kwargs["u"].shape[0])
+        return real(**kwargs)
+
+    monkeypatch.setattr(gc, "selective_scan", counted)
+    per_row = [k for k in ("u", "delta", "z", "B", "C") if k in arrays]
+    stacked = {k: np.stack([arrays[k], 1.5 * arrays[k]]) for k in arrays}
+    mapped = jax.vmap(lambda m: scan({**arrays, **m}))({k: stacked[k] for k in per_row})
+    assert calls == [2 * case["u"].shape[0]]
+    calls.clear()
+    by_a = jax.vmap(lambda A: scan({**arrays, "A": A}))(stacked["A"])
+    assert calls == [case["u"].shape[0]] * 2
+    for k in range(2):
+        for got, want in ((tuple(f[k] for f in mapped if f is not None),
+                           real(**{**arrays, **{n: stacked[n][k] for n in per_row}},
+                                **settings)),
+                          (tuple(f[k] for f in by_a if f is not None),
+                           real(**{**arrays, "A": stacked["A"][k]}, **settings))):
+            for g, w in zip(got, (w for w in want if w is not None), strict=True):
+                np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-13)
+
+    d_y = rng.standard_normal(result.y.shape)
+    d_last = rng.standard_normal(result.last_state.shape) if last else None
+
+    def loss(a):
+        r = gj.selective_scan(**a, **settings)
+        return (r.y * d_y).sum() + ((r.last_state * d_last).sum() if last else 0.0)
+
+    grads = gc.selective_scan_grad(**arrays, result=result, d_y=d_y, d_last_state=d_last)
+    _, hvp = gc.selective_scan_grad_jvp(**arrays, result=result, tangents=tangents, d_y=d_y,
+                                        d_last_state=d_last)
+    got_grads = jax.jit(jax.grad(loss))(arrays)
+    _, got_hvp = jax.jvp(jax.grad(loss), (arrays,), (t,))
+    for name in names:
+        np.testing.assert_allclose(got_grads[name], getattr(grads, name), rtol=1e-12,
+                                   atol=1e-13, err_msg=name)
+        np.testing.assert_allclose(got_hvp[name], getattr(hvp, name), rtol=1e-12,
+                                   atol=1e-13, err_msg=name)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from ..._core.specs import OpSpec
+from ..._core.specs import Labels, OpSpec
 from ..._core.types import Array, Recorded
 
 __all__ = ["SelectiveScanSettings", "SelectiveScan", "SelectiveScanGrads"]
@@ -88,11 +88,29 @@ class SelectiveScanBackend(Protocol):
                                 ) -> tuple[SelectiveScanGrads, SelectiveScanGrads]: ...
 
 
+PER_STEP: Labels = ("B", "Dm", "T")
+"""``u, delta, z`` and ``y``: ``[Bt, Dm, L]``."""
+
+GROUPED: Labels = ("B", "G?", "N", "T")
+"""``B`` and ``C``: ``[Bt, N, L]``, or grouped ``[Bt, G, N, L]`` (``G?`` an optional axis,
+``gradcells._core.specs.shaped``)."""
+
+LABELS: dict[str, Labels] = {
+    "u": PER_STEP, "delta": PER_STEP, "z": PER_STEP, "A": ("Dm", "N"), "B": GROUPED,
+    "C": GROUPED, "D": ("Dm",), "delta_bias": ("Dm",), "y": PER_STEP,
+    "last_state": ("B", "Dm", "N")}
+"""Each array's shape labels, in Mamba's layout (``B`` the batch ``Bt``, ``Dm`` the
+channels, ``N`` the state size, ``T`` the steps ``L``): the inputs, the result's fields
+(their upstreams alike). ``A``, ``D`` and ``delta_bias`` have no batch axis: the weights'
+part (a dask call gives them whole to every block and sums their gradients)."""
+
 SCAN = OpSpec("selective_scan", True, (), SelectiveScanWeights, SelectiveScanSettings,
               SelectiveScan, SelectiveScanGrads, ("d_y", "d_last_state"),
-              inputs=ARRAYS, result_name="result")
-"""The op as the registry reads it. Its arrays are not time-major (Mamba's ``[Bt, Dm, L]``),
-so the adapters that read ``OpSpec``'s labels (``gradcells._dask``) do not take it."""
+              inputs=ARRAYS, result_name="result", labels=LABELS,
+              optional_results={"last_state": "return_last_state"})
+"""The op as the registry reads it; its arrays are not time-major, so it declares their
+labels (``LABELS``), which the adapters that read ``OpSpec``'s labels (``gradcells._dask``,
+``gradcells.jax``) read."""
 
 OPS = (SCAN.name,)
 """The forward operations (each with ``_grad``, ``_jvp`` and ``_grad_jvp``)."""
