@@ -13,17 +13,16 @@ here are the CPU backend's own: empty sizes, read-only inputs, threads, the kern
 contracts and that the hot loops are SIMD.
 """
 
-import re
 import subprocess
 import sys
 import threading
 
 import backend_calls
-import numba
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from simd import assert_packed, host_has_avx
 
 import gradcells as gc
 from gradcells import _dispatch
@@ -31,7 +30,6 @@ from gradcells.cells.gru import _cpu_kernels as _gru_kernels
 from gradcells.cells.lstm import _cpu_kernels as _lstm_kernels
 from gradcells.cells.lstm.spec import PEEPHOLES
 from gradcells.cells.rnn import _cpu_kernels as _rnn_kernels
-from gradcells.cpu._compile import KERNEL_OPTIONS
 from gradcells.testing import (
     gru_cell_case,
     gru_cell_inputs,
@@ -526,12 +524,6 @@ def test_backward_kernel_accumulates_the_reductions():
 
 # --- the hot loops are SIMD ----------------------------------------------------------------
 
-def _host_has_avx():
-    import llvmlite.binding as llvm
-
-    return bool(llvm.get_host_cpu_features().get("avx", False))
-
-
 KERNELS = {
     # kernel -> a packed instruction only its main loop has: the division in tanh (forward
     # kernels), the subtraction in σ' = σ(1-σ) and tanh' = 1-tanh² (backward kernels)
@@ -548,11 +540,11 @@ KERNELS = {
 }
 
 
-@pytest.mark.skipif(not _host_has_avx(), reason="the check looks for AVX (ymm/zmm) registers")
+@pytest.mark.skipif(not host_has_avx(), reason="the check looks for AVX (ymm/zmm) registers")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_hot_loops_use_vector_registers(dtype):
-    """Each kernel, compiled with the backend's own options for the signature the cells
-    use (without the disk cache, which keeps no assembly), has packed SIMD arithmetic."""
+    """Each kernel, as compiled for the signature the cells use, has packed SIMD
+    arithmetic (``simd.assert_packed``)."""
     rng = np.random.default_rng(8)
     lcase = _cast(lstm_cell_case(rng, batch=2, input_size=3, hidden=17, peephole=True,
                                  clip=True), dtype)
@@ -563,17 +555,7 @@ def test_hot_loops_use_vector_registers(dtype):
         run_gru(gcase, _upstream(gcase, "h")["d_h"], "cpu")
     rcase = rnn_cell_case(rng, batch=2, input_size=3, hidden=17, dtype=dtype)
     run_rnn(rcase, _upstream(rcase, "h")["d_h"], "cpu")
-    suffix = "ps" if dtype == np.float32 else "pd"
-    options = {**KERNEL_OPTIONS, "cache": False}
-    for kernel, op in KERNELS.items():
-        signatures = [s for s in kernel.signatures if str(s[0].dtype) == np.dtype(dtype).name]
-        assert signatures, f"{kernel.__name__} was not compiled for {dtype.__name__}"
-        signature = signatures[0]                       # the one the cells compiled first
-        fresh = numba.njit(**options)(kernel.py_func)
-        fresh.compile(signature)
-        asm = fresh.inspect_asm(signature)
-        packed = re.findall(rf"\b{op}\w*{suffix}\s+[^\n]*%[yz]mm", asm)
-        assert packed, f"{kernel.__name__}{signature}: no packed {op}{suffix} on ymm/zmm"
+    assert_packed(KERNELS, dtype)
 
 
 def test_first_call_leaves_numbas_blas_probe_for_later():

@@ -26,13 +26,11 @@ checks
 
 from __future__ import annotations
 
-import re
-
-import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from simd import assert_packed, host_has_avx
 
 import gradcells as gc
 from gradcells import _dispatch, testing
@@ -41,7 +39,6 @@ from gradcells.cells.gru import _cpu_kernels as gru_kernels
 from gradcells.cells.lstm import _cpu_kernels as lstm_kernels
 from gradcells.cells.lstm.spec import LSTMNorm
 from gradcells.cells.rnn import _cpu_kernels as rnn_kernels
-from gradcells.cpu._compile import KERNEL_OPTIONS
 
 CPU_OPS = ["rnn_cell", "rnn_sequence", "gru_cell", "gru_sequence", "lstm_cell",
            "lstm_sequence"]
@@ -322,13 +319,7 @@ JVP_KERNELS = {
 }
 
 
-def _host_has_avx():
-    import llvmlite.binding as llvm
-
-    return bool(llvm.get_host_cpu_features().get("avx", False))
-
-
-@pytest.mark.skipif(not _host_has_avx(), reason="the check looks for AVX (ymm/zmm) registers")
+@pytest.mark.skipif(not host_has_avx(), reason="the check looks for AVX (ymm/zmm) registers")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_the_forward_mode_kernels_use_vector_registers(dtype):
     rng = np.random.default_rng(9)
@@ -340,16 +331,7 @@ def test_the_forward_mode_kernels_use_vector_registers(dtype):
         case = {k: _cast(v, dtype) for k, v in testing.gru_sequence_case(
             rng, reset_after=reset_after).items()}
         _jvp("gru_sequence", case, None, "cpu")
-    suffix = "ps" if dtype == np.float32 else "pd"
-    options = {**KERNEL_OPTIONS, "cache": False}
-    for kernel, op in JVP_KERNELS.items():
-        signatures = [s for s in kernel.signatures if str(s[0].dtype) == np.dtype(dtype).name]
-        assert signatures, f"{kernel.__name__} was not compiled for {dtype.__name__}"
-        fresh = numba.njit(**options)(kernel.py_func)
-        fresh.compile(signatures[0])
-        asm = fresh.inspect_asm(signatures[0])
-        packed = re.findall(rf"\b{op}\w*{suffix}\s+[^\n]*%[yz]mm", asm)
-        assert packed, f"{kernel.__name__}{signatures[0]}: no packed {op}{suffix} on ymm/zmm"
+    assert_packed(JVP_KERNELS, dtype)
 
 
 @pytest.mark.parametrize("sizes", [(0, 3, 2, 4), (3, 0, 2, 4), (3, 2, 0, 4), (1, 1, 1, 1)])

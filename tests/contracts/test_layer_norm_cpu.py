@@ -20,20 +20,17 @@
 
 from __future__ import annotations
 
-import re
-
-import numba
 import numpy as np
 import pytest
 from conftest import layer_norm_amplification
 from hypothesis import given
 from hypothesis import strategies as st
-from test_cpu_backend import _host_has_avx, assert_float32_agrees, assert_float64_agrees
+from simd import assert_packed, host_has_avx
+from test_cpu_backend import assert_float32_agrees, assert_float64_agrees
 
 import gradcells as gc
 from gradcells.cells.lstm import _cpu_kernels as _lstm_kernels
 from gradcells.cells.lstm.spec import LSTMNorm
-from gradcells.cpu._compile import KERNEL_OPTIONS
 from gradcells.testing import lstm_cell_case, lstm_sequence_case, vjp_check
 from gradcells.testing.cases import FORGET_BIASES, SCALES
 
@@ -404,7 +401,7 @@ LN_KERNELS = {   # kernel -> a packed instruction its main loop has (see test_cp
 }
 
 
-@pytest.mark.skipif(not _host_has_avx(), reason="the check looks for AVX (ymm/zmm) registers")
+@pytest.mark.skipif(not host_has_avx(), reason="the check looks for AVX (ymm/zmm) registers")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_hot_loops_use_vector_registers(dtype):
     rng = np.random.default_rng(70)
@@ -412,16 +409,7 @@ def test_hot_loops_use_vector_registers(dtype):
                               peephole=True, clip=True, layer_norm=True)
     record = _forward(case, "cpu")
     _grads_at(case, record, _upstream(case, record, SEQUENCE_STATES), "cpu", "exact")
-    suffix = "ps" if dtype == np.float32 else "pd"
-    options = {**KERNEL_OPTIONS, "cache": False}
-    for kernel, op in LN_KERNELS.items():
-        signatures = [s for s in kernel.signatures if str(s[0].dtype) == np.dtype(dtype).name]
-        assert signatures, f"{kernel.__name__} was not compiled for {dtype.__name__}"
-        fresh = numba.njit(**options)(kernel.py_func)
-        fresh.compile(signatures[0])
-        asm = fresh.inspect_asm(signatures[0])
-        packed = re.findall(rf"\b{op}\w*{suffix}\s+[^\n]*%[yz]mm", asm)
-        assert packed, f"{kernel.__name__}: no packed {op}{suffix} on ymm/zmm"
+    assert_packed(LN_KERNELS, dtype)
 
 
 def _strided(a):
