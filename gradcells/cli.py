@@ -22,7 +22,7 @@ from . import __version__, _dispatch, audit, testing
 from ._core.report import Progress, table
 from ._dispatch import BACKENDS
 from .audit import ALL
-from .cells import OPS, SCAN_OPS, STACKS
+from .cells import OPS, SCAN_OPS, STACKS, cell_of
 
 DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
 
@@ -151,22 +151,31 @@ def _check_row(row, row_index, args, progress: Progress) -> _Result:
     return result
 
 
-def _quiet_row(row, row_index, args) -> _Result:
-    return _check_row(row, row_index, args, Progress(0, enabled=False))
+def _quiet_rows(indexed_rows, args) -> list[_Result]:
+    return [_check_row(row, k, args, Progress(0, enabled=False)) for k, row in indexed_rows]
 
 
 def _in_processes(rows, args, progress: Progress) -> list[_Result]:
     """``_check_row`` of every row in ``args.jobs`` new processes (spawned: CUDA and the
-    threaded libraries do not survive a fork). Each row draws from its own generator, so
-    the results are the one-process run's; the progress counts a row's cases as it ends."""
+    threaded libraries do not survive a fork). The rows of one cell and dtype run in one
+    process, in turn, so that no two processes compile the same kernels at once (a cold
+    Numba cache is most of a first run's time); the largest groups go first. Each row draws
+    from its own generator, so the results are the one-process run's; the progress counts
+    a group's cases as it ends."""
+    groups: dict[tuple, list] = {}
+    for k, row in enumerate(rows):
+        op, _, _, dtype = row
+        groups.setdefault((cell_of(op), dtype), []).append((k, row))
+    results: list = [None] * len(rows)
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
-        futures = [pool.submit(_quiet_row, row, k, args) for k, row in enumerate(rows)]
-        results = []
-        for future in futures:
-            results.append(future.result())
-            for _ in range(args.examples):
-                progress.step(results[-1].label)
+        futures = {pool.submit(_quiet_rows, group, args): group
+                   for group in sorted(groups.values(), key=len, reverse=True)}
+        for future in concurrent.futures.as_completed(futures):
+            for (k, _), result in zip(futures[future], future.result(), strict=True):
+                results[k] = result
+                for _ in range(args.examples):
+                    progress.step(result.label)
     return results
 
 
