@@ -4,12 +4,10 @@
 (``gradcells.torch._modules``); ``sLSTM``: xLSTM's sLSTM on its sequence (``_slstm``);
 ``RGLRU``: recurrentgemma's RG-LRU layer on its sequence (``_rglru``).
 
-``gradcells.torch.selective_scan``: Mamba's selective scan (docs/spec.md §18.4,
-``_selective``).
-
 ``gradcells.torch.<op>`` for every registered cell's step, sequence and stack
-(``lstm_cell``, ``gru_sequence``, ``rnn_stack``, ...; ``FUNCTIONS``) and for the linear
-scan (``linear_scan``, real and complex: docs/spec.md §18.1): ``gc.<op>``'s
+(``lstm_cell``, ``gru_sequence``, ``rnn_stack``, ...; ``FUNCTIONS``) and for the scans
+(``linear_scan``, real and complex: docs/spec.md §18.1; ``selective_scan``, Mamba's, in its
+``[Bt, Dm, L]`` layout read from its spec's labels: §18.4): ``gc.<op>``'s
 signature and result on tensors, differentiable in reverse mode (``backward``, second order
 included) and forward mode (``torch.autograd.forward_ad``); under ``torch.compile`` they are
 the custom ops ``torch.ops.gradcells.<op>`` (``_library``). Importing this module imports
@@ -19,9 +17,8 @@ PyTorch; ``import gradcells`` does not.
 from ._functions import FUNCTIONS
 from ._modules import GRU, LSTM, RNN
 from ._rglru import RGLRU
-from ._selective import selective_scan
 from ._slstm import sLSTM
 
 globals().update(FUNCTIONS)
 
-__all__ = [*FUNCTIONS, "selective_scan", "LSTM", "GRU", "RNN", "sLSTM", "RGLRU"]
+__all__ = [*FUNCTIONS, "LSTM", "GRU", "RNN", "sLSTM", "RGLRU"]
