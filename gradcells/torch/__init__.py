@@ -2,7 +2,9 @@
 
 ``gradcells.torch.LSTM``, ``GRU``, ``RNN``: drop-in ``torch.nn`` modules on the stacks
 (``gradcells.torch._modules``); ``sLSTM``: xLSTM's sLSTM on its sequence (``_slstm``);
-``RGLRU``: recurrentgemma's RG-LRU layer on its sequence (``_rglru``).
+``RGLRU``: recurrentgemma's RG-LRU layer on its sequence (``_rglru``); ``MinGRU``,
+``MinLSTM``: minGRU-pytorch's ``minGRU`` and ``minLSTM`` layers on their sequences
+(``_mingru``).
 
 ``gradcells.torch.<op>`` for every registered cell's step, sequence and stack
 (``lstm_cell``, ``gru_sequence``, ``rnn_stack``, ...; ``FUNCTIONS``) and for the scans
@@ -15,10 +17,11 @@ PyTorch; ``import gradcells`` does not.
 """
 
 from ._functions import FUNCTIONS
+from ._mingru import MinGRU, MinLSTM
 from ._modules import GRU, LSTM, RNN
 from ._rglru import RGLRU
 from ._slstm import sLSTM
 
 globals().update(FUNCTIONS)
 
-__all__ = [*FUNCTIONS, "LSTM", "GRU", "RNN", "sLSTM", "RGLRU"]
+__all__ = [*FUNCTIONS, "LSTM", "GRU", "RNN", "sLSTM", "RGLRU", "MinGRU", "MinLSTM"]
