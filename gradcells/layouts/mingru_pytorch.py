@@ -21,19 +21,20 @@ from ._common import Converted, check_ndim, checked_arrays, gate_width, new_arra
 STATE_ORDER = ("h",)
 """minGRU-pytorch's state: ``prev_hidden`` alone."""
 
-_ROWS = {"mingru": ("hidden", "gate"), "minlstm": ("hidden", "f", "i")}
-"""Their rows' blocks, in order."""
-_COLUMNS = {"mingru": ("gate", "hidden"), "minlstm": ("f", "i", "hidden")}
+ROWS = {"mingru": ("hidden", "gate"), "minlstm": ("hidden", "f", "i")}
+"""Their rows' blocks, in order, by cell (``gradcells.torch.MinGRU`` and ``MinLSTM`` read
+them too, to reorder the weight inside autograd)."""
+COLUMNS = {"mingru": ("gate", "hidden"), "minlstm": ("f", "i", "hidden")}
 """gradcells's columns' blocks, in order."""
 
 
 def _from(cell, weight, name):
     a = checked_arrays(**{name: weight})[name]
-    n_blocks = len(_ROWS[cell])
+    n_blocks = len(ROWS[cell])
     check_ndim(name, a, 2, f"{n_blocks}H, D")
     width = gate_width(name, a.shape[0], n_blocks, f"{n_blocks}H, D")
-    rows = dict(zip(_ROWS[cell], np.split(a, n_blocks), strict=True))
-    w = np.concatenate([rows[k].T for k in _COLUMNS[cell]], axis=1)
+    rows = dict(zip(ROWS[cell], np.split(a, n_blocks), strict=True))
+    w = np.concatenate([rows[k].T for k in COLUMNS[cell]], axis=1)
     return Converted((new_array(w), np.zeros(n_blocks * width, a.dtype)),
                      framework="minGRU-pytorch", options={"batch_first": True},
                      state_order=STATE_ORDER)
@@ -41,13 +42,13 @@ def _from(cell, weight, name):
 
 def _to(cell, w, b):
     a = checked_arrays(w=w, b=b)
-    n_blocks = len(_COLUMNS[cell])
+    n_blocks = len(COLUMNS[cell])
     check_ndim("w", a["w"], 2, f"I, {n_blocks}H")
     gate_width("w", a["w"].shape[1], n_blocks, f"I, {n_blocks}H")
     if np.any(a["b"] != 0):
         raise ValueError("b must be zero: minGRU-pytorch's layers have no bias")
-    columns = dict(zip(_COLUMNS[cell], np.split(a["w"], n_blocks, axis=1), strict=True))
-    return new_array(np.concatenate([columns[k].T for k in _ROWS[cell]]))
+    columns = dict(zip(COLUMNS[cell], np.split(a["w"], n_blocks, axis=1), strict=True))
+    return new_array(np.concatenate([columns[k].T for k in ROWS[cell]]))
 
 
 def mingru_from_mingru_pytorch(to_hidden_and_gate_weight: Array) -> Converted:

@@ -27,6 +27,12 @@ flat schema read from ``gc.<op>``'s signature:
   ``_bridge.upstream_keywords`` maps them to ``_grad``'s keywords.
 * ``_grad``'s outputs: the gradients of ``primals``, in order.
 
+The fake implementation reads the result's shapes from the op's shape labels: the
+time-major ones derived from ``x`` and the states, or those an op in its own layout
+declares (``OpSpec.labels``: the selective scan's ``[Bt, Dm, L]``); a field computed only
+on request (``OpSpec.optional_results``: the selective scan's ``last_state``) is None, real
+and fake, unless asked for.
+
 Under torch.compile the result records no settings (``result.settings`` is None), and
 there is no forward mode or second order (torch.compile has neither for custom ops); eager
 calls keep all of them (``_functions``).
@@ -45,7 +51,7 @@ import torch
 import gradcells as gc
 
 from .._core import trees
-from .._core.specs import MASKS
+from .._core.specs import MASKS, shaped
 from ..cells import OPS, SCAN_SPECS, STACKS
 from ._bridge import (
     Op,
@@ -139,17 +145,33 @@ class _Layout:
         return settings[names.index(name)] if name in names else default
 
     def template(self, primals, given, settings):
-        """The result's structure, an ``_Out`` for each array: shapes from the op's shape
-        labels and the sizes of ``x`` and the states (symbolic sizes stay symbolic)."""
+        """The result's structure, an ``_Out`` for each array (None for a field computed
+        only on request and not requested: ``OpSpec.optional_results``): shapes from the
+        op's shape labels and the sizes of ``x`` and the states, or of every input given
+        where the op declares its arrays' labels (``OpSpec.labels``: the selective scan's
+        Mamba layout, an optional axis dropped by ``shaped``). Symbolic sizes stay
+        symbolic."""
         spec, x = self.op.spec, primals[0]
-        states = primals[len(spec.inputs):self.n_head]
+        head = _padded_list(primals, given)[:self.n_head]
+        inputs, states = head[:len(spec.inputs)], head[len(spec.inputs):]
         batch_first = self.setting(settings, "batch_first")
         order = _time_second if batch_first else (lambda labels: labels)
-        sizes = dict(zip(order(spec.x_labels), x.shape, strict=True))
+        if spec.labels:
+            sizes = {}
+            for name, array in zip(spec.inputs, inputs, strict=True):
+                if array is not None:
+                    labels = shaped(order(spec.input_labels(name)), array.dim())
+                    sizes.update(zip(labels, array.shape, strict=True))
+        else:
+            sizes = dict(zip(order(spec.x_labels), x.shape, strict=True))
         for labels, state in zip(spec.state_labels, states, strict=True):
             sizes.update(zip(labels, state.shape[-2:], strict=True))
-        one = spec.result(*(_Out(sizes[a] for a in order(labels))
-                            for labels in spec.result_labels()))
+        asked = {f: bool(self.setting(settings, flag))
+                 for f, flag in spec.optional_results.items()}
+        one = spec.result(*(_Out(sizes[a] for a in order(labels)) if asked.get(f, True)
+                            else None
+                            for f, labels in zip(spec.result._fields, spec.result_labels(),
+                                                 strict=True)))
         if not self.op.stack:
             return one
         directions = 2 if self.setting(settings, "bidirectional") else 1

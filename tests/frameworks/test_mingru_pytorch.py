@@ -7,7 +7,9 @@ candidate's rows, then the gate's; gradcells's ``w [I, 2H]`` holds the gate's co
 the candidate's. Its parallel mode takes logarithms of the initial state and of ``g(h̃)``,
 so it needs ``h0 > 0``; gradcells's scan takes any sign. Its minLSTM (``minLSTM``) is held
 to gradcells's ``minlstm_sequence`` the same way: its sequential mode from any ``h0``, its
-parallel mode from 0 (given an ``h0`` it starts from ``g(h0)``, fault 71).
+parallel mode from 0 (given an ``h0`` it starts from ``g(h0)``, fault 71). The torch
+modules ``gradcells.torch.MinGRU`` and ``MinLSTM`` load its layers' state dicts and are held
+to its sequential mode, forward and every gradient.
 """
 
 from __future__ import annotations
@@ -182,3 +184,107 @@ def test_the_converters_are_its_layout_and_round_trip():
             back(w, b + 1)
         with pytest.raises(ValueError, match=f"^{linear}_weight must have"):
             convert(np.zeros((len(b) + 1, DIM)))
+
+
+# --------------------------------------------------------------------------------------
+# gradcells.torch.MinGRU and MinLSTM: its layers' parameters, forward and returns on
+# gradcells's sequences
+
+
+def _their_layer(kind, expansion_factor, seed):
+    from minGRU_pytorch.minLSTM import minLSTM
+
+    torch.manual_seed(seed)
+    layer = {"minGRU": mingru_pytorch.minGRU, "minLSTM": minLSTM}[kind]
+    return layer(DIM, expansion_factor).double()
+
+
+def _step_by_step(layer, x, prev_hidden):
+    """Its sequential mode with ``return_next_prev_hidden``: one call per step (the first
+    without a state when ``prev_hidden`` is None, as its own first call is)."""
+    h, outs = prev_hidden, []
+    for t in range(x.shape[1]):
+        out, h = layer(x[:, t:t + 1], h, return_next_prev_hidden=True)
+        outs.append(out)
+    return torch.cat(outs, 1), h
+
+
+def _forward_and_gradients(run, params, x, prev_hidden, up, up_last):
+    """``run(x, prev_hidden) -> (out, next_prev_hidden)`` and the gradients of ``⟨up, out⟩ +
+    ⟨up_last, next_prev_hidden⟩`` in the input, the state (if given) and ``params``."""
+    leaves = [x, *([] if prev_hidden is None else [prev_hidden]), *params.values()]
+    for t in leaves:
+        t.grad = None
+    out, last = run(x, prev_hidden)
+    ((out * up).sum() + (last * up_last).sum()).backward()
+    names = ["x", *([] if prev_hidden is None else ["prev_hidden"]), *params]
+    return out.detach(), last.detach(), {n: t.grad.clone() for n, t in zip(names, leaves,
+                                                                           strict=True)}
+
+
+@pytest.mark.parametrize("prev", [False, True], ids=["from-zero", "prev_hidden"])
+@pytest.mark.parametrize("kind", ["minGRU", "minLSTM"])
+def test_the_torch_modules_load_its_state_dict_and_equal_its_sequential_mode(kind, prev):
+    """``gradcells.torch.MinGRU``/``MinLSTM`` take its layer's state dict as it is (its
+    parameter names; ``to_out`` too with ``expansion_factor=1.5``) and give, float64, its
+    sequential mode's ``out`` and ``next_prev_hidden`` and the gradients of a loss on both
+    in every parameter, the input and ``prev_hidden`` (of both signs): the mode that is
+    right for both layers from any state (its parallel mode is NaN for a negative state,
+    fault 70, and its minLSTM's starts from ``g(h0)``, fault 71)."""
+    import gradcells.torch as gtorch
+
+    expansion = 1.5 if prev else 1.0
+    layer = _their_layer(kind, expansion, seed=7)
+    module = getattr(gtorch, kind.replace("min", "Min"))(DIM, expansion, dtype=torch.float64)
+    assert [k for k, _ in module.named_parameters()] == [k for k, _ in layer.named_parameters()]
+    module.load_state_dict(layer.state_dict())
+    rng = np.random.default_rng(8)
+    inner = int(DIM * expansion)
+    x = torch.tensor(rng.standard_normal((BATCH, STEPS, DIM)), requires_grad=True)
+    prev_hidden = (torch.tensor(rng.standard_normal((BATCH, 1, inner)), requires_grad=True)
+                   if prev else None)
+    up = torch.tensor(rng.standard_normal((BATCH, STEPS, DIM)))
+    up_last = torch.tensor(rng.standard_normal((BATCH, 1, inner)))
+    want = _forward_and_gradients(lambda x, h: _step_by_step(layer, x, h),
+                                  dict(layer.named_parameters()), x, prev_hidden, up, up_last)
+    got = _forward_and_gradients(
+        lambda x, h: module(x, h, return_next_prev_hidden=True),
+        dict(module.named_parameters()), x, prev_hidden, up, up_last)
+    for a, b, name in ((got[0], want[0], "out"), (got[1], want[1], "next_prev_hidden")):
+        assert a.shape == b.shape, name
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-13, err_msg=name)
+    assert list(got[2]) == list(want[2]) == [
+        "x", *(["prev_hidden"] if prev else []), *dict(layer.named_parameters())]
+    for name, grad in want[2].items():
+        np.testing.assert_allclose(got[2][name].numpy(), grad.numpy(), rtol=1e-12, atol=1e-13,
+                                   err_msg=name)
+    with torch.no_grad():   # without return_next_prev_hidden: out alone
+        alone = module(x, prev_hidden)
+        assert isinstance(alone, torch.Tensor)
+        torch.testing.assert_close(alone, got[0], rtol=0, atol=0)
+        if not prev:   # from zero its parallel mode is right too (faults 70, 71 need a state)
+            np.testing.assert_allclose(alone.numpy(), layer(x).numpy(), rtol=1e-12,
+                                       atol=1e-13)
+
+
+@pytest.mark.parametrize("kind", ["MinGRU", "MinLSTM"])
+def test_the_torch_modules_pass_gradcheck(kind):
+    """Every parameter (``to_out`` too), the input and ``prev_hidden``, both outputs,
+    reverse and forward mode, on a tiny float64 size; a ``prev_hidden`` of another shape is
+    named."""
+    import gradcells.torch as gtorch
+
+    torch.manual_seed(9)
+    module = getattr(gtorch, kind)(2, 1.5, dtype=torch.float64)
+    names = [k for k, _ in module.named_parameters()]
+    x = torch.randn(1, 3, 2, dtype=torch.float64, requires_grad=True)
+    prev_hidden = torch.randn(1, 1, 3, dtype=torch.float64, requires_grad=True)
+    params = [p.detach().clone().requires_grad_() for p in module.parameters()]
+
+    def f(x, prev_hidden, *p):
+        return torch.func.functional_call(module, dict(zip(names, p, strict=True)),
+                                          (x, prev_hidden), {"return_next_prev_hidden": True})
+
+    assert torch.autograd.gradcheck(f, (x, prev_hidden, *params), check_forward_ad=True)
+    with pytest.raises(ValueError, match=r"prev_hidden must have shape \[B, 1, H\] = \[1, 1, 3\]"):
+        module(x, prev_hidden[:, 0])

@@ -29,7 +29,7 @@ gtorch = pytest.importorskip("gradcells.torch")
 from test_torch_functions import _as_function, _case, _taken, _torch_case  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-NAMES = (*OPS, *STACKS)
+NAMES = (*OPS, *STACKS, "selective_scan")
 
 
 @pytest.fixture
@@ -109,6 +109,30 @@ def test_a_gradient_on_a_gate_goes_through_the_custom_op(custom_ops):
     np.testing.assert_allclose(tcase["x"].grad.numpy(), want.x, rtol=1e-12, atol=1e-12)
 
 
+def test_a_field_not_asked_for_is_none_through_the_custom_op(custom_ops):
+    """``OpSpec.optional_results``: the selective scan without ``return_last_state`` has no
+    ``last_state``, real or fake, and its gradient is gc's with ``d_y`` alone."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    case = {**gt.selective_scan_case(np.random.default_rng(4), groups_c=2),
+            "return_last_state": False}
+    tcase = _torch_case(case)
+    result = gtorch.selective_scan(**tcase)
+    assert "gradcells_selective_scan_default" in result.y.grad_fn.name()
+    assert result.last_state is None
+    weight = np.random.default_rng(5).standard_normal(result.y.shape)
+    (result.y * torch.tensor(weight)).sum().backward()
+    want = gc.selective_scan_grad(**_taken("selective_scan_grad", case),
+                                  result=gc.selective_scan(**case), d_y=weight)
+    for name in ("u", "A", "B", "C", "delta_bias"):
+        np.testing.assert_allclose(tcase[name].grad.numpy(), getattr(want, name),
+                                   rtol=1e-12, atol=1e-12)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fake = gtorch.selective_scan(**{k: _fake(v, mode)
+                                        for k, v in _torch_case(case, grad=False).items()})
+    assert fake.y.shape == result.y.shape and fake.last_state is None
+
+
 def test_second_order_through_the_custom_op_raises(custom_ops):
     case = _torch_case(gt.rnn_cell_case(np.random.default_rng(0)))
     h = gtorch.rnn_cell(**case).h
@@ -149,10 +173,29 @@ _COMPILE_SCRIPT = textwrap.dedent("""
         (h.sin().sum() + cs_final.sum()).backward()
         return [h, cs_final, *(a.grad for a in leaves)]
 
+    # Mamba's selective scan: grouped B, D, z, delta_bias, softplus, reverse, last state
+    shapes = ((2, 4, 3), (2, 4, 3), (4, 2), (2, 2, 2, 3), (2, 2, 3), (4,), (2, 4, 3), (4,))
+    scan_arrays = [torch.randn(s, generator=g, dtype=torch.float64) for s in shapes]
+    scan_arrays[1], scan_arrays[2] = scan_arrays[1].abs(), -scan_arrays[2].exp()
+
+    def selective(u, delta, A, B, C, D, z, delta_bias):
+        result = gtorch.selective_scan(u, delta, A, B, C, D=D, z=z, delta_bias=delta_bias,
+                                       delta_softplus=True, reverse=True,
+                                       return_last_state=True)
+        return result.y, result.last_state
+
+    def selective_run(run):
+        leaves = [a.clone().requires_grad_() for a in scan_arrays]
+        y, last_state = run(*leaves)
+        (y.sin().sum() + last_state.square().sum()).backward()
+        return [y, last_state, *(a.grad for a in leaves)]
+
+    eager = {module_run: module, sequence_run: sequence, selective_run: selective}
     for run, compiled in ((module_run, torch.compile(module, fullgraph=True)),
-                          (sequence_run, torch.compile(sequence, fullgraph=True))):
+                          (sequence_run, torch.compile(sequence, fullgraph=True)),
+                          (selective_run, torch.compile(selective, fullgraph=True))):
         got = run(compiled)
-        want = run(module if run is module_run else sequence)
+        want = run(eager[run])
         for a, b in zip(got, want, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     print("compiled equals eager")
@@ -160,7 +203,8 @@ _COMPILE_SCRIPT = textwrap.dedent("""
 
 
 def test_compile_fullgraph_in_a_fresh_process():
-    """No eager call first: Dynamo must never reach Numba or CuPy."""
+    """No eager call first: Dynamo must never reach Numba or CuPy. A module, a sequence and
+    the selective scan (Mamba's layout: its fake shapes from its spec's labels)."""
     done = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

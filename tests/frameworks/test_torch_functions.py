@@ -24,7 +24,8 @@ import gradcells.testing as gt  # noqa: E402
 from gradcells._core.specs import MASKS  # noqa: E402
 from gradcells.cells import (  # noqa: E402
     OPS,
-    STACKS,  # noqa: E402
+    SCAN_SPECS,
+    STACKS,
 )
 
 gtorch = pytest.importorskip("gradcells.torch")
@@ -112,7 +113,7 @@ def _as_function(name: str, case: dict):
     return f, tuple(_leaves(case))
 
 
-NAMES = (*OPS, *STACKS)
+NAMES = (*OPS, *STACKS, "selective_scan")
 SEEDS = (0, 1, 2)
 
 
@@ -181,7 +182,7 @@ def test_gradients_equal_gc_grad(name):
     upstream = {f"d_{f}": rng.standard_normal(getattr(expected, f).shape) for f in outputs}
     loss = sum((getattr(result, f) * torch.tensor(upstream[f"d_{f}"])).sum() for f in outputs)
     loss.backward()
-    result_arg = "stack" if name in STACKS else OPS[name].result_arg
+    result_arg = "stack" if name in STACKS else {**OPS, **SCAN_SPECS}[name].result_arg
     grads = getattr(gc, f"{name}_grad")(**{k: case[k] for k in fields if k in case},
                                         **{result_arg: expected}, **upstream)
     want = []
