@@ -5,7 +5,7 @@
 ``RGLRU``: recurrentgemma's RG-LRU layer on its sequence (``_rglru``).
 
 ``gradcells.torch.selective_scan``: Mamba's selective scan (docs/spec.md §18.4,
-``_selective``).
+``_selective``); ``Mamba``: mamba_ssm's Mamba block on it (``_mamba``).
 
 ``gradcells.torch.<op>`` for every registered cell's step, sequence and stack
 (``lstm_cell``, ``gru_sequence``, ``rnn_stack``, ...; ``FUNCTIONS``) and for the linear
@@ -17,6 +17,7 @@ PyTorch; ``import gradcells`` does not.
 """
 
 from ._functions import FUNCTIONS
+from ._mamba import Mamba
 from ._modules import GRU, LSTM, RNN
 from ._rglru import RGLRU
 from ._selective import selective_scan
@@ -24,4 +25,4 @@ from ._slstm import sLSTM
 
 globals().update(FUNCTIONS)
 
-__all__ = [*FUNCTIONS, "selective_scan", "LSTM", "GRU", "RNN", "sLSTM", "RGLRU"]
+__all__ = [*FUNCTIONS, "selective_scan", "LSTM", "GRU", "RNN", "sLSTM", "RGLRU", "Mamba"]
