@@ -4,7 +4,7 @@
 (``gradcells.torch._modules``); ``sLSTM``: xLSTM's sLSTM on its sequence (``_slstm``);
 ``RGLRU``: recurrentgemma's RG-LRU layer on its sequence (``_rglru``); ``MinGRU``,
 ``MinLSTM``: minGRU-pytorch's ``minGRU`` and ``minLSTM`` layers on their sequences
-(``_mingru``).
+(``_mingru``); ``Mamba``: mamba_ssm's Mamba block on ``selective_scan`` (``_mamba``).
 
 ``gradcells.torch.<op>`` for every registered cell's step, sequence and stack
 (``lstm_cell``, ``gru_sequence``, ``rnn_stack``, ...; ``FUNCTIONS``) and for the scans
@@ -17,6 +17,7 @@ PyTorch; ``import gradcells`` does not.
 """
 
 from ._functions import FUNCTIONS
+from ._mamba import Mamba
 from ._mingru import MinGRU, MinLSTM
 from ._modules import GRU, LSTM, RNN
 from ._rglru import RGLRU
@@ -24,4 +25,4 @@ from ._slstm import sLSTM
 
 globals().update(FUNCTIONS)
 
-__all__ = [*FUNCTIONS, "LSTM", "GRU", "RNN", "sLSTM", "RGLRU", "MinGRU", "MinLSTM"]
+__all__ = [*FUNCTIONS, "LSTM", "GRU", "RNN", "sLSTM", "RGLRU", "MinGRU", "MinLSTM", "Mamba"]
