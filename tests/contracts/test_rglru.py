@@ -11,7 +11,7 @@ import pytest
 
 import gradcells as gc
 from gradcells import testing
-from gradcells.cells.rglru import cpu as rglru_cpu
+from gradcells.cpu import _scan as cpu_scan
 
 BACKENDS = ("reference", "cpu")
 ARRAYS = ("x", "h0", "w_a", "b_a", "w_x", "b_x", "lam")
@@ -107,7 +107,7 @@ def test_both_methods_agree_in_every_mode(order, backend, monkeypatch):
     """Forward, gradient, forward mode and second order of "parallel" equal "sequential"'s
     (float64, 1e-13), with lengths, resets, reverse and batch-first; the CPU's chunks of
     2 steps (several chunks run)."""
-    monkeypatch.setattr(rglru_cpu, "CHUNK", 2)
+    monkeypatch.setattr(cpu_scan, "CHUNK", 2)
     case = _case(3, steps=6, **order)
     runs = {}
     for method in ("sequential", "parallel"):

@@ -70,7 +70,21 @@ def test_the_jax_rows_show_fault_82_in_float64_and_agree_in_float32(rg_jax):
     if jax.default_backend() == "cpu":
         assert all(_row(text, c.name).startswith("skipped") for c in pallas)
         assert "interpret mode" in _row(text, pallas[0].name)
-    assert not jax.config.jax_enable_x64         # the audit's x64 did not leak
+
+
+def test_a_jax_row_leaves_jaxs_x64_setting_as_it_found_it(rg_jax):
+    """A float64 row switches x64 on around its calls only: under the opposite of this
+    process's setting (other test files set it), the setting is the same after the row."""
+    import jax
+
+    from gradcells.audit._engine import run_check
+
+    setting = not jax.config.jax_enable_x64
+    check = next(c for c in rg_jax.JAX_CHECKS if "forward (float64)" in c.name)
+    with jax.enable_x64(setting):
+        row = run_check(check, np.random.default_rng(0), 1)
+        assert jax.config.jax_enable_x64 is setting
+    assert row.result.startswith("known fault 82"), row
 
 
 def test_a_jax_row_without_recurrentgemma_jax_is_skipped(rg_audit, monkeypatch):
