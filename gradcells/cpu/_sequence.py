@@ -64,18 +64,30 @@ import numpy as np
 
 from .._core.plan import at_step, flat, running_mask
 from .._core.plan import running_inputs as _running_inputs
+from ._compile import kernel_array
 from ._walk_kernels import initial_rows_kernel
 from ._zoneout_kernels import zoneout_grad_kernel, zoneout_kernel
 
 
 def contiguous(a):
-    """``a`` itself when C-contiguous, else a C-contiguous copy."""
-    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+    """``a`` as a kernel takes it (``kernel_array``): C-contiguous, aligned and writeable,
+    copied when it is not, so that a kernel compiles one signature per dtype (a read-only or
+    Fortran-ordered array would type as another and compile again)."""
+    return kernel_array(a)
 
 
 def lengths_of(seq_len):
     """The lengths as ``int64 [B]``, or None when every row runs all T steps."""
     return None if seq_len is None else np.asarray(seq_len, dtype=np.int64)
+
+
+def kernel_lengths(lengths):
+    """``lengths`` as a kernel takes them: ``int64 [B]`` (``contiguous``), or an empty array
+    for None (every row runs all T steps)."""
+    return _NO_LENGTHS if lengths is None else contiguous(lengths)
+
+
+_NO_LENGTHS = np.empty(0, np.int64)
 
 
 def running_inputs(x, lengths):

@@ -34,6 +34,7 @@ from ...cpu._scan import identity_past_lengths, sequence_scan, upstream_steps
 from ...cpu._sequence import (
     contiguous,
     input_tangent,
+    kernel_lengths,
     lengths_of,
     projection,
     projection_of,
@@ -56,9 +57,6 @@ from .spec import (
 _NONE = np.empty((0, 0, 0))
 
 
-def _kernel_lengths(lengths):
-    return np.empty(0, np.int64) if lengths is None else np.ascontiguousarray(lengths)
-
 
 def _gates(x, weights, settings, lengths):
     """``(x, p, z, hc, a, c)``: the running inputs, the pre-activations (scratch) and the
@@ -71,7 +69,7 @@ def _gates(x, weights, settings, lengths):
                       *[(n_steps, n_batch, n_hidden)] * 2)
     projection(x, w, b, p)
     z, hc = step_outputs(2, (n_steps, n_batch, n_hidden), x.dtype)
-    mingru_gates_kernel(p, _kernel_lengths(lengths), settings.activation == "identity",
+    mingru_gates_kernel(p, kernel_lengths(lengths), settings.activation == "identity",
                         z, hc, a, c)
     return x, p, z, hc, a, c
 
@@ -108,7 +106,7 @@ def mingru_sequence_grad(x, h0, weights, seq, settings, *, d_z=None, d_hc=None, 
     d_bias = np.zeros(2 * n_hidden, dtype)
     mingru_grad_kernel(p_h, z, hc, contiguous(seq.h), h0, g, *(
         _NONE.astype(dtype) if d is None else contiguous(d) for d in (d_z, d_hc)),
-        _kernel_lengths(lengths), settings.reverse, identity, d_p, d_bias)
+        kernel_lengths(lengths), settings.reverse, identity, d_p, d_bias)
     d_flat = flat(d_p)
     dx = (d_flat @ w.T).reshape(x.shape)
     return MinGRUSequenceGrads(x=dx, h0=d_h0, w=flat(x).T @ d_flat, b=d_bias)

@@ -33,6 +33,7 @@ from ...cpu._scan import identity_past_lengths, sequence_scan, upstream_steps
 from ...cpu._sequence import (
     contiguous,
     input_tangent,
+    kernel_lengths,
     lengths_of,
     projection,
     projection_of,
@@ -52,9 +53,6 @@ from .spec import (
 _NONE = np.empty((0, 0, 0))
 
 
-def _kernel_lengths(lengths):
-    return np.empty(0, np.int64) if lengths is None else np.ascontiguousarray(lengths)
-
 
 def _gates(x, weights, settings, lengths):
     """``(x, p, f, i, hc, a, c)``: the running inputs, the pre-activations (scratch) and the
@@ -67,7 +65,7 @@ def _gates(x, weights, settings, lengths):
                       *[(n_steps, n_batch, n_hidden)] * 2)
     projection(x, w, b, p)
     f, i, hc = step_outputs(3, (n_steps, n_batch, n_hidden), x.dtype)
-    minlstm_gates_kernel(p, _kernel_lengths(lengths), settings.activation == "identity",
+    minlstm_gates_kernel(p, kernel_lengths(lengths), settings.activation == "identity",
                          f, i, hc, a, c)
     return x, p, f, i, hc, a, c
 
@@ -103,7 +101,7 @@ def minlstm_sequence_grad(x, h0, weights, seq, settings, *, d_f=None, d_i=None, 
     d_bias = np.zeros(p.shape[2], dtype)
     minlstm_grad_kernel(p, f, i, hc, contiguous(seq.h), h0, g, *(
         _NONE.astype(dtype) if d is None else contiguous(d) for d in (d_f, d_i, d_hc)),
-        _kernel_lengths(lengths), settings.reverse, settings.activation == "identity", d_p,
+        kernel_lengths(lengths), settings.reverse, settings.activation == "identity", d_p,
         d_bias)
     d_flat = flat(d_p)
     dx = (d_flat @ w.T).reshape(x.shape)

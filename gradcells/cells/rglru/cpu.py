@@ -29,7 +29,13 @@ import numpy as np
 
 from ..._core.one_step import OneStep
 from ...cpu._scan import sequence_scan
-from ...cpu._sequence import contiguous, lengths_of, running_inputs, zero_stopped
+from ...cpu._sequence import (
+    contiguous,
+    kernel_lengths,
+    lengths_of,
+    running_inputs,
+    zero_stopped,
+)
 from . import reference
 from ._cpu_kernels import rglru_decay_kernel, rglru_gates_kernel, rglru_grad_kernel
 from .spec import (
@@ -41,13 +47,10 @@ from .spec import (
 _NONE = np.empty((0, 0, 0))
 
 
-def _kernel_lengths(lengths):
-    return np.empty(0, np.int64) if lengths is None else np.ascontiguousarray(lengths)
-
 
 def _kernel_resets(settings):
     return (np.empty((0, 0), np.bool_) if settings.resets is None
-            else np.ascontiguousarray(settings.resets, dtype=np.bool_))
+            else contiguous(np.asarray(settings.resets, dtype=np.bool_)))
 
 
 def block_product(x, w, out=None):
@@ -88,11 +91,11 @@ def rglru_sequence(x, h0, weights, settings):
     lengths = lengths_of(settings.seq_len)
     x = running_inputs(contiguous(x), lengths)
     w_a, b_a, w_x, b_x, lam = weights
-    p_a = block_product(x, contiguous(w_a)) + b_a
-    p_x = block_product(x, contiguous(w_x)) + b_x
+    p_a = contiguous(block_product(x, contiguous(w_a)) + b_a)
+    p_x = contiguous(block_product(x, contiguous(w_x)) + b_x)
     r, i, a, c = (np.empty(x.shape, x.dtype) for _ in range(4))
     rglru_gates_kernel(p_a, p_x, x, contiguous(softplus(lam)), float(settings.c),
-                       _tails(x.dtype), _kernel_resets(settings), _kernel_lengths(lengths),
+                       _tails(x.dtype), _kernel_resets(settings), kernel_lengths(lengths),
                        r, i, a, c)
     h, h_final = sequence_scan(a, c, contiguous(h0), settings, post=False)
     zero_stopped((h,), lengths)
@@ -117,7 +120,7 @@ def rglru_sequence_grad(x, h0, weights, seq, settings, *, d_r=None, d_i=None, d_
     w_a, _, w_x, _, lam = weights
     dtype, n_hidden = x.dtype, x.shape[2]
     r, i = contiguous(seq.r), contiguous(seq.i)
-    sp, resets, kl = contiguous(softplus(lam)), _kernel_resets(settings), _kernel_lengths(
+    sp, resets, kl = contiguous(softplus(lam)), _kernel_resets(settings), kernel_lengths(
         lengths)
     a = np.empty(x.shape, dtype)
     tails = _tails(dtype)
