@@ -77,8 +77,9 @@ def contiguous(a):
 
 
 def lengths_of(seq_len):
-    """The lengths as ``int64 [B]``, or None when every row runs all T steps."""
-    return None if seq_len is None else np.asarray(seq_len, dtype=np.int64)
+    """The lengths as ``int64 [B]`` (``contiguous``), or None when every row runs all T
+    steps."""
+    return None if seq_len is None else contiguous(np.asarray(seq_len, dtype=np.int64))
 
 
 def kernel_lengths(lengths):

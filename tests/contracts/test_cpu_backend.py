@@ -13,6 +13,7 @@ here are the CPU backend's own: empty sizes, read-only inputs, threads, the kern
 contracts and that the hot loops are SIMD.
 """
 
+import re
 import subprocess
 import sys
 import threading
@@ -374,6 +375,54 @@ def test_read_only_inputs_are_accepted():
         for a in gstate:
             a.flags.writeable = False
         gc.gru_cell_grad(*args, gstate, d_h=up["d_h"], reset_after=reset_after, backend="cpu")
+
+
+_READ_ONLY_SCRIPT = """
+import sys, numpy as np, numba, inspect
+from numba.core import types
+import gradcells as gc
+from gradcells import testing
+from gradcells.cells import OPS, SCAN_SPECS
+rng = np.random.default_rng(0)
+def ro(v):
+    if isinstance(v, np.ndarray):
+        v = v.copy(); v.flags.writeable = False
+    elif isinstance(v, tuple) and hasattr(v, "_fields"):
+        return type(v)(*map(ro, v))
+    return v
+for op, spec in {**OPS, **SCAN_SPECS}.items():
+    case = {k: ro(v) for k, v in testing.OPS[op][0](rng).items()}
+    result = getattr(gc, op)(**case, backend="cpu")
+    grad = getattr(gc, f"{op}_grad")
+    accepted = inspect.signature(grad).parameters
+    upstream = {u: ro(np.ones_like(getattr(result, u[2:]))) for u in spec.upstream
+                if getattr(result, u[2:], None) is not None}
+    kept = {k: v for k, v in case.items() if k in accepted}
+    g = grad(**kept, **{spec.result_arg: ro(result)}, **upstream, backend="cpu")
+    getattr(gc, f"{op}_jvp")(**case, tangents=ro(g), backend="cpu")
+    getattr(gc, f"{op}_grad_jvp")(**kept, **{spec.result_arg: ro(result)}, tangents=ro(g),
+                                  **upstream, backend="cpu")
+kernels = {d for name, module in list(sys.modules.items()) if name.startswith("gradcells")
+           for d in vars(module).values() if isinstance(d, numba.core.dispatcher.Dispatcher)}
+read_only = sorted({d.py_func.__name__ for d in kernels for s in d.signatures
+                    if any(isinstance(t, types.Array) and not t.mutable for t in s)})
+print(len(kernels), "kernels,", sum(len(d.signatures) for d in kernels), "signatures")
+print("read-only signatures:", read_only)
+"""
+
+
+def test_read_only_arrays_compile_no_kernel_again():
+    """Every op's four modes through the public functions on read-only arrays (inputs,
+    lengths, results, upstreams and tangents; a fresh process): no kernel is compiled for a
+    read-only array type, which would be a second compile of the same math (JAX hands its
+    arrays over read-only). The public layer's copies and the CPU's ``contiguous`` (lengths
+    included) give the kernels writeable arrays."""
+    done = subprocess.run([sys.executable, "-c", _READ_ONLY_SCRIPT], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    compiled = re.search(r"(\d+) kernels, (\d+) signatures", done.stdout)
+    assert compiled and int(compiled[1]) >= 20 and int(compiled[2]) >= 20, done.stdout
+    assert "read-only signatures: []" in done.stdout, done.stdout[-3000:]
 
 
 def test_negative_strides_and_fortran_state():
