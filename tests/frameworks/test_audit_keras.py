@@ -9,12 +9,13 @@ import re
 import numpy as np
 import pytest
 from audit_runs import whole_audit
+from installed import needs
 
 from gradcells import audit
 from gradcells.audit import faults
+from gradcells.audit import keras as audit_keras
 
-pytest.importorskip("keras")
-from gradcells.audit import keras as audit_keras  # noqa: E402
+pytestmark = needs("keras")        # imported by the audit's subprocesses, not here
 
 ENTRY = r"(?:known fault|convention) \d+"
 ROW = re.compile(r"^(?P<name>keras\[.+?)\s{2,}(?P<cases>\d+)\s{2,}"

@@ -15,19 +15,28 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from installed import needs
 
 import gradcells as gc
 from gradcells import tf_compat as tc
 from gradcells.cells.lstm.spec import PEEPHOLES
 from gradcells.testing import gru_cell_case, lstm_cell_case, lstm_sequence_case
 
-tf = pytest.importorskip("tensorflow")
-pytestmark = pytest.mark.conformance
+pytestmark = [pytest.mark.conformance, needs("tensorflow")]
+tf = None
+"""TensorFlow, imported by ``_tensorflow`` when this file's tests run (not at collection:
+``installed``)."""
 
 F32 = {"rtol": 2e-6, "atol": 2e-6}
 STEP_FIELDS = ("i", "cs", "f", "o", "ci", "co", "h")
 GRU_ARGS = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
 TF_EXAMPLES = settings(max_examples=8)  # TF calls are slow; the sizes are few and small
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _tensorflow():
+    global tf
+    tf = pytest.importorskip("tensorflow")
 
 
 def numpy(outputs):
