@@ -692,9 +692,9 @@ def _environment(reproduction) -> dict[str, str]:
 
 
 def _run_group(group) -> list[str]:
-    """The outputs of reproductions that set the same environment and need the same
-    frameworks: each run as a script in a fresh process, a child forked from one that
-    imported the modules they import (at their top level) once."""
+    """The outputs of reproductions that set the same environment: each run as a script in
+    a fresh process, a child forked from one that imported the modules they import (at
+    their top level) once."""
     import json
     import os
     import subprocess
@@ -714,17 +714,17 @@ def _run_group(group) -> list[str]:
 def reproductions():
     """Each runnable reproduction's output (None: a module it needs is missing), run as a
     script in the environment its first line sets. Each runs in a process of its own,
-    forked from one that imported the frameworks its group needs (same environment, same
-    frameworks: TensorFlow's import, seconds, is paid once for its four scripts, not four
-    times); the groups run concurrently, a process each."""
+    forked from one that set that environment and imported the frameworks every script of
+    its group imports (the scripts that set the same environment: TensorFlow's import,
+    seconds, is paid once for its five scripts, PyTorch's once for the eight that run with
+    warnings off); the groups run concurrently, a process each."""
     import os
     from concurrent.futures import ThreadPoolExecutor
 
     groups = {}
     for fault in RUNNABLE:
         if not _missing(fault.reproduction):
-            key = (tuple(sorted(_environment(fault.reproduction).items())),
-                   frozenset(_needed(fault.reproduction)))
+            key = tuple(sorted(_environment(fault.reproduction).items()))
             groups.setdefault(key, []).append(fault)
     with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
         outputs = {f.number: out for group, outs in zip(groups.values(),
