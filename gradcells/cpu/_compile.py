@@ -102,8 +102,13 @@ def kernel_array(a):
 
 
 def row_of(addend, row):
-    """Row ``row`` of a ``[B, N]`` addend, or the ``[N]`` addend itself (broadcast)."""
-    return addend if addend.ndim == 1 else addend[row]
+    """Row ``row`` of a ``[B, N]`` addend; its one row for a ``[1, N]`` addend or the
+    ``[N]`` addend itself (broadcast). A cell passes its bias as ``one_row(b)``, where a
+    sequence passes each step's ``[B, N]`` input projection, so that both compile the same
+    kernel signature."""
+    if addend.ndim == 1:
+        return addend
+    return addend[0] if addend.shape[0] == 1 else addend[row]
 
 
 @overload(row_of)
@@ -111,5 +116,10 @@ def _row_of_impl(addend, row):
     if isinstance(addend, types.Array) and addend.ndim == 1:
         return lambda addend, row: addend
     if isinstance(addend, types.Array) and addend.ndim == 2:
-        return lambda addend, row: addend[row]
+        return lambda addend, row: addend[0] if addend.shape[0] == 1 else addend[row]
     return None
+
+
+def one_row(b):
+    """A bias ``[N]`` as the ``[1, N]`` addend ``row_of`` broadcasts (a view, C-ordered)."""
+    return kernel_array(b)[None]

@@ -28,8 +28,8 @@ def gru_gates_kernel(gates_ru, addend_ru, x, h_prev, r, u, xrh):
     """Reset and update gates; writes ``r, u [B, H]`` and ``xrh [B, I+H] = [x, r∘h_prev]``.
 
     ``gates_ru [B, 2H]``: pre-activations without bias (``[x, h_prev]·w_ru``); ``addend_ru``:
-    ``[2H]`` (bias) or ``[B, 2H]``; ``x [B, I]`` is copied into the first I columns of
-    ``xrh`` (pass a ``[B, 0]`` array to get ``r∘h_prev`` alone):
+    ``[1, 2H]`` (a cell's bias, ``_compile.one_row``) or ``[B, 2H]``; ``x [B, I]`` is copied
+    into the first I columns of ``xrh`` (pass a ``[B, 0]`` array to get ``r∘h_prev`` alone):
 
         [r, u] = σ(gates_ru + addend_ru)
     """
@@ -54,7 +54,7 @@ def gru_gates_kernel(gates_ru, addend_ru, x, h_prev, r, u, xrh):
 def gru_candidate_kernel(gates_c, addend_c, h_prev, u, c, h):
     """Candidate and new state; writes ``c, h [B, H]``.
 
-    ``gates_c [B, H]``: ``[x, r∘h_prev]·w_c`` without bias; ``addend_c [H]`` or ``[B, H]``:
+    ``gates_c [B, H]``: ``[x, r∘h_prev]·w_c`` without bias; ``addend_c [1, H]`` or ``[B, H]``:
 
         c = tanh(gates_c + addend_c);   h = u·h_prev + (1-u)·c
     """

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..._core.plan import flat, masked
 from ..._core.xpmath import weights_part
-from ...cpu._compile import kernel_array
+from ...cpu._compile import kernel_array, one_row
 from ...cpu._sequence import (
     Walk,
     contiguous,
@@ -89,13 +89,13 @@ def gru_cell(x, h_prev, weights, settings):
     r, u, c, h = (np.empty((n_batch, n_hidden), dtype) for _ in range(4))
     if settings.reset_after:
         b_c = kernel_array(b_c)
-        gru_reset_after_kernel(gates_ru, kernel_array(b_ru), np.dot(x, w_c[:n_in]),
+        gru_reset_after_kernel(gates_ru, one_row(b_ru), np.dot(x, w_c[:n_in]),
                                b_c[:n_hidden], np.dot(h_prev, w_c[n_in:]), b_c[n_hidden:],
                                h_prev, r, u, c, h)
     else:
         xrh = np.empty((n_batch, n_in + n_hidden), dtype)
-        gru_gates_kernel(gates_ru, kernel_array(b_ru), kernel_array(x), h_prev, r, u, xrh)
-        gru_candidate_kernel(np.dot(xrh, w_c), kernel_array(b_c), h_prev, u, c, h)
+        gru_gates_kernel(gates_ru, one_row(b_ru), kernel_array(x), h_prev, r, u, xrh)
+        gru_candidate_kernel(np.dot(xrh, w_c), one_row(b_c), h_prev, u, c, h)
     return GRUCellState(r, u, c, h)
 
 
@@ -597,8 +597,8 @@ def gru_cell_step(x, h_prev, weights, tangents, reset_after):
         t_g_cx = cell_linear(w_c[:n_in], None if t_w_c is None else t_w_c[:n_in], t_x, x)
         t_g_ch = cell_linear(w_c[n_in:], None if t_w_c is None else t_w_c[n_in:], t_h_prev,
                              h_prev)
-        gru_reset_after_kernel(gates_ru, b_ru, g_cx, b_c[:n_hidden], g_ch, b_c[n_hidden:],
-                               h_prev, *outs)
+        gru_reset_after_kernel(gates_ru, one_row(b_ru), g_cx, b_c[:n_hidden], g_ch,
+                               b_c[n_hidden:], h_prev, *outs)
         t_ru += t_b_ru
         t_g_cx += t_b_c[:n_hidden]
         t_g_ch += t_b_c[n_hidden:]
@@ -607,14 +607,14 @@ def gru_cell_step(x, h_prev, weights, tangents, reset_after):
         return outs, t_outs
     (r, u, c, h), (t_r, t_u, t_c, t_h) = outs, t_outs
     rh, t_rh = np.empty_like(h_prev), np.empty_like(h_prev)
-    gru_gates_jvp_kernel(gates_ru, b_ru, t_ru, t_b_ru, h_prev, t_h_prev, (r, u, rh),
-                         (t_r, t_u, t_rh))
+    gru_gates_jvp_kernel(gates_ru, one_row(b_ru), t_ru, one_row(t_b_ru), h_prev, t_h_prev,
+                         (r, u, rh), (t_r, t_u, t_rh))
     xrh = np.concatenate((x, rh), axis=1)
     t_xrh = np.concatenate((tangent_or_zeros(t_x, x), t_rh), axis=1)
     gates_c = np.dot(xrh, w_c)
     t_gates_c = cell_linear(w_c, t_w_c, t_xrh, xrh)
-    gru_candidate_jvp_kernel(gates_c, b_c, t_gates_c, t_b_c, h_prev, t_h_prev, u, t_u, (c, h),
-                             (t_c, t_h))
+    gru_candidate_jvp_kernel(gates_c, one_row(b_c), t_gates_c, one_row(t_b_c), h_prev,
+                             t_h_prev, u, t_u, (c, h), (t_c, t_h))
     return outs, t_outs
 
 

@@ -43,8 +43,9 @@ def lstm_forward_kernel(gates, addend, cs_prev, wci, wcf, wco, peephole, forget_
     Arguments (all arrays C-contiguous, one float dtype; B rows, H = ``cs_prev.shape[1]``):
 
     - ``gates [B, 4H]``: the pre-activations without bias, e.g. ``[x, h_prev]·w`` (icfo);
-    - ``addend [4H]`` (the bias, broadcast over rows) or ``[B, 4H]`` (per row, e.g. a
-      precomputed ``x_t·W_x + b`` in a sequence); G = gates + addend;
+    - ``addend [1, 4H]`` (a cell's bias, broadcast over rows: ``_compile.one_row``) or
+      ``[B, 4H]`` (per row: a sequence's precomputed ``x_t·W_x + b``), one signature for
+      both (``_compile.row_of``); G = gates + addend;
     - ``cs_prev [B, H]``;
     - ``wci, wcf, wco [H]``: peephole vectors, read only when ``peephole`` is True (otherwise
       pass any arrays of length >= H, e.g. the bias);

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..._core.plan import flat, masked
 from ..._core.xpmath import weights_part
-from ...cpu._compile import kernel_array
+from ...cpu._compile import kernel_array, one_row
 from ...cpu._sequence import (
     Walk,
     contiguous,
@@ -110,7 +110,7 @@ def lstm_cell(x, cs_prev, h_prev, weights, settings):
         wci = wcf = wco = b
     dtype = gates.dtype
     outputs = [np.empty((n_batch, n_hidden), dtype) for _ in range(7)]
-    lstm_forward_kernel(gates, b, kernel_array(cs_prev), wci, wcf, wco, peephole,
+    lstm_forward_kernel(gates, one_row(b), kernel_array(cs_prev), wci, wcf, wco, peephole,
                         settings.forget_bias, _clip_or_inf(settings.cell_clip), *outputs)
     if weights.w_proj is not None:       # outputs[6] is m = o∘co [B, H]
         outputs[6] = _project(outputs[6], weights.w_proj, settings.proj_clip)

@@ -25,8 +25,8 @@ def rnn_forward_kernel(gates, addend, relu, h):
     Arguments (all arrays C-contiguous, one float dtype; B rows, H = ``h.shape[1]``):
 
     - ``gates [B, H]``: the pre-activations without bias, e.g. ``[x, h_prev]·w``;
-    - ``addend [H]`` (the bias, broadcast over rows) or ``[B, H]`` (per row, e.g. a
-      precomputed ``x_t·W_x + b`` in a sequence);
+    - ``addend [1, H]`` (a cell's bias, broadcast over rows: ``_compile.one_row``) or
+      ``[B, H]`` (per row: a sequence's precomputed ``x_t·W_x + b``);
     - ``relu``: True for ``max(z, 0)``, False for ``tanh(z)``;
     - ``h [B, H]``: the output, overwritten (must not overlap the inputs).
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..._core.plan import flat, masked
-from ...cpu._compile import kernel_array
+from ...cpu._compile import kernel_array, one_row
 from ...cpu._sequence import (
     Walk,
     contiguous,
@@ -79,7 +79,7 @@ def rnn_cell(x, h_prev, weights, settings):
     """One RNN step; returns ``RNNCellState(h)``."""
     gates = np.dot(np.concatenate((x, h_prev), axis=1), weights.w)
     h = np.empty_like(gates)
-    rnn_forward_kernel(gates, kernel_array(weights.b), _is_relu(settings), h)
+    rnn_forward_kernel(gates, one_row(weights.b), _is_relu(settings), h)
     return RNNCellState(h)
 
 
@@ -297,7 +297,8 @@ def rnn_cell_step(x, h_prev, weights, tangents, relu):
                                                         tangents.w))
     b = contiguous(weights.b)
     h, t_h = np.empty_like(gates), np.empty_like(gates)
-    rnn_jvp_kernel(gates, b, t_gates, tangent_or_zeros(tangents.b, b), relu, h, t_h)
+    rnn_jvp_kernel(gates, one_row(b), t_gates, one_row(tangent_or_zeros(tangents.b, b)), relu,
+                   h, t_h)
     return h, t_h
 
 
