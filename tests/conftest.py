@@ -100,22 +100,3 @@ def pytest_terminal_summary(terminalreporter):
     """Print the collected ``summary`` lines (the fuzz's call count) at the end of the run."""
     for line in _SUMMARY:
         terminalreporter.write_line(line)
-
-
-LONGEST_FIRST = (
-    "tests/docs/test_notebooks.py", "tests/contracts/test_cuda_emulation.py",
-    "tests/frameworks/test_audit_keras.py", "tests/frameworks/test_torch_functions.py",
-    "tests/frameworks/test_audit_jax.py", "tests/frameworks/test_faults.py",
-    "tests/contracts/test_stacks.py", "tests/contracts/test_masks.py",
-    "tests/frameworks/test_jax_adapter.py", "tests/contracts/test_layer_norm.py")
-"""The longest test files, longest first (CI's ``--durations``, docs/performance.md "CI
-time"). Collected first, so that pytest-xdist (``--dist loadfile``: a file to a worker, in
-collection order) hands them out first and each worker's last file is a short one: neither
-waits long for the other at the end. Order only: a stale list costs time, never a test."""
-
-
-def pytest_collection_modifyitems(items):
-    """The files of ``LONGEST_FIRST`` first, in its order; every other file after them in
-    collection order (a stable sort: a file's tests stay together and in order)."""
-    rank = {path: k for k, path in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))

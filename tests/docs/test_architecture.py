@@ -306,13 +306,3 @@ def test_tests_and_benchmarks_read_the_peephole_names_from_the_specs(path):
 
 def test_the_package_says_it_is_typed():
     assert (ROOT / "py.typed").is_file()
-
-
-def test_the_files_run_first_exist():
-    """``tests/conftest.py``'s ``LONGEST_FIRST`` names files that are there (a renamed file
-    would silently fall back to collection order)."""
-    import conftest
-
-    root = Path(__file__).resolve().parents[2]
-    missing = [path for path in conftest.LONGEST_FIRST if not (root / path).is_file()]
-    assert not missing, missing
