@@ -24,6 +24,16 @@ _FLOAT16 = np.dtype(np.float16)  # CuPy's (the GPU backend's half path); NumPy's
 refused_subclass = arrays.refused_subclass
 
 
+def array_library(name, a):
+    """The library of the one array ``a`` ("numpy" or "cupy"); TypeError naming ``name``
+    for anything else (the scans' arguments, checked one by one)."""
+    lib = "numpy" if type(a) is np.ndarray else arrays.library_of(a)
+    if lib not in arrays.NATIVE or (type(a) is not np.ndarray and refused_subclass(a)):
+        raise TypeError(f"{name} must be a NumPy or CuPy array, got {type(a).__name__} "
+                        "(PyTorch and JAX arrays are taken too)")
+    return lib
+
+
 def library_and_dtype(specs):
     """Check that every given array is a NumPy/CuPy float array of one library and dtype.
 

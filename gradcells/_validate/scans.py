@@ -13,28 +13,19 @@ import numpy as np
 
 from .._core import arrays
 from ..cells.linear.spec import METHODS, LinearScan, LinearScanGrads, LinearScanSettings
-from .arrays import refused_subclass
+from .arrays import array_library, refused_subclass
 from .settings import bool_value, choice_value, recorded_copy, seq_len_value
 
 STATE_DTYPES = tuple(map(np.dtype, (np.float32, np.float64, np.complex64, np.complex128)))
 """The dtypes of ``b``, ``h0`` and the states."""
 
 
-def _library(name, a):
-    """The library of the array ``a`` ("numpy" or "cupy"); TypeError naming ``name``."""
-    lib = "numpy" if type(a) is np.ndarray else arrays.library_of(a)
-    if lib not in arrays.NATIVE or (type(a) is not np.ndarray and refused_subclass(a)):
-        raise TypeError(f"{name} must be a NumPy or CuPy array, got {type(a).__name__} "
-                        "(PyTorch and JAX arrays are taken too)")
-    return lib
-
-
 def check_arrays(a, b, h0):
     """Check ``a``, ``b`` ``[T, B, D]`` and ``h0 [B, D]``: one library (one device), the
     dtypes of the module docstring, the shapes. Returns the library."""
-    library = _library("b", b)
+    library = array_library("b", b)
     for name, v in (("a", a), ("h0", h0)):
-        lib = _library(name, v)
+        lib = array_library(name, v)
         if lib != library:
             raise TypeError(arrays.two_libraries("b", library, name, lib))
         if lib == "cupy" and v.device.id != b.device.id:
@@ -131,7 +122,7 @@ def _checked_result(result, a, b, h0, library):
     result = LinearScan(*result) if type(result) is not LinearScan else result
     dtype = np.result_type(a.dtype, b.dtype)
     for name, value in zip(LinearScan._fields, result, strict=True):
-        _library(f"result.{name}", value)
+        array_library(f"result.{name}", value)
         if arrays.library_of(value) != library or value.dtype != dtype:
             raise TypeError(f"result.{name} must be a {library} array of dtype {dtype}, got "
                             f"{type(value).__name__} of {getattr(value, 'dtype', None)}")
@@ -147,7 +138,7 @@ def _check_like(name, value, like, library):
     dtype and shape."""
     if value is None:
         return
-    if _library(name, value) != library:
+    if array_library(name, value) != library:
         raise TypeError(arrays.two_libraries("b", library, name, arrays.library_of(value)))
     if value.dtype != like.dtype:
         raise TypeError(f"{name} must have dtype {like.dtype}, got {value.dtype}")

@@ -20,26 +20,17 @@ from ..cells.selective.spec import (
     SelectiveScanGrads,
     SelectiveScanSettings,
 )
-from .arrays import refused_subclass
+from .arrays import array_library
 from .settings import bool_value
 
 DTYPES = tuple(map(np.dtype, (np.float32, np.float64)))
 """The dtypes every array of a call shares."""
 
 
-def _library(name, a):
-    """The library of the array ``a`` ("numpy" or "cupy"); TypeError naming ``name``."""
-    lib = "numpy" if type(a) is np.ndarray else arrays.library_of(a)
-    if lib not in arrays.NATIVE or (type(a) is not np.ndarray and refused_subclass(a)):
-        raise TypeError(f"{name} must be a NumPy or CuPy array, got {type(a).__name__} "
-                        "(PyTorch and JAX arrays are taken too)")
-    return lib
-
-
 def _check_like(name, value, shape, dtype, library, device=None):
     """``value``: an array of ``library``, ``dtype`` and ``shape`` (TypeError or ValueError
     naming ``name``)."""
-    lib = _library(name, value)
+    lib = array_library(name, value)
     if lib != library:
         raise TypeError(arrays.two_libraries("u", library, name, lib))
     if device is not None and value.device.id != device:
@@ -69,12 +60,12 @@ def _grouped_shape(name, M, batch, channels, n_steps, n_state):
 
 def check_arrays(u, delta, A, B, C, D, z, delta_bias):
     """Check the forward's arrays (the module docstring). Returns the library."""
-    library = _library("u", u)
+    library = array_library("u", u)
     if u.dtype not in DTYPES:
         raise TypeError(f"u must have dtype float32 or float64, got {u.dtype}")
     if u.ndim != 3:
         raise ValueError(f"u must have rank 3 ([Bt, Dm, L]), got shape {tuple(u.shape)}")
-    _library("A", A)
+    array_library("A", A)
     if getattr(A, "ndim", None) != 2 or A.shape[0] != u.shape[1]:
         raise ValueError(f"A must have shape [Dm, N] with Dm = {u.shape[1]}, got "
                          f"{tuple(A.shape)}")
@@ -88,7 +79,7 @@ def check_arrays(u, delta, A, B, C, D, z, delta_bias):
             if name in ("D", "z", "delta_bias"):
                 continue
             raise TypeError(f"{name} must be an array, got None")
-        _library(name, value)
+        array_library(name, value)
         shape = (shapes[name] if name in shapes
                  else _grouped_shape(name, value, batch, channels, n_steps, n_state))
         _check_like(name, value, shape, u.dtype, library, device)
