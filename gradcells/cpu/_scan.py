@@ -83,9 +83,10 @@ def linear_scan_kernel(a, c, s0, backward, post, chunk, out, s_final):
     n_chunks = (n_steps + chunk - 1) // chunk
     agg_a, agg_c = np.empty((n_chunks, n), a.dtype), np.empty((n_chunks, n), out.dtype)
     carries = np.empty((n_chunks, n), out.dtype)
-    scan_maps_kernel(a, c, backward, post, chunk, 0, n_chunks, agg_a, agg_c)
+    first = np.int64(0)    # not a literal 0: the signature of the threaded scan's calls
+    scan_maps_kernel(a, c, backward, post, chunk, first, n_chunks, agg_a, agg_c)
     scan_carries_kernel(agg_a, agg_c, s0, carries, s_final)
-    scan_chunks_kernel(a, c, backward, post, chunk, 0, n_chunks, carries, out, s_final)
+    scan_chunks_kernel(a, c, backward, post, chunk, first, n_chunks, carries, out, s_final)
 
 
 @kernel

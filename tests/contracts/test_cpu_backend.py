@@ -377,12 +377,13 @@ def test_read_only_inputs_are_accepted():
         gc.gru_cell_grad(*args, gstate, d_h=up["d_h"], reset_after=reset_after, backend="cpu")
 
 
-_READ_ONLY_SCRIPT = """
+_ONE_COMPILE_SCRIPT = """
 import sys, numpy as np, numba, inspect
 from numba.core import types
 import gradcells as gc
 from gradcells import testing
 from gradcells.cells import OPS, SCAN_SPECS
+from gradcells.cpu import _scan
 rng = np.random.default_rng(0)
 def ro(v):
     if isinstance(v, np.ndarray):
@@ -390,8 +391,9 @@ def ro(v):
     elif isinstance(v, tuple) and hasattr(v, "_fields"):
         return type(v)(*map(ro, v))
     return v
-for op, spec in {**OPS, **SCAN_SPECS}.items():
-    case = {k: ro(v) for k, v in testing.OPS[op][0](rng).items()}
+def four_modes(op, case):
+    spec = {**OPS, **SCAN_SPECS}[op]
+    case = {k: ro(v) for k, v in case.items()}
     result = getattr(gc, op)(**case, backend="cpu")
     grad = getattr(gc, f"{op}_grad")
     accepted = inspect.signature(grad).parameters
@@ -402,27 +404,56 @@ for op, spec in {**OPS, **SCAN_SPECS}.items():
     getattr(gc, f"{op}_jvp")(**case, tangents=ro(g), backend="cpu")
     getattr(gc, f"{op}_grad_jvp")(**kept, **{spec.result_arg: ro(result)}, tangents=ro(g),
                                   **upstream, backend="cpu")
+for op in {**OPS, **SCAN_SPECS}:
+    for dtype in (np.float64, np.float32):
+        four_modes(op, testing.OPS[op][0](rng, dtype))
+# the options with kernels of their own: reset-after GRUs, zoneout, the chunked scans
+for op in ("gru_cell", "gru_sequence"):
+    four_modes(op, {**testing.OPS[op][0](rng), "reset_after": True})
+for op, names in (("lstm_sequence", ("zoneout_h", "zoneout_cs")),
+                  ("gru_sequence", ("zoneout_h",))):
+    case = testing.OPS[op][0](rng)
+    four_modes(op, {**case, **{n: np.full(case["h0"].shape, 0.25) for n in names}})
+scan = {**testing.OPS["linear_scan"][0](rng), "method": "parallel"}
+scan.update(a=np.repeat(scan["a"], 400, axis=1), b=np.repeat(scan["b"], 400, axis=1))
+for cores in (1, 2):            # the chunked scan on one thread and on two
+    _scan._cores = lambda: cores
+    four_modes("linear_scan", scan)
 kernels = {d for name, module in list(sys.modules.items()) if name.startswith("gradcells")
-           for d in vars(module).values() if isinstance(d, numba.core.dispatcher.Dispatcher)}
+           for d in vars(module).values() if isinstance(d, numba.core.dispatcher.Dispatcher)
+           and d.stats.cache_path is not None}   # kernels; helpers compile within them
+def key(t):      # what a kernel's math depends on: the dtypes, not layouts or literals
+    if isinstance(t, types.Array):
+        return str(t.dtype)
+    if isinstance(t, types.BaseTuple):
+        return tuple(map(key, t.types))
+    return str(types.unliteral(t))
 read_only = sorted({d.py_func.__name__ for d in kernels for s in d.signatures
                     if any(isinstance(t, types.Array) and not t.mutable for t in s)})
+twice = sorted({d.py_func.__name__ for d in kernels
+                if len({tuple(map(key, s)) for s in d.signatures}) < len(d.signatures)})
 print(len(kernels), "kernels,", sum(len(d.signatures) for d in kernels), "signatures")
 print("read-only signatures:", read_only)
+print("compiled twice for the same dtypes:", twice)
 """
 
 
-def test_read_only_arrays_compile_no_kernel_again():
-    """Every op's four modes through the public functions on read-only arrays (inputs,
-    lengths, results, upstreams and tangents; a fresh process): no kernel is compiled for a
-    read-only array type, which would be a second compile of the same math (JAX hands its
-    arrays over read-only). The public layer's copies and the CPU's ``contiguous`` (lengths
-    included) give the kernels writeable arrays."""
-    done = subprocess.run([sys.executable, "-c", _READ_ONLY_SCRIPT], capture_output=True,
+def test_each_kernel_compiles_once_per_dtype():
+    """Every op's four modes through the public functions, in float64 and float32, on
+    read-only arrays (inputs, lengths, results, upstreams and tangents), and the options
+    with kernels of their own (reset-after GRUs, zoneout, the chunked scan on one thread and
+    on two), in a fresh process: no kernel has two signatures with the same dtypes, as a
+    layout (an ``[N]`` bias against a ``[1, N]`` one), a read-only array (JAX hands its
+    arrays over read-only) or a literal argument would give: each would be a second compile
+    of the same math in every process with a cold cache. The public layer's copies and the
+    CPU's ``kernel_array`` (lengths and zoneout included) give the kernels writeable arrays."""
+    done = subprocess.run([sys.executable, "-c", _ONE_COMPILE_SCRIPT], capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     compiled = re.search(r"(\d+) kernels, (\d+) signatures", done.stdout)
-    assert compiled and int(compiled[1]) >= 20 and int(compiled[2]) >= 20, done.stdout
+    assert compiled and int(compiled[1]) >= 40 and int(compiled[2]) >= 80, done.stdout
     assert "read-only signatures: []" in done.stdout, done.stdout[-3000:]
+    assert "compiled twice for the same dtypes: []" in done.stdout, done.stdout[-3000:]
 
 
 def test_negative_strides_and_fortran_state():

@@ -216,7 +216,8 @@ def _add_gate_grads(gates, part, stopped, outs, n_parts, grads, sums):
         return
     rows = _EVERY_ROW if stopped is None else stopped[:, 0]
     reset_after = n_parts is not None
-    gru_gates_grad_kernel(gates[0], has, rows, outs, n_parts if reset_after else outs[:2],
+    unread = (outs[0], sums[1])       # reset before: n's parts' types, never read
+    gru_gates_grad_kernel(gates[0], has, rows, outs, n_parts if reset_after else unread,
                           reset_after, grads, sums)
 
 
@@ -228,7 +229,7 @@ def _add_gate_grad_tangents(gates, part, stopped, saved, n_parts, t_grads, t_sum
         return
     rows = _EVERY_ROW if stopped is None else stopped[:, 0]
     reset_after = n_parts is not None
-    n_parts = n_parts if reset_after else (*saved[0][:2], saved[0][0])
+    n_parts = n_parts if reset_after else (saved[0][0], t_sums[1], saved[0][0])   # unread
     gru_gates_grad_tangent_kernel(gates[0], gates[1], has, rows, saved[0], saved[1],
                                   n_parts[:2], n_parts[2], reset_after, t_grads, t_sums)
 

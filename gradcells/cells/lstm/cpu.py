@@ -901,7 +901,7 @@ def lstm_cell_step(x, cs_prev, h_prev, weights, tangents, settings):
     outs = [np.empty((n_batch, n_hidden), gates.dtype) for _ in range(7)]
     t_outs = [np.empty_like(a) for a in outs]
     run = _lstm_step_pass(weights, weights_part(tangents, weights), settings)
-    run(gates, b, t_gates, tangent_or_zeros(tangents.b, b),    # the bias as the addend
+    run(gates, one_row(b), t_gates, one_row(tangent_or_zeros(tangents.b, b)),   # addends
         (cs_prev, tangent_or_zeros(tangents.cs_prev, cs_prev)), (outs, t_outs))
     if weights.w_proj is not None:
         lin_p = Linear.of(weights.w_proj, tangents.w_proj)
