@@ -42,6 +42,10 @@ def build_layer(keras, spec, shapes):
     """The Keras layer of ``spec`` (its options), built for ``x [B, T, I]``."""
     options = {k: spec[k] for k in ("go_backwards", "unroll", "return_sequences",
                                     "return_state")}
+    # every weight is the job's (``stateless_call``): zeros, not an orthogonal draw (a QR
+    # compiled per shape on JAX), fill the layer's own variables
+    options.update(dict.fromkeys(("kernel_initializer", "recurrent_initializer",
+                                  "bias_initializer"), "zeros"))
     if spec["cell"] == "gru":
         options["reset_after"] = spec["reset_after"]
     layer = getattr(keras.layers, LAYERS[spec["cell"]])(spec["hidden"], **options)
@@ -62,6 +66,7 @@ class Job:
         self.cotangent = tuple(arrays[f"ct{k}"] for k in range(spec["outputs"]))
         self.tangents = [arrays[f"t_{n}"] for n in self.names]
         self.traced = _traced(keras.backend.backend(), self.call)
+        self.compiled = {}              # JAX: each transformation jitted once per job
 
     def call(self, tensors):
         """The layer's outputs (a tuple) for backend tensors aligned with ``names``."""
@@ -117,11 +122,24 @@ def _tf_vjp(job, ct, arrays):
             for a, g in zip(arrays, grads, strict=True)]
 
 
+def _jitted(job, name, fn):
+    """``jax.jit(fn)``, made once per job: the oracle and the HVP call the job's ``vjp`` and
+    ``jvp`` again, and each ``jax.vjp``/``jax.jvp`` of the jitted layer traced anew would
+    compile anew."""
+    import jax
+
+    if name not in job.compiled:
+        job.compiled[name] = jax.jit(fn)
+    return job.compiled[name]
+
+
 def _jax_vjp(job, ct, arrays):
     import jax
 
-    _, pullback = jax.vjp(lambda *t: job.traced(list(t)), *(jax.numpy.asarray(a) for a in arrays))
-    return pullback(tuple(jax.numpy.asarray(c) for c in ct))
+    jnp = jax.numpy
+    vjp = _jitted(job, "vjp", lambda args, ct: jax.vjp(lambda *t: job.traced(list(t)),
+                                                       *args)[1](ct))
+    return vjp(tuple(jnp.asarray(a) for a in arrays), tuple(jnp.asarray(c) for c in ct))
 
 
 def _torch_vjp(job, ct, arrays):
@@ -152,8 +170,9 @@ def _jax_jvp(job, tangents, arrays):
     import jax
 
     jnp = jax.numpy
-    return jax.jvp(lambda *t: job.traced(list(t)), tuple(jnp.asarray(a) for a in arrays),
-                   tuple(jnp.asarray(t) for t in tangents))[1]
+    jvp = _jitted(job, "jvp", lambda args, tangents: jax.jvp(lambda *t: job.traced(list(t)),
+                                                             args, tangents)[1])
+    return jvp(tuple(jnp.asarray(a) for a in arrays), tuple(jnp.asarray(t) for t in tangents))
 
 
 def _torch_jvp(job, tangents, arrays):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import shutil
 import subprocess
@@ -102,8 +103,10 @@ def load(code: str, entries) -> ctypes.CDLL:
     return lib
 
 
+@functools.cache
 def library(source: str) -> ctypes.CDLL:
-    """The host library of one ``.cu`` file, with every instantiation the GPU backend uses."""
+    """The host library of one ``.cu`` file, with every instantiation the GPU backend uses
+    (its code composed once per process, not at every launch)."""
     return load(_kernels.module_code(source), _kernels.source_entries(source))
 
 
