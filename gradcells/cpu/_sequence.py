@@ -76,6 +76,13 @@ def contiguous(a):
     return kernel_array(a)
 
 
+def given_or_empty(arrays, dtype):
+    """Optional per-step arrays (a cell's gates' upstream gradients ``[T, B, H]``) as the
+    kernels take them: each ``contiguous``, or an empty ``[0, 0, 0]`` array of ``dtype``
+    where not given (the kernel then reads none of it)."""
+    return tuple(np.empty((0, 0, 0), dtype) if a is None else contiguous(a) for a in arrays)
+
+
 def lengths_of(seq_len):
     """The lengths as ``int64 [B]`` (``contiguous``), or None when every row runs all T
     steps."""

@@ -33,6 +33,7 @@ from ..._core.plan import flat, previous_states
 from ...cpu._scan import identity_past_lengths, sequence_scan, upstream_steps
 from ...cpu._sequence import (
     contiguous,
+    given_or_empty,
     input_tangent,
     kernel_lengths,
     lengths_of,
@@ -53,9 +54,6 @@ from .spec import (
     MinGRUSequence,
     MinGRUSequenceGrads,
 )
-
-_NONE = np.empty((0, 0, 0))
-
 
 
 def _gates(x, weights, settings, lengths):
@@ -104,8 +102,7 @@ def mingru_sequence_grad(x, h0, weights, seq, settings, *, d_z=None, d_hc=None, 
     (d_p,) = scratch(dtype, (n_steps, n_batch, 2 * n_hidden))
     p_h = z if identity else projection_of(x, w[:, n_hidden:], weights.b[n_hidden:])
     d_bias = np.zeros(2 * n_hidden, dtype)
-    mingru_grad_kernel(p_h, z, hc, contiguous(seq.h), h0, g, *(
-        _NONE.astype(dtype) if d is None else contiguous(d) for d in (d_z, d_hc)),
+    mingru_grad_kernel(p_h, z, hc, contiguous(seq.h), h0, g, *given_or_empty((d_z, d_hc), dtype),
         kernel_lengths(lengths), settings.reverse, identity, d_p, d_bias)
     d_flat = flat(d_p)
     dx = (d_flat @ w.T).reshape(x.shape)

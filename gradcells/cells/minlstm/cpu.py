@@ -32,6 +32,7 @@ from ..._core.plan import flat, previous_states
 from ...cpu._scan import identity_past_lengths, sequence_scan, upstream_steps
 from ...cpu._sequence import (
     contiguous,
+    given_or_empty,
     input_tangent,
     kernel_lengths,
     lengths_of,
@@ -49,9 +50,6 @@ from .spec import (
     MinLSTMSequence,
     MinLSTMSequenceGrads,
 )
-
-_NONE = np.empty((0, 0, 0))
-
 
 
 def _gates(x, weights, settings, lengths):
@@ -99,10 +97,9 @@ def minlstm_sequence_grad(x, h0, weights, seq, settings, *, d_f=None, d_i=None, 
     p = projection_of(x, w, weights.b)
     d_p = np.empty_like(p)
     d_bias = np.zeros(p.shape[2], dtype)
-    minlstm_grad_kernel(p, f, i, hc, contiguous(seq.h), h0, g, *(
-        _NONE.astype(dtype) if d is None else contiguous(d) for d in (d_f, d_i, d_hc)),
-        kernel_lengths(lengths), settings.reverse, settings.activation == "identity", d_p,
-        d_bias)
+    minlstm_grad_kernel(p, f, i, hc, contiguous(seq.h), h0, g,
+                        *given_or_empty((d_f, d_i, d_hc), dtype), kernel_lengths(lengths),
+                        settings.reverse, settings.activation == "identity", d_p, d_bias)
     d_flat = flat(d_p)
     dx = (d_flat @ w.T).reshape(x.shape)
     return MinLSTMSequenceGrads(x=dx, h0=d_h0, w=flat(x).T @ d_flat, b=d_bias)

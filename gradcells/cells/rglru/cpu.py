@@ -31,6 +31,7 @@ from ..._core.one_step import OneStep
 from ...cpu._scan import sequence_scan
 from ...cpu._sequence import (
     contiguous,
+    given_or_empty,
     kernel_lengths,
     lengths_of,
     running_inputs,
@@ -43,9 +44,6 @@ from .spec import (
     RGLRUSequence,
     RGLRUSequenceGrads,
 )
-
-_NONE = np.empty((0, 0, 0))
-
 
 
 def _kernel_resets(settings):
@@ -131,8 +129,7 @@ def rglru_sequence_grad(x, h0, weights, seq, settings, *, d_r=None, d_i=None, d_
     d_pa, d_px, dx = (np.empty(x.shape, dtype) for _ in range(3))
     d_ba, d_bx, d_sp = (np.zeros(n_hidden, dtype) for _ in range(3))
     bound = settings.sqrt_grad_bound
-    rglru_grad_kernel(r, i, x, contiguous(seq.h), h0, g, *(
-        _NONE.astype(dtype) if d is None else contiguous(d) for d in (d_r, d_i)),
+    rglru_grad_kernel(r, i, x, contiguous(seq.h), h0, g, *given_or_empty((d_r, d_i), dtype),
         sp, float(settings.c), 0.0 if bound is None else float(bound), tails[1], resets, kl,
         settings.reverse, d_pa, d_px, dx, d_ba, d_bx, d_sp)
     dx += block_product(d_pa, np.ascontiguousarray(w_a.transpose(0, 2, 1)))
