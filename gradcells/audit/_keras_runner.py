@@ -42,8 +42,8 @@ def build_layer(keras, spec, shapes):
     """The Keras layer of ``spec`` (its options), built for ``x [B, T, I]``."""
     options = {k: spec[k] for k in ("go_backwards", "unroll", "return_sequences",
                                     "return_state")}
-    # every weight is the job's (``stateless_call``): zeros, not an orthogonal draw (a QR
-    # compiled per shape on JAX), fill the layer's own variables
+    # every weight is the job's (``stateless_call``): the layer's own variables are zeros,
+    # not an orthogonal draw (a QR compiled per shape on JAX)
     options.update(dict.fromkeys(("kernel_initializer", "recurrent_initializer",
                                   "bias_initializer"), "zeros"))
     if spec["cell"] == "gru":
