@@ -371,7 +371,7 @@ def sequence_masks(settings, n_steps, lengths, n_batch, width, n_hidden=0):
             return None
         mask = unread_past_lengths(mask)
         steps = mask.shape[0] if mask.ndim == 3 else 1
-        return kernel_array(np.broadcast_to(mask, (steps, n_batch, n)))   # writeable
+        return contiguous(np.broadcast_to(mask, (steps, n_batch, n)))
 
     return Masks(unread_past_lengths(settings.input_mask), settings.recurrent_mask,
                  zoneout(settings.zoneout_h, width),
