@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -154,37 +155,20 @@ def checked_heads(name, a, n_hidden, labels=("N", "H/N", "4H/N")):
     return n_heads
 
 
-def _fast_heads(values, heads, n_hidden):
-    """N for the fast path (1 without heads), or None when the heads array needs the full
-    checks."""
-    if heads is None:
-        return 1
-    a = values[heads]
-    if type(a) is not np.ndarray or a.ndim != 3 or a.shape[0] < 1 or n_hidden % a.shape[0]:
-        return None
-    return a.shape[0]
-
-
-def _check_arrays(names, values, labels, n_required, key, proj=None, heads=None):
+def _check_arrays(values, checks, key):
     """Every check on one call's arrays; returns their library ("numpy" or "cupy").
 
-    ``values``: the arrays (or Nones) called ``names``, shaped as ``labels`` say (named by
-    the hashable ``key``), x (``[B, I]`` or ``[T, B, I]``) first and an array ``[B, H]``
-    second; the first ``n_required`` must be given; ``proj``: the index of the array whose
-    width is P (an LSTM's ``w_proj``), when it is given; ``heads``: the index of the array
-    whose first axis is the heads N (an sLSTM's ``r``). A NumPy call that passes every
-    check is accepted by one loop (``_numpy_fits``); any other call is checked in order,
-    and the first failure named: required arrays given, one library and float dtype, the
-    ranks of x, of the ``[B, H]`` array and of ``w_proj`` (which fix the sizes), every shape.
+    ``values``: the arrays (or Nones) that ``checks`` (a ``_Checks``) names and shapes, x
+    (``[B, I]`` or ``[T, B, I]``) first and an array ``[B, H]`` second; ``key``: a small
+    hashable name of the checks. A NumPy call that passes every check is accepted by
+    ``checks.fits``; any other call is checked in order, and the first failure named:
+    required arrays given, one library and float dtype, the ranks of x, of the ``[B, H]``
+    array and of ``w_proj`` (which fix the sizes: P from ``w_proj``, the heads N from the
+    heads array), every shape.
     """
-    x, h = values[0], values[1]
-    w_proj = h if proj is None else values[proj]
-    if (type(x) is np.ndarray and type(h) is np.ndarray and type(w_proj) is np.ndarray
-            and x.ndim == len(labels[0]) and h.ndim == w_proj.ndim == 2
-            and (n_heads := _fast_heads(values, heads, h.shape[1])) is not None
-            and _numpy_fits(values, n_required, expected_shapes(
-                key, labels, x.shape, h.shape[1], w_proj.shape[1], n_heads))):
+    if checks.fits(*values):
         return "numpy"
+    names, labels, n_required, proj, heads = checks[:5]
     specs = list(zip(names, values, labels, strict=True))
     (x_name, x, x_labels), (h_name, h, h_labels) = specs[0], specs[1]
     require_arrays(specs[:n_required])
@@ -205,21 +189,46 @@ def _check_arrays(names, values, labels, n_required, key, proj=None, heads=None)
     return library
 
 
-def _numpy_fits(values, n_required, shapes):
-    """Whether every array of a call is a NumPy array of x's float dtype and of its
-    expected shape, the first ``n_required`` given: the common call, accepted without
-    building a message's worth of names. False sends the call to the full checks."""
-    dtype = values[0].dtype
-    if dtype is not _FLOAT32 and dtype is not _FLOAT64:
-        return False
-    for a, shape in zip(values[:n_required], shapes[:n_required], strict=True):
-        if type(a) is not np.ndarray or a.dtype is not dtype or a.shape != shape:
-            return False
-    for a, shape in zip(values[n_required:], shapes[n_required:], strict=True):
-        if a is not None and (type(a) is not np.ndarray or a.dtype is not dtype
-                              or a.shape != shape):
-            return False
-    return True
+_SIZE_SOURCE = {"I+H": "I + H", "2H": "2 * H", "3H": "3 * H", "4H": "4 * H", "I+P": "I + P",
+                "H/N": "H // N", "4H/N": "4 * H // N"}
+"""Each compound size label as the expression ``fits_function`` writes for it."""
+
+
+def fits_function(labels, n_required, proj=None, heads=None):
+    """``fits(*values)``: whether every array of a call is a NumPy array of x's float dtype
+    and of its expected shape (``labels``, the sizes read from x, then H from the ``[B, H]``
+    array second, from ``w_proj`` at index ``proj`` and from the heads array at index ``heads``),
+    the first ``n_required`` given: the common call, accepted by one expression written for
+    these labels (no loop, no shape built but the compared tuples), as ``gradcells._public``
+    writes its functions. False sends the call to the full checks, which name what is
+    wrong."""
+    n = len(labels)
+    sizes = [f"{', '.join(labels[0])} = a0.shape", "H = a1.shape[1]"]
+    ranks = [f"a0.ndim == {len(labels[0])}", "type(a1) is _ndarray", "a1.ndim == 2"]
+    if proj is not None:
+        ranks += [f"type(a{proj}) is _ndarray", f"a{proj}.ndim == 2"]
+    sizes.append("P = H" if proj is None else f"P = a{proj}.shape[1]")
+    if heads is not None:
+        ranks += [f"type(a{heads}) is _ndarray", f"a{heads}.ndim == 3",
+                  f"a{heads}.shape[0] >= 1", f"a1.shape[1] % a{heads}.shape[0] == 0"]
+    sizes.append("N = 1" if heads is None else f"N = a{heads}.shape[0]")
+
+    def fits(k):
+        shape = ", ".join(_SIZE_SOURCE.get(label, label) for label in labels[k])
+        test = f"type(a{k}) is _ndarray and a{k}.dtype is dt and a{k}.shape == ({shape},)"
+        return test if k < n_required else f"(a{k} is None or ({test}))"
+
+    source = "\n    ".join([
+        f"def fits({', '.join(f'a{k}' for k in range(n))}):",
+        "if type(a0) is not _ndarray:",
+        "    return False",
+        "dt = a0.dtype",
+        f"if (dt is not _float32 and dt is not _float64) or not ({' and '.join(ranks)}):",
+        "    return False", *sizes,
+        f"return ({' and '.join(fits(k) for k in range(n))})"])
+    scope = {"_ndarray": np.ndarray, "_float32": _FLOAT32, "_float64": _FLOAT64}
+    exec(source + "\n", scope)  # noqa: S102
+    return scope["fits"]
 
 
 def require_arrays(specs):
@@ -250,31 +259,50 @@ def _qualified_names(prefix, fields):
     return tuple(f"{prefix}.{field}" for field in fields)
 
 
-class _Layout(NamedTuple):
-    """What one operation's arrays are called and shaped like, settled once per operation
-    and GRU variant: the forward's arrays (x, the states, the weights) with the required
-    ones first, then the gradient's result fields and upstream gradients."""
+class _Checks(NamedTuple):
+    """One mode's arrays (a forward's or a gradient's) in checking order, x first and the
+    required ones before the optional: their names and shape labels, how many are required,
+    where ``w_proj`` (when the call has one) and the heads array stand, and ``fits``, the
+    common call's check (``fits_function``)."""
 
     names: tuple[str, ...]
     labels: tuple[Labels, ...]
     n_required: int
-    result_names: tuple[str, ...]
-    result_labels: tuple[Labels, ...]
+    proj: int | None
+    heads: int | None
+    fits: Callable[..., bool]
+
+
+def _checks(names, labels, n_required, projection):
+    proj = names.index("w_proj") if projection else None
+    heads = heads_index(labels)
+    return _Checks(names, labels, n_required, proj, heads,
+                   fits_function(labels, n_required, proj, heads))
+
+
+class _Layout(NamedTuple):
+    """What one operation's arrays are called and shaped like, settled once per operation,
+    GRU variant, projection and layout: the forward's arrays (x, the states, the weights)
+    with the required ones first; the checks of a forward call and of a gradient call (its
+    result's fields after the required arrays, the upstream gradients last)."""
+
+    names: tuple[str, ...]
+    labels: tuple[Labels, ...]
+    n_required: int
     upstream: tuple[str, ...]
-    upstream_labels: tuple[Labels, ...]
-    grad_names: tuple[str, ...]      # a gradient call's arrays, in checking order
-    grad_labels: tuple[Labels, ...]  # and their labels
+    forward: _Checks
+    grad: _Checks
 
 
 @functools.cache
 def layout_of(op: str, reset_after: bool, projection: bool = False,
-            batch_first: bool = False) -> _Layout:
+              batch_first: bool = False) -> _Layout:
     spec = OPS[op]
     names = spec.flat_arrays
     labels = ((spec.x_labels,) + spec.state_labels
               + tuple(_weight_labels(spec, name, reset_after)
                       for name in names[1 + len(spec.states):]))
-    n_required = sum(name not in OPTIONAL_WEIGHTS for name in names)
+    n = sum(name not in OPTIONAL_WEIGHTS for name in names)
     upstream_labels = tuple(spec.upstream_labels(name) for name in spec.upstream)
     result_labels = spec.result_labels()
     if not projection:  # P is H: the messages say so
@@ -284,11 +312,10 @@ def layout_of(op: str, reset_after: bool, projection: bool = False,
         labels, result_labels, upstream_labels = (
             _batch_first(group) for group in (labels, result_labels, upstream_labels))
     result_names = _qualified_names(spec.result_arg, spec.result._fields)
-    return _Layout(names, labels, n_required, result_names, result_labels, spec.upstream,
-                   upstream_labels,
-                   names[:n_required] + result_names + names[n_required:] + spec.upstream,
-                   labels[:n_required] + result_labels + labels[n_required:]
-                   + upstream_labels)
+    return _Layout(names, labels, n, spec.upstream, _checks(names, labels, n, projection),
+                   _checks(names[:n] + result_names + names[n:] + spec.upstream,
+                           labels[:n] + result_labels + labels[n:] + upstream_labels,
+                           n + len(result_names), projection))
 
 
 def _without_projection(group):
@@ -354,39 +381,38 @@ def checked_library(spec, x, states, weights, *, reset_after, batch_first=False,
         check_result(spec, result)
         n = layout.n_required
         values = (*values[:n], *result, *values[n:], *map(upstream.__getitem__, layout.upstream))
-    proj = _proj_index(layout, grad) if projection else None
-    labels = layout.grad_labels if grad else layout.labels
-    library = _check_arrays(*((layout.grad_names, values, labels,
-                               layout.n_required + len(layout.result_names)) if grad else
-                              (layout.names, values, labels, layout.n_required)),
-                            (spec.name, reset_after, projection, batch_first, grad), proj,
-                            heads_index(labels))
+    library = _check_arrays(values, layout.grad if grad else layout.forward,
+                            (spec.name, reset_after, projection, batch_first, grad))
     if _GROUPS[spec.name]:
         groups_given(spec.name, weights)
     return library
 
 
-def _proj_index(layout, grad):
-    """Where ``w_proj`` stands among the specs of a call that has one."""
-    index = layout.names.index("w_proj")
-    return index + len(layout.result_names) if grad else index
-
-_GROUPS = {op: tuple((flag, names) for flag, names in SPECS[cell_of(op)].flags.items()
-                    if len(names) > 1) for op in OPS}
-"""Each op's groups of more than one optional weight (the LSTM's peepholes), by flag."""
+_GROUPS = {op: tuple((flag, names, operator.attrgetter(*names))
+                    for flag, names in SPECS[cell_of(op)].flags.items() if len(names) > 1)
+           for op in OPS}
+"""Each op's groups of more than one optional weight (the LSTM's peepholes), by flag, with
+the getter of the group's weights."""
 
 
 def groups_given(op, weights):
     """ValueError unless each of ``op``'s groups of optional weights (an LSTM's peepholes)
     is given whole or not at all."""
-    for flag, names in _GROUPS[op]:
-        given = presence(names, weights)
+    for flag, names, group in _GROUPS[op]:
+        given = tuple(map(operator.is_not, group(weights), itertools.repeat(None)))
         if any(given) and not all(given):
             present = [n for n, g in zip(names, given, strict=True) if g]
             missing = [n for n, g in zip(names, given, strict=True) if not g]
             raise ValueError(
                 f"{flag} need all of {', '.join(names[:-1])} and {names[-1]} or none: got "
                 f"{', '.join(present)} without {', '.join(missing)}")
+
+
+def tuple_getter(names):
+    """``operator.attrgetter(*names)``, giving a tuple for any number of names."""
+    if len(names) > 1:
+        return operator.attrgetter(*names)
+    return lambda value: tuple(getattr(value, name) for name in names)
 
 
 def presence(names, weights):

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import operator
 
 import numpy as np
 
 from .._core.specs import MASKS
 from ..cells import OPS, SPECS, cell_of
-from .arrays import checked_library
+from .arrays import checked_library, tuple_getter
 from .settings import (
     bool_value,
     check_requires,
@@ -127,6 +128,8 @@ def grad_args(op: str, x, states, weights, result, upstream, *, seq_len=None, re
     _known(cell, keywords, grad=True)
     given = {name: value for name, value in keywords.items() if value is not None}
     recorded = result.settings if type(result) is spec.result else None
+    if given and recorded is not None and _repeats(recorded, given):
+        given = {}
     settings = recorded or spec.settings(**{
         flag: getattr(weights, names[0]) is not None for flag, names in cell.flags.items()})
     if given or reverse is not None or batch_first is not None:
@@ -146,6 +149,16 @@ def grad_args(op: str, x, states, weights, result, upstream, *, seq_len=None, re
         settings = _given_late(cell, spec, recorded, settings, given, library, x, states,
                                weights, seq_len, masks)
     return library, settings
+
+
+def _repeats(recorded, given):
+    """Whether each setting ``given`` again is the ``recorded`` value itself, of its type
+    (the forward's keywords passed again, the common call): it agrees without a check."""
+    for name, value in given.items():
+        before = getattr(recorded, name)
+        if type(value) is not type(before) or value != before:
+            return False
+    return True
 
 
 def _given_late(cell, spec, recorded, settings, given, library, x, states, weights, seq_len,
@@ -179,8 +192,8 @@ def check_optional(cell, spec, recorded, weights, record=None):
     (``record``: what messages call it, by default ``<result>.settings``)."""
     if recorded is None:
         return
-    flags, first = _FLAGS[cell.name]
-    if presence(first, weights) == tuple(getattr(recorded, flag) for flag in flags):
+    ran, first = _FLAGS[cell.name]
+    if tuple(map(operator.is_not, first(weights), itertools.repeat(None))) == ran(recorded):
         return
     for flag, names in cell.flags.items():
         given, ran = getattr(weights, names[0]) is not None, getattr(recorded, flag)
@@ -192,9 +205,11 @@ def check_optional(cell, spec, recorded, weights, record=None):
                 f"without {flag} ({record or spec.result_arg + '.settings'}.{flag} is False)")
 
 
-_FLAGS = {name: (tuple(cell.flags), tuple(names[0] for names in cell.flags.values()))
+_FLAGS = {name: (tuple_getter(tuple(cell.flags)),
+                 tuple_getter(tuple(names[0] for names in cell.flags.values())))
           for name, cell in SPECS.items()}
-"""Each cell's flags and the weight whose presence decides each."""
+"""Each cell's getters of its flags (from a record) and of the weight whose presence decides
+each (from the weights)."""
 
 
 def _agreeing(spec, recorded, settings, name, value):
