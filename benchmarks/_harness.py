@@ -105,7 +105,7 @@ def calls_per_round(run, min_round_s: float) -> int:
 
 
 def time_interleaved(contestants: dict, repeats: int, *, min_round_s: float = 0.0,
-                     warmup: int = 1, settle: int = 1) -> dict:
+                     warmup: int = 1, settle: int = 1, pause_s: float = 0.0) -> dict:
     """Seconds **per call** of each contestant in each round, rounds interleaved.
 
     ``contestants`` maps a name to a callable taking no arguments. Each is called ``warmup``
@@ -116,8 +116,14 @@ def time_interleaved(contestants: dict, repeats: int, *, min_round_s: float = 0.
     1.3× the BLAS bound for the contestant that always followed PyTorch at 2 threads), and
     ``settle`` untimed calls before each contestant's timed ones keep it out of the figures
     (measured at 2 threads, GRU (50, 32, 128, 128): median 23.8 ms against a minimum of
-    11.8 ms without them, 16.9 against 15.7 with one). In a round a contestant is then called
-    ``calls_per_round(run, min_round_s)`` times (fixed at warm-up), timed, and the round's
+    11.8 ms without them, 16.9 against 15.7 with one). Where other processes hold the
+    cores, settling is not enough: the previous contestant's threads, still spinning, take
+    the core from the next one (OpenBLAS's idle threads poll for a while before they sleep,
+    ``OPENBLAS_THREAD_TIMEOUT``); ``pause_s`` of sleep before each contestant lets them
+    sleep first (measured under load, gradcells's LSTM (50, 32, 128, 128): 3.43× its quiet
+    time beside PyTorch and two fixed BLAS threads, 1.87× alone, 1.51× beside them with a
+    0.5 s pause). In a round a contestant is then called ``calls_per_round(run,
+    min_round_s)`` times (fixed at warm-up), timed, and the round's
     time divided by that count. Returns ``{name: [seconds]}``.
     """
     calls = {}
@@ -130,6 +136,7 @@ def time_interleaved(contestants: dict, repeats: int, *, min_round_s: float = 0.
     for round_index in range(repeats):
         shift = round_index % len(order)
         for name, run in order[shift:] + order[:shift]:
+            time.sleep(pause_s)
             for _ in range(settle):
                 run()
             count = calls[name]
