@@ -196,12 +196,12 @@ _SIZE_SOURCE = {"I+H": "I + H", "2H": "2 * H", "3H": "3 * H", "4H": "4 * H", "I+
 
 def fits_function(labels, n_required, proj=None, heads=None):
     """``fits(*values)``: whether every array of a call is a NumPy array of x's float dtype
-    and of its expected shape (``labels``, the sizes read from x, then H from the ``[B, H]``
-    array second, from ``w_proj`` at index ``proj`` and from the heads array at index ``heads``),
-    the first ``n_required`` given: the common call, accepted by one expression written for
-    these labels (no loop, no shape built but the compared tuples), as ``gradcells._public``
-    writes its functions. False sends the call to the full checks, which name what is
-    wrong."""
+    and of its expected shape (``labels``: the sizes read from x, then H from the ``[B, H]``
+    array second, P from ``w_proj`` at index ``proj``, N from the heads array at index
+    ``heads``), the first ``n_required`` given: the common call, accepted by one expression
+    written for these labels (no loop, no shape built but the compared tuples), as
+    ``gradcells._public`` writes its functions. False sends the call to the full checks,
+    which name what is wrong."""
     n = len(labels)
     sizes = [f"{', '.join(labels[0])} = a0.shape", "H = a1.shape[1]"]
     ranks = [f"a0.ndim == {len(labels[0])}", "type(a1) is _ndarray", "a1.ndim == 2"]
@@ -399,7 +399,7 @@ def groups_given(op, weights):
     """ValueError unless each of ``op``'s groups of optional weights (an LSTM's peepholes)
     is given whole or not at all."""
     for flag, names, group in _GROUPS[op]:
-        given = tuple(map(operator.is_not, group(weights), itertools.repeat(None)))
+        given = given_values(group(weights))
         if any(given) and not all(given):
             present = [n for n, g in zip(names, given, strict=True) if g]
             missing = [n for n, g in zip(names, given, strict=True) if not g]
@@ -418,5 +418,9 @@ def tuple_getter(names):
 def presence(names, weights):
     """Whether each weight of ``names`` is given (not None), as a tuple of bools; no Python
     frame per weight (this runs on every forward call)."""
-    return tuple(map(operator.is_not, map(getattr, itertools.repeat(weights), names),
-                     itertools.repeat(None)))
+    return given_values(map(getattr, itertools.repeat(weights), names))
+
+
+def given_values(values):
+    """Whether each of ``values`` is given (not None), as a tuple of bools."""
+    return tuple(map(operator.is_not, values, itertools.repeat(None)))

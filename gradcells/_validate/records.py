@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import operator
 
 import numpy as np
 
 from .._core.specs import MASKS
 from ..cells import OPS, SPECS, cell_of
-from .arrays import checked_library, tuple_getter
+from .arrays import checked_library, given_values, tuple_getter
 from .settings import (
     bool_value,
     check_requires,
@@ -193,7 +192,7 @@ def check_optional(cell, spec, recorded, weights, record=None):
     if recorded is None:
         return
     ran, first = _FLAGS[cell.name]
-    if tuple(map(operator.is_not, first(weights), itertools.repeat(None))) == ran(recorded):
+    if given_values(first(weights)) == ran(recorded):
         return
     for flag, names in cell.flags.items():
         given, ran = getattr(weights, names[0]) is not None, getattr(recorded, flag)
