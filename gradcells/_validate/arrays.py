@@ -111,6 +111,13 @@ def _other_gru_variant(name, shape, expected, origin):
     return f"b_c has shape {labels} = {shape}, {layout}: pass {flag} ({origin()})"
 
 
+_SIZE_SOURCE = {"I+H": "I + H", "2H": "2 * H", "3H": "3 * H", "4H": "4 * H", "I+P": "I + P",
+                "H/N": "H // N", "4H/N": "4 * H // N"}
+"""Each compound size label as an expression of the sizes I, H, P and N: the expression
+``fits_function`` writes, and what ``expected_shapes`` computes (``_COMPOUND_SIZE``)."""
+_COMPOUND_SIZE = {label: eval(f"lambda I, H, P, N: {source}")  # noqa: S307
+                  for label, source in _SIZE_SOURCE.items()}
+
 _EXPECTED_SHAPES: dict = {}  # (layout key, x's shape, H) -> every array's expected shape
 
 
@@ -124,11 +131,9 @@ def expected_shapes(key, labels, x_shape, n_hidden, n_proj, n_heads=1):
     if cached is not None:
         return cached
     n_in = x_shape[-1]
-    sizes = {**dict(zip(labels[0], x_shape, strict=True)), "H": n_hidden,
-             "I+H": n_in + n_hidden,
-             "2H": 2 * n_hidden, "3H": 3 * n_hidden, "4H": 4 * n_hidden, "P": n_proj,
-             "I+P": n_in + n_proj, "N": n_heads, "H/N": n_hidden // n_heads,
-             "4H/N": 4 * n_hidden // n_heads}
+    sizes = {**dict(zip(labels[0], x_shape, strict=True)), "H": n_hidden, "P": n_proj,
+             "N": n_heads, **{label: size(n_in, n_hidden, n_proj, n_heads)
+                              for label, size in _COMPOUND_SIZE.items()}}
     if len(_EXPECTED_SHAPES) >= 4096:
         _EXPECTED_SHAPES.clear()
     shapes = tuple(tuple([sizes[label] for label in each]) for each in labels)
@@ -187,11 +192,6 @@ def _check_arrays(values, checks, key):
     check_shapes(specs, expected_shapes(key, labels, tuple(x_shape), h_shape[1], n_proj,
                                         n_heads), origin)
     return library
-
-
-_SIZE_SOURCE = {"I+H": "I + H", "2H": "2 * H", "3H": "3 * H", "4H": "4 * H", "I+P": "I + P",
-                "H/N": "H // N", "4H/N": "4 * H // N"}
-"""Each compound size label as the expression ``fits_function`` writes for it."""
 
 
 def fits_function(labels, n_required, proj=None, heads=None):
@@ -282,14 +282,10 @@ def _checks(names, labels, n_required, projection):
 
 class _Layout(NamedTuple):
     """What one operation's arrays are called and shaped like, settled once per operation,
-    GRU variant, projection and layout: the forward's arrays (x, the states, the weights)
-    with the required ones first; the checks of a forward call and of a gradient call (its
-    result's fields after the required arrays, the upstream gradients last)."""
+    GRU variant, projection and layout: the checks of a forward call (x, the states, the
+    weights, the required ones first) and of a gradient call (the result's fields after the
+    required arrays, the upstream gradients last)."""
 
-    names: tuple[str, ...]
-    labels: tuple[Labels, ...]
-    n_required: int
-    upstream: tuple[str, ...]
     forward: _Checks
     grad: _Checks
 
@@ -312,7 +308,7 @@ def layout_of(op: str, reset_after: bool, projection: bool = False,
         labels, result_labels, upstream_labels = (
             _batch_first(group) for group in (labels, result_labels, upstream_labels))
     result_names = _qualified_names(spec.result_arg, spec.result._fields)
-    return _Layout(names, labels, n, spec.upstream, _checks(names, labels, n, projection),
+    return _Layout(_checks(names, labels, n, projection),
                    _checks(names[:n] + result_names + names[n:] + spec.upstream,
                            labels[:n] + result_labels + labels[n:] + upstream_labels,
                            n + len(result_names), projection))
@@ -379,8 +375,8 @@ def checked_library(spec, x, states, weights, *, reset_after, batch_first=False,
     grad = upstream is not None
     if grad:        # the result's fields after the required arrays, the upstream last
         check_result(spec, result)
-        n = layout.n_required
-        values = (*values[:n], *result, *values[n:], *map(upstream.__getitem__, layout.upstream))
+        n = layout.forward.n_required
+        values = (*values[:n], *result, *values[n:], *map(upstream.__getitem__, spec.upstream))
     library = _check_arrays(values, layout.grad if grad else layout.forward,
                             (spec.name, reset_after, projection, batch_first, grad))
     if _GROUPS[spec.name]:

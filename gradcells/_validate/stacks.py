@@ -260,17 +260,18 @@ def _check_set(spec, x, weights, run, n_in, record):
     variant = (spec.name, getattr(settings, "reset_after", False),
                getattr(settings, "projection", False))
     layout, n_states = layout_of(*variant), 1 + len(spec.states)
-    specs = list(zip(layout.names[n_states:], flat_weights(spec, weights),
-                     layout.labels[n_states:], strict=True))
-    require_arrays(specs[:layout.n_required - n_states])
+    forward = layout.forward
+    specs = list(zip(forward.names[n_states:], flat_weights(spec, weights),
+                     forward.labels[n_states:], strict=True))
+    require_arrays(specs[:forward.n_required - n_states])
     library_and_dtype([("x", x), *specs])
     width = _recorded(run, ("h_final",), record)[-1]
     sizes = (n_in, _recorded(run, ("cs_final",), record)[-1] if "cs_final" in run._fields
              else width, width)
-    heads = heads_index(layout.labels[n_states:])
+    heads = heads_index(forward.labels[n_states:])
     n_heads = 1 if heads is None else checked_heads(*specs[heads][:2], sizes[1],
                                                     specs[heads][2])
-    shapes = expected_shapes(("stack", *variant), (("I",), *layout.labels[n_states:]),
+    shapes = expected_shapes(("stack", *variant), (("I",), *forward.labels[n_states:]),
                               sizes[:1], *sizes[1:], n_heads)
 
     def origin():
