@@ -196,9 +196,40 @@ def table(rows, header) -> str:
     return "\n".join(markdown_table(header, rows))
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``'s first ``model name``; else
+    ``platform.processor()``, which may be empty)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+# The vector extensions a table names, widest first, as LLVM (what Numba compiles for) sees
+# the host: (feature, how a table writes it).
+_VECTOR_FEATURES = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("fma", "FMA"),
+                    ("amx-tile", "AMX"), ("neon", "NEON"), ("sve", "SVE"))
+
+
+def vector_isa() -> str:
+    """The host's vector instruction sets among ``_VECTOR_FEATURES``: ``"AVX2, FMA"``,
+    ``"AVX-512, FMA, AMX"``."""
+    from llvmlite import binding
+
+    try:
+        features = binding.get_host_cpu_features()
+    except RuntimeError:          # LLVM cannot list them on this host
+        return "vector ISA unknown"
+    return ", ".join(label for name, label in _VECTOR_FEATURES if features.get(name)) or "none"
+
+
 def describe_machine(threads):
-    """The machine, its CPU (Numba's name for it), the threads each library may use and the
-    versions that ran: every table's first line."""
+    """The machine: its CPU's model, Numba's name for it and its vector ISA, the cores, the
+    threads each library may use and the versions that ran: every table's first line."""
     import numba
     from llvmlite import binding
 
@@ -208,8 +239,39 @@ def describe_machine(threads):
         module = sys.modules.get(name)
         if module is not None:
             versions.append(f"{name} {module.__version__}")
-    return (f"{platform.machine()} ({cpu}), {os.cpu_count()} cores, {threads} thread(s) per "
-            f"library; {', '.join(versions)}")
+    return (f"{cpu_model()}, {platform.machine()} ({cpu}: {vector_isa()}), "
+            f"{os.cpu_count()} cores, {threads} thread(s) per library; {', '.join(versions)}")
+
+
+def matmul_peak(size: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of NumPy's float32 ``size``³ matmul at the thread limits in force, the best of
+    ``repeats`` calls after one warm-up: the practical peak that the benchmarks' fractions
+    are of. A product this large runs the BLAS's kernels at their best, near the cores' FMA
+    peak at the clock they really run (which a nominal peak from ``/proc/cpuinfo``'s clock
+    misses: these cores boost above it)."""
+    a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
+    out = np.empty_like(a)
+    np.matmul(a, a, out=out)
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.matmul(a, a, out=out)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
+def describe_peak(peak: float, size: int, threads: int) -> str:
+    """The line that states what the fractions of peak are of."""
+    return (f"Peak: {peak / 1e9:.1f} GFLOP/s, NumPy's float32 {size}³ matmul with {threads} "
+            "thread(s) (best of 5); each GFLOP/s figure counts the model's matmuls and gives "
+            "its fraction of that peak.")
+
+
+def flop_rate(flops: float, seconds: float, peak: float) -> str:
+    """``"74.1 (80%)"``: GFLOP/s of ``flops`` in ``seconds``, and its fraction of ``peak``
+    (FLOP/s)."""
+    rate = flops / seconds
+    return f"{rate / 1e9:.1f} ({rate / peak:.0%})"
 
 
 def against_peer(argv, doc, *, what, size, labels, repeats, ours, peer, digits=1) -> int:

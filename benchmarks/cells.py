@@ -28,7 +28,9 @@ figures compare implementations rather than thread scheduling); rounds are inter
 each figure is the median time per call over ``--repeats`` rounds (calls shorter than
 ``--min-round`` are repeated within a round). The ratios are what to read: cpu/BLAS is the
 cost of everything that is not a matmul (elementwise kernels, validation, dispatch,
-allocation); cpu/torch and cpu/tf compare with the peers.
+allocation); cpu/torch and cpu/tf compare with the peers. The last column is cpu's FLOP rate:
+the model's matmuls (``model_flops``) over its median, and its fraction of the peak, one large
+matmul's rate with the same threads, measured first (``_harness.matmul_peak``).
 """
 
 from __future__ import annotations
@@ -40,10 +42,13 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import (
-    describe_machine,  # noqa: E402
+from _harness import (  # noqa: E402
+    describe_machine,
+    describe_peak,
     duration,
+    flop_rate,
     limit_threads,
+    matmul_peak,
     missing,
     pin_peer_threads,
     ratio,
@@ -55,6 +60,15 @@ from _harness import (
 SIZES = [(1, 32, 32), (16, 128, 128), (64, 256, 256), (128, 512, 512)]
 CELLS = ("lstm", "gru", "gru-reset-after")
 DTYPE = np.float32
+
+
+def model_flops(cell, size):
+    """The FLOPs of one step's matmuls, forward and full gradient: the gates' ``[x, h]·W``
+    once forward and three times back (``dX``, ``dH``, ``dW``), ``6·g·B·(I+H)·H`` for g
+    gates (the LSTM's 4, the GRU's 3; the reset-after gradient's recompute of ``h·W_ch`` is
+    not counted)."""
+    batch, n_in, hidden = size
+    return 6 * (4 if cell == "lstm" else 3) * batch * (n_in + hidden) * hidden
 
 
 # -- inputs -----------------------------------------------------------------------------------
@@ -315,6 +329,8 @@ def main(argv=None):
     parser.add_argument("--min-round", type=float, default=0.005,
                         help="seconds: shorter calls are repeated within a round")
     parser.add_argument("--skip", default="", help="comma list of: reference, torch, tf")
+    parser.add_argument("--peak-size", type=int, default=2048,
+                        help="N of the N³ matmul whose rate is the peak (matmul_peak)")
     args = parser.parse_args(argv)
     sizes = [tuple(int(v) for v in s.split(",")) for s in args.sizes] if args.sizes else SIZES
     cells = [c for c in args.cells.split(",") if c]
@@ -327,7 +343,9 @@ def main(argv=None):
 
     pin_peer_threads(args.threads, torch="torch" not in skip, tensorflow="tf" not in skip)
     limiter = limit_threads(args.threads)  # noqa: F841 (kept alive for the whole run)
+    peak = matmul_peak(args.peak_size)
     print(f"One step, forward + full gradient, float32. {describe_machine(args.threads)}.")
+    print(describe_peak(peak, args.peak_size, args.threads))
     print(f"Median time per call over {args.repeats} interleaved rounds; "
           "ratios are cpu's time over the column's.\n")
 
@@ -344,12 +362,13 @@ def main(argv=None):
             rows.append(["({}, {}, {})".format(*size)]
                         + [duration(median[c]) if c in median else "-" for c in present]
                         + [ratio(median["cpu"], median.get(c)) for c in present[1:]]
-                        + [f"{spread:.2f}"])
+                        + [flop_rate(model_flops(cell, size), median["cpu"], peak),
+                           f"{spread:.2f}"])
             sys.stdout.flush()
         title = {"lstm": "LSTM", "gru": "GRU (reset before, TensorFlow's)",
                  "gru-reset-after": "GRU reset_after=True (PyTorch's)"}[cell]
         header = (["(B, I, H)"] + [labels.get(c, c) for c in present]
-                  + [f"cpu/{c}" for c in present[1:]] + ["median/min"])
+                  + [f"cpu/{c}" for c in present[1:]] + ["cpu GFLOP/s (of peak)", "median/min"])
         print(title)
         print(table(rows, header))
         print()

@@ -35,7 +35,10 @@ Every library is limited to ``--threads`` threads (default 1: the figures then c
 implementations, not thread scheduling on a shared machine). Rounds are interleaved (each
 round runs every contestant once) and the table shows medians over ``--repeats`` rounds and
 each median's ratio to the peers (the minimum is shown too: on a shared machine the spread
-between the two says how much the figures were disturbed). Peak memory is the
+between the two says how much the figures were disturbed), and the median's FLOP rate: the
+model's matmuls (``model_flops``) over it, and its fraction of the peak, the rate of one
+large matmul with the same threads measured first (``_harness.matmul_peak``; its size
+``--peak-size``). The first lines name the CPU (model, Numba's name, vector ISA). Peak memory is the
 ``tracemalloc`` high-water mark of one forward + backward (NumPy reports its buffers to
 tracemalloc), in MiB and in units of one ``[T, B, H]`` float32 array ("TBH"); the inputs
 are allocated before the measurement starts, and the CPU backend's per-thread scratch buffer
@@ -54,7 +57,11 @@ from gradcells.cpu import release_scratch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _harness import (  # noqa: E402
+    describe_machine,
+    describe_peak,
+    flop_rate,
     limit_threads,
+    matmul_peak,
     peak_mib,
     pin_peer_threads,
     ratio,
@@ -65,6 +72,21 @@ from _harness import (  # noqa: E402
 
 SIZES = [(50, 32, 128, 128), (100, 32, 256, 256), (100, 64, 512, 512)]
 DTYPE = np.float32
+GATES = {"lstm": 4, "lstm-ln": 4, "gru": 3, "rnn": 1}   # each gate a [I+H, H] block of w
+
+
+def model_flops(cell, size):
+    """The FLOPs of the model's matmuls over one forward and its full backward: each gate's
+    ``[x, h]·W`` once forward and three times back (``dX``, ``dH``, ``dW``), 2 FLOPs a
+    multiply-add: ``6·g·T·B·(I+H)·H`` for g gates (the LSTM's 24, the GRU's 18, the RNN's
+    6), plus ``6·T·B·H·P`` for a projection to P = H/2 (whose state is then P wide). What
+    a plan computes again (the GRU's ``h_prev·W_ch``, the layer norm's inputs) is not
+    counted: the rate is of the model's work."""
+    steps, batch, n_in, hidden = size
+    if cell == "lstm-proj":
+        proj = hidden // 2
+        return 6 * steps * batch * (4 * (n_in + proj) * hidden + hidden * proj)
+    return 6 * GATES[cell] * steps * batch * (n_in + hidden) * hidden
 
 
 # -- inputs -----------------------------------------------------------------------------------
@@ -539,6 +561,8 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--skip", default="", help="comma list of: reference, torch, tf")
+    parser.add_argument("--peak-size", type=int, default=2048,
+                        help="N of the N³ matmul whose rate is the peak (matmul_peak)")
     args = parser.parse_args(argv)
     sizes = [tuple(int(v) for v in s.split(",")) for s in args.sizes] if args.sizes else SIZES
     skip = set(filter(None, args.skip.split(",")))
@@ -546,8 +570,10 @@ def main(argv=None):
     # Start the peers' thread pools limited, then limit every BLAS/OpenMP pool and Numba.
     pin_peer_threads(args.threads, torch="torch" not in skip, tensorflow="tf" not in skip)
     limiter = limit_threads(args.threads)  # noqa: F841 - keeps the limits in force
-    print(f"float32, forward + BPTT with an upstream gradient on every h; {args.threads} "
-          f"thread(s); median of {args.repeats} interleaved rounds\n")
+    peak = matmul_peak(args.peak_size)
+    print(f"float32, forward + BPTT with an upstream gradient on every h; median of "
+          f"{args.repeats} interleaved rounds. {describe_machine(args.threads)}.")
+    print(describe_peak(peak, args.peak_size, args.threads) + "\n")
 
     for cell in args.cells.split(","):
         for size in sizes:
@@ -555,6 +581,7 @@ def main(argv=None):
             contestants = contestants_for(cell, size, skip)
             stats = summarize(time_interleaved(contestants, args.repeats))
             unit = steps * batch * hidden * 4 / 2**20
+            flops = model_flops(cell, size)
             rows = []
             for name, stat in stats.items():
                 torch_name, bound_name = peer_names(cell, name)
@@ -566,10 +593,11 @@ def main(argv=None):
                     memory = f"{mib:.1f} MiB ({mib / unit:.1f} TBH)"
                 rows.append((name, f"{stat.median * 1e3:.1f}", f"{stat.minimum * 1e3:.1f}",
                              ratio(stat.median, torch_time),
-                             ratio(stat.median, stats[bound_name].median), memory))
+                             ratio(stat.median, stats[bound_name].median),
+                             flop_rate(flops, stat.median, peak), memory))
             print(f"{cell.upper()} (T, B, I, H) = {size}")
             print(table(rows, ("contestant", "median ms", "min ms", "vs torch", "vs BLAS bound",
-                               "peak memory")))
+                               "GFLOP/s (of peak)", "peak memory")))
             print()
             sys.stdout.flush()
 

@@ -43,8 +43,9 @@ def test_cells_benchmark_prints_a_row_per_size(capsys):
     import cells
 
     cells.main(["--sizes", "2,3,5", "1,2,4", "--repeats", "1", "--min-round", "0",
-                "--skip", "torch,tf"])
+                "--skip", "torch,tf", "--peak-size", "32"])
     out = capsys.readouterr().out
+    assert "Peak: " in out and "cpu GFLOP/s (of peak)" in out
     for title in ("LSTM", "GRU (reset before", "GRU reset_after=True"):
         assert title in out
     rows = _table_rows(out)
@@ -55,19 +56,43 @@ def test_cells_benchmark_prints_a_row_per_size(capsys):
 def test_sequences_benchmark_prints_every_contestant(capsys):
     import sequences
 
-    sequences.main(["--sizes", "3,2,3,5", "--repeats", "1", "--skip", "torch,tf"])
+    sequences.main(["--sizes", "3,2,3,5", "--repeats", "1", "--skip", "torch,tf",
+                    "--peak-size", "32"])
     out = capsys.readouterr().out
     names = [row.split("|")[1].strip() for row in _table_rows(out)]
     assert {"gradcells cpu", "gradcells reference", "BLAS bound",
             "gradcells cpu reset-after", "BLAS bound reset-before"} <= set(names)
     assert "TBH" in out                   # peak memory is reported
+    assert _harness.cpu_model() in out and _harness.vector_isa() in out
+    assert "Peak: " in out and "GFLOP/s (of peak)" in out
+
+
+def test_a_flop_rate_reads_as_gflops_and_a_fraction_of_the_peak():
+    assert _harness.flop_rate(3e9, 1.5, 4e9) == "2.0 (50%)"
+    assert _harness.flop_rate(1.2e11, 1.0, 1e11) == "120.0 (120%)"
+
+
+def test_the_peak_is_the_rate_of_a_matmul_of_the_size_asked_for(monkeypatch):
+    import numpy as np
+
+    shapes = []
+    real = np.matmul
+
+    def spy(a, b, out=None):
+        shapes.append(a.shape + b.shape[1:])
+        return real(a, b, out=out)
+
+    monkeypatch.setattr(_harness.np, "matmul", spy)
+    peak = _harness.matmul_peak(16, repeats=3)
+    assert shapes == [(16, 16, 16)] * 4           # one warm-up, then the timed calls
+    assert 0 < peak < float("inf")
 
 
 def test_sequences_benchmark_runs_the_plain_rnn(capsys):
     import sequences
 
     sequences.main(["--sizes", "3,2,3,5", "--cells", "rnn", "--repeats", "1", "--skip",
-                    "torch,tf"])
+                    "torch,tf", "--peak-size", "32"])
     out = capsys.readouterr().out
     assert "RNN (T, B, I, H) = (3, 2, 3, 5)" in out
     names = [row.split("|")[1].strip() for row in _table_rows(out)]
@@ -79,7 +104,7 @@ def test_sequences_benchmark_runs_the_projected_lstm(capsys):
     import sequences
 
     sequences.main(["--sizes", "3,2,3,6", "--cells", "lstm-proj", "--repeats", "1", "--skip",
-                    "torch,tf"])
+                    "torch,tf", "--peak-size", "32"])
     out = capsys.readouterr().out
     assert "LSTM-PROJ (T, B, I, H) = (3, 2, 3, 6)" in out
     for name in ("gradcells cpu", "gradcells reference", "BLAS bound"):
@@ -93,7 +118,7 @@ def test_sequences_benchmark_runs_the_layer_normalised_lstm(capsys):
     import sequences
 
     sequences.main(["--sizes", "3,2,3,5", "--cells", "lstm-ln", "--repeats", "1", "--skip",
-                    "torch,tf"])
+                    "torch,tf", "--peak-size", "32"])
     out = capsys.readouterr().out
     assert "LSTM-LN (T, B, I, H) = (3, 2, 3, 5)" in out
     names = [row.split("|")[1].strip() for row in _table_rows(out)]
