@@ -243,7 +243,11 @@ def describe_machine(threads):
             f"{os.cpu_count()} cores, {threads} thread(s) per library; {', '.join(versions)}")
 
 
-def matmul_peak(size: int = 2048, repeats: int = 5) -> float:
+PEAK_REPEATS = 5
+"""The timed calls of ``matmul_peak``, of which the fastest counts."""
+
+
+def matmul_peak(size: int = 2048, repeats: int = PEAK_REPEATS) -> float:
     """FLOP/s of NumPy's float32 ``size``³ matmul at the thread limits in force, the best of
     ``repeats`` calls after one warm-up: the practical peak that the benchmarks' fractions
     are of. A product this large runs the BLAS's kernels at their best, near the cores' FMA
@@ -263,8 +267,8 @@ def matmul_peak(size: int = 2048, repeats: int = 5) -> float:
 def describe_peak(peak: float, size: int, threads: int) -> str:
     """The line that states what the fractions of peak are of."""
     return (f"Peak: {peak / 1e9:.1f} GFLOP/s, NumPy's float32 {size}³ matmul with {threads} "
-            "thread(s) (best of 5); each GFLOP/s figure counts the model's matmuls and gives "
-            "its fraction of that peak.")
+            f"thread(s) (best of {PEAK_REPEATS}); each GFLOP/s figure counts the model's "
+            "matmuls and gives its fraction of that peak.")
 
 
 def flop_rate(flops: float, seconds: float, peak: float) -> str:

@@ -37,12 +37,14 @@ round runs every contestant once) and the table shows medians over ``--repeats``
 each median's ratio to the peers (the minimum is shown too: on a shared machine the spread
 between the two says how much the figures were disturbed), and the median's FLOP rate: the
 model's matmuls (``model_flops``) over it, and its fraction of the peak, the rate of one
-large matmul with the same threads measured first (``_harness.matmul_peak``; its size
-``--peak-size``). The first lines name the CPU (model, Numba's name, vector ISA). Peak memory is the
-``tracemalloc`` high-water mark of one forward + backward (NumPy reports its buffers to
-tracemalloc), in MiB and in units of one ``[T, B, H]`` float32 array ("TBH"); the inputs
-are allocated before the measurement starts, and the CPU backend's per-thread scratch buffer
-(kept between calls, ``gradcells.cpu.release_scratch``) is released first, so that it counts.
+large matmul with the same threads, measured first (``_harness.matmul_peak``; its size
+``--peak-size``). The first lines name the CPU (model, Numba's name, vector ISA).
+
+Peak memory is the ``tracemalloc`` high-water mark of one forward + backward (NumPy
+reports its buffers to tracemalloc), in MiB and in units of one ``[T, B, H]`` float32 array
+("TBH"); the inputs are allocated before the measurement starts, and the CPU backend's
+per-thread scratch buffer (kept between calls, ``gradcells.cpu.release_scratch``) is released
+first, so that it counts.
 """
 
 from __future__ import annotations
