@@ -1,6 +1,7 @@
 """The benchmark scripts run and print their tables (tiny sizes, one round: what is checked
 is that they work, never how fast anything is), and the harness interleaves fairly."""
 
+import importlib.util
 import os
 import sys
 import time
@@ -144,6 +145,30 @@ def test_the_torch_ln_lstm_peer_computes_the_same_model():
     want = gc.lstm_sequence_grad(*args, seq, d_h=a["d_h"], layer_norm=norm).x
     got = sequences.torch_ln_lstm(size)().numpy()
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
+
+
+def test_gemm_benchmark_prints_every_layout(capsys):
+    import gemm
+
+    gemm.main(["--sizes", "3,2,4", "--repeats", "1", "--skip", "torch", "--peak-size", "32"])
+    out = capsys.readouterr().out
+    names = [row.split("|")[2].strip() for row in _table_rows(out)]
+    assert names[1:] == ["numpy [B, H]", "numpy [H, B]"]        # after the header
+    assert "Peak: " in out
+
+
+def test_the_gemm_benchmarks_layouts_compute_the_same_products():
+    import gemm
+    import numpy as np
+
+    gates, d_h = gemm.numpy_rows((3, 2, 4))()
+    gates_t, d_h_t = gemm.numpy_columns((3, 2, 4))()
+    np.testing.assert_allclose(gates_t.T, gates, rtol=1e-6)
+    np.testing.assert_allclose(d_h_t.T, d_h, rtol=1e-6)
+    if importlib.util.find_spec("torch") is not None:
+        torch_gates, torch_d_h = gemm.torch_rows((3, 2, 4))()
+        np.testing.assert_allclose(torch_gates.numpy(), gates, rtol=1e-5)
+        np.testing.assert_allclose(torch_d_h.numpy(), d_h, rtol=1e-5)
 
 
 def test_sequences_benchmarks_torch_rnn_peer_runs_forward_and_backward():
