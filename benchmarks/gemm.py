@@ -58,37 +58,37 @@ def operands(steps, batch, hidden, seed=0):
     return w_h, h, d_gates
 
 
+def _products(mm, forward, backward):
+    """``run()`` for one sequence's products: ``mm(a, b, out=out)`` of ``forward = (a, b,
+    out)`` once a step, then of each step's ``(a, b, out)`` in ``backward``; it returns the
+    two outputs."""
+
+    def run():
+        a, b, out = forward
+        for _ in backward:
+            mm(a, b, out=out)
+        for a_t, b_t, out_t in backward:
+            mm(a_t, b_t, out=out_t)
+        return out, backward[-1][2]
+
+    return run
+
+
 def numpy_rows(size):
     """The products with the states ``[B, H]``, as gradcells calls them."""
     w_h, h, d_gates = operands(*size)
-    w_h_t = np.ascontiguousarray(w_h.T)
-    gates, d_h = np.empty(d_gates.shape[1:], DTYPE), np.empty(h.shape, DTYPE)
-
-    def run():
-        for _ in range(len(d_gates)):
-            np.matmul(h, w_h, out=gates)
-        for d_step in d_gates:
-            np.matmul(d_step, w_h_t, out=d_h)
-        return gates, d_h
-
-    return run
+    w_h_t, d_h = np.ascontiguousarray(w_h.T), np.empty(h.shape, DTYPE)
+    return _products(np.matmul, (h, w_h, np.empty(d_gates.shape[1:], DTYPE)),
+                     [(d_step, w_h_t, d_h) for d_step in d_gates])
 
 
 def numpy_columns(size):
     """The same products with the states held transposed, ``[H, B]``."""
     w_h, h, d_gates = operands(*size)
-    w_h_t, h_t = np.ascontiguousarray(w_h.T), np.ascontiguousarray(h.T)
-    d_gates_t = np.ascontiguousarray(d_gates.transpose(0, 2, 1))
-    gates_t, d_h_t = np.empty(d_gates_t.shape[1:], DTYPE), np.empty(h_t.shape, DTYPE)
-
-    def run():
-        for _ in range(len(d_gates_t)):
-            np.matmul(w_h_t, h_t, out=gates_t)
-        for d_step in d_gates_t:
-            np.matmul(w_h, d_step, out=d_h_t)
-        return gates_t, d_h_t
-
-    return run
+    w_h_t, d_h_t = np.ascontiguousarray(w_h.T), np.empty(h.T.shape, DTYPE)
+    gates_t = np.empty(d_gates.shape[:0:-1], DTYPE)
+    return _products(np.matmul, (w_h_t, np.ascontiguousarray(h.T), gates_t),
+                     [(w_h, np.ascontiguousarray(d_step.T), d_h_t) for d_step in d_gates])
 
 
 def torch_rows(size):
@@ -96,17 +96,9 @@ def torch_rows(size):
     import torch
 
     w_h, h, d_gates = (torch.from_numpy(a) for a in operands(*size))
-    w_h_t = w_h.T.contiguous()
-    gates, d_h = torch.empty(d_gates.shape[1:]), torch.empty(h.shape)
-
-    def run():
-        for _ in range(len(d_gates)):
-            torch.mm(h, w_h, out=gates)
-        for d_step in d_gates:
-            torch.mm(d_step, w_h_t, out=d_h)
-        return gates, d_h
-
-    return run
+    w_h_t, d_h = w_h.T.contiguous(), torch.empty(h.shape)
+    return _products(torch.mm, (h, w_h, torch.empty(d_gates.shape[1:])),
+                     [(d_step, w_h_t, d_h) for d_step in d_gates])
 
 
 def main(argv=None):
