@@ -267,8 +267,15 @@ def matmul_peak(size: int = 2048, repeats: int = PEAK_REPEATS) -> float:
 def describe_peak(peak: float, size: int, threads: int) -> str:
     """The line that states what the fractions of peak are of."""
     return (f"Peak: {peak / 1e9:.1f} GFLOP/s, NumPy's float32 {size}³ matmul with {threads} "
-            f"thread(s) (best of {PEAK_REPEATS}); each GFLOP/s figure counts the model's "
-            "matmuls and gives its fraction of that peak.")
+            f"thread(s) (best of {PEAK_REPEATS}); each GFLOP/s figure gives its fraction of "
+            "that peak.")
+
+
+def gate_flops(rows: int, n_in: int, n_state: int, width: int) -> int:
+    """The FLOPs of a gate product ``[x, h]·W`` (``[rows, I+S]·[I+S, width]``) over a forward
+    and its full gradient: once forward and three times back (``dX``, ``dH``, ``dW``), 2
+    FLOPs a multiply-add, ``6·rows·(I+S)·width``."""
+    return 6 * rows * (n_in + n_state) * width
 
 
 def flop_rate(flops: float, seconds: float, peak: float) -> str:

@@ -47,6 +47,7 @@ from _harness import (  # noqa: E402
     describe_peak,
     duration,
     flop_rate,
+    gate_flops,
     limit_threads,
     matmul_peak,
     missing,
@@ -63,12 +64,11 @@ DTYPE = np.float32
 
 
 def model_flops(cell, size):
-    """The FLOPs of one step's matmuls, forward and full gradient: the gates' ``[x, h]·W``
-    once forward and three times back (``dX``, ``dH``, ``dW``), ``6·g·B·(I+H)·H`` for g
-    gates (the LSTM's 4, the GRU's 3; the reset-after gradient's recompute of ``h·W_ch`` is
-    not counted)."""
+    """The FLOPs of one step's gate products, forward and full gradient
+    (``_harness.gate_flops``): the LSTM's 4H wide, the GRU's 3H (the reset-after gradient's
+    recompute of ``h·W_ch`` is not counted)."""
     batch, n_in, hidden = size
-    return 6 * (4 if cell == "lstm" else 3) * batch * (n_in + hidden) * hidden
+    return gate_flops(batch, n_in, hidden, (4 if cell == "lstm" else 3) * hidden)
 
 
 # -- inputs -----------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ from _harness import (  # noqa: E402
     describe_machine,
     describe_peak,
     flop_rate,
+    gate_flops,
     limit_threads,
     matmul_peak,
     peak_mib,
@@ -78,17 +79,17 @@ GATES = {"lstm": 4, "lstm-ln": 4, "gru": 3, "rnn": 1}   # each gate a [I+H, H] b
 
 
 def model_flops(cell, size):
-    """The FLOPs of the model's matmuls over one forward and its full backward: each gate's
-    ``[x, h]·W`` once forward and three times back (``dX``, ``dH``, ``dW``), 2 FLOPs a
-    multiply-add: ``6·g·T·B·(I+H)·H`` for g gates (the LSTM's 24, the GRU's 18, the RNN's
-    6), plus ``6·T·B·H·P`` for a projection to P = H/2 (whose state is then P wide). What
-    a plan computes again (the GRU's ``h_prev·W_ch``, the layer norm's inputs) is not
+    """The FLOPs of the model's matmuls over one forward and its full backward
+    (``_harness.gate_flops``): the LSTM's 24, the GRU's 18 and the RNN's 6 ·T·B·(I+H)·H,
+    and for a projection to P = H/2 (whose state is then P wide) ``m·w_proj`` too. What a
+    plan computes again (the GRU's ``h_prev·W_ch``, the layer norm's inputs) is not
     counted: the rate is of the model's work."""
     steps, batch, n_in, hidden = size
+    rows = steps * batch
     if cell == "lstm-proj":
         proj = hidden // 2
-        return 6 * steps * batch * (4 * (n_in + proj) * hidden + hidden * proj)
-    return 6 * GATES[cell] * steps * batch * (n_in + hidden) * hidden
+        return gate_flops(rows, n_in, proj, 4 * hidden) + gate_flops(rows, hidden, 0, proj)
+    return gate_flops(rows, n_in, hidden, GATES[cell] * hidden)
 
 
 # -- inputs -----------------------------------------------------------------------------------
